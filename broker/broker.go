@@ -1,0 +1,104 @@
+// Package broker is the seam between idem and message brokers. A Publisher is
+// what the relay (and the failure-store and replay commands) publish through;
+// broker/amqp, broker/kafka and broker/nats implement it, and broker/memory is
+// an in-process implementation for tests and benchmarks.
+//
+// Every implementation passes the conformance suite in broker/brokertest.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/idem-go/idem"
+)
+
+// Publisher publishes messages durably.
+type Publisher interface {
+	// Publish sends msgs and returns only when the broker has durably
+	// accepted or refused each of them (publisher confirms, acks=all).
+	//
+	// It returns nil when every message was accepted; a *BatchError when some
+	// were refused, with one entry per message (nil where accepted); or any
+	// other error, meaning no message may be taken as accepted. Messages of
+	// one call may be delivered in any order; callers that need order wait
+	// for one call to return before publishing what must come after.
+	Publish(ctx context.Context, msgs []idem.Message) error
+}
+
+// BatchError reports which messages of a Publish call failed.
+type BatchError struct {
+	// Errs has one entry per message given to Publish: nil if the broker
+	// accepted it, the reason otherwise.
+	Errs []error
+}
+
+// Error implements error.
+func (e *BatchError) Error() string {
+	var failed int
+	var first error
+	for _, err := range e.Errs {
+		if err != nil {
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return fmt.Sprintf("idem: %d of %d message(s) not accepted by the broker; first: %v", failed, len(e.Errs), first)
+}
+
+// Unwrap returns the per-message errors.
+func (e *BatchError) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// Results turns the error of a Publish call over n messages into one error
+// per message: all nil for nil, the BatchError's entries, or err for every
+// message otherwise.
+func Results(err error, n int) []error {
+	out := make([]error, n)
+	if err == nil {
+		return out
+	}
+	var be *BatchError
+	if errors.As(err, &be) && len(be.Errs) == n {
+		copy(out, be.Errs)
+		return out
+	}
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}
+
+// ErrUnroutable is returned (wrapped) for a message the broker accepted but
+// could deliver to no queue or stream: publishing it again will not help until
+// a binding exists, and the relay keeps the row.
+var ErrUnroutable = errors.New("idem: message unroutable: no queue or stream is bound for it")
+
+// RedactURL returns u with any password replaced by "xxxxx", for logs and
+// errors.
+func RedactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return u
+	}
+	cred := rest[:at]
+	if user, _, hasPass := strings.Cut(cred, ":"); hasPass {
+		cred = user + ":xxxxx"
+	}
+	return scheme + "://" + cred + rest[at:]
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/dbopen"
+)
+
+// dbFlags are the flags of every command that opens a database.
+type dbFlags struct {
+	url    string
+	schema string
+}
+
+func (f *dbFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.url, "db", "", "database URL, e.g. postgres://user:pass@localhost:5432/app (default $IDEM_DB_URL)")
+	fs.StringVar(&f.schema, "schema", "", "schema holding idem's tables (default $IDEM_SCHEMA, else the connection's search_path)")
+}
+
+func (f *dbFlags) open(ctx context.Context, e *env) (*dbopen.DB, error) {
+	u := f.url
+	if u == "" {
+		u = e.getenv("IDEM_DB_URL")
+	}
+	schema := f.schema
+	if schema == "" {
+		schema = e.getenv("IDEM_SCHEMA")
+	}
+	return dbopen.Open(ctx, u, driver.Tables{Schema: schema})
+}
+
+// newLogger returns a text or JSON slog logger on stderr at level.
+func newLogger(e *env, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", format)
+}
+
+// confirm asks a yes/no question on stdin; anything but y/yes is no.
+func confirm(e *env, question string) bool {
+	fmt.Fprintf(e.stderr, "%s [y/N] ", question)
+	var answer string
+	if _, err := fmt.Fscanln(e.stdin, &answer); err != nil {
+		return false
+	}
+	answer = strings.ToLower(strings.TrimSpace(answer))
+	return answer == "y" || answer == "yes"
+}
+
+// parseTime accepts RFC 3339 times, dates, and durations back from now ("2h").
+func parseTime(flagName, s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, usagef("--%s %q: want an RFC 3339 time (2026-12-02T08:00:00Z), a date (2026-12-02) or a duration back from now (90m)", flagName, s)
+}
+
+var _ = os.Stderr

@@ -1,0 +1,170 @@
+// Command idem operates idem's tables and relay: apply migrations, run the
+// relay, replay a period, inspect and retry failed messages, and purge
+// processed_event.
+//
+//	idem migrate up --db postgres://localhost/app
+//	idem help migrate
+//
+// Every --db flag can also come from IDEM_DB_URL, every --broker flag from
+// IDEM_BROKER_URL.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// command is one "idem <name>" subcommand.
+type command struct {
+	name    string
+	summary string
+	// usage is the text after the synopsis in "idem help <name>": what it
+	// does, then examples.
+	usage string
+	// setup declares the command's flags on fs and returns the function that
+	// runs the command with the positional arguments once flags are parsed.
+	setup func(fs *flag.FlagSet) runFunc
+}
+
+type runFunc func(ctx context.Context, env *env, args []string) error
+
+var commands = map[string]*command{}
+
+func register(c *command) { commands[c.name] = c }
+
+// env is what a command needs from the process.
+type env struct {
+	stdout, stderr io.Writer
+	stdin          io.Reader
+	getenv         func(string) string
+}
+
+// usageError is an error in the command line: the command's usage follows it.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := &env{stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, getenv: os.Getenv}
+	os.Exit(run(ctx, e, os.Args[1:]))
+}
+
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		printOverview(e.stdout)
+		return 0
+	}
+	if args[0] == "help" {
+		if len(args) == 1 {
+			printOverview(e.stdout)
+			return 0
+		}
+		c, ok := commands[args[1]]
+		if !ok {
+			fmt.Fprintf(e.stderr, "idem: unknown command %q; run \"idem help\" for the list\n", args[1])
+			return 2
+		}
+		printUsage(e.stdout, c)
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "idem: unknown command %q; run \"idem help\" for the list\n", args[0])
+		return 2
+	}
+	fs := flagSet(c.name, e.stderr)
+	runner := c.setup(fs)
+	pos, err := parseInterleaved(fs, args[1:])
+	if err == nil {
+		err = runner(ctx, e, pos)
+	}
+	var ue *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(e.stdout, c)
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(e.stderr, "idem %s: %v\nRun \"idem help %s\" for usage.\n", c.name, err, c.name)
+		return 2
+	default:
+		fmt.Fprintf(e.stderr, "idem %s: %v\n", c.name, err)
+		return 1
+	}
+}
+
+func printOverview(w io.Writer) {
+	fmt.Fprint(w, `idem moves events reliably between services: a transactional outbox, a relay
+to the broker, and idempotent consumers.
+
+Usage:
+  idem <command> [flags]
+
+Commands:
+`)
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprint(w, `
+Run "idem help <command>" for a command's flags and examples.
+The database URL comes from --db or IDEM_DB_URL, the broker URL from --broker
+or IDEM_BROKER_URL.
+`)
+}
+
+func printUsage(w io.Writer, c *command) {
+	fmt.Fprintf(w, "idem %s: %s\n\n%s\n", c.name, c.summary, strings.TrimSpace(c.usage))
+	fs := flagSet(c.name, w)
+	c.setup(fs)
+	fmt.Fprintln(w, "\nFlags:")
+	fs.PrintDefaults()
+}
+
+// parseInterleaved parses flags wherever they are among the positional
+// arguments ("idem migrate up --db URL") and returns the positional ones.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, &usageError{err.Error()}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if rest[0] == "--" {
+			return append(pos, rest[1:]...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// flagSet returns a flag set that reports errors instead of exiting.
+func flagSet(name string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("idem "+name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {} // run prints the command's own usage
+	return fs
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/idem-go/idem/internal/testdb"
+)
+
+// idem runs the CLI in-process and returns its exit code and outputs.
+func idem(t *testing.T, environ map[string]string, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	e := &env{stdout: &out, stderr: &errOut, stdin: strings.NewReader(stdin), getenv: func(k string) string { return environ[k] }}
+	code := run(context.Background(), e, args)
+	return code, out.String(), errOut.String()
+}
+
+func TestMigrateCommand(t *testing.T) {
+	t.Parallel()
+	pg := testdb.NewPostgres(t, testdb.Options{NoMigrate: true})
+	env := map[string]string{"IDEM_DB_URL": pg.URL}
+
+	code, out, errOut := idem(t, env, "", "migrate", "up")
+	if code != 0 || !strings.Contains(out, "Applied 0001_idem_tables") {
+		t.Fatalf("migrate up = %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = idem(t, env, "", "migrate", "up")
+	if code != 0 || !strings.Contains(out, "Already up to date") {
+		t.Fatalf("second migrate up = %d %q", code, out)
+	}
+	code, out, _ = idem(t, nil, "", "migrate", "status", "--db", pg.URL)
+	if code != 0 || !strings.Contains(out, "0001  applied") {
+		t.Fatalf("migrate status = %d %q", code, out)
+	}
+	code, out, _ = idem(t, env, "", "migrate", "sql")
+	if code != 0 || !strings.Contains(out, `CREATE TABLE "outbox"`) {
+		t.Fatalf("migrate sql = %d %q", code, out)
+	}
+	code, out, _ = idem(t, env, "", "migrate", "down", "--steps", "1")
+	if code != 0 || !strings.Contains(out, "Reverted 0001_idem_tables") {
+		t.Fatalf("migrate down = %d %q", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{"migrate"}, "want one of up, down, status, sql", 2},
+		{[]string{"migrate", "sideways", "--db", "postgres://x"}, `unknown action "sideways"`, 2},
+		{[]string{"migrate", "up"}, "pass --db or set IDEM_DB_URL", 1},
+		{[]string{"migrate", "up", "--db", "mongodb://x"}, `scheme "mongodb" is not supported`, 1},
+		{[]string{"migrate", "up", "--bogus"}, "flag provided but not defined: -bogus", 2},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`, 2},
+		{[]string{"purge", "--older-than", "7d", "--replay-window", "30d", "--db", "postgres://x"}, "", 1},
+		{[]string{"purge", "--older-than", "soon", "--replay-window", "30d"}, `--older-than "soon"`, 2},
+	} {
+		code, _, errOut := idem(t, nil, "", tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("idem %v = %d %q; want %d and %q", tc.args, code, errOut, tc.code, tc.want)
+		}
+	}
+}
+
+func TestPurgeCommandRefusesShortHorizon(t *testing.T) {
+	t.Parallel()
+	pg := testdb.NewPostgres(t)
+	pg.Exec(t, `INSERT INTO processed_event (consumer_name, event_id, processed_at) VALUES ('stock', gen_random_uuid(), now() - interval '40 days')`)
+	env := map[string]string{"IDEM_DB_URL": pg.URL}
+	code, _, errOut := idem(t, env, "", "purge", "--older-than", "7d", "--replay-window", "30d")
+	if code != 1 || !strings.Contains(errOut, "shorter than the replay window") {
+		t.Fatalf("purge = %d %q", code, errOut)
+	}
+	code, out, errOut := idem(t, env, "", "purge", "--older-than", "31d", "--replay-window", "30d")
+	if code != 0 || !strings.Contains(out, "Deleted 1 marker(s)") {
+		t.Fatalf("purge = %d %q %q", code, out, errOut)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	code, out, _ := idem(t, nil, "", "help", "migrate")
+	if code != 0 || !strings.Contains(out, "Examples:") || !strings.Contains(out, "-db") {
+		t.Fatalf("help migrate = %d %q", code, out)
+	}
+	code, out, _ = idem(t, nil, "", "purge", "--help")
+	if code != 0 || !strings.Contains(out, "replay window") {
+		t.Fatalf("purge --help = %d %q", code, out)
+	}
+	code, out, _ = idem(t, nil, "")
+	if code != 0 || !strings.Contains(out, "migrate") {
+		t.Fatalf("idem = %d %q", code, out)
+	}
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/idem-go/idem/migrate"
+)
+
+func init() {
+	register(&command{
+		name:    "migrate",
+		summary: "create or update idem's tables (outbox, processed_event, failed_message)",
+		usage: `Usage:
+  idem migrate up     [--db URL] [--schema S]   apply every pending migration (no-op when up to date)
+  idem migrate down   [--db URL] [--steps N]    revert the last N migrations (default 1; 0 for all)
+  idem migrate status [--db URL]                list migrations and whether each is applied
+  idem migrate sql    [--db URL] [--down]       print the SQL instead of applying it
+
+The migrations are embedded in idem. Applied versions are recorded in
+idem_schema_migration; a database migrated by a newer idem is refused.
+
+Examples:
+  IDEM_DB_URL=postgres://app@localhost/shop idem migrate up
+  idem migrate sql --db postgres://localhost/shop > idem.sql   # for your own migration tool`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			var db dbFlags
+			db.register(fs)
+			steps := fs.Int("steps", 1, "with down: how many migrations to revert (0: all)")
+			down := fs.Bool("down", false, "with sql: print the down migrations")
+			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) != 1 {
+					return usagef("want one of up, down, status, sql")
+				}
+				action := args[0]
+				switch action {
+				case "up", "down", "status", "sql":
+				default:
+					return usagef("unknown action %q: want up, down, status or sql", action)
+				}
+				conn, err := db.open(ctx, e)
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				m := migrate.New(conn.SQL)
+				switch action {
+				case "sql":
+					dir := "up"
+					if *down {
+						dir = "down"
+					}
+					text, err := migrate.SQL(conn.Dialect(), dir)
+					if err != nil {
+						return err
+					}
+					fmt.Fprint(e.stdout, text)
+				case "up":
+					applied, err := m.Up(ctx)
+					if err != nil {
+						return err
+					}
+					if len(applied) == 0 {
+						fmt.Fprintln(e.stdout, "Already up to date.")
+					}
+					for _, mig := range applied {
+						fmt.Fprintf(e.stdout, "Applied %04d_%s\n", mig.Version, mig.Name)
+					}
+				case "down":
+					if *steps < 0 {
+						return usagef("--steps %d: want 0 (all) or more", *steps)
+					}
+					reverted, err := m.Down(ctx, *steps)
+					if err != nil {
+						return err
+					}
+					if len(reverted) == 0 {
+						fmt.Fprintln(e.stdout, "Nothing to revert.")
+					}
+					for _, mig := range reverted {
+						fmt.Fprintf(e.stdout, "Reverted %04d_%s\n", mig.Version, mig.Name)
+					}
+				case "status":
+					st, err := m.Status(ctx)
+					if err != nil {
+						return err
+					}
+					for _, s := range st {
+						state := "pending"
+						if s.Applied {
+							state = "applied"
+						}
+						name := s.Name
+						if s.Unknown {
+							name = "(unknown to this idem: upgrade idem)"
+						}
+						fmt.Fprintf(e.stdout, "%04d  %-8s %s\n", s.Version, state, name)
+					}
+				}
+				return nil
+			}
+		},
+	})
+}

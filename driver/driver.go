@@ -1,0 +1,78 @@
+// Package driver is the seam between idem and a database. A Dialect knows one
+// SQL flavour (PostgreSQL, MySQL/MariaDB, SQLite): its migrations, its queries
+// and how it reports a duplicate key. A Driver binds a dialect to one
+// connection API (pgx or database/sql) and its transaction type, so that the
+// outbox writer and the consumer handlers work with the transactions the
+// application already uses.
+//
+// Applications pick a driver from a dialect package, for example
+// postgres.NewPgx(pool) or postgres.NewSQL(db), and pass it to outbox, inbox,
+// relay or migrate. They do not call the methods of this package themselves.
+package driver
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNotFound is returned by dialect lookups that find no row.
+var ErrNotFound = errors.New("idem: not found")
+
+// ErrMissingTable is returned (wrapped) when an idem table does not exist. The
+// message tells the operator to run "idem migrate up".
+var ErrMissingTable = errors.New("idem table missing: run \"idem migrate up\" against this database")
+
+// Executor runs queries on a pool, a connection or a transaction.
+type Executor interface {
+	// Exec runs a statement and returns the number of rows it affected.
+	Exec(ctx context.Context, sql string, args ...any) (int64, error)
+	// Query runs a query that returns rows.
+	Query(ctx context.Context, sql string, args ...any) (Rows, error)
+}
+
+// Rows is the result of Executor.Query.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+// Driver binds a Dialect to a connection API whose transactions have type TTx
+// (pgx.Tx, *sql.Tx).
+type Driver[TTx any] interface {
+	// Dialect returns the SQL dialect, bound to the configured table names.
+	Dialect() Dialect
+	// Pool returns an executor that runs each statement outside any caller
+	// transaction.
+	Pool() Executor
+	// Begin starts a transaction.
+	Begin(ctx context.Context) (TTx, error)
+	// Commit commits tx.
+	Commit(ctx context.Context, tx TTx) error
+	// Rollback rolls tx back. Rolling back a finished transaction is not an
+	// error.
+	Rollback(ctx context.Context, tx TTx) error
+	// Tx returns an executor that runs statements in tx.
+	Tx(tx TTx) Executor
+}
+
+// QueryRow runs a query expected to return at most one row and scans it into
+// dest. It returns ErrNotFound when there is no row.
+func QueryRow(ctx context.Context, ex Executor, sql string, args []any, dest ...any) error {
+	rows, err := ex.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return ErrNotFound
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	return rows.Close()
+}

@@ -1,0 +1,329 @@
+// Package postgres is idem's PostgreSQL dialect, with drivers for pgx v5
+// (NewPgx, transactions of type pgx.Tx) and database/sql (NewSQL, *sql.Tx with
+// the pgx stdlib driver). All of its SQL is in this package: migrations in
+// migrations/*.sql, queries in queries.go.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idem-go/idem/driver"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Dialect is the PostgreSQL dialect bound to a set of table names.
+type Dialect struct {
+	tables     driver.Tables
+	q          queries
+	migrations []driver.Migration
+	support    driver.MigrationSupport
+}
+
+var _ driver.Dialect = (*Dialect)(nil)
+
+// NewDialect returns the PostgreSQL dialect for tables (zero value: defaults).
+func NewDialect(tables driver.Tables) (*Dialect, error) {
+	if err := tables.Validate(); err != nil {
+		return nil, err
+	}
+	t := tables.WithDefaults()
+	d := &Dialect{tables: t}
+	names := struct {
+		Outbox, ProcessedEvent, FailedMessage, NotifyFunc string
+		OutboxName, ProcessedEventName, FailedMessageName string
+	}{
+		Outbox:             d.qualify(t.Outbox),
+		ProcessedEvent:     d.qualify(t.ProcessedEvent),
+		FailedMessage:      d.qualify(t.FailedMessage),
+		NotifyFunc:         d.qualify(t.Outbox + "_notify"),
+		OutboxName:         t.Outbox,
+		ProcessedEventName: t.ProcessedEvent,
+		FailedMessageName:  t.FailedMessage,
+	}
+	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
+	migs, err := driver.LoadMigrations(migrationFiles, "migrations", names, funcs)
+	if err != nil {
+		return nil, err
+	}
+	d.migrations = migs
+	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage)
+	mt := d.qualify(t.Migrations)
+	d.support = driver.MigrationSupport{
+		CreateTable: "CREATE TABLE IF NOT EXISTS " + mt + ` (
+    version    integer     NOT NULL PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`,
+		// One lock id for every idem migrator on this database.
+		Lock:             "SELECT pg_advisory_xact_lock(7193453042189)",
+		SelectVersions:   "SELECT version FROM " + mt + " ORDER BY version",
+		InsertVersion:    "INSERT INTO " + mt + " (version, name) VALUES ($1, $2)",
+		DeleteVersion:    "DELETE FROM " + mt + " WHERE version = $1",
+		TransactionalDDL: true,
+	}
+	return d, nil
+}
+
+// MustDialect is NewDialect for table names known to be valid.
+func MustDialect(tables driver.Tables) *Dialect {
+	d, err := NewDialect(tables)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// QuoteIdent quotes an SQL identifier for PostgreSQL.
+func QuoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+func (d *Dialect) qualify(name string) string {
+	if d.tables.Schema == "" {
+		return QuoteIdent(name)
+	}
+	return QuoteIdent(d.tables.Schema) + "." + QuoteIdent(name)
+}
+
+// Name implements driver.Dialect.
+func (d *Dialect) Name() string { return "postgres" }
+
+// Tables implements driver.Dialect.
+func (d *Dialect) Tables() driver.Tables { return d.tables }
+
+// Migrations implements driver.Dialect.
+func (d *Dialect) Migrations() []driver.Migration { return d.migrations }
+
+// MigrationSupport implements driver.Dialect.
+func (d *Dialect) MigrationSupport() driver.MigrationSupport { return d.support }
+
+// OutboxChannel returns the LISTEN channel the outbox trigger notifies:
+// "<schema>.<table>", where schema is the configured one or, when empty,
+// currentSchema (the connection's current_schema()).
+func (d *Dialect) OutboxChannel(currentSchema string) string {
+	s := d.tables.Schema
+	if s == "" {
+		s = currentSchema
+	}
+	return s + "." + d.tables.Outbox
+}
+
+// OutboxTable returns the quoted, qualified outbox table name.
+func (d *Dialect) OutboxTable() string { return d.qualify(d.tables.Outbox) }
+
+// InsertOutbox implements driver.Dialect.
+func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
+	const perRow = 8
+	for len(rows) > 0 {
+		n := min(len(rows), 1000)
+		chunk := rows[:n]
+		rows = rows[n:]
+		args := make([]any, 0, n*perRow)
+		for _, r := range chunk {
+			var payload any
+			if len(r.Payload) > 0 {
+				payload = string(r.Payload)
+			}
+			headers := "{}"
+			if len(r.Headers) > 0 {
+				b, err := json.Marshal(r.Headers)
+				if err != nil {
+					return err
+				}
+				headers = string(b)
+			}
+			args = append(args, r.ID, r.AggregateType, r.AggregateID, r.Type, payload, r.OccurredAt, r.AggregateVersion, headers)
+		}
+		if _, err := ex.Exec(ctx, d.q.insertOutbox(n), args...); err != nil {
+			return d.wrap(err)
+		}
+	}
+	return nil
+}
+
+// MarkProcessed implements driver.Dialect.
+func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) ([]bool, error) {
+	inserted := make([]bool, len(ids))
+	if len(ids) == 1 {
+		n, err := ex.Exec(ctx, d.q.markProcessedOne, consumer, ids[0])
+		if err != nil {
+			return nil, d.wrap(err)
+		}
+		inserted[0] = n == 1
+		return inserted, nil
+	}
+	strs := make([]string, len(ids))
+	index := make(map[uuid.UUID]int, len(ids))
+	for i, id := range ids {
+		strs[i] = id.String()
+		index[id] = i
+	}
+	rows, err := ex.Query(ctx, d.q.markProcessedMany, consumer, strs)
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		if i, ok := index[id]; ok {
+			inserted[i] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.wrap(err)
+	}
+	return inserted, rows.Close()
+}
+
+// PurgeProcessed implements driver.Dialect.
+func (d *Dialect) PurgeProcessed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+	n, err := ex.Exec(ctx, d.q.purgeProcessed, before, consumer, limit)
+	return n, d.wrap(err)
+}
+
+// SaveFailed implements driver.Dialect.
+func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.FailedMessage) (int64, error) {
+	headers, err := json.Marshal(nonNil(m.Headers))
+	if err != nil {
+		return 0, err
+	}
+	var eventID any
+	if m.EventID != uuid.Nil {
+		eventID = m.EventID
+	}
+	body := m.Body
+	if body == nil {
+		body = []byte{}
+	}
+	var id int64
+	err = driver.QueryRow(ctx, ex, d.q.saveFailed,
+		[]any{m.Consumer, m.Source, eventID, m.EventName, m.Key, string(headers), body, m.Error, m.Attempts},
+		&id)
+	return id, d.wrap(err)
+}
+
+// ListFailed implements driver.Dialect.
+func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.FailedFilter) ([]driver.FailedMessage, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var since any
+	if !f.Since.IsZero() {
+		since = f.Since
+	}
+	rows, err := ex.Query(ctx, d.q.listFailed, f.Consumer, f.EventName, since, limit)
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	defer rows.Close()
+	var out []driver.FailedMessage
+	for rows.Next() {
+		m, err := scanFailed(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.wrap(err)
+	}
+	return out, rows.Close()
+}
+
+// GetFailed implements driver.Dialect.
+func (d *Dialect) GetFailed(ctx context.Context, ex driver.Executor, id int64) (driver.FailedMessage, error) {
+	rows, err := ex.Query(ctx, d.q.getFailed, id)
+	if err != nil {
+		return driver.FailedMessage{}, d.wrap(err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return driver.FailedMessage{}, d.wrap(err)
+		}
+		return driver.FailedMessage{}, driver.ErrNotFound
+	}
+	m, err := scanFailed(rows)
+	if err != nil {
+		return driver.FailedMessage{}, err
+	}
+	return m, rows.Close()
+}
+
+// DeleteFailed implements driver.Dialect.
+func (d *Dialect) DeleteFailed(ctx context.Context, ex driver.Executor, id int64) (bool, error) {
+	n, err := ex.Exec(ctx, d.q.deleteFailed, id)
+	return n == 1, d.wrap(err)
+}
+
+func scanFailed(rows driver.Rows) (driver.FailedMessage, error) {
+	var (
+		m               driver.FailedMessage
+		eventID         *string
+		headers, errors []byte
+	)
+	err := rows.Scan(&m.ID, &m.Consumer, &m.Source, &eventID, &m.EventName, &m.Key, &headers, &m.Body,
+		&m.Error, &errors, &m.Attempts, &m.FirstFailed, &m.LastFailed)
+	if err != nil {
+		return m, err
+	}
+	if eventID != nil {
+		if m.EventID, err = uuid.Parse(*eventID); err != nil {
+			return m, err
+		}
+	}
+	if err := json.Unmarshal(headers, &m.Headers); err != nil {
+		return m, fmt.Errorf("idem: failed_message %d: headers: %w", m.ID, err)
+	}
+	if err := json.Unmarshal(errors, &m.History); err != nil {
+		return m, fmt.Errorf("idem: failed_message %d: errors: %w", m.ID, err)
+	}
+	return m, nil
+}
+
+// IsMissingTable implements driver.Dialect.
+func (d *Dialect) IsMissingTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
+
+// IsUniqueViolation reports whether err is a unique violation, on constraint
+// when it is not empty.
+func IsUniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && (constraint == "" || pgErr.ConstraintName == constraint)
+}
+
+// wrap adds the "run idem migrate" hint to missing-table errors.
+func (d *Dialect) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	if d.IsMissingTable(err) {
+		return fmt.Errorf("%w (%v)", driver.ErrMissingTable, err)
+	}
+	return err
+}
+
+func nonNil(h map[string]string) map[string]string {
+	if h == nil {
+		return map[string]string{}
+	}
+	return h
+}

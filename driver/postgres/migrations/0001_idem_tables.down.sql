@@ -1,0 +1,4 @@
+DROP TABLE {{.FailedMessage}};
+DROP TABLE {{.ProcessedEvent}};
+DROP TABLE {{.Outbox}};
+DROP FUNCTION {{.NotifyFunc}}();

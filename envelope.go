@@ -1,0 +1,362 @@
+package idem
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// OccurredAtLayout is the layout of occurred_at in the envelope: UTC, always
+// six fractional digits, so equal events encode to equal bytes.
+const OccurredAtLayout = "2006-01-02T15:04:05.000000Z"
+
+// DefaultMaxBodyBytes is the default limit on a received message body (1 MiB).
+const DefaultMaxBodyBytes = 1 << 20
+
+// MarshalEnvelope encodes ev as the JSON envelope of the wire contract:
+//
+//	{"event_id":"…","event_name":"…","occurred_at":"…","aggregate_type":"…",
+//	 "aggregate_id":"…","aggregate_version":3,"payload":{…}}
+//
+// The encoding is deterministic: fields in this order, occurred_at in UTC with
+// microseconds, payload compacted. An empty payload is encoded as null. Headers
+// are not part of the envelope; transports carry them.
+func MarshalEnvelope(ev Event) ([]byte, error) {
+	return AppendEnvelope(make([]byte, 0, 256+len(ev.Payload)), ev)
+}
+
+// AppendEnvelope appends the envelope of ev to dst, as MarshalEnvelope.
+func AppendEnvelope(dst []byte, ev Event) ([]byte, error) {
+	if err := ev.Validate(); err != nil {
+		return dst, fmt.Errorf("idem: encode envelope: %w", err)
+	}
+	dst = append(dst, `{"event_id":"`...)
+	dst = append(dst, ev.ID.String()...)
+	dst = append(dst, `","event_name":`...)
+	dst = appendJSONString(dst, ev.Name)
+	dst = append(dst, `,"occurred_at":"`...)
+	dst = ev.OccurredAt.UTC().AppendFormat(dst, OccurredAtLayout)
+	dst = append(dst, `","aggregate_type":`...)
+	dst = appendJSONString(dst, ev.AggregateType)
+	dst = append(dst, `,"aggregate_id":`...)
+	dst = appendJSONString(dst, ev.AggregateID)
+	dst = append(dst, `,"aggregate_version":`...)
+	dst = strconv.AppendInt(dst, ev.AggregateVersion, 10)
+	dst = append(dst, `,"payload":`...)
+	if len(bytes.TrimSpace(ev.Payload)) == 0 {
+		dst = append(dst, "null"...)
+	} else {
+		buf := bytes.NewBuffer(dst)
+		if err := json.Compact(buf, ev.Payload); err != nil {
+			return dst, fmt.Errorf("idem: encode envelope: %w", &FieldError{Field: "payload", Problem: "is not valid JSON"})
+		}
+		dst = buf.Bytes()
+	}
+	dst = append(dst, '}')
+	return dst, nil
+}
+
+// appendJSONString appends s as a JSON string. It escapes like encoding/json
+// without HTML escaping, and replaces invalid UTF-8 with U+FFFD.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// Decoder turns received messages into events. It accepts the idem JSON
+// envelope and what Debezium's Outbox Event Router emits (key = aggregate id,
+// header "id" = event id, optional header "eventType", value = the bare payload
+// or a JSON string holding it). The zero Decoder is ready to use.
+type Decoder struct {
+	// MaxBodyBytes limits the size of a body. Defaults to DefaultMaxBodyBytes.
+	MaxBodyBytes int
+}
+
+// Decode decodes msg with a zero Decoder.
+func Decode(msg Message) (Event, error) { return Decoder{}.Decode(msg) }
+
+// Decode turns msg into an Event. Every error matches ErrUndecodable and names
+// the field and the problem, for example "event_id is not a UUID".
+func (d Decoder) Decode(msg Message) (Event, error) {
+	limit := d.MaxBodyBytes
+	if limit <= 0 {
+		limit = DefaultMaxBodyBytes
+	}
+	if len(msg.Body) > limit {
+		return Event{}, decodeErr("body", fmt.Sprintf("is %d bytes, over the %d-byte limit", len(msg.Body), limit))
+	}
+	body := bytes.TrimSpace(msg.Body)
+	if len(body) == 0 {
+		return Event{}, decodeErr("body", "is empty")
+	}
+	var fields map[string]json.RawMessage
+	isObject := body[0] == '{' && json.Unmarshal(body, &fields) == nil
+	if isObject {
+		if _, ok := fields["event_id"]; ok {
+			return decodeEnvelope(fields, msg.Headers)
+		}
+	}
+	if id, ok := msg.Headers[HeaderEventID]; ok {
+		return decodeDebezium(msg, id, body)
+	}
+	if !json.Valid(body) {
+		return Event{}, decodeErr("body", "is not JSON")
+	}
+	if !isObject {
+		return Event{}, decodeErr("body", "is not a JSON object and there is no \"id\" header")
+	}
+	return Event{}, decodeErr("event_id", "is missing")
+}
+
+func decodeErr(field, problem string) error {
+	return &DecodeError{Err: &FieldError{Field: field, Problem: problem}}
+}
+
+func decodeEnvelope(f map[string]json.RawMessage, headers map[string]string) (Event, error) {
+	var ev Event
+	var err error
+	if ev.ID, err = parseEventID(f["event_id"], "event_id"); err != nil {
+		return Event{}, err
+	}
+	name, ok, err := stringField(f, "event_name")
+	if err != nil {
+		return Event{}, err
+	}
+	if !ok || name == "" {
+		return Event{}, decodeErr("event_name", "is missing")
+	}
+	ev.Name = name
+	if at, ok, err := stringField(f, "occurred_at"); err != nil {
+		return Event{}, err
+	} else if ok && at != "" {
+		t, perr := time.Parse(time.RFC3339Nano, at)
+		if perr != nil {
+			return Event{}, decodeErr("occurred_at", "is not an RFC 3339 time")
+		}
+		if y := t.UTC().Year(); y < 1 || y > 9999 {
+			return Event{}, decodeErr("occurred_at", "is out of range (years 1 to 9999 in UTC)")
+		}
+		ev.OccurredAt = t.UTC()
+	}
+	if ev.AggregateType, _, err = stringField(f, "aggregate_type"); err != nil {
+		return Event{}, err
+	}
+	if raw, ok := f["aggregate_id"]; ok && !isNull(raw) {
+		// Producers sometimes send numeric ids; keep their text.
+		if len(raw) > 0 && (raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9')) {
+			var n json.Number
+			if json.Unmarshal(raw, &n) != nil {
+				return Event{}, decodeErr("aggregate_id", "is neither a string nor a number")
+			}
+			ev.AggregateID = n.String()
+		} else if ev.AggregateID, _, err = stringField(f, "aggregate_id"); err != nil {
+			return Event{}, decodeErr("aggregate_id", "is neither a string nor a number")
+		}
+	}
+	if raw, ok := f["aggregate_version"]; ok && !isNull(raw) {
+		v, perr := strconv.ParseInt(string(raw), 10, 64)
+		if perr != nil || v < 0 {
+			return Event{}, decodeErr("aggregate_version", "is not a non-negative integer")
+		}
+		ev.AggregateVersion = v
+	}
+	payload, ok := f["payload"]
+	if !ok {
+		return Event{}, decodeErr("payload", "is missing")
+	}
+	ev.Payload = append(json.RawMessage(nil), payload...)
+	ev.Headers = copyHeaders(headers)
+	return ev, nil
+}
+
+func decodeDebezium(msg Message, id string, body []byte) (Event, error) {
+	var ev Event
+	var err error
+	if ev.ID, err = parseEventIDString(strings.TrimSpace(id), "id header"); err != nil {
+		return Event{}, err
+	}
+	ev.Name = msg.Headers[HeaderEventType]
+	ev.AggregateType = msg.AggregateType
+	ev.AggregateID = debeziumKey(msg.Key)
+	payload, err := debeziumPayload(body)
+	if err != nil {
+		return Event{}, err
+	}
+	ev.Payload = payload
+	ev.Headers = copyHeaders(msg.Headers)
+	return ev, nil
+}
+
+// debeziumKey returns the aggregate id from a Debezium record key: raw text,
+// a JSON string, or a JSON converter envelope {"schema":…,"payload":"42"}.
+func debeziumKey(key []byte) string {
+	k := bytes.TrimSpace(key)
+	if len(k) == 0 {
+		return ""
+	}
+	switch k[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(k, &s) == nil {
+			return s
+		}
+	case '{':
+		var wrapped struct {
+			Schema  json.RawMessage `json:"schema"`
+			Payload json.RawMessage `json:"payload"`
+		}
+		if json.Unmarshal(k, &wrapped) == nil && wrapped.Payload != nil {
+			return debeziumKey(wrapped.Payload)
+		}
+	}
+	return string(key)
+}
+
+// debeziumPayload returns the payload from a Debezium value: bare JSON, a JSON
+// string holding JSON, or a JSON converter envelope {"schema":…,"payload":…}.
+func debeziumPayload(value []byte) (json.RawMessage, error) {
+	for depth := 0; depth < 3; depth++ {
+		if !json.Valid(value) {
+			return nil, decodeErr("payload", "is not JSON")
+		}
+		switch value[0] {
+		case '"':
+			var s string
+			if err := json.Unmarshal(value, &s); err != nil {
+				return nil, decodeErr("payload", "is not JSON")
+			}
+			inner := bytes.TrimSpace([]byte(s))
+			if len(inner) == 0 || !json.Valid(inner) {
+				return nil, decodeErr("payload", "is a string that does not hold JSON")
+			}
+			value = inner
+			continue
+		case '{':
+			var wrapped map[string]json.RawMessage
+			if json.Unmarshal(value, &wrapped) == nil && len(wrapped) == 2 {
+				if _, hasSchema := wrapped["schema"]; hasSchema {
+					if p, ok := wrapped["payload"]; ok {
+						value = bytes.TrimSpace(p)
+						continue
+					}
+				}
+			}
+		}
+		return append(json.RawMessage(nil), value...), nil
+	}
+	return append(json.RawMessage(nil), value...), nil
+}
+
+func parseEventID(raw json.RawMessage, field string) (uuid.UUID, error) {
+	if isNull(raw) {
+		return uuid.Nil, decodeErr(field, "is missing")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return uuid.Nil, decodeErr(field, "is not a string")
+	}
+	return parseEventIDString(s, field)
+}
+
+func parseEventIDString(s, field string) (uuid.UUID, error) {
+	if s == "" {
+		return uuid.Nil, decodeErr(field, "is missing")
+	}
+	// uuid.Parse also accepts braces and urn: prefixes; the wire contract is
+	// the 36-character form only.
+	if len(s) != 36 {
+		return uuid.Nil, decodeErr(field, fmt.Sprintf("is not a UUID: %q", truncate(s, 64)))
+	}
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, decodeErr(field, fmt.Sprintf("is not a UUID: %q", truncate(s, 64)))
+	}
+	if id == uuid.Nil {
+		return uuid.Nil, decodeErr(field, "is the nil UUID")
+	}
+	return id, nil
+}
+
+func stringField(f map[string]json.RawMessage, name string) (string, bool, error) {
+	raw, ok := f[name]
+	if !ok || isNull(raw) {
+		return "", false, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", true, decodeErr(name, "is not a string")
+	}
+	return s, true, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func copyHeaders(h map[string]string) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,211 @@
+package idem_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem"
+)
+
+const golden = `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"order.order.placed.v1","occurred_at":"2026-12-02T08:00:00.123456Z","aggregate_type":"order","aggregate_id":"42","aggregate_version":3,"payload":{"orderId":"42","lines":[{"productId":"p-1","quantity":"2.000"}]}}`
+
+func goldenEvent() idem.Event {
+	return idem.Event{
+		ID:               uuid.MustParse("0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"),
+		Name:             "order.order.placed.v1",
+		OccurredAt:       time.Date(2026, 12, 2, 9, 0, 0, 123456789, time.FixedZone("CET", 3600)),
+		AggregateType:    "order",
+		AggregateID:      "42",
+		AggregateVersion: 3,
+		Payload:          json.RawMessage(`{"orderId": "42", "lines": [{"productId": "p-1", "quantity": "2.000"}]}`),
+	}
+}
+
+func TestMarshalEnvelopeIsByteStable(t *testing.T) {
+	got, err := idem.MarshalEnvelope(goldenEvent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != golden {
+		t.Fatalf("envelope:\n got %s\nwant %s", got, golden)
+	}
+	ev, err := idem.Decode(idem.Message{Body: got})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := idem.MarshalEnvelope(ev)
+	if !bytes.Equal(again, got) {
+		t.Fatalf("decode then encode changed the bytes:\n%s\n%s", again, got)
+	}
+}
+
+func TestMarshalEnvelopeEscapes(t *testing.T) {
+	ev := goldenEvent()
+	ev.AggregateID = "a\"b\\c\n<d>\u2028\x01\xff"
+	b, err := idem.MarshalEnvelope(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !json.Valid(b) {
+		t.Fatalf("invalid JSON: %s", b)
+	}
+	back, err := idem.Decode(idem.Message{Body: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.AggregateID != "a\"b\\c\n<d>\u2028\x01\ufffd" {
+		t.Fatalf("aggregate id = %q", back.AggregateID)
+	}
+}
+
+func TestDecodeErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name, body string
+		headers    map[string]string
+		field      string
+		problem    string
+	}{
+		{"not json", `not json`, nil, "body", "is not JSON"},
+		{"empty", ``, nil, "body", "is empty"},
+		{"array", `[1,2]`, nil, "body", "not a JSON object"},
+		{"missing event_id", `{"event_name":"a.b.c.v1","payload":{}}`, nil, "event_id", "is missing"},
+		{"null event_id", `{"event_id":null,"event_name":"a.b.c.v1","payload":{}}`, nil, "event_id", "is missing"},
+		{"event_id not uuid", `{"event_id":"E42","event_name":"a.b.c.v1","payload":{}}`, nil, "event_id", "is not a UUID"},
+		{"event_id number", `{"event_id":42,"event_name":"a.b.c.v1","payload":{}}`, nil, "event_id", "is not a string"},
+		{"missing name", `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","payload":{}}`, nil, "event_name", "is missing"},
+		{"missing payload", `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a.b.c.v1"}`, nil, "payload", "is missing"},
+		{"bad time", `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a.b.c.v1","occurred_at":"yesterday","payload":{}}`, nil, "occurred_at", "RFC 3339"},
+		{"time out of range", `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a.b.c.v1","occurred_at":"9999-12-31T23:00:00-14:00","payload":{}}`, nil, "occurred_at", "out of range"},
+		{"bad version", `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a.b.c.v1","aggregate_version":"3","payload":{}}`, nil, "aggregate_version", "integer"},
+		{"debezium bad id", `{"orderId":42}`, map[string]string{"id": "nope"}, "id header", "is not a UUID"},
+		{"debezium payload not json", `{"orderId":`, map[string]string{"id": "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"}, "payload", "is not JSON"},
+		{"debezium string not json", `"{not json"`, map[string]string{"id": "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"}, "payload", "does not hold JSON"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := idem.Decode(idem.Message{Body: []byte(tc.body), Headers: tc.headers})
+			var fe *idem.FieldError
+			if !errors.Is(err, idem.ErrUndecodable) || !errors.As(err, &fe) {
+				t.Fatalf("err = %v; want an undecodable FieldError", err)
+			}
+			if fe.Field != tc.field || !strings.Contains(fe.Problem, tc.problem) {
+				t.Fatalf("err = %q; want field %q with %q", err, tc.field, tc.problem)
+			}
+		})
+	}
+}
+
+func TestDecodeBodyLimit(t *testing.T) {
+	body := []byte(golden)
+	_, err := idem.Decoder{MaxBodyBytes: len(body) - 1}.Decode(idem.Message{Body: body})
+	var fe *idem.FieldError
+	if !errors.As(err, &fe) || fe.Field != "body" || !strings.Contains(fe.Problem, "limit") {
+		t.Fatalf("err = %v; want the body over the limit", err)
+	}
+	if _, err := (idem.Decoder{MaxBodyBytes: len(body)}).Decode(idem.Message{Body: body}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDecodeDebeziumEventRouter(t *testing.T) {
+	id := "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+	headers := map[string]string{"id": id, "eventType": "OrderCreated"}
+	for name, msg := range map[string]idem.Message{
+		"bare payload":       {Key: []byte("42"), Headers: headers, Body: []byte(`{"orderId":42,"schemaVersion":1}`)},
+		"payload as string":  {Key: []byte(`"42"`), Headers: headers, Body: []byte(`"{\"orderId\":42,\"schemaVersion\":1}"`)},
+		"json converter":     {Key: []byte(`{"schema":{"type":"string"},"payload":"42"}`), Headers: headers, Body: []byte(`{"schema":{"type":"string"},"payload":"{\"orderId\":42,\"schemaVersion\":1}"}`)},
+		"whitespace in body": {Key: []byte("42"), Headers: headers, Body: []byte("\n {\"orderId\":42,\"schemaVersion\":1} ")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ev, err := idem.Decode(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.ID.String() != id || ev.Name != "OrderCreated" || ev.AggregateID != "42" {
+				t.Fatalf("event = %+v", ev)
+			}
+			var p struct{ OrderID, SchemaVersion int }
+			if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID != 42 || p.SchemaVersion != 1 {
+				t.Fatalf("payload = %s (%v)", ev.Payload, err)
+			}
+		})
+	}
+	// No eventType header: the event has no name, and the id still counts.
+	ev, err := idem.Decode(idem.Message{Key: []byte("42"), Headers: map[string]string{"id": id}, Body: []byte(`{}`)})
+	if err != nil || ev.Name != "" || ev.ID.String() != id {
+		t.Fatalf("without eventType: %+v, %v", ev, err)
+	}
+}
+
+func TestEnvelopeWinsOverHeaders(t *testing.T) {
+	ev, err := idem.Decode(idem.Message{Body: []byte(golden), Headers: map[string]string{"id": "0193a1b2-0000-7000-8000-000000000000"}})
+	if err != nil || ev.ID.String() != "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b" {
+		t.Fatalf("%+v, %v", ev, err)
+	}
+}
+
+func TestNumericAggregateID(t *testing.T) {
+	ev, err := idem.Decode(idem.Message{Body: []byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a.b.c.v1","aggregate_id":42,"payload":null}`)})
+	if err != nil || ev.AggregateID != "42" {
+		t.Fatalf("%+v, %v", ev, err)
+	}
+}
+
+func TestNewEventIDIsV7(t *testing.T) {
+	a, b := idem.NewEventID(), idem.NewEventID()
+	if a.Version() != 7 || a == b {
+		t.Fatalf("ids %v %v", a, b)
+	}
+}
+
+// FuzzDecode checks that no input makes the decoder panic, that every error
+// is an undecodable-message error, and that what decodes re-encodes to an
+// envelope that decodes to the same event.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(golden), []byte("42"), "", "")
+	f.Add([]byte(`{"orderId":42}`), []byte(`"42"`), "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "OrderCreated")
+	f.Add([]byte(`"{\"orderId\":42}"`), []byte(`{"schema":{},"payload":"42"}`), "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "")
+	f.Add([]byte(`{"schema":{},"payload":"\"x\""}`), []byte{}, "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "x")
+	f.Add([]byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a","aggregate_id":1e400,"payload":1}`), []byte{}, "", "")
+	f.Add([]byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"\u0000","occurred_at":"9999-12-31T23:59:59.999999999+14:00","aggregate_version":9223372036854775807,"payload":"é"}`), []byte{}, "", "")
+	f.Add([]byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a","aggregate_type":"t","aggregate_id":"1","occurred_at":"9999-12-31T23:59:59Z","payload":{}}`), []byte{}, "", "")
+	f.Add([]byte("\xff\xfe"), []byte("\xff"), "\x00", "\xff")
+	f.Add([]byte(`[]`), []byte{}, "", "")
+	f.Fuzz(func(t *testing.T, body, key []byte, id, eventType string) {
+		headers := map[string]string{}
+		if id != "" {
+			headers["id"] = id
+		}
+		if eventType != "" {
+			headers["eventType"] = eventType
+		}
+		ev, err := idem.Decoder{MaxBodyBytes: 4096}.Decode(idem.Message{Body: body, Key: key, Headers: headers})
+		if err != nil {
+			if !errors.Is(err, idem.ErrUndecodable) {
+				t.Fatalf("error %v is not ErrUndecodable", err)
+			}
+			return
+		}
+		if ev.Name == "" || ev.AggregateType == "" || ev.AggregateID == "" {
+			return // not encodable as an envelope: fine for a received message
+		}
+		b, err := idem.MarshalEnvelope(ev)
+		if err != nil {
+			t.Fatalf("re-encode %+v: %v", ev, err)
+		}
+		back, err := idem.Decode(idem.Message{Body: b})
+		if err != nil {
+			t.Fatalf("decode of re-encoded %s: %v", b, err)
+		}
+		b2, _ := idem.MarshalEnvelope(back)
+		if !bytes.Equal(b, b2) {
+			t.Fatalf("not stable:\n%s\n%s", b, b2)
+		}
+	})
+}

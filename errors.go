@@ -1,0 +1,60 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrUndecodable is matched (errors.Is) by every error that says a message body
+// or its headers cannot be turned into an Event. Such a message is never retried:
+// it goes to the failure store with its raw bytes.
+var ErrUndecodable = errors.New("idem: undecodable message")
+
+// FieldError says which field of an event or envelope is wrong and how.
+type FieldError struct {
+	// Field is the wire name of the field ("event_id", "payload", "body").
+	Field string
+	// Problem says what is wrong, as a phrase: "is missing", "is not a UUID".
+	Problem string
+}
+
+// Error implements error.
+func (e *FieldError) Error() string { return fmt.Sprintf("%s %s", e.Field, e.Problem) }
+
+// DecodeError is returned when a received message cannot be decoded. It wraps
+// the FieldError that names the problem and matches ErrUndecodable.
+type DecodeError struct {
+	Err error
+}
+
+// Error implements error.
+func (e *DecodeError) Error() string { return "idem: undecodable message: " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrUndecodable.
+func (e *DecodeError) Is(target error) bool { return target == ErrUndecodable }
+
+// permanentError marks a handler error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps err to say that retrying the event cannot succeed (a payload
+// the handler rejects, a reference that will never exist). The consumer sends
+// the message straight to the failure store instead of retrying it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was made by Permanent
+// or is an undecodable-message error.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p) || errors.Is(err, ErrUndecodable)
+}

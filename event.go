@@ -1,0 +1,85 @@
+package idem
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Event is one domain event: a fact a service committed and other services
+// react to. Its ID is set once by the producer and travels unchanged through the
+// outbox, the broker, retries, the failure store and replays; consumers
+// deduplicate on it.
+type Event struct {
+	// ID identifies the event. It is a UUIDv7 made by the producer with
+	// NewEventID, never generated on receipt.
+	ID uuid.UUID
+	// Name is the event name, <service>.<aggregate>.<event>.v<N>, for example
+	// "order.order.placed.v1". It is the RabbitMQ routing key and the NATS
+	// subject suffix.
+	Name string
+	// OccurredAt is when the producer recorded the event. It is encoded in UTC
+	// with microsecond precision.
+	OccurredAt time.Time
+	// AggregateType is the kind of entity the event is about ("order"). Kafka
+	// topics are derived from it (outbox.event.<aggregate_type>).
+	AggregateType string
+	// AggregateID identifies the entity ("42"). Events of one aggregate are
+	// published and handled in commit order; it is the Kafka message key.
+	AggregateID string
+	// AggregateVersion is the version of the aggregate after this event, when
+	// the producer tracks one (0 when unknown). Consumers that keep a copy of the
+	// aggregate's state use it to ignore late, older events.
+	AggregateVersion int64
+	// Payload is the event body as JSON.
+	Payload json.RawMessage
+	// Headers are optional string metadata carried as transport headers.
+	Headers map[string]string
+}
+
+// NewEventID returns a new UUIDv7 event id. UUIDv7 ids sort by creation time,
+// which keeps the outbox and processed_event indexes compact.
+func NewEventID() uuid.UUID {
+	return uuid.Must(uuid.NewV7())
+}
+
+// NewEvent returns an Event with a fresh id, the current time, and payload
+// encoded as JSON. It is a convenience for producers; every field can also be
+// set directly.
+func NewEvent(name, aggregateType, aggregateID string, payload any) (Event, error) {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return Event{}, fmt.Errorf("idem: encode payload of %s: %w", name, err)
+	}
+	return Event{
+		ID:            NewEventID(),
+		Name:          name,
+		OccurredAt:    time.Now().UTC(),
+		AggregateType: aggregateType,
+		AggregateID:   aggregateID,
+		Payload:       raw,
+	}, nil
+}
+
+// Validate reports the first problem that would stop the event from being
+// written to an outbox or encoded: a missing id, name, aggregate type or id, or
+// a payload that is not JSON.
+func (e Event) Validate() error {
+	switch {
+	case e.ID == uuid.Nil:
+		return &FieldError{Field: "event_id", Problem: "is missing (use idem.NewEventID)"}
+	case e.Name == "":
+		return &FieldError{Field: "event_name", Problem: "is missing"}
+	case e.AggregateType == "":
+		return &FieldError{Field: "aggregate_type", Problem: "is missing"}
+	case e.AggregateID == "":
+		return &FieldError{Field: "aggregate_id", Problem: "is missing"}
+	case e.AggregateVersion < 0:
+		return &FieldError{Field: "aggregate_version", Problem: "is negative"}
+	case len(e.Payload) > 0 && !json.Valid(e.Payload):
+		return &FieldError{Field: "payload", Problem: "is not valid JSON"}
+	}
+	return nil
+}

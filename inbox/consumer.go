@@ -1,0 +1,390 @@
+// Package inbox is the idempotent consumer: it applies each event's database
+// effects exactly once per consumer name, although brokers deliver at least
+// once.
+//
+// For each delivery the consumer begins a transaction, inserts (consumer name,
+// event id) into processed_event with INSERT ... ON CONFLICT DO NOTHING, and
+//
+//   - if no row was inserted, the event was already applied: it commits,
+//     calls no handler and reports Duplicate;
+//   - otherwise it calls every handler registered for the event name with the
+//     transaction, and commits; a handler error rolls the marker back with the
+//     effects, so a retry processes the event again.
+//
+// Only the conflict on that key means "duplicate"; any other error is an
+// error. Two workers receiving the same event at the same moment are ordered by
+// the primary key: the second insert waits for the first transaction, then
+// inserts nothing if it committed, or goes on if it rolled back.
+//
+// The deduplication happens once per event for all of its handlers, like a
+// middleware, rather than in each handler, where the first handler's marker
+// would make the second one skip.
+//
+// Transports (broker/amqp, broker/kafka, broker/nats) feed the consumer through
+// Deliver, which also decodes messages, applies the RetryPolicy and parks what
+// cannot succeed in the failure store.
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
+)
+
+// HandlerFunc applies an event's effects using tx, the consumer's
+// transaction, in the form the application uses (pgx.Tx, *sql.Tx). It must not
+// commit or roll back tx. Returning an error rolls back every effect of the
+// event; wrap it with idem.Permanent when retrying cannot help.
+type HandlerFunc[TTx any] func(ctx context.Context, tx TTx, ev idem.Event) error
+
+// AnyEvent registers a handler for every event name.
+const AnyEvent = "*"
+
+// Outcome says what processing did with an event.
+type Outcome int
+
+// Outcomes.
+const (
+	// Applied: the handlers ran and their effects committed with the marker.
+	Applied Outcome = iota + 1
+	// Duplicate: the event was already applied by this consumer; no handler
+	// ran.
+	Duplicate
+	// Ignored: no handler is registered for the event name; nothing was
+	// written.
+	Ignored
+	// Failed: a handler or the database failed; nothing was committed.
+	Failed
+	// Parked: the message was stored in the failure store (Deliver only).
+	Parked
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case Duplicate:
+		return "duplicate"
+	case Ignored:
+		return "ignored"
+	case Failed:
+		return "failed"
+	case Parked:
+		return "parked"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Config configures a Consumer.
+type Config struct {
+	// Name identifies the consumer in processed_event and failed_message, for
+	// example "stock" or "shipping-preparation-v1". Keep it stable across
+	// instances and deployments: a new name processes every event again.
+	// Required.
+	Name string
+	// Retry is the retry policy Deliver applies. Defaults to
+	// RetryPolicy{}.WithDefaults().
+	Retry RetryPolicy
+	// Decoder decodes messages in Deliver. The zero value accepts bodies up to
+	// idem.DefaultMaxBodyBytes.
+	Decoder idem.Decoder
+	// Logger receives warnings (parked messages, version gaps). Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$`)
+
+func (c Config) validate() error {
+	if c.Name == "" {
+		return errors.New("idem: inbox: Config.Name is required (a stable consumer name such as \"stock\")")
+	}
+	if !nameRE.MatchString(c.Name) {
+		return fmt.Errorf("idem: inbox: Config.Name %q must be 1-200 letters, digits, '.', '_', ':' or '-'", c.Name)
+	}
+	return c.Retry.validate()
+}
+
+// Consumer is an idempotent consumer with handlers per event name. Register
+// handlers before processing; a Consumer is then safe for concurrent use by
+// many workers.
+type Consumer[TTx any] struct {
+	cfg      Config
+	drv      driver.Driver[TTx]
+	failures *FailureStore
+	log      *slog.Logger
+
+	mu       sync.RWMutex
+	handlers map[string][]HandlerFunc[TTx]
+
+	stats stats
+}
+
+// New returns a consumer named cfg.Name on drv.
+func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.Retry = cfg.Retry.WithDefaults()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Consumer[TTx]{
+		cfg:      cfg,
+		drv:      drv,
+		failures: NewFailureStore(drv.Dialect(), drv.Pool()),
+		log:      log.With("consumer", cfg.Name),
+		handlers: map[string][]HandlerFunc[TTx]{},
+	}, nil
+}
+
+// Name returns the consumer name.
+func (c *Consumer[TTx]) Name() string { return c.cfg.Name }
+
+// Driver returns the consumer's driver, for handlers that need its executor
+// (c.Driver().Tx(tx)) with helpers such as StateCopy.
+func (c *Consumer[TTx]) Driver() driver.Driver[TTx] { return c.drv }
+
+// Failures returns the consumer's failure store.
+func (c *Consumer[TTx]) Failures() *FailureStore { return c.failures }
+
+// Handle registers h for events named eventName (AnyEvent for all). Handlers
+// of one event run in registration order, in one transaction.
+func (c *Consumer[TTx]) Handle(eventName string, h HandlerFunc[TTx]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handlers[eventName] = append(c.handlers[eventName], h)
+}
+
+// Handles reports whether a handler is registered for eventName.
+func (c *Consumer[TTx]) Handles(eventName string) bool {
+	return len(c.handlersFor(eventName)) > 0
+}
+
+// EventNames returns the event names with handlers (AnyEvent included).
+func (c *Consumer[TTx]) EventNames() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	names := make([]string, 0, len(c.handlers))
+	for n := range c.handlers {
+		names = append(names, n)
+	}
+	return names
+}
+
+func (c *Consumer[TTx]) handlersFor(name string) []HandlerFunc[TTx] {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	hs := c.handlers[name]
+	if any := c.handlers[AnyEvent]; len(any) > 0 && name != AnyEvent {
+		hs = append(append([]HandlerFunc[TTx](nil), hs...), any...)
+	}
+	return hs
+}
+
+// HandlerError is returned when a handler fails. The transaction was rolled
+// back: neither the effects nor the processed_event marker exist.
+type HandlerError struct {
+	EventID   uuid.UUID
+	EventName string
+	Err       error
+}
+
+// Error implements error.
+func (e *HandlerError) Error() string {
+	return fmt.Sprintf("idem: handling %s %s: %v", e.EventName, e.EventID, e.Err)
+}
+
+// Unwrap returns the handler's error.
+func (e *HandlerError) Unwrap() error { return e.Err }
+
+// Process applies ev once: see the package documentation. It returns Applied,
+// Duplicate or Ignored with a nil error, or Failed with the error (a
+// *HandlerError when a handler failed).
+func (c *Consumer[TTx]) Process(ctx context.Context, ev idem.Event) (Outcome, error) {
+	o, err := c.process(ctx, ev)
+	c.stats.count(o)
+	return o, err
+}
+
+func (c *Consumer[TTx]) process(ctx context.Context, ev idem.Event) (_ Outcome, err error) {
+	hs := c.handlersFor(ev.Name)
+	if len(hs) == 0 {
+		return Ignored, nil
+	}
+	if ev.ID == uuid.Nil {
+		return Failed, idem.Permanent(errors.New("idem: inbox: event has no id"))
+	}
+	tx, err := c.drv.Begin(ctx)
+	if err != nil {
+		return Failed, fmt.Errorf("idem: inbox %s: begin: %w", c.cfg.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = c.drv.Rollback(context.WithoutCancel(ctx), tx)
+		}
+	}()
+	inserted, err := c.drv.Dialect().MarkProcessed(ctx, c.drv.Tx(tx), c.cfg.Name, []uuid.UUID{ev.ID})
+	if err != nil {
+		return Failed, fmt.Errorf("idem: inbox %s: mark %s processed: %w", c.cfg.Name, ev.ID, err)
+	}
+	if !inserted[0] {
+		if err := c.drv.Commit(ctx, tx); err != nil {
+			return Failed, fmt.Errorf("idem: inbox %s: commit: %w", c.cfg.Name, err)
+		}
+		return Duplicate, nil
+	}
+	if err := c.runHandlers(ctx, tx, ev, hs); err != nil {
+		return Failed, err
+	}
+	if err := c.drv.Commit(ctx, tx); err != nil {
+		return Failed, fmt.Errorf("idem: inbox %s: commit: %w", c.cfg.Name, err)
+	}
+	return Applied, nil
+}
+
+func (c *Consumer[TTx]) runHandlers(ctx context.Context, tx TTx, ev idem.Event, hs []HandlerFunc[TTx]) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &HandlerError{EventID: ev.ID, EventName: ev.Name, Err: fmt.Errorf("panic: %v", r)}
+		}
+	}()
+	for _, h := range hs {
+		if herr := h(ctx, tx, ev); herr != nil {
+			return &HandlerError{EventID: ev.ID, EventName: ev.Name, Err: herr}
+		}
+	}
+	return nil
+}
+
+// Result is the outcome of one event of a batch.
+type Result struct {
+	Outcome Outcome
+	Err     error
+}
+
+// ProcessBatch applies up to len(events) events in one transaction, with one
+// marker each, which costs one commit instead of one per event. If any handler
+// fails, the whole transaction rolls back and the events are processed again
+// one at a time, so one bad event does not fail its neighbours. An event id
+// repeated within the batch is a Duplicate after its first occurrence.
+func (c *Consumer[TTx]) ProcessBatch(ctx context.Context, events []idem.Event) []Result {
+	results := make([]Result, len(events))
+	if len(events) == 0 {
+		return results
+	}
+	if len(events) == 1 {
+		o, err := c.process(ctx, events[0])
+		results[0] = Result{o, err}
+		c.stats.count(o)
+		return results
+	}
+	err := c.batch(ctx, events, results)
+	if err != nil {
+		for i, ev := range events {
+			o, err := c.process(ctx, ev)
+			results[i] = Result{o, err}
+		}
+	}
+	for _, r := range results {
+		c.stats.count(r.Outcome)
+	}
+	return results
+}
+
+// batch tries the whole batch in one transaction. It fills results and
+// returns nil on commit; on any error results are meaningless.
+func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results []Result) (err error) {
+	ids := make([]uuid.UUID, 0, len(events))
+	pos := make([]int, 0, len(events))
+	seen := make(map[uuid.UUID]bool, len(events))
+	handlers := make([][]HandlerFunc[TTx], len(events))
+	for i, ev := range events {
+		hs := c.handlersFor(ev.Name)
+		switch {
+		case len(hs) == 0:
+			results[i] = Result{Outcome: Ignored}
+		case ev.ID == uuid.Nil:
+			return errors.New("event without id")
+		case seen[ev.ID]:
+			results[i] = Result{Outcome: Duplicate}
+		default:
+			seen[ev.ID] = true
+			handlers[i] = hs
+			ids = append(ids, ev.ID)
+			pos = append(pos, i)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	tx, err := c.drv.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = c.drv.Rollback(context.WithoutCancel(ctx), tx)
+		}
+	}()
+	inserted, err := c.drv.Dialect().MarkProcessed(ctx, c.drv.Tx(tx), c.cfg.Name, ids)
+	if err != nil {
+		return err
+	}
+	for k, i := range pos {
+		if !inserted[k] {
+			results[i] = Result{Outcome: Duplicate}
+			continue
+		}
+		if err := c.runHandlers(ctx, tx, events[i], handlers[i]); err != nil {
+			return err
+		}
+		results[i] = Result{Outcome: Applied}
+	}
+	return c.drv.Commit(ctx, tx)
+}
+
+// Stats is a snapshot of a consumer's counters since it was created.
+type Stats struct {
+	Applied, Duplicates, Ignored, Failed, Parked uint64
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer[TTx]) Stats() Stats {
+	return Stats{
+		Applied:    c.stats.applied.Load(),
+		Duplicates: c.stats.duplicates.Load(),
+		Ignored:    c.stats.ignored.Load(),
+		Failed:     c.stats.failed.Load(),
+		Parked:     c.stats.parked.Load(),
+	}
+}
+
+type stats struct {
+	applied, duplicates, ignored, failed, parked atomic.Uint64
+}
+
+func (s *stats) count(o Outcome) {
+	switch o {
+	case Applied:
+		s.applied.Add(1)
+	case Duplicate:
+		s.duplicates.Add(1)
+	case Ignored:
+		s.ignored.Add(1)
+	case Failed:
+		s.failed.Add(1)
+	case Parked:
+		s.parked.Add(1)
+	}
+}

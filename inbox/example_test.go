@@ -1,0 +1,70 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/inbox"
+)
+
+// The stock service reserves each line of a placed order. The same event
+// delivered twice (a relay republish, a broker redelivery, a replay) reserves
+// stock once.
+func Example() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	stock, err := inbox.New(postgres.NewPgx(pool), inbox.Config{Name: "stock"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	stock.Handle("order.order.placed.v1", func(ctx context.Context, tx pgx.Tx, ev idem.Event) error {
+		var order struct {
+			OrderID string `json:"orderId"`
+			Lines   []struct {
+				ProductID string `json:"productId"`
+				Quantity  string `json:"quantity"`
+			} `json:"lines"`
+		}
+		if err := json.Unmarshal(ev.Payload, &order); err != nil {
+			return idem.Permanent(err) // retrying will not fix the payload
+		}
+		for _, line := range order.Lines {
+			if _, err := tx.Exec(ctx, `INSERT INTO reservation (order_id, product_id, quantity) VALUES ($1, $2, $3)`,
+				order.OrderID, line.ProductID, line.Quantity); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	ev, _ := idem.NewEvent("order.order.placed.v1", "order", "42", map[string]any{
+		"orderId": "42", "lines": []map[string]string{{"productId": "p-1", "quantity": "2.000"}},
+	})
+	for range 2 {
+		outcome, err := stock.Process(ctx, ev)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(outcome)
+	}
+	var n int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM reservation WHERE order_id = '42'`).Scan(&n)
+	fmt.Println("reservations:", n)
+	// Output:
+	// applied
+	// duplicate
+	// reservations: 1
+}

@@ -1,0 +1,73 @@
+// Package outbox writes events to the transactional outbox: in the caller's
+// database transaction, so they commit or roll back with the business change
+// they describe (no dual write). A relay (package relay, or Debezium reading
+// the same table) publishes them later.
+//
+//	tx, _ := pool.Begin(ctx)
+//	// ... insert the order ...
+//	ev, _ := idem.NewEvent("order.order.placed.v1", "order", orderID, payload)
+//	if err := writer.Add(ctx, tx, ev); err != nil { ... }
+//	err = tx.Commit(ctx)
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
+)
+
+// Writer adds events to the outbox within transactions of type TTx (pgx.Tx,
+// *sql.Tx). It is safe for concurrent use.
+type Writer[TTx any] struct {
+	drv driver.Driver[TTx]
+	now func() time.Time
+}
+
+// NewWriter returns a Writer using drv's dialect and tables.
+func NewWriter[TTx any](drv driver.Driver[TTx]) *Writer[TTx] {
+	return &Writer[TTx]{drv: drv, now: time.Now}
+}
+
+// Add inserts events into the outbox in tx. They become visible to the relay
+// when tx commits, and never exist if it rolls back. Every event needs an id
+// (idem.NewEventID), a name, an aggregate type and id, and a JSON payload; an
+// event with no OccurredAt gets the current time.
+func (w *Writer[TTx]) Add(ctx context.Context, tx TTx, events ...idem.Event) error {
+	return w.AddExec(ctx, w.drv.Tx(tx), events...)
+}
+
+// AddExec is Add on any executor. Called outside a transaction, each event is
+// committed on its own: prefer Add, which ties events to the business change.
+func (w *Writer[TTx]) AddExec(ctx context.Context, ex driver.Executor, events ...idem.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	rows := make([]driver.OutboxRow, len(events))
+	now := w.now().UTC()
+	for i, ev := range events {
+		if err := ev.Validate(); err != nil {
+			return fmt.Errorf("idem: outbox: event %d (%s): %w", i, ev.Name, err)
+		}
+		at := ev.OccurredAt
+		if at.IsZero() {
+			at = now
+		}
+		rows[i] = driver.OutboxRow{
+			ID:               ev.ID,
+			AggregateType:    ev.AggregateType,
+			AggregateID:      ev.AggregateID,
+			Type:             ev.Name,
+			Payload:          ev.Payload,
+			OccurredAt:       at.UTC().Truncate(time.Microsecond),
+			AggregateVersion: ev.AggregateVersion,
+			Headers:          ev.Headers,
+		}
+	}
+	if err := w.drv.Dialect().InsertOutbox(ctx, ex, rows); err != nil {
+		return fmt.Errorf("idem: outbox: insert %d event(s): %w", len(rows), err)
+	}
+	return nil
+}
