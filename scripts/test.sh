@@ -22,8 +22,10 @@
 #   IDEM_TEST_KEEP=1   keep IDEM_TEST_DIR (logs...) after the run
 #   IDEM_TEST_START_TIMEOUT  seconds to wait for each server (default 120)
 #   IDEM_TEST_POSTGRES_PORT / IDEM_TEST_MARIADB_PORT / IDEM_TEST_RABBITMQ_PORT
-#                      preferred ports (55432 / 53306 / 55672); the next free
-#                      port is taken when one is busy
+#                      preferred ports (15432 / 13306 / 15682; RabbitMQ also
+#                      takes the next port for Erlang distribution and 14369
+#                      for its own epmd); the next free port is taken when one
+#                      is busy or claimed by another run on the machine
 #   IDEM_TEST_SHELL=1  developer mode: instead of go test, run
 #                      ${SHELL:-bash} -c "$IDEM_TEST_CMD" with the servers up
 #                      and the variables below set (an interactive shell when
@@ -75,19 +77,14 @@ done
 # Leftovers of killed runs: a test directory whose owner (the script that
 # made it) is gone. Its servers are killed and the directory removed.
 
-# owner_alive DIR: true if the run that owns DIR is still running.
-owner_alive() {
-	local pid start
-	read -r pid start <"$1/owner" 2>/dev/null || return 1
-	pid_alive "$pid" && [ "$(pid_start_time "$pid")" = "$start" ]
-}
-
 clean_stale_dir() {
 	local d=$1 s
 	[ -f "$d/owner" ] || return 0
 	owner_alive "$d" && return 0
 	log "cleaning up after a killed run: $d"
 	for s in $ALL_SERVERS; do "${s}_stale" "$d" || true; done
+	sweep_servers "$d"
+	release_ports "$d"
 	rm -rf "$d"
 }
 
@@ -126,6 +123,7 @@ cleanup() {
 	local rc=$? i
 	trap - EXIT INT TERM
 	set +e
+	ports_unlock
 	if [ -n "$GOTEST_PID" ] && kill -0 -- -"$GOTEST_PID" 2>/dev/null; then
 		# Interrupted: stop go test and its test binaries (its process group).
 		log "interrupting go test ..."
@@ -141,11 +139,13 @@ cleanup() {
 		log "stopping ${STARTED[i]} ..."
 		"${STARTED[i]}_stop"
 	done
+	# Whatever is left (an interrupted start-up...).
+	for s in $ALL_SERVERS; do "${s}_stale" "$IDEM_TEST_DIR"; done
+	sweep_servers "$IDEM_TEST_DIR"
+	release_ports "$IDEM_TEST_DIR"
 	if [ "${IDEM_TEST_KEEP:-}" = 1 ]; then
 		log "kept $IDEM_TEST_DIR"
 	else
-		# Whatever is left (an interrupted start-up...).
-		for s in $ALL_SERVERS; do "${s}_stale" "$IDEM_TEST_DIR"; done
 		if [ -n "${KEEP_DIR_ITSELF:-}" ]; then
 			find "$IDEM_TEST_DIR" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
 		else
@@ -173,7 +173,10 @@ done
 
 for s in "${SERVERS[@]}"; do
 	STARTED+=("$s")
+	# One server start at a time on the machine: see "Ports" in common.sh.
+	ports_lock
 	"${s}_start"
+	ports_unlock
 done
 
 if [ ${#SERVERS[@]} -gt 0 ]; then
@@ -200,7 +203,7 @@ else
 	if [ $# -eq 0 ]; then
 		set -- ./...
 	fi
-	log "running: go test -race -count=1 $*"
+	log "running: go test -race -count=1 $(printf '%q ' "$@")"
 	# In its own process group, in the background, so that a signal to this
 	# script is handled at once: cleanup interrupts the whole group (go and
 	# the test binaries) before it stops the servers.

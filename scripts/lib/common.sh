@@ -24,6 +24,14 @@ run_as() {
 	fi
 }
 
+# check_reachable USER DIR: die unless USER can write in DIR (all its
+# parents must be searchable by USER: not the case under /root, say).
+check_reachable() {
+	[ -n "$1" ] || return 0
+	run_as "$1" test -w "$2" ||
+		die "user $1 cannot reach $2: put IDEM_TEST_DIR (or TMPDIR) under a world-searchable directory such as /tmp"
+}
+
 # ---------------------------------------------------------------------------
 # Debian packages
 
@@ -64,12 +72,94 @@ ensure_packages() {
 	log "installed ${missing[*]} in $(elapsed "$t0")s"
 }
 
+# sweep_servers DIR: kill every server process of ours that belongs to the
+# test directory DIR, found by its command line (postgres -D DIR/...,
+# mariadbd --defaults-file=DIR/..., beam.smp -home DIR/...) or, for epmd,
+# its environment. A safety net after the pid-file based stops: it works
+# even when DIR's files are gone.
+sweep_servers() {
+	local d=${1%/}/ p pid comm text sig pids=()
+	for p in /proc/[0-9]*; do
+		comm=$(cat "$p/comm" 2>/dev/null) || continue
+		case "$comm" in
+		postgres | mariadbd | mysqld | beam.smp) text=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline" || true) ;;
+		epmd) text=$(tr '\0' ' ' 2>/dev/null <"$p/environ" || true) ;;
+		*) continue ;;
+		esac
+		[[ $text == *"$d"* ]] || continue
+		pid=${p#/proc/}
+		[ "$comm" = postgres ] && sig=QUIT || sig=TERM
+		kill -"$sig" "$pid" 2>/dev/null && pids+=("$pid")
+	done
+	[ ${#pids[@]} -gt 0 ] || return 0
+	log "killed leftover server processes of $d: ${pids[*]}"
+	sleep 1
+	for pid in "${pids[@]}"; do
+		pid_alive "$pid" && kill -KILL "$pid" 2>/dev/null
+	done
+	return 0
+}
+
+# ---------------------------------------------------------------------------
+# Test directories and their owners
+
+# owner_alive DIR: true if the run that owns the test directory DIR (the
+# script whose PID and start time are in DIR/owner) is still running.
+owner_alive() {
+	local pid start
+	read -r pid start 2>/dev/null <"$1/owner" || return 1
+	pid_alive "$pid" && [ "$(pid_start_time "$pid")" = "$start" ]
+}
+
 # ---------------------------------------------------------------------------
 # Ports
+#
+# Several runs may share the machine (developers, CI). A run picks its ports
+# and starts each server while holding a machine-wide lock, and claims the
+# ports it picked with a file $IDEM_PORTS_DIR/PORT naming its test directory,
+# until it ends. A port claimed by a live run is never taken by another, even
+# while a test has stopped that server to restart it. The preferred ports are
+# below the kernel's ephemeral range (32768-60999), so that client sockets
+# never take them while a server is down for a restart.
 
-# Ports handed out during this run, so that two servers never get the same
-# one before either has bound it.
-IDEM_RESERVED_PORTS=" "
+IDEM_PORTS_DIR=${TMPDIR:-/tmp}/idem-test-ports
+
+# ports_lock / ports_unlock: the machine-wide lock (fd 9). Commands that
+# start a server while it is held must close fd 9 (`9>&-`), or the server
+# would hold the lock for its whole life.
+ports_lock() {
+	if [ ! -d "$IDEM_PORTS_DIR" ]; then
+		mkdir -p "$IDEM_PORTS_DIR"
+		chmod 1777 "$IDEM_PORTS_DIR" 2>/dev/null || true
+	fi
+	exec 9>>"$IDEM_PORTS_DIR/.lock"
+	chmod 666 "$IDEM_PORTS_DIR/.lock" 2>/dev/null || true
+	if ! flock -n 9; then
+		log "waiting for another test run to start its servers ..."
+		flock -w 600 9 || die "timed out waiting for $IDEM_PORTS_DIR/.lock"
+	fi
+}
+ports_unlock() {
+	flock -u 9 2>/dev/null || true
+	exec 9>&-
+}
+
+# port_claimed PORT: true if a live run (this one included) claimed PORT.
+port_claimed() {
+	local owner
+	owner=$(cat "$IDEM_PORTS_DIR/$1" 2>/dev/null) || return 1
+	[ -n "$owner" ] || return 1
+	[ "$owner" = "$IDEM_TEST_DIR" ] || owner_alive "$owner"
+}
+
+# release_ports DIR: drop the claims of the run that used DIR.
+release_ports() {
+	local f
+	for f in "$IDEM_PORTS_DIR"/[0-9]*; do
+		[ -f "$f" ] && [ "$(cat "$f" 2>/dev/null)" = "$1" ] && rm -f "$f"
+	done
+	return 0
+}
 
 # port_free PORT: true if we can bind 127.0.0.1:PORT (with SO_REUSEADDR,
 # like the servers do). Linux refuses the bind when anything listens on that
@@ -81,25 +171,25 @@ port_free() {
 		exit($s ? 0 : 1);' "$1" 2>/dev/null
 }
 
-# pick_port PREFERRED: print PREFERRED if free, else the next free port
-# after it (up to 100 tries), else one the kernel chooses.
+# pick_port PREFERRED: claim and print PREFERRED if it is free and not
+# claimed, else the next such port after it (up to 200 tries), else one the
+# kernel chooses. Call it with the ports lock held.
 pick_port() {
 	local port=$1 i
-	for ((i = 0; i < 100; i++, port++)); do
-		case "$IDEM_RESERVED_PORTS" in *" $port "*) continue ;; esac
-		if port_free "$port"; then
-			IDEM_RESERVED_PORTS+="$port "
-			echo "$port"
-			return 0
-		fi
+	for ((i = 0; i < 200; i++, port++)); do
+		port_claimed "$port" && continue
+		port_free "$port" || continue
+		echo "$IDEM_TEST_DIR" >"$IDEM_PORTS_DIR/$port"
+		echo "$port"
+		return 0
 	done
 	for i in 1 2 3 4 5; do
 		port=$(perl -MIO::Socket::INET -e '
 			my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0,
 				Proto => "tcp", Listen => 1) or exit 1;
-			print $s->sockport, "\n";')
-		case "$IDEM_RESERVED_PORTS" in *" $port "*) continue ;; esac
-		IDEM_RESERVED_PORTS+="$port "
+			print $s->sockport, "\n";') || continue
+		port_claimed "$port" && continue
+		echo "$IDEM_TEST_DIR" >"$IDEM_PORTS_DIR/$port"
 		echo "$port"
 		return 0
 	done
@@ -150,7 +240,7 @@ kill_owned() {
 	local pid=$1 mark=$2 sig=${3:-TERM} i
 	pid_alive "$pid" || return 0
 	local cmd
-	cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
+	cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" || true)
 	[[ $cmd == *"$mark"* ]] || return 0
 	kill -"$sig" "$pid" 2>/dev/null || true
 	for ((i = 0; i < 150; i++)); do

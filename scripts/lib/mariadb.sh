@@ -27,7 +27,7 @@ mariadb_start() {
 	admin=$(mariadb_cmd mariadb-admin mysqladmin)
 	client=$(mariadb_cmd mariadb mysql)
 	is_root && user=mysql
-	port=$(pick_port "${IDEM_TEST_MARIADB_PORT:-53306}")
+	port=$(pick_port "${IDEM_TEST_MARIADB_PORT:-13306}")
 
 	local ver
 	ver=$("$mysqld" --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -n 1)
@@ -60,6 +60,7 @@ mariadb_start() {
 		innodb_flush_log_at_trx_commit = 1
 	EOF
 	[ -n "$user" ] && chown -R "$user:" "$dir"
+	check_reachable "$user" "$dir/data"
 
 	if ! (cd "$dir" && "$installdb" --defaults-file="$dir/my.cnf" ${user:+--user="$user"} \
 		--auth-root-authentication-method=normal --skip-test-db --skip-name-resolve \
@@ -113,7 +114,7 @@ mariadb_start() {
 		done
 	EOF
 
-	"$IDEM_TEST_DIR/mariadb-start" || die "MariaDB did not start (log: $dir/mysqld.log)"
+	"$IDEM_TEST_DIR/mariadb-start" 9>&- || die "MariaDB did not start (log: $dir/mysqld.log)"
 	"$client" --defaults-file="$dir/my.cnf" -e "
 		CREATE DATABASE idem_test;
 		CREATE USER 'idem'@'%' IDENTIFIED BY 'idem';

@@ -25,13 +25,14 @@ postgres_start() {
 	ver=$(basename "$(dirname "$bin")")
 	dir=$IDEM_TEST_DIR/postgres
 	is_root && user=postgres
-	port=$(pick_port "${IDEM_TEST_POSTGRES_PORT:-55432}")
+	port=$(pick_port "${IDEM_TEST_POSTGRES_PORT:-15432}")
 
 	log "starting PostgreSQL $ver on 127.0.0.1:$port ..."
 	local t0; t0=$(now)
 	mkdir -p "$dir/data" "$dir/sock"
 	[ -n "$user" ] && chown -R "$user:" "$dir"
 	chmod 700 "$dir/data"
+	check_reachable "$user" "$dir/data"
 
 	# initdb's --no-sync only skips flushing the fresh files to disk (a
 	# throwaway cluster); the server itself runs with fsync on.
@@ -87,7 +88,7 @@ postgres_start() {
 		fi
 	EOF
 
-	"$IDEM_TEST_DIR/postgres-start" || die "PostgreSQL did not start (log: $dir/postgres.log)"
+	"$IDEM_TEST_DIR/postgres-start" 9>&- || die "PostgreSQL did not start (log: $dir/postgres.log)"
 	"$bin/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d postgres \
 		-c 'CREATE DATABASE idem_test' >&2 || die "cannot create database idem_test"
 
@@ -98,7 +99,6 @@ postgres_start() {
 }
 
 postgres_stop() {
-	local dir=$IDEM_TEST_DIR/postgres
 	[ -x "$IDEM_TEST_DIR/postgres-stop" ] || return 0
 	if ! timeout 60 "$IDEM_TEST_DIR/postgres-stop"; then
 		log "PostgreSQL did not stop cleanly; killing it"

@@ -2,7 +2,7 @@
 # RabbitMQ: a private node idemtest@localhost with its data, logs, config,
 # Erlang cookie (a private $HOME) and its own epmd (ERL_EPMD_PORT) under
 # $IDEM_TEST_DIR/rabbitmq. It never uses the system node's ports (5672,
-# 25672, epmd 4369), files or cookie, so a system rabbitmq-server service
+# 25672, 15672, epmd 4369), files or cookie, so a system rabbitmq-server service
 # (which Debian's package may start on install) is left alone and never
 # collides with it.
 #
@@ -30,15 +30,15 @@ rabbitmq_start() {
 	local port dist epmd ver
 	bin=$(rabbitmq_bindir)
 	ver=$(readlink -f "$bin/rabbitmq-server" | grep -oE 'rabbitmq_server-[0-9.]+' | sed 's/.*-//')
-	port=$(pick_port "${IDEM_TEST_RABBITMQ_PORT:-55672}")
+	port=$(pick_port "${IDEM_TEST_RABBITMQ_PORT:-15682}")
 	dist=$(pick_port $((port + 1)))
-	epmd=$(pick_port 54369)
+	epmd=$(pick_port 14369)
 
 	log "starting RabbitMQ $ver on 127.0.0.1:$port (node $node, dist port $dist, epmd port $epmd) ..."
 	local t0; t0=$(now)
 	mkdir -p "$dir/mnesia" "$dir/log" "$dir/home"
 	# A private Erlang cookie, shared by the node and our CLI wrappers.
-	tr -dc A-Z </dev/urandom | head -c 20 >"$dir/home/.erlang.cookie" || true
+	LC_ALL=C tr -dc '[:upper:]' </dev/urandom | head -c 20 >"$dir/home/.erlang.cookie" || true
 	chmod 400 "$dir/home/.erlang.cookie"
 	echo '[].' >"$dir/enabled_plugins" # no plugins: no management UI
 	echo '[].' >"$dir/advanced.config"
@@ -70,7 +70,8 @@ rabbitmq_start() {
 			RABBITMQ_CONF_ENV_FILE="$dir/rabbitmq-env.conf" \
 			RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" \
 			RABBITMQ_PID_FILE="$dir/rabbitmq.pid" \
-			RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none -kernel inet_dist_use_interface {127,0,0,1}" \
+			ERL_CRASH_DUMP="$dir/log/erl_crash.dump" \
+			RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
 			; do
 			k=${kv%%=*} v=${kv#*=}
 			printf 'export %s=%q\n' "$k" "$v"
@@ -98,7 +99,7 @@ rabbitmq_start() {
 		setsid "$BIN/rabbitmq-server" </dev/null >>"$RABBITMQ_LOG_BASE/startup.log" 2>&1 &
 		pid=$!
 		deadline=$((SECONDS + TIMEOUT))
-		# await_startup fails at once while the node is not yet registered.
+		# await_startup fails at once while the node is not registered yet.
 		until "$BIN/rabbitmqctl" -n "$RABBITMQ_NODENAME" -q await_startup --timeout 30 >/dev/null 2>&1; do
 			if ! alive "$pid"; then
 				echo "RabbitMQ exited during start-up" >&2
@@ -134,7 +135,7 @@ rabbitmq_start() {
 		done
 	EOF
 
-	"$IDEM_TEST_DIR/rabbitmq-start" || die "RabbitMQ did not start (logs: $dir/log)"
+	"$IDEM_TEST_DIR/rabbitmq-start" 9>&- || die "RabbitMQ did not start (logs: $dir/log)"
 
 	export IDEM_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/"
 	export IDEM_TEST_RABBITMQ_NODE="$node"
@@ -166,7 +167,7 @@ rabbitmq_stale() {
 	for p in /proc/[0-9]*; do
 		[ "$(cat "$p/comm" 2>/dev/null)" = epmd ] || continue
 		pid=${p#/proc/}
-		env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null || true)
+		env=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" || true)
 		if [[ $'\n'$env$'\n' == *$'\n'"ERL_EPMD_PORT=$port"$'\n'* && $env == *"$dir"* ]]; then
 			kill -TERM "$pid" 2>/dev/null || true
 		fi
