@@ -27,6 +27,7 @@ var migrationFiles embed.FS
 type Dialect struct {
 	tables     driver.Tables
 	q          queries
+	rq         relayQueries
 	migrations []driver.Migration
 	support    driver.MigrationSupport
 }
@@ -59,6 +60,7 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 	}
 	d.migrations = migs
 	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage)
+	d.rq = newRelayQueries(names.Outbox)
 	mt := d.qualify(t.Migrations)
 	d.support = driver.MigrationSupport{
 		CreateTable: "CREATE TABLE IF NOT EXISTS " + mt + ` (

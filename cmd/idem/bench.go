@@ -1,0 +1,376 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	idemmsg "github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/migrate"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/relay"
+)
+
+func init() {
+	register(&command{
+		name:    "bench",
+		summary: "measure the relay on a database (idem bench relay)",
+		usage: `Usage:
+  idem bench relay [--db URL] [--rows N] [--aggregates N] [--runs N] [--workers N] [--rate R] [--duration D]
+
+Runs in a scratch schema (idem_bench_<random>, dropped at the end) on the
+database, with an in-process publisher that accepts everything at once, so
+that what is measured is the relay and the database:
+
+  1. throughput: a pre-filled outbox of --rows rows over --aggregates
+     aggregates is drained by one relay (--workers workers); events/s;
+  2. the database's own limit for the same work: a bare loop of --workers
+     goroutines that claims and marks the same batches with the same SQL and
+     publishes nothing; the relay's throughput is reported as a ratio to it;
+  3. latency: events committed one per transaction at a steady --rate for
+     --duration; commit-to-publish delay (from Commit returning to the
+     broker's confirm) p50/p99/max, with LISTEN/NOTIFY.
+
+Steps 1 and 2 alternate --runs times; medians are reported.
+
+Example:
+  idem bench relay --db postgres://localhost/bench --runs 3`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			var db dbFlags
+			db.register(fs)
+			rows := fs.Int("rows", 100_000, "rows in the pre-filled outbox")
+			aggregates := fs.Int("aggregates", 10_000, "aggregates the rows belong to")
+			runs := fs.Int("runs", 3, "throughput runs (relay and bare loop each)")
+			workers := fs.Int("workers", relay.WorkersDefault, "relay workers")
+			batch := fs.Int("batch-size", relay.BatchSizeDefault, "rows per claim")
+			rate := fs.Int("rate", 1000, "events per second in the latency test; 0 skips it")
+			duration := fs.Duration("duration", 10*time.Second, "length of the latency test")
+			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) != 1 || args[0] != "relay" {
+					return usagef("want: idem bench relay")
+				}
+				if *rows <= 0 || *aggregates <= 0 || *runs <= 0 || *workers <= 0 || *batch <= 0 || *rate < 0 {
+					return usagef("--rows, --aggregates, --runs, --workers and --batch-size must be positive")
+				}
+				conn, err := db.open(ctx, e)
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				if conn.Pgx == nil {
+					return fmt.Errorf("bench relay needs PostgreSQL")
+				}
+				b := &bench{e: e, rows: *rows, aggregates: *aggregates, workers: *workers, batch: *batch}
+				if err := b.setup(ctx, conn.Pgx.Pgx()); err != nil {
+					return err
+				}
+				defer b.teardown()
+				return b.run(ctx, *runs, *rate, *duration)
+			}
+		},
+	})
+}
+
+type bench struct {
+	e                                *env
+	rows, aggregates, workers, batch int
+	admin, pool                      *pgxpool.Pool
+	schema                           string
+	drv                              *postgres.PgxDriver
+}
+
+func (b *bench) setup(ctx context.Context, base *pgxpool.Pool) error {
+	raw := make([]byte, 4)
+	_, _ = rand.Read(raw)
+	b.schema = "idem_bench_" + hex.EncodeToString(raw)
+	b.admin = base
+	if _, err := base.Exec(ctx, "CREATE SCHEMA "+postgres.QuoteIdent(b.schema)); err != nil {
+		return err
+	}
+	cfg := base.Config()
+	cfg.ConnConfig.RuntimeParams["search_path"] = b.schema
+	cfg.MaxConns = int32(b.workers) + 16
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	b.pool = pool
+	b.drv = postgres.NewPgx(pool)
+	_, err = migrate.New(b.drv).Up(ctx)
+	return err
+}
+
+func (b *bench) teardown() {
+	if b.pool != nil {
+		b.pool.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.admin.Exec(ctx, "DROP SCHEMA "+postgres.QuoteIdent(b.schema)+" CASCADE"); err != nil {
+		fmt.Fprintf(b.e.stderr, "drop schema %s: %v\n", b.schema, err)
+	}
+}
+
+// fill empties the outbox and inserts the benchmark's rows, as committed
+// events waiting for the relay.
+func (b *bench) fill(ctx context.Context) error {
+	if _, err := b.pool.Exec(ctx, "TRUNCATE outbox"); err != nil {
+		return err
+	}
+	_, err := b.pool.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version)
+SELECT gen_random_uuid(), 'order', (g % $2)::text, 'order.order.changed.v1',
+       jsonb_build_object('order_id', g % $2, 'lines', 3, 'total_cents', 4299, 'currency', 'EUR'),
+       now(), g / $2 + 1
+FROM generate_series(0, $1 - 1) AS g`, b.rows, b.aggregates)
+	if err != nil {
+		return err
+	}
+	_, err = b.pool.Exec(ctx, "VACUUM ANALYZE outbox")
+	return err
+}
+
+func (b *bench) run(ctx context.Context, runs, rate int, duration time.Duration) error {
+	out := b.e.stdout
+	fmt.Fprintf(out, "idem bench relay: %d rows over %d aggregates, %d workers, batch %d\n", b.rows, b.aggregates, b.workers, b.batch)
+	var relayRates, bareRates []float64
+	for i := 1; i <= runs; i++ {
+		if err := b.fill(ctx); err != nil {
+			return err
+		}
+		d, err := b.drainRelay(ctx)
+		if err != nil {
+			return err
+		}
+		relayRates = append(relayRates, float64(b.rows)/d.Seconds())
+		if err := b.fill(ctx); err != nil {
+			return err
+		}
+		bd, err := b.drainBare(ctx)
+		if err != nil {
+			return err
+		}
+		bareRates = append(bareRates, float64(b.rows)/bd.Seconds())
+		fmt.Fprintf(out, "run %d: relay %8.0f events/s (%v)   bare claim+mark %8.0f rows/s (%v)   ratio %.2f\n",
+			i, relayRates[i-1], d.Round(time.Millisecond), bareRates[i-1], bd.Round(time.Millisecond), relayRates[i-1]/bareRates[i-1])
+	}
+	mr, mb := median(relayRates), median(bareRates)
+	fmt.Fprintf(out, "median: relay %.0f events/s, bare claim+mark %.0f rows/s, ratio %.2f\n", mr, mb, mr/mb)
+
+	if rate > 0 {
+		if _, err := b.pool.Exec(ctx, "TRUNCATE outbox"); err != nil {
+			return err
+		}
+		lat, err := b.latency(ctx, rate, duration)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "latency at %d events/s for %v (%d events, LISTEN/NOTIFY): commit-to-publish p50 %v  p99 %v  max %v\n",
+			rate, duration, len(lat), percentile(lat, 50), percentile(lat, 99), percentile(lat, 100))
+	}
+	return nil
+}
+
+// countingPublisher accepts everything and counts; with times set, it
+// records when each event was confirmed.
+type countingPublisher struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	times map[uuid.UUID]time.Time
+}
+
+func (p *countingPublisher) Publish(_ context.Context, msgs []idemmsg.Message) error {
+	if p.times != nil {
+		now := time.Now()
+		p.mu.Lock()
+		for _, m := range msgs {
+			if _, ok := p.times[m.EventID]; !ok {
+				p.times[m.EventID] = now
+			}
+		}
+		p.mu.Unlock()
+	}
+	p.n.Add(int64(len(msgs)))
+	return nil
+}
+
+func (b *bench) relayConfig() relay.Config {
+	return relay.Config{
+		Workers:       b.workers,
+		BatchSize:     b.batch,
+		StatsInterval: -1,
+		Retention:     -1,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+func (b *bench) drainRelay(ctx context.Context) (time.Duration, error) {
+	pub := &countingPublisher{}
+	r, err := relay.New(b.drv, pub, b.relayConfig())
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := r.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer func() { _ = r.Stop(context.Background()) }()
+	for r.Stats().Published < int64(b.rows) {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start), nil
+}
+
+// drainBare claims and marks with the relay's SQL and no publisher.
+func (b *bench) drainBare(ctx context.Context) (time.Duration, error) {
+	d := b.drv.PostgresDialect()
+	cfg := b.relayConfig().WithDefaults()
+	var marked atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, b.workers)
+	for range b.workers {
+		wg.Go(func() {
+			for marked.Load() < int64(b.rows) {
+				owner := uuid.New()
+				tx, err := b.pool.Begin(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				rows, err := d.ClaimOutbox(ctx, postgres.PgxExecutor{Q: tx}, driver.ClaimParams{
+					Owner: owner, Lease: cfg.Lease, Limit: cfg.BatchSize, MaxPerAggregate: cfg.MaxPerAggregate,
+				})
+				if err == nil {
+					err = tx.Commit(ctx)
+				}
+				if err != nil {
+					_ = tx.Rollback(ctx)
+					errs <- err
+					return
+				}
+				ids := make([]uuid.UUID, len(rows))
+				for i := range rows {
+					ids[i] = rows[i].ID
+				}
+				n, err := d.MarkPublished(ctx, b.drv.Pool(), owner, ids)
+				if err != nil {
+					errs <- err
+					return
+				}
+				marked.Add(n)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) ([]time.Duration, error) {
+	pub := &countingPublisher{times: map[uuid.UUID]time.Time{}}
+	r, err := relay.New(b.drv, pub, b.relayConfig())
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer func() { _ = r.Stop(context.Background()) }()
+
+	w := outbox.NewWriter(b.drv)
+	total := int(duration.Seconds() * float64(rate))
+	ticks := make(chan int, total)
+	var mu sync.Mutex
+	committed := make(map[uuid.UUID]time.Time, total)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Go(func() {
+			for i := range ticks {
+				ev, err := idemmsg.NewEvent("order.order.changed.v1", "order", fmt.Sprint(i%1000), map[string]int{"n": i})
+				if err != nil {
+					errs <- err
+					return
+				}
+				err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, ev) })
+				at := time.Now()
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				committed[ev.ID] = at
+				mu.Unlock()
+			}
+		})
+	}
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := range total {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		ticks <- i
+	}
+	close(ticks)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for pub.n.Load() < int64(total) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	out := make([]time.Duration, 0, total)
+	for id, c := range committed {
+		p, ok := pub.times[id]
+		if !ok {
+			return nil, fmt.Errorf("event %s not published within 30s", id)
+		}
+		out = append(out, max(0, p.Sub(c)))
+	}
+	return out, nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func percentile(v []time.Duration, p int) time.Duration {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	i = min(max(i-1, 0), len(s)-1)
+	return s[i].Round(10 * time.Microsecond)
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/brokeropen"
+	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/relay/relaymetrics"
+)
+
+// brokerFlags are the flags of every command that publishes.
+type brokerFlags struct{ url string }
+
+func (f *brokerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.url, "broker", "", "broker URL: amqp://…, or http(s)://… to POST batches as JSON (default $IDEM_BROKER_URL)")
+}
+
+func (f *brokerFlags) open(ctx context.Context, e *env) (brokeropen.Publisher, string, error) {
+	u := f.url
+	if u == "" {
+		u = e.getenv("IDEM_BROKER_URL")
+	}
+	pub, err := brokeropen.Open(ctx, u)
+	return pub, broker.RedactURL(u), err
+}
+
+func init() {
+	register(&command{
+		name:    "relay",
+		summary: "publish committed outbox rows to the broker (runs until SIGTERM)",
+		usage: `Usage:
+  idem relay [--db URL] [--broker URL] [--workers N] [flags]
+
+Runs the polling relay: workers claim unpublished outbox rows under a lease,
+publish them with broker confirms, and mark them published. Events of one
+aggregate are published in order; a relay that dies leaves leases that other
+relays take over when they expire. Several relays can run on one database.
+
+On SIGTERM or SIGINT the relay stops claiming, finishes or releases the
+batches in flight (up to --stop-timeout) and exits.
+
+It serves Prometheus metrics on /metrics and a health check on /healthz
+(200 while it can claim from the database) at --metrics-addr.
+
+Examples:
+  IDEM_DB_URL=postgres://app@localhost/shop IDEM_BROKER_URL=amqp://localhost/ idem relay
+  idem relay --workers 4 --metrics-addr :9464 --log-format json`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			var db dbFlags
+			var br brokerFlags
+			db.register(fs)
+			br.register(fs)
+			workers := fs.Int("workers", relay.WorkersDefault, "number of workers claiming and publishing concurrently")
+			batch := fs.Int("batch-size", relay.BatchSizeDefault, "maximum rows per claim")
+			perAgg := fs.Int("max-per-aggregate", 0, "maximum rows of one aggregate per claim (default 100)")
+			lease := fs.Duration("lease", relay.LeaseDefault, "how long a claim is owned before other workers may take it over")
+			publishTimeout := fs.Duration("publish-timeout", 0, "bound on each publish call (default min(10s, lease/3))")
+			poll := fs.Duration("poll-interval", relay.PollIntervalDefault, "poll period when no notification arrives")
+			noListen := fs.Bool("no-listen", false, "do not LISTEN for notifications; only poll")
+			retention := fs.Duration("retention", relay.RetentionDefault, "keep published rows this long (the replay window); negative: forever")
+			metricsAddr := fs.String("metrics-addr", ":9464", "address of the /metrics and /healthz endpoints; empty: none")
+			stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long in-flight batches may take to finish")
+			logFormat := fs.String("log-format", "text", "log format: text or json")
+			logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) != 0 {
+					return usagef("unexpected arguments %q", args)
+				}
+				log, err := newLogger(e, *logFormat, *logLevel)
+				if err != nil {
+					return err
+				}
+				conn, err := db.open(ctx, e)
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				if conn.Pgx == nil {
+					return fmt.Errorf("the relay needs a PostgreSQL database for now (got %s)", conn.Dialect().Name())
+				}
+				// A pool large enough for the workers, the listener and the
+				// background loops.
+				poolCfg := conn.Pgx.Pgx().Config()
+				poolCfg.MaxConns = max(poolCfg.MaxConns, int32(*workers)+4)
+				pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				drv, err := postgres.NewPgxTables(pool, conn.Dialect().Tables())
+				if err != nil {
+					return err
+				}
+				pub, brokerURL, err := br.open(ctx, e)
+				if err != nil {
+					return err
+				}
+				defer pub.Close()
+
+				metrics := relaymetrics.New()
+				r, err := relay.New(drv, pub, relay.Config{
+					Workers:         *workers,
+					BatchSize:       *batch,
+					MaxPerAggregate: *perAgg,
+					Lease:           *lease,
+					PublishTimeout:  *publishTimeout,
+					PollInterval:    *poll,
+					DisableListen:   *noListen,
+					Retention:       *retention,
+					Logger:          log,
+					ObserveDelay:    metrics.ObserveDelay,
+				})
+				if err != nil {
+					return err
+				}
+				metrics.Watch(r)
+
+				var srv *http.Server
+				if *metricsAddr != "" {
+					reg := prometheus.NewRegistry()
+					reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+					mux := http.NewServeMux()
+					mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+					mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+						if err := r.Healthy(); err != nil {
+							http.Error(w, err.Error(), http.StatusServiceUnavailable)
+							return
+						}
+						fmt.Fprintln(w, "ok")
+					})
+					ln, err := net.Listen("tcp", *metricsAddr)
+					if err != nil {
+						return fmt.Errorf("--metrics-addr: %w", err)
+					}
+					srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+					go func() {
+						if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+							log.Error("metrics server failed", "error", err)
+						}
+					}()
+					log.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
+				}
+
+				if err := r.Start(ctx); err != nil {
+					return err
+				}
+				log.Info("relaying", "db", conn.Redacted(), "broker", brokerURL)
+				select {
+				case <-ctx.Done():
+				case <-r.Done():
+				}
+				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *stopTimeout)
+				defer cancel()
+				stopErr := r.Stop(stopCtx)
+				if srv != nil {
+					_ = srv.Shutdown(stopCtx)
+				}
+				if stopErr != nil {
+					return fmt.Errorf("stop: in-flight batches released after %v: %w", *stopTimeout, stopErr)
+				}
+				s := r.Stats()
+				log.Info("relay stopped", "published", s.Published, "publish_errors", s.PublishErrors)
+				return nil
+			}
+		},
+	})
+}

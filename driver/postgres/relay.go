@@ -1,0 +1,300 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/driver"
+)
+
+var (
+	_ driver.RelayDialect   = (*Dialect)(nil)
+	_ driver.OutboxListener = (*PgxDriver)(nil)
+)
+
+// ClaimOutbox implements driver.RelayDialect. It takes a transaction-scoped
+// advisory lock so that concurrent claims on the table run one after the
+// other (each sees the leases of the previous ones), selects heads with
+// FOR UPDATE SKIP LOCKED, adds the rows that follow them in their aggregates,
+// and writes the lease.
+func (d *Dialect) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.ClaimParams) ([]driver.ClaimedRow, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	if _, err := ex.Exec(ctx, d.rq.claimLock); err != nil {
+		return nil, d.wrap(err)
+	}
+
+	type head struct {
+		id                         string
+		aggregateType, aggregateID string
+		seq                        int64
+		takenOver                  bool
+	}
+	rows, err := ex.Query(ctx, d.rq.claimHeads, p.Limit)
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	var heads []head
+	for rows.Next() {
+		var h head
+		if err := rows.Scan(&h.id, &h.aggregateType, &h.aggregateID, &h.seq, &h.takenOver); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		heads = append(heads, h)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, d.wrap(err)
+	}
+	if len(heads) == 0 {
+		return nil, nil
+	}
+
+	ids := make([]string, 0, p.Limit)
+	takenOver := make(map[string]bool)
+	for _, h := range heads {
+		ids = append(ids, h.id)
+		if h.takenOver {
+			takenOver[h.id] = true
+		}
+	}
+
+	// Fill the rest of the batch with the rows that follow the heads. Nobody
+	// else can claim them: they are not heads, and their heads are ours.
+	room := p.Limit - len(heads)
+	perAggregate := min(p.MaxPerAggregate-1, room/len(heads))
+	if perAggregate > 0 {
+		types := make([]string, len(heads))
+		aggIDs := make([]string, len(heads))
+		seqs := make([]int64, len(heads))
+		for i, h := range heads {
+			types[i], aggIDs[i], seqs[i] = h.aggregateType, h.aggregateID, h.seq
+		}
+		rows, err := ex.Query(ctx, d.rq.claimFollowers, types, aggIDs, seqs, perAggregate)
+		if err != nil {
+			return nil, d.wrap(err)
+		}
+		stopped := map[int64]bool{}
+		for rows.Next() {
+			var (
+				n           int64
+				id          string
+				taken, busy bool
+			)
+			if err := rows.Scan(&n, &id, &taken, &busy); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			// A row still waiting for a retry delay ends the run of rows
+			// taken from its aggregate.
+			if busy || stopped[n] {
+				stopped[n] = true
+				continue
+			}
+			ids = append(ids, id)
+			if taken {
+				takenOver[id] = true
+			}
+		}
+		if err := rows.Close(); err != nil {
+			return nil, d.wrap(err)
+		}
+	}
+
+	rows, err = ex.Query(ctx, d.rq.claimUpdate, p.Owner, p.Lease.Seconds(), ids)
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	defer rows.Close()
+	out := make([]driver.ClaimedRow, 0, len(ids))
+	for rows.Next() {
+		var c driver.ClaimedRow
+		if err := scanRecord(rows, &c.OutboxRecord); err != nil {
+			return nil, err
+		}
+		c.TakenOver = takenOver[c.ID.String()]
+		out = append(out, c)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, d.wrap(err)
+	}
+	sortBySeq(out)
+	return out, nil
+}
+
+func sortBySeq(rows []driver.ClaimedRow) {
+	// Insertion sort: RETURNING order is usually close to seq order.
+	for i := 1; i < len(rows); i++ {
+		for j := i; j > 0 && rows[j].Seq < rows[j-1].Seq; j-- {
+			rows[j], rows[j-1] = rows[j-1], rows[j]
+		}
+	}
+}
+
+// scanRecord scans the columns of relayColumns.
+func scanRecord(rows driver.Rows, r *driver.OutboxRecord) error {
+	var (
+		id               string
+		payload, headers []byte
+	)
+	if err := rows.Scan(&id, &r.AggregateType, &r.AggregateID, &r.Type, &payload, &r.OccurredAt,
+		&r.AggregateVersion, &headers, &r.Seq, &r.CreatedAt, &r.Attempts); err != nil {
+		return err
+	}
+	var err error
+	if r.ID, err = uuid.Parse(id); err != nil {
+		return fmt.Errorf("idem: outbox row %s: id: %w", id, err)
+	}
+	if payload != nil {
+		r.Payload = payload
+	}
+	if r.Headers, err = driver.DecodeHeaders(headers); err != nil {
+		return fmt.Errorf("idem: outbox row %s: headers: %w", id, err)
+	}
+	return nil
+}
+
+func uuidStrings(ids []uuid.UUID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}
+
+// MarkPublished implements driver.RelayDialect.
+func (d *Dialect) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, ids []uuid.UUID) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := ex.Exec(ctx, d.rq.markPublished, owner, uuidStrings(ids))
+	return n, d.wrap(err)
+}
+
+// ReleaseOutbox implements driver.RelayDialect.
+func (d *Dialect) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.ReleaseRow) (int64, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(rows))
+	errs := make([]string, len(rows))
+	delays := make([]float64, len(rows))
+	for i, r := range rows {
+		ids[i], errs[i], delays[i] = r.ID.String(), r.Error, r.Delay.Seconds()
+	}
+	n, err := ex.Exec(ctx, d.rq.release, owner, ids, errs, delays)
+	return n, d.wrap(err)
+}
+
+// DeletePublished implements driver.RelayDialect.
+func (d *Dialect) DeletePublished(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int64, error) {
+	n, err := ex.Exec(ctx, d.rq.deletePublished, before, limit)
+	return n, d.wrap(err)
+}
+
+// OutboxBacklog implements driver.RelayDialect.
+func (d *Dialect) OutboxBacklog(ctx context.Context, ex driver.Executor) (driver.Backlog, error) {
+	var (
+		b      driver.Backlog
+		oldest *time.Time
+	)
+	if err := driver.QueryRow(ctx, ex, d.rq.backlog, nil, &b.Rows, &oldest); err != nil {
+		return b, d.wrap(err)
+	}
+	if oldest != nil {
+		b.Oldest = *oldest
+	}
+	return b, nil
+}
+
+func replayArgs(f driver.ReplayFilter) []any {
+	var since, until any
+	if !f.Since.IsZero() {
+		since = f.Since
+	}
+	if !f.Until.IsZero() {
+		until = f.Until
+	}
+	return []any{since, until, f.EventName, f.AggregateType}
+}
+
+// ReplayCounts implements driver.RelayDialect.
+func (d *Dialect) ReplayCounts(ctx context.Context, ex driver.Executor, f driver.ReplayFilter) (map[string]int64, error) {
+	rows, err := ex.Query(ctx, d.rq.replayCounts, replayArgs(f)...)
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		out[name] = n
+	}
+	if err := rows.Close(); err != nil {
+		return nil, d.wrap(err)
+	}
+	return out, nil
+}
+
+// ReplayRows implements driver.RelayDialect.
+func (d *Dialect) ReplayRows(ctx context.Context, ex driver.Executor, f driver.ReplayFilter, afterSeq int64, limit int) ([]driver.OutboxRecord, error) {
+	rows, err := ex.Query(ctx, d.rq.replayRows, append(replayArgs(f), afterSeq, limit)...)
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	defer rows.Close()
+	var out []driver.OutboxRecord
+	for rows.Next() {
+		var r driver.OutboxRecord
+		if err := scanRecord(rows, &r); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, d.wrap(err)
+	}
+	return out, nil
+}
+
+// ListenOutbox implements driver.OutboxListener with LISTEN on the channel
+// the outbox trigger notifies (Dialect.OutboxChannel). It holds one
+// connection of the pool, taken out of the pool for good.
+func (d *PgxDriver) ListenOutbox(ctx context.Context, notify func()) error {
+	pooled, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := pooled.Hijack()
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	var schema *string
+	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return err
+	}
+	if schema == nil {
+		return fmt.Errorf("idem: listen: the connection has no current schema (check search_path)")
+	}
+	channel := d.dialect.OutboxChannel(*schema)
+	if _, err := conn.Exec(ctx, "LISTEN "+QuoteIdent(channel)); err != nil {
+		return err
+	}
+	notify()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		notify()
+	}
+}

@@ -1,0 +1,147 @@
+package relay
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	WorkersDefault           = 2
+	BatchSizeDefault         = 1000
+	MaxPerAggregateDefault   = 100
+	LeaseDefault             = 30 * time.Second
+	PublishTimeoutDefault    = 10 * time.Second
+	PollIntervalDefault      = time.Second
+	DebounceDefault          = 2 * time.Millisecond
+	RetryBackoffDefault      = time.Second
+	MaxRetryBackoffDefault   = time.Minute
+	RetentionDefault         = 7 * 24 * time.Hour
+	RetentionIntervalDefault = time.Minute
+	DeleteBatchSizeDefault   = 1000
+	StatsIntervalDefault     = 10 * time.Second
+	QueryTimeoutDefault      = 30 * time.Second
+)
+
+// Config configures a Relay. The zero value is valid: every field has a
+// default.
+type Config struct {
+	// Workers is the number of workers claiming and publishing batches
+	// concurrently. Defaults to 2.
+	Workers int
+	// BatchSize is the maximum number of rows claimed at once. Defaults to
+	// 1000.
+	BatchSize int
+	// MaxPerAggregate is the maximum number of rows of one aggregate in a
+	// claim. They are published one per Publish call, each after the
+	// previous one was confirmed. Defaults to 100 (at most BatchSize); 1
+	// claims only each
+	// aggregate's oldest unpublished row.
+	MaxPerAggregate int
+	// Lease is how long a claim is owned. A worker that has not marked or
+	// released its rows by then loses them to any other worker (a crashed
+	// or paused relay), and publishes no more of them. Defaults to 30s.
+	Lease time.Duration
+	// PublishTimeout bounds each Publish call. It must be shorter than 90%
+	// of Lease: a worker only starts a Publish call that can end before its
+	// lease does. Defaults to 10s (at most Lease/3).
+	PublishTimeout time.Duration
+	// PollInterval is how often an idle worker claims without being woken
+	// by a notification, with ±20% jitter. Defaults to 1s.
+	PollInterval time.Duration
+	// Debounce is how long a worker woken by a notification waits before
+	// claiming, so that a burst of inserts is one claim. Defaults to 2ms.
+	Debounce time.Duration
+	// DisableListen turns LISTEN/NOTIFY off: workers only poll.
+	DisableListen bool
+	// RetryBackoff is the delay before a row whose publication failed is
+	// tried again, doubled at each further failure, with jitter, up to
+	// MaxRetryBackoff. The same delays pause every worker while the broker
+	// fails whole calls. Defaults to 1s.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps RetryBackoff. Defaults to 1m.
+	MaxRetryBackoff time.Duration
+	// Retention is how long published rows are kept before they are
+	// deleted. It is the period that "idem replay" can re-publish: keep the
+	// consumers' processed_event horizon at least this long. Defaults to 7
+	// days; negative keeps published rows forever.
+	Retention time.Duration
+	// RetentionInterval is how often published rows older than Retention
+	// are deleted. Defaults to 1m.
+	RetentionInterval time.Duration
+	// DeleteBatchSize is the number of rows deleted per statement. Defaults
+	// to 1000.
+	DeleteBatchSize int
+	// StatsInterval is how often the backlog reported by Stats is
+	// measured. Defaults to 10s; negative turns it off.
+	StatsInterval time.Duration
+	// QueryTimeout bounds each database call. Defaults to 30s.
+	QueryTimeout time.Duration
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// ObserveDelay, when set, is called for every published row with the
+	// time from the row's insertion (the start of its transaction) to the
+	// broker's confirmation. It must be fast and safe for concurrent use;
+	// relaymetrics uses it for its histogram.
+	ObserveDelay func(time.Duration)
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	if c.MaxPerAggregate == 0 {
+		c.MaxPerAggregate = min(MaxPerAggregateDefault, c.BatchSize)
+	}
+	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = min(PublishTimeoutDefault, c.Lease/3)
+	}
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.Debounce = cmp.Or(c.Debounce, DebounceDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
+	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, max(MaxRetryBackoffDefault, c.RetryBackoff))
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
+	c.DeleteBatchSize = cmp.Or(c.DeleteBatchSize, DeleteBatchSizeDefault)
+	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	positive := []struct {
+		field string
+		v     int64
+	}{
+		{"Workers", int64(c.Workers)}, {"BatchSize", int64(c.BatchSize)},
+		{"MaxPerAggregate", int64(c.MaxPerAggregate)}, {"Lease", int64(c.Lease)},
+		{"PublishTimeout", int64(c.PublishTimeout)}, {"PollInterval", int64(c.PollInterval)},
+		{"Debounce", int64(c.Debounce)}, {"RetryBackoff", int64(c.RetryBackoff)},
+		{"MaxRetryBackoff", int64(c.MaxRetryBackoff)}, {"RetentionInterval", int64(c.RetentionInterval)},
+		{"DeleteBatchSize", int64(c.DeleteBatchSize)}, {"QueryTimeout", int64(c.QueryTimeout)},
+	}
+	for _, p := range positive {
+		if p.v <= 0 {
+			return fmt.Errorf("idem: relay: Config.%s is %d; want a positive value (or zero for the default)", p.field, p.v)
+		}
+	}
+	switch {
+	case c.PublishTimeout+c.leaseMargin() >= c.Lease:
+		return fmt.Errorf("idem: relay: Config.PublishTimeout %v must be shorter than 90%% of Config.Lease %v, or a slow publish would outlive its lease", c.PublishTimeout, c.Lease)
+	case c.MaxRetryBackoff < c.RetryBackoff:
+		return fmt.Errorf("idem: relay: Config.MaxRetryBackoff %v is shorter than Config.RetryBackoff %v", c.MaxRetryBackoff, c.RetryBackoff)
+	case c.MaxPerAggregate > c.BatchSize:
+		return fmt.Errorf("idem: relay: Config.MaxPerAggregate %d is larger than Config.BatchSize %d", c.MaxPerAggregate, c.BatchSize)
+	}
+	return nil
+}
+
+// leaseMargin is the part of the lease kept free after the last Publish
+// call, for the mark.
+func (c Config) leaseMargin() time.Duration { return c.Lease / 10 }

@@ -1,0 +1,70 @@
+// Package relay moves committed outbox rows to a broker: the polling relay.
+//
+// A Relay runs Config.Workers workers. Each one, in a loop:
+//
+//  1. claims a batch of unpublished rows under a lease: a fresh owner token
+//     written to lease_owner and an expiry in lease_until, with
+//     SELECT ... FOR UPDATE SKIP LOCKED in a short transaction;
+//  2. publishes them through a broker.Publisher, which returns once the
+//     broker has durably accepted (confirmed) or refused each message;
+//  3. marks the confirmed rows published and releases the others, both only
+//     where lease_owner is still its token (fencing): a worker that was
+//     paused past its lease and lost its rows to another changes nothing.
+//
+// A relay that dies leaves its leases behind; any worker claims them once
+// they expire. Rows are therefore published at least once: a crash between
+// the broker's confirm and the mark publishes them again, and consumers skip
+// the duplicate (package inbox).
+//
+// # Order
+//
+// Events of one aggregate (aggregatetype, aggregateid) are published in seq
+// (insertion) order, one Publish call after the other: event k+1 is never
+// sent before event k was confirmed. A claim takes only each aggregate's
+// head, its unpublished row with the lowest seq, plus up to
+// Config.MaxPerAggregate-1 rows that follow it, and never a head whose next
+// row is under a live lease; claims on a table are serialised by an advisory
+// lock so each sees the leases of the previous ones. Two workers
+// therefore never hold rows of one aggregate, and a row committed late by a
+// long transaction (a lower seq than rows already visible) is not skipped:
+// there is no cursor, it simply becomes its aggregate's head. The rows of a
+// claim are published in rounds: round k holds the k-th row of each of its
+// aggregates. Unrelated aggregates are published in parallel.
+//
+// # Latency
+//
+// On PostgreSQL with the pgx driver, a listener (LISTEN on the channel the
+// outbox trigger notifies) wakes a worker when rows are inserted; the worker
+// waits Config.Debounce so that a burst is one claim. Workers also poll every
+// Config.PollInterval, with jitter, so lost notifications only add delay. A
+// claim that returns a full batch is followed at once by another.
+//
+// # Failures
+//
+// A row the broker refuses is released with its attempt count incremented,
+// its last error recorded and a retry delay (Config.RetryBackoff, doubled
+// per attempt, with jitter): it holds back only its own aggregate. When the
+// broker fails whole calls, every worker pauses with the same backoff. Rows
+// are never dropped.
+//
+// # Retention and replay
+//
+// Published rows stay in the outbox for Config.Retention, then are deleted in
+// batches of Config.DeleteBatchSize. Until then, Replay (and "idem replay")
+// can publish the events of a period again, with their original ids. The
+// retention is therefore the replay window: consumers must keep their
+// processed_event markers at least that long (inbox.PurgeConfig.ReplayWindow),
+// or a replay would apply events a second time.
+//
+// # Running
+//
+//	pub := ... // a broker.Publisher: broker/amqp, broker/kafka, broker/nats, broker/webhook
+//	r, err := relay.New(postgres.NewPgx(pool), pub, relay.Config{Workers: 4})
+//	if err != nil { ... }
+//	if err := r.Start(ctx); err != nil { ... }
+//	...
+//	err = r.Stop(shutdownCtx) // stop claiming, finish or release in-flight rows
+//
+// Stats returns counters and the backlog; package relaymetrics exports them
+// to Prometheus. The idem command runs a relay with "idem relay".
+package relay

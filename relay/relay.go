@@ -1,0 +1,682 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/fault"
+)
+
+// Fault points, armed by IDEM_FAULT in tests that kill the relay process.
+const (
+	faultAfterClaim              = "relay.after-claim"
+	faultAfterPublishBeforeMark  = "relay.after-publish-before-mark"
+	faultAfterMark               = "relay.after-mark"
+	releaseTimeout               = 5 * time.Second
+	listenRetryMax               = 30 * time.Second
+	markAttempts                 = 3
+	unhealthyAfterFailedClaims   = 3
+	pollJitter                   = 0.2
+	defaultListenRetry           = time.Second
+	maxBackoffShift              = 20
+	stoppedHealthMessage         = "relay is not running"
+	databaseFailingHealthMessage = "relay cannot claim from the database"
+)
+
+// ErrNotSupported is returned by New when the driver's dialect has no relay
+// support (driver.RelayDialect).
+var ErrNotSupported = errors.New("idem: relay: the database dialect does not support the polling relay")
+
+// ErrAlreadyStarted is returned by Start on a relay that was started before.
+var ErrAlreadyStarted = errors.New("idem: relay: already started")
+
+// Relay publishes committed outbox rows to a broker. Create it with New,
+// run it with Start, end it with Stop.
+type Relay[TTx any] struct {
+	drv     driver.Driver[TTx]
+	dialect driver.RelayDialect
+	pub     broker.Publisher
+	cfg     Config
+	log     *slog.Logger
+
+	wake chan struct{}
+
+	mu          sync.Mutex
+	started     bool
+	stopOnce    sync.Once
+	claimCtx    context.Context
+	cancelClaim context.CancelFunc
+	workCtx     context.Context
+	cancelWork  context.CancelFunc
+	done        chan struct{}
+
+	// pauseUntil (unix nanoseconds) holds every worker back while the
+	// broker fails whole calls; brokerFailures counts them in a row.
+	pauseUntil     atomic.Int64
+	brokerFailures atomic.Int64
+	claimFailures  atomic.Int64
+
+	stats counters
+}
+
+type counters struct {
+	claims, claimed, published, publishErrors atomic.Int64
+	takeovers, leasesLost, released, deleted  atomic.Int64
+	backlog, oldest, measuredAt               atomic.Int64
+}
+
+// Stats is a snapshot of a relay's counters since it was created, and of the
+// backlog as last measured (every Config.StatsInterval).
+type Stats struct {
+	// Claims is the number of claims that returned rows; Claimed the rows
+	// they returned.
+	Claims, Claimed int64
+	// Published is the number of rows confirmed by the broker and marked
+	// published.
+	Published int64
+	// PublishErrors is the number of rows whose publication failed.
+	PublishErrors int64
+	// Takeovers is the number of rows claimed from a worker whose lease had
+	// expired.
+	Takeovers int64
+	// LeasesLost is the number of confirmed rows this relay could not mark
+	// because its lease had been taken over; their new owner publishes them
+	// again.
+	LeasesLost int64
+	// Released is the number of rows given back unpublished.
+	Released int64
+	// Deleted is the number of published rows deleted after Retention.
+	Deleted int64
+	// Backlog is the number of unpublished rows, and OldestUnpublished the
+	// insertion time of the oldest of them (zero when none), as measured at
+	// BacklogMeasuredAt (zero before the first measurement).
+	Backlog           int64
+	OldestUnpublished time.Time
+	BacklogMeasuredAt time.Time
+	// BrokerPausedUntil is set while the relay waits before trying a
+	// failing broker again.
+	BrokerPausedUntil time.Time
+}
+
+// New returns a relay that publishes drv's outbox rows through pub.
+func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Relay[TTx], error) {
+	if drv == nil || pub == nil {
+		return nil, errors.New("idem: relay: New needs a driver and a publisher")
+	}
+	dialect, ok := drv.Dialect().(driver.RelayDialect)
+	if !ok {
+		return nil, fmt.Errorf("%w (%s)", ErrNotSupported, drv.Dialect().Name())
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Relay[TTx]{
+		drv:     drv,
+		dialect: dialect,
+		pub:     pub,
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "relay"),
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// Config returns the relay's configuration, with defaults.
+func (r *Relay[TTx]) Config() Config { return r.cfg }
+
+// Start checks that the outbox can be read, then starts the workers, the
+// listener and the retention loop in the background. Cancelling ctx has the
+// effect of Stop without a deadline. Start returns an error when the relay
+// was started before or the database check fails.
+func (r *Relay[TTx]) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return ErrAlreadyStarted
+	}
+	if err := r.measureBacklog(ctx); err != nil {
+		return fmt.Errorf("idem: relay: read the outbox: %w", err)
+	}
+	r.started = true
+	r.claimCtx, r.cancelClaim = context.WithCancel(ctx)
+	r.workCtx, r.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
+
+	var wg sync.WaitGroup
+	for i := range r.cfg.Workers {
+		wg.Go(func() { r.worker(i) })
+	}
+	if l, ok := any(r.drv).(driver.OutboxListener); ok && !r.cfg.DisableListen {
+		wg.Go(func() { r.listen(l) })
+	}
+	if r.cfg.Retention > 0 {
+		wg.Go(r.retentionLoop)
+	}
+	if r.cfg.StatsInterval > 0 {
+		wg.Go(r.statsLoop)
+	}
+	go func() {
+		wg.Wait()
+		r.cancelWork()
+		close(r.done)
+	}()
+	r.log.Info("relay started", "workers", r.cfg.Workers, "batch_size", r.cfg.BatchSize,
+		"lease", r.cfg.Lease, "listen", !r.cfg.DisableListen)
+	return nil
+}
+
+// Stop stops claiming, lets in-flight batches finish (their rows are marked
+// published or released) and returns when every goroutine has ended. If ctx
+// ends first, in-flight publications are cancelled, their rows released,
+// and Stop returns ctx's error once everything has ended. Stop is
+// idempotent, and a no-op on a relay that was never started.
+func (r *Relay[TTx]) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	started := r.started
+	r.mu.Unlock()
+	if !started {
+		return nil
+	}
+	r.stopOnce.Do(func() {
+		r.log.Info("relay stopping")
+		r.cancelClaim()
+	})
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		r.cancelWork()
+		<-r.done
+		return ctx.Err()
+	}
+}
+
+// Done is closed when a started relay has stopped.
+func (r *Relay[TTx]) Done() <-chan struct{} { return r.done }
+
+// Stats returns a snapshot of the relay's counters.
+func (r *Relay[TTx]) Stats() Stats {
+	s := Stats{
+		Claims:        r.stats.claims.Load(),
+		Claimed:       r.stats.claimed.Load(),
+		Published:     r.stats.published.Load(),
+		PublishErrors: r.stats.publishErrors.Load(),
+		Takeovers:     r.stats.takeovers.Load(),
+		LeasesLost:    r.stats.leasesLost.Load(),
+		Released:      r.stats.released.Load(),
+		Deleted:       r.stats.deleted.Load(),
+		Backlog:       r.stats.backlog.Load(),
+	}
+	if ns := r.stats.oldest.Load(); ns != 0 {
+		s.OldestUnpublished = time.Unix(0, ns)
+	}
+	if ns := r.stats.measuredAt.Load(); ns != 0 {
+		s.BacklogMeasuredAt = time.Unix(0, ns)
+	}
+	if ns := r.pauseUntil.Load(); ns > time.Now().UnixNano() {
+		s.BrokerPausedUntil = time.Unix(0, ns)
+	}
+	return s
+}
+
+// Healthy returns nil while the relay runs and can claim from the database.
+// A failing broker does not make it unhealthy: restarting the relay would
+// not help; Stats().BrokerPausedUntil shows it.
+func (r *Relay[TTx]) Healthy() error {
+	r.mu.Lock()
+	started := r.started
+	r.mu.Unlock()
+	if !started {
+		return errors.New(stoppedHealthMessage)
+	}
+	select {
+	case <-r.done:
+		return errors.New(stoppedHealthMessage)
+	default:
+	}
+	if r.claimFailures.Load() >= unhealthyAfterFailedClaims {
+		return errors.New(databaseFailingHealthMessage)
+	}
+	return nil
+}
+
+// nudge wakes one idle worker.
+func (r *Relay[TTx]) nudge() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Relay[TTx]) worker(n int) {
+	log := r.log.With("worker", n)
+	ctx := r.claimCtx
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var failures int
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-r.wake:
+			if !sleep(ctx, r.cfg.Debounce) {
+				return
+			}
+		}
+		for ctx.Err() == nil {
+			if d := time.Until(time.Unix(0, r.pauseUntil.Load())); d > 0 {
+				if !sleep(ctx, d) {
+					return
+				}
+			}
+			more, err := r.runOnce(log)
+			if err != nil {
+				failures++
+				if r.claimFailures.Add(1) == unhealthyAfterFailedClaims {
+					log.Error("relay keeps failing to claim", "error", err)
+				} else {
+					log.Warn("claim failed", "error", err)
+				}
+				if !sleep(ctx, backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, failures)) {
+					return
+				}
+				continue
+			}
+			failures = 0
+			r.claimFailures.Store(0)
+			if !more {
+				break
+			}
+			// A full batch, or an aggregate with more rows than a claim
+			// takes: claim again at once and let an idle worker help.
+			r.nudge()
+		}
+		timer.Reset(jitter(r.cfg.PollInterval, pollJitter))
+	}
+}
+
+// runOnce claims one batch and publishes it. It reports whether more rows
+// are probably waiting: the batch was full, or an aggregate had as many rows
+// as a claim takes.
+func (r *Relay[TTx]) runOnce(log *slog.Logger) (more bool, err error) {
+	owner := uuid.New()
+	start := time.Now()
+	rows, err := r.claim(owner)
+	if err != nil {
+		return false, err
+	}
+	if len(rows) == 0 {
+		return false, nil
+	}
+	fault.Point(faultAfterClaim)
+	r.stats.claims.Add(1)
+	r.stats.claimed.Add(int64(len(rows)))
+	var taken int64
+	for _, row := range rows {
+		if row.TakenOver {
+			taken++
+		}
+	}
+	if taken > 0 {
+		r.stats.takeovers.Add(taken)
+		log.Warn("took over expired leases", "rows", taken)
+	}
+	rounds := r.process(log, owner, start.Add(r.cfg.Lease), rows)
+	return len(rows) == r.cfg.BatchSize || rounds == r.cfg.MaxPerAggregate, nil
+}
+
+func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error) {
+	ctx, cancel := context.WithTimeout(r.claimCtx, r.cfg.QueryTimeout)
+	defer cancel()
+	tx, err := r.drv.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = r.drv.Rollback(context.WithoutCancel(ctx), tx)
+		}
+	}()
+	rows, err = r.dialect.ClaimOutbox(ctx, r.drv.Tx(tx), driver.ClaimParams{
+		Owner:           owner,
+		Lease:           r.cfg.Lease,
+		Limit:           r.cfg.BatchSize,
+		MaxPerAggregate: r.cfg.MaxPerAggregate,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.drv.Commit(ctx, tx); err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+type aggregateKey struct{ typ, id string }
+
+// item is one claimed row on its way to the broker.
+type item struct {
+	row       *driver.ClaimedRow
+	msg       idem.Message
+	published bool
+	err       error
+	confirmed time.Time
+}
+
+// process publishes a claimed batch in rounds: round k holds the k-th row of
+// each aggregate, and goes to the broker only once round k-1 was confirmed.
+// When a row fails, the later rows of its aggregate are not published. Then
+// it marks what was confirmed and releases the rest, both fenced by owner.
+// It returns the number of rounds.
+func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Time, rows []driver.ClaimedRow) int {
+	items := make([]item, len(rows))
+	var rounds [][]int
+	position := make(map[aggregateKey]int, len(rows))
+	for i := range rows {
+		items[i].row = &rows[i]
+		k := aggregateKey{rows[i].AggregateType, rows[i].AggregateID}
+		p := position[k]
+		position[k] = p + 1
+		if p == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[p] = append(rounds[p], i)
+	}
+
+	failed := map[aggregateKey]bool{}
+	var batch []int
+	var msgs []idem.Message
+	for n, round := range rounds {
+		if n > 0 && r.claimCtx.Err() != nil {
+			break // Stopping: release what is left.
+		}
+		if time.Until(deadline) < r.cfg.PublishTimeout+r.cfg.leaseMargin() {
+			log.Warn("lease about to expire; releasing the rest of the batch", "rounds_left", len(rounds)-n)
+			break
+		}
+		batch, msgs = batch[:0], msgs[:0]
+		for _, i := range round {
+			it := &items[i]
+			k := aggregateKey{it.row.AggregateType, it.row.AggregateID}
+			if failed[k] {
+				continue
+			}
+			msg, err := toMessage(it.row.OutboxRecord)
+			if err != nil {
+				it.err = err
+				failed[k] = true
+				continue
+			}
+			it.msg = msg
+			batch = append(batch, i)
+			msgs = append(msgs, msg)
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.workCtx, r.cfg.PublishTimeout)
+		err := r.pub.Publish(ctx, msgs)
+		cancel()
+		now := time.Now()
+		results := broker.Results(err, len(msgs))
+		for j, res := range results {
+			it := &items[batch[j]]
+			if res == nil {
+				it.published, it.confirmed = true, now
+				continue
+			}
+			it.err = res
+			failed[aggregateKey{it.row.AggregateType, it.row.AggregateID}] = true
+		}
+		var batchErr *broker.BatchError
+		if err != nil && !errors.As(err, &batchErr) {
+			r.brokerFailed(log, err)
+			break
+		}
+		r.brokerFailures.Store(0)
+	}
+
+	var ids []uuid.UUID
+	for i := range items {
+		if items[i].published {
+			ids = append(ids, items[i].row.ID)
+		}
+	}
+	if len(ids) > 0 {
+		fault.Point(faultAfterPublishBeforeMark)
+		marked, err := r.mark(owner, deadline, ids)
+		if err != nil {
+			log.Error("mark published failed; the rows will be published again after the lease", "rows", len(ids), "error", err)
+		} else {
+			r.stats.published.Add(marked)
+			if lost := int64(len(ids)) - marked; lost > 0 {
+				r.stats.leasesLost.Add(lost)
+				log.Warn("lease lost: rows were taken over by another worker, which publishes them again", "rows", lost)
+			}
+			if r.cfg.ObserveDelay != nil && marked == int64(len(ids)) {
+				for i := range items {
+					if items[i].published {
+						r.cfg.ObserveDelay(items[i].confirmed.Sub(items[i].row.CreatedAt))
+					}
+				}
+			}
+		}
+		fault.Point(faultAfterMark)
+	}
+
+	var release []driver.ReleaseRow
+	var errCount int64
+	for i := range items {
+		it := &items[i]
+		if it.published {
+			continue
+		}
+		rr := driver.ReleaseRow{ID: it.row.ID}
+		if it.err != nil && !errors.Is(it.err, context.Canceled) {
+			errCount++
+			rr.Error = it.err.Error()
+			rr.Delay = backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, it.row.Attempts+1)
+		}
+		release = append(release, rr)
+	}
+	if errCount > 0 {
+		r.stats.publishErrors.Add(errCount)
+		log.Warn("publish failed; rows will be retried", "rows", errCount, "error", firstError(items))
+	}
+	if len(release) > 0 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), releaseTimeout)
+		n, err := r.dialect.ReleaseOutbox(ctx, r.drv.Pool(), owner, release)
+		cancel()
+		if err != nil {
+			log.Error("release failed; the rows wait for their lease to expire", "rows", len(release), "error", err)
+		} else {
+			r.stats.released.Add(n)
+		}
+	}
+	return len(rounds)
+}
+
+func firstError(items []item) error {
+	for i := range items {
+		if items[i].err != nil {
+			return items[i].err
+		}
+	}
+	return nil
+}
+
+// mark marks ids published, retrying while the lease lasts.
+func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, ids []uuid.UUID) (int64, error) {
+	var err error
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), r.cfg.QueryTimeout)
+		var n int64
+		n, err = r.dialect.MarkPublished(ctx, r.drv.Pool(), owner, ids)
+		cancel()
+		if err == nil {
+			return n, nil
+		}
+		if attempt == markAttempts || time.Until(deadline) < r.cfg.leaseMargin() || r.workCtx.Err() != nil {
+			return 0, err
+		}
+		if !sleep(r.workCtx, backoff(10*time.Millisecond, time.Second, attempt)) {
+			return 0, err
+		}
+	}
+}
+
+// brokerFailed pauses every worker after a whole Publish call failed.
+func (r *Relay[TTx]) brokerFailed(log *slog.Logger, err error) {
+	n := r.brokerFailures.Add(1)
+	d := backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, int(n))
+	until := time.Now().Add(d).UnixNano()
+	for {
+		cur := r.pauseUntil.Load()
+		if cur >= until || r.pauseUntil.CompareAndSwap(cur, until) {
+			break
+		}
+	}
+	if !errors.Is(err, context.Canceled) {
+		log.Warn("broker failed; pausing", "pause", d.Round(time.Millisecond), "failures_in_a_row", n, "error", err)
+	}
+}
+
+func toMessage(rec driver.OutboxRecord) (idem.Message, error) {
+	return idem.NewMessage(idem.Event{
+		ID:               rec.ID,
+		Name:             rec.Type,
+		OccurredAt:       rec.OccurredAt,
+		AggregateType:    rec.AggregateType,
+		AggregateID:      rec.AggregateID,
+		AggregateVersion: rec.AggregateVersion,
+		Payload:          rec.Payload,
+		Headers:          rec.Headers,
+	})
+}
+
+func (r *Relay[TTx]) listen(l driver.OutboxListener) {
+	ctx := r.claimCtx
+	var failures int
+	for {
+		connected := false
+		err := l.ListenOutbox(ctx, func() {
+			connected = true
+			r.nudge()
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if connected {
+			failures = 0
+		}
+		failures++
+		d := backoff(defaultListenRetry, listenRetryMax, failures)
+		r.log.Warn("listen for outbox notifications failed; polling until it reconnects", "retry_in", d.Round(time.Millisecond), "error", err)
+		if !sleep(ctx, d) {
+			return
+		}
+	}
+}
+
+func (r *Relay[TTx]) retentionLoop() {
+	ctx := r.claimCtx
+	for {
+		if !sleep(ctx, jitter(r.cfg.RetentionInterval, pollJitter)) {
+			return
+		}
+		before := time.Now().Add(-r.cfg.Retention)
+		for ctx.Err() == nil {
+			qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+			n, err := r.dialect.DeletePublished(qctx, r.drv.Pool(), before, r.cfg.DeleteBatchSize)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("delete published rows failed", "error", err)
+				}
+				break
+			}
+			r.stats.deleted.Add(n)
+			if n < int64(r.cfg.DeleteBatchSize) {
+				break
+			}
+		}
+	}
+}
+
+func (r *Relay[TTx]) statsLoop() {
+	ctx := r.claimCtx
+	for sleep(ctx, r.cfg.StatsInterval) {
+		if err := r.measureBacklog(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("measure backlog failed", "error", err)
+		}
+	}
+}
+
+func (r *Relay[TTx]) measureBacklog(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	b, err := r.dialect.OutboxBacklog(ctx, r.drv.Pool())
+	if err != nil {
+		return err
+	}
+	r.stats.backlog.Store(b.Rows)
+	var oldest int64
+	if !b.Oldest.IsZero() {
+		oldest = b.Oldest.UnixNano()
+	}
+	r.stats.oldest.Store(oldest)
+	r.stats.measuredAt.Store(time.Now().UnixNano())
+	return nil
+}
+
+// sleep waits for d or until ctx is done, and reports whether ctx is still
+// live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// jitter returns d changed by a random fraction in [-f, +f].
+func jitter(d time.Duration, f float64) time.Duration {
+	return time.Duration(float64(d) * (1 + f*(2*rand.Float64()-1)))
+}
+
+// backoff returns base doubled attempt-1 times, capped at max, with "equal
+// jitter": between half of it and all of it.
+func backoff(base, max time.Duration, attempt int) time.Duration {
+	shift := min(max0(attempt-1), maxBackoffShift)
+	d := base << shift
+	if d > max || d <= 0 {
+		d = max
+	}
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(half)+1))
+}
+
+func max0(n int) int {
+	if n < 0 {
+		return 0
+	}
+	return n
+}

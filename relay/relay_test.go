@@ -1,0 +1,666 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker/memory"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/relay"
+)
+
+func TestRelayPublishesEnvelopes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ev := event(t, "42", 3)
+	ev.Headers = map[string]string{"trace": "abc"}
+	b.insert(t, ev)
+	// A row written by another program with Debezium's five columns only.
+	debeziumID := uuid.New()
+	b.pg.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', '43', 'OrderCreated', '{"orderId": 43}')`, debeziumID)
+
+	r := b.start(t, fastConfig(t))
+	if err := b.pub.WaitLen(waitCtx(t, 10*time.Second), 2); err != nil {
+		t.Fatal(err)
+	}
+	byID := map[uuid.UUID]idem.Event{}
+	for _, m := range b.pub.Messages() {
+		byID[m.EventID] = decode(t, m)
+		if m.EventName == "" || string(m.Key) == "" || m.AggregateType != "order" {
+			t.Errorf("message %s lacks routing fields: %+v", m.EventID, m)
+		}
+	}
+	got := byID[ev.ID]
+	if got.Name != ev.Name || got.AggregateID != "42" || got.AggregateVersion != 3 ||
+		!got.OccurredAt.Equal(ev.OccurredAt.Truncate(time.Microsecond)) || got.Headers["trace"] != "abc" {
+		t.Errorf("idem event published as %+v, want %+v", got, ev)
+	}
+	dbz, ok := byID[debeziumID]
+	if !ok {
+		t.Fatalf("the Debezium-style row was not published")
+	}
+	if dbz.Name != "OrderCreated" || dbz.AggregateID != "43" || dbz.AggregateVersion != 0 ||
+		string(dbz.Payload) != `{"orderId":43}` || dbz.OccurredAt.IsZero() {
+		t.Errorf("Debezium-style row published as %+v", dbz)
+	}
+	waitFor(t, 10*time.Second, "rows marked published", func() bool {
+		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	if s := r.Stats(); s.Published != 2 {
+		t.Errorf("Stats().Published = %d, want 2", s.Published)
+	}
+}
+
+func TestRelayWakesOnNotify(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := fastConfig(t)
+	cfg.PollInterval = time.Hour // only a notification can wake the relay
+	b.start(t, cfg)
+	for i := range 3 {
+		b.insert(t, event(t, fmt.Sprint(i), 1))
+		if err := b.pub.WaitLen(waitCtx(t, 5*time.Second), i+1); err != nil {
+			t.Fatalf("event %d not published after its notification: %v", i, err)
+		}
+	}
+}
+
+func TestRelayPollsWithoutNotifications(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := fastConfig(t)
+	cfg.DisableListen = true
+	cfg.PollInterval = 20 * time.Millisecond
+	b.start(t, cfg)
+	for i := range 3 {
+		b.insert(t, event(t, fmt.Sprint(i), 1))
+	}
+	if err := b.pub.WaitLen(waitCtx(t, 10*time.Second), 3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRelayOrderManyWorkers: 4 workers, 1,000 aggregates x 20 events written
+// by concurrent transactions, some of them long-running: every event is
+// published once, each aggregate's events in order.
+func TestRelayOrderManyWorkers(t *testing.T) {
+	t.Parallel()
+	const (
+		aggregates = 1000
+		perAgg     = 20
+		writers    = 16
+		perTx      = 8
+	)
+	b := setup(t)
+	cfg := fastConfig(t)
+	cfg.Workers = 4
+	cfg.BatchSize = 200
+	cfg.MaxPerAggregate = 5
+	r := b.start(t, cfg)
+
+	ctx := waitCtx(t, 3*time.Minute)
+	var wg sync.WaitGroup
+	var longTx atomic.Int64
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			// Each writer owns the aggregates w, w+writers, ... and writes
+			// their events version by version, each transaction holding
+			// the next event of a few aggregates.
+			var mine []string
+			for a := w; a < aggregates; a += writers {
+				mine = append(mine, fmt.Sprint(a))
+			}
+			for v := 1; v <= perAgg; v++ {
+				for i := 0; i < len(mine); i += perTx {
+					long := (w+v+i)%23 == 0
+					if err := b.writeEvents(ctx, mine[i:min(i+perTx, len(mine))], v, long, &longTx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if longTx.Load() == 0 {
+		t.Fatal("no long-running transaction committed after later rows were published")
+	}
+	if err := b.pub.WaitLen(ctx, aggregates*perAgg); err != nil {
+		t.Fatalf("published %d of %d: %v", b.pub.Len(), aggregates*perAgg, err)
+	}
+	waitFor(t, time.Minute, "every row marked", func() bool {
+		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	msgs := b.pub.Messages()
+	if len(msgs) != aggregates*perAgg {
+		t.Errorf("published %d messages, want %d (no duplicates without a crash)", len(msgs), aggregates*perAgg)
+	}
+	last := map[string]int64{}
+	for _, m := range msgs {
+		ev := decode(t, m)
+		if want := last[ev.AggregateID] + 1; ev.AggregateVersion != want {
+			t.Fatalf("aggregate %s: published version %d after %d", ev.AggregateID, ev.AggregateVersion, want-1)
+		}
+		last[ev.AggregateID] = ev.AggregateVersion
+	}
+	if s := r.Stats(); s.LeasesLost != 0 || s.Takeovers != 0 {
+		t.Errorf("unexpected lease trouble: %+v", s)
+	}
+}
+
+// writeEvents commits the version-th event of each of aggs in one
+// transaction. A long transaction inserts its rows (taking seqs), then stays
+// open until more events were published, so that its rows commit after rows
+// with higher seqs went out.
+func (b *bundle) writeEvents(ctx context.Context, aggs []string, version int, long bool, longTx *atomic.Int64) error {
+	tx, err := b.pg.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, agg := range aggs {
+		ev, err := idem.NewEvent("order.order.changed.v1", "order", agg, map[string]any{"version": version})
+		if err != nil {
+			return err
+		}
+		ev.AggregateVersion = int64(version)
+		if err := b.w.Add(ctx, tx, ev); err != nil {
+			return err
+		}
+	}
+	if long {
+		before := b.pub.Len()
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := b.pub.WaitLen(wctx, before+50)
+		cancel()
+		if err == nil {
+			longTx.Add(1)
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// TestRelayLateCommitIsNotSkipped: a row with a lower seq committed after
+// later rows were published is published too.
+func TestRelayLateCommitIsNotSkipped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := waitCtx(t, 30*time.Second)
+	tx, err := b.pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	late := event(t, "late", 1)
+	if err := b.w.Add(ctx, tx, late); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, fastConfig(t))
+	for i := range 10 {
+		b.insert(t, event(t, fmt.Sprint(i), 1))
+	}
+	if err := b.pub.WaitLen(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pub.WaitLen(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.pub.Messages()[10].EventID; got != late.ID {
+		t.Errorf("11th message is %s, want the late row %s", got, late.ID)
+	}
+}
+
+func TestRelayBrokerUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.pub.Fail(errors.New("broker down"))
+	cfg := fastConfig(t)
+	cfg.StatsInterval = 20 * time.Millisecond
+	r := b.start(t, cfg)
+
+	var all []idem.Event
+	for round := range 5 {
+		var evs []idem.Event
+		for a := range 40 {
+			evs = append(evs, event(t, fmt.Sprint(a), round+1))
+		}
+		b.insert(t, evs...)
+		all = append(all, evs...)
+	}
+	waitFor(t, 10*time.Second, "failed attempts recorded", func() bool {
+		return b.pg.Count(t, "outbox WHERE attempts >= 2 AND last_error LIKE '%broker down%'") > 0
+	})
+	waitFor(t, 10*time.Second, "backlog measured", func() bool {
+		s := r.Stats()
+		return s.Backlog == int64(len(all)) && !s.OldestUnpublished.IsZero()
+	})
+	if n := b.pg.Count(t, "outbox WHERE published_at IS NULL"); n != len(all) {
+		t.Fatalf("%d unpublished rows while the broker is down, want %d", n, len(all))
+	}
+	if b.pub.Len() != 0 {
+		t.Fatalf("%d messages accepted by a broker that is down", b.pub.Len())
+	}
+
+	b.pub.Recover()
+	waitFor(t, 30*time.Second, "backlog drained", func() bool {
+		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	got := countIDs(idsOf(b.pub.Messages()))
+	for _, ev := range all {
+		if got[ev.ID] != 1 {
+			t.Errorf("event %s published %d times", ev.ID, got[ev.ID])
+		}
+	}
+	checkOrder(t, b.pub.Messages())
+	if s := r.Stats(); s.PublishErrors == 0 {
+		t.Errorf("Stats().PublishErrors = 0 after failures")
+	}
+}
+
+// checkOrder fails the test if an aggregate's versions are published out of
+// order, looking at each event's first delivery: what a deduplicating
+// consumer applies.
+func checkOrder(t *testing.T, msgs []idem.Message) {
+	t.Helper()
+	last := map[string]int64{}
+	seen := map[uuid.UUID]bool{}
+	for _, m := range msgs {
+		if seen[m.EventID] {
+			continue
+		}
+		seen[m.EventID] = true
+		ev := decode(t, m)
+		if ev.AggregateVersion < last[ev.AggregateID] {
+			t.Fatalf("aggregate %s: version %d published after %d", ev.AggregateID, ev.AggregateVersion, last[ev.AggregateID])
+		}
+		last[ev.AggregateID] = ev.AggregateVersion
+	}
+}
+
+// TestRelayRefusedRowDoesNotBlockOthers: a row the broker keeps refusing is
+// retried with its attempts and last error recorded; the rest of its
+// aggregate waits, other aggregates go on.
+func TestRelayRefusedRowDoesNotBlockOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bad := event(t, "bad", 1)
+	b.pub.SetFunc(func(int, []idem.Message) memory.Action {
+		return memory.Action{Refuse: func(m idem.Message) error {
+			if m.EventID == bad.ID {
+				return errors.New("message too large")
+			}
+			return nil
+		}}
+	})
+	b.insert(t, bad, event(t, "bad", 2))
+	var good []idem.Event
+	for a := range 20 {
+		for v := 1; v <= 3; v++ {
+			good = append(good, event(t, fmt.Sprint(a), v))
+		}
+	}
+	b.insert(t, good...)
+	b.start(t, fastConfig(t))
+	if err := b.pub.WaitLen(waitCtx(t, 10*time.Second), len(good)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "retries recorded", func() bool {
+		return b.pg.Count(t, "outbox WHERE id = $1 AND attempts >= 3 AND last_error = 'message too large'", bad.ID) == 1
+	})
+	for _, m := range b.pub.Messages() {
+		if string(m.Key) == "bad" {
+			t.Errorf("published %s of the blocked aggregate", m.EventID)
+		}
+	}
+	if n := b.pg.Count(t, "outbox WHERE aggregateid = 'bad' AND published_at IS NULL"); n != 2 {
+		t.Errorf("%d unpublished rows for the refused aggregate, want 2", n)
+	}
+	checkOrder(t, b.pub.Messages())
+
+	// Once the broker accepts it, the aggregate goes on in order.
+	b.pub.SetFunc(nil)
+	waitFor(t, 10*time.Second, "the refused aggregate published", func() bool {
+		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	msgs := b.pub.Messages()
+	if decode(t, msgs[len(msgs)-2]).AggregateVersion != 1 || decode(t, msgs[len(msgs)-1]).AggregateVersion != 2 {
+		t.Errorf("refused aggregate published out of order")
+	}
+}
+
+// TestRelayLostConfirm: the broker takes the messages but the relay hears a
+// failure; the rows are published again and nothing is lost.
+func TestRelayLostConfirm(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.pub.SetFunc(func(call int, _ []idem.Message) memory.Action {
+		return memory.Action{LoseConfirm: call == 1}
+	})
+	var evs []idem.Event
+	for a := range 10 {
+		evs = append(evs, event(t, fmt.Sprint(a), 1))
+	}
+	b.insert(t, evs...)
+	b.start(t, fastConfig(t))
+	waitFor(t, 10*time.Second, "rows published", func() bool {
+		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	got := countIDs(idsOf(b.pub.Messages()))
+	for _, ev := range evs {
+		if got[ev.ID] != 2 {
+			t.Errorf("event %s accepted %d times, want 2 (lost confirm, then retry)", ev.ID, got[ev.ID])
+		}
+	}
+}
+
+// TestRelayStalledWorkerCannotMark: a worker paused past its lease (here in
+// the middle of a Publish call that ignores its deadline) finds its rows
+// taken over and published by another worker; when it resumes it marks and
+// releases nothing.
+func TestRelayStalledWorkerCannotMark(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var evs []idem.Event
+	for a := range 5 {
+		evs = append(evs, event(t, fmt.Sprint(a), 1), event(t, fmt.Sprint(a), 2))
+	}
+	b.insert(t, evs...)
+
+	resume := make(chan struct{})
+	stalled := make(chan struct{})
+	var once sync.Once
+	stalledPub := memory.New()
+	stalledPub.SetFunc(func(int, []idem.Message) memory.Action {
+		once.Do(func() { close(stalled) })
+		return memory.Action{Hang: resume, IgnoreContext: true}
+	})
+	cfgA := fastConfig(t)
+	cfgA.Workers = 1
+	cfgA.Lease = time.Second
+	cfgA.PublishTimeout = 100 * time.Millisecond
+	a := startRelay(t, b.pg, stalledPub, cfgA)
+	select {
+	case <-stalled:
+	case <-waitCtx(t, 10*time.Second).Done():
+		t.Fatal("relay A never published")
+	}
+
+	cfgB := fastConfig(t)
+	cfgB.Workers = 1
+	rb := b.start(t, cfgB)
+	waitFor(t, 10*time.Second, "relay B published everything", func() bool {
+		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	if got := b.pub.Len(); got != len(evs) {
+		t.Fatalf("relay B published %d messages, want %d", got, len(evs))
+	}
+	if rb.Stats().Takeovers == 0 {
+		t.Errorf("relay B reports no takeover")
+	}
+	var before []time.Time
+	rows, err := b.pg.Pool.Query(context.Background(), "SELECT published_at FROM outbox ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var at time.Time
+		if err := rows.Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, at)
+	}
+	rows.Close()
+
+	// Resume A: its publish "succeeds", its mark must change nothing.
+	statsA := a.Stats()
+	close(resume)
+	waitFor(t, 10*time.Second, "relay A gave up its rows", func() bool {
+		return a.Stats().LeasesLost > 0
+	})
+	rows, err = b.pg.Pool.Query(context.Background(), "SELECT published_at FROM outbox ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for i := 0; rows.Next(); i++ {
+		var at time.Time
+		if err := rows.Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		if !at.Equal(before[i]) {
+			t.Errorf("row %d: published_at changed from %v to %v by the stalled worker", i, before[i], at)
+		}
+	}
+	if s := a.Stats(); s.Published != 0 || s.Released != statsA.Released {
+		t.Errorf("stalled relay marked %d and released %d rows it no longer owned", s.Published, s.Released-statsA.Released)
+	}
+}
+
+// TestClaimFencing checks the fencing of the dialect directly: after a
+// takeover, the first owner can neither mark nor release.
+func TestClaimFencing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, event(t, "1", 1), event(t, "1", 2), event(t, "2", 1))
+	d := b.pg.Driver.PostgresDialect()
+	ctx := waitCtx(t, 30*time.Second)
+	claim := func(owner uuid.UUID, lease time.Duration) []driver.ClaimedRow {
+		tx, err := b.pg.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		rows, err := d.ClaimOutbox(ctx, postgres.PgxExecutor{Q: tx}, driver.ClaimParams{Owner: owner, Lease: lease, Limit: 10, MaxPerAggregate: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	first, second := uuid.New(), uuid.New()
+	rowsA := claim(first, 500*time.Millisecond)
+	if len(rowsA) != 3 {
+		t.Fatalf("first claim got %d rows, want 3", len(rowsA))
+	}
+	if again := claim(second, time.Minute); len(again) != 0 {
+		t.Fatalf("claimed %d leased rows", len(again))
+	}
+	waitFor(t, 5*time.Second, "lease expiry", func() bool {
+		return b.pg.Count(t, "outbox WHERE lease_until < now()") == 3
+	})
+	rowsB := claim(second, time.Minute)
+	if len(rowsB) != 3 || !rowsB[0].TakenOver {
+		t.Fatalf("takeover claimed %d rows (taken over: %v), want 3", len(rowsB), len(rowsB) > 0 && rowsB[0].TakenOver)
+	}
+	ids := []uuid.UUID{rowsA[0].ID, rowsA[1].ID, rowsA[2].ID}
+	pool := b.pg.Driver.Pool()
+	if n, err := d.MarkPublished(ctx, pool, first, ids); err != nil || n != 0 {
+		t.Fatalf("stale owner marked %d rows (err %v)", n, err)
+	}
+	if n, err := d.ReleaseOutbox(ctx, pool, first, []driver.ReleaseRow{{ID: ids[0], Error: "x", Delay: time.Hour}}); err != nil || n != 0 {
+		t.Fatalf("stale owner released %d rows (err %v)", n, err)
+	}
+	if n, err := d.MarkPublished(ctx, pool, second, ids); err != nil || n != 3 {
+		t.Fatalf("owner marked %d rows (err %v), want 3", n, err)
+	}
+}
+
+// TestRelayStopReleasesInFlight: Stop with a deadline cancels a hanging
+// publish and releases its rows without counting an attempt.
+func TestRelayStopReleasesInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hang := make(chan struct{})
+	defer close(hang)
+	b.pub.SetFunc(func(int, []idem.Message) memory.Action { return memory.Action{Hang: hang} })
+	b.insert(t, event(t, "1", 1), event(t, "2", 1))
+	cfg := fastConfig(t)
+	cfg.PublishTimeout = 4 * time.Second
+	r, err := relay.New(b.pg.Driver, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pub.Wait(waitCtx(t, 10*time.Second), func(_ []idem.Message, inflight int) bool { return inflight > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := r.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want the deadline error", err)
+	}
+	if err := r.Stop(context.Background()); err != nil {
+		t.Fatalf("second Stop = %v", err)
+	}
+	if n := b.pg.Count(t, "outbox WHERE lease_owner IS NOT NULL OR lease_until IS NOT NULL OR attempts > 0"); n != 0 {
+		t.Errorf("%d rows still leased or charged an attempt after Stop", n)
+	}
+	if r.Healthy() == nil {
+		t.Errorf("stopped relay reports healthy")
+	}
+}
+
+// TestRelayGracefulStop: Stop without a deadline lets the in-flight batch
+// finish and mark its rows.
+func TestRelayGracefulStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	b.pub.SetFunc(func(int, []idem.Message) memory.Action { return memory.Action{Hang: release} })
+	b.insert(t, event(t, "1", 1))
+	r, err := relay.New(b.pg.Driver, b.pub, fastConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pub.Wait(waitCtx(t, 10*time.Second), func(_ []idem.Message, inflight int) bool { return inflight > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(context.Background()) }()
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if n := b.pg.Count(t, "outbox WHERE published_at IS NOT NULL"); n != 1 {
+		t.Errorf("in-flight row not marked after a graceful stop")
+	}
+}
+
+func TestRelayRetentionDeletesPublished(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var evs []idem.Event
+	for a := range 25 {
+		evs = append(evs, event(t, fmt.Sprint(a), 1))
+	}
+	b.insert(t, evs...)
+	cfg := fastConfig(t)
+	cfg.Retention = time.Nanosecond
+	cfg.RetentionInterval = 20 * time.Millisecond
+	cfg.DeleteBatchSize = 10
+	r := b.start(t, cfg)
+	waitFor(t, 10*time.Second, "published rows deleted", func() bool {
+		return b.pg.Count(t, "outbox") == 0
+	})
+	if b.pub.Len() != len(evs) || r.Stats().Deleted != int64(len(evs)) {
+		t.Errorf("published %d, deleted %d; want %d", b.pub.Len(), r.Stats().Deleted, len(evs))
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := relay.New(b.pg.Driver, b.pub, relay.Config{Lease: time.Second, PublishTimeout: 2 * time.Second})
+	if err == nil {
+		t.Fatal("New accepted a PublishTimeout longer than the Lease")
+	}
+	if want := "Config.PublishTimeout"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not name %s", err, want)
+	}
+	if _, err := relay.New(b.pg.Driver, b.pub, relay.Config{Workers: -1}); err == nil || !strings.Contains(err.Error(), "Config.Workers") {
+		t.Errorf("New(Workers: -1) = %v", err)
+	}
+}
+
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	base := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	var evs []idem.Event
+	for h := range 6 {
+		for a := range 3 {
+			ev := event(t, fmt.Sprint(a), h+1)
+			ev.OccurredAt = base.Add(time.Duration(h) * time.Hour)
+			if a == 2 {
+				ev.Name = "order.order.cancelled.v1"
+			}
+			evs = append(evs, ev)
+		}
+	}
+	b.insert(t, evs...)
+	b.start(t, fastConfig(t))
+	waitFor(t, 10*time.Second, "everything published", func() bool {
+		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	b.pub.Reset()
+
+	f := relay.ReplayFilter{Since: base.Add(2 * time.Hour), Until: base.Add(4 * time.Hour)}
+	counts, err := relay.ReplayCounts(context.Background(), b.pg.Driver, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts["order.order.changed.v1"] != 4 || counts["order.order.cancelled.v1"] != 2 || len(counts) != 2 {
+		t.Errorf("ReplayCounts = %v", counts)
+	}
+	replayPub := memory.New()
+	n, err := relay.Replay(context.Background(), b.pg.Driver, replayPub, f, relay.ReplayOptions{BatchSize: 4})
+	if err != nil || n != 6 {
+		t.Fatalf("Replay = %d, %v; want 6", n, err)
+	}
+	var want []uuid.UUID
+	for _, ev := range evs {
+		if !ev.OccurredAt.Before(f.Since) && ev.OccurredAt.Before(f.Until) {
+			want = append(want, ev.ID)
+		}
+	}
+	got := countIDs(idsOf(replayPub.Messages()))
+	if len(got) != len(want) {
+		t.Errorf("replayed %d distinct events, want %d", len(got), len(want))
+	}
+	for _, id := range want {
+		if got[id] != 1 {
+			t.Errorf("event %s replayed %d times", id, got[id])
+		}
+	}
+	checkOrder(t, replayPub.Messages())
+
+	f.EventName = "order.order.cancelled.v1"
+	if n, err := relay.Replay(context.Background(), b.pg.Driver, replayPub, f, relay.ReplayOptions{}); err != nil || n != 2 {
+		t.Errorf("Replay with an event name = %d, %v; want 2", n, err)
+	}
+}
