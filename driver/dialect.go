@@ -127,8 +127,14 @@ type MigrationSupport struct {
 	// CreateTable creates the migrations table if it does not exist.
 	CreateTable string
 	// Lock, run in the migration transaction, serialises concurrent
-	// migrators. Empty when the dialect needs none.
+	// migrators. Empty when the dialect needs none. When Unlock is set, Lock
+	// takes a session-level lock and returns one row whose first column is 1
+	// when it was taken (MySQL's GET_LOCK).
 	Lock string
+	// Unlock releases the session-level lock taken by Lock. The migrator runs
+	// it on the same connection before the transaction ends. Empty for
+	// transaction-scoped locks.
+	Unlock string
 	// SelectVersions lists applied versions, ascending.
 	SelectVersions string
 	// InsertVersion records a version (args: version, name).
@@ -136,6 +142,10 @@ type MigrationSupport struct {
 	// DeleteVersion forgets a version (arg: version).
 	DeleteVersion string
 	// TransactionalDDL is true when DDL rolls back with its transaction.
+	// When it is false (MySQL), the migrator runs each statement of a
+	// migration on its own (see SplitStatements) and records each version
+	// right after its migration, so that a failure leaves the recorded
+	// versions true.
 	TransactionalDDL bool
 }
 

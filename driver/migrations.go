@@ -68,3 +68,33 @@ func LoadMigrations(fsys fs.FS, dir string, data any, funcs template.FuncMap) ([
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
 }
+
+// SplitStatements splits a migration script into its statements: a statement
+// ends with a semicolon at the end of a line. Lines holding only a "--"
+// comment are dropped. Scripts of dialects without transactional DDL are run
+// one statement at a time with it, since their drivers do not run several
+// statements in one call by default.
+func SplitStatements(script string) []string {
+	var (
+		out []string
+		cur strings.Builder
+	)
+	for line := range strings.SplitSeq(script, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+		if strings.HasSuffix(trimmed, ";") {
+			if stmt := strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"); stmt != "" {
+				out = append(out, stmt)
+			}
+			cur.Reset()
+		}
+	}
+	if stmt := strings.TrimSpace(cur.String()); stmt != "" {
+		out = append(out, stmt)
+	}
+	return out
+}

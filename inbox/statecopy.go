@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,9 @@ func (s StateCopy) Apply(ctx context.Context, d driver.Dialect, ex driver.Execut
 	}
 	if s.Table == "" || s.Key == "" {
 		return VersionResult{}, errors.New("idem: StateCopy needs Table and Key")
+	}
+	if name := d.Name(); name == "mysql" || name == "sqlite" {
+		return s.applyLocked(ctx, name, ex, key, version, values)
 	}
 	query, err := s.sql(d.Name())
 	if err != nil {
@@ -112,4 +116,57 @@ WHERE cur.` + ver + ` < EXCLUDED.` + ver + `
 RETURNING (SELECT v FROM prev)`, nil
 	}
 	return "", fmt.Errorf("idem: StateCopy: dialect %q not supported yet", dialect)
+}
+
+// applyLocked is Apply for MySQL and SQLite, which cannot return the
+// previous version from the upsert: it reads the stored version, locking the
+// row (FOR UPDATE on MySQL; SQLite's transaction holds the database's write
+// lock), then inserts or updates.
+func (s StateCopy) applyLocked(ctx context.Context, dialect string, ex driver.Executor, key any, version int64, values []any) (VersionResult, error) {
+	ver := cmp.Or(s.Version, "version")
+	quote := func(id string) string {
+		parts := strings.Split(id, ".")
+		for i, p := range parts {
+			if dialect == "mysql" {
+				parts[i] = "`" + strings.ReplaceAll(p, "`", "``") + "`"
+			} else {
+				parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
+			}
+		}
+		return strings.Join(parts, ".")
+	}
+	table, qkey, qver := quote(s.Table), quote(s.Key), quote(ver)
+	lock := ""
+	if dialect == "mysql" {
+		lock = " FOR UPDATE"
+	}
+	var prev int64
+	err := driver.QueryRow(ctx, ex, `SELECT `+qver+` FROM `+table+` WHERE `+qkey+` = ?`+lock, []any{key}, &prev)
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+		cols := []string{qkey, qver}
+		params := []string{"?", "?"}
+		for _, c := range s.Columns {
+			cols = append(cols, quote(c))
+			params = append(params, "?")
+		}
+		args := append([]any{key, version}, values...)
+		if _, err := ex.Exec(ctx, `INSERT INTO `+table+` (`+strings.Join(cols, ", ")+`) VALUES (`+strings.Join(params, ", ")+`)`, args...); err != nil {
+			return VersionResult{}, fmt.Errorf("idem: StateCopy %s: %w", s.Table, err)
+		}
+		return VersionResult{Applied: true}, nil
+	case err != nil:
+		return VersionResult{}, fmt.Errorf("idem: StateCopy %s: %w", s.Table, err)
+	case version <= prev:
+		return VersionResult{Previous: prev}, nil
+	}
+	sets := []string{qver + " = ?"}
+	for _, c := range s.Columns {
+		sets = append(sets, quote(c)+" = ?")
+	}
+	args := append(append([]any{version}, values...), key)
+	if _, err := ex.Exec(ctx, `UPDATE `+table+` SET `+strings.Join(sets, ", ")+` WHERE `+qkey+` = ?`, args...); err != nil {
+		return VersionResult{}, fmt.Errorf("idem: StateCopy %s: %w", s.Table, err)
+	}
+	return VersionResult{Applied: true, Previous: prev, Gap: version > prev+1}, nil
 }

@@ -50,7 +50,7 @@ func (m *Migrator[TTx]) Up(ctx context.Context) ([]driver.Migration, error) {
 			if done[mig.Version] {
 				continue
 			}
-			if _, err := ex.Exec(ctx, mig.Up); err != nil {
+			if err := execScript(ctx, ex, m.drv.Dialect().MigrationSupport(), mig.Up); err != nil {
 				return fmt.Errorf("idem: migration %04d_%s up: %w", mig.Version, mig.Name, err)
 			}
 			if _, err := ex.Exec(ctx, m.drv.Dialect().MigrationSupport().InsertVersion, mig.Version, mig.Name); err != nil {
@@ -80,7 +80,7 @@ func (m *Migrator[TTx]) Down(ctx context.Context, steps int) ([]driver.Migration
 			if steps > 0 && len(reverted) == steps {
 				break
 			}
-			if _, err := ex.Exec(ctx, mig.Down); err != nil {
+			if err := execScript(ctx, ex, m.drv.Dialect().MigrationSupport(), mig.Down); err != nil {
 				return fmt.Errorf("idem: migration %04d_%s down: %w", mig.Version, mig.Name, err)
 			}
 			if _, err := ex.Exec(ctx, m.drv.Dialect().MigrationSupport().DeleteVersion, mig.Version); err != nil {
@@ -157,7 +157,28 @@ func (m *Migrator[TTx]) run(ctx context.Context, allowNewer bool, fn func(driver
 		}
 	}()
 	ex := m.drv.Tx(tx)
-	if sup.Lock != "" {
+	var unlock func() error
+	if sup.Lock != "" && sup.Unlock != "" {
+		// A session-level lock (MySQL): taken and released on the
+		// transaction's connection, since DDL commits the transaction.
+		var taken *int64
+		if err := driver.QueryRow(ctx, ex, sup.Lock, nil, &taken); err != nil {
+			return fmt.Errorf("idem: migrate: lock: %w", err)
+		}
+		if taken == nil || *taken != 1 {
+			return errors.New("idem: migrate: lock: another migration holds the lock; try again when it is done")
+		}
+		unlock = func() error {
+			unlock = nil
+			_, err := ex.Exec(context.WithoutCancel(ctx), sup.Unlock)
+			return err
+		}
+		defer func() {
+			if unlock != nil {
+				_ = unlock()
+			}
+		}()
+	} else if sup.Lock != "" {
 		if _, err := ex.Exec(ctx, sup.Lock); err != nil {
 			return fmt.Errorf("idem: migrate: lock: %w", err)
 		}
@@ -183,8 +204,28 @@ func (m *Migrator[TTx]) run(ctx context.Context, allowNewer bool, fn func(driver
 	if err := fn(ex, done); err != nil {
 		return err
 	}
+	if unlock != nil {
+		if err := unlock(); err != nil {
+			return fmt.Errorf("idem: migrate: unlock: %w", err)
+		}
+	}
 	if err := m.drv.Commit(ctx, tx); err != nil {
 		return fmt.Errorf("idem: migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// execScript runs a migration script: in one call when the dialect has
+// transactional DDL, else one statement at a time.
+func execScript(ctx context.Context, ex driver.Executor, sup driver.MigrationSupport, script string) error {
+	if sup.TransactionalDDL {
+		_, err := ex.Exec(ctx, script)
+		return err
+	}
+	for _, stmt := range driver.SplitStatements(script) {
+		if _, err := ex.Exec(ctx, stmt); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 // Package dbopen opens a database from a URL for the idem and shop commands:
-// postgres:// (and postgresql://) now; mysql:// and sqlite: as their dialects
-// arrive.
+// postgres:// (and postgresql://), mysql:// (and mariadb://), and sqlite:path
+// or file:path for SQLite.
 package dbopen
 
 import (
@@ -17,7 +17,9 @@ import (
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/driver/sqlite"
 )
 
 // DB is an open database with the drivers idem's commands use.
@@ -58,11 +60,44 @@ func Open(ctx context.Context, rawURL string, tables driver.Tables) (*DB, error)
 	switch strings.ToLower(u.Scheme) {
 	case "postgres", "postgresql":
 		return openPostgres(ctx, rawURL, tables)
+	case "mysql", "mariadb":
+		db, err := mysql.Open(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(rawURL), err)
+		}
+		return openSQL(ctx, rawURL, db, func(db *sql.DB) (*driver.SQLDriver, error) { return mysql.NewTables(db, tables) })
+	case "sqlite", "file":
+		// sqlite:shop.db, sqlite:///var/lib/shop.db, file:shop.db?_pragma=…
+		path := strings.TrimPrefix(strings.TrimPrefix(rawURL, u.Scheme+":"), "//")
+		if u.Scheme == "file" {
+			path = rawURL
+		}
+		db, err := sqlite.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		return openSQL(ctx, rawURL, db, func(db *sql.DB) (*driver.SQLDriver, error) { return sqlite.NewTables(db, tables) })
 	case "":
-		return nil, fmt.Errorf("database URL %q has no scheme: want postgres://…", broker.RedactURL(rawURL))
+		return nil, fmt.Errorf("database URL %q has no scheme: want postgres://…, mysql://… or sqlite:path", broker.RedactURL(rawURL))
 	default:
-		return nil, fmt.Errorf("database URL scheme %q is not supported: want postgres://…", u.Scheme)
+		return nil, fmt.Errorf("database URL scheme %q is not supported: want postgres://…, mysql://… or sqlite:path", u.Scheme)
 	}
+}
+
+// openSQL checks that db answers and binds it to its dialect.
+func openSQL(ctx context.Context, rawURL string, db *sql.DB, bind func(*sql.DB) (*driver.SQLDriver, error)) (*DB, error) {
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("connect to %s: %w", broker.RedactURL(rawURL), err)
+	}
+	drv, err := bind(db)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &DB{URL: rawURL, SQL: drv}, nil
 }
 
 func openPostgres(ctx context.Context, rawURL string, tables driver.Tables) (*DB, error) {

@@ -1,0 +1,683 @@
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/migrate"
+	"github.com/idem-go/idem/outbox"
+)
+
+// Migrations checks up, no-op, status, down, concurrent up, and the refusal
+// of a schema newer than the migrations known.
+func Migrations(t *testing.T, setup Setup) {
+	t.Run("UpStatusDown", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{NoMigrate: true})
+		ctx := waitCtx(t, time.Minute)
+		m := migrate.New(db.Driver)
+		known := db.Driver.Dialect().Migrations()
+		if len(known) == 0 {
+			t.Fatal("dialect has no migrations")
+		}
+		applied, err := m.Up(ctx)
+		fatalIf(t, err, "up")
+		if len(applied) != len(known) {
+			t.Fatalf("up applied %d migrations, want %d", len(applied), len(known))
+		}
+		again, err := m.Up(ctx)
+		fatalIf(t, err, "second up")
+		if len(again) != 0 {
+			t.Fatalf("second up applied %d migrations, want none", len(again))
+		}
+		st, err := m.Status(ctx)
+		fatalIf(t, err, "status")
+		for _, s := range st {
+			if !s.Applied || s.Unknown {
+				t.Errorf("status %+v: want applied and known", s)
+			}
+		}
+		// The tables work.
+		ev := placed(t, "1")
+		fatalIf(t, outbox.NewWriter(db.Driver).AddExec(ctx, db.Driver.Pool(), ev), "insert after up")
+
+		reverted, err := m.Down(ctx, 0)
+		fatalIf(t, err, "down")
+		if len(reverted) != len(known) {
+			t.Fatalf("down reverted %d migrations, want %d", len(reverted), len(known))
+		}
+		err = outbox.NewWriter(db.Driver).AddExec(ctx, db.Driver.Pool(), placed(t, "2"))
+		if !errors.Is(err, driver.ErrMissingTable) {
+			t.Fatalf("insert after down: err = %v, want ErrMissingTable", err)
+		}
+		st, err = m.Status(ctx)
+		fatalIf(t, err, "status after down")
+		for _, s := range st {
+			if s.Applied {
+				t.Errorf("status after down %+v: want not applied", s)
+			}
+		}
+		_, err = m.Up(ctx)
+		fatalIf(t, err, "up after down")
+	})
+
+	t.Run("RefusesNewerSchema", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		ctx := waitCtx(t, time.Minute)
+		db.exec(t, `INSERT INTO `+driver.MigrationTableDefault+` (version, name) VALUES (9999, 'from_the_future')`)
+		_, err := migrate.New(db.Driver).Up(ctx)
+		if !errors.Is(err, migrate.ErrSchemaNewer) {
+			t.Fatalf("up on a newer schema: err = %v, want ErrSchemaNewer", err)
+		}
+		_, err = migrate.New(db.Driver).Down(ctx, 1)
+		if !errors.Is(err, migrate.ErrSchemaNewer) {
+			t.Fatalf("down on a newer schema: err = %v, want ErrSchemaNewer", err)
+		}
+		st, err := migrate.New(db.Driver).Status(ctx)
+		fatalIf(t, err, "status")
+		if last := st[len(st)-1]; last.Version != 9999 || !last.Unknown {
+			t.Errorf("status ends with %+v, want the unknown version 9999", last)
+		}
+	})
+
+	t.Run("ConcurrentUpAppliesOnce", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{NoMigrate: true})
+		ctx := waitCtx(t, time.Minute)
+		var (
+			wg    sync.WaitGroup
+			total atomic.Int32
+			errs  = make(chan error, 4)
+		)
+		for range 4 {
+			wg.Go(func() {
+				applied, err := migrate.New(db.Driver).Up(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				total.Add(int32(len(applied)))
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("concurrent up: %v", err)
+		}
+		if n := int(total.Load()); n != len(db.Driver.Dialect().Migrations()) {
+			t.Errorf("concurrent ups applied %d migrations in all, want each once (%d)", n, len(db.Driver.Dialect().Migrations()))
+		}
+	})
+}
+
+// Outbox checks that rows exist if and only if their transaction committed,
+// with exactly the columns written, and that rows written with the five
+// Debezium columns only get defaults.
+func Outbox(t *testing.T, setup Setup) {
+	t.Run("CommitAndRollback", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		ctx := waitCtx(t, time.Minute)
+		w := outbox.NewWriter(db.Driver)
+
+		kept := placed(t, "42")
+		kept.AggregateVersion = 3
+		kept.OccurredAt = time.Date(2026, 12, 2, 8, 0, 0, 123456789, time.UTC)
+		kept.Headers = map[string]string{"traceparent": "00-abc-def-01", "é": "ü"}
+		kept.Payload = []byte(`{"order_id":"42","lines":[{"sku":"A","qty":2}],"note":"crème"}`)
+		tx, err := db.Driver.Begin(ctx)
+		fatalIf(t, err, "begin")
+		fatalIf(t, w.Add(ctx, tx, kept), "add")
+		fatalIf(t, db.Driver.Commit(ctx, tx), "commit")
+
+		lost := placed(t, "43")
+		tx, err = db.Driver.Begin(ctx)
+		fatalIf(t, err, "begin")
+		fatalIf(t, w.Add(ctx, tx, lost, placed(t, "44")), "add")
+		fatalIf(t, db.Driver.Rollback(ctx, tx), "rollback")
+
+		if n := db.count(t, "outbox"); n != 1 {
+			t.Fatalf("outbox rows = %d, want only the committed one", n)
+		}
+		var (
+			id, aggType, aggID, typ string
+			payload, headers        []byte
+			at                      time.Time
+			version                 int64
+		)
+		err = db.Driver.DB().QueryRowContext(ctx, `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers FROM outbox`).
+			Scan(&id, &aggType, &aggID, &typ, &payload, timeScanner{&at}, &version, &headers)
+		fatalIf(t, err, "read row")
+		if id != kept.ID.String() || aggType != "order" || aggID != "42" || typ != kept.Name || version != 3 {
+			t.Errorf("row = (%s, %s, %s, %s, v%d), want (%s, order, 42, %s, v3)", id, aggType, aggID, typ, version, kept.ID, kept.Name)
+		}
+		if !jsonEqual(payload, kept.Payload) {
+			t.Errorf("payload = %s, want %s", payload, kept.Payload)
+		}
+		if want := kept.OccurredAt.Truncate(time.Microsecond); !at.Equal(want) {
+			t.Errorf("occurred_at = %v, want %v (UTC, microseconds)", at, want)
+		}
+		if !jsonEqual(headers, []byte(`{"traceparent":"00-abc-def-01","é":"ü"}`)) {
+			t.Errorf("headers = %s", headers)
+		}
+
+		// Many events in one call (more than one statement's worth).
+		many := make([]idem.Event, 1500)
+		for i := range many {
+			many[i] = changed(t, fmt.Sprint("m", i%7), i)
+		}
+		tx, err = db.Driver.Begin(ctx)
+		fatalIf(t, err, "begin")
+		fatalIf(t, w.Add(ctx, tx, many...), "add many")
+		fatalIf(t, db.Driver.Commit(ctx, tx), "commit")
+		if n := db.count(t, "outbox"); n != 1501 {
+			t.Errorf("outbox rows = %d, want 1501", n)
+		}
+	})
+
+	t.Run("DebeziumColumnsOnly", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		id := idem.NewEventID()
+		db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (?, 'order', '42', 'OrderCreated', '{"orderId":42}')`, id.String())
+		rd, ok := db.Driver.Dialect().(driver.RelayDialect)
+		if !ok {
+			t.Fatalf("%T does not implement driver.RelayDialect", db.Driver.Dialect())
+		}
+		rows := claim(t, db, rd, uuid.New(), time.Minute, 10, 10)
+		if len(rows) != 1 {
+			t.Fatalf("claimed %d rows, want 1", len(rows))
+		}
+		r := rows[0]
+		if r.ID != id || r.AggregateVersion != 0 || len(r.Headers) != 0 || r.Seq <= 0 || r.Attempts != 0 {
+			t.Errorf("row = %+v, want defaults (version 0, no headers, a seq)", r)
+		}
+		if r.OccurredAt.IsZero() || time.Since(r.OccurredAt) > time.Hour || time.Since(r.OccurredAt) < -time.Hour {
+			t.Errorf("occurred_at = %v, want about now (UTC)", r.OccurredAt)
+		}
+		if !jsonEqual(r.Payload, []byte(`{"orderId":42}`)) {
+			t.Errorf("payload = %s", r.Payload)
+		}
+	})
+}
+
+// consumer returns a consumer whose handler reserves stock in the
+// reservation table, then calls hook (if any) with the transaction.
+func consumer(t *testing.T, db *DB, name string, hook func(ctx context.Context, tx *sql.Tx, ev idem.Event) error) *inbox.Consumer[*sql.Tx] {
+	t.Helper()
+	c, err := inbox.New(db.Driver, inbox.Config{Name: name})
+	fatalIf(t, err, "new consumer")
+	c.Handle("order.order.placed.v1", func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+		if _, err := tx.ExecContext(ctx, db.bind(`INSERT INTO reservation (order_id, product_id, quantity) VALUES (?, ?, 1)`),
+			ev.AggregateID, "p-"+ev.ID.String()); err != nil {
+			return err
+		}
+		if hook != nil {
+			return hook(ctx, tx, ev)
+		}
+		return nil
+	})
+	return c
+}
+
+func must(t *testing.T, o inbox.Outcome, err error, want inbox.Outcome) {
+	t.Helper()
+	if o != want || err != nil {
+		t.Fatalf("outcome = %v, %v; want %v", o, err, want)
+	}
+}
+
+// Inbox checks deduplication: duplicates skipped, consumer names apart,
+// concurrent deliveries applied once, only the processed_event key counts
+// as a duplicate, and batches.
+func Inbox(t *testing.T, setup Setup) {
+	t.Run("DuplicateSkipped", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		db.exec(t, reservationTable)
+		ctx := waitCtx(t, time.Minute)
+		c := consumer(t, db, "stock", nil)
+		ev := placed(t, "42")
+		o, err := c.Process(ctx, ev)
+		must(t, o, err, inbox.Applied)
+		for range 2 {
+			o, err = c.Process(ctx, ev)
+			must(t, o, err, inbox.Duplicate)
+		}
+		if n := db.count(t, "reservation"); n != 1 {
+			t.Errorf("reservations = %d, want 1", n)
+		}
+		if n := db.count(t, "processed_event WHERE consumer_name = 'stock' AND event_id = ?", ev.ID.String()); n != 1 {
+			t.Errorf("markers = %d, want 1", n)
+		}
+	})
+
+	t.Run("FailureLeavesNoMarker", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		db.exec(t, reservationTable)
+		ctx := waitCtx(t, time.Minute)
+		var fail atomic.Bool
+		fail.Store(true)
+		c := consumer(t, db, "stock", func(context.Context, *sql.Tx, idem.Event) error {
+			if fail.Load() {
+				return errors.New("carrier down")
+			}
+			return nil
+		})
+		ev := placed(t, "42")
+		if o, err := c.Process(ctx, ev); o != inbox.Failed || err == nil {
+			t.Fatalf("outcome = %v, %v; want Failed", o, err)
+		}
+		if n := db.count(t, "reservation") + db.count(t, "processed_event"); n != 0 {
+			t.Fatalf("rows after a failed attempt = %d, want 0", n)
+		}
+		fail.Store(false)
+		o, err := c.Process(ctx, ev)
+		must(t, o, err, inbox.Applied)
+	})
+
+	t.Run("TwoConsumerNames", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		db.exec(t, `CREATE TABLE reservation (order_id VARCHAR(64) NOT NULL, product_id VARCHAR(100) NOT NULL, quantity INTEGER NOT NULL)`)
+		ctx := waitCtx(t, time.Minute)
+		stock := consumer(t, db, "stock", nil)
+		shipping := consumer(t, db, "shipping-preparation-v1", nil)
+		ev := placed(t, "42")
+		for range 2 {
+			_, err := stock.Process(ctx, ev)
+			fatalIf(t, err, "stock")
+			_, err = shipping.Process(ctx, ev)
+			fatalIf(t, err, "shipping")
+		}
+		if n := db.count(t, "reservation"); n != 2 {
+			t.Errorf("effects = %d, want one per consumer (2)", n)
+		}
+		for _, name := range []string{"stock", "shipping-preparation-v1"} {
+			if n := db.count(t, "processed_event WHERE consumer_name = ?", name); n != 1 {
+				t.Errorf("markers of %s = %d, want 1", name, n)
+			}
+		}
+	})
+
+	t.Run("UnrelatedUniqueViolationIsAnError", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		db.exec(t, reservationTable)
+		ctx := waitCtx(t, time.Minute)
+		ev := placed(t, "42")
+		// Another event already reserved this (order, product) pair.
+		db.exec(t, `INSERT INTO reservation (order_id, product_id, quantity) VALUES ('42', ?, 1)`, "p-"+ev.ID.String())
+		c := consumer(t, db, "stock", nil)
+		o, err := c.Process(ctx, ev)
+		if o != inbox.Failed || !db.IsUniqueViolation(err) {
+			t.Fatalf("outcome = %v, %v; want Failed with the reservation's unique violation", o, err)
+		}
+		if n := db.count(t, "processed_event"); n != 0 {
+			t.Errorf("processed_event rows = %d, want 0: the event is not a duplicate", n)
+		}
+		// Also in a batch.
+		res := c.ProcessBatch(ctx, []idem.Event{ev, placed(t, "43")})
+		if res[0].Outcome != inbox.Failed || !db.IsUniqueViolation(res[0].Err) || res[1].Outcome != inbox.Applied {
+			t.Errorf("batch = %+v, want Failed (unique violation) then Applied", res)
+		}
+	})
+
+	for _, firstCommits := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ConcurrentDelivery/first_commits=%v", firstCommits), func(t *testing.T) {
+			t.Parallel()
+			concurrentDelivery(t, setup, firstCommits)
+		})
+	}
+
+	t.Run("MarkProcessedMany", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		ctx := waitCtx(t, time.Minute)
+		d := db.Driver.Dialect()
+		ids := []uuid.UUID{idem.NewEventID(), idem.NewEventID(), idem.NewEventID(), idem.NewEventID()}
+		got, err := d.MarkProcessed(ctx, db.Driver.Pool(), "stock", ids[1:2])
+		fatalIf(t, err, "mark one")
+		if !got[0] {
+			t.Fatal("first marker not inserted")
+		}
+		tx, err := db.Driver.Begin(ctx)
+		fatalIf(t, err, "begin")
+		defer rollback(tx)
+		got, err = d.MarkProcessed(ctx, db.Driver.Tx(tx), "stock", ids)
+		fatalIf(t, err, "mark many")
+		if want := []bool{true, false, true, true}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("inserted = %v, want %v", got, want)
+		}
+		// The transaction goes on after a duplicate.
+		got, err = d.MarkProcessed(ctx, db.Driver.Tx(tx), "billing", ids)
+		fatalIf(t, err, "mark for another consumer in the same transaction")
+		if want := []bool{true, true, true, true}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("inserted for billing = %v, want %v", got, want)
+		}
+		fatalIf(t, db.Driver.Commit(ctx, tx), "commit")
+		if n := db.count(t, "processed_event"); n != 8 {
+			t.Errorf("markers = %d, want 8", n)
+		}
+	})
+
+	t.Run("Batch", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		db.exec(t, reservationTable)
+		ctx := waitCtx(t, time.Minute)
+		var bad atomic.Value
+		bad.Store("")
+		c := consumer(t, db, "stock", func(_ context.Context, _ *sql.Tx, ev idem.Event) error {
+			if ev.AggregateID == bad.Load().(string) {
+				return errors.New("bad event")
+			}
+			return nil
+		})
+		evs := make([]idem.Event, 10)
+		for i := range evs {
+			evs[i] = placed(t, fmt.Sprint(i))
+		}
+		o, err := c.Process(ctx, evs[0])
+		must(t, o, err, inbox.Applied)
+		batch := append(append([]idem.Event{}, evs...), evs[3])
+		bad.Store("5")
+		res := c.ProcessBatch(ctx, batch)
+		for i, r := range res {
+			want := inbox.Applied
+			switch i {
+			case 0, 10:
+				want = inbox.Duplicate
+			case 5:
+				want = inbox.Failed
+			}
+			if r.Outcome != want {
+				t.Errorf("result %d = %v (%v), want %v", i, r.Outcome, r.Err, want)
+			}
+		}
+		if n := db.count(t, "reservation"); n != 9 {
+			t.Errorf("reservations = %d, want 9 (all but the failing one)", n)
+		}
+		if n := db.count(t, "processed_event"); n != 9 {
+			t.Errorf("markers = %d, want 9", n)
+		}
+		bad.Store("")
+		res = c.ProcessBatch(ctx, evs)
+		for i, r := range res {
+			want := inbox.Duplicate
+			if i == 5 {
+				want = inbox.Applied
+			}
+			if r.Outcome != want || r.Err != nil {
+				t.Errorf("second batch result %d = %v (%v), want %v", i, r.Outcome, r.Err, want)
+			}
+		}
+	})
+}
+
+// concurrentDelivery holds a first worker inside its handler, starts a
+// second delivery of the same event, waits until it blocks on the first
+// one's marker (where locks can be observed), then lets the first commit or
+// roll back: exactly one applies.
+func concurrentDelivery(t *testing.T, setup Setup, firstCommits bool) {
+	db := setup(t, Options{})
+	db.exec(t, reservationTable)
+	ctx := waitCtx(t, time.Minute)
+	entered := make(chan int64, 1)
+	release := make(chan struct{})
+	var calls atomic.Int32
+	c := consumer(t, db, "stock", func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+		if calls.Add(1) > 1 {
+			return nil
+		}
+		var session int64
+		if db.Session != nil {
+			var err error
+			if session, err = db.Session(ctx, db.Driver.Tx(tx)); err != nil {
+				return err
+			}
+		}
+		entered <- session
+		<-release
+		if !firstCommits {
+			return errors.New("first worker fails")
+		}
+		return nil
+	})
+	ev := placed(t, "42")
+	type res struct {
+		o   inbox.Outcome
+		err error
+	}
+	first, second := make(chan res, 1), make(chan res, 1)
+	go func() { o, err := c.Process(ctx, ev); first <- res{o, err} }()
+	session := <-entered
+	go func() { o, err := c.Process(ctx, ev); second <- res{o, err} }()
+	if db.Session != nil {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			blocked, err := db.Blocking(ctx, session)
+			fatalIf(t, err, "observe locks")
+			if blocked {
+				break
+			}
+			select {
+			case r := <-second:
+				t.Fatalf("second worker finished (%v, %v) while the first still held the event", r.o, r.err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("second worker never waited for the first one's marker")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	close(release)
+	r1, r2 := <-first, <-second
+	if firstCommits {
+		must(t, r1.o, r1.err, inbox.Applied)
+		must(t, r2.o, r2.err, inbox.Duplicate)
+	} else {
+		if r1.o != inbox.Failed {
+			t.Fatalf("first = %v, %v; want Failed", r1.o, r1.err)
+		}
+		must(t, r2.o, r2.err, inbox.Applied)
+	}
+	if n := db.count(t, "reservation WHERE order_id = '42'"); n != 1 {
+		t.Errorf("reservations = %d, want exactly 1", n)
+	}
+	if n := db.count(t, "processed_event"); n != 1 {
+		t.Errorf("processed_event rows = %d, want 1", n)
+	}
+}
+
+// FailureStore checks save (and save again: one entry, history appended),
+// list with filters, get, and remove.
+func FailureStore(t *testing.T, setup Setup) {
+	db := setup(t, Options{})
+	ctx := waitCtx(t, time.Minute)
+	fs := inbox.NewFailureStore(db.Driver.Dialect(), db.Driver.Pool())
+	evID := idem.NewEventID()
+	body := []byte{'{', 0x00, 0xff, 0xfe, '}'}
+	msg := driver.FailedMessage{
+		Consumer: "stock", Source: "stock.events", EventID: evID, EventName: "order.order.placed.v1",
+		Key: []byte("42"), Headers: map[string]string{"x-attempt": "3", "é": "ü"}, Body: body,
+		Error: "first failure", Attempts: 3,
+	}
+	id, err := fs.Save(ctx, msg)
+	fatalIf(t, err, "save")
+	msg.Error, msg.Attempts = "second failure", 2
+	id2, err := fs.Save(ctx, msg)
+	fatalIf(t, err, "save again")
+	if id2 != id {
+		t.Errorf("saving the same event again made entry %d, want %d updated", id2, id)
+	}
+	other, err := fs.Save(ctx, driver.FailedMessage{Consumer: "billing", Body: []byte("not json"), Error: "undecodable", Attempts: 1})
+	fatalIf(t, err, "save undecodable")
+	if other == id {
+		t.Fatal("a message without event id reused an entry")
+	}
+	third, err := fs.Save(ctx, driver.FailedMessage{Consumer: "billing", Body: []byte("still not json"), Error: "undecodable", Attempts: 1})
+	fatalIf(t, err, "save a second undecodable")
+	if third == other {
+		t.Fatal("two messages without event id share an entry")
+	}
+
+	got, err := fs.Get(ctx, id)
+	fatalIf(t, err, "get")
+	if got.Consumer != "stock" || got.Source != "stock.events" || got.EventID != evID || got.EventName != msg.EventName ||
+		!bytes.Equal(got.Key, []byte("42")) || !bytes.Equal(got.Body, body) || got.Error != "second failure" || got.Attempts != 5 {
+		t.Errorf("entry = %+v", got)
+	}
+	if got.Headers["x-attempt"] != "3" || got.Headers["é"] != "ü" {
+		t.Errorf("headers = %v", got.Headers)
+	}
+	if len(got.History) != 2 || got.History[0].Error != "first failure" || got.History[1].Error != "second failure" || got.History[1].Attempt != 2 {
+		t.Errorf("history = %+v, want both failures in order", got.History)
+	}
+	if got.FirstFailed.IsZero() || got.LastFailed.Before(got.FirstFailed) {
+		t.Errorf("first/last failed = %v / %v", got.FirstFailed, got.LastFailed)
+	}
+	if time.Since(got.LastFailed).Abs() > time.Hour {
+		t.Errorf("last failed = %v, want about now (UTC)", got.LastFailed)
+	}
+
+	all, err := fs.List(ctx, driver.FailedFilter{})
+	fatalIf(t, err, "list")
+	if len(all) != 3 {
+		t.Errorf("list = %d entries, want 3", len(all))
+	}
+	billing, err := fs.List(ctx, driver.FailedFilter{Consumer: "billing", Limit: 1})
+	fatalIf(t, err, "list billing")
+	if len(billing) != 1 || billing[0].Consumer != "billing" || billing[0].EventID != uuid.Nil {
+		t.Errorf("billing list = %+v, want one entry", billing)
+	}
+	byName, err := fs.List(ctx, driver.FailedFilter{EventName: "order.order.placed.v1"})
+	fatalIf(t, err, "list by name")
+	if len(byName) != 1 || byName[0].ID != id {
+		t.Errorf("list by event name = %d entries, want entry %d", len(byName), id)
+	}
+	future, err := fs.List(ctx, driver.FailedFilter{Since: time.Now().Add(time.Hour)})
+	fatalIf(t, err, "list since")
+	if len(future) != 0 {
+		t.Errorf("list since the future = %d entries, want 0", len(future))
+	}
+	recent, err := fs.List(ctx, inbox.FailedSince(time.Hour))
+	fatalIf(t, err, "list recent")
+	if len(recent) != 3 {
+		t.Errorf("list of the last hour = %d entries, want 3", len(recent))
+	}
+
+	ok, err := fs.Remove(ctx, id)
+	fatalIf(t, err, "remove")
+	if !ok {
+		t.Error("remove reported no entry")
+	}
+	if ok, _ := fs.Remove(ctx, id); ok {
+		t.Error("second remove reported an entry")
+	}
+	if _, err := fs.Get(ctx, id); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("get removed entry: err = %v, want ErrNotFound", err)
+	}
+}
+
+// Purge checks batches, the consumer filter and the replay-window check.
+func Purge(t *testing.T, setup Setup) {
+	db := setup(t, Options{})
+	ctx := waitCtx(t, time.Minute)
+	now := time.Now()
+	// 25 old markers of stock, 5 old of billing, 3 recent of stock.
+	for i := range 33 {
+		consumer, age := "stock", 40*24*time.Hour
+		switch {
+		case i >= 30:
+			age = time.Hour
+		case i >= 25:
+			consumer = "billing"
+		}
+		db.exec(t, `INSERT INTO processed_event (consumer_name, event_id, processed_at) VALUES (?, ?, ?)`,
+			consumer, idem.NewEventID().String(), db.timeArg(now.Add(-age)))
+	}
+	_, err := inbox.Purge(ctx, db.Driver, inbox.PurgeConfig{Horizon: 7 * 24 * time.Hour, ReplayWindow: 30 * 24 * time.Hour})
+	if !errors.Is(err, inbox.ErrHorizonTooShort) {
+		t.Fatalf("purge with a horizon under the replay window: err = %v, want ErrHorizonTooShort", err)
+	}
+	if n := db.count(t, "processed_event"); n != 33 {
+		t.Fatalf("refused purge deleted rows: %d left, want 33", n)
+	}
+	res, err := inbox.Purge(ctx, db.Driver, inbox.PurgeConfig{
+		Consumer: "stock", Horizon: 31 * 24 * time.Hour, ReplayWindow: 30 * 24 * time.Hour, BatchSize: 10,
+		Now: func() time.Time { return now },
+	})
+	fatalIf(t, err, "purge")
+	if res.Deleted != 25 || res.Batches != 3 {
+		t.Errorf("result = %+v, want 25 deleted in 3 batches of at most 10", res)
+	}
+	if n := db.count(t, "processed_event WHERE consumer_name = 'stock'"); n != 3 {
+		t.Errorf("stock markers left = %d, want the 3 recent ones", n)
+	}
+	if n := db.count(t, "processed_event WHERE consumer_name = 'billing'"); n != 5 {
+		t.Errorf("billing markers left = %d, want 5 (not this consumer)", n)
+	}
+	res, err = inbox.Purge(ctx, db.Driver, inbox.PurgeConfig{Horizon: 31 * 24 * time.Hour, ReplayWindow: 30 * 24 * time.Hour})
+	fatalIf(t, err, "purge all consumers")
+	if res.Deleted != 5 {
+		t.Errorf("purge of every consumer deleted %d, want the 5 billing markers", res.Deleted)
+	}
+}
+
+// StateCopy checks versioned upserts: 1, 3, 2 leaves 3, with the gap from 1
+// to 3 reported and 2 stale.
+func StateCopy(t *testing.T, setup Setup) {
+	db := setup(t, Options{})
+	db.exec(t, `CREATE TABLE order_status (order_id VARCHAR(64) NOT NULL PRIMARY KEY, status VARCHAR(64) NOT NULL, version BIGINT NOT NULL)`)
+	ctx := waitCtx(t, time.Minute)
+	copyOf := inbox.StateCopy{Table: "order_status", Key: "order_id", Columns: []string{"status"}}
+	apply := func(version int64, status string) inbox.VersionResult {
+		t.Helper()
+		tx, err := db.Driver.Begin(ctx)
+		fatalIf(t, err, "begin")
+		defer rollback(tx)
+		res, err := copyOf.Apply(ctx, db.Driver.Dialect(), db.Driver.Tx(tx), "42", version, status)
+		fatalIf(t, err, "apply v%d", version)
+		fatalIf(t, db.Driver.Commit(ctx, tx), "commit")
+		return res
+	}
+	if r := apply(1, "confirmed"); !r.Applied || r.Previous != 0 || r.Gap {
+		t.Errorf("v1 = %+v, want applied, no previous, no gap", r)
+	}
+	if r := apply(3, "cancelled"); !r.Applied || r.Previous != 1 || !r.Gap {
+		t.Errorf("v3 after v1 = %+v, want applied with a gap from 1", r)
+	}
+	if r := apply(2, "in preparation"); r.Applied || !r.Stale() {
+		t.Errorf("late v2 = %+v, want stale", r)
+	}
+	if r := apply(3, "cancelled"); r.Applied {
+		t.Errorf("same version again = %+v, want stale", r)
+	}
+	var (
+		status  string
+		version int64
+	)
+	fatalIf(t, db.Driver.DB().QueryRowContext(ctx, `SELECT status, version FROM order_status WHERE order_id = '42'`).Scan(&status, &version), "read state")
+	if version != 3 || status != "cancelled" {
+		t.Errorf("state = %q v%d, want cancelled v3", status, version)
+	}
+	if r := apply(4, "shipped"); !r.Applied || r.Gap || r.Previous != 3 {
+		t.Errorf("v4 = %+v, want applied without gap", r)
+	}
+}

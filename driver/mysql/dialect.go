@@ -1,0 +1,384 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/template"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/sqltime"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// MySQL and MariaDB error numbers the dialect recognises.
+const (
+	errDupEntry     = 1062 // ER_DUP_ENTRY
+	errNoSuchTable  = 1146 // ER_NO_SUCH_TABLE
+	errLockDeadlock = 1213 // ER_LOCK_DEADLOCK
+)
+
+// Dialect is the MySQL/MariaDB dialect bound to a set of table names.
+type Dialect struct {
+	tables     driver.Tables
+	q          queries
+	rq         relayQueries
+	migrations []driver.Migration
+	support    driver.MigrationSupport
+}
+
+var _ driver.Dialect = (*Dialect)(nil)
+
+// NewDialect returns the MySQL dialect for tables (zero value: defaults).
+// Tables.Schema names the database holding the tables; empty means the
+// connection's current database.
+func NewDialect(tables driver.Tables) (*Dialect, error) {
+	if err := tables.Validate(); err != nil {
+		return nil, err
+	}
+	t := tables.WithDefaults()
+	d := &Dialect{tables: t}
+	names := struct {
+		Outbox, ProcessedEvent, FailedMessage, ClaimLock  string
+		OutboxName, ProcessedEventName, FailedMessageName string
+	}{
+		Outbox:             d.qualify(t.Outbox),
+		ProcessedEvent:     d.qualify(t.ProcessedEvent),
+		FailedMessage:      d.qualify(t.FailedMessage),
+		ClaimLock:          d.qualify(t.Outbox + "_claim_lock"),
+		OutboxName:         t.Outbox,
+		ProcessedEventName: t.ProcessedEvent,
+		FailedMessageName:  t.FailedMessage,
+	}
+	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
+	migs, err := driver.LoadMigrations(migrationFiles, "migrations", names, funcs)
+	if err != nil {
+		return nil, err
+	}
+	d.migrations = migs
+	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage)
+	d.rq = newRelayQueries(names.Outbox, names.ClaimLock)
+	mt := d.qualify(t.Migrations)
+	// One lock per database holding the tables (lock names are at most 64
+	// characters: hash the database's name).
+	lockName := "CONCAT('idem.migrate.', MD5(CONCAT_WS('.', '" + t.Schema + "', DATABASE())))"
+	d.support = driver.MigrationSupport{
+		CreateTable: "CREATE TABLE IF NOT EXISTS " + mt + ` (
+    version    INT          NOT NULL PRIMARY KEY,
+    name       VARCHAR(255) NOT NULL,
+    applied_at DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6))
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+		// A session lock, held across the DDL's implicit commits.
+		Lock:             "SELECT GET_LOCK(" + lockName + ", 600)",
+		Unlock:           "DO RELEASE_LOCK(" + lockName + ")",
+		SelectVersions:   "SELECT version FROM " + mt + " ORDER BY version",
+		InsertVersion:    "INSERT INTO " + mt + " (version, name) VALUES (?, ?)",
+		DeleteVersion:    "DELETE FROM " + mt + " WHERE version = ?",
+		TransactionalDDL: false,
+	}
+	return d, nil
+}
+
+// MustDialect is NewDialect for table names known to be valid.
+func MustDialect(tables driver.Tables) *Dialect {
+	d, err := NewDialect(tables)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// New returns a database/sql driver on db (opened with this package's Open or
+// with a DSN from DSN) with the default table names.
+func New(db *sql.DB) *driver.SQLDriver {
+	return driver.NewSQL(db, MustDialect(driver.Tables{}))
+}
+
+// NewTables is New with configured table names.
+func NewTables(db *sql.DB, tables driver.Tables) (*driver.SQLDriver, error) {
+	d, err := NewDialect(tables)
+	if err != nil {
+		return nil, err
+	}
+	return driver.NewSQL(db, d), nil
+}
+
+// QuoteIdent quotes an SQL identifier for MySQL.
+func QuoteIdent(s string) string {
+	return "`" + strings.ReplaceAll(s, "`", "``") + "`"
+}
+
+func (d *Dialect) qualify(name string) string {
+	if d.tables.Schema == "" {
+		return QuoteIdent(name)
+	}
+	return QuoteIdent(d.tables.Schema) + "." + QuoteIdent(name)
+}
+
+// Name implements driver.Dialect.
+func (d *Dialect) Name() string { return "mysql" }
+
+// Tables implements driver.Dialect.
+func (d *Dialect) Tables() driver.Tables { return d.tables }
+
+// Migrations implements driver.Dialect.
+func (d *Dialect) Migrations() []driver.Migration { return d.migrations }
+
+// MigrationSupport implements driver.Dialect.
+func (d *Dialect) MigrationSupport() driver.MigrationSupport { return d.support }
+
+// OutboxTable returns the quoted, qualified outbox table name.
+func (d *Dialect) OutboxTable() string { return d.qualify(d.tables.Outbox) }
+
+// InsertOutbox implements driver.Dialect.
+func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
+	const perRow = 8
+	for len(rows) > 0 {
+		n := min(len(rows), 1000)
+		chunk := rows[:n]
+		rows = rows[n:]
+		args := make([]any, 0, n*perRow)
+		for _, r := range chunk {
+			var payload any
+			if len(r.Payload) > 0 {
+				payload = string(r.Payload)
+			}
+			headers := "{}"
+			if len(r.Headers) > 0 {
+				b, err := json.Marshal(r.Headers)
+				if err != nil {
+					return err
+				}
+				headers = string(b)
+			}
+			args = append(args, r.ID.String(), r.AggregateType, r.AggregateID, r.Type, payload,
+				sqltime.Format(r.OccurredAt), r.AggregateVersion, headers)
+		}
+		if _, err := ex.Exec(ctx, d.q.insertOutbox(n), args...); err != nil {
+			return d.wrap(err)
+		}
+	}
+	return nil
+}
+
+// MarkProcessed implements driver.Dialect. MySQL has no INSERT ... ON
+// CONFLICT DO NOTHING that is limited to one key (INSERT IGNORE hides every
+// error): the dialect inserts and recognises the duplicate-key error on the
+// processed_event primary key (IsDuplicateKey). A failed statement does not
+// abort an InnoDB transaction, so the transaction goes on. Several ids are
+// inserted in one statement; if one of them is a duplicate, they are
+// inserted one by one.
+func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) ([]bool, error) {
+	inserted := make([]bool, len(ids))
+	if len(ids) > 1 {
+		args := make([]any, 0, 2*len(ids))
+		for _, id := range ids {
+			args = append(args, consumer, id.String())
+		}
+		_, err := ex.Exec(ctx, d.q.markProcessedMany(len(ids)), args...)
+		if err == nil {
+			for i := range inserted {
+				inserted[i] = true
+			}
+			return inserted, nil
+		}
+		if !d.isProcessedDuplicate(err) {
+			return nil, d.wrap(err)
+		}
+	}
+	for i, id := range ids {
+		_, err := ex.Exec(ctx, d.q.markProcessedOne, consumer, id.String())
+		switch {
+		case err == nil:
+			inserted[i] = true
+		case d.isProcessedDuplicate(err):
+		default:
+			return nil, d.wrap(err)
+		}
+	}
+	return inserted, nil
+}
+
+// isProcessedDuplicate reports whether err is the duplicate-key error on the
+// processed_event primary key.
+func (d *Dialect) isProcessedDuplicate(err error) bool {
+	return IsDuplicateKey(err, d.tables.ProcessedEvent, "PRIMARY")
+}
+
+// IsDuplicateKey reports whether err is a duplicate-key error (1062) on the
+// index key of table (any index when key is empty). MariaDB names the index
+// alone in the message ("for key 'PRIMARY'"), MySQL 8 prefixes it with the
+// table ("for key 'processed_event.PRIMARY'"); both are recognised.
+func IsDuplicateKey(err error, table, key string) bool {
+	var myErr *gomysql.MySQLError
+	if !errors.As(err, &myErr) || myErr.Number != errDupEntry {
+		return false
+	}
+	if key == "" {
+		return true
+	}
+	name, ok := duplicateKeyName(myErr.Message)
+	if !ok {
+		return false
+	}
+	return name == key || (table != "" && name == table+"."+key)
+}
+
+// duplicateKeyName extracts the index name from "Duplicate entry '…' for key
+// 'name'".
+func duplicateKeyName(msg string) (string, bool) {
+	const marker = "for key '"
+	i := strings.LastIndex(msg, marker)
+	if i < 0 || !strings.HasSuffix(msg, "'") {
+		return "", false
+	}
+	return msg[i+len(marker) : len(msg)-1], true
+}
+
+// PurgeProcessed implements driver.Dialect.
+func (d *Dialect) PurgeProcessed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+	n, err := ex.Exec(ctx, d.q.purgeProcessed, sqltime.Format(before), consumer, consumer, limit)
+	return n, d.wrap(err)
+}
+
+// SaveFailed implements driver.Dialect. It needs the database/sql executor
+// of a driver.SQLDriver, whose result carries the row's id.
+func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.FailedMessage) (int64, error) {
+	se, ok := ex.(driver.SQLExecutor)
+	if !ok {
+		return 0, fmt.Errorf("idem: mysql: SaveFailed needs a database/sql executor, got %T", ex)
+	}
+	headers, err := json.Marshal(nonNil(m.Headers))
+	if err != nil {
+		return 0, err
+	}
+	history, err := json.Marshal([]driver.FailureRecord{{At: time.Now().UTC(), Attempt: m.Attempts, Error: m.Error}})
+	if err != nil {
+		return 0, err
+	}
+	var eventID any
+	if m.EventID != uuid.Nil {
+		eventID = m.EventID.String()
+	}
+	body := m.Body
+	if body == nil {
+		body = []byte{}
+	}
+	res, err := se.Q.ExecContext(ctx, d.q.saveFailed,
+		m.Consumer, m.Source, eventID, m.EventName, m.Key, string(headers), body, m.Error, string(history), m.Attempts)
+	if err != nil {
+		return 0, d.wrap(err)
+	}
+	return res.LastInsertId()
+}
+
+// ListFailed implements driver.Dialect.
+func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.FailedFilter) ([]driver.FailedMessage, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	since := sqltime.Arg(f.Since)
+	rows, err := ex.Query(ctx, d.q.listFailed, f.Consumer, f.Consumer, f.EventName, f.EventName, since, since, limit)
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	defer rows.Close()
+	var out []driver.FailedMessage
+	for rows.Next() {
+		m, err := scanFailed(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.wrap(err)
+	}
+	return out, rows.Close()
+}
+
+// GetFailed implements driver.Dialect.
+func (d *Dialect) GetFailed(ctx context.Context, ex driver.Executor, id int64) (driver.FailedMessage, error) {
+	rows, err := ex.Query(ctx, d.q.getFailed, id)
+	if err != nil {
+		return driver.FailedMessage{}, d.wrap(err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return driver.FailedMessage{}, d.wrap(err)
+		}
+		return driver.FailedMessage{}, driver.ErrNotFound
+	}
+	m, err := scanFailed(rows)
+	if err != nil {
+		return driver.FailedMessage{}, err
+	}
+	return m, rows.Close()
+}
+
+// DeleteFailed implements driver.Dialect.
+func (d *Dialect) DeleteFailed(ctx context.Context, ex driver.Executor, id int64) (bool, error) {
+	n, err := ex.Exec(ctx, d.q.deleteFailed, id)
+	return n == 1, d.wrap(err)
+}
+
+func scanFailed(rows driver.Rows) (driver.FailedMessage, error) {
+	var (
+		m               driver.FailedMessage
+		eventID         *string
+		headers, errors []byte
+	)
+	err := rows.Scan(&m.ID, &m.Consumer, &m.Source, &eventID, &m.EventName, &m.Key, &headers, &m.Body,
+		&m.Error, &errors, &m.Attempts, sqltime.Scanner(&m.FirstFailed), sqltime.Scanner(&m.LastFailed))
+	if err != nil {
+		return m, err
+	}
+	if eventID != nil {
+		if m.EventID, err = uuid.Parse(*eventID); err != nil {
+			return m, err
+		}
+	}
+	if err := json.Unmarshal(headers, &m.Headers); err != nil {
+		return m, fmt.Errorf("idem: failed_message %d: headers: %w", m.ID, err)
+	}
+	if err := json.Unmarshal(errors, &m.History); err != nil {
+		return m, fmt.Errorf("idem: failed_message %d: errors: %w", m.ID, err)
+	}
+	return m, nil
+}
+
+// IsMissingTable implements driver.Dialect.
+func (d *Dialect) IsMissingTable(err error) bool {
+	var myErr *gomysql.MySQLError
+	return errors.As(err, &myErr) && myErr.Number == errNoSuchTable
+}
+
+// wrap adds the "run idem migrate" hint to missing-table errors.
+func (d *Dialect) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	if d.IsMissingTable(err) {
+		return fmt.Errorf("%w (%v)", driver.ErrMissingTable, err)
+	}
+	return err
+}
+
+func nonNil(h map[string]string) map[string]string {
+	if h == nil {
+		return map[string]string{}
+	}
+	return h
+}

@@ -1,0 +1,37 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/drivertest"
+	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestConformance(t *testing.T) {
+	drivertest.Run(t, func(t *testing.T, o drivertest.Options) *drivertest.DB {
+		pg := testdb.NewPostgres(t, testdb.Options{NoMigrate: o.NoMigrate})
+		return &drivertest.DB{
+			Driver:            postgres.NewSQL(pg.DB),
+			IsUniqueViolation: func(err error) bool { return postgres.IsUniqueViolation(err, "") },
+			Session: func(ctx context.Context, ex driver.Executor) (int64, error) {
+				var pid int64
+				err := driver.QueryRow(ctx, ex, "SELECT pg_backend_pid()", nil, &pid)
+				return pid, err
+			},
+			Blocking: func(ctx context.Context, pid int64) (bool, error) {
+				var n int
+				err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::integer = ANY(pg_blocking_pids(pid))`, pid).Scan(&n)
+				return n > 0, err
+			},
+		}
+	})
+}

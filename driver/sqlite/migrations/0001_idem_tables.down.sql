@@ -1,0 +1,3 @@
+DROP TABLE {{.FailedMessage}};
+DROP TABLE {{.ProcessedEvent}};
+DROP TABLE {{.Outbox}};

@@ -1,0 +1,163 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/goleak"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/drivertest"
+	"github.com/idem-go/idem/driver/sqlite"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/outbox"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func setup(t *testing.T, o drivertest.Options) *drivertest.DB {
+	db := testdb.NewSQLite(t, testdb.Options{NoMigrate: o.NoMigrate})
+	return &drivertest.DB{
+		Driver: db.Driver,
+		IsUniqueViolation: func(err error) bool {
+			return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+		},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	drivertest.Run(t, setup)
+}
+
+func TestSchemaRefused(t *testing.T) {
+	_, err := sqlite.NewDialect(driver.Tables{Schema: "shop"})
+	if err == nil || !strings.Contains(err.Error(), "Schema") {
+		t.Fatalf("err = %v, want a Tables.Schema error", err)
+	}
+}
+
+// TestConcurrentUseIsNotLocked writes outbox rows and processes events from
+// many goroutines of one process at once, with a relay-style claimer
+// running: no operation fails with "database is locked".
+func TestConcurrentUseIsNotLocked(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewSQLite(t)
+	db.Exec(t, `CREATE TABLE reservation (order_id TEXT NOT NULL, quantity INTEGER NOT NULL)`)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w := outbox.NewWriter(db.Driver)
+	c, err := inbox.New(db.Driver, inbox.Config{Name: "stock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Handle(inbox.AnyEvent, func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO reservation (order_id, quantity) VALUES (?, 1)`, ev.AggregateID)
+		return err
+	})
+	const workers, rounds = 16, 30
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	for g := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				ev, err := idem.NewEvent("order.order.placed.v1", "order", fmt.Sprint(g, "-", i), map[string]int{"i": i})
+				if err != nil {
+					fail(err)
+					return
+				}
+				tx, err := db.Driver.Begin(ctx)
+				if err != nil {
+					fail(err)
+					continue
+				}
+				if err := w.Add(ctx, tx, ev); err != nil {
+					_ = tx.Rollback()
+					fail(err)
+					continue
+				}
+				if err := tx.Commit(); err != nil {
+					fail(err)
+					continue
+				}
+				// Deliver every event twice, from two goroutines' turns.
+				if _, err := c.Process(ctx, ev); err != nil {
+					fail(err)
+				}
+				if res := c.ProcessBatch(ctx, []idem.Event{ev, ev}); res[0].Err != nil {
+					fail(res[0].Err)
+				}
+				if _, err := db.Driver.Dialect().(driver.RelayDialect).OutboxBacklog(ctx, db.Driver.Pool()); err != nil {
+					fail(err)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		d := db.Driver.Dialect().(driver.RelayDialect)
+		for claimed := 0; claimed < workers*rounds; {
+			if ctx.Err() != nil {
+				fail(ctx.Err())
+				return
+			}
+			tx, err := db.Driver.Begin(ctx)
+			if err != nil {
+				fail(err)
+				continue
+			}
+			owner := idem.NewEventID()
+			rows, err := d.ClaimOutbox(ctx, db.Driver.Tx(tx), driver.ClaimParams{Owner: owner, Lease: time.Minute, Limit: 50, MaxPerAggregate: 10})
+			if err != nil {
+				_ = tx.Rollback()
+				fail(err)
+				continue
+			}
+			if err := tx.Commit(); err != nil {
+				fail(err)
+				continue
+			}
+			ids := make([]uuid.UUID, len(rows))
+			for i, r := range rows {
+				ids[i] = r.ID
+			}
+			if _, err := d.MarkPublished(ctx, db.Driver.Pool(), owner, ids); err != nil {
+				fail(err)
+			}
+			claimed += len(rows)
+		}
+	})
+	wg.Wait()
+	for _, err := range errs {
+		if sqlite.IsBusy(err) {
+			t.Errorf("database is locked: %v", err)
+		} else {
+			t.Errorf("error: %v", err)
+		}
+	}
+	if len(errs) > 0 {
+		t.FailNow()
+	}
+	if n := db.Count(t, "reservation"); n != workers*rounds {
+		t.Errorf("reservations = %d, want %d (one per event)", n, workers*rounds)
+	}
+	if n := db.Count(t, "outbox WHERE published_at IS NULL"); n != 0 {
+		t.Errorf("unpublished rows = %d, want 0", n)
+	}
+}
