@@ -1,0 +1,695 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/fault"
+)
+
+// Subscriber defaults.
+const (
+	// WorkersDefault is how many batches a subscriber handles at once.
+	WorkersDefault = 2
+	// BatchSizeDefault is the most messages given to the consumer at once.
+	BatchSizeDefault = 100
+	// BatchLingerDefault is how long a batch waits for more messages.
+	BatchLingerDefault = 5 * time.Millisecond
+	// RequeueDelayDefault is how long a message that could be neither handled
+	// nor parked waits before it is requeued.
+	RequeueDelayDefault = time.Second
+)
+
+// FaultAfterCommitBeforeAck is the fault point (internal/fault) hit after
+// the consumer committed a batch and before it is acknowledged: a process
+// killed there leaves committed effects whose messages RabbitMQ redelivers.
+const FaultAfterCommitBeforeAck = "inbox.after-commit-before-ack"
+
+// DeliverFunc hands deliveries to an idempotent consumer and says what to do
+// with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
+// disposition and error are for ds[i]; a non-nil error means the message was
+// neither handled nor parked and must not be acknowledged.
+type DeliverFunc func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
+
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	ConnConfig
+	// Exchange is the topic exchange the queue is bound to. Defaults to
+	// "events".
+	Exchange string
+	// Queue is the consuming service's durable queue, for example
+	// "stock.events". Required.
+	Queue string
+	// Bindings are the routing-key patterns binding Queue to Exchange, for
+	// example "order.#" or "order.order.placed.v1".
+	Bindings []string
+	// QueueType is Classic (the default, declared as version 2) or Quorum.
+	QueueType QueueType
+	// NoDeclare skips declaring the exchange, the queue and its bindings,
+	// which must then exist. Delay queues for retries are still declared.
+	NoDeclare bool
+	// Workers is how many batches are handled at once. Messages with the same
+	// key header (the aggregate id) always go to the same worker, so one
+	// aggregate's events are handled in queue order, retries aside. Defaults
+	// to 2.
+	Workers int
+	// BatchSize is the most messages given to the consumer at once, in one
+	// transaction. Defaults to 100.
+	BatchSize int
+	// BatchLinger is how long a batch that is not full waits for more
+	// messages. Defaults to 5ms.
+	BatchLinger time.Duration
+	// Prefetch is how many unacknowledged messages RabbitMQ sends ahead.
+	// Defaults to 2 x Workers x BatchSize, at least 256.
+	Prefetch int
+	// RequeueDelay is how long a message that could be neither handled nor
+	// parked (the database is down) waits before it is requeued. Defaults to
+	// 1s.
+	RequeueDelay time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c SubscriberConfig) WithDefaults() SubscriberConfig {
+	c.ConnConfig = c.ConnConfig.withDefaults()
+	if c.Exchange == "" {
+		c.Exchange = ExchangeDefault
+	}
+	if c.QueueType == "" {
+		c.QueueType = Classic
+	}
+	if c.Workers == 0 {
+		c.Workers = WorkersDefault
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.BatchLinger == 0 {
+		c.BatchLinger = BatchLingerDefault
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = max(256, 2*c.Workers*c.BatchSize)
+	}
+	if c.RequeueDelay == 0 {
+		c.RequeueDelay = RequeueDelayDefault
+	}
+	return c
+}
+
+func (c SubscriberConfig) validate() error {
+	if err := c.ConnConfig.validate("SubscriberConfig"); err != nil {
+		return err
+	}
+	switch {
+	case c.Queue == "":
+		return errors.New("idem: amqp: SubscriberConfig.Queue is required (one queue per consuming service, e.g. \"stock.events\")")
+	case c.QueueType != Classic && c.QueueType != Quorum:
+		return fmt.Errorf("idem: amqp: SubscriberConfig.QueueType %q: want %q or %q", c.QueueType, Classic, Quorum)
+	case c.Workers < 1:
+		return fmt.Errorf("idem: amqp: SubscriberConfig.Workers %d: want at least 1", c.Workers)
+	case c.BatchSize < 1:
+		return fmt.Errorf("idem: amqp: SubscriberConfig.BatchSize %d: want at least 1", c.BatchSize)
+	case c.Prefetch < 1 || c.Prefetch > 65535:
+		return fmt.Errorf("idem: amqp: SubscriberConfig.Prefetch %d: want 1 to 65535", c.Prefetch)
+	case c.BatchLinger < 0 || c.RequeueDelay < 0:
+		return errors.New("idem: amqp: SubscriberConfig.BatchLinger and RequeueDelay must not be negative")
+	}
+	return nil
+}
+
+// Subscriber consumes a queue and feeds an idempotent consumer. It acks a
+// message only after the consumer's transaction committed (or the message was
+// parked in the failure store). A message the consumer wants retried is
+// republished, with the same body and event id and the attempt header
+// (idem.HeaderAttempt) increased, to a delay queue that dead-letters it back
+// to this queue only, and the original is acked once that copy is
+// confirmed. A broker-redelivered message is not trusted to be a duplicate
+// (nor a new message): it goes through the consumer's deduplication like any
+// other.
+//
+// After the connection is lost (broker restart, network) the subscriber
+// reconnects with backoff; messages in progress are redelivered by the broker
+// and deduplicated by the consumer.
+type Subscriber struct {
+	cfg      SubscriberConfig
+	deliver  DeliverFunc
+	retryPub *Publisher
+	log      *slog.Logger
+	seed     maphash.Seed
+
+	workCtx    context.Context
+	workCancel context.CancelFunc
+
+	mu     sync.Mutex
+	state  int // 0 new, 1 started, 2 stopping
+	sess   *session
+	stopCh chan struct{}
+	done   chan struct{}
+}
+
+// NewSubscriber returns a subscriber that hands what it receives to deliver,
+// typically consumer.DeliverBatch.
+func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if deliver == nil {
+		return nil, errors.New("idem: amqp: NewSubscriber: deliver is nil")
+	}
+	// Retry copies go through the default exchange to delay queues, on a
+	// connection of their own.
+	pubCfg := PublisherConfig{ConnConfig: cfg.ConnConfig, NoDeclare: true, Channels: cfg.Workers}
+	if pubCfg.ConnectionName != "" {
+		pubCfg.ConnectionName += " (retries)"
+	}
+	retryPub := &Publisher{
+		cfg: pubCfg,
+		sem: make(chan struct{}, cfg.Workers),
+		bo:  backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax},
+	}
+	return &Subscriber{
+		cfg:      cfg,
+		deliver:  deliver,
+		retryPub: retryPub,
+		log:      cfg.Logger.With("queue", cfg.Queue),
+		seed:     maphash.MakeSeed(),
+		stopCh:   make(chan struct{}),
+		done:     make(chan struct{}),
+	}, nil
+}
+
+// Start connects, declares the topology and starts consuming. It returns an
+// error if the first connection or declaration fails; after that, connection
+// losses are handled by reconnecting.
+func (s *Subscriber) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.state != 0 {
+		s.mu.Unlock()
+		return errors.New("idem: amqp: Subscriber.Start called twice or after Stop")
+	}
+	s.state = 1
+	s.workCtx, s.workCancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.mu.Unlock()
+	sess, err := s.connect(ctx)
+	if err != nil {
+		s.mu.Lock()
+		s.state = 2
+		s.mu.Unlock()
+		s.workCancel()
+		close(s.done)
+		return err
+	}
+	s.mu.Lock()
+	s.sess = sess
+	if s.stopping() {
+		go sess.cancel()
+	}
+	s.mu.Unlock()
+	go s.run(sess)
+	return nil
+}
+
+// Stop stops consuming, finishes the batches in progress, acknowledges them
+// and closes the connections. If ctx ends first, work in progress is
+// abandoned (its messages are redelivered later) and ctx's error returned.
+// Stop is idempotent.
+func (s *Subscriber) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	switch s.state {
+	case 0:
+		s.state = 2
+		close(s.stopCh)
+		close(s.done)
+	case 1:
+		s.state = 2
+		close(s.stopCh)
+		if s.sess != nil {
+			go s.sess.cancel()
+		}
+	}
+	s.mu.Unlock()
+	var err error
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		if s.workCancel != nil {
+			s.workCancel()
+		}
+		s.mu.Lock()
+		if s.sess != nil {
+			_ = s.sess.conn.Close()
+		}
+		s.mu.Unlock()
+		<-s.done
+	}
+	if s.workCancel != nil {
+		s.workCancel()
+	}
+	_ = s.retryPub.Close()
+	return err
+}
+
+func (s *Subscriber) stopping() bool {
+	select {
+	case <-s.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// session is one connection with its consuming channel.
+type session struct {
+	conn       *amqp091.Connection
+	ch         *amqp091.Channel
+	tag        string
+	deliveries <-chan amqp091.Delivery
+	chClosed   chan *amqp091.Error
+	connClosed chan *amqp091.Error
+
+	mu       sync.Mutex
+	declared map[time.Duration]string // delay queues declared on this connection
+}
+
+func (ss *session) cancel() { _ = ss.ch.Cancel(ss.tag, false) }
+
+// closeReason says why the session ended.
+func (ss *session) closeReason() error {
+	select {
+	case e := <-ss.connClosed:
+		if e != nil {
+			return describeClose("connection", e)
+		}
+	default:
+	}
+	select {
+	case e := <-ss.chClosed:
+		if e != nil {
+			return describeClose("channel", e)
+		}
+	default:
+	}
+	return errors.New("idem: amqp: consumer cancelled")
+}
+
+// connect opens a session: connection, topology, channel, consumer.
+func (s *Subscriber) connect(ctx context.Context) (*session, error) {
+	conn, err := s.cfg.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = conn.Close()
+		}
+	}()
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("idem: amqp: open channel: %w", err)
+	}
+	if !s.cfg.NoDeclare {
+		if err := declareExchange(ch, s.cfg.Exchange); err != nil {
+			return nil, err
+		}
+		if err := declareQueue(ch, s.cfg.Exchange, s.cfg.Queue, s.cfg.QueueType, s.cfg.Bindings); err != nil {
+			return nil, err
+		}
+	}
+	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
+		return nil, fmt.Errorf("idem: amqp: set prefetch: %w", err)
+	}
+	ss := &session{
+		conn:       conn,
+		ch:         ch,
+		tag:        "idem-" + s.cfg.Queue + "-" + uuid.NewString(),
+		chClosed:   ch.NotifyClose(make(chan *amqp091.Error, 1)),
+		connClosed: conn.NotifyClose(make(chan *amqp091.Error, 1)),
+		declared:   map[time.Duration]string{},
+	}
+	ss.deliveries, err = ch.Consume(s.cfg.Queue, ss.tag, false, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("idem: amqp: consume queue %q: %w", s.cfg.Queue, err)
+	}
+	ok = true
+	return ss, nil
+}
+
+// run serves sessions until Stop, reconnecting after each loss.
+func (s *Subscriber) run(sess *session) {
+	defer close(s.done)
+	bo := backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax}
+	for {
+		err := s.serve(sess)
+		_ = sess.ch.Close()
+		_ = sess.conn.Close()
+		s.mu.Lock()
+		s.sess = nil
+		s.mu.Unlock()
+		if s.stopping() {
+			return
+		}
+		s.log.Warn("amqp subscriber: connection lost; reconnecting", "url", s.cfg.redacted(), "error", err)
+		for {
+			t := time.NewTimer(bo.next())
+			select {
+			case <-s.stopCh:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(s.workCtx, s.cfg.DialTimeout)
+			sess, err = s.connect(ctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			s.log.Warn("amqp subscriber: reconnect failed", "url", s.cfg.redacted(), "error", err)
+		}
+		bo.reset()
+		s.log.Info("amqp subscriber: reconnected", "url", s.cfg.redacted())
+		s.mu.Lock()
+		s.sess = sess
+		if s.stopping() {
+			go sess.cancel()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// serve dispatches the session's deliveries to the workers in batches until
+// the deliveries stop (consumer cancelled or connection lost), then waits for
+// the batches in progress.
+func (s *Subscriber) serve(sess *session) error {
+	ack := newAcker(sess.ch, s.cfg.Prefetch/2, s.log)
+	n := s.cfg.Workers
+	queues := make([]chan []amqp091.Delivery, n)
+	var wg sync.WaitGroup
+	for i := range queues {
+		queues[i] = make(chan []amqp091.Delivery, 1)
+		wg.Go(func() {
+			for batch := range queues[i] {
+				s.handle(sess, ack, batch)
+			}
+		})
+	}
+	pending := make([][]amqp091.Delivery, n)
+	since := make([]time.Time, n)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false
+	flush := func(i int) {
+		queues[i] <- pending[i]
+		pending[i] = nil
+	}
+	for {
+		select {
+		case d, ok := <-sess.deliveries:
+			if !ok {
+				timer.Stop()
+				for i := range pending {
+					if len(pending[i]) > 0 {
+						flush(i)
+					}
+					close(queues[i])
+				}
+				wg.Wait()
+				return sess.closeReason()
+			}
+			i := s.worker(d, n)
+			pending[i] = append(pending[i], d)
+			if len(pending[i]) >= s.cfg.BatchSize {
+				flush(i)
+			} else if len(pending[i]) == 1 {
+				since[i] = time.Now()
+				if !armed {
+					timer.Reset(s.cfg.BatchLinger)
+					armed = true
+				}
+			}
+		case <-timer.C:
+			armed = false
+			now := time.Now()
+			var next time.Duration
+			for i := range pending {
+				if len(pending[i]) == 0 {
+					continue
+				}
+				if wait := s.cfg.BatchLinger - now.Sub(since[i]); wait > 0 {
+					if next == 0 || wait < next {
+						next = wait
+					}
+					continue
+				}
+				flush(i)
+			}
+			if next > 0 {
+				timer.Reset(next)
+				armed = true
+			}
+		}
+	}
+}
+
+// worker picks the worker of d: by key header, so one aggregate's messages
+// stay in order, else by message id.
+func (s *Subscriber) worker(d amqp091.Delivery, n int) int {
+	if n == 1 {
+		return 0
+	}
+	key := d.MessageId
+	if k, ok := headerString(d.Headers[HeaderKey]); ok && k != "" {
+		key = k
+	}
+	return int(maphash.String(s.seed, key) % uint64(n))
+}
+
+// handle gives one batch to the consumer and settles every message.
+func (s *Subscriber) handle(sess *session, ack *acker, batch []amqp091.Delivery) {
+	ds := make([]inbox.Delivery, len(batch))
+	for i, d := range batch {
+		ds[i] = toDelivery(d, s.cfg.Queue)
+	}
+	disps, errs := s.deliver(s.workCtx, ds)
+	fault.Point(FaultAfterCommitBeforeAck)
+
+	var acks, requeueNow, requeueLater []uint64
+	var retries []int
+	for i, d := range batch {
+		switch {
+		case i >= len(disps) || i >= len(errs):
+			requeueLater = append(requeueLater, d.DeliveryTag)
+		case errs[i] != nil:
+			s.log.Error("amqp subscriber: message neither handled nor parked; requeueing it", "event_id", d.MessageId, "error", errs[i])
+			requeueLater = append(requeueLater, d.DeliveryTag)
+		case disps[i].Action == inbox.Ack:
+			acks = append(acks, d.DeliveryTag)
+		case disps[i].Action == inbox.Retry && disps[i].RetryAfter > 0:
+			retries = append(retries, i)
+		default:
+			requeueNow = append(requeueNow, d.DeliveryTag)
+		}
+	}
+	ack.ack(acks)
+	ack.nack(requeueNow)
+	if len(retries) > 0 {
+		requeueLater = append(requeueLater, s.retry(sess, ack, batch, ds, disps, retries)...)
+	}
+	if len(requeueLater) > 0 {
+		t := time.NewTimer(s.cfg.RequeueDelay)
+		select {
+		case <-t.C:
+		case <-s.stopCh:
+			t.Stop()
+		case <-s.workCtx.Done():
+			t.Stop()
+		}
+		ack.nack(requeueLater)
+	}
+}
+
+// retry republishes the messages at retries to their delay queues with
+// attempt+1 and acks each original once its copy is confirmed. It returns the
+// tags of the messages whose copy failed.
+func (s *Subscriber) retry(sess *session, ack *acker, batch []amqp091.Delivery, ds []inbox.Delivery, disps []inbox.Disposition, retries []int) (failed []uint64) {
+	targets := make([]target, 0, len(retries))
+	idx := make([]int, 0, len(retries))
+	for _, i := range retries {
+		bucket := delayBucket(disps[i].RetryAfter)
+		q, err := s.delayQueue(sess, bucket)
+		if err != nil {
+			s.log.Error("amqp subscriber: cannot declare delay queue; requeueing", "error", err)
+			failed = append(failed, batch[i].DeliveryTag)
+			continue
+		}
+		pub := retryCopy(batch[i], ds[i].Attempt+1, disps[i].RetryAfter)
+		targets = append(targets, target{exchange: "", key: q, msg: idem.Message{EventID: ds[i].Message.EventID}, pub: &pub})
+		idx = append(idx, i)
+	}
+	if len(targets) == 0 {
+		return failed
+	}
+	results := broker.Results(s.retryPub.publish(s.workCtx, targets), len(targets))
+	var confirmed []uint64
+	for k, err := range results {
+		d := batch[idx[k]]
+		if err != nil {
+			if errors.Is(err, broker.ErrUnroutable) {
+				sess.forget(targets[k].key)
+			}
+			s.log.Error("amqp subscriber: cannot publish retry copy; requeueing", "event_id", d.MessageId, "error", err)
+			failed = append(failed, d.DeliveryTag)
+			continue
+		}
+		confirmed = append(confirmed, d.DeliveryTag)
+	}
+	ack.ack(confirmed)
+	return failed
+}
+
+// delayQueue declares (once per connection) the delay queue of bucket.
+func (s *Subscriber) delayQueue(sess *session, bucket time.Duration) (string, error) {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if name, ok := sess.declared[bucket]; ok {
+		return name, nil
+	}
+	var name string
+	err := declareOnce(sess.conn, func(ch *amqp091.Channel) error {
+		var err error
+		name, err = declareDelayQueue(ch, s.cfg.Queue, bucket)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	sess.declared[bucket] = name
+	return name, nil
+}
+
+func (ss *session) forget(queue string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for b, name := range ss.declared {
+		if name == queue {
+			delete(ss.declared, b)
+		}
+	}
+}
+
+// retryCopy returns the copy of d published for attempt, expiring after
+// delay in its delay queue.
+func retryCopy(d amqp091.Delivery, attempt int, delay time.Duration) amqp091.Publishing {
+	headers := make(amqp091.Table, len(d.Headers)+1)
+	for k, v := range d.Headers {
+		switch k {
+		case "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+			"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason":
+			continue // the broker's record of the previous delay
+		}
+		headers[k] = v
+	}
+	headers[idem.HeaderAttempt] = int32(attempt)
+	ms := max(delay.Milliseconds(), 1)
+	return amqp091.Publishing{
+		Headers:         headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    amqp091.Persistent,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      strconv.FormatInt(ms, 10),
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+// toDelivery turns an AMQP delivery into what the consumer receives: the
+// message exactly as received, its queue, and the attempt from the attempt
+// header (1 when absent). The redelivered flag is ignored: deduplication
+// does not trust it.
+func toDelivery(d amqp091.Delivery, queue string) inbox.Delivery {
+	msg := idem.Message{EventName: d.Type, Body: d.Body}
+	if msg.EventName == "" && d.Exchange != "" {
+		msg.EventName = d.RoutingKey
+	}
+	if id, err := uuid.Parse(d.MessageId); err == nil && len(d.MessageId) == 36 {
+		msg.EventID = id
+	}
+	attempt := 1
+	if len(d.Headers) > 0 {
+		msg.Headers = make(map[string]string, len(d.Headers))
+		for k, v := range d.Headers {
+			s, ok := headerString(v)
+			if !ok {
+				continue
+			}
+			switch k {
+			case HeaderKey:
+				msg.Key = []byte(s)
+				continue
+			case idem.HeaderAttempt:
+				if n, err := strconv.Atoi(s); err == nil && n > 0 {
+					attempt = n
+				}
+			}
+			msg.Headers[k] = s
+		}
+	}
+	return inbox.Delivery{Message: msg, Source: queue, Attempt: attempt}
+}
+
+// headerString returns a header value as text, for the value types that have
+// one.
+func headerString(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case []byte:
+		return string(v), true
+	case int8:
+		return strconv.FormatInt(int64(v), 10), true
+	case int16:
+		return strconv.FormatInt(int64(v), 10), true
+	case int32:
+		return strconv.FormatInt(int64(v), 10), true
+	case int64:
+		return strconv.FormatInt(v, 10), true
+	case int:
+		return strconv.Itoa(v), true
+	case uint8:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint16:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint32:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint64:
+		return strconv.FormatUint(v, 10), true
+	case bool:
+		return strconv.FormatBool(v), true
+	case float32:
+		return strconv.FormatFloat(float64(v), 'g', -1, 32), true
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64), true
+	case time.Time:
+		return v.UTC().Format(time.RFC3339), true
+	}
+	return "", false
+}

@@ -1,0 +1,156 @@
+// Package testamqp gives tests the RabbitMQ node the test command starts
+// (IDEM_TEST_SERVERS="postgres rabbitmq" make test), unique names to isolate
+// them, and broker restarts that never hit another test's connections: tests
+// hold a shared lock on the node (across test processes) and a restart takes
+// it exclusively.
+package testamqp
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// URLEnv names the variable holding the test node's URL.
+const URLEnv = "IDEM_TEST_AMQP_URL"
+
+var (
+	mu        sync.Mutex
+	cond      = sync.NewCond(&mu)
+	lockFile  *os.File
+	shared    int
+	exclusive bool
+)
+
+func url(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(URLEnv)
+	if u == "" {
+		t.Fatalf("%s is not set: run the tests with `IDEM_TEST_SERVERS=\"postgres rabbitmq\" make test`, which starts a private RabbitMQ node", URLEnv)
+	}
+	return u
+}
+
+func file(t testing.TB) *os.File {
+	t.Helper()
+	if lockFile == nil {
+		dir := os.Getenv("IDEM_TEST_DIR")
+		if dir == "" {
+			dir = os.TempDir()
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "rabbitmq.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			t.Fatalf("open RabbitMQ test lock: %v", err)
+		}
+		lockFile = f
+	}
+	return lockFile
+}
+
+func flock(t testing.TB, how int) {
+	t.Helper()
+	for {
+		err := syscall.Flock(int(file(t).Fd()), how)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("lock RabbitMQ test node: %v", err)
+		}
+		return
+	}
+}
+
+// URL returns the test node's URL, or fails the test when it is not set. The
+// node is not restarted by another test until this test ends.
+func URL(t testing.TB) string {
+	t.Helper()
+	u := url(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if exclusive {
+		// The test holding the node exclusively (or one of its subtests).
+		return u
+	}
+	if shared == 0 {
+		flock(t, syscall.LOCK_SH)
+	}
+	shared++
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		shared--
+		if shared == 0 {
+			flock(t, syscall.LOCK_UN)
+		}
+		cond.Broadcast()
+	})
+	return u
+}
+
+// Exclusive returns the test node's URL and holds the node alone until the
+// test ends, so that it may call Restart. Call it before URL in a test that
+// does not run in parallel.
+func Exclusive(t testing.TB) string {
+	t.Helper()
+	u := url(t)
+	mu.Lock()
+	defer mu.Unlock()
+	for shared > 0 {
+		cond.Wait()
+	}
+	flock(t, syscall.LOCK_EX)
+	exclusive = true
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		exclusive = false
+		flock(t, syscall.LOCK_UN)
+		cond.Broadcast()
+	})
+	return u
+}
+
+// Stop stops the node, keeping its data; the test must hold it (Exclusive).
+func Stop(t testing.TB) { t.Helper(); script(t, "IDEM_TEST_RABBITMQ_STOP") }
+
+// Start starts the node again and waits until it is ready.
+func Start(t testing.TB) { t.Helper(); script(t, "IDEM_TEST_RABBITMQ_START") }
+
+// Restart stops and starts the node.
+func Restart(t testing.TB) {
+	t.Helper()
+	Stop(t)
+	Start(t)
+}
+
+func script(t testing.TB, env string) {
+	t.Helper()
+	mu.Lock()
+	ok := exclusive
+	mu.Unlock()
+	if !ok {
+		t.Fatalf("testamqp: call Exclusive before stopping or starting the node")
+	}
+	path := os.Getenv(env)
+	if path == "" {
+		t.Fatalf("%s is not set: run the tests with `IDEM_TEST_SERVERS=\"postgres rabbitmq\" make test`", env)
+	}
+	out, err := exec.Command(path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, out)
+	}
+}
+
+// Name returns prefix followed by a random suffix: a fresh exchange or queue
+// name per test.
+func Name(prefix string) string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
