@@ -1,0 +1,538 @@
+package kafka_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/broker/kafka"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/internal/testdb"
+)
+
+// readAll reads n records from the start of topic with a plain client.
+func readAll(t *testing.T, c *kfake.Cluster, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: got %d records, want %d", topic, len(out), n)
+		}
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+func header(r *kgo.Record, k string) string {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func TestPublisherWireFormat(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3, "outbox.event.order", "orders.raw", "shop.order.order.placed.v1")
+	ev, err := idem.NewEvent("order.order.placed.v1", "order", "42", map[string]any{"orderId": 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Headers = map[string]string{"trace": "abc"}
+	msg, err := idem.NewMessage(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	if err := newPublisher(t, c).Publish(ctx, []idem.Message{msg}); err != nil {
+		t.Fatal(err)
+	}
+	r := readAll(t, c, "outbox.event.order", 1)[0]
+	if string(r.Key) != "42" || header(r, "id") != ev.ID.String() || header(r, "eventType") != ev.Name ||
+		header(r, "trace") != "abc" || string(r.Value) != string(msg.Body) {
+		t.Errorf("record = key %q headers %v value %s; want key 42, id, eventType, trace and the envelope", r.Key, r.Headers, r.Value)
+	}
+
+	// Debezium's value format: the bare payload.
+	deb := newPublisher(t, c, func(cfg *kafka.PublisherConfig) {
+		cfg.ValueFormat = kafka.DebeziumPayload
+		cfg.TopicReplacement = "orders.raw"
+	})
+	if err := deb.Publish(ctx, []idem.Message{msg}); err != nil {
+		t.Fatal(err)
+	}
+	r = readAll(t, c, "orders.raw", 1)[0]
+	if string(r.Value) != `{"orderId":42}` || header(r, "id") != ev.ID.String() {
+		t.Errorf("Debezium record value %s, id %q", r.Value, header(r, "id"))
+	}
+	got, err := idem.Decode(idem.Message{Key: r.Key, Headers: map[string]string{"id": header(r, "id"), "eventType": header(r, "eventType")}, Body: r.Value})
+	if err != nil || got.ID != ev.ID || got.Name != ev.Name || got.AggregateID != "42" {
+		t.Errorf("Debezium record decodes to %+v, %v", got, err)
+	}
+
+	// Routing by event type with a replacement, as route.by.field=type.
+	byType := newPublisher(t, c, func(cfg *kafka.PublisherConfig) {
+		cfg.RouteByField = kafka.RouteByEventType
+		cfg.TopicReplacement = "shop.${routedByValue}"
+	})
+	if err := byType.Publish(ctx, []idem.Message{msg}); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, c, "shop.order.order.placed.v1", 1)
+
+	// Per-message errors: a message without aggregate type fails alone.
+	bad := msg
+	bad.AggregateType = ""
+	err = newPublisher(t, c).Publish(ctx, []idem.Message{msg, bad})
+	var be *broker.BatchError
+	if !errors.As(err, &be) || len(be.Errs) != 2 || be.Errs[0] != nil || be.Errs[1] == nil {
+		t.Fatalf("Publish with one unroutable message: %v, want a BatchError for the second only", err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	if _, err := kafka.NewPublisher(kafka.PublisherConfig{}); err == nil || !strings.Contains(err.Error(), "Brokers") {
+		t.Errorf("NewPublisher without brokers: %v", err)
+	}
+	if _, err := kafka.NewPublisher(kafka.PublisherConfig{ClientConfig: kafka.ClientConfig{Brokers: []string{"x:1"}}, TopicReplacement: "bad topic"}); err == nil || !strings.Contains(err.Error(), "TopicReplacement") {
+		t.Errorf("NewPublisher with a bad topic: %v", err)
+	}
+	noop := func(context.Context, []inbox.Delivery) ([]inbox.Disposition, []error) { return nil, nil }
+	cc := kafka.ClientConfig{Brokers: []string{"x:1"}}
+	for _, tc := range []struct {
+		cfg  kafka.SubscriberConfig
+		want string
+	}{
+		{kafka.SubscriberConfig{ClientConfig: cc, Topics: []string{"t"}}, "Group"},
+		{kafka.SubscriberConfig{ClientConfig: cc, Group: "g"}, "Topics"},
+		{kafka.SubscriberConfig{ClientConfig: cc, Group: "g", Topics: []string{"t"}, BatchSize: -1}, "BatchSize"},
+		{kafka.SubscriberConfig{ClientConfig: cc, Group: "g", Topics: []string{"t"}, BatchSize: 10, MaxBuffered: 5}, "MaxBuffered"},
+	} {
+		if _, err := kafka.NewSubscriber(tc.cfg, noop); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewSubscriber(%+v): %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// callLog records what a DeliverFunc saw, call by call.
+type callLog struct {
+	mu    sync.Mutex
+	calls int
+	recs  []logged
+}
+
+type logged struct {
+	call      int
+	source    string
+	n         int
+	key       string
+	id        uuid.UUID
+	attempt   int
+	outcome   inbox.Outcome
+	action    inbox.Action
+	committed int64 // the partition's committed offset when delivered
+}
+
+func (l *callLog) wrap(sub **kafka.Subscriber, next kafka.DeliverFunc) kafka.DeliverFunc {
+	return func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+		before := map[string]int64{}
+		if *sub != nil {
+			for _, p := range (*sub).Stats().Partitions {
+				before[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] = p.Committed
+			}
+		}
+		disps, errs := next(ctx, ds)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.calls++
+		for i, d := range ds {
+			var p struct{ Payload struct{ N int } }
+			_ = json.Unmarshal(d.Message.Body, &p)
+			l.recs = append(l.recs, logged{call: l.calls, source: d.Source, n: p.Payload.N, key: string(d.Message.Key),
+				id: d.Message.EventID, attempt: d.Attempt, outcome: disps[i].Outcome, action: disps[i].Action, committed: before[d.Source]})
+		}
+		return disps, errs
+	}
+}
+
+func (l *callLog) snapshot() []logged {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]logged(nil), l.recs...)
+}
+
+// A record failing in the middle of a partition holds that partition (its
+// later records wait, the committed offset stays before it) while the other
+// partitions go on; once parked, the partition resumes.
+func TestFailingMidPartition(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	c := newCluster(t, 4, topic)
+	pg := testdb.NewPostgres(t)
+	evs := newEvents(t, 400, 40)
+	if err := newPublisher(t, c).Publish(context.Background(), messages(t, evs)); err != nil {
+		t.Fatal(err)
+	}
+	// Where each event landed.
+	type pos struct {
+		partition int32
+		offset    int64
+	}
+	where := map[uuid.UUID]pos{}
+	for _, r := range readAll(t, c, topic, len(evs)) {
+		id, _ := uuid.Parse(header(r, "id"))
+		where[id] = pos{r.Partition, r.Offset}
+	}
+	bad := evs[201]
+	badPos := where[bad.ID]
+	badSource := fmt.Sprintf("%s/%d", topic, badPos.partition)
+	others := 0
+	for _, ev := range evs {
+		if where[ev.ID].partition != badPos.partition {
+			others++
+		}
+	}
+	var othersDone atomic.Int64
+	cons, err := newEffectConsumer(pg.Driver, "mid", inbox.RetryPolicy{MaxRetries: 1000, InitialDelay: 20 * time.Millisecond, Multiplier: 1, Jitter: -1},
+		func(ev idem.Event) error {
+			if ev.ID != bad.ID {
+				return nil
+			}
+			// Fail until every record of the other partitions is handled,
+			// then fail for good: the record is parked.
+			if othersDone.Load() >= int64(others) {
+				return idem.Permanent(errors.New("bad record"))
+			}
+			return errors.New("not yet")
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log callLog
+	var sub *kafka.Subscriber
+	logged := log.wrap(&sub, cons.DeliverBatch)
+	deliver := func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+		disps, errs := logged(ctx, ds)
+		for i, d := range ds {
+			if d.Source != badSource && errs[i] == nil && disps[i].Action == inbox.Ack {
+				othersDone.Add(1)
+			}
+		}
+		return disps, errs
+	}
+	sub, _ = subscribe(t, c, "mid", []string{topic}, deliver, func(cfg *kafka.SubscriberConfig) { cfg.BatchSize = 10 })
+	waitFor(t, 30*time.Second, "every event applied or parked", func() bool {
+		return count(t, pg, `SELECT count(*) FROM effect`) == len(evs)-1 && cons.Stats().Parked == 1
+	})
+	waitFor(t, 10*time.Second, "offsets committed to the end", func() bool {
+		var lag int64
+		st := sub.Stats()
+		for _, p := range st.Partitions {
+			lag += max(p.Lag, 0)
+		}
+		return lag == 0 && len(st.Partitions) == 4
+	})
+
+	recs := log.snapshot()
+	parkCall, firstBadCall, attempts := 0, 0, 0
+	for _, r := range recs {
+		if r.id == bad.ID {
+			attempts++
+			if firstBadCall == 0 {
+				firstBadCall = r.call
+			}
+			if r.outcome == inbox.Parked {
+				parkCall = r.call
+			}
+			if r.committed > badPos.offset {
+				t.Errorf("attempt %d of the failing record (offset %d): committed offset already %d", r.attempt, badPos.offset, r.committed)
+			}
+		}
+	}
+	if parkCall == 0 || attempts < 2 {
+		t.Fatalf("failing record: %d attempts, parked in call %d", attempts, parkCall)
+	}
+	for _, r := range recs {
+		p := where[r.id]
+		if p.partition == badPos.partition && p.offset > badPos.offset && r.call < parkCall && r.action == inbox.Ack {
+			// Only records of other keys delivered in the same call as the
+			// failing record's first attempt may be handled before it.
+			if r.call != firstBadCall || r.key == bad.AggregateID {
+				t.Errorf("record at offset %d (key %s) of the failing partition handled in call %d, before the failing record was parked (call %d)",
+					p.offset, r.key, r.call, parkCall)
+			}
+		}
+	}
+	var parked int
+	if err := pg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM failed_message WHERE event_id = $1`, bad.ID).Scan(&parked); err != nil || parked != 1 {
+		t.Errorf("failed_message rows for the failing record: %d, %v", parked, err)
+	}
+	ends := map[int32]int64{}
+	for _, ev := range evs {
+		p := where[ev.ID]
+		ends[p.partition] = max(ends[p.partition], p.offset+1)
+	}
+	for p, off := range committed(t, c, "mid", topic) {
+		if off != ends[p] {
+			t.Errorf("partition %d: committed %d, end %d", p, off, ends[p])
+		}
+	}
+	checkOnceInOrder(t, pg, "mid", append(append([]idem.Event(nil), evs[:201]...), evs[202:]...))
+}
+
+// A consumer killed after its database commit and before its offset commit
+// gets the records again when it restarts, and skips them as duplicates.
+func TestCrashBeforeOffsetCommit(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	port := freePort(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	pg := testdb.NewPostgres(t)
+	evs := newEvents(t, 5, 5)
+	if err := newPublisher(t, c).Publish(context.Background(), messages(t, evs)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(context.Background(), effectTable); err != nil {
+		t.Fatal(err)
+	}
+	child := func(faultSpec string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(),
+			childEnv+"=1",
+			"CHILD_PG_URL="+pg.URL,
+			"CHILD_BROKERS="+strings.Join(c.ListenAddrs(), ","),
+			"CHILD_GROUP=crash",
+			"CHILD_TOPIC="+topic,
+			fault.EnvVar+"="+faultSpec,
+		)
+		return cmd
+	}
+
+	// First run: killed at the fault point, after the effects committed.
+	first := child(kafka.FaultAfterHandleBeforeCommit)
+	var stderr strings.Builder
+	first.Stderr = &stderr
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- first.Wait() }()
+	select {
+	case err := <-waitErr:
+		if !strings.Contains(stderr.String(), "fault point "+kafka.FaultAfterHandleBeforeCommit) {
+			t.Fatalf("child ended without reaching the fault point: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		_ = first.Process.Kill()
+		<-waitErr
+		t.Fatalf("child not killed by the fault point\n%s", stderr.String())
+	}
+	applied := count(t, pg, `SELECT count(*) FROM effect`)
+	if applied == 0 {
+		t.Fatal("no effect committed before the crash")
+	}
+	if off := committed(t, c, "crash", topic); len(off) != 0 {
+		t.Fatalf("offsets committed before the crash: %v", off)
+	}
+
+	// Second run: the same records come back and are skipped.
+	second := child("")
+	out, err := second.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Stderr = &stderr
+	if err := second.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "every event applied and the offset committed", func() bool {
+		return count(t, pg, `SELECT count(*) FROM effect`) == len(evs) && committed(t, c, "crash", topic)[0] == int64(len(evs))
+	})
+	if err := second.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	buf := new(strings.Builder)
+	readDone := make(chan struct{})
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := out.Read(b)
+			buf.Write(b[:n])
+			if err != nil {
+				close(readDone)
+				return
+			}
+		}
+	}()
+	<-readDone
+	if err := second.Wait(); err != nil {
+		t.Fatalf("second child: %v\n%s", err, stderr.String())
+	}
+	var a, d int
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if strings.HasPrefix(line, "applied=") {
+			if _, err := fmt.Sscanf(line, "applied=%d duplicates=%d", &a, &d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if a != len(evs)-applied || d != applied {
+		t.Errorf("second run applied %d and skipped %d duplicates; want %d and %d", a, d, len(evs)-applied, applied)
+	}
+	checkOnceInOrder(t, pg, "crash", evs)
+}
+
+// Debezium Outbox Event Router records (header id, key, bare payload or a
+// JSON string holding it) are consumed like envelopes.
+func TestDebeziumInput(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	c := newCluster(t, 2, topic)
+	pg := testdb.NewPostgres(t)
+	var mu sync.Mutex
+	got := map[uuid.UUID]idem.Event{}
+	cons, err := newEffectConsumer(pg.Driver, "debezium", inbox.RetryPolicy{}, func(ev idem.Event) error {
+		mu.Lock()
+		got[ev.ID] = ev
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []uuid.UUID{idem.NewEventID(), idem.NewEventID(), idem.NewEventID()}
+	recs := []*kgo.Record{
+		{Topic: topic, Key: []byte("42"), Value: []byte(`{"orderId":42}`), Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(ids[0].String())}, {Key: "eventType", Value: []byte("OrderCreated")}}},
+		{Topic: topic, Key: []byte(`"43"`), Value: []byte(`"{\"orderId\":43}"`), Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(ids[1].String())}, {Key: "eventType", Value: []byte("OrderCreated")}}},
+		{Topic: topic, Key: []byte("44"), Value: []byte(`{"schema":{"type":"string"},"payload":"{\"orderId\":44}"}`), Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(ids[2].String())}}},
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	subscribe(t, c, "debezium", []string{topic}, cons.DeliverBatch)
+	waitFor(t, 30*time.Second, "three Debezium records applied", func() bool {
+		return count(t, pg, `SELECT count(*) FROM effect`) == 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i, want := range []string{"42", "43", "44"} {
+		ev := got[ids[i]]
+		if ev.AggregateID != want || ev.AggregateType != "order" || string(ev.Payload) != `{"orderId":`+want+`}` {
+			t.Errorf("record %d decoded as %+v (payload %s)", i, ev, ev.Payload)
+		}
+	}
+	if got[ids[0]].Name != "OrderCreated" {
+		t.Errorf("eventType header not used: %q", got[ids[0]].Name)
+	}
+}
+
+// A consumer joins and another leaves while events are handled: every event
+// is applied once, each aggregate in order.
+func TestRebalanceWhileHandling(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	c := newCluster(t, 6, topic)
+	pg := testdb.NewPostgres(t)
+	evs := newEvents(t, 3000, 60)
+	cons, err := newEffectConsumer(pg.Driver, "rebalance", inbox.RetryPolicy{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tweak := func(cfg *kafka.SubscriberConfig) { cfg.BatchSize = 20 }
+	_, stopA := subscribe(t, c, "rebalance", []string{topic}, cons.DeliverBatch, tweak)
+	pub := newPublisher(t, c)
+	msgs := messages(t, evs)
+	pubErr := make(chan error, 1)
+	go func() {
+		for i := 0; i < len(msgs); i += 100 {
+			if err := pub.Publish(context.Background(), msgs[i:i+100]); err != nil {
+				pubErr <- err
+				return
+			}
+		}
+		pubErr <- nil
+	}()
+	applied := func() int { return count(t, pg, `SELECT count(*) FROM effect`) }
+	waitFor(t, 30*time.Second, "some events applied", func() bool { return applied() >= 300 })
+	subscribe(t, c, "rebalance", []string{topic}, cons.DeliverBatch, tweak) // B joins
+	waitFor(t, 30*time.Second, "more events applied", func() bool { return applied() >= 1500 })
+	stopA() // A leaves
+	if err := <-pubErr; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "every event applied", func() bool { return applied() >= len(evs) })
+	checkOnceInOrder(t, pg, "rebalance", evs)
+}
+
+// With DeadLetter, a record still failing after DeadLetterAfter attempts
+// goes to the dead-letter topic and the partition moves on.
+func TestDeadLetterTopic(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	c := newCluster(t, 1, topic, topic+".dlq")
+	pg := testdb.NewPostgres(t)
+	evs := newEvents(t, 5, 5)
+	cons, err := newEffectConsumer(pg.Driver, "dlq", inbox.RetryPolicy{MaxRetries: 10, InitialDelay: time.Millisecond, Jitter: -1}, func(ev idem.Event) error {
+		if ev.ID == evs[2].ID {
+			return errors.New("always failing")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, _ := subscribe(t, c, "dlq", []string{topic}, cons.DeliverBatch, func(cfg *kafka.SubscriberConfig) {
+		cfg.DeadLetter = true
+		cfg.DeadLetterAfter = 2
+	})
+	if err := newPublisher(t, c).Publish(context.Background(), messages(t, evs)); err != nil {
+		t.Fatal(err)
+	}
+	r := readAll(t, c, topic+".dlq", 1)[0]
+	if header(r, "id") != evs[2].ID.String() || header(r, kafka.HeaderDLQError) == "" || header(r, kafka.HeaderDLQAttempts) != "2" {
+		t.Errorf("dead-letter record headers %v", r.Headers)
+	}
+	waitFor(t, 10*time.Second, "the other events applied and the offset at the end", func() bool {
+		st := sub.Stats()
+		return count(t, pg, `SELECT count(*) FROM effect`) == 4 && len(st.Partitions) == 1 && st.Partitions[0].Committed == 5
+	})
+	if st := sub.Stats(); st.DeadLettered != 1 || st.Retries != 1 {
+		t.Errorf("stats: %+v", st)
+	}
+}
