@@ -1,0 +1,194 @@
+// Package embedded runs a NATS server with JetStream inside the process, its
+// data in a directory, so that an idem application needs no broker installed.
+// Messages survive a restart of the process: start a server on the same
+// directory and it finds its streams, consumers and unacknowledged messages.
+//
+//	srv, err := embedded.Start(ctx, embedded.Config{Dir: "data/nats"})
+//	...
+//	defer srv.Shutdown(ctx)
+//	nc, err := srv.Connect()
+//	pub, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: nats.ConnConfig{Conn: nc}})
+//
+// By default the server accepts in-process connections only; set Listen
+// (127.0.0.1:4222) to let other processes, such as the idem command, connect
+// with nats://127.0.0.1:4222. Only one server may use a directory at a time.
+package embedded
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Defaults of Config.
+const (
+	// ServerNameDefault is the server name. JetStream stores a server's data
+	// by name, so a restarted server must keep it.
+	ServerNameDefault = "idem-embedded"
+	// StartTimeoutDefault bounds the wait for the server to accept
+	// connections.
+	StartTimeoutDefault = 30 * time.Second
+)
+
+// Config configures an embedded server.
+type Config struct {
+	// Dir is the JetStream store directory, created if missing. Required.
+	Dir string
+	// Listen is the host:port the server listens on for clients, for
+	// example "127.0.0.1:4222", or "127.0.0.1:0" for a free port. Empty
+	// means no network listener: only in-process connections (Connect).
+	Listen string
+	// ServerName names the server; keep it across restarts. Defaults to
+	// "idem-embedded".
+	ServerName string
+	// SyncAlways makes JetStream write and sync each message to disk before
+	// acknowledging it. Without it, a message is written within a few
+	// milliseconds and synced every two minutes: a crash of the process can
+	// lose what was acknowledged in the last milliseconds (a crash of the
+	// machine, the last two minutes).
+	SyncAlways bool
+	// MaxStore caps the disk space of JetStream, in bytes. Defaults to the
+	// server's own default (a share of the free space).
+	MaxStore int64
+	// StartTimeout bounds the wait for the server to be ready. Defaults to
+	// 30s.
+	StartTimeout time.Duration
+	// Logger receives the server's warnings and errors (notices at debug
+	// level). Nil logs nothing.
+	Logger *slog.Logger
+}
+
+// Server is a running embedded NATS server.
+type Server struct {
+	cfg Config
+	ns  *server.Server
+}
+
+// Start starts a server with JetStream on cfg.Dir and waits until it accepts
+// connections.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("idem: nats embedded: Config.Dir is required (the JetStream store directory)")
+	}
+	cfg.ServerName = cmp.Or(cfg.ServerName, ServerNameDefault)
+	cfg.StartTimeout = cmp.Or(cfg.StartTimeout, StartTimeoutDefault)
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("idem: nats embedded: Config.Dir %q: %w", cfg.Dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("idem: nats embedded: %w", err)
+	}
+	opts := &server.Options{
+		ServerName:        cfg.ServerName,
+		JetStream:         true,
+		StoreDir:          dir,
+		SyncAlways:        cfg.SyncAlways,
+		JetStreamMaxStore: cfg.MaxStore,
+		NoSigs:            true,
+		NoSystemAccount:   true,
+	}
+	if cfg.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("idem: nats embedded: Config.Listen %q: %w", cfg.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 0 || p > 65535 {
+			return nil, fmt.Errorf("idem: nats embedded: Config.Listen %q: bad port", cfg.Listen)
+		}
+		if p == 0 {
+			p = server.RANDOM_PORT
+		}
+		opts.Host, opts.Port = cmp.Or(host, "127.0.0.1"), p
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("idem: nats embedded: %w", err)
+	}
+	if cfg.Logger != nil {
+		ns.SetLoggerV2(slogLogger{cfg.Logger}, false, false, false)
+	}
+	go ns.Start()
+	deadline := cfg.StartTimeout
+	if d, ok := ctx.Deadline(); ok {
+		deadline = min(deadline, time.Until(d))
+	}
+	if !ns.ReadyForConnections(deadline) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("idem: nats embedded: server on %s not ready after %v", dir, deadline)
+	}
+	return &Server{cfg: cfg, ns: ns}, nil
+}
+
+// ClientURL returns the URL other processes connect to, or "" when the
+// server has no network listener.
+func (s *Server) ClientURL() string {
+	if s.cfg.Listen == "" {
+		return ""
+	}
+	return s.ns.ClientURL()
+}
+
+// Dir returns the server's store directory.
+func (s *Server) Dir() string { return s.ns.StoreDir() }
+
+// Connect opens a client connection: in-process when the server has no
+// listener, else over TCP to ClientURL (so that it reconnects to a server
+// restarted on the same address).
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	url := s.ClientURL()
+	base := []nats.Option{nats.Name("idem"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	if url == "" {
+		base = append(base, nats.InProcessServer(s.ns))
+	}
+	nc, err := nats.Connect(url, append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("idem: nats embedded: connect: %w", err)
+	}
+	return nc, nil
+}
+
+// NATSServer returns the underlying server, for monitoring or tests.
+func (s *Server) NATSServer() *server.Server { return s.ns }
+
+// Shutdown stops the server: client connections are closed and JetStream
+// writes what it holds to disk. It waits until the server has stopped, or
+// ctx ends (the server keeps stopping in the background).
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// slogLogger adapts a *slog.Logger to the server's logger.
+type slogLogger struct{ l *slog.Logger }
+
+func (l slogLogger) Noticef(format string, v ...any) { l.l.Debug(fmt.Sprintf(format, v...)) }
+func (l slogLogger) Warnf(format string, v ...any)   { l.l.Warn(fmt.Sprintf(format, v...)) }
+func (l slogLogger) Fatalf(format string, v ...any)  { l.l.Error(fmt.Sprintf(format, v...)) }
+func (l slogLogger) Errorf(format string, v ...any)  { l.l.Error(fmt.Sprintf(format, v...)) }
+func (l slogLogger) Debugf(format string, v ...any)  { l.l.Debug(fmt.Sprintf(format, v...)) }
+func (l slogLogger) Tracef(format string, v ...any)  {}

@@ -1,0 +1,312 @@
+package nats
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
+)
+
+// Publisher defaults.
+const (
+	// MaxInFlightDefault is how many messages one Publish call has sent and
+	// not yet seen acknowledged at most.
+	MaxInFlightDefault = 4096
+	// AckTimeoutDefault bounds the wait for one message's PubAck.
+	AckTimeoutDefault = 30 * time.Second
+)
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	ConnConfig
+	// Stream is the stream events are published to. It is created, or
+	// updated to this configuration, by NewPublisher unless NoDeclare is set.
+	Stream StreamConfig
+	// NoDeclare skips creating or updating the stream, which must then
+	// exist.
+	NoDeclare bool
+	// MaxInFlight is how many messages of one Publish call are sent ahead
+	// of their acknowledgements. Defaults to 4096.
+	MaxInFlight int
+	// AckTimeout bounds the wait for each message's acknowledgement by
+	// JetStream. Defaults to 30s.
+	AckTimeout time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c PublisherConfig) WithDefaults() PublisherConfig {
+	c.ConnConfig = c.ConnConfig.withDefaults()
+	c.Stream = c.Stream.WithDefaults()
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
+	c.AckTimeout = cmp.Or(c.AckTimeout, AckTimeoutDefault)
+	return c
+}
+
+func (c PublisherConfig) validate() error {
+	if err := c.ConnConfig.validate("PublisherConfig"); err != nil {
+		return err
+	}
+	if err := c.Stream.validate("PublisherConfig"); err != nil {
+		return err
+	}
+	if c.MaxInFlight < 1 {
+		return fmt.Errorf("idem: nats: PublisherConfig.MaxInFlight %d: want at least 1", c.MaxInFlight)
+	}
+	if c.AckTimeout < 0 {
+		return fmt.Errorf("idem: nats: PublisherConfig.AckTimeout %v is negative", c.AckTimeout)
+	}
+	return nil
+}
+
+// ErrClosed is returned by a Publisher used after Close.
+var ErrClosed = errors.New("idem: nats: closed")
+
+// Publisher publishes idem messages to a JetStream stream: subject
+// <prefix>.<event name>, Nats-Msg-Id = event id, headers "id" (event id),
+// "eventType" (event name), idem-key (aggregate id) and the message's own
+// headers. It sends many messages ahead (asynchronous publish) and waits for
+// every acknowledgement, so one call reports one result per message. It
+// implements broker.Publisher and is safe for concurrent use.
+//
+// JetStream drops a message whose Nats-Msg-Id it stored within the stream's
+// duplicate window (and acknowledges it): a relay that publishes a row again
+// after a crash costs nothing downstream. The consumer's deduplication stays
+// the guarantee; the window is a first line only.
+//
+// The connection reconnects forever after a loss; messages sent while
+// disconnected are buffered by the client and resent.
+type Publisher struct {
+	cfg   PublisherConfig
+	nc    *nats.Conn
+	owned bool
+	js    jetstream.JetStream
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ broker.Publisher = (*Publisher)(nil)
+
+// NewPublisher connects and creates or updates the stream (unless
+// cfg.NoDeclare).
+func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	nc, owned, err := cfg.connect()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(4*cfg.MaxInFlight),
+		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
+	if err != nil {
+		if owned {
+			nc.Close()
+		}
+		return nil, fmt.Errorf("idem: nats: %w", err)
+	}
+	if !cfg.NoDeclare {
+		if err := ensureStream(ctx, js, cfg.Stream); err != nil {
+			if owned {
+				nc.Close()
+			}
+			return nil, err
+		}
+	}
+	return &Publisher{cfg: cfg, nc: nc, owned: owned, js: js}, nil
+}
+
+// Close waits for the Publish calls in progress (each bounded by its context
+// and AckTimeout), makes later calls fail with ErrClosed, and closes the
+// connection if the publisher opened it. Close is idempotent.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	p.js.CleanupPublisher()
+	if p.owned {
+		p.nc.Close()
+	}
+	return nil
+}
+
+// Conn returns the publisher's connection.
+func (p *Publisher) Conn() *nats.Conn { return p.nc }
+
+// Publish implements broker.Publisher: it publishes each message on
+// <prefix>.<event name> and waits for every acknowledgement. A message
+// whose subject no stream captures fails with an error wrapping
+// broker.ErrUnroutable; an event name with whitespace or wildcards fails
+// without being sent.
+func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
+	outs := make([]*nats.Msg, len(msgs))
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		subject, err := p.cfg.Stream.Subject(m.EventName)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		outs[i] = natsMsg(subject, m, m.EventID.String())
+	}
+	return p.publish(ctx, outs, errs)
+}
+
+// Redeliver publishes msgs for one consumer only, on
+// <prefix>-retry.<consumer>.<event name>, which every idem subscriber named
+// consumer also reads. The failure-store commands use it to send a stored
+// message back to the consumer that failed it: publishing it again on the
+// event subject would reach every consuming service, and JetStream would
+// drop it anyway if its id were still in the duplicate window. The copy has a
+// Nats-Msg-Id of its own (the event id, ".retry." and a unique suffix), so it
+// is never dropped as a duplicate; it keeps the "id" header, and the
+// consumer deduplicates on the event id as always. It starts a full set of
+// attempts again. consumer is the durable consumer's name
+// (SubscriberConfig.Consumer), which the subscriber records as the source
+// of the messages it parks.
+func (p *Publisher) Redeliver(ctx context.Context, consumer string, msgs []idem.Message) error {
+	outs := make([]*nats.Msg, len(msgs))
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		subject, err := p.cfg.Stream.RetrySubject(consumer, m.EventName)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if m.Headers[idem.HeaderAttempt] != "" {
+			h := make(map[string]string, len(m.Headers))
+			for k, v := range m.Headers {
+				if k != idem.HeaderAttempt {
+					h[k] = v
+				}
+			}
+			m.Headers = h
+		}
+		outs[i] = natsMsg(subject, m, m.EventID.String()+".retry."+nuid.Next())
+	}
+	return p.publish(ctx, outs, errs)
+}
+
+// natsMsg returns the NATS message for m.
+func natsMsg(subject string, m idem.Message, msgID string) *nats.Msg {
+	h := make(nats.Header, len(m.Headers)+5)
+	for k, v := range m.Headers {
+		h[k] = []string{v}
+	}
+	if m.EventID != uuid.Nil {
+		h[jetstream.MsgIDHeader] = []string{msgID}
+		h[idem.HeaderEventID] = []string{m.EventID.String()}
+	}
+	h[idem.HeaderEventType] = []string{m.EventName}
+	if len(m.Key) > 0 {
+		h[HeaderKey] = []string{string(m.Key)}
+	}
+	if m.AggregateType != "" {
+		h[HeaderAggregateType] = []string{m.AggregateType}
+	}
+	return &nats.Msg{Subject: subject, Header: h, Data: m.Body}
+}
+
+// publish sends outs (nil where errs already holds a failure) with at most
+// MaxInFlight unacknowledged, and collects the acknowledgements.
+func (p *Publisher) publish(ctx context.Context, outs []*nats.Msg, errs []error) error {
+	if len(outs) == 0 {
+		return nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	// pending holds the indexes of sent messages not yet acknowledged, oldest
+	// first.
+	pending := make([]int, 0, min(len(outs), p.cfg.MaxInFlight))
+	futures := make([]jetstream.PubAckFuture, len(outs))
+	waitOldest := func() error {
+		i := pending[0]
+		select {
+		case <-futures[i].Ok():
+		case err := <-futures[i].Err():
+			errs[i] = ackError(err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		pending = pending[1:]
+		return nil
+	}
+	for i, m := range outs {
+		if m == nil {
+			continue
+		}
+		for len(pending) >= p.cfg.MaxInFlight {
+			if err := waitOldest(); err != nil {
+				return err
+			}
+		}
+		for {
+			f, err := p.js.PublishMsgAsync(m)
+			if err == nil {
+				futures[i] = f
+				pending = append(pending, i)
+				break
+			}
+			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				// Concurrent calls fill the client's window: wait for one
+				// of ours, or for a moment, and try again.
+				if len(pending) > 0 {
+					if err := waitOldest(); err != nil {
+						return err
+					}
+					continue
+				}
+				t := time.NewTimer(10 * time.Millisecond)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				}
+				continue
+			}
+			if errors.Is(err, nats.ErrConnectionClosed) {
+				return fmt.Errorf("idem: nats: publish: %w", err)
+			}
+			errs[i] = fmt.Errorf("idem: nats: publish %s: %w", m.Subject, err)
+			break
+		}
+	}
+	for len(pending) > 0 {
+		if err := waitOldest(); err != nil {
+			return err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return &broker.BatchError{Errs: errs}
+		}
+	}
+	return nil
+}
+
+// ackError translates a failed acknowledgement.
+func ackError(err error) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("idem: nats: no stream captures the subject: %w (%v)", broker.ErrUnroutable, err)
+	}
+	return fmt.Errorf("idem: nats: publish not acknowledged: %w", err)
+}

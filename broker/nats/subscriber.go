@@ -1,0 +1,620 @@
+package nats
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/fault"
+)
+
+// Subscriber defaults.
+const (
+	// WorkersDefault is how many batches a subscriber handles at once.
+	WorkersDefault = 2
+	// BatchSizeDefault is the most messages given to the consumer at once.
+	BatchSizeDefault = 100
+	// BatchLingerDefault is how long a batch waits for more messages.
+	BatchLingerDefault = 5 * time.Millisecond
+	// AckWaitDefault is how long JetStream waits for an acknowledgement
+	// before it delivers a message again. The subscriber extends it (with
+	// "in progress" signals) while a batch is being handled.
+	AckWaitDefault = 30 * time.Second
+	// RequeueDelayDefault is how long a message that could be neither handled
+	// nor parked waits before it is delivered again.
+	RequeueDelayDefault = time.Second
+)
+
+// FaultAfterHandleBeforeAck is the fault point (internal/fault) hit after the
+// consumer returned its dispositions for a batch (its transaction committed)
+// and before the messages are acknowledged: a process killed there leaves
+// committed effects whose messages JetStream delivers again.
+const FaultAfterHandleBeforeAck = "nats.after-handle-before-ack"
+
+// DeliverFunc hands deliveries to an idempotent consumer and says what to do
+// with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
+// disposition and error are for ds[i]; a non-nil error means the message was
+// neither handled nor parked and must not be acknowledged.
+type DeliverFunc func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
+
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	ConnConfig
+	// Stream is the stream the events are in. It is created, or updated to
+	// this configuration, by Start unless NoDeclare is set.
+	Stream StreamConfig
+	// NoDeclare skips creating or updating the stream, which must then
+	// exist. The durable consumer is always created or updated.
+	NoDeclare bool
+	// Consumer is the consuming service's name, for example "stock": the
+	// name of its durable JetStream consumer and of its retry subjects. Use
+	// the inbox consumer's name. Required; no dots, spaces or wildcards.
+	Consumer string
+	// Bindings are the event-name patterns the consumer receives, with NATS
+	// wildcards: "order.>" (every event of service order),
+	// "order.order.placed.v1", "*.order.*.v1". Empty means every event.
+	// Patterns must not overlap.
+	Bindings []string
+	// Workers is how many batches are handled at once. Messages with the same
+	// key (the aggregate id) always go to the same worker, so one
+	// aggregate's events are handled in stream order, retries aside.
+	// Defaults to 2.
+	Workers int
+	// BatchSize is the most messages given to the consumer at once, in one
+	// transaction. Defaults to 100.
+	BatchSize int
+	// BatchLinger is how long a batch that is not full waits for more
+	// messages. Defaults to 5ms.
+	BatchLinger time.Duration
+	// MaxAckPending is how many messages JetStream delivers ahead of their
+	// acknowledgements. Defaults to 4 x Workers x BatchSize, at least 1000.
+	MaxAckPending int
+	// AckWait is how long JetStream waits for an acknowledgement before
+	// delivering a message again. Defaults to 30s.
+	AckWait time.Duration
+	// MaxDeliver caps deliveries of a message by JetStream. Defaults to -1
+	// (no cap): the consumer's retry policy decides when a message goes to
+	// the failure store. A cap, if set, must exceed the policy's attempts.
+	MaxDeliver int
+	// RequeueDelay is how long a message that could be neither handled nor
+	// parked (the database is down) waits before it is delivered again.
+	// Defaults to 1s.
+	RequeueDelay time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c SubscriberConfig) WithDefaults() SubscriberConfig {
+	c.ConnConfig = c.ConnConfig.withDefaults()
+	c.Stream = c.Stream.WithDefaults()
+	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.BatchLinger = cmp.Or(c.BatchLinger, BatchLingerDefault)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, max(1000, 4*c.Workers*c.BatchSize))
+	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, -1)
+	c.RequeueDelay = cmp.Or(c.RequeueDelay, RequeueDelayDefault)
+	return c
+}
+
+func (c SubscriberConfig) validate() error {
+	if err := c.ConnConfig.validate("SubscriberConfig"); err != nil {
+		return err
+	}
+	if err := c.Stream.validate("SubscriberConfig"); err != nil {
+		return err
+	}
+	if err := checkToken(c.Consumer); err != nil {
+		return fmt.Errorf("idem: nats: SubscriberConfig.Consumer %q %v (one durable consumer per consuming service, e.g. \"stock\")", c.Consumer, err)
+	}
+	for _, b := range c.Bindings {
+		if err := checkSubject(b, true); err != nil {
+			return fmt.Errorf("idem: nats: SubscriberConfig.Bindings: %q %v", b, err)
+		}
+	}
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("idem: nats: SubscriberConfig.Workers %d: want at least 1", c.Workers)
+	case c.BatchSize < 1:
+		return fmt.Errorf("idem: nats: SubscriberConfig.BatchSize %d: want at least 1", c.BatchSize)
+	case c.MaxAckPending < c.BatchSize:
+		return fmt.Errorf("idem: nats: SubscriberConfig.MaxAckPending %d: want at least BatchSize (%d)", c.MaxAckPending, c.BatchSize)
+	case c.AckWait < time.Second:
+		return fmt.Errorf("idem: nats: SubscriberConfig.AckWait %v: want at least 1s", c.AckWait)
+	case c.MaxDeliver == 0 || c.MaxDeliver < -1:
+		return fmt.Errorf("idem: nats: SubscriberConfig.MaxDeliver %d: want -1 (no cap) or a positive number", c.MaxDeliver)
+	case c.BatchLinger < 0 || c.RequeueDelay < 0:
+		return errors.New("idem: nats: SubscriberConfig.BatchLinger and RequeueDelay must not be negative")
+	}
+	return nil
+}
+
+// FilterSubjects returns the subjects the durable consumer reads: one per
+// binding (or every event), and the consumer's retry subjects.
+func (c SubscriberConfig) FilterSubjects() []string {
+	c = c.WithDefaults()
+	var out []string
+	if len(c.Bindings) == 0 {
+		out = append(out, c.Stream.SubjectPrefix+".>")
+	}
+	for _, b := range c.Bindings {
+		out = append(out, c.Stream.SubjectPrefix+"."+b)
+	}
+	return append(out, c.Stream.retryPrefix()+"."+c.Consumer+".>")
+}
+
+// Subscriber reads a durable JetStream pull consumer and feeds an idempotent
+// consumer. It acknowledges a message only after the consumer's transaction
+// committed (or the message was parked in the failure store). The attempt
+// given to the consumer is JetStream's delivery count: a message the consumer
+// asks to retry is negatively acknowledged with the retry delay, and comes
+// back with the count increased; a message left unacknowledged (a crash, a
+// lost acknowledgement) comes back after AckWait, also counted. A message
+// delivered again is not trusted to be a duplicate (nor a new message): it
+// goes through the consumer's deduplication like any other.
+//
+// The durable consumer (explicit acks, deliver all) is named after
+// SubscriberConfig.Consumer, so several processes of one service share its
+// messages. Connection losses are handled by the client, which reconnects
+// forever.
+type Subscriber struct {
+	cfg     SubscriberConfig
+	deliver DeliverFunc
+	log     *slog.Logger
+	seed    maphash.Seed
+
+	nc    *nats.Conn
+	owned bool
+	cons  jetstream.Consumer
+
+	workCtx    context.Context
+	workCancel context.CancelFunc
+
+	mu     sync.Mutex
+	state  int // 0 new, 1 started, 2 stopping
+	iter   jetstream.MessagesContext
+	stopCh chan struct{}
+	done   chan struct{}
+}
+
+// NewSubscriber returns a subscriber that hands what it receives to deliver,
+// typically consumer.DeliverBatch.
+func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if deliver == nil {
+		return nil, errors.New("idem: nats: NewSubscriber: deliver is nil")
+	}
+	return &Subscriber{
+		cfg:     cfg,
+		deliver: deliver,
+		log:     cfg.Logger.With("stream", cfg.Stream.Name, "consumer", cfg.Consumer),
+		seed:    maphash.MakeSeed(),
+		stopCh:  make(chan struct{}),
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// ConsumerConfig returns the JetStream configuration of the durable
+// consumer.
+func (c SubscriberConfig) ConsumerConfig() jetstream.ConsumerConfig {
+	c = c.WithDefaults()
+	return jetstream.ConsumerConfig{
+		Durable:        c.Consumer,
+		Description:    "idem consumer " + c.Consumer,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        c.AckWait,
+		MaxDeliver:     c.MaxDeliver,
+		MaxAckPending:  c.MaxAckPending,
+		FilterSubjects: c.FilterSubjects(),
+	}
+}
+
+// Start connects, creates or updates the stream and the durable consumer,
+// and starts consuming. It returns an error if any of that fails; after
+// that, connection losses are handled by reconnecting.
+func (s *Subscriber) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.state != 0 {
+		s.mu.Unlock()
+		return errors.New("idem: nats: Subscriber.Start called twice")
+	}
+	s.state = 1
+	s.mu.Unlock()
+	fail := func(err error) error {
+		if s.nc != nil && s.owned {
+			s.nc.Close()
+		}
+		s.mu.Lock()
+		s.state = 2
+		close(s.done)
+		s.mu.Unlock()
+		return err
+	}
+	nc, owned, err := s.cfg.connect()
+	if err != nil {
+		return fail(err)
+	}
+	s.nc, s.owned = nc, owned
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail(fmt.Errorf("idem: nats: %w", err))
+	}
+	if !s.cfg.NoDeclare {
+		if err := ensureStream(ctx, js, s.cfg.Stream); err != nil {
+			return fail(err)
+		}
+	}
+	s.cons, err = js.CreateOrUpdateConsumer(ctx, s.cfg.Stream.Name, s.cfg.ConsumerConfig())
+	if err != nil {
+		return fail(fmt.Errorf("idem: nats: create or update consumer %s on stream %s: %w", s.cfg.Consumer, s.cfg.Stream.Name, err))
+	}
+	iter, err := s.messages()
+	if err != nil {
+		return fail(err)
+	}
+	s.workCtx, s.workCancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.mu.Lock()
+	s.iter = iter
+	if s.stopping() {
+		iter.Drain()
+	}
+	s.mu.Unlock()
+	go s.run(iter)
+	return nil
+}
+
+func (s *Subscriber) messages() (jetstream.MessagesContext, error) {
+	iter, err := s.cons.Messages(jetstream.PullMaxMessages(min(s.cfg.MaxAckPending, 2*s.cfg.Workers*s.cfg.BatchSize)))
+	if err != nil {
+		return nil, fmt.Errorf("idem: nats: consume %s: %w", s.cfg.Consumer, err)
+	}
+	return iter, nil
+}
+
+// Stop stops fetching, hands the messages already received to the consumer,
+// acknowledges them and closes the connection if the subscriber opened it.
+// If ctx ends first, work in progress is abandoned (its messages are
+// delivered again after AckWait) and ctx's error returned. Stop is
+// idempotent.
+func (s *Subscriber) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	switch s.state {
+	case 0:
+		s.state = 2
+		close(s.done)
+		s.mu.Unlock()
+		return nil
+	case 1:
+		s.state = 2
+		close(s.stopCh)
+		if s.iter != nil {
+			s.iter.Drain()
+		}
+	}
+	s.mu.Unlock()
+	var err error
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		if s.workCancel != nil {
+			s.workCancel()
+		}
+		s.mu.Lock()
+		if s.iter != nil {
+			s.iter.Stop()
+		}
+		s.mu.Unlock()
+		<-s.done
+	}
+	if s.workCancel != nil {
+		s.workCancel()
+	}
+	if s.nc != nil {
+		// Send the last acknowledgements.
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if ferr := s.nc.FlushWithContext(fctx); ferr != nil && err == nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
+			s.log.Warn("nats subscriber: flush acknowledgements", "error", ferr)
+		}
+		cancel()
+		if s.owned {
+			s.nc.Close()
+		}
+	}
+	return err
+}
+
+// Done is closed when a started subscriber has stopped.
+func (s *Subscriber) Done() <-chan struct{} { return s.done }
+
+func (s *Subscriber) stopping() bool {
+	select {
+	case <-s.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// run reads messages until Stop, making a new iterator if one ends on its
+// own (the consumer was deleted, the connection closed).
+func (s *Subscriber) run(iter jetstream.MessagesContext) {
+	defer close(s.done)
+	for {
+		s.serve(iter)
+		if s.stopping() {
+			return
+		}
+		wait := s.cfg.ReconnectWait
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case <-s.stopCh:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			var err error
+			iter, err = s.resume()
+			if err == nil {
+				break
+			}
+			s.log.Warn("nats subscriber: resume consuming failed", "error", err)
+			wait = min(2*wait, 30*time.Second)
+		}
+		s.mu.Lock()
+		s.iter = iter
+		if s.stopping() {
+			iter.Drain()
+		}
+		s.mu.Unlock()
+		s.log.Info("nats subscriber: consuming again")
+	}
+}
+
+// resume recreates the consumer (it may have been deleted) and an iterator.
+func (s *Subscriber) resume() (jetstream.MessagesContext, error) {
+	ctx, cancel := context.WithTimeout(s.workCtx, s.cfg.DialTimeout)
+	defer cancel()
+	if s.nc.IsClosed() {
+		return nil, nats.ErrConnectionClosed
+	}
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, s.cfg.Stream.Name, s.cfg.ConsumerConfig())
+	if err != nil {
+		return nil, err
+	}
+	s.cons = cons
+	return s.messages()
+}
+
+// serve dispatches the iterator's messages to the workers in batches until
+// the iterator closes, then waits for the batches in progress.
+func (s *Subscriber) serve(iter jetstream.MessagesContext) {
+	in := make(chan jetstream.Msg)
+	go func() {
+		defer close(in)
+		for {
+			m, err := iter.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return
+				}
+				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+					s.log.Warn("nats subscriber: consumer gone; recreating it", "error", err)
+					iter.Stop()
+					return
+				}
+				if !s.stopping() {
+					s.log.Debug("nats subscriber: fetch", "error", err)
+				}
+				continue
+			}
+			in <- m
+		}
+	}()
+
+	n := s.cfg.Workers
+	queues := make([]chan []jetstream.Msg, n)
+	var wg sync.WaitGroup
+	for i := range queues {
+		queues[i] = make(chan []jetstream.Msg, 1)
+		wg.Go(func() {
+			for batch := range queues[i] {
+				s.handle(batch)
+			}
+		})
+	}
+	pending := make([][]jetstream.Msg, n)
+	since := make([]time.Time, n)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false
+	flush := func(i int) {
+		queues[i] <- pending[i]
+		pending[i] = nil
+	}
+	for {
+		select {
+		case m, ok := <-in:
+			if !ok {
+				timer.Stop()
+				for i := range pending {
+					if len(pending[i]) > 0 {
+						flush(i)
+					}
+					close(queues[i])
+				}
+				wg.Wait()
+				return
+			}
+			i := s.worker(m, n)
+			pending[i] = append(pending[i], m)
+			if len(pending[i]) >= s.cfg.BatchSize {
+				flush(i)
+			} else if len(pending[i]) == 1 {
+				since[i] = time.Now()
+				if !armed {
+					timer.Reset(s.cfg.BatchLinger)
+					armed = true
+				}
+			}
+		case <-timer.C:
+			armed = false
+			now := time.Now()
+			var next time.Duration
+			for i := range pending {
+				if len(pending[i]) == 0 {
+					continue
+				}
+				if wait := s.cfg.BatchLinger - now.Sub(since[i]); wait > 0 {
+					if next == 0 || wait < next {
+						next = wait
+					}
+					continue
+				}
+				flush(i)
+			}
+			if next > 0 {
+				timer.Reset(next)
+				armed = true
+			}
+		}
+	}
+}
+
+// worker picks the worker of m: by key header, so one aggregate's messages
+// stay in order, else by event id.
+func (s *Subscriber) worker(m jetstream.Msg, n int) int {
+	if n == 1 {
+		return 0
+	}
+	h := m.Headers()
+	key := h.Get(HeaderKey)
+	if key == "" {
+		key = h.Get(idem.HeaderEventID)
+	}
+	return int(maphash.String(s.seed, key) % uint64(n))
+}
+
+// handle gives one batch to the consumer and settles every message.
+func (s *Subscriber) handle(batch []jetstream.Msg) {
+	ds := make([]inbox.Delivery, len(batch))
+	for i, m := range batch {
+		ds[i] = s.toDelivery(m)
+	}
+	stopProgress := s.keepInProgress(batch)
+	disps, errs := s.deliver(s.workCtx, ds)
+	stopProgress()
+	fault.Point(FaultAfterHandleBeforeAck)
+
+	for i, m := range batch {
+		var err error
+		switch {
+		case i >= len(disps) || i >= len(errs):
+			s.log.Error("nats subscriber: no disposition for a message; delivering it again later", "event_id", ds[i].Message.EventID)
+			err = m.NakWithDelay(s.cfg.RequeueDelay)
+		case errs[i] != nil:
+			s.log.Error("nats subscriber: message neither handled nor parked; delivering it again later",
+				"event_id", ds[i].Message.EventID, "error", errs[i])
+			err = m.NakWithDelay(s.cfg.RequeueDelay)
+		case disps[i].Action == inbox.Ack:
+			err = m.Ack()
+		case disps[i].Action == inbox.Retry && disps[i].RetryAfter > 0:
+			err = m.NakWithDelay(disps[i].RetryAfter)
+		default:
+			err = m.Nak()
+		}
+		if err != nil {
+			// The message comes back after AckWait and is deduplicated.
+			s.log.Warn("nats subscriber: settle message", "event_id", ds[i].Message.EventID, "error", err)
+		}
+	}
+}
+
+// keepInProgress tells JetStream, every AckWait/3, that the batch is still
+// being handled, until the returned function is called.
+func (s *Subscriber) keepInProgress(batch []jetstream.Msg) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(s.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				for _, m := range batch {
+					_ = m.InProgress()
+				}
+			}
+		}
+	}()
+	return func() { close(stop); <-done }
+}
+
+// toDelivery turns a JetStream message into what the consumer receives: the
+// message as received, the durable consumer's name as its source (what
+// Publisher.Redeliver takes, so that "idem failed retry" sends a parked
+// message back to this consumer), and the attempt from JetStream's delivery
+// count.
+func (s *Subscriber) toDelivery(m jetstream.Msg) inbox.Delivery {
+	msg := idem.Message{Body: m.Data()}
+	h := m.Headers()
+	if len(h) > 0 {
+		msg.Headers = make(map[string]string, len(h))
+		for k, vs := range h {
+			if len(vs) == 0 {
+				continue
+			}
+			switch k {
+			case jetstream.MsgIDHeader:
+				continue
+			case HeaderKey:
+				msg.Key = []byte(vs[0])
+				continue
+			case HeaderAggregateType:
+				msg.AggregateType = vs[0]
+				continue
+			}
+			msg.Headers[k] = vs[0]
+		}
+	}
+	msg.EventName = h.Get(idem.HeaderEventType)
+	if msg.EventName == "" {
+		msg.EventName = s.cfg.Stream.eventName(m.Subject())
+	}
+	id := h.Get(idem.HeaderEventID)
+	if id == "" {
+		id = h.Get(jetstream.MsgIDHeader)
+	}
+	if len(id) == 36 {
+		if u, err := uuid.Parse(id); err == nil {
+			msg.EventID = u
+		}
+	}
+	attempt := 1
+	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
+		attempt = int(md.NumDelivered)
+	}
+	return inbox.Delivery{Message: msg, Source: s.cfg.Consumer, Attempt: attempt}
+}
