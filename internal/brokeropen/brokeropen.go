@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/broker/amqp"
+	"github.com/idem-go/idem/broker/webhook"
 )
 
 // Publisher is a publisher that must be closed.
@@ -23,13 +26,47 @@ func Open(ctx context.Context, rawURL string) (Publisher, error) {
 	if rawURL == "" {
 		return nil, errors.New("no broker URL: pass --broker or set IDEM_BROKER_URL (for example amqp://guest:guest@localhost:5672/)")
 	}
+	if isKafkaURL(rawURL) {
+		return openKafka(ctx, rawURL)
+	}
+	rawURL = natsURL(rawURL)
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("broker URL %s: %w", broker.RedactURL(rawURL), err)
 	}
 	switch strings.ToLower(u.Scheme) {
+	case "amqp", "amqps":
+		return openAMQP(ctx, u)
+	case "nats":
+		return openNATS(ctx, u, "")
 	// Transports add their case here.
+	case "http", "https":
+		return webhook.New(rawURL, nil), nil
 	default:
 		return nil, fmt.Errorf("broker URL %s: scheme %q is not supported", broker.RedactURL(rawURL), u.Scheme)
 	}
+}
+
+// openAMQP opens a RabbitMQ publisher. The query parameter "exchange" names
+// the exchange (default "events"); IDEM_AMQP_USERNAME and IDEM_AMQP_PASSWORD
+// supply the credentials when the URL has none.
+func openAMQP(ctx context.Context, u *url.URL) (Publisher, error) {
+	q := u.Query()
+	exchange := q.Get("exchange")
+	q.Del("exchange")
+	u.RawQuery = q.Encode()
+	cc := amqp.ConnConfig{URL: u.String(), ConnectionName: "idem"}
+	if u.User == nil {
+		cc.Username = os.Getenv("IDEM_AMQP_USERNAME")
+		cc.Password = os.Getenv("IDEM_AMQP_PASSWORD")
+	}
+	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: cc, Exchange: exchange})
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Connect(ctx); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	return p, nil
 }

@@ -1,0 +1,213 @@
+package brokeropen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/broker/nats"
+	"github.com/idem-go/idem/broker/nats/embedded"
+)
+
+// EmbeddedDirDefault is where an embedded NATS server keeps its data when the
+// URL gives no dir.
+const EmbeddedDirDefault = "idem-data/nats"
+
+// natsURL rewrites "embedded" and "embedded?..." to nats://embedded....
+func natsURL(rawURL string) string {
+	if rawURL == "embedded" || strings.HasPrefix(rawURL, "embedded?") {
+		return "nats://" + rawURL
+	}
+	return rawURL
+}
+
+// natsStream returns the stream of u's parameters stream and prefix, or,
+// when absent and prefix is set, <PREFIX>_EVENTS and <prefix>.events.
+func natsStream(u *url.URL, prefix string) nats.StreamConfig {
+	q := u.Query()
+	s := nats.StreamConfig{Name: q.Get("stream"), SubjectPrefix: q.Get("prefix")}
+	if prefix != "" {
+		if s.Name == "" {
+			s.Name = strings.ToUpper(strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_").Replace(prefix)) + "_" + nats.StreamDefault
+		}
+		if s.SubjectPrefix == "" {
+			s.SubjectPrefix = prefix + "." + nats.SubjectPrefixDefault
+		}
+	}
+	return s
+}
+
+// natsConn returns the connection settings for u: its URL without idem's
+// parameters, or a connection to an embedded server (nats://embedded) shared
+// by everything the process opens on the same dir, and a release function.
+func natsConn(ctx context.Context, u *url.URL, name string) (nats.ConnConfig, func() error, error) {
+	q := u.Query()
+	if u.Host != "embedded" {
+		q.Del("stream")
+		q.Del("prefix")
+		q.Del("ack_wait")
+		v := *u
+		v.RawQuery = q.Encode()
+		return nats.ConnConfig{URL: v.String(), Name: name}, func() error { return nil }, nil
+	}
+	srv, release, err := acquireEmbedded(ctx, q.Get("dir"), embedded.Config{Listen: q.Get("listen"), SyncAlways: q.Get("sync") == "always"})
+	if err != nil {
+		return nats.ConnConfig{}, nil, err
+	}
+	nc, err := srv.Connect(natsgo.Name(name))
+	if err != nil {
+		return nats.ConnConfig{}, nil, errors.Join(err, release())
+	}
+	return nats.ConnConfig{Conn: nc}, func() error { nc.Close(); return release() }, nil
+}
+
+// openNATS opens a JetStream publisher. nats://host:4222 connects to a
+// server; nats://embedded (or just "embedded") starts one in the process,
+// with JetStream data in the dir parameter (default idem-data/nats),
+// listening on the listen parameter if set (for example 127.0.0.1:4222),
+// syncing each message to disk with sync=always; the last user to close
+// stops it. The parameters stream and prefix override the stream name
+// (EVENTS) and subject prefix (events).
+func openNATS(ctx context.Context, u *url.URL, prefix string) (Publisher, error) {
+	cc, release, err := natsConn(ctx, u, "idem")
+	if err != nil {
+		return nil, err
+	}
+	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: natsStream(u, prefix)})
+	if err != nil {
+		return nil, errors.Join(err, release())
+	}
+	return &natsPublisher{Publisher: p, release: release}, nil
+}
+
+// natsPublisher is a publisher with what it must release on Close.
+type natsPublisher struct {
+	*nats.Publisher
+	release func() error
+}
+
+// Close closes the publisher and releases its connection.
+func (p *natsPublisher) Close() error {
+	return errors.Join(p.Publisher.Close(), p.release())
+}
+
+// subscribeNATS returns a JetStream subscriber with a durable consumer named
+// cfg.Consumer, bound to names.
+// The URL parameter ack_wait (a duration, such as 5s) sets how long
+// JetStream waits for an acknowledgement before delivering a message again
+// (default nats.AckWaitDefault).
+func subscribeNATS(u *url.URL, cfg SubscribeConfig, names []string, deliver DeliverFunc) (Subscriber, error) {
+	var ackWait time.Duration
+	if v := u.Query().Get("ack_wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			return nil, fmt.Errorf("broker URL %s: ack_wait=%q: want a duration of at least 1s", broker.RedactURL(u.String()), v)
+		}
+		ackWait = d
+	}
+	return &natsSubscriber{u: u, cfg: cfg, names: names, deliver: deliver, ackWait: ackWait}, nil
+}
+
+// natsSubscriber opens its connection (and the embedded server) on Start.
+type natsSubscriber struct {
+	u       *url.URL
+	cfg     SubscribeConfig
+	names   []string
+	deliver DeliverFunc
+	ackWait time.Duration
+
+	sub     *nats.Subscriber
+	release func() error
+}
+
+func (s *natsSubscriber) Start(ctx context.Context) error {
+	cc, release, err := natsConn(ctx, s.u, s.cfg.Consumer)
+	if err != nil {
+		return err
+	}
+	cc.Logger = s.cfg.Logger
+	sub, err := nats.NewSubscriber(nats.SubscriberConfig{
+		ConnConfig: cc, Stream: natsStream(s.u, s.cfg.Prefix), Consumer: s.cfg.Consumer, Bindings: s.names,
+		Workers: s.cfg.Workers, BatchSize: s.cfg.BatchSize, AckWait: s.ackWait,
+	}, s.deliver)
+	if err == nil {
+		err = sub.Start(ctx)
+	}
+	if err != nil {
+		return errors.Join(err, release())
+	}
+	s.sub, s.release = sub, release
+	return nil
+}
+
+func (s *natsSubscriber) Stop(ctx context.Context) error {
+	if s.sub == nil {
+		return nil
+	}
+	err := s.sub.Stop(ctx)
+	if s.release != nil {
+		err = errors.Join(err, s.release())
+		s.release = nil
+	}
+	return err
+}
+
+// Embedded servers of this process, by absolute directory, with their
+// number of users.
+var (
+	embeddedMu      sync.Mutex
+	embeddedServers = map[string]*sharedServer{}
+)
+
+type sharedServer struct {
+	srv   *embedded.Server
+	users int
+}
+
+// acquireEmbedded returns the process's embedded server on dir, starting it
+// if needed, and a function that stops it after its last user released it.
+func acquireEmbedded(ctx context.Context, dir string, cfg embedded.Config) (*embedded.Server, func() error, error) {
+	if dir == "" {
+		dir = EmbeddedDirDefault
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	embeddedMu.Lock()
+	defer embeddedMu.Unlock()
+	s := embeddedServers[abs]
+	if s == nil {
+		cfg.Dir = abs
+		srv, err := embedded.Start(ctx, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		s = &sharedServer{srv: srv}
+		embeddedServers[abs] = s
+	}
+	s.users++
+	var once sync.Once
+	release := func() error {
+		var err error
+		once.Do(func() {
+			embeddedMu.Lock()
+			defer embeddedMu.Unlock()
+			s.users--
+			if s.users == 0 {
+				delete(embeddedServers, abs)
+				err = s.srv.Shutdown(context.Background())
+			}
+		})
+		return err
+	}
+	return s.srv, release, nil
+}
