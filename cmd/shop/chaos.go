@@ -1,0 +1,493 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idem-go/idem/broker/nats/embedded"
+	"github.com/idem-go/idem/internal/brokeropen"
+	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/shop/store"
+)
+
+// chaosCase is one line of the crash table.
+type chaosCase struct {
+	// Name is the fault point or situation.
+	Name string
+	// Expected is what must hold after recovery.
+	Expected string
+	run      func(ctx context.Context, r *chaosRun) (string, error)
+}
+
+// chaosRun is the environment of one case: its own namespace (schemas,
+// exchange and queues) on shared servers.
+type chaosRun struct {
+	*cluster
+	in *inspector
+}
+
+// allProcs are the services of the "app" process when the relay runs apart.
+const appServices = "carrier,order,stock,shipping,billing"
+
+// settleTimeout bounds the wait for every effect after recovery.
+const settleTimeout = 45 * time.Second
+
+func (r *chaosRun) app(ctx context.Context, services, fault string) (*proc, error) {
+	return r.start(ctx, procSpec{name: strings.ReplaceAll(services, ",", "+"), services: services, fault: fault})
+}
+
+func (r *chaosRun) orders(ctx context.Context, addr string, n int) error {
+	for i := range n {
+		if _, err := placeOK(ctx, addr, fmt.Sprintf("c-%d", i), 1+i%3); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// crashAndRecover starts the app (all services but those in split) and one
+// process of split's services armed with fault, places n orders, waits for
+// the armed process to die at the fault point, restarts it unarmed and checks
+// the databases.
+func crashAndRecover(split, fault string, n int) func(ctx context.Context, r *chaosRun) (string, error) {
+	return func(ctx context.Context, r *chaosRun) (string, error) {
+		rest := []string{}
+		for _, s := range strings.Split(appServices+",relay", ",") {
+			if !strings.Contains(","+split+",", ","+s+",") {
+				rest = append(rest, s)
+			}
+		}
+		// Consumers declare their queues before any relay publishes.
+		armedFirst := !strings.Contains(split, "relay")
+		var app, armed *proc
+		var err error
+		if armedFirst {
+			if armed, err = r.start(ctx, procSpec{name: split, services: split, fault: fault, carrierURL: "http://" + mustAddr(r) + "/carrier"}); err != nil {
+				return "", err
+			}
+		}
+		if app, err = r.start(ctx, procSpec{name: "app", services: strings.Join(rest, ","), http: r.appAddr}); err != nil {
+			return "", err
+		}
+		if !armedFirst {
+			if armed, err = r.start(ctx, procSpec{name: split, services: split, fault: fault}); err != nil {
+				return "", err
+			}
+		}
+		if err := r.orders(ctx, app.http, n); err != nil {
+			return "", err
+		}
+		if err := armed.waitKilled(30 * time.Second); err != nil {
+			return "", err
+		}
+		spec := procSpec{name: split, services: split}
+		if armedFirst {
+			spec.carrierURL = "http://" + app.http + "/carrier"
+		}
+		if _, err := r.start(ctx, spec); err != nil {
+			return "", err
+		}
+		obs, ok := r.in.settle(ctx, settleTimeout, n)
+		if !ok {
+			return obs, errors.New(obs)
+		}
+		return "killed, restarted; " + obs, nil
+	}
+}
+
+func mustAddr(r *chaosRun) string {
+	if r.appAddr == "" {
+		r.appAddr, _ = freeAddr()
+	}
+	return r.appAddr
+}
+
+var chaosCases = []chaosCase{
+	{
+		Name:     "order.before-commit",
+		Expected: "no order, no event; a retry with the same Idempotency-Key makes one order",
+		run: func(ctx context.Context, r *chaosRun) (string, error) {
+			app, err := r.app(ctx, appServices+",relay", "order.before-commit")
+			if err != nil {
+				return "", err
+			}
+			if _, err := placeOrder(ctx, app.http, "chaos-key-1", "c-1", 2); err == nil {
+				return "", errors.New("the order request succeeded although the process should have died before its commit")
+			}
+			if err := app.waitKilled(10 * time.Second); err != nil {
+				return "", err
+			}
+			if _, err := r.start(ctx, procSpec{name: "app", services: appServices + ",relay", http: app.http}); err != nil {
+				return "", err
+			}
+			// The crashed request left its key "processing": 409 until the
+			// lock timeout (1s here), then the retry takes it over.
+			conflicts := 0
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				res, err := placeOrder(ctx, app.http, "chaos-key-1", "c-1", 2)
+				if err != nil {
+					return "", err
+				}
+				if res.Status == http.StatusCreated {
+					break
+				}
+				if res.Status != http.StatusConflict || time.Now().After(deadline) {
+					return "", fmt.Errorf("retry with the same key: %d %s", res.Status, res.Body)
+				}
+				conflicts++
+				time.Sleep(200 * time.Millisecond)
+			}
+			if err := r.orders(ctx, app.http, 2); err != nil {
+				return "", err
+			}
+			obs, ok := r.in.settle(ctx, settleTimeout, 3)
+			if !ok {
+				return obs, errors.New(obs)
+			}
+			return fmt.Sprintf("retry got %d x 409 then 201; %s", conflicts, obs), nil
+		},
+	},
+	{
+		Name:     "relay.after-claim",
+		Expected: "after the commit, before publication: the event is published after the restart",
+		run:      crashAndRecover("relay", "relay.after-claim", 3),
+	},
+	{
+		Name:     "relay.after-publish-before-mark",
+		Expected: "relay republishes (duplicate source 1): consumers skip the copies",
+		run:      crashAndRecover("relay", "relay.after-publish-before-mark", 3),
+	},
+	{
+		Name:     "shipping.before-commit",
+		Expected: "marker and preparation rolled back; the event is processed again",
+		run:      crashAndRecover("shipping", "shipping.before-commit", 3),
+	},
+	{
+		Name:     "inbox.after-commit-before-ack",
+		Expected: "broker redelivers (duplicate source 2): no second preparation",
+		run:      crashAndRecover("shipping", "inbox.after-commit-before-ack", 3),
+	},
+	{
+		Name:     "two simultaneous deliveries",
+		Expected: "two shipping processes get the same events at once: one preparation",
+		run:      simultaneous,
+	},
+	{
+		Name:     "carrier answer lost",
+		Expected: "the pickup is found by reference or the retry uses the same key: one pickup",
+		run:      lostAnswer,
+	},
+	{
+		Name:     "manual replay of a period",
+		Expected: "replayed events (duplicate source 3) change nothing",
+		run:      replayPeriod,
+	},
+}
+
+// simultaneous runs two shipping processes and has every order event
+// delivered twice at the same moment: the relay is followed by a replay of
+// the same events, published in one call with each message twice.
+func simultaneous(ctx context.Context, r *chaosRun) (string, error) {
+	addr := mustAddr(r)
+	for i := range 2 {
+		if _, err := r.start(ctx, procSpec{name: fmt.Sprintf("shipping%d", i+1), services: "shipping", carrierURL: "http://" + addr + "/carrier"}); err != nil {
+			return "", err
+		}
+	}
+	app, err := r.start(ctx, procSpec{name: "app", services: "carrier,order,stock,billing,relay", http: addr})
+	if err != nil {
+		return "", err
+	}
+	if err := r.orders(ctx, app.http, 4); err != nil {
+		return "", err
+	}
+	if obs, ok := r.in.settle(ctx, settleTimeout, 4); !ok {
+		return obs, errors.New(obs)
+	}
+	n, err := r.replay(ctx, 2)
+	if err != nil {
+		return "", err
+	}
+	obs, ok := r.in.settle(ctx, settleTimeout, 4)
+	if !ok {
+		return obs, errors.New(obs)
+	}
+	return fmt.Sprintf("%d duplicate messages delivered to 2 processes; %s", n, obs), nil
+}
+
+func lostAnswer(ctx context.Context, r *chaosRun) (string, error) {
+	app, err := r.app(ctx, appServices+",relay", "")
+	if err != nil {
+		return "", err
+	}
+	if err := postJSON(ctx, "http://"+app.http+"/carrier/control", map[string]int{"drop_responses": 3}); err != nil {
+		return "", err
+	}
+	if err := r.orders(ctx, app.http, 3); err != nil {
+		return "", err
+	}
+	obs, ok := r.in.settle(ctx, settleTimeout, 3)
+	if !ok {
+		return obs, errors.New(obs)
+	}
+	var st struct {
+		Dropped int `json:"dropped"`
+	}
+	if err := getJSON(ctx, "http://"+app.http+"/carrier/stats", &st); err != nil {
+		return "", err
+	}
+	if st.Dropped != 3 {
+		return "", fmt.Errorf("the carrier dropped %d answers, want 3", st.Dropped)
+	}
+	return fmt.Sprintf("%d answers dropped; %s", st.Dropped, obs), nil
+}
+
+func replayPeriod(ctx context.Context, r *chaosRun) (string, error) {
+	app, err := r.app(ctx, appServices+",relay", "")
+	if err != nil {
+		return "", err
+	}
+	if err := r.orders(ctx, app.http, 3); err != nil {
+		return "", err
+	}
+	if obs, ok := r.in.settle(ctx, settleTimeout, 3); !ok {
+		return obs, errors.New(obs)
+	}
+	n, err := r.replay(ctx, 1)
+	if err != nil {
+		return "", err
+	}
+	obs, ok := r.in.settle(ctx, settleTimeout, 3)
+	if !ok {
+		return obs, errors.New(obs)
+	}
+	return fmt.Sprintf("%d events of the last hour replayed; %s", n, obs), nil
+}
+
+// duplicating publishes every message copies times in the same call.
+type duplicating struct {
+	brokeropen.Publisher
+	copies int
+}
+
+func (d duplicating) Publish(ctx context.Context, msgs []idemMessage) error {
+	var out []idemMessage
+	for _, m := range msgs {
+		for range d.copies {
+			out = append(out, m)
+		}
+	}
+	return d.Publisher.Publish(ctx, out)
+}
+
+// replay publishes the order outbox's events of the last hour again, each
+// copies times, as "idem replay" would.
+func (r *chaosRun) replay(ctx context.Context, copies int) (int64, error) {
+	pub, err := brokeropen.OpenPrefixed(ctx, r.broker, r.namespace)
+	if err != nil {
+		return 0, err
+	}
+	defer pub.Close()
+	n, err := relay.Replay(ctx, r.in.dbs["order"].Driver, duplicating{pub, copies},
+		relay.ReplayFilter{Since: time.Now().Add(-time.Hour)}, relay.ReplayOptions{})
+	return n * int64(copies), err
+}
+
+// chaosResult is one row of the printed table.
+type chaosResult struct {
+	Case     chaosCase
+	Observed string
+	Err      error
+	Took     time.Duration
+}
+
+// chaosOptions configure runChaos.
+type chaosOptions struct {
+	Binary, DB, Broker string
+	// Only, when set, keeps the cases whose name contains one of its
+	// comma-separated words.
+	Only string
+	// LogDir receives each process's log.
+	LogDir string
+	// Progress, when set, receives a line per finished case.
+	Progress io.Writer
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// runChaos runs the crash table, each case in its own namespace, and returns
+// a row per case.
+func runChaos(ctx context.Context, o chaosOptions) []chaosResult {
+	var out []chaosResult
+	for _, c := range chaosCases {
+		if o.Only != "" && !matchesAny(c.Name, o.Only) {
+			continue
+		}
+		start := time.Now()
+		ns := "chaos_" + randomSuffix()
+		res := chaosResult{Case: c}
+		func() {
+			cl := &cluster{binary: o.Binary, db: o.DB, broker: o.Broker, namespace: ns, logDir: o.LogDir}
+			defer cl.stopAll()
+			in, err := openInspector(ctx, o.DB, ns)
+			if err != nil {
+				res.Err = err
+				return
+			}
+			defer in.close()
+			defer dropNamespace(in)
+			res.Observed, res.Err = c.run(ctx, &chaosRun{cluster: cl, in: in})
+		}()
+		res.Took = time.Since(start)
+		if o.Progress != nil {
+			status := "PASS"
+			if res.Err != nil {
+				status = "FAIL: " + res.Err.Error()
+			}
+			fmt.Fprintf(o.Progress, "chaos: %-34s %s (%v)\n", c.Name, status, res.Took.Round(time.Millisecond))
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+func matchesAny(name, words string) bool {
+	for _, w := range strings.Split(words, ",") {
+		if w = strings.TrimSpace(w); w != "" && strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// dropNamespace removes the schemas (PostgreSQL) or databases (MySQL) of a
+// finished case. SQLite files stay in their directory, which the caller
+// removes.
+func dropNamespace(in *inspector) {
+	for _, db := range in.dbs {
+		switch db.Dialect {
+		case store.Postgres:
+			_, _ = db.SQL.Exec(`DROP SCHEMA IF EXISTS ` + db.Schema + ` CASCADE`)
+		case store.MySQL:
+			_, _ = db.SQL.Exec("DROP DATABASE IF EXISTS `" + db.Schema + "`")
+		}
+	}
+}
+
+// embeddedChaos returns the settings of the crash table on the embedded
+// defaults: SQLite files under dir, shared by the shop processes, and a NATS
+// JetStream server run by this process (the processes it kills cannot own
+// it) with its data under dir, listening on a free local port. stop stops
+// the server.
+func embeddedChaos(ctx context.Context, dir string) (db, brokerURL string, stop func(), err error) {
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0"})
+	if err != nil {
+		return "", "", nil, err
+	}
+	// A short ack_wait has a killed consumer's messages delivered again soon.
+	return "sqlite:" + filepath.Join(dir, "db"), srv.ClientURL() + "?ack_wait=3s", func() { _ = srv.Shutdown(context.Background()) }, nil
+}
+
+// printTable writes the crash table.
+func printTable(w io.Writer, results []chaosResult) (failed int) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POINT\tEXPECTED\tOBSERVED\tRESULT")
+	for _, r := range results {
+		status, obs := "pass", r.Observed
+		if r.Err != nil {
+			status, failed = "FAIL", failed+1
+			obs = r.Err.Error()
+		}
+		obs = strings.ReplaceAll(obs, "\n", " ")
+		if len(obs) > 200 {
+			obs = obs[:200] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Case.Name, r.Case.Expected, obs, status)
+	}
+	_ = tw.Flush()
+	return failed
+}
+
+var chaosEnv = map[string]string{"db": "SHOP_DB_URL", "broker": "SHOP_BROKER_URL"}
+
+func chaosMain(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("shop chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o chaosOptions
+	fs.StringVar(&o.DB, "db", "", "database URL the shop processes use (each case gets its own schemas); default: SQLite files in a temporary directory")
+	fs.StringVar(&o.Broker, "broker", "", "broker URL (each case gets its own exchange and queues); default: a NATS JetStream server run by shop chaos")
+	fs.StringVar(&o.Only, "only", "", "run only the cases whose name contains one of these comma-separated words")
+	keep := fs.Bool("keep-logs", false, "keep the processes' logs (their directory is printed)")
+	fs.Usage = usageWithEnv(fs, chaosEnv, `Usage: shop chaos [flags]
+
+Runs the crash table: for each case, starts shop processes on fresh schemas,
+kills one at a named fault point (IDEM_FAULT), restarts it, and checks every
+database: each committed order has exactly one reservation per line, one
+preparation, one pickup at the carrier, one invoice and one e-mail; an order
+that was never committed has none. Prints a table and fails if a case fails.
+
+Flags:
+`, `
+With no --db and --broker, the processes share SQLite files in a temporary
+directory and a NATS JetStream server that shop chaos runs itself.
+
+Examples:
+  shop chaos
+  shop chaos --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
+  shop chaos --db mysql://root@localhost:3306/shop --broker kafka://localhost:9092 --only relay,carrier
+`)
+	if err := envFlags(fs, args, chaosEnv); err != nil {
+		return err
+	}
+	if (o.DB == "") != (o.Broker == "") {
+		return errors.New("shop chaos needs both --db and --broker, or neither (the embedded defaults)")
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	o.Binary = bin
+	if o.LogDir, err = os.MkdirTemp("", "shop-chaos-"); err != nil {
+		return err
+	}
+	if !*keep {
+		defer os.RemoveAll(o.LogDir)
+	} else {
+		fmt.Fprintln(stdout, "logs in", o.LogDir)
+	}
+	if o.DB == "" {
+		dir, err := os.MkdirTemp("", "shop-chaos-data-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		var stop func()
+		if o.DB, o.Broker, stop, err = embeddedChaos(context.Background(), dir); err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Fprintf(stdout, "embedded defaults: database %s, broker %s\n", o.DB, o.Broker)
+	}
+	o.Progress = stderr
+	results := runChaos(context.Background(), o)
+	if failed := printTable(stdout, results); failed > 0 {
+		return fmt.Errorf("%d of %d cases failed", failed, len(results))
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem/shop/store"
+)
+
+// inspector reads every service's database of one namespace to check the
+// shop's invariants.
+type inspector struct {
+	dbs map[string]*store.DB
+}
+
+func openInspector(ctx context.Context, dbURL, namespace string) (*inspector, error) {
+	in := &inspector{dbs: map[string]*store.DB{}}
+	for _, s := range databases {
+		db, err := store.Open(ctx, s, dbURL, namespace+"_"+s, store.Options{MaxConns: 2})
+		if err != nil {
+			in.close()
+			return nil, err
+		}
+		in.dbs[s] = db
+	}
+	return in, nil
+}
+
+func (in *inspector) close() {
+	for _, db := range in.dbs {
+		db.Close()
+	}
+}
+
+func (in *inspector) counts(ctx context.Context, service, query string) (map[string]int, error) {
+	rows, err := in.dbs[service].SQL.QueryContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", service, err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, err
+		}
+		out[k] = n
+	}
+	return out, rows.Err()
+}
+
+// state is what the databases hold, per order id.
+type state struct {
+	lines, reservations, preparations, prepEvents, shipments, pickups, invoices, emails map[string]int
+}
+
+func (in *inspector) state(ctx context.Context) (state, error) {
+	var s state
+	var err error
+	q := []struct {
+		dst          *map[string]int
+		service, sql string
+	}{
+		{&s.lines, "order", `SELECT order_id, count(*) FROM order_line GROUP BY order_id`},
+		{&s.reservations, "stock", `SELECT order_id, count(*) FROM reservation GROUP BY order_id`},
+		{&s.preparations, "shipping", `SELECT order_id, count(*) FROM preparation GROUP BY order_id`},
+		{&s.prepEvents, "shipping", `SELECT aggregateid, count(*) FROM outbox WHERE type = 'shipping.preparation.created.v1' GROUP BY aggregateid`},
+		{&s.shipments, "shipping", `SELECT order_id, count(*) FROM shipment GROUP BY order_id`},
+		{&s.pickups, "carrier", `SELECT reference, count(*) FROM pickup GROUP BY reference`},
+		{&s.invoices, "billing", `SELECT order_id, count(*) FROM invoice GROUP BY order_id`},
+		{&s.emails, "carrier", `SELECT substr(idem_key, 9, length(idem_key) - 14), count(*) FROM email GROUP BY idem_key`},
+	}
+	for _, x := range q {
+		if *x.dst, err = in.counts(ctx, x.service, x.sql); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// verdict checks the invariants: every committed order has exactly one
+// reservation per line, one preparation, one pickup at the carrier, one
+// invoice and one invoice e-mail; nothing exists for an order that was never
+// committed. done is false while effects are still missing (not yet
+// processed); problem is set when something is wrong for good (a
+// duplicate, an orphan).
+func (s state) verdict() (done bool, problem string) {
+	done = true
+	var problems []string
+	ids := make([]string, 0, len(s.lines))
+	for id := range s.lines {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	check := func(id, what string, got, want int) {
+		switch {
+		case got > want:
+			problems = append(problems, fmt.Sprintf("order %s: %d %s, want %d", id, got, what, want))
+		case got < want:
+			done = false
+		}
+	}
+	for _, id := range ids {
+		check(id, "reservations", s.reservations[id], s.lines[id])
+		check(id, "preparations", s.preparations[id], 1)
+		check(id, "preparation.created events", s.prepEvents[id], 1)
+		check(id, "shipments", s.shipments[id], 1)
+		check(id, "carrier pickups", s.pickups[id], 1)
+		check(id, "invoices", s.invoices[id], 1)
+		check(id, "invoice e-mails", s.emails[id], 1)
+	}
+	for what, m := range map[string]map[string]int{
+		"reservation": s.reservations, "preparation": s.preparations, "pickup": s.pickups,
+		"invoice": s.invoices, "e-mail": s.emails,
+	} {
+		for id := range m {
+			if _, ok := s.lines[id]; !ok {
+				problems = append(problems, fmt.Sprintf("%s for order %s, which was never committed", what, id))
+			}
+		}
+	}
+	sort.Strings(problems)
+	return done, strings.Join(problems, "; ")
+}
+
+// settle polls until every committed order has all its effects, or a
+// problem shows, or d passes. It returns a one-line observation and whether
+// the invariants hold.
+func (in *inspector) settle(ctx context.Context, d time.Duration, wantOrders int) (string, bool) {
+	deadline := time.Now().Add(d)
+	for {
+		s, err := in.state(ctx)
+		if err != nil {
+			return "error: " + err.Error(), false
+		}
+		done, problem := s.verdict()
+		if problem != "" {
+			return problem, false
+		}
+		if done && (wantOrders < 0 || len(s.lines) == wantOrders) {
+			// Give duplicates in flight a moment to show, then check again.
+			time.Sleep(300 * time.Millisecond)
+			s, err = in.state(ctx)
+			if err != nil {
+				return "error: " + err.Error(), false
+			}
+			if _, problem := s.verdict(); problem != "" {
+				return problem, false
+			}
+			return fmt.Sprintf("%d orders, each with 1 reservation per line, 1 preparation, 1 pickup, 1 invoice, 1 e-mail", len(s.lines)), true
+		}
+		if time.Now().After(deadline) {
+			incomplete := 0
+			for id, n := range s.lines {
+				if s.reservations[id] < n || s.preparations[id] < 1 || s.pickups[id] < 1 || s.invoices[id] < 1 || s.emails[id] < 1 {
+					incomplete++
+				}
+			}
+			return fmt.Sprintf("after %v: %d orders (want %d), %d incomplete", d, len(s.lines), wantOrders, incomplete), false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/shop/store"
+)
+
+var loadEnv = map[string]string{"url": "SHOP_URL", "db": "SHOP_DB_URL", "namespace": "SHOP_NAMESPACE"}
+
+type loadOptions struct {
+	URL         string
+	Orders      int
+	Concurrency int
+	RetryRate   float64
+	Rate        float64
+	Lines       int
+	DB          string
+	Namespace   string
+	Wait        time.Duration
+}
+
+func loadMain(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("shop load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o loadOptions
+	fs.StringVar(&o.URL, "url", "http://127.0.0.1:8080", "base URL of the order API")
+	fs.IntVar(&o.Orders, "orders", 1000, "number of orders to place")
+	fs.IntVar(&o.Concurrency, "concurrency", 16, "concurrent clients")
+	fs.Float64Var(&o.RetryRate, "retry-rate", 0, "share of orders sent a second time with the same Idempotency-Key, as a client whose first answer timed out would (0 to 1)")
+	fs.Float64Var(&o.Rate, "rate", 0, "orders per second to aim at; 0 sends as fast as the clients can")
+	fs.IntVar(&o.Lines, "lines", 2, "lines per order")
+	fs.StringVar(&o.DB, "db", "", "database URL of the shop; when set, also reports the delay from order commit to preparation commit")
+	fs.StringVar(&o.Namespace, "namespace", namespaceDefault, "namespace of the shop's schemas, with --db")
+	fs.DurationVar(&o.Wait, "wait", 2*time.Minute, "with --db, how long to wait for the preparations")
+	fs.Usage = usageWithEnv(fs, loadEnv, `Usage: shop load [flags]
+
+Places orders through the order API, each with an Idempotency-Key, retries a
+share of them with the same key, and prints the throughput and the latency
+percentiles of the accepted orders. With --db, it then waits for shipping to
+prepare every order and prints the delay from order commit to preparation
+commit.
+
+Flags:
+`, `
+Examples:
+  shop load --orders 10000 --concurrency 64 --retry-rate 0.05
+  shop load --orders 2000 --rate 200 --db postgres://localhost/shop
+`)
+	if err := envFlags(fs, args, loadEnv); err != nil {
+		return err
+	}
+	if o.Orders < 1 || o.Concurrency < 1 || o.RetryRate < 0 || o.RetryRate > 1 || o.Lines < 1 {
+		return errors.New("shop load: want --orders >= 1, --concurrency >= 1, --lines >= 1 and 0 <= --retry-rate <= 1")
+	}
+	rep, err := runLoad(context.Background(), o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, rep.String())
+	return nil
+}
+
+// loadReport is the result of a load run.
+type loadReport struct {
+	Accepted, Failed, Retries, Replayed, Conflicts int
+	Elapsed                                        time.Duration
+	Latency                                        []time.Duration
+	ToPreparation                                  []time.Duration
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(float64(len(d)-1) * p)
+	return d[i]
+}
+
+// String formats the report.
+func (r loadReport) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "orders accepted: %d in %v: %.0f orders/s\n", r.Accepted, r.Elapsed.Round(time.Millisecond), float64(r.Accepted)/r.Elapsed.Seconds())
+	fmt.Fprintf(&b, "failed: %d; retries with the same key: %d (replayed %d, 409 %d)\n", r.Failed, r.Retries, r.Replayed, r.Conflicts)
+	fmt.Fprintf(&b, "POST /orders latency: p50 %v p90 %v p99 %v max %v\n", pct(r.Latency, .5), pct(r.Latency, .9), pct(r.Latency, .99), pct(r.Latency, 1))
+	if len(r.ToPreparation) > 0 {
+		fmt.Fprintf(&b, "order commit -> preparation commit: p50 %v p90 %v p99 %v max %v (%d orders)\n",
+			pct(r.ToPreparation, .5), pct(r.ToPreparation, .9), pct(r.ToPreparation, .99), pct(r.ToPreparation, 1), len(r.ToPreparation))
+	}
+	return b.String()
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	return percentile(d, p).Round(10 * time.Microsecond)
+}
+
+func runLoad(ctx context.Context, o loadOptions) (loadReport, error) {
+	addr := strings.TrimPrefix(strings.TrimPrefix(strings.TrimSuffix(o.URL, "/"), "http://"), "https://")
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.Concurrency * 2}}
+	saved := httpClient
+	httpClient = client
+	defer func() { httpClient = saved }()
+
+	var (
+		next                                              atomic.Int64
+		mu                                                sync.Mutex
+		rep                                               loadReport
+		ids                                               []string
+		failed, retries, replayed, conflicts, acceptedCnt atomic.Int64
+	)
+	var pace <-chan time.Time
+	if o.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / o.Rate))
+		defer t.Stop()
+		pace = t.C
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range o.Concurrency {
+		wg.Go(func() {
+			var lat []time.Duration
+			var mine []string
+			for next.Add(1) <= int64(o.Orders) {
+				if pace != nil {
+					<-pace
+				}
+				key := uuid.NewString()
+				t0 := time.Now()
+				r, err := placeOrder(ctx, addr, key, "load", o.Lines)
+				if err != nil || r.Status != http.StatusCreated {
+					failed.Add(1)
+					continue
+				}
+				lat = append(lat, time.Since(t0))
+				acceptedCnt.Add(1)
+				mine = append(mine, r.ID)
+				if rand.Float64() < o.RetryRate {
+					retries.Add(1)
+					r2, err := placeOrder(ctx, addr, key, "load", o.Lines)
+					switch {
+					case err == nil && r2.Status == http.StatusCreated && r2.Replayed && r2.ID == r.ID:
+						replayed.Add(1)
+					case err == nil && r2.Status == http.StatusConflict:
+						conflicts.Add(1)
+					default:
+						failed.Add(1)
+					}
+				}
+			}
+			mu.Lock()
+			rep.Latency = append(rep.Latency, lat...)
+			ids = append(ids, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	rep.Elapsed = time.Since(start)
+	rep.Accepted, rep.Failed = int(acceptedCnt.Load()), int(failed.Load())
+	rep.Retries, rep.Replayed, rep.Conflicts = int(retries.Load()), int(replayed.Load()), int(conflicts.Load())
+	slices.Sort(rep.Latency)
+	if o.DB != "" && len(ids) > 0 {
+		d, err := preparationDelays(ctx, o, ids)
+		if err != nil {
+			return rep, err
+		}
+		rep.ToPreparation = d
+	}
+	return rep, nil
+}
+
+// preparationDelays waits until shipping prepared every order of ids and
+// returns, sorted, the delays between each order's commit (orders.created_at,
+// taken just before the commit) and its preparation's (preparation.created_at).
+func preparationDelays(ctx context.Context, o loadOptions, ids []string) ([]time.Duration, error) {
+	orderDB, err := store.Open(ctx, "order", o.DB, o.Namespace+"_order", store.Options{MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	defer orderDB.Close()
+	shipDB, err := store.Open(ctx, "shipping", o.DB, o.Namespace+"_shipping", store.Options{MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	defer shipDB.Close()
+	deadline := time.Now().Add(o.Wait)
+	prepared := map[string]time.Time{}
+	for {
+		rows, err := shipDB.SQL.QueryContext(ctx, shipDB.Q(`SELECT order_id, created_at FROM preparation WHERE order_id = ANY($1)`), ids)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			var at time.Time
+			if err := rows.Scan(&id, &at); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			prepared[id] = at
+		}
+		rows.Close()
+		if len(prepared) == len(ids) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of %d orders prepared after %v", len(prepared), len(ids), o.Wait)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	rows, err := orderDB.SQL.QueryContext(ctx, orderDB.Q(`SELECT id, created_at FROM orders WHERE id = ANY($1)`), ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []time.Duration
+	for rows.Next() {
+		var id string
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, err
+		}
+		out = append(out, prepared[id].Sub(at))
+	}
+	slices.Sort(out)
+	return out, rows.Err()
+}

@@ -1,0 +1,292 @@
+// Command shop runs the reference application of idem: an online shop split
+// into services (order, stock, shipping, billing, and a fake carrier) that
+// exchange events through transactional outboxes, relays and idempotent
+// consumers.
+//
+//	shop [flags]            run services (all by default)
+//	shop load [flags]       place orders through the API and report throughput and latency
+//	shop chaos [flags]      kill processes at named fault points and check every database
+//
+// Run "shop --help", "shop load --help" or "shop chaos --help" for the flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	args := os.Args[1:]
+	var err error
+	switch {
+	case len(args) > 0 && args[0] == "load":
+		err = loadMain(args[1:], os.Stdout, os.Stderr)
+	case len(args) > 0 && args[0] == "chaos":
+		err = chaosMain(args[1:], os.Stdout, os.Stderr)
+	default:
+		err = runMain(args, os.Stdout, os.Stderr)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shop:", err)
+		os.Exit(1)
+	}
+}
+
+// envFlags binds every flag of fs to an environment variable, used when the
+// flag is not on the command line.
+func envFlags(fs *flag.FlagSet, args []string, env map[string]string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := env[f.Name]
+		if name == "" || set[f.Name] || err != nil {
+			return
+		}
+		if v, ok := os.LookupEnv(name); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+func usageWithEnv(fs *flag.FlagSet, env map[string]string, head, tail string) func() {
+	return func() {
+		w := fs.Output()
+		fmt.Fprint(w, head)
+		fs.VisitAll(func(f *flag.Flag) {
+			def := ""
+			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(w, "  --%s\n        %s%s", f.Name, f.Usage, def)
+			if e := env[f.Name]; e != "" {
+				fmt.Fprintf(w, " [$%s]", e)
+			}
+			fmt.Fprintln(w)
+		})
+		fmt.Fprint(w, tail)
+	}
+}
+
+const runHelpHead = `Usage: shop [flags]
+       shop load [flags]
+       shop chaos [flags]
+
+Runs the shop's services in this process: the order API, stock, shipping,
+billing, the fake carrier and the outbox relays. With no flags, every service
+runs on the embedded defaults (SQLite files and an embedded NATS JetStream
+server under --data-dir). With --db and --broker, the services run against
+real servers; each service keeps its tables in its own PostgreSQL schema
+(<namespace>_order, <namespace>_stock...) or MariaDB database, and applies its
+migrations at start-up. Stop with Ctrl-C or SIGTERM: in-flight work finishes.
+
+Flags (each also read from the environment variable in brackets):
+`
+
+const runHelpTail = `
+Services: order (HTTP API + consumer "order"), stock (consumer "stock"),
+shipping (consumers "shipping-preparation-v1", "shipping-carrier-v1"),
+billing (consumers "billing", "billing-mailer"), carrier (fake carrier and
+mail HTTP service under /carrier/), relay (relays of the order, shipping and
+billing outboxes).
+
+Examples:
+  shop
+  shop --db postgres://postgres@localhost:5432/shop --broker amqp://guest:guest@localhost:5672/
+  shop --services stock,relay --db postgres://localhost/shop --broker amqp://localhost/
+  SHOP_DB_URL=mysql://shop:shop@localhost:3306/shop SHOP_BROKER_URL=kafka://localhost:9092 shop
+  shop --services order,carrier --order-db postgres://localhost/orders --broker nats://localhost:4222
+  shop load --orders 10000 --concurrency 64 --retry-rate 0.05
+  shop chaos --db postgres://localhost/shop --broker amqp://localhost/
+
+Order API:
+  POST /orders             {"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}
+                           header Idempotency-Key: same key + same body replays the response,
+                           another body is 422, a retry while the first runs is 409;
+                           keys are kept 24 hours.
+  POST /orders/{id}/cancel
+  GET  /orders/{id}
+`
+
+var runEnv = map[string]string{
+	"services": "SHOP_SERVICES", "db": "SHOP_DB_URL", "broker": "SHOP_BROKER_URL", "http": "SHOP_HTTP",
+	"data-dir": "SHOP_DATA_DIR", "namespace": "SHOP_NAMESPACE", "carrier-url": "SHOP_CARRIER_URL",
+	"summary": "SHOP_SUMMARY_INTERVAL", "key-lock-timeout": "SHOP_KEY_LOCK_TIMEOUT",
+	"relay-lease": "SHOP_RELAY_LEASE", "relay-workers": "SHOP_RELAY_WORKERS", "workers": "SHOP_WORKERS",
+	"max-conns": "SHOP_MAX_CONNS", "log-level": "SHOP_LOG_LEVEL",
+	"order-db": "SHOP_ORDER_DB_URL", "stock-db": "SHOP_STOCK_DB_URL", "shipping-db": "SHOP_SHIPPING_DB_URL",
+	"billing-db": "SHOP_BILLING_DB_URL", "carrier-db": "SHOP_CARRIER_DB_URL",
+}
+
+func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
+	fs := flag.NewFlagSet("shop", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg runConfig
+	services := fs.String("services", "all", "comma-separated services to run: order, stock, shipping, billing, carrier, relay, or all")
+	fs.StringVar(&cfg.DB, "db", "", "database URL for every service: postgres://..., mysql://..., sqlite:DIR (default: SQLite files under --data-dir)")
+	fs.StringVar(&cfg.Broker, "broker", "", "broker URL: amqp://..., kafka://host:port, nats://... (default: embedded NATS JetStream under --data-dir)")
+	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "address of the order API and the fake carrier")
+	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the embedded defaults' data")
+	fs.StringVar(&cfg.Namespace, "namespace", namespaceDefault, "prefix of the services' schemas (<namespace>_order...) and, when not \"shop\", of the broker's exchange and queues, so several shops can share servers")
+	fs.StringVar(&cfg.CarrierURL, "carrier-url", "", "carrier base URL for shipping and billing (default: http://<--http>/carrier)")
+	fs.DurationVar(&cfg.Summary, "summary", 10*time.Second, "interval of the one-line summary; 0 turns it off")
+	fs.DurationVar(&cfg.KeyLock, "key-lock-timeout", 10*time.Second, "how long a running order request holds its Idempotency-Key; a retry after it takes over a crashed request's key")
+	fs.DurationVar(&cfg.RelayLease, "relay-lease", 30*time.Second, "relay lease: a crashed relay's claimed rows are published again after it")
+	fs.IntVar(&cfg.RelayWorkers, "relay-workers", 2, "relay workers per outbox")
+	fs.IntVar(&cfg.Workers, "workers", 4, "concurrent batches per consumer")
+	fs.IntVar(&cfg.MaxConns, "max-conns", 16, "database connections per service")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	cfg.ServiceDB = map[string]string{}
+	perService := map[string]*string{}
+	for _, s := range databases {
+		perService[s] = fs.String(s+"-db", "", "database URL of the "+s+" service (overrides --db)")
+	}
+	fs.Usage = usageWithEnv(fs, runEnv, runHelpHead, runHelpTail)
+	if err := envFlags(fs, args, runEnv); err != nil {
+		return cfg, "", err
+	}
+	if fs.NArg() > 0 {
+		return cfg, "", fmt.Errorf("unexpected argument %q; see shop --help", fs.Arg(0))
+	}
+	for s, v := range perService {
+		if *v != "" {
+			cfg.ServiceDB[s] = *v
+		}
+	}
+	if *services == "all" || *services == "" {
+		cfg.Services = allServices
+	} else {
+		for _, s := range strings.Split(*services, ",") {
+			s = strings.TrimSpace(s)
+			if !contains(allServices, s) {
+				return cfg, "", fmt.Errorf("--services: unknown service %q; want some of %s", s, strings.Join(allServices, ", "))
+			}
+			if !contains(cfg.Services, s) {
+				cfg.Services = append(cfg.Services, s)
+			}
+		}
+	}
+	return cfg, *logLevel, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "idem-shop")
+	}
+	return "shop-data"
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func runMain(args []string, stdout, stderr io.Writer) error {
+	cfg, level, err := parseRun(args, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, level)
+	if err != nil {
+		return err
+	}
+	if err := embeddedDefaults(&cfg); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a, err := openApp(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if err := a.start(ctx); err != nil {
+		a.close(context.Background())
+		return err
+	}
+	a.banner(stdout)
+	fmt.Fprintln(stdout, "shop: ready")
+	var tick <-chan time.Time
+	if cfg.Summary > 0 {
+		t := time.NewTicker(cfg.Summary)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-tick:
+			fmt.Fprintln(stdout, a.summary(ctx))
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	stop()
+	fmt.Fprintln(stdout, "shop: stopping")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a.close(shutdownCtx)
+	fmt.Fprintln(stdout, "shop: stopped")
+	return nil
+}
+
+// embeddedDefaults fills the database and broker URLs when they are not
+// given: SQLite files (one per service) and an embedded NATS JetStream
+// server, both under the data directory.
+func embeddedDefaults(cfg *runConfig) error {
+	if cfg.DB == "" {
+		for _, s := range databases {
+			if cfg.needsDB(s) && cfg.ServiceDB[s] == "" {
+				if cfg.DataDir == "" {
+					return errors.New("no --db and no --data-dir: nowhere to keep the SQLite files")
+				}
+				cfg.DB = "sqlite:" + cfg.DataDir
+				break
+			}
+		}
+	}
+	if cfg.Broker == "" {
+		if cfg.DataDir == "" {
+			return errors.New("no --broker and no --data-dir: nowhere to keep the embedded NATS JetStream data")
+		}
+		cfg.Broker = embeddedBrokerURL(filepath.Join(cfg.DataDir, "nats"))
+	}
+	return nil
+}
+
+// embeddedBrokerURL is the URL of an embedded NATS JetStream server keeping
+// its data in dir.
+func embeddedBrokerURL(dir string) string {
+	return "nats://embedded?dir=" + url.QueryEscape(dir)
+}

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/brokeropen"
+	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/shop"
+	"github.com/idem-go/idem/shop/billing"
+	"github.com/idem-go/idem/shop/carrier"
+	"github.com/idem-go/idem/shop/order"
+	"github.com/idem-go/idem/shop/shipping"
+	"github.com/idem-go/idem/shop/stock"
+	"github.com/idem-go/idem/shop/store"
+)
+
+// Services, in start-up order.
+var allServices = []string{"carrier", "order", "stock", "shipping", "billing", "relay"}
+
+// databases lists the services that own a database.
+var databases = []string{"order", "stock", "shipping", "billing", "carrier"}
+
+// runConfig is the configuration of "shop" (run).
+type runConfig struct {
+	Services     []string
+	DB           string
+	ServiceDB    map[string]string
+	Broker       string
+	HTTP         string
+	DataDir      string
+	Namespace    string
+	CarrierURL   string
+	Summary      time.Duration
+	KeyLock      time.Duration
+	RelayLease   time.Duration
+	RelayWorkers int
+	Workers      int
+	MaxConns     int
+}
+
+func (c runConfig) has(s string) bool { return slices.Contains(c.Services, s) }
+
+// needsDB reports whether the process opens service's database.
+func (c runConfig) needsDB(service string) bool {
+	switch service {
+	case "order", "shipping", "billing":
+		return c.has(service) || c.has("relay")
+	}
+	return c.has(service)
+}
+
+// dbURL returns the database URL of a service.
+func (c runConfig) dbURL(service string) string {
+	if u := c.ServiceDB[service]; u != "" {
+		return u
+	}
+	return c.DB
+}
+
+// brokerPrefix is the prefix of broker names: none for the default
+// namespace, so that the default topology is the documented one (exchange
+// "events", queues "<consumer>.events").
+func (c runConfig) brokerPrefix() string {
+	if c.Namespace == namespaceDefault {
+		return ""
+	}
+	return c.Namespace
+}
+
+const namespaceDefault = "shop"
+
+// app is a running shop process.
+type app struct {
+	cfg  runConfig
+	log  *slog.Logger
+	dbs  map[string]*store.DB
+	subs []brokeropen.Subscriber
+
+	consumers []*inbox.Consumer[*sql.Tx]
+	relays    map[string]store.Relay
+	pub       brokeropen.Publisher
+	server    *http.Server
+	listener  net.Listener
+	order     *order.Service
+	carrier   *carrier.Server
+	bg        sync.WaitGroup
+	cancelBg  context.CancelFunc
+}
+
+func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err error) {
+	a := &app{cfg: cfg, log: log, dbs: map[string]*store.DB{}, relays: map[string]store.Relay{}}
+	defer func() {
+		if err != nil {
+			a.close(context.Background())
+		}
+	}()
+	migrations := map[string]store.Migrations{
+		"order": order.Migrations(), "stock": stock.Migrations(), "shipping": shipping.Migrations(),
+		"billing": billing.Migrations(), "carrier": carrier.Migrations(),
+	}
+	for _, s := range databases {
+		if !cfg.needsDB(s) {
+			continue
+		}
+		db, err := store.Open(ctx, s, cfg.dbURL(s), cfg.Namespace+"_"+s, store.Options{MaxConns: cfg.MaxConns})
+		if err != nil {
+			return nil, err
+		}
+		a.dbs[s] = db
+		if err := db.Migrate(ctx, migrations[s], log); err != nil {
+			return nil, err
+		}
+	}
+
+	carrierURL := cfg.CarrierURL
+	if carrierURL == "" {
+		carrierURL = "http://" + cfg.HTTP + "/carrier"
+	}
+	client := &carrier.Client{BaseURL: strings.TrimSuffix(carrierURL, "/"), Logger: log}
+	mux := http.NewServeMux()
+	if cfg.has("carrier") {
+		a.carrier = carrier.NewServer(a.dbs["carrier"], log)
+		mux.Handle("/carrier/", a.carrier.Handler())
+	}
+	if cfg.has("order") {
+		a.order, err = order.New(a.dbs["order"], order.Config{KeyLockTimeout: cfg.KeyLock, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle("/orders", a.order.Handler())
+		mux.Handle("/orders/", a.order.Handler())
+		a.consumers = append(a.consumers, a.order.Consumer())
+	}
+	if cfg.has("stock") {
+		s, err := stock.New(a.dbs["stock"], log)
+		if err != nil {
+			return nil, err
+		}
+		a.consumers = append(a.consumers, s.Consumer())
+	}
+	if cfg.has("shipping") {
+		s, err := shipping.New(a.dbs["shipping"], client, log)
+		if err != nil {
+			return nil, err
+		}
+		a.consumers = append(a.consumers, s.Consumers()...)
+	}
+	if cfg.has("billing") {
+		s, err := billing.New(a.dbs["billing"], client, log)
+		if err != nil {
+			return nil, err
+		}
+		a.consumers = append(a.consumers, s.Consumers()...)
+	}
+	if cfg.has("order") || cfg.has("carrier") {
+		a.listener, err = net.Listen("tcp", cfg.HTTP)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s (--http): %w", cfg.HTTP, err)
+		}
+		a.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+
+	for _, c := range a.consumers {
+		sub, err := brokeropen.Subscribe(cfg.Broker, brokeropen.SubscribeConfig{
+			Consumer: c.Name(), EventNames: c.EventNames(), AggregateTypes: shop.AggregateTypes(c.EventNames()),
+			Prefix:  cfg.brokerPrefix(),
+			Workers: cfg.Workers, Logger: log,
+		}, c.DeliverBatch)
+		if err != nil {
+			return nil, fmt.Errorf("subscribe %s: %w", c.Name(), err)
+		}
+		a.subs = append(a.subs, sub)
+	}
+	if cfg.has("relay") {
+		a.pub, err = brokeropen.OpenPrefixed(ctx, cfg.Broker, cfg.brokerPrefix())
+		if err != nil {
+			return nil, fmt.Errorf("broker %s: %w", broker.RedactURL(cfg.Broker), err)
+		}
+		for _, s := range []string{"order", "shipping", "billing"} {
+			r, err := a.dbs[s].NewRelay(a.pub, relay.Config{
+				Workers: cfg.RelayWorkers, Lease: cfg.RelayLease, Logger: log.With("outbox", s),
+				RetryBackoff: 100 * time.Millisecond, MaxRetryBackoff: 5 * time.Second,
+				StatsInterval: 2 * time.Second,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("relay of %s: %w", s, err)
+			}
+			a.relays[s] = r
+		}
+	}
+	return a, nil
+}
+
+// start starts everything: HTTP first (the carrier must answer the
+// consumers), then the subscribers (they declare the queues the relays
+// publish to), then the relays.
+func (a *app) start(ctx context.Context) error {
+	bgCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancelBg = cancel
+	if a.server != nil {
+		a.bg.Go(func() {
+			if err := a.server.Serve(a.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("HTTP server stopped", "error", err)
+			}
+		})
+	}
+	if a.order != nil {
+		a.bg.Go(func() { a.order.Run(bgCtx) })
+	}
+	for _, c := range a.consumers {
+		a.bg.Go(func() { purgeLoop(bgCtx, c, a.log) })
+	}
+	for _, s := range a.subs {
+		if err := s.Start(ctx); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"order", "shipping", "billing"} {
+		if r := a.relays[name]; r != nil {
+			if err := r.Start(ctx); err != nil {
+				return fmt.Errorf("relay of %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// purgeLoop deletes processed_event markers older than the replay window
+// (the relays' retention, 7 days) plus a day, every hour.
+func purgeLoop(ctx context.Context, c *inbox.Consumer[*sql.Tx], log *slog.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := inbox.Purge(ctx, c.Driver(), inbox.PurgeConfig{
+			Consumer: c.Name(), Horizon: relay.RetentionDefault + 24*time.Hour, ReplayWindow: relay.RetentionDefault,
+		})
+		if err != nil && ctx.Err() == nil {
+			log.Warn("purge of processed_event failed", "consumer", c.Name(), "error", err)
+		} else if res.Deleted > 0 {
+			log.Info("processed_event purged", "consumer", c.Name(), "deleted", res.Deleted)
+		}
+	}
+}
+
+// close stops everything gracefully: HTTP (no new orders), relays,
+// subscribers (finish and ack in-flight batches), then the databases.
+func (a *app) close(ctx context.Context) {
+	if a.server != nil {
+		if err := a.server.Shutdown(ctx); err != nil {
+			a.log.Warn("HTTP shutdown", "error", err)
+		}
+	} else if a.listener != nil {
+		_ = a.listener.Close()
+	}
+	for name, r := range a.relays {
+		if err := r.Stop(ctx); err != nil {
+			a.log.Warn("relay stop", "outbox", name, "error", err)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, s := range a.subs {
+		wg.Go(func() {
+			if err := s.Stop(ctx); err != nil {
+				a.log.Warn("subscriber stop", "error", err)
+			}
+		})
+	}
+	wg.Wait()
+	if a.pub != nil {
+		_ = a.pub.Close()
+	}
+	if a.cancelBg != nil {
+		a.cancelBg()
+	}
+	a.bg.Wait()
+	for _, db := range a.dbs {
+		db.Close()
+	}
+}
+
+// banner describes the running process.
+func (a *app) banner(w io.Writer) {
+	fmt.Fprintf(w, "shop: services %s\n", strings.Join(a.cfg.Services, ","))
+	for _, s := range databases {
+		if db := a.dbs[s]; db != nil {
+			fmt.Fprintf(w, "shop:   %-8s database %s\n", s, db.Where())
+		}
+	}
+	if dir, ok := embeddedDir(a.cfg.Broker); ok {
+		fmt.Fprintf(w, "shop:   broker   embedded NATS JetStream, data in %s\n", dir)
+	} else {
+		fmt.Fprintf(w, "shop:   broker   %s\n", broker.RedactURL(a.cfg.Broker))
+	}
+	if a.server != nil {
+		if a.order != nil {
+			fmt.Fprintf(w, "shop:   order API http://%s/orders\n", a.cfg.HTTP)
+		}
+		if a.carrier != nil {
+			fmt.Fprintf(w, "shop:   carrier   http://%s/carrier/stats\n", a.cfg.HTTP)
+		}
+	}
+	if a.order != nil {
+		fmt.Fprintf(w, `shop: place an order:
+  curl -si -X POST http://%[1]s/orders -H 'Content-Type: application/json' -H "Idempotency-Key: $(uuidgen)" \
+    -d '{"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}'
+  curl -s http://%[1]s/orders/<id>
+`, a.cfg.HTTP)
+	}
+}
+
+// embeddedDir returns the data directory of an embedded NATS broker URL.
+func embeddedDir(rawURL string) (string, bool) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Host != "embedded" && rawURL != "embedded" && !strings.HasPrefix(rawURL, "embedded?")) {
+		return "", false
+	}
+	if u.Host == "" {
+		u, err = url.Parse("nats://" + rawURL)
+		if err != nil {
+			return "", false
+		}
+	}
+	return cmp.Or(u.Query().Get("dir"), brokeropen.EmbeddedDirDefault), true
+}
+
+// summary is the periodic one-line summary.
+func (a *app) summary(ctx context.Context) string {
+	var parts []string
+	count := func(label, service, query string) {
+		if db := a.dbs[service]; db != nil && a.cfg.has(service) {
+			n, err := db.Count(ctx, query)
+			if err != nil {
+				parts = append(parts, label+"=?")
+				return
+			}
+			parts = append(parts, fmt.Sprintf("%s=%d", label, n))
+		}
+	}
+	count("orders", "order", `SELECT count(*) FROM orders`)
+	count("reservations", "stock", `SELECT count(*) FROM reservation`)
+	count("preparations", "shipping", `SELECT count(*) FROM preparation`)
+	count("shipments", "shipping", `SELECT count(*) FROM shipment`)
+	count("invoices", "billing", `SELECT count(*) FROM invoice`)
+	var dup, failed uint64
+	for _, c := range a.consumers {
+		st := c.Stats()
+		dup += st.Duplicates
+		failed += st.Failed + st.Parked
+	}
+	if len(a.consumers) > 0 {
+		parts = append(parts, fmt.Sprintf("duplicates_skipped=%d failed=%d", dup, failed))
+	}
+	if len(a.relays) > 0 {
+		var backlog int64
+		var oldest time.Time
+		for _, r := range a.relays {
+			st := r.Stats()
+			backlog += st.Backlog
+			if !st.OldestUnpublished.IsZero() && (oldest.IsZero() || st.OldestUnpublished.Before(oldest)) {
+				oldest = st.OldestUnpublished
+			}
+		}
+		lag := time.Duration(0)
+		if !oldest.IsZero() {
+			lag = time.Since(oldest).Round(time.Millisecond)
+		}
+		parts = append(parts, fmt.Sprintf("outbox_backlog=%d lag=%s", backlog, lag))
+	}
+	return "shop: " + strings.Join(parts, " ")
+}

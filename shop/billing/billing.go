@@ -1,0 +1,155 @@
+// Package billing is the shop's billing service. Its consumer "billing"
+// creates one invoice per placed order and publishes
+// billing.invoice.created.v1 through its outbox in the same transaction.
+//
+// Sending the invoice by e-mail is an effect outside the database, which a
+// rollback cannot undo. As the first article advises, it is not done in that
+// transaction: a second consumer, "billing-mailer", reacts to
+// billing.invoice.created.v1 after the invoice committed and calls the mail
+// service with its own idempotency key, invoice:<order id>:email, so a
+// retried or redelivered message sends one e-mail.
+package billing
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/shop"
+	"github.com/idem-go/idem/shop/carrier"
+	"github.com/idem-go/idem/shop/store"
+)
+
+// Consumer names.
+const (
+	InvoiceConsumer = "billing"
+	MailerConsumer  = "billing-mailer"
+)
+
+var migrations = store.Migrations{
+	store.Postgres: {`
+CREATE TABLE invoice (
+    id          varchar(36)  PRIMARY KEY,
+    order_id    varchar(64)  NOT NULL,
+    customer_id varchar(100) NOT NULL,
+    lines       integer      NOT NULL,
+    created_at  timestamptz  NOT NULL,
+    emailed_at  timestamptz,
+    email_id    varchar(36),
+    CONSTRAINT invoice_order_key UNIQUE (order_id)
+);
+`},
+	// "lines" is a reserved word in MySQL.
+	store.MySQL: {`
+CREATE TABLE invoice (
+    id          VARCHAR(36)  NOT NULL PRIMARY KEY,
+    order_id    VARCHAR(64)  NOT NULL,
+    customer_id VARCHAR(100) NOT NULL,
+    ` + "`lines`" + `     INT          NOT NULL,
+    created_at  DATETIME(6)  NOT NULL,
+    emailed_at  DATETIME(6),
+    email_id    VARCHAR(36),
+    CONSTRAINT invoice_order_key UNIQUE (order_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+`},
+	store.SQLite: {`
+CREATE TABLE invoice (
+    id          TEXT      NOT NULL PRIMARY KEY,
+    order_id    TEXT      NOT NULL,
+    customer_id TEXT      NOT NULL,
+    lines       INTEGER   NOT NULL,
+    created_at  timestamp NOT NULL,
+    emailed_at  timestamp,
+    email_id    TEXT,
+    CONSTRAINT invoice_order_key UNIQUE (order_id)
+);
+`},
+}
+
+// qInsertInvoice is per dialect ("lines" is quoted on MySQL); the other
+// queries are written once, with $n placeholders (store.DB.Q adapts them).
+var qInsertInvoice = map[string]string{
+	store.Postgres: `INSERT INTO invoice (id, order_id, customer_id, lines, created_at) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (order_id) DO NOTHING`,
+	store.MySQL: "INSERT INTO invoice (id, order_id, customer_id, `lines`, created_at) VALUES ($1, $2, $3, $4, $5)\n" +
+		"ON DUPLICATE KEY UPDATE order_id = order_id",
+}
+
+const qEmailed = `UPDATE invoice SET emailed_at = $1, email_id = $2 WHERE order_id = $3`
+
+// Migrations returns the billing service's own migrations.
+func Migrations() store.Migrations { return migrations }
+
+// EmailKey returns the mail idempotency key of an order's invoice e-mail.
+func EmailKey(orderID string) string { return "invoice:" + orderID + ":email" }
+
+// Service is the billing service.
+type Service struct {
+	db      *store.DB
+	outbox  *outbox.Writer[*sql.Tx]
+	mail    *carrier.Client
+	invoice *inbox.Consumer[*sql.Tx]
+	mailer  *inbox.Consumer[*sql.Tx]
+}
+
+// New returns the billing service on db, whose migrations must be applied,
+// sending e-mails through mail.
+func New(db *store.DB, mail *carrier.Client, log *slog.Logger) (*Service, error) {
+	inv, err := inbox.New(db.Driver, inbox.Config{Name: InvoiceConsumer, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	mailer, err := inbox.New(db.Driver, inbox.Config{Name: MailerConsumer, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{db: db, outbox: outbox.NewWriter(db.Driver), mail: mail, invoice: inv, mailer: mailer}
+	inv.Handle(shop.OrderPlaced, s.onOrderPlaced)
+	mailer.Handle(shop.InvoiceCreated, s.onInvoiceCreated)
+	return s, nil
+}
+
+// Consumers returns the invoice and mailer consumers.
+func (s *Service) Consumers() []*inbox.Consumer[*sql.Tx] {
+	return []*inbox.Consumer[*sql.Tx]{s.invoice, s.mailer}
+}
+
+func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	var p shop.OrderPlacedV1
+	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
+		return idem.Permanent(fmt.Errorf("payload of %s is not an OrderPlacedV1: %v", ev.Name, err))
+	}
+	invoiceID := idem.NewEventID().String()
+	res, err := tx.ExecContext(ctx, s.db.Pick(qInsertInvoice), invoiceID, p.OrderID, p.CustomerID, len(p.Lines), time.Now().UTC())
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil // the order is invoiced already
+	}
+	out, err := idem.NewEvent(shop.InvoiceCreated, shop.AggregateInvoice, p.OrderID,
+		shop.InvoiceCreatedV1{OrderID: p.OrderID, InvoiceID: invoiceID, CustomerID: p.CustomerID, Lines: len(p.Lines)})
+	if err != nil {
+		return err
+	}
+	return s.outbox.Add(ctx, tx, out)
+}
+
+func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	var p shop.InvoiceCreatedV1
+	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
+		return idem.Permanent(fmt.Errorf("payload of %s is not an InvoiceCreatedV1: %v", ev.Name, err))
+	}
+	e, err := s.mail.SendEmail(ctx, EmailKey(p.OrderID), p.CustomerID+"@customers.example", "Your invoice "+p.InvoiceID)
+	if err != nil {
+		return fmt.Errorf("send invoice e-mail for order %s: %w", p.OrderID, err)
+	}
+	_, err = tx.ExecContext(ctx, s.db.Q(qEmailed), time.Now().UTC(), e.ID, p.OrderID)
+	return err
+}

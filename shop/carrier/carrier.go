@@ -1,0 +1,413 @@
+// Package carrier is a fake carrier and mail service for the shop, and its
+// client. Like a real carrier API, it honours idempotency keys: a request
+// repeated with the same Idempotency-Key creates nothing new and gets the
+// first answer. It can also be told to process the next requests and then
+// drop their answers (close the connection without responding), the case
+// where a client does not know whether its request took effect.
+//
+// Endpoints, under the prefix /carrier:
+//
+//	POST /carrier/pickups           {"reference": "<order id>"}, header Idempotency-Key
+//	GET  /carrier/pickups?reference=<order id>
+//	POST /carrier/emails            {"to": "...", "subject": "..."}, header Idempotency-Key
+//	POST /carrier/control           {"drop_responses": N}
+//	GET  /carrier/stats
+package carrier
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/shop/store"
+)
+
+var migrations = store.Migrations{
+	store.Postgres: {`
+CREATE TABLE pickup (
+    id         varchar(36)  PRIMARY KEY,
+    idem_key   varchar(255) NOT NULL UNIQUE,
+    reference  varchar(100) NOT NULL,
+    created_at timestamptz  NOT NULL
+);
+CREATE INDEX pickup_reference_idx ON pickup (reference);
+CREATE TABLE email (
+    id         varchar(36)  PRIMARY KEY,
+    idem_key   varchar(255) NOT NULL UNIQUE,
+    recipient  varchar(255) NOT NULL,
+    subject    varchar(255) NOT NULL,
+    created_at timestamptz  NOT NULL
+);
+`},
+	store.MySQL: {`
+CREATE TABLE pickup (
+    id         VARCHAR(36)  NOT NULL PRIMARY KEY,
+    idem_key   VARCHAR(255) NOT NULL UNIQUE,
+    reference  VARCHAR(100) NOT NULL,
+    created_at DATETIME(6)  NOT NULL,
+    INDEX pickup_reference_idx (reference)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE email (
+    id         VARCHAR(36)  NOT NULL PRIMARY KEY,
+    idem_key   VARCHAR(255) NOT NULL UNIQUE,
+    recipient  VARCHAR(255) NOT NULL,
+    subject    VARCHAR(255) NOT NULL,
+    created_at DATETIME(6)  NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+`},
+	store.SQLite: {`
+CREATE TABLE pickup (
+    id         TEXT      NOT NULL PRIMARY KEY,
+    idem_key   TEXT      NOT NULL UNIQUE,
+    reference  TEXT      NOT NULL,
+    created_at timestamp NOT NULL
+);
+CREATE INDEX pickup_reference_idx ON pickup (reference);
+CREATE TABLE email (
+    id         TEXT      NOT NULL PRIMARY KEY,
+    idem_key   TEXT      NOT NULL UNIQUE,
+    recipient  TEXT      NOT NULL,
+    subject    TEXT      NOT NULL,
+    created_at timestamp NOT NULL
+);
+`},
+}
+
+const (
+	qInsertPickup = `INSERT INTO pickup (id, idem_key, reference, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (idem_key) DO NOTHING`
+	qPickupByKey  = `SELECT id, reference, created_at FROM pickup WHERE idem_key = $1`
+	qPickupsByRef = `SELECT id, idem_key, created_at FROM pickup WHERE reference = $1 ORDER BY created_at`
+	qInsertEmail  = `INSERT INTO email (id, idem_key, recipient, subject, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (idem_key) DO NOTHING`
+	qEmailByKey   = `SELECT id, recipient, subject, created_at FROM email WHERE idem_key = $1`
+)
+
+// Migrations returns the carrier's own migrations.
+func Migrations() store.Migrations { return migrations }
+
+// Pickup is a pickup the carrier accepted.
+type Pickup struct {
+	ID             string    `json:"id"`
+	Reference      string    `json:"reference"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// Email is an e-mail the mail service accepted.
+type Email struct {
+	ID             string    `json:"id"`
+	To             string    `json:"to"`
+	Subject        string    `json:"subject"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// Stats counts the requests the service received since it started.
+type Stats struct {
+	PickupRequests int64 `json:"pickup_requests"`
+	EmailRequests  int64 `json:"email_requests"`
+	Replayed       int64 `json:"replayed"`
+	Dropped        int64 `json:"dropped"`
+	Pickups        int64 `json:"pickups"`
+	Emails         int64 `json:"emails"`
+}
+
+// Server is the fake carrier.
+type Server struct {
+	db   *store.DB
+	log  *slog.Logger
+	drop atomic.Int64
+
+	pickupRequests, emailRequests, replayed, dropped atomic.Int64
+}
+
+// NewServer returns the carrier on db, whose migrations must be applied.
+func NewServer(db *store.DB, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{db: db, log: log.With("service", "carrier")}
+}
+
+// Handler returns the carrier's HTTP API, with paths under /carrier/.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /carrier/pickups", s.createPickup)
+	mux.HandleFunc("GET /carrier/pickups", s.findPickups)
+	mux.HandleFunc("POST /carrier/emails", s.createEmail)
+	mux.HandleFunc("POST /carrier/control", s.control)
+	mux.HandleFunc("GET /carrier/stats", s.stats)
+	return mux
+}
+
+// DropResponses makes the server process the next n pickup or e-mail
+// requests and then close their connections without answering.
+func (s *Server) DropResponses(n int64) { s.drop.Store(n) }
+
+func (s *Server) createPickup(w http.ResponseWriter, r *http.Request) {
+	s.pickupRequests.Add(1)
+	key := r.Header.Get("Idempotency-Key")
+	var req struct {
+		Reference string `json:"reference"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil || req.Reference == "" || key == "" {
+		httpError(w, http.StatusBadRequest, "want a JSON body with reference and an Idempotency-Key header")
+		return
+	}
+	ctx := r.Context()
+	n, err := s.exec(ctx, qInsertPickup, uuid.NewString(), key, req.Reference, time.Now().UTC())
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	p := Pickup{IdempotencyKey: key}
+	if err := s.db.SQL.QueryRowContext(ctx, s.db.Q(qPickupByKey), key).Scan(&p.ID, &p.Reference, &p.CreatedAt); err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if p.Reference != req.Reference {
+		httpError(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used for another reference")
+		return
+	}
+	s.answer(w, n, p)
+}
+
+func (s *Server) findPickups(w http.ResponseWriter, r *http.Request) {
+	ref := r.URL.Query().Get("reference")
+	rows, err := s.db.SQL.QueryContext(r.Context(), s.db.Q(qPickupsByRef), ref)
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	defer rows.Close()
+	out := []Pickup{}
+	for rows.Next() {
+		p := Pickup{Reference: ref}
+		if err := rows.Scan(&p.ID, &p.IdempotencyKey, &p.CreatedAt); err != nil {
+			httpError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		out = append(out, p)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
+	s.emailRequests.Add(1)
+	key := r.Header.Get("Idempotency-Key")
+	var req struct {
+		To      string `json:"to"`
+		Subject string `json:"subject"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil || req.To == "" || key == "" {
+		httpError(w, http.StatusBadRequest, "want a JSON body with to and subject and an Idempotency-Key header")
+		return
+	}
+	ctx := r.Context()
+	n, err := s.exec(ctx, qInsertEmail, uuid.NewString(), key, req.To, req.Subject, time.Now().UTC())
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	e := Email{IdempotencyKey: key}
+	if err := s.db.SQL.QueryRowContext(ctx, s.db.Q(qEmailByKey), key).Scan(&e.ID, &e.To, &e.Subject, &e.CreatedAt); err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	s.answer(w, n, e)
+}
+
+// answer writes 201 for a new resource and 200 with Idempotent-Replayed for
+// a repeated key, unless the response is to be dropped.
+func (s *Server) answer(w http.ResponseWriter, inserted int64, v any) {
+	if s.drop.Load() > 0 && s.drop.Add(-1) >= 0 {
+		s.dropped.Add(1)
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				s.log.Info("answer dropped on purpose")
+				return
+			}
+		}
+	}
+	status := http.StatusCreated
+	if inserted == 0 {
+		s.replayed.Add(1)
+		w.Header().Set("Idempotent-Replayed", "true")
+		status = http.StatusOK
+	}
+	writeJSON(w, status, v)
+}
+
+func (s *Server) control(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		DropResponses int64 `json:"drop_responses"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil || req.DropResponses < 0 {
+		httpError(w, http.StatusBadRequest, `want {"drop_responses": N}`)
+		return
+	}
+	s.DropResponses(req.DropResponses)
+	writeJSON(w, http.StatusOK, req)
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	st, err := s.Stats(r.Context())
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// Stats returns the server's counters and the number of pickups and e-mails
+// stored.
+func (s *Server) Stats(ctx context.Context) (Stats, error) {
+	st := Stats{
+		PickupRequests: s.pickupRequests.Load(), EmailRequests: s.emailRequests.Load(),
+		Replayed: s.replayed.Load(), Dropped: s.dropped.Load(),
+	}
+	var err error
+	if st.Pickups, err = s.db.Count(ctx, `SELECT count(*) FROM pickup`); err != nil {
+		return st, err
+	}
+	st.Emails, err = s.db.Count(ctx, `SELECT count(*) FROM email`)
+	return st, err
+}
+
+func (s *Server) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := s.db.SQL.ExecContext(ctx, s.db.Q(query), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func httpError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"status": status, "detail": msg})
+}
+
+// ErrNoPickup is returned by Client.FindPickup when the carrier has no
+// pickup with the reference.
+var ErrNoPickup = errors.New("carrier: no pickup with this reference")
+
+// Client calls the carrier.
+type Client struct {
+	// BaseURL is the carrier's address, such as http://127.0.0.1:8080/carrier.
+	BaseURL string
+	// HTTP defaults to a client with a 10s timeout.
+	HTTP *http.Client
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Client) http() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return &http.Client{Timeout: 10 * time.Second}
+}
+
+func (c *Client) post(ctx context.Context, path, key string, body, out any) error {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytesReader(raw))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := c.http().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("carrier: POST %s: %s: %s", path, resp.Status, msg)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// RequestPickup asks the carrier to pick up the parcel of reference, with
+// the stable idempotency key key (shipment:<order id>:initial): every
+// attempt of this operation sends the same key, so the carrier creates one
+// pickup whatever the number of attempts. When the answer is lost, the
+// client first looks the pickup up by reference, and asks again (with the
+// same key) only if the carrier has none.
+func (c *Client) RequestPickup(ctx context.Context, reference, key string) (Pickup, error) {
+	var p Pickup
+	err := c.post(ctx, "/pickups", key, map[string]string{"reference": reference}, &p)
+	if err == nil || ctx.Err() != nil {
+		return p, err
+	}
+	found, ferr := c.FindPickup(ctx, reference)
+	if ferr == nil {
+		c.logger().Info("carrier answer lost; pickup found by reference", "reference", reference, "pickup_id", found.ID, "error", err)
+		return found, nil
+	}
+	if !errors.Is(ferr, ErrNoPickup) {
+		return p, fmt.Errorf("carrier answer lost (%v) and lookup by reference failed: %w", err, ferr)
+	}
+	err = c.post(ctx, "/pickups", key, map[string]string{"reference": reference}, &p)
+	return p, err
+}
+
+// FindPickup returns the pickup with reference, or ErrNoPickup.
+func (c *Client) FindPickup(ctx context.Context, reference string) (Pickup, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/pickups?reference="+urlQueryEscape(reference), nil)
+	if err != nil {
+		return Pickup{}, err
+	}
+	resp, err := c.http().Do(req)
+	if err != nil {
+		return Pickup{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Pickup{}, fmt.Errorf("carrier: GET /pickups: %s", resp.Status)
+	}
+	var list []Pickup
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return Pickup{}, err
+	}
+	if len(list) == 0 {
+		return Pickup{}, ErrNoPickup
+	}
+	return list[0], nil
+}
+
+// SendEmail asks the mail service to send an e-mail once per key.
+func (c *Client) SendEmail(ctx context.Context, key, to, subject string) (Email, error) {
+	var e Email
+	body := map[string]string{"to": to, "subject": subject}
+	err := c.post(ctx, "/emails", key, body, &e)
+	if err != nil && ctx.Err() == nil {
+		// Lost answer or transient failure: the same key makes a second
+		// attempt safe.
+		err = c.post(ctx, "/emails", key, body, &e)
+	}
+	return e, err
+}
+
+func (c *Client) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}

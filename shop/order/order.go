@@ -1,0 +1,444 @@
+package order
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/shop"
+	"github.com/idem-go/idem/shop/store"
+)
+
+// ConsumerName is the name of the order service's consumer of shipping's
+// events.
+const ConsumerName = "order"
+
+// FaultBeforeCommit is the fault point hit just before an order's
+// transaction commits: a process killed there leaves no order and no event.
+const FaultBeforeCommit = "order.before-commit"
+
+// Order statuses and fulfilments.
+const (
+	StatusConfirmed = "confirmed"
+	StatusCancelled = "cancelled"
+
+	FulfilmentAwaiting  = "awaiting preparation"
+	FulfilmentPreparing = "in preparation"
+	FulfilmentShipment  = "shipment requested"
+	FulfilmentCancelled = "cancelled"
+)
+
+// MaxLines is the largest number of lines an order may have.
+const MaxLines = 100
+
+// Migrations returns the order service's own migrations.
+func Migrations() store.Migrations { return migrations }
+
+// Config configures a Service. The zero value is valid.
+type Config struct {
+	// KeyTTL is how long Idempotency-Keys are remembered. Defaults to
+	// KeyTTLDefault (24h).
+	KeyTTL time.Duration
+	// KeyLockTimeout is how long a running request holds its key. Defaults
+	// to KeyLockTimeoutDefault (10s).
+	KeyLockTimeout time.Duration
+	// KeyPurgeInterval is how often expired keys are deleted. Defaults to
+	// KeyPurgeIntervalDefault (10m).
+	KeyPurgeInterval time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Service is the order service.
+type Service struct {
+	db       *store.DB
+	outbox   *outbox.Writer[*sql.Tx]
+	keys     *keyStore
+	consumer *inbox.Consumer[*sql.Tx]
+	cfg      Config
+	log      *slog.Logger
+}
+
+// New returns the order service on db, whose migrations must be applied.
+func New(db *store.DB, cfg Config) (*Service, error) {
+	if cfg.KeyTTL == 0 {
+		cfg.KeyTTL = KeyTTLDefault
+	}
+	if cfg.KeyLockTimeout == 0 {
+		cfg.KeyLockTimeout = KeyLockTimeoutDefault
+	}
+	if cfg.KeyPurgeInterval == 0 {
+		cfg.KeyPurgeInterval = KeyPurgeIntervalDefault
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c, err := inbox.New(db.Driver, inbox.Config{Name: ConsumerName, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{
+		db:       db,
+		outbox:   outbox.NewWriter(db.Driver),
+		keys:     &keyStore{db: db, ttl: cfg.KeyTTL, lockTimeout: cfg.KeyLockTimeout, now: time.Now},
+		consumer: c,
+		cfg:      cfg,
+		log:      cfg.Logger.With("service", "order"),
+	}
+	c.Handle(shop.PreparationCreated, s.onFulfilment(FulfilmentPreparing, 1))
+	c.Handle(shop.ShipmentRequested, s.onFulfilment(FulfilmentShipment, 2))
+	c.Handle(shop.PreparationCancelled, s.onFulfilment(FulfilmentCancelled, 3))
+	return s, nil
+}
+
+// Consumer returns the consumer of shipping's events.
+func (s *Service) Consumer() *inbox.Consumer[*sql.Tx] { return s.consumer }
+
+// Handler returns the HTTP API.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /orders", s.place)
+	mux.HandleFunc("POST /orders/{id}/cancel", s.cancel)
+	mux.HandleFunc("GET /orders/{id}", s.get)
+	return mux
+}
+
+// Run deletes expired Idempotency-Keys every Config.KeyPurgeInterval until
+// ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.KeyPurgeInterval)
+	defer t.Stop()
+	for {
+		if n, err := s.keys.purge(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("purge of expired idempotency keys failed", "error", err)
+		} else if n > 0 {
+			s.log.Info("expired idempotency keys purged", "deleted", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// PlaceRequest is the body of POST /orders.
+type PlaceRequest struct {
+	CustomerID string        `json:"customer_id"`
+	Lines      []RequestLine `json:"lines"`
+}
+
+// RequestLine is one line of a PlaceRequest.
+type RequestLine struct {
+	ProductID string `json:"product_id"`
+	Quantity  string `json:"quantity"`
+}
+
+// Order is an order as the API shows it.
+type Order struct {
+	ID         string        `json:"id"`
+	CustomerID string        `json:"customer_id"`
+	Status     string        `json:"status"`
+	Fulfilment string        `json:"fulfilment"`
+	PickupID   string        `json:"pickup_id,omitempty"`
+	Version    int64         `json:"version"`
+	Lines      []RequestLine `json:"lines"`
+	CreatedAt  time.Time     `json:"created_at"`
+}
+
+var (
+	quantityRE = regexp.MustCompile(`^([0-9]{1,9})(?:\.([0-9]{1,3}))?$`)
+	idRE       = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,100}$`)
+)
+
+// normalizeQuantity checks a decimal quantity and writes it with three
+// decimals ("2" -> "2.000").
+func normalizeQuantity(q string) (string, error) {
+	m := quantityRE.FindStringSubmatch(q)
+	if m == nil {
+		return "", fmt.Errorf("quantity %q is not a decimal string such as \"2.000\"", q)
+	}
+	intPart := strings.TrimLeft(m[1], "0")
+	if intPart == "" {
+		intPart = "0"
+	}
+	frac := m[2] + strings.Repeat("0", 3-len(m[2]))
+	if intPart == "0" && frac == "000" {
+		return "", fmt.Errorf("quantity %q must be positive", q)
+	}
+	return intPart + "." + frac, nil
+}
+
+func parsePlace(body []byte) (PlaceRequest, error) {
+	var req PlaceRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, fmt.Errorf("body is not a valid order: %v", err)
+	}
+	if !idRE.MatchString(req.CustomerID) {
+		return req, errors.New("customer_id must be 1 to 100 letters, digits, '.', '_', ':' or '-'")
+	}
+	if len(req.Lines) == 0 || len(req.Lines) > MaxLines {
+		return req, fmt.Errorf("an order needs 1 to %d lines", MaxLines)
+	}
+	seen := map[string]bool{}
+	for i, l := range req.Lines {
+		if !idRE.MatchString(l.ProductID) {
+			return req, fmt.Errorf("lines[%d].product_id must be 1 to 100 letters, digits, '.', '_', ':' or '-'", i)
+		}
+		if seen[l.ProductID] {
+			return req, fmt.Errorf("lines[%d]: product %s appears twice; use one line per product", i, l.ProductID)
+		}
+		seen[l.ProductID] = true
+		q, err := normalizeQuantity(l.Quantity)
+		if err != nil {
+			return req, fmt.Errorf("lines[%d]: %v", i, err)
+		}
+		req.Lines[i].Quantity = q
+	}
+	return req, nil
+}
+
+func (s *Service) place(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		problem(w, http.StatusBadRequest, "cannot read the body: "+err.Error())
+		return
+	}
+	req, err := parsePlace(body)
+	if err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		status, resp, err := s.create(ctx, req, nil)
+		s.respond(w, status, resp, err)
+		return
+	}
+	if len(key) > MaxKeyLength {
+		problem(w, http.StatusBadRequest, fmt.Sprintf("Idempotency-Key is longer than %d characters", MaxKeyLength))
+		return
+	}
+	c, err := s.keys.begin(ctx, key, requestHash(r.Method, r.URL.Path, body))
+	if err != nil {
+		s.respond(w, 0, nil, err)
+		return
+	}
+	switch c.kind {
+	case claimReplay:
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.WriteHeader(c.status)
+		_, _ = io.WriteString(w, c.body)
+		return
+	case claimBusy:
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later")
+		return
+	case claimMismatch:
+		problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was already used with a different request body")
+		return
+	}
+	status, resp, err := s.create(ctx, req, &c)
+	if err != nil {
+		s.keys.release(ctx, c)
+		if errors.Is(err, errKeyLost) {
+			problem(w, http.StatusConflict, "a retry with this Idempotency-Key took over this request; retry later")
+			return
+		}
+	}
+	s.respond(w, status, resp, err)
+}
+
+func (s *Service) respond(w http.ResponseWriter, status int, body []byte, err error) {
+	if err != nil {
+		s.log.Error("request failed", "error", err)
+		problem(w, http.StatusInternalServerError, "internal error; the request may be retried")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// create writes the order, its lines, its event and (with a key) the key's
+// completion in one transaction.
+func (s *Service) create(ctx context.Context, req PlaceRequest, c *claim) (int, []byte, error) {
+	id := idem.NewEventID().String() // a UUIDv7: unique and time-ordered
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	payload := shop.OrderPlacedV1{OrderID: id, CustomerID: req.CustomerID}
+	order := Order{ID: id, CustomerID: req.CustomerID, Status: StatusConfirmed, Fulfilment: FulfilmentAwaiting,
+		Version: 1, Lines: req.Lines, CreatedAt: now}
+	for _, l := range req.Lines {
+		payload.Lines = append(payload.Lines, shop.OrderLine{ProductID: l.ProductID, Quantity: l.Quantity})
+	}
+	ev, err := idem.NewEvent(shop.OrderPlaced, shop.AggregateOrder, id, payload)
+	if err != nil {
+		return 0, nil, err
+	}
+	ev.AggregateVersion, ev.OccurredAt = 1, now
+	body, err := json.Marshal(order)
+	if err != nil {
+		return 0, nil, err
+	}
+
+	tx, err := s.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, s.db.Q(qInsertOrder), id, req.CustomerID, StatusConfirmed, FulfilmentAwaiting, now, now); err != nil {
+		return 0, nil, fmt.Errorf("insert order: %w", err)
+	}
+	for i, l := range req.Lines {
+		if _, err := tx.ExecContext(ctx, s.db.Q(qInsertLine), id, i+1, l.ProductID, l.Quantity); err != nil {
+			return 0, nil, fmt.Errorf("insert order line: %w", err)
+		}
+	}
+	if err := s.outbox.Add(ctx, tx, ev); err != nil {
+		return 0, nil, err
+	}
+	if c != nil {
+		if err := s.keys.complete(ctx, tx, *c, http.StatusCreated, body); err != nil {
+			return 0, nil, err
+		}
+	}
+	fault.Point(FaultBeforeCommit)
+	if err := tx.Commit(); err != nil {
+		return 0, nil, fmt.Errorf("commit order: %w", err)
+	}
+	return http.StatusCreated, body, nil
+}
+
+func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	tx, err := s.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		s.respond(w, 0, nil, err)
+		return
+	}
+	defer func() { _ = tx.Rollback() }()
+	var (
+		status  string
+		version int64
+	)
+	err = tx.QueryRowContext(ctx, s.db.Q(qLockOrder), id).Scan(&status, &version)
+	if errors.Is(err, sql.ErrNoRows) {
+		problem(w, http.StatusNotFound, "no order "+id)
+		return
+	}
+	if err != nil {
+		s.respond(w, 0, nil, err)
+		return
+	}
+	if status != StatusCancelled {
+		// Cancelling is naturally idempotent: a second cancel changes
+		// nothing and publishes nothing.
+		version++
+		now := time.Now().UTC()
+		if _, err := tx.ExecContext(ctx, s.db.Q(qCancel), StatusCancelled, FulfilmentCancelled, 3, version, now, id); err != nil {
+			s.respond(w, 0, nil, err)
+			return
+		}
+		ev, err := idem.NewEvent(shop.OrderCancelled, shop.AggregateOrder, id, shop.OrderCancelledV1{OrderID: id})
+		if err != nil {
+			s.respond(w, 0, nil, err)
+			return
+		}
+		ev.AggregateVersion = version
+		if err := s.outbox.Add(ctx, tx, ev); err != nil {
+			s.respond(w, 0, nil, err)
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		s.respond(w, 0, nil, err)
+		return
+	}
+	s.writeOrder(w, r.Context(), id)
+}
+
+func (s *Service) get(w http.ResponseWriter, r *http.Request) {
+	s.writeOrder(w, r.Context(), r.PathValue("id"))
+}
+
+func (s *Service) writeOrder(w http.ResponseWriter, ctx context.Context, id string) {
+	o, err := s.Get(ctx, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		problem(w, http.StatusNotFound, "no order "+id)
+		return
+	}
+	if err != nil {
+		s.respond(w, 0, nil, err)
+		return
+	}
+	body, err := json.Marshal(o)
+	s.respond(w, http.StatusOK, body, err)
+}
+
+// Get returns the order id, or sql.ErrNoRows.
+func (s *Service) Get(ctx context.Context, id string) (Order, error) {
+	var o Order
+	err := s.db.SQL.QueryRowContext(ctx, s.db.Q(qGetOrder), id).Scan(&o.ID, &o.CustomerID, &o.Status, &o.Fulfilment, &o.PickupID, &o.Version, &o.CreatedAt)
+	if err != nil {
+		return o, err
+	}
+	rows, err := s.db.SQL.QueryContext(ctx, s.db.Q(qGetLines), id)
+	if err != nil {
+		return o, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var l RequestLine
+		if err := rows.Scan(&l.ProductID, &l.Quantity); err != nil {
+			return o, err
+		}
+		o.Lines = append(o.Lines, l)
+	}
+	o.CreatedAt = o.CreatedAt.UTC()
+	return o, rows.Err()
+}
+
+// onFulfilment moves an order's fulfilment forward to rank; an event that
+// arrives after a later one changes nothing.
+func (s *Service) onFulfilment(fulfilment string, rank int) inbox.HandlerFunc[*sql.Tx] {
+	return func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+		var p struct {
+			OrderID  string `json:"orderId"`
+			PickupID string `json:"pickupId"`
+		}
+		if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
+			return idem.Permanent(fmt.Errorf("payload of %s has no orderId: %v", ev.Name, err))
+		}
+		var pickup any
+		if p.PickupID != "" {
+			pickup = p.PickupID
+		}
+		_, err := tx.ExecContext(ctx, s.db.Q(qFulfilment), fulfilment, rank, pickup, time.Now().UTC(), p.OrderID, rank)
+		return err
+	}
+}
+
+func problem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail,
+	})
+}

@@ -1,0 +1,302 @@
+// Package shipping is the shop's shipping service, the second article's
+// consumer. It runs two consumers:
+//
+//   - "shipping-preparation-v1" handles order.order.placed.v1 and
+//     order.order.cancelled.v1. It keeps a copy of each order's status with a
+//     versioned upsert (a late, older event never overwrites a newer
+//     status), creates one preparation per order (a unique constraint on
+//     order_id makes two different events asking for the same preparation
+//     still make one), and cancels it. Whatever the arrival order of
+//     OrderPlaced and OrderCancelled, a cancelled order has no active
+//     preparation. Its events (shipping.preparation.created.v1,
+//     shipping.preparation.cancelled.v1) go through its own outbox, in the
+//     same transaction as its effects.
+//   - "shipping-carrier-v1" handles shipping.preparation.created.v1: it asks
+//     the carrier for a pickup with the stable idempotency key
+//     shipment:<order id>:initial, looks the pickup up by reference when the
+//     answer is lost, then records the shipment and publishes
+//     shipping.shipment.requested.v1 in one transaction.
+package shipping
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/shop"
+	"github.com/idem-go/idem/shop/carrier"
+	"github.com/idem-go/idem/shop/store"
+)
+
+// Consumer names.
+const (
+	PreparationConsumer = "shipping-preparation-v1"
+	CarrierConsumer     = "shipping-carrier-v1"
+)
+
+// FaultBeforeCommit is the fault point hit when the preparation consumer's
+// handlers are done and its transaction is about to commit.
+const FaultBeforeCommit = "shipping.before-commit"
+
+// Preparation statuses.
+const (
+	PreparationActive    = "active"
+	PreparationCancelled = "cancelled"
+)
+
+var migrations = store.Migrations{
+	store.Postgres: {`
+CREATE TABLE order_status (
+    order_id varchar(64) PRIMARY KEY,
+    version  bigint      NOT NULL,
+    status   varchar(20) NOT NULL
+);
+CREATE TABLE preparation (
+    id         varchar(36) PRIMARY KEY,
+    order_id   varchar(64) NOT NULL,
+    status     varchar(20) NOT NULL,
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    CONSTRAINT preparation_order_key UNIQUE (order_id)
+);
+CREATE TABLE shipment (
+    order_id        varchar(64)  PRIMARY KEY,
+    pickup_id       varchar(36)  NOT NULL,
+    idempotency_key varchar(255) NOT NULL,
+    created_at      timestamptz  NOT NULL
+);
+`},
+	store.MySQL: {`
+CREATE TABLE order_status (
+    order_id VARCHAR(64) NOT NULL PRIMARY KEY,
+    version  BIGINT      NOT NULL,
+    status   VARCHAR(20) NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE preparation (
+    id         VARCHAR(36) NOT NULL PRIMARY KEY,
+    order_id   VARCHAR(64) NOT NULL,
+    status     VARCHAR(20) NOT NULL,
+    created_at DATETIME(6) NOT NULL,
+    updated_at DATETIME(6) NOT NULL,
+    CONSTRAINT preparation_order_key UNIQUE (order_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE shipment (
+    order_id        VARCHAR(64)  NOT NULL PRIMARY KEY,
+    pickup_id       VARCHAR(36)  NOT NULL,
+    idempotency_key VARCHAR(255) NOT NULL,
+    created_at      DATETIME(6)  NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+`},
+	store.SQLite: {`
+CREATE TABLE order_status (
+    order_id TEXT    NOT NULL PRIMARY KEY,
+    version  INTEGER NOT NULL,
+    status   TEXT    NOT NULL
+);
+CREATE TABLE preparation (
+    id         TEXT      NOT NULL PRIMARY KEY,
+    order_id   TEXT      NOT NULL,
+    status     TEXT      NOT NULL,
+    created_at timestamp NOT NULL,
+    updated_at timestamp NOT NULL,
+    CONSTRAINT preparation_order_key UNIQUE (order_id)
+);
+CREATE TABLE shipment (
+    order_id        TEXT      NOT NULL PRIMARY KEY,
+    pickup_id       TEXT      NOT NULL,
+    idempotency_key TEXT      NOT NULL,
+    created_at      timestamp NOT NULL
+);
+`},
+}
+
+const (
+	qStatus            = `SELECT status FROM order_status WHERE order_id = $1`
+	qInsertPreparation = `INSERT INTO preparation (id, order_id, status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (order_id) DO NOTHING`
+	qCancelPreparation = `UPDATE preparation SET status = $1, updated_at = $2 WHERE order_id = $3 AND status = $4`
+	qPreparationID     = `SELECT id FROM preparation WHERE order_id = $1`
+	qLockPreparation   = `SELECT id, status FROM preparation WHERE order_id = $1 FOR UPDATE`
+	qShipmentExists    = `SELECT count(*) FROM shipment WHERE order_id = $1`
+	qInsertShipment    = `INSERT INTO shipment (order_id, pickup_id, idempotency_key, created_at) VALUES ($1, $2, $3, $4)`
+)
+
+// statusCopy is the versioned copy of each order's status.
+var statusCopy = inbox.StateCopy{Table: "order_status", Key: "order_id", Version: "version", Columns: []string{"status"}}
+
+// Migrations returns the shipping service's own migrations.
+func Migrations() store.Migrations { return migrations }
+
+// ShipmentKey returns the carrier idempotency key of an order's first
+// shipment: shipment:<order id>:initial. It is the same at every attempt.
+func ShipmentKey(orderID string) string { return "shipment:" + orderID + ":initial" }
+
+// Service is the shipping service.
+type Service struct {
+	db          *store.DB
+	outbox      *outbox.Writer[*sql.Tx]
+	carrier     *carrier.Client
+	preparation *inbox.Consumer[*sql.Tx]
+	pickup      *inbox.Consumer[*sql.Tx]
+	log         *slog.Logger
+}
+
+// New returns the shipping service on db, whose migrations must be applied,
+// calling the carrier through c.
+func New(db *store.DB, c *carrier.Client, log *slog.Logger) (*Service, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	prep, err := inbox.New(db.Driver, inbox.Config{Name: PreparationConsumer, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	pickup, err := inbox.New(db.Driver, inbox.Config{Name: CarrierConsumer, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{db: db, outbox: outbox.NewWriter(db.Driver), carrier: c, preparation: prep, pickup: pickup,
+		log: log.With("service", "shipping")}
+	prep.Handle(shop.OrderPlaced, beforeCommit(s.onOrderPlaced))
+	prep.Handle(shop.OrderCancelled, beforeCommit(s.onOrderCancelled))
+	pickup.Handle(shop.PreparationCreated, s.onPreparationCreated)
+	return s, nil
+}
+
+// Consumers returns the preparation and carrier consumers.
+func (s *Service) Consumers() []*inbox.Consumer[*sql.Tx] {
+	return []*inbox.Consumer[*sql.Tx]{s.preparation, s.pickup}
+}
+
+// beforeCommit runs h, then hits FaultBeforeCommit: the effects and the
+// processed_event marker are written, not committed.
+func beforeCommit(h inbox.HandlerFunc[*sql.Tx]) inbox.HandlerFunc[*sql.Tx] {
+	return func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+		if err := h(ctx, tx, ev); err != nil {
+			return err
+		}
+		fault.Point(FaultBeforeCommit)
+		return nil
+	}
+}
+
+func orderID(ev idem.Event) (string, error) {
+	var p struct {
+		OrderID string `json:"orderId"`
+	}
+	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
+		return "", idem.Permanent(fmt.Errorf("payload of %s has no orderId: %v", ev.Name, err))
+	}
+	return p.OrderID, nil
+}
+
+func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	id, err := orderID(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), id, ev.AggregateVersion, "placed"); err != nil {
+		return err
+	}
+	var status string
+	if err := tx.QueryRowContext(ctx, s.db.Q(qStatus), id).Scan(&status); err != nil {
+		return err
+	}
+	if status == "cancelled" {
+		// The cancellation arrived first: never prepare a cancelled order.
+		s.log.Info("order placed after its cancellation: no preparation", "order_id", id)
+		return nil
+	}
+	now := time.Now().UTC()
+	prepID := idem.NewEventID().String()
+	res, err := tx.ExecContext(ctx, s.db.Q(qInsertPreparation), prepID, id, PreparationActive, now, now)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		// Another event already asked for this order's preparation.
+		return nil
+	}
+	out, err := idem.NewEvent(shop.PreparationCreated, shop.AggregatePreparation, id,
+		shop.PreparationCreatedV1{OrderID: id, PreparationID: prepID})
+	if err != nil {
+		return err
+	}
+	return s.outbox.Add(ctx, tx, out)
+}
+
+func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	id, err := orderID(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), id, ev.AggregateVersion, "cancelled"); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, s.db.Q(qCancelPreparation), PreparationCancelled, time.Now().UTC(), id, PreparationActive)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil // no preparation yet (or already cancelled)
+	}
+	var prepID string
+	if err := tx.QueryRowContext(ctx, s.db.Q(qPreparationID), id).Scan(&prepID); err != nil {
+		return err
+	}
+	out, err := idem.NewEvent(shop.PreparationCancelled, shop.AggregatePreparation, id,
+		shop.PreparationCancelledV1{OrderID: id, PreparationID: prepID})
+	if err != nil {
+		return err
+	}
+	return s.outbox.Add(ctx, tx, out)
+}
+
+func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	id, err := orderID(ev)
+	if err != nil {
+		return err
+	}
+	// Lock the preparation so that a cancellation waits for the pickup
+	// request, or the request sees the cancellation.
+	var prepID, status string
+	err = tx.QueryRowContext(ctx, s.db.Q(qLockPreparation), id).Scan(&prepID, &status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return idem.Permanent(fmt.Errorf("no preparation for order %s", id))
+	}
+	if err != nil {
+		return err
+	}
+	if status != PreparationActive {
+		return nil
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, s.db.Q(qShipmentExists), id).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	key := ShipmentKey(id)
+	p, err := s.carrier.RequestPickup(ctx, id, key)
+	if err != nil {
+		return fmt.Errorf("request pickup for order %s: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.db.Q(qInsertShipment), id, p.ID, key, time.Now().UTC()); err != nil {
+		return err
+	}
+	out, err := idem.NewEvent(shop.ShipmentRequested, shop.AggregatePreparation, id,
+		shop.ShipmentRequestedV1{OrderID: id, PickupID: p.ID, IdempotencyKey: key})
+	if err != nil {
+		return err
+	}
+	return s.outbox.Add(ctx, tx, out)
+}

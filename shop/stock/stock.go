@@ -1,0 +1,97 @@
+// Package stock is the shop's stock service: its consumer, named "stock",
+// reserves every line of each placed order (order.order.placed.v1), one
+// reservation row per line.
+//
+// Reservations have no business key that would reject a second copy: it is
+// the consumer's processed_event marker, inserted in the same transaction,
+// that makes a redelivered, republished or replayed event a no-op.
+package stock
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/shop"
+	"github.com/idem-go/idem/shop/store"
+)
+
+// ConsumerName is the stock consumer's name in processed_event.
+const ConsumerName = "stock"
+
+var migrations = store.Migrations{
+	store.Postgres: {`
+CREATE TABLE reservation (
+    id         varchar(36)   PRIMARY KEY,
+    order_id   varchar(64)   NOT NULL,
+    product_id varchar(100)  NOT NULL,
+    quantity   numeric(12,3) NOT NULL,
+    created_at timestamptz   NOT NULL
+);
+CREATE INDEX reservation_order_idx ON reservation (order_id);
+`},
+	store.MySQL: {`
+CREATE TABLE reservation (
+    id         VARCHAR(36)   NOT NULL PRIMARY KEY,
+    order_id   VARCHAR(64)   NOT NULL,
+    product_id VARCHAR(100)  NOT NULL,
+    quantity   DECIMAL(12,3) NOT NULL,
+    created_at DATETIME(6)   NOT NULL,
+    INDEX reservation_order_idx (order_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+`},
+	store.SQLite: {`
+CREATE TABLE reservation (
+    id         TEXT      NOT NULL PRIMARY KEY,
+    order_id   TEXT      NOT NULL,
+    product_id TEXT      NOT NULL,
+    quantity   TEXT      NOT NULL,
+    created_at timestamp NOT NULL
+);
+CREATE INDEX reservation_order_idx ON reservation (order_id);
+`},
+}
+
+const qInsertReservation = `INSERT INTO reservation (id, order_id, product_id, quantity, created_at) VALUES ($1, $2, $3, $4, $5)`
+
+// Migrations returns the stock service's own migrations.
+func Migrations() store.Migrations { return migrations }
+
+// Service is the stock service.
+type Service struct {
+	db       *store.DB
+	consumer *inbox.Consumer[*sql.Tx]
+}
+
+// New returns the stock service on db, whose migrations must be applied.
+func New(db *store.DB, log *slog.Logger) (*Service, error) {
+	c, err := inbox.New(db.Driver, inbox.Config{Name: ConsumerName, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{db: db, consumer: c}
+	c.Handle(shop.OrderPlaced, s.reserve)
+	return s, nil
+}
+
+// Consumer returns the stock consumer.
+func (s *Service) Consumer() *inbox.Consumer[*sql.Tx] { return s.consumer }
+
+func (s *Service) reserve(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	var p shop.OrderPlacedV1
+	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
+		return idem.Permanent(fmt.Errorf("payload of %s is not an OrderPlacedV1: %v", ev.Name, err))
+	}
+	now := time.Now().UTC()
+	for _, l := range p.Lines {
+		if _, err := tx.ExecContext(ctx, s.db.Q(qInsertReservation), idem.NewEventID().String(), p.OrderID, l.ProductID, l.Quantity, now); err != nil {
+			return fmt.Errorf("reserve %s for order %s: %w", l.ProductID, p.OrderID, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,413 @@
+// Package store opens the database of one shop service and applies its
+// migrations. It is the one place that knows the SQL dialects: placeholders
+// ($1 for PostgreSQL, ? for MySQL/MariaDB and SQLite) and how a service's
+// tables are isolated (a PostgreSQL schema, a MariaDB database, a SQLite
+// file).
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/mysql"
+	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/driver/sqlite"
+	"github.com/idem-go/idem/migrate"
+	"github.com/idem-go/idem/relay"
+)
+
+// Dialect names.
+const (
+	Postgres = "postgres"
+	MySQL    = "mysql"
+	SQLite   = "sqlite"
+)
+
+// MaxConnsDefault is the connection pool size of a service's database.
+const MaxConnsDefault = 16
+
+// DB is the database of one service.
+type DB struct {
+	// Service is the service owning the database ("order", "stock"...).
+	Service string
+	// Dialect is Postgres, MySQL or SQLite.
+	Dialect string
+	// Schema is the PostgreSQL schema or MariaDB database holding the
+	// service's tables (empty for SQLite).
+	Schema string
+	// File is the SQLite database file (empty for the other dialects).
+	File string
+	// SQL is the database/sql handle the service's code uses.
+	SQL *sql.DB
+	// Driver is the idem driver on SQL, for the outbox writer and the
+	// consumers.
+	Driver *driver.SQLDriver
+
+	url   string
+	pool  *pgxpool.Pool
+	pgx   *postgres.PgxDriver
+	close func()
+}
+
+// Options adjust Open.
+type Options struct {
+	// MaxConns is the connection pool size. Defaults to MaxConnsDefault.
+	MaxConns int
+}
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Open opens the database of service at rawURL, its tables isolated by
+// schema (a plain lower-case identifier such as "shop_order"):
+//
+//   - postgres://...: the tables live in the PostgreSQL schema named schema,
+//     created if missing, and found through the connection's search_path.
+//   - mysql://... (or mariadb://...): the tables live in the database named
+//     schema, created if missing; the URL's own database is not used.
+//   - sqlite:DIR (or sqlite:///abs/dir): the tables live in the file
+//     DIR/<schema>.db, created with DIR if missing.
+func Open(ctx context.Context, service, rawURL, schema string, opts Options) (*DB, error) {
+	if opts.MaxConns == 0 {
+		opts.MaxConns = MaxConnsDefault
+	}
+	if !identRE.MatchString(schema) {
+		return nil, fmt.Errorf("%s: schema name %q is not a plain lower-case identifier", service, schema)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: database URL %s: %w", service, broker.RedactURL(rawURL), err)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "postgres", "postgresql":
+		return openPostgres(ctx, service, rawURL, schema, opts)
+	case "mysql", "mariadb":
+		return openMySQL(ctx, service, u, schema, opts)
+	case "sqlite":
+		return openSQLite(ctx, service, rawURL, schema, opts)
+	default:
+		return nil, fmt.Errorf("%s: database URL %s: scheme %q is not supported: want postgres://, mysql:// or sqlite:DIR", service, broker.RedactURL(rawURL), u.Scheme)
+	}
+}
+
+// SQLiteDir returns the directory of a sqlite:DIR URL.
+func SQLiteDir(rawURL string) string {
+	_, dir, _ := strings.Cut(rawURL, ":")
+	if strings.HasPrefix(dir, "//") {
+		dir = dir[2:] // sqlite:///abs/dir, sqlite://rel/dir
+	}
+	return dir
+}
+
+func openSQLite(ctx context.Context, service, rawURL, schema string, opts Options) (*DB, error) {
+	dir := SQLiteDir(rawURL)
+	if dir == "" || strings.Contains(dir, "?") {
+		return nil, fmt.Errorf("%s: database URL %s: want sqlite:DIR, the directory of the services' database files", service, rawURL)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("%s: %w", service, err)
+	}
+	file := filepath.Join(dir, schema+".db")
+	// Times are written as "2006-01-02 15:04:05.999999999-07:00", always in
+	// UTC here, so that their text sorts like the times.
+	db, err := sqlite.Open(file + "?_time_format=sqlite")
+	if err != nil {
+		return nil, fmt.Errorf("%s: open %s: %w", service, file, err)
+	}
+	db.SetMaxOpenConns(opts.MaxConns)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%s: open %s: %w", service, file, err)
+	}
+	return &DB{
+		Service: service, Dialect: SQLite, File: file, SQL: db, Driver: sqlite.New(db),
+		url: "sqlite:" + dir, close: func() { _ = db.Close() },
+	}, nil
+}
+
+func openMySQL(ctx context.Context, service string, u *url.URL, schema string, opts Options) (*DB, error) {
+	admin := *u
+	admin.Path = "/"
+	adminDB, err := mysql.Open(admin.String())
+	if err != nil {
+		return nil, fmt.Errorf("%s: database URL %s: %w", service, broker.RedactURL(u.String()), err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	_, err = adminDB.ExecContext(cctx, "CREATE DATABASE IF NOT EXISTS `"+schema+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+	cancel()
+	_ = adminDB.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%s: create database %s on %s: %w", service, schema, broker.RedactURL(u.String()), err)
+	}
+	own := *u
+	own.Path = "/" + schema
+	db, err := mysql.Open(own.String())
+	if err != nil {
+		return nil, fmt.Errorf("%s: database URL %s: %w", service, broker.RedactURL(own.String()), err)
+	}
+	db.SetMaxOpenConns(opts.MaxConns)
+	drv, err := mysql.NewTables(db, driver.Tables{Schema: schema})
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &DB{
+		Service: service, Dialect: MySQL, Schema: schema, SQL: db, Driver: drv,
+		url: own.String(), close: func() { _ = db.Close() },
+	}, nil
+}
+
+func openPostgres(ctx context.Context, service, rawURL, schema string, opts Options) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: database URL %s: %w", service, broker.RedactURL(rawURL), err)
+	}
+	if err := createSchema(ctx, cfg.ConnConfig.Copy(), schema); err != nil {
+		return nil, fmt.Errorf("%s: create schema %s on %s: %w", service, schema, broker.RedactURL(rawURL), err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = int32(opts.MaxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: connect to %s: %w", service, broker.RedactURL(rawURL), err)
+	}
+	pgxDrv := postgres.NewPgx(pool)
+	db := stdlib.OpenDBFromPool(pool)
+	return &DB{
+		Service: service, Dialect: Postgres, Schema: schema, SQL: db,
+		Driver: postgres.NewSQL(db), url: rawURL, pool: pool, pgx: pgxDrv,
+		close: func() { _ = db.Close(); pool.Close() },
+	}, nil
+}
+
+func createSchema(ctx context.Context, cfg *pgxConnConfig, schema string) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := connectPG(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schema)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		// Two processes created it at the same moment.
+		return nil
+	}
+	return err
+}
+
+// Redacted returns the database URL without its password.
+func (db *DB) Redacted() string { return broker.RedactURL(db.url) }
+
+// Where says where the service's tables are, for the start-up banner.
+func (db *DB) Where() string {
+	switch {
+	case db.File != "":
+		return db.File
+	case db.Dialect == MySQL:
+		return db.Redacted()
+	case db.Schema != "":
+		return db.Redacted() + " (schema " + db.Schema + ")"
+	}
+	return db.Redacted()
+}
+
+// Close closes the database.
+func (db *DB) Close() {
+	if db.close != nil {
+		db.close()
+	}
+}
+
+var (
+	placeholderRE = regexp.MustCompile(`\$([0-9]+)`)
+	onConflictRE  = regexp.MustCompile(`ON CONFLICT \(([a-z_]+)[a-z_, ]*\) DO NOTHING`)
+	forUpdateRE   = regexp.MustCompile(`\s+FOR UPDATE\s*$`)
+	rewritten     sync.Map // dialect + "\x00" + query -> string
+)
+
+// Q returns query, written for PostgreSQL, in the database's dialect:
+//
+//   - placeholders $1, $2... become ? on MySQL/MariaDB, which needs each
+//     placeholder used once and in order, and ?NNN on SQLite;
+//   - on MySQL/MariaDB, INSERT ... ON CONFLICT (col) DO NOTHING becomes
+//     INSERT ... ON DUPLICATE KEY UPDATE col = col, which also affects no
+//     row when the key exists (the conflict key must be the only unique key
+//     the row can collide on);
+//   - on SQLite, a trailing FOR UPDATE is dropped: transactions take the
+//     database's write lock when they begin (store opens SQLite with
+//     immediate transactions), which already serialises them.
+func (db *DB) Q(query string) string {
+	if db.Dialect == Postgres {
+		return query
+	}
+	k := db.Dialect + "\x00" + query
+	if q, ok := rewritten.Load(k); ok {
+		return q.(string)
+	}
+	q := query
+	switch db.Dialect {
+	case MySQL:
+		q = placeholderRE.ReplaceAllString(q, "?")
+		q = onConflictRE.ReplaceAllString(q, "ON DUPLICATE KEY UPDATE $1 = $1")
+	case SQLite:
+		q = placeholderRE.ReplaceAllString(q, "?$1")
+		q = forUpdateRE.ReplaceAllString(q, "")
+	}
+	rewritten.Store(k, q)
+	return q
+}
+
+// Pick returns the query of the database's dialect from byDialect, or the
+// PostgreSQL one when the dialect has none, through Q.
+func (db *DB) Pick(byDialect map[string]string) string {
+	if q, ok := byDialect[db.Dialect]; ok {
+		return db.Q(q)
+	}
+	return db.Q(byDialect[Postgres])
+}
+
+// Relay is a running outbox relay.
+type Relay interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	Stats() relay.Stats
+}
+
+// NewRelay returns a relay publishing the service's outbox through pub. On
+// PostgreSQL it uses pgx, whose LISTEN/NOTIFY wakes it on every commit.
+func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
+	if db.pgx != nil {
+		return relay.New(db.pgx, pub, cfg)
+	}
+	return relay.New(db.Driver, pub, cfg)
+}
+
+// Migrations are a service's own schema changes, per dialect: element i is
+// version i+1. Each script is a list of statements separated by ";" at the
+// end of a line.
+type Migrations map[string][]string
+
+// Migrate applies idem's migrations (outbox, processed_event,
+// failed_message), then the service's own, recorded in shop_schema_migration.
+// Concurrent runs on the same database are serialised: by an advisory lock
+// on PostgreSQL, a named lock on MySQL/MariaDB (whose DDL is not
+// transactional: each version is recorded right after its statements), and
+// the write lock of an immediate transaction on SQLite.
+func (db *DB) Migrate(ctx context.Context, own Migrations, log *slog.Logger) error {
+	if _, err := migrate.New(db.Driver).Up(ctx); err != nil {
+		return fmt.Errorf("%s: idem migrations: %w", db.Service, err)
+	}
+	scripts, ok := own[db.Dialect]
+	if !ok {
+		return fmt.Errorf("%s: no migrations for dialect %s", db.Service, db.Dialect)
+	}
+	if db.Dialect == MySQL {
+		return db.migrateMySQL(ctx, scripts, log)
+	}
+	tx, err := db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if db.Dialect == Postgres {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.shop_schema_migration'))`); err != nil {
+			return err
+		}
+	}
+	if err := db.applyMigrations(ctx, tx, scripts, log); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func (db *DB) migrateMySQL(ctx context.Context, scripts []string, log *slog.Logger) error {
+	conn, err := db.SQL.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	lock := db.Schema + ".shop_schema_migration"
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 120)`, lock).Scan(&got); err != nil {
+		return fmt.Errorf("%s: migration lock: %w", db.Service, err)
+	}
+	if got.Int64 != 1 {
+		return fmt.Errorf("%s: migration lock %s not obtained within 120s", db.Service, lock)
+	}
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, lock) }()
+	return db.applyMigrations(ctx, conn, scripts, log)
+}
+
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (db *DB) applyMigrations(ctx context.Context, ex querier, scripts []string, log *slog.Logger) error {
+	if _, err := ex.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS shop_schema_migration (version integer PRIMARY KEY, applied_at varchar(40) NOT NULL)`); err != nil {
+		return fmt.Errorf("%s: migration table: %w", db.Service, err)
+	}
+	var current int
+	if err := ex.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM shop_schema_migration`).Scan(&current); err != nil {
+		return err
+	}
+	if current > len(scripts) {
+		return fmt.Errorf("%s: database schema version %d is newer than this shop (%d)", db.Service, current, len(scripts))
+	}
+	for v := current + 1; v <= len(scripts); v++ {
+		for _, stmt := range driver.SplitStatements(scripts[v-1]) {
+			if _, err := ex.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("%s: migration %d: %w\n%s", db.Service, v, err, stmt)
+			}
+		}
+		if _, err := ex.ExecContext(ctx, db.Q(`INSERT INTO shop_schema_migration (version, applied_at) VALUES ($1, $2)`),
+			v, time.Now().UTC().Format(time.RFC3339)); err != nil {
+			return err
+		}
+		if log != nil {
+			log.Info("migration applied", "service", db.Service, "version", v)
+		}
+	}
+	return nil
+}
+
+// Count runs a SELECT count(*) query and returns its result.
+func (db *DB) Count(ctx context.Context, query string, args ...any) (int64, error) {
+	var n int64
+	err := db.SQL.QueryRowContext(ctx, db.Q(query), args...).Scan(&n)
+	return n, err
+}
+
+// IsUniqueViolation reports whether err is a unique-key violation.
+func (db *DB) IsUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "23505"
+	}
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "Duplicate entry")
+}
+
+// Itoa is strconv.Itoa, for building identifiers.
+func Itoa(n int) string { return strconv.Itoa(n) }
