@@ -16,7 +16,7 @@
 #
 # Environment:
 #   IDEM_TEST_SERVERS  servers to start, among: postgres mariadb rabbitmq
-#                      (default: postgres; "" for none)
+#                      (default: all three; "" for none)
 #   IDEM_TEST_DIR      the directory for the servers' data, logs and helper
 #                      scripts (default: a new /tmp/idem-test.XXXXXX)
 #   IDEM_TEST_KEEP=1   keep IDEM_TEST_DIR (logs...) after the run
@@ -65,7 +65,7 @@ export PATH="/usr/local/go/bin${HOME:+:$HOME/go/bin}:$PATH:/usr/sbin:/sbin"
 # ---------------------------------------------------------------------------
 # Which servers
 
-read -r -a SERVERS <<<"${IDEM_TEST_SERVERS-postgres}"
+read -r -a SERVERS <<<"${IDEM_TEST_SERVERS-postgres mariadb rabbitmq}"
 for s in "${SERVERS[@]}"; do
 	case " $ALL_SERVERS " in
 	*" $s "*) ;;
@@ -203,11 +203,11 @@ else
 	if [ $# -eq 0 ]; then
 		set -- ./...
 	fi
-	log "running: go test -race -count=1 $(printf '%q ' "$@")"
+	log "running: go test -race -count=1 -timeout 30m $(printf '%q ' "$@")"
 	# In its own process group, in the background, so that a signal to this
 	# script is handled at once: cleanup interrupts the whole group (go and
 	# the test binaries) before it stops the servers.
-	setsid go test -race -count=1 "$@" </dev/null &
+	setsid go test -race -count=1 -timeout 30m "$@" </dev/null &
 	GOTEST_PID=$!
 	rc=0
 	wait "$GOTEST_PID" || rc=$?
