@@ -237,74 +237,20 @@ func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.F
 		limit = 100
 	}
 	since := sqltime.Arg(f.Since)
-	rows, err := ex.Query(ctx, d.q.listFailed, f.Consumer, f.Consumer, f.EventName, f.EventName, since, since, limit)
-	if err != nil {
-		return nil, d.wrap(err)
-	}
-	defer rows.Close()
-	var out []driver.FailedMessage
-	for rows.Next() {
-		m, err := scanFailed(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, d.wrap(err)
-	}
-	return out, rows.Close()
+	list, err := driver.QueryFailed(ctx, ex, d.q.listFailed, []any{f.Consumer, f.Consumer, f.EventName, f.EventName, since, since, limit}, sqltimeDest)
+	return list, d.wrap(err)
 }
 
 // GetFailed implements driver.Dialect.
 func (d *Dialect) GetFailed(ctx context.Context, ex driver.Executor, id int64) (driver.FailedMessage, error) {
-	rows, err := ex.Query(ctx, d.q.getFailed, id)
-	if err != nil {
-		return driver.FailedMessage{}, d.wrap(err)
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return driver.FailedMessage{}, d.wrap(err)
-		}
-		return driver.FailedMessage{}, driver.ErrNotFound
-	}
-	m, err := scanFailed(rows)
-	if err != nil {
-		return driver.FailedMessage{}, err
-	}
-	return m, rows.Close()
+	m, err := driver.GetFailed(ctx, ex, d.q.getFailed, []any{id}, sqltimeDest)
+	return m, d.wrap(err)
 }
 
 // DeleteFailed implements driver.Dialect.
 func (d *Dialect) DeleteFailed(ctx context.Context, ex driver.Executor, id int64) (bool, error) {
 	n, err := ex.Exec(ctx, d.q.deleteFailed, id)
 	return n == 1, d.wrap(err)
-}
-
-func scanFailed(rows driver.Rows) (driver.FailedMessage, error) {
-	var (
-		m               driver.FailedMessage
-		eventID         *string
-		headers, errors []byte
-	)
-	err := rows.Scan(&m.ID, &m.Consumer, &m.Source, &eventID, &m.EventName, &m.Key, &headers, &m.Body,
-		&m.Error, &errors, &m.Attempts, sqltime.Scanner(&m.FirstFailed), sqltime.Scanner(&m.LastFailed))
-	if err != nil {
-		return m, err
-	}
-	if eventID != nil {
-		if m.EventID, err = uuid.Parse(*eventID); err != nil {
-			return m, err
-		}
-	}
-	if err := json.Unmarshal(headers, &m.Headers); err != nil {
-		return m, fmt.Errorf("idem: failed_message %d: headers: %w", m.ID, err)
-	}
-	if err := json.Unmarshal(errors, &m.History); err != nil {
-		return m, fmt.Errorf("idem: failed_message %d: errors: %w", m.ID, err)
-	}
-	return m, nil
 }
 
 // IsMissingTable implements driver.Dialect.
@@ -335,3 +281,6 @@ func nonNil(h map[string]string) map[string]string {
 	}
 	return h
 }
+
+// sqltimeDest scans failure-store timestamps stored as UTC.
+func sqltimeDest(t *time.Time) any { return sqltime.Scanner(t) }

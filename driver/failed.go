@@ -1,0 +1,69 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// QueryFailed runs a failure-store query and scans its rows. The query
+// selects, in this order (each dialect casts them as it needs): id,
+// consumer_name, source, event_id (text, NULL when the message was
+// undecodable), event_name, message_key, headers (JSON bytes), body, error,
+// errors (JSON bytes), attempts, first_failed_at, failed_at.
+// timeDest adapts the two timestamps to the dialect's representation; nil
+// scans them into time.Time directly.
+func QueryFailed(ctx context.Context, ex Executor, query string, args []any, timeDest func(*time.Time) any) ([]FailedMessage, error) {
+	if timeDest == nil {
+		timeDest = func(t *time.Time) any { return t }
+	}
+	rows, err := ex.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []FailedMessage
+	for rows.Next() {
+		var (
+			m               FailedMessage
+			eventID         *string
+			headers, errors []byte
+		)
+		if err := rows.Scan(&m.ID, &m.Consumer, &m.Source, &eventID, &m.EventName, &m.Key, &headers, &m.Body,
+			&m.Error, &errors, &m.Attempts, timeDest(&m.FirstFailed), timeDest(&m.LastFailed)); err != nil {
+			return nil, err
+		}
+		if eventID != nil {
+			if m.EventID, err = uuid.Parse(*eventID); err != nil {
+				return nil, fmt.Errorf("idem: failed_message %d: event_id: %w", m.ID, err)
+			}
+		}
+		if err := json.Unmarshal(headers, &m.Headers); err != nil {
+			return nil, fmt.Errorf("idem: failed_message %d: headers: %w", m.ID, err)
+		}
+		if err := json.Unmarshal(errors, &m.History); err != nil {
+			return nil, fmt.Errorf("idem: failed_message %d: errors: %w", m.ID, err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, rows.Close()
+}
+
+// GetFailed runs QueryFailed for a query selecting one entry and returns
+// it, or ErrNotFound.
+func GetFailed(ctx context.Context, ex Executor, query string, args []any, timeDest func(*time.Time) any) (FailedMessage, error) {
+	list, err := QueryFailed(ctx, ex, query, args, timeDest)
+	if err != nil {
+		return FailedMessage{}, err
+	}
+	if len(list) == 0 {
+		return FailedMessage{}, ErrNotFound
+	}
+	return list[0], nil
+}
