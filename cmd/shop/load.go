@@ -195,10 +195,16 @@ func preparationDelays(ctx context.Context, o loadOptions, ids []string) ([]time
 		return nil, err
 	}
 	defer shipDB.Close()
+	// Every dialect reads the whole tables and keeps this run's orders (no
+	// array parameters on MySQL or SQLite).
+	wanted := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		wanted[id] = true
+	}
 	deadline := time.Now().Add(o.Wait)
 	prepared := map[string]time.Time{}
 	for {
-		rows, err := shipDB.SQL.QueryContext(ctx, shipDB.Q(`SELECT order_id, created_at FROM preparation WHERE order_id = ANY($1)`), ids)
+		rows, err := shipDB.SQL.QueryContext(ctx, `SELECT order_id, created_at FROM preparation`)
 		if err != nil {
 			return nil, err
 		}
@@ -209,7 +215,9 @@ func preparationDelays(ctx context.Context, o loadOptions, ids []string) ([]time
 				rows.Close()
 				return nil, err
 			}
-			prepared[id] = at
+			if wanted[id] {
+				prepared[id] = at
+			}
 		}
 		rows.Close()
 		if len(prepared) == len(ids) {
@@ -220,7 +228,7 @@ func preparationDelays(ctx context.Context, o loadOptions, ids []string) ([]time
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	rows, err := orderDB.SQL.QueryContext(ctx, orderDB.Q(`SELECT id, created_at FROM orders WHERE id = ANY($1)`), ids)
+	rows, err := orderDB.SQL.QueryContext(ctx, `SELECT id, created_at FROM orders`)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +240,9 @@ func preparationDelays(ctx context.Context, o loadOptions, ids []string) ([]time
 		if err := rows.Scan(&id, &at); err != nil {
 			return nil, err
 		}
-		out = append(out, prepared[id].Sub(at))
+		if p, ok := prepared[id]; ok {
+			out = append(out, p.Sub(at))
+		}
 	}
 	slices.Sort(out)
 	return out, rows.Err()
