@@ -9,20 +9,24 @@ import (
 
 // Defaults of Config.
 const (
-	WorkersDefault           = 2
-	BatchSizeDefault         = 1000
-	MaxPerAggregateDefault   = 100
-	LeaseDefault             = 30 * time.Second
-	PublishTimeoutDefault    = 10 * time.Second
-	PollIntervalDefault      = time.Second
-	DebounceDefault          = 2 * time.Millisecond
-	RetryBackoffDefault      = time.Second
-	MaxRetryBackoffDefault   = time.Minute
-	RetentionDefault         = 7 * 24 * time.Hour
-	RetentionIntervalDefault = time.Minute
-	DeleteBatchSizeDefault   = 1000
-	StatsIntervalDefault     = 10 * time.Second
-	QueryTimeoutDefault      = 30 * time.Second
+	WorkersDefault         = 2
+	BatchSizeDefault       = 1000
+	MaxPerAggregateDefault = 100
+	LeaseDefault           = 30 * time.Second
+	PublishTimeoutDefault  = 10 * time.Second
+	PollIntervalDefault    = time.Second
+	// PollIntervalNoListenDefault is the poll interval when the database
+	// cannot notify the relay (MySQL, SQLite, database/sql drivers, or
+	// DisableListen): polling is then the only wake-up.
+	PollIntervalNoListenDefault = 50 * time.Millisecond
+	DebounceDefault             = 2 * time.Millisecond
+	RetryBackoffDefault         = time.Second
+	MaxRetryBackoffDefault      = time.Minute
+	RetentionDefault            = 7 * 24 * time.Hour
+	RetentionIntervalDefault    = time.Minute
+	DeleteBatchSizeDefault      = 1000
+	StatsIntervalDefault        = 10 * time.Second
+	QueryTimeoutDefault         = 30 * time.Second
 )
 
 // Config configures a Relay. The zero value is valid: every field has a
@@ -49,7 +53,8 @@ type Config struct {
 	// lease does. Defaults to 10s (at most Lease/3).
 	PublishTimeout time.Duration
 	// PollInterval is how often an idle worker claims without being woken
-	// by a notification, with ±20% jitter. Defaults to 1s.
+	// by a notification, with ±20% jitter. Defaults to 1s when the driver
+	// supports LISTEN/NOTIFY (pgx on PostgreSQL), 50ms otherwise.
 	PollInterval time.Duration
 	// Debounce is how long a worker woken by a notification waits before
 	// claiming, so that a burst of inserts is one claim. Defaults to 2ms.

@@ -118,6 +118,9 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 	if !ok {
 		return nil, fmt.Errorf("%w (%s)", ErrNotSupported, drv.Dialect().Name())
 	}
+	if _, listens := any(drv).(driver.OutboxListener); cfg.PollInterval == 0 && (!listens || cfg.DisableListen) {
+		cfg.PollInterval = PollIntervalNoListenDefault
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -250,6 +253,12 @@ func (r *Relay[TTx]) Healthy() error {
 	}
 	return nil
 }
+
+// Notify wakes an idle worker to claim now, as a notification from the
+// database would. Producers in the same process can call it after
+// committing outbox rows, on databases without LISTEN/NOTIFY. It never
+// blocks.
+func (r *Relay[TTx]) Notify() { r.nudge() }
 
 // nudge wakes one idle worker.
 func (r *Relay[TTx]) nudge() {

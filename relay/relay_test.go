@@ -90,6 +90,47 @@ func TestRelayPollsWithoutNotifications(t *testing.T) {
 	}
 }
 
+// TestRelayWithoutListenPollsOftenAndCanBeNotified: a driver without
+// LISTEN/NOTIFY (database/sql here; MySQL and SQLite always) polls every
+// 50ms by default, and an in-process producer can wake the relay at once
+// with Notify.
+func TestRelayWithoutListenPollsOftenAndCanBeNotified(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sqlDrv := postgres.NewSQL(b.pg.DB)
+	r, err := relay.New(sqlDrv, b.pub, relay.Config{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Config().PollInterval; got != relay.PollIntervalNoListenDefault {
+		t.Fatalf("PollInterval without LISTEN = %v, want %v", got, relay.PollIntervalNoListenDefault)
+	}
+	if r, _ := relay.New(b.pg.Driver, b.pub, relay.Config{}); r.Config().PollInterval != relay.PollIntervalDefault {
+		t.Fatalf("PollInterval with LISTEN = %v, want %v", r.Config().PollInterval, relay.PollIntervalDefault)
+	}
+
+	cfg := fastConfig(t)
+	cfg.Workers = 1
+	cfg.PollInterval = time.Hour // after its first claim, only Notify can wake it
+	b.insert(t, event(t, "1", 1))
+	r, err = relay.New(sqlDrv, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	if err := b.pub.WaitLen(waitCtx(t, 5*time.Second), 1); err != nil {
+		t.Fatalf("first event not published by the start-up claim: %v", err)
+	}
+	b.insert(t, event(t, "2", 1))
+	r.Notify()
+	if err := b.pub.WaitLen(waitCtx(t, 5*time.Second), 2); err != nil {
+		t.Fatalf("event not published after Notify: %v", err)
+	}
+}
+
 // TestRelayOrderManyWorkers: 4 workers, 1,000 aggregates x 20 events written
 // by concurrent transactions, some of them long-running: every event is
 // published once, each aggregate's events in order.
