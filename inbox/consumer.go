@@ -68,6 +68,7 @@ const (
 	Parked
 )
 
+// String returns the outcome in lower case ("applied", "duplicate", ...).
 func (o Outcome) String() string {
 	switch o {
 	case Applied:
