@@ -160,7 +160,9 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 	for i := range r.cfg.Workers {
 		wg.Go(func() { r.worker(i) })
 	}
-	if l, ok := any(r.drv).(driver.OutboxListener); ok && !r.cfg.DisableListen {
+	l, listens := any(r.drv).(driver.OutboxListener)
+	listens = listens && !r.cfg.DisableListen
+	if listens {
 		wg.Go(func() { r.listen(l) })
 	}
 	if r.cfg.Retention > 0 {
@@ -175,7 +177,7 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 		close(r.done)
 	}()
 	r.log.Info("relay started", "workers", r.cfg.Workers, "batch_size", r.cfg.BatchSize,
-		"lease", r.cfg.Lease, "listen", !r.cfg.DisableListen)
+		"lease", r.cfg.Lease, "listen", listens, "poll_interval", r.cfg.PollInterval)
 	return nil
 }
 
