@@ -15,6 +15,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/broker/internal/batch"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
 )
@@ -396,72 +397,10 @@ func (s *Subscriber) run(sess *session) {
 func (s *Subscriber) serve(sess *session) error {
 	ack := newAcker(sess.ch, s.cfg.Prefetch/2, s.log)
 	n := s.cfg.Workers
-	queues := make([]chan []amqp091.Delivery, n)
-	var wg sync.WaitGroup
-	for i := range queues {
-		queues[i] = make(chan []amqp091.Delivery, 1)
-		wg.Go(func() {
-			for batch := range queues[i] {
-				s.handle(sess, ack, batch)
-			}
-		})
-	}
-	pending := make([][]amqp091.Delivery, n)
-	since := make([]time.Time, n)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	armed := false
-	flush := func(i int) {
-		queues[i] <- pending[i]
-		pending[i] = nil
-	}
-	for {
-		select {
-		case d, ok := <-sess.deliveries:
-			if !ok {
-				timer.Stop()
-				for i := range pending {
-					if len(pending[i]) > 0 {
-						flush(i)
-					}
-					close(queues[i])
-				}
-				wg.Wait()
-				return sess.closeReason()
-			}
-			i := s.worker(d, n)
-			pending[i] = append(pending[i], d)
-			if len(pending[i]) >= s.cfg.BatchSize {
-				flush(i)
-			} else if len(pending[i]) == 1 {
-				since[i] = time.Now()
-				if !armed {
-					timer.Reset(s.cfg.BatchLinger)
-					armed = true
-				}
-			}
-		case <-timer.C:
-			armed = false
-			now := time.Now()
-			var next time.Duration
-			for i := range pending {
-				if len(pending[i]) == 0 {
-					continue
-				}
-				if wait := s.cfg.BatchLinger - now.Sub(since[i]); wait > 0 {
-					if next == 0 || wait < next {
-						next = wait
-					}
-					continue
-				}
-				flush(i)
-			}
-			if next > 0 {
-				timer.Reset(next)
-				armed = true
-			}
-		}
-	}
+	batch.Dispatch(sess.deliveries, n, s.cfg.BatchSize, s.cfg.BatchLinger,
+		func(d amqp091.Delivery) int { return s.worker(d, n) },
+		func(b []amqp091.Delivery) { s.handle(sess, ack, b) })
+	return sess.closeReason()
 }
 
 // worker picks the worker of d: by key header, so one aggregate's messages

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker/internal/batch"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
 )
@@ -432,72 +433,9 @@ func (s *Subscriber) serve(iter jetstream.MessagesContext) {
 	}()
 
 	n := s.cfg.Workers
-	queues := make([]chan []jetstream.Msg, n)
-	var wg sync.WaitGroup
-	for i := range queues {
-		queues[i] = make(chan []jetstream.Msg, 1)
-		wg.Go(func() {
-			for batch := range queues[i] {
-				s.handle(batch)
-			}
-		})
-	}
-	pending := make([][]jetstream.Msg, n)
-	since := make([]time.Time, n)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	armed := false
-	flush := func(i int) {
-		queues[i] <- pending[i]
-		pending[i] = nil
-	}
-	for {
-		select {
-		case m, ok := <-in:
-			if !ok {
-				timer.Stop()
-				for i := range pending {
-					if len(pending[i]) > 0 {
-						flush(i)
-					}
-					close(queues[i])
-				}
-				wg.Wait()
-				return
-			}
-			i := s.worker(m, n)
-			pending[i] = append(pending[i], m)
-			if len(pending[i]) >= s.cfg.BatchSize {
-				flush(i)
-			} else if len(pending[i]) == 1 {
-				since[i] = time.Now()
-				if !armed {
-					timer.Reset(s.cfg.BatchLinger)
-					armed = true
-				}
-			}
-		case <-timer.C:
-			armed = false
-			now := time.Now()
-			var next time.Duration
-			for i := range pending {
-				if len(pending[i]) == 0 {
-					continue
-				}
-				if wait := s.cfg.BatchLinger - now.Sub(since[i]); wait > 0 {
-					if next == 0 || wait < next {
-						next = wait
-					}
-					continue
-				}
-				flush(i)
-			}
-			if next > 0 {
-				timer.Reset(next)
-				armed = true
-			}
-		}
-	}
+	batch.Dispatch(in, n, s.cfg.BatchSize, s.cfg.BatchLinger,
+		func(m jetstream.Msg) int { return s.worker(m, n) },
+		s.handle)
 }
 
 // worker picks the worker of m: by key header, so one aggregate's messages
