@@ -23,6 +23,7 @@ import (
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 )
 
 // childEnv selects the child consumer mode of the test binary: the test
@@ -152,22 +153,7 @@ func (b *bundle) subscribe(t *testing.T, deliver amqp.DeliverFunc, tweak ...func
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := sub.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := sub.Stop(ctx); err != nil {
-				t.Errorf("Stop: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	testsvc.Start(t, sub)
 	return sub
 }
 

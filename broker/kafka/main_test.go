@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 )
 
 // childEnv selects the child consumer mode of the test binary: the test
@@ -186,22 +186,7 @@ func subscribe(t testing.TB, c *kfake.Cluster, group string, topics []string, de
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := sub.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := sub.Stop(ctx); err != nil {
-				t.Errorf("Stop: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop := testsvc.Start(t, sub)
 	return sub, stop
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 )
 
 // childEnv selects the child consumer mode of the test binary: the test
@@ -213,22 +214,7 @@ func subscribe(t *testing.T, url string, stream nats.StreamConfig, consumer stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := sub.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := sub.Stop(ctx); err != nil {
-				t.Errorf("Stop: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop := testsvc.Start(t, sub)
 	return stop
 }
 
