@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -142,4 +143,34 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 		h[k] = string(v)
 	}
 	return h, nil
+}
+
+// ScanOutboxRecord scans one outbox row whose columns are, in order: id
+// (text), aggregatetype, aggregateid, type, payload (JSON text or NULL),
+// occurred_at, aggregate_version, headers (JSON text), seq, created_at,
+// attempts. timeDest adapts the two timestamps to the dialect's
+// representation; nil scans them into time.Time directly.
+func ScanOutboxRecord(rows Rows, r *OutboxRecord, timeDest func(*time.Time) any) error {
+	if timeDest == nil {
+		timeDest = func(t *time.Time) any { return t }
+	}
+	var (
+		id               string
+		payload, headers []byte
+	)
+	if err := rows.Scan(&id, &r.AggregateType, &r.AggregateID, &r.Type, &payload, timeDest(&r.OccurredAt),
+		&r.AggregateVersion, &headers, &r.Seq, timeDest(&r.CreatedAt), &r.Attempts); err != nil {
+		return err
+	}
+	var err error
+	if r.ID, err = uuid.Parse(id); err != nil {
+		return fmt.Errorf("idem: outbox row %s: id: %w", id, err)
+	}
+	if payload != nil {
+		r.Payload = payload
+	}
+	if r.Headers, err = DecodeHeaders(headers); err != nil {
+		return fmt.Errorf("idem: outbox row %s: headers: %w", id, err)
+	}
+	return nil
 }

@@ -137,25 +137,7 @@ func sortBySeq(rows []driver.ClaimedRow) {
 
 // scanRecord scans the columns of relayColumns.
 func scanRecord(rows driver.Rows, r *driver.OutboxRecord) error {
-	var (
-		id               string
-		payload, headers []byte
-	)
-	if err := rows.Scan(&id, &r.AggregateType, &r.AggregateID, &r.Type, &payload, &r.OccurredAt,
-		&r.AggregateVersion, &headers, &r.Seq, &r.CreatedAt, &r.Attempts); err != nil {
-		return err
-	}
-	var err error
-	if r.ID, err = uuid.Parse(id); err != nil {
-		return fmt.Errorf("idem: outbox row %s: id: %w", id, err)
-	}
-	if payload != nil {
-		r.Payload = payload
-	}
-	if r.Headers, err = driver.DecodeHeaders(headers); err != nil {
-		return fmt.Errorf("idem: outbox row %s: headers: %w", id, err)
-	}
-	return nil
+	return driver.ScanOutboxRecord(rows, r, nil)
 }
 
 func uuidStrings(ids []uuid.UUID) []string {

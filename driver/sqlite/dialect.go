@@ -126,33 +126,9 @@ func (d *Dialect) OutboxTable() string { return QuoteIdent(d.tables.Outbox) }
 
 // InsertOutbox implements driver.Dialect.
 func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
-	const perRow = 8
-	for len(rows) > 0 {
-		n := min(len(rows), 1000)
-		chunk := rows[:n]
-		rows = rows[n:]
-		args := make([]any, 0, n*perRow)
-		for _, r := range chunk {
-			var payload any
-			if len(r.Payload) > 0 {
-				payload = string(r.Payload)
-			}
-			headers := "{}"
-			if len(r.Headers) > 0 {
-				b, err := json.Marshal(r.Headers)
-				if err != nil {
-					return err
-				}
-				headers = string(b)
-			}
-			args = append(args, r.ID.String(), r.AggregateType, r.AggregateID, r.Type, payload,
-				sqltime.Format(r.OccurredAt), r.AggregateVersion, headers)
-		}
-		if _, err := ex.Exec(ctx, d.q.insertOutbox(n), args...); err != nil {
-			return d.wrap(err)
-		}
-	}
-	return nil
+	return d.wrap(driver.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
+		return []any{r.ID.String(), r.AggregateType, r.AggregateID, r.Type, payload, sqltime.Format(r.OccurredAt), r.AggregateVersion, headers}
+	}))
 }
 
 // MarkProcessed implements driver.Dialect with INSERT ... ON CONFLICT

@@ -11,7 +11,6 @@ package sqlrelay
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -277,25 +276,7 @@ ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 
 // scanRecord scans the columns of relayColumns.
 func scanRecord(rows driver.Rows, r *driver.OutboxRecord) error {
-	var (
-		id               string
-		payload, headers []byte
-	)
-	if err := rows.Scan(&id, &r.AggregateType, &r.AggregateID, &r.Type, &payload, sqltime.Scanner(&r.OccurredAt),
-		&r.AggregateVersion, &headers, &r.Seq, sqltime.Scanner(&r.CreatedAt), &r.Attempts); err != nil {
-		return err
-	}
-	var err error
-	if r.ID, err = uuid.Parse(id); err != nil {
-		return fmt.Errorf("idem: outbox row %s: id: %w", id, err)
-	}
-	if payload != nil {
-		r.Payload = payload
-	}
-	if r.Headers, err = driver.DecodeHeaders(headers); err != nil {
-		return fmt.Errorf("idem: outbox row %s: headers: %w", id, err)
-	}
-	return nil
+	return driver.ScanOutboxRecord(rows, r, func(t *time.Time) any { return sqltime.Scanner(t) })
 }
 
 func idArgs(ids []uuid.UUID) []any {
