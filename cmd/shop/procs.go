@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idem-go/idem"
 	"io"
 	"net"
 	"net/http"
@@ -16,11 +17,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/broker/amqp"
-	"github.com/idem-go/idem/broker/kafka"
-	"github.com/idem-go/idem/broker/nats"
 )
 
 // cluster starts shop processes sharing one namespace on the same servers.
@@ -107,7 +103,7 @@ func (c *cluster) start(ctx context.Context, spec procSpec) (*proc, error) {
 	}
 	cmd := exec.Command(c.binary, args...)
 	cmd.Env = append(os.Environ(), c.extraEnv...)
-	cmd.Env = append(cmd.Env, "IDEM_FAULT="+c.faultPoint(spec.fault))
+	cmd.Env = append(cmd.Env, "IDEM_FAULT="+spec.fault)
 	logPath := fmt.Sprintf("%s/%s-%d.log", c.logDir, spec.name, time.Now().UnixNano())
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -315,24 +311,3 @@ func postJSON(ctx context.Context, url string, v any) error {
 var errTimeout = errors.New("deadline passed")
 
 type idemMessage = idem.Message
-
-// afterCommitBeforeAck names, in the crash table, the moment after a
-// consumer's commit and before its broker learns of it; each transport has
-// its own fault point there.
-const afterCommitBeforeAck = amqp.FaultAfterCommitBeforeAck
-
-// faultPoint returns the fault point to arm for name on the cluster's
-// broker: afterCommitBeforeAck becomes the transport's own point (ack on
-// RabbitMQ and NATS, offset commit on Kafka); other names are kept.
-func (c *cluster) faultPoint(name string) string {
-	if name != afterCommitBeforeAck {
-		return name
-	}
-	switch {
-	case strings.HasPrefix(c.broker, "kafka://"):
-		return kafka.FaultAfterHandleBeforeCommit
-	case strings.HasPrefix(c.broker, "nats://"), c.broker == "embedded":
-		return nats.FaultAfterHandleBeforeAck
-	}
-	return name
-}

@@ -12,6 +12,7 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/amqp"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/fault"
 )
 
 // DeliverFunc hands deliveries to an idempotent consumer:
@@ -69,7 +70,7 @@ func Subscribe(rawURL string, cfg SubscribeConfig, deliver DeliverFunc) (Subscri
 	names := slices.DeleteFunc(slices.Clone(cfg.EventNames), func(n string) bool { return n == inbox.AnyEvent })
 	slices.Sort(names)
 	if isKafkaURL(rawURL) {
-		return subscribeKafka(rawURL, cfg, names, deliver)
+		return subscribeKafka(rawURL, cfg, names, withAckFault(deliver))
 	}
 	rawURL = natsURL(rawURL)
 	u, err := url.Parse(rawURL)
@@ -85,9 +86,21 @@ func Subscribe(rawURL string, cfg SubscribeConfig, deliver DeliverFunc) (Subscri
 			Workers: cfg.Workers, BatchSize: cfg.BatchSize,
 		}, deliver)
 	case "nats":
-		return subscribeNATS(u, cfg, names, deliver)
+		return subscribeNATS(u, cfg, names, withAckFault(deliver))
 	default:
 		return nil, fmt.Errorf("broker URL %s: scheme %q is not supported for subscribing: want amqp://, kafka:// or nats://", broker.RedactURL(rawURL), u.Scheme)
+	}
+}
+
+// withAckFault hits the fault point amqp.FaultAfterCommitBeforeAck after
+// deliver returns, before the transport acknowledges (or commits) what it
+// handled, as the RabbitMQ subscriber does itself: a process killed there
+// has its messages delivered again.
+func withAckFault(deliver DeliverFunc) DeliverFunc {
+	return func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+		disps, errs := deliver(ctx, ds)
+		fault.Point(amqp.FaultAfterCommitBeforeAck)
+		return disps, errs
 	}
 }
 
