@@ -220,14 +220,17 @@ func TestFailingMidPartition(t *testing.T) {
 		}
 	}
 	var othersDone atomic.Int64
+	var badAttempts atomic.Int64
 	cons, err := newEffectConsumer(pg.Driver, "mid", inbox.RetryPolicy{MaxRetries: 1000, InitialDelay: 20 * time.Millisecond, Multiplier: 1, Jitter: -1},
 		func(ev idem.Event) error {
 			if ev.ID != bad.ID {
 				return nil
 			}
-			// Fail until every record of the other partitions is handled,
-			// then fail for good: the record is parked.
-			if othersDone.Load() >= int64(others) {
+			// Fail at least once, and until every record of the other
+			// partitions is handled (they may all be done before the bad
+			// record's partition is even fetched), then fail for good: the
+			// record is parked.
+			if badAttempts.Add(1) > 1 && othersDone.Load() >= int64(others) {
 				return idem.Permanent(errors.New("bad record"))
 			}
 			return errors.New("not yet")
