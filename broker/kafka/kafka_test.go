@@ -220,17 +220,17 @@ func TestFailingMidPartition(t *testing.T) {
 		}
 	}
 	var othersDone atomic.Int64
-	var badAttempts atomic.Int64
+	var badDeliveries atomic.Int64
 	cons, err := newEffectConsumer(pg.Driver, "mid", inbox.RetryPolicy{MaxRetries: 1000, InitialDelay: 20 * time.Millisecond, Multiplier: 1, Jitter: -1},
 		func(ev idem.Event) error {
 			if ev.ID != bad.ID {
 				return nil
 			}
-			// Fail at least once, and until every record of the other
-			// partitions is handled (they may all be done before the bad
-			// record's partition is even fetched), then fail for good: the
-			// record is parked.
-			if badAttempts.Add(1) > 1 && othersDone.Load() >= int64(others) {
+			// Fail on the first delivery, and until every record of the
+			// other partitions is handled (they may all be done before the
+			// bad record's partition is even fetched), then fail for good:
+			// the record is parked.
+			if badDeliveries.Load() > 1 && othersDone.Load() >= int64(others) {
 				return idem.Permanent(errors.New("bad record"))
 			}
 			return errors.New("not yet")
@@ -242,6 +242,11 @@ func TestFailingMidPartition(t *testing.T) {
 	var sub *kafka.Subscriber
 	logged := log.wrap(&sub, cons.DeliverBatch)
 	deliver := func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+		for _, d := range ds {
+			if d.Message.EventID == bad.ID {
+				badDeliveries.Add(1)
+			}
+		}
 		disps, errs := logged(ctx, ds)
 		for i, d := range ds {
 			if d.Source != badSource && errs[i] == nil && disps[i].Action == inbox.Ack {

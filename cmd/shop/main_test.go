@@ -104,7 +104,7 @@ func TestChaosPostgresKafka(t *testing.T) {
 	}
 	defer c.Close()
 	results := runChaos(context.Background(), chaosOptions{
-		Binary: shopBinary, DB: pg, Broker: "kafka://" + c.ListenAddrs()[0], Only: chaosSubset, LogDir: t.TempDir(),
+		Binary: shopBinary, DB: pg, Broker: "kafka://" + c.ListenAddrs()[0] + "?session_timeout=6s", Only: chaosSubset, LogDir: t.TempDir(),
 	})
 	checkChaos(t, results, 3)
 }

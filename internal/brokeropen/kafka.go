@@ -29,7 +29,9 @@ func isKafkaURL(rawURL string) bool {
 
 // kafkaConfig parses kafka://host:port[,host2:port][?topic_prefix=...] into
 // a publisher configuration. topic_prefix replaces "outbox.event." in the
-// topic names (<prefix><aggregate_type>); client_id sets the client id.
+// topic names (<prefix><aggregate_type>); client_id sets the client id;
+// session_timeout sets the consumer group session timeout (how long a dead
+// consumer keeps its partitions; Kafka's default is 45s).
 func kafkaConfig(rawURL string) (kafka.PublisherConfig, error) {
 	_, rest, _ := strings.Cut(rawURL, "://")
 	hosts, query, _ := strings.Cut(rest, "?")
@@ -49,15 +51,22 @@ func kafkaConfig(rawURL string) (kafka.PublisherConfig, error) {
 	}
 	for k := range q {
 		switch k {
-		case "topic_prefix", "client_id":
+		case "topic_prefix", "client_id", "session_timeout":
 		default:
-			return cfg, fmt.Errorf("broker URL %s: unknown parameter %q (want topic_prefix or client_id)", broker.RedactURL(rawURL), k)
+			return cfg, fmt.Errorf("broker URL %s: unknown parameter %q (want topic_prefix, client_id or session_timeout)", broker.RedactURL(rawURL), k)
 		}
 	}
 	if p := q.Get("topic_prefix"); p != "" {
 		cfg.TopicReplacement = p + kafka.RoutedByValue
 	}
 	cfg.ClientID = q.Get("client_id")
+	if v := q.Get("session_timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("broker URL %s: session_timeout %q: want a positive duration such as 10s", broker.RedactURL(rawURL), v)
+		}
+		cfg.Opts = append(cfg.Opts, kgo.SessionTimeout(d))
+	}
 	return cfg, nil
 }
 
@@ -142,7 +151,7 @@ func subscribeKafka(rawURL string, cfg SubscribeConfig, names []string, deliver 
 	if cfg.Prefix != "" {
 		group = cfg.Prefix + "." + group
 	}
-	cc := kafka.ClientConfig{Brokers: pc.Brokers, ClientID: cmp.Or(pc.ClientID, group), Logger: cfg.Logger}
+	cc := kafka.ClientConfig{Brokers: pc.Brokers, ClientID: cmp.Or(pc.ClientID, group), Logger: cfg.Logger, Opts: pc.Opts}
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 		ClientConfig: cc, Group: group, Topics: topics, TopicPrefix: prefix, BatchSize: cfg.BatchSize,
 	}, deliver)

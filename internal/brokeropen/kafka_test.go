@@ -22,7 +22,10 @@ func TestKafkaConfig(t *testing.T) {
 	if !slices.Equal(cfg.Brokers, []string{"a:9092", "b:9093"}) || cfg.TopicReplacement != "shop.events."+kafka.RoutedByValue {
 		t.Errorf("config = %+v", cfg)
 	}
-	for _, bad := range []string{"kafka://", "kafka://a:1?nope=1"} {
+	if cfg, err := kafkaConfig("kafka://a:9092?session_timeout=6s"); err != nil || len(cfg.Opts) != 1 {
+		t.Errorf("session_timeout: %d options, %v; want one option", len(cfg.Opts), err)
+	}
+	for _, bad := range []string{"kafka://", "kafka://a:1?nope=1", "kafka://a:1?session_timeout=soon", "kafka://a:1?session_timeout=-1s"} {
 		if _, err := kafkaConfig(bad); err == nil {
 			t.Errorf("kafkaConfig(%q) accepted", bad)
 		}
