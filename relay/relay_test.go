@@ -54,7 +54,7 @@ func TestRelayPublishesEnvelopes(t *testing.T) {
 		t.Errorf("Debezium-style row published as %+v", dbz)
 	}
 	waitFor(t, 10*time.Second, "rows marked published", func() bool {
-		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
+		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0 && r.Stats().Published >= 2
 	})
 	if s := r.Stats(); s.Published != 2 {
 		t.Errorf("Stats().Published = %d, want 2", s.Published)
@@ -625,8 +625,10 @@ func TestRelayRetentionDeletesPublished(t *testing.T) {
 	cfg.RetentionInterval = 20 * time.Millisecond
 	cfg.DeleteBatchSize = 10
 	r := b.start(t, cfg)
+	// The stats counter moves just after the DELETE commits, so wait for
+	// both rather than reading the counter the moment the table is empty.
 	waitFor(t, 10*time.Second, "published rows deleted", func() bool {
-		return b.pg.Count(t, "outbox") == 0
+		return b.pg.Count(t, "outbox") == 0 && r.Stats().Deleted == int64(len(evs))
 	})
 	if b.pub.Len() != len(evs) || r.Stats().Deleted != int64(len(evs)) {
 		t.Errorf("published %d, deleted %d; want %d", b.pub.Len(), r.Stats().Deleted, len(evs))
