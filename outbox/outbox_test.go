@@ -177,7 +177,6 @@ func TestSchemaQualifiedTables(t *testing.T) {
 	pg := testdb.NewPostgres(t, testdb.Options{NoMigrate: true})
 	ctx := context.Background()
 	schema := "Shop Events" // needs quoting
-	pg.Exec(t, `CREATE SCHEMA "Shop Events"`)
 	drv, err := postgres.NewPgxTables(pg.Pool, driver.Tables{Schema: schema, Outbox: "order_outbox"})
 	if err == nil {
 		t.Fatal("a schema name with a space must be refused, it is not a portable identifier")
