@@ -57,6 +57,14 @@ type OutboxListener interface {
 	ListenOutbox(ctx context.Context, notify func()) error
 }
 
+// OutboxClaimer is implemented by drivers that can claim outbox rows cheaper
+// than RelayDialect.ClaimOutbox in a transaction of the relay's: PostgreSQL
+// on pgx sends the claim's statements in one pipeline, one round trip. The
+// result is the same as ClaimOutbox's, committed.
+type OutboxClaimer interface {
+	ClaimOutbox(ctx context.Context, p ClaimParams) ([]ClaimedRow, error)
+}
+
 // ClaimParams are the parameters of RelayDialect.ClaimOutbox.
 type ClaimParams struct {
 	// Owner is the lease token written to lease_owner. Use a fresh one per
@@ -148,9 +156,9 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 // ScanOutboxRecord scans one outbox row whose columns are, in order: id
 // (text), aggregatetype, aggregateid, type, payload (JSON text or NULL),
 // occurred_at, aggregate_version, headers (JSON text), seq, created_at,
-// attempts. timeDest adapts the two timestamps to the dialect's
-// representation; nil scans them into time.Time directly.
-func ScanOutboxRecord(rows Rows, r *OutboxRecord, timeDest func(*time.Time) any) error {
+// attempts, then the columns of extra. timeDest adapts the two timestamps
+// to the dialect's representation; nil scans them into time.Time directly.
+func ScanOutboxRecord(rows Rows, r *OutboxRecord, timeDest func(*time.Time) any, extra ...any) error {
 	if timeDest == nil {
 		timeDest = func(t *time.Time) any { return t }
 	}
@@ -158,8 +166,9 @@ func ScanOutboxRecord(rows Rows, r *OutboxRecord, timeDest func(*time.Time) any)
 		id               string
 		payload, headers []byte
 	)
-	if err := rows.Scan(&id, &r.AggregateType, &r.AggregateID, &r.Type, &payload, timeDest(&r.OccurredAt),
-		&r.AggregateVersion, &headers, &r.Seq, timeDest(&r.CreatedAt), &r.Attempts); err != nil {
+	dest := append([]any{&id, &r.AggregateType, &r.AggregateID, &r.Type, &payload, timeDest(&r.OccurredAt),
+		&r.AggregateVersion, &headers, &r.Seq, timeDest(&r.CreatedAt), &r.Attempts}, extra...)
+	if err := rows.Scan(dest...); err != nil {
 		return err
 	}
 	var err error

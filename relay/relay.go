@@ -351,6 +351,9 @@ func (r *Relay[TTx]) runOnce(log *slog.Logger) (more bool, err error) {
 func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error) {
 	ctx, cancel := context.WithTimeout(r.claimCtx, r.cfg.QueryTimeout)
 	defer cancel()
+	if c, ok := any(r.drv).(driver.OutboxClaimer); ok {
+		return c.ClaimOutbox(ctx, r.claimParams(owner))
+	}
 	tx, err := r.drv.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -360,12 +363,7 @@ func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error
 			_ = r.drv.Rollback(context.WithoutCancel(ctx), tx)
 		}
 	}()
-	rows, err = r.dialect.ClaimOutbox(ctx, r.drv.Tx(tx), driver.ClaimParams{
-		Owner:           owner,
-		Lease:           r.cfg.Lease,
-		Limit:           r.cfg.BatchSize,
-		MaxPerAggregate: r.cfg.MaxPerAggregate,
-	})
+	rows, err = r.dialect.ClaimOutbox(ctx, r.drv.Tx(tx), r.claimParams(owner))
 	if err != nil {
 		return nil, err
 	}
@@ -373,6 +371,15 @@ func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error
 		return nil, err
 	}
 	return rows, nil
+}
+
+func (r *Relay[TTx]) claimParams(owner uuid.UUID) driver.ClaimParams {
+	return driver.ClaimParams{
+		Owner:           owner,
+		Lease:           r.cfg.Lease,
+		Limit:           r.cfg.BatchSize,
+		MaxPerAggregate: r.cfg.MaxPerAggregate,
+	}
 }
 
 type aggregateKey struct{ typ, id string }

@@ -103,12 +103,32 @@ func (b *bench) setup(ctx context.Context, base *pgxpool.Pool) error {
 	}
 	cfg := base.Config()
 	cfg.ConnConfig.RuntimeParams["search_path"] = b.schema
-	cfg.MaxConns = int32(b.workers) + 16
+	// The 16 producers of the latency test, and for the relay a connection per
+	// worker plus its listener: a relay starved of connections would measure
+	// the pool, not the relay.
+	cfg.MaxConns = int32(b.workers) + 16 + 4
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	b.pool = pool
+	// Open every connection now: a connection opened during the latency
+	// test costs hundreds of milliseconds on a loaded server, and would
+	// measure PostgreSQL's start-up of a backend, not the relay.
+	conns := make([]*pgxpool.Conn, 0, cfg.MaxConns)
+	for range cfg.MaxConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			for _, c := range conns {
+				c.Release()
+			}
+			return err
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
 	b.drv = postgres.NewPgx(pool)
 	_, err = migrate.New(b.drv).Up(ctx)
 	return err
@@ -237,7 +257,8 @@ func (b *bench) drainRelay(ctx context.Context) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-// drainBare claims and marks with the relay's SQL and no publisher.
+// drainBare claims and marks as the relay does (the same statements, the
+// same round trips) and publishes nothing.
 func (b *bench) drainBare(ctx context.Context) (time.Duration, error) {
 	d := b.drv.PostgresDialect()
 	cfg := b.relayConfig().WithDefaults()
@@ -249,19 +270,10 @@ func (b *bench) drainBare(ctx context.Context) (time.Duration, error) {
 		wg.Go(func() {
 			for marked.Load() < int64(b.rows) {
 				owner := uuid.New()
-				tx, err := b.pool.Begin(ctx)
-				if err != nil {
-					errs <- err
-					return
-				}
-				rows, err := d.ClaimOutbox(ctx, postgres.PgxExecutor{Q: tx}, driver.ClaimParams{
+				rows, err := b.drv.ClaimOutbox(ctx, driver.ClaimParams{
 					Owner: owner, Lease: cfg.Lease, Limit: cfg.BatchSize, MaxPerAggregate: cfg.MaxPerAggregate,
 				})
-				if err == nil {
-					err = tx.Commit(ctx)
-				}
 				if err != nil {
-					_ = tx.Rollback(ctx)
 					errs <- err
 					return
 				}

@@ -37,6 +37,10 @@ type DB struct {
 	// Blocking reports whether some connection waits for a lock held by the
 	// session. Required with Session.
 	Blocking func(ctx context.Context, session int64) (bool, error)
+	// Claimer, when set, is the driver.OutboxClaimer the relay checks claim
+	// through, as a relay on that driver does, instead of
+	// RelayDialect.ClaimOutbox in a transaction of Driver's.
+	Claimer driver.OutboxClaimer
 }
 
 // Setup makes a fresh database for t; it must clean it up when t ends and

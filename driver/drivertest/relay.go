@@ -27,10 +27,16 @@ func relayDialect(t *testing.T, db *DB) driver.RelayDialect {
 	return rd
 }
 
-// claim runs ClaimOutbox in its own transaction and commits.
+// claim runs ClaimOutbox in its own transaction and commits, or claims
+// through db.Claimer.
 func claim(t *testing.T, db *DB, rd driver.RelayDialect, owner uuid.UUID, lease time.Duration, limit, perAggregate int) []driver.ClaimedRow {
 	t.Helper()
 	ctx := waitCtx(t, 30*time.Second)
+	if db.Claimer != nil {
+		rows, err := db.Claimer.ClaimOutbox(ctx, driver.ClaimParams{Owner: owner, Lease: lease, Limit: limit, MaxPerAggregate: perAggregate})
+		fatalIf(t, err, "claim")
+		return rows
+	}
 	tx, err := db.Driver.Begin(ctx)
 	fatalIf(t, err, "begin")
 	defer rollback(tx)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-go/idem/driver"
 )
@@ -13,13 +14,15 @@ import (
 var (
 	_ driver.RelayDialect   = (*Dialect)(nil)
 	_ driver.OutboxListener = (*PgxDriver)(nil)
+	_ driver.OutboxClaimer  = (*PgxDriver)(nil)
 )
 
 // ClaimOutbox implements driver.RelayDialect. It takes a transaction-scoped
 // advisory lock so that concurrent claims on the table run one after the
-// other (each sees the leases of the previous ones), selects heads with
-// FOR UPDATE SKIP LOCKED, adds the rows that follow them in their aggregates,
-// and writes the lease.
+// other (each sees the leases of the previous ones), then, in one statement
+// run with a snapshot taken after the lock, selects heads with FOR UPDATE
+// SKIP LOCKED, adds the rows that follow them in their aggregates, and writes
+// the lease.
 func (d *Dialect) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.ClaimParams) ([]driver.ClaimedRow, error) {
 	if p.Limit <= 0 {
 		return nil, nil
@@ -27,112 +30,62 @@ func (d *Dialect) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.
 	if _, err := ex.Exec(ctx, d.rq.claimLock); err != nil {
 		return nil, d.wrap(err)
 	}
-
-	type head struct {
-		id                         string
-		aggregateType, aggregateID string
-		seq                        int64
-		takenOver                  bool
-	}
-	rows, err := ex.Query(ctx, d.rq.claimHeads, p.Limit)
+	rows, err := ex.Query(ctx, d.rq.claim, claimArgs(p)...)
 	if err != nil {
 		return nil, d.wrap(err)
 	}
-	var heads []head
-	for rows.Next() {
-		var h head
-		if err := rows.Scan(&h.id, &h.aggregateType, &h.aggregateID, &h.seq, &h.takenOver); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		heads = append(heads, h)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, d.wrap(err)
-	}
-	if len(heads) == 0 {
+	return d.scanClaimed(rows, p.Limit)
+}
+
+// ClaimOutbox implements driver.OutboxClaimer: it sends the statements of
+// Dialect.ClaimOutbox in one pipeline, run by the server as one implicit
+// transaction, so that a claim costs one round trip and the advisory lock is
+// held only while the server runs them.
+func (d *PgxDriver) ClaimOutbox(ctx context.Context, p driver.ClaimParams) ([]driver.ClaimedRow, error) {
+	if p.Limit <= 0 {
 		return nil, nil
 	}
-
-	ids := make([]string, 0, p.Limit)
-	takenOver := make(map[string]bool)
-	for _, h := range heads {
-		ids = append(ids, h.id)
-		if h.takenOver {
-			takenOver[h.id] = true
-		}
+	b := &pgx.Batch{}
+	b.Queue(d.dialect.rq.claimLock)
+	b.Queue(d.dialect.rq.claim, claimArgs(p)...)
+	br := d.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, d.dialect.wrap(err)
 	}
-
-	// Fill the rest of the batch with the rows that follow the heads. Nobody
-	// else can claim them: they are not heads, and their heads are ours.
-	room := p.Limit - len(heads)
-	perAggregate := min(p.MaxPerAggregate-1, room/len(heads))
-	if perAggregate > 0 {
-		types := make([]string, len(heads))
-		aggIDs := make([]string, len(heads))
-		seqs := make([]int64, len(heads))
-		for i, h := range heads {
-			types[i], aggIDs[i], seqs[i] = h.aggregateType, h.aggregateID, h.seq
-		}
-		rows, err := ex.Query(ctx, d.rq.claimFollowers, types, aggIDs, seqs, perAggregate)
-		if err != nil {
-			return nil, d.wrap(err)
-		}
-		stopped := map[int64]bool{}
-		for rows.Next() {
-			var (
-				n           int64
-				id          string
-				taken, busy bool
-			)
-			if err := rows.Scan(&n, &id, &taken, &busy); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			// A row still waiting for a retry delay ends the run of rows
-			// taken from its aggregate.
-			if busy || stopped[n] {
-				stopped[n] = true
-				continue
-			}
-			ids = append(ids, id)
-			if taken {
-				takenOver[id] = true
-			}
-		}
-		if err := rows.Close(); err != nil {
-			return nil, d.wrap(err)
-		}
-	}
-
-	rows, err = ex.Query(ctx, d.rq.claimUpdate, p.Owner, p.Lease.Seconds(), ids)
+	rows, err := br.Query()
 	if err != nil {
-		return nil, d.wrap(err)
+		return nil, d.dialect.wrap(err)
 	}
+	out, err := d.dialect.scanClaimed(pgxRows{rows}, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, d.dialect.wrap(err)
+	}
+	return out, nil
+}
+
+func claimArgs(p driver.ClaimParams) []any {
+	return []any{p.Limit, max(p.MaxPerAggregate-1, 0), p.Owner, p.Lease.Seconds()}
+}
+
+// scanClaimed reads the rows of the claim statement, in seq order.
+func (d *Dialect) scanClaimed(rows driver.Rows, limit int) ([]driver.ClaimedRow, error) {
 	defer rows.Close()
-	out := make([]driver.ClaimedRow, 0, len(ids))
+	out := make([]driver.ClaimedRow, 0, min(limit, 256))
 	for rows.Next() {
 		var c driver.ClaimedRow
-		if err := scanRecord(rows, &c.OutboxRecord); err != nil {
+		if err := driver.ScanOutboxRecord(rows, &c.OutboxRecord, nil, &c.TakenOver); err != nil {
 			return nil, err
 		}
-		c.TakenOver = takenOver[c.ID.String()]
 		out = append(out, c)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, d.wrap(err)
 	}
-	sortBySeq(out)
 	return out, nil
-}
-
-func sortBySeq(rows []driver.ClaimedRow) {
-	// Insertion sort: RETURNING order is usually close to seq order.
-	for i := 1; i < len(rows); i++ {
-		for j := i; j > 0 && rows[j].Seq < rows[j-1].Seq; j-- {
-			rows[j], rows[j-1] = rows[j-1], rows[j]
-		}
-	}
 }
 
 // scanRecord scans the columns of relayColumns.

@@ -54,6 +54,7 @@ func openAMQP(ctx context.Context, u *url.URL) (Publisher, error) {
 	q := u.Query()
 	exchange := q.Get("exchange")
 	q.Del("exchange")
+	q.Del("queue_type") // a subscriber's option
 	u.RawQuery = q.Encode()
 	cc := amqp.ConnConfig{URL: u.String(), ConnectionName: "idem"}
 	if u.User == nil {

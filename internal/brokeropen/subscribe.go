@@ -80,9 +80,14 @@ func Subscribe(rawURL string, cfg SubscribeConfig, deliver DeliverFunc) (Subscri
 	switch strings.ToLower(u.Scheme) {
 	case "amqp", "amqps":
 		exchange, queue := cfg.Names()
+		q := u.Query()
+		queueType := amqp.QueueType(q.Get("queue_type"))
+		q.Del("queue_type")
+		q.Del("exchange")
+		u.RawQuery = q.Encode()
 		return amqp.NewSubscriber(amqp.SubscriberConfig{
-			ConnConfig: amqp.ConnConfig{URL: rawURL, ConnectionName: cfg.Consumer, Logger: cfg.Logger},
-			Exchange:   exchange, Queue: queue, Bindings: names,
+			ConnConfig: amqp.ConnConfig{URL: u.String(), ConnectionName: cfg.Consumer, Logger: cfg.Logger},
+			Exchange:   exchange, Queue: queue, Bindings: names, QueueType: queueType,
 			Workers: cfg.Workers, BatchSize: cfg.BatchSize,
 		}, deliver)
 	case "nats":
@@ -120,8 +125,12 @@ func OpenPrefixed(ctx context.Context, rawURL, prefix string) (Publisher, error)
 	switch strings.ToLower(u.Scheme) {
 	case "amqp", "amqps":
 		exchange, _ := SubscribeConfig{Prefix: prefix}.Names()
+		q := u.Query()
+		q.Del("queue_type")
+		q.Del("exchange")
+		u.RawQuery = q.Encode()
 		p, err := amqp.NewPublisher(amqp.PublisherConfig{
-			ConnConfig: amqp.ConnConfig{URL: rawURL, ConnectionName: "relay"},
+			ConnConfig: amqp.ConnConfig{URL: u.String(), ConnectionName: "relay"},
 			Exchange:   exchange,
 		})
 		if err != nil {
