@@ -59,7 +59,9 @@ func (cfg SubscribeConfig) Names() (exchange, queue string) {
 }
 
 // Subscribe returns a subscriber, not started, that feeds deliver with the
-// messages of cfg.EventNames from the broker at rawURL.
+// messages of cfg.EventNames from the broker at rawURL. On RabbitMQ, the
+// query parameter queue_type=quorum declares quorum queues instead of
+// classic ones (a queue keeps the type it was declared with).
 func Subscribe(rawURL string, cfg SubscribeConfig, deliver DeliverFunc) (Subscriber, error) {
 	if cfg.Consumer == "" || len(cfg.EventNames) == 0 {
 		return nil, errors.New("brokeropen: Subscribe needs a consumer name and event names")
@@ -82,6 +84,9 @@ func Subscribe(rawURL string, cfg SubscribeConfig, deliver DeliverFunc) (Subscri
 		exchange, queue := cfg.Names()
 		q := u.Query()
 		queueType := amqp.QueueType(q.Get("queue_type"))
+		if queueType != "" && queueType != amqp.Classic && queueType != amqp.Quorum {
+			return nil, fmt.Errorf("broker URL %s: queue_type=%q: want %q or %q", broker.RedactURL(rawURL), queueType, amqp.Classic, amqp.Quorum)
+		}
 		q.Del("queue_type")
 		q.Del("exchange")
 		u.RawQuery = q.Encode()
