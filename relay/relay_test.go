@@ -75,9 +75,28 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	}
 }
 
+// TestRelayPollsWithoutNotifications runs the relay as Config.DisableListen
+// documents for writers that disable the notification trigger: the inserts
+// send no notification, and the relay still publishes by polling.
 func TestRelayPollsWithoutNotifications(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.pg.Exec(t, `ALTER TABLE outbox DISABLE TRIGGER outbox_notify`)
+	ctx := waitCtx(t, 10*time.Second)
+	conn, err := b.pg.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var channel string
+	if err := conn.QueryRow(ctx, `SELECT current_schema() || '.outbox'`).Scan(&channel); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+postgres.QuoteIdent(channel)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), `UNLISTEN *`) }()
+
 	cfg := fastConfig(t)
 	cfg.DisableListen = true
 	cfg.PollInterval = 20 * time.Millisecond
@@ -85,8 +104,13 @@ func TestRelayPollsWithoutNotifications(t *testing.T) {
 	for i := range 3 {
 		b.insert(t, event(t, fmt.Sprint(i), 1))
 	}
-	if err := b.pub.WaitLen(waitCtx(t, 10*time.Second), 3); err != nil {
+	if err := b.pub.WaitLen(ctx, 3); err != nil {
 		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if n, err := conn.Conn().WaitForNotification(wctx); err == nil {
+		t.Errorf("notification %q sent with the trigger disabled", n.Channel)
 	}
 }
 
