@@ -144,7 +144,7 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	var cfg runConfig
 	services := fs.String("services", "all", "comma-separated services to run: order, stock, shipping, billing, carrier, relay, or all")
 	fs.StringVar(&cfg.DB, "db", "", "database URL for every service: postgres://..., mysql://..., sqlite:DIR (default: SQLite files under --data-dir)")
-	fs.StringVar(&cfg.Broker, "broker", "", "broker URL: amqp://..., kafka://host:port, nats://... (default: embedded NATS JetStream under --data-dir)")
+	fs.StringVar(&cfg.Broker, "broker", "", "broker URL: amqp://... (add ?queue_type=quorum for quorum queues), kafka://host:port, nats://... (default: embedded NATS JetStream under --data-dir)")
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "address of the order API and the fake carrier")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the embedded defaults' data")
 	fs.StringVar(&cfg.Namespace, "namespace", namespaceDefault, "prefix of the services' schemas (<namespace>_order...) and, when not \"shop\", of the broker's exchange and queues, so several shops can share servers")
