@@ -57,6 +57,15 @@ type OutboxListener interface {
 	ListenOutbox(ctx context.Context, notify func()) error
 }
 
+// HeadLimit returns the number of heads a claim may take: Limit, or
+// MaxHeads when it is positive and smaller.
+func (p ClaimParams) HeadLimit() int {
+	if p.MaxHeads > 0 && p.MaxHeads < p.Limit {
+		return p.MaxHeads
+	}
+	return p.Limit
+}
+
 // OutboxClaimer is implemented by drivers that can claim outbox rows cheaper
 // than RelayDialect.ClaimOutbox in a transaction of the relay's: PostgreSQL
 // on pgx sends the claim's statements in one pipeline, one round trip. The
@@ -77,6 +86,11 @@ type ClaimParams struct {
 	// MaxPerAggregate is the maximum number of rows of one aggregate claimed
 	// at once: its head and up to MaxPerAggregate-1 rows after it.
 	MaxPerAggregate int
+	// MaxHeads, when positive and below Limit, is the maximum number of
+	// aggregates claimed at once (their heads); the rest of the batch is
+	// filled with the rows that follow them. It leaves aggregates for the
+	// relay's other workers.
+	MaxHeads int
 }
 
 // OutboxRecord is an outbox row as the relay reads it.

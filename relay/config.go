@@ -36,13 +36,14 @@ type Config struct {
 	// concurrently. Defaults to 2.
 	Workers int
 	// BatchSize is the maximum number of rows claimed at once. Defaults to
-	// 1000.
+	// 1000. A claim takes at most BatchSize/Workers aggregates and fills
+	// the rest of the batch with the rows that follow theirs, so that
+	// with many aggregates every worker has some to publish.
 	BatchSize int
 	// MaxPerAggregate is the maximum number of rows of one aggregate in a
 	// claim. They are published one per Publish call, each after the
 	// previous one was confirmed. Defaults to 100 (at most BatchSize); 1
-	// claims only each
-	// aggregate's oldest unpublished row.
+	// claims only each aggregate's oldest unpublished row.
 	MaxPerAggregate int
 	// Lease is how long a claim is owned. A worker that has not marked or
 	// released its rows by then loses them to any other worker (a crashed

@@ -379,6 +379,10 @@ func (r *Relay[TTx]) claimParams(owner uuid.UUID) driver.ClaimParams {
 		Lease:           r.cfg.Lease,
 		Limit:           r.cfg.BatchSize,
 		MaxPerAggregate: r.cfg.MaxPerAggregate,
+		// Half the batch's aggregates with two workers, and so on: with
+		// many aggregates, one claim would otherwise take every head and
+		// leave the other workers nothing to publish until it is marked.
+		MaxHeads: (r.cfg.BatchSize + r.cfg.Workers - 1) / r.cfg.Workers,
 	}
 }
 

@@ -272,6 +272,7 @@ func (b *bench) drainBare(ctx context.Context) (time.Duration, error) {
 				owner := uuid.New()
 				rows, err := b.drv.ClaimOutbox(ctx, driver.ClaimParams{
 					Owner: owner, Lease: cfg.Lease, Limit: cfg.BatchSize, MaxPerAggregate: cfg.MaxPerAggregate,
+					MaxHeads: (cfg.BatchSize + cfg.Workers - 1) / cfg.Workers,
 				})
 				if err != nil {
 					errs <- err

@@ -31,16 +31,21 @@ func relayDialect(t *testing.T, db *DB) driver.RelayDialect {
 // through db.Claimer.
 func claim(t *testing.T, db *DB, rd driver.RelayDialect, owner uuid.UUID, lease time.Duration, limit, perAggregate int) []driver.ClaimedRow {
 	t.Helper()
+	return claimWith(t, db, rd, driver.ClaimParams{Owner: owner, Lease: lease, Limit: limit, MaxPerAggregate: perAggregate})
+}
+
+func claimWith(t *testing.T, db *DB, rd driver.RelayDialect, p driver.ClaimParams) []driver.ClaimedRow {
+	t.Helper()
 	ctx := waitCtx(t, 30*time.Second)
 	if db.Claimer != nil {
-		rows, err := db.Claimer.ClaimOutbox(ctx, driver.ClaimParams{Owner: owner, Lease: lease, Limit: limit, MaxPerAggregate: perAggregate})
+		rows, err := db.Claimer.ClaimOutbox(ctx, p)
 		fatalIf(t, err, "claim")
 		return rows
 	}
 	tx, err := db.Driver.Begin(ctx)
 	fatalIf(t, err, "begin")
 	defer rollback(tx)
-	rows, err := rd.ClaimOutbox(ctx, db.Driver.Tx(tx), driver.ClaimParams{Owner: owner, Lease: lease, Limit: limit, MaxPerAggregate: perAggregate})
+	rows, err := rd.ClaimOutbox(ctx, db.Driver.Tx(tx), p)
 	fatalIf(t, err, "claim")
 	fatalIf(t, db.Driver.Commit(ctx, tx), "commit claim")
 	return rows
@@ -114,6 +119,24 @@ func Relay(t *testing.T, setup Setup) {
 		}
 		if rows[0].Payload == nil || rows[0].Type != a1.Name || rows[0].AggregateID != "a" || rows[0].AggregateVersion != 1 {
 			t.Errorf("row = %+v", rows[0].OutboxRecord)
+		}
+	})
+
+	t.Run("ClaimMaxHeads", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		rd := relayDialect(t, db)
+		a1, a2, b1, b2, c1, c2 := changed(t, "a", 1), changed(t, "a", 2), changed(t, "b", 1), changed(t, "b", 2), changed(t, "c", 1), changed(t, "c", 2)
+		insert(t, db, a1, b1, c1, a2, b2, c2)
+		// Two aggregates at most; the room left goes to their followers,
+		// and the third aggregate stays for another worker.
+		rows := claimWith(t, db, rd, driver.ClaimParams{Owner: uuid.New(), Lease: time.Minute, Limit: 6, MaxPerAggregate: 10, MaxHeads: 2})
+		if !sameIDs(claimedIDs(rows), a1, b1, a2, b2) {
+			t.Fatalf("claim = %v, want a1, b1, a2, b2", claimedIDs(rows))
+		}
+		rows = claim(t, db, rd, uuid.New(), time.Minute, 6, 10)
+		if !sameIDs(claimedIDs(rows), c1, c2) {
+			t.Fatalf("second claim = %v, want c1, c2", claimedIDs(rows))
 		}
 	})
 

@@ -68,7 +68,7 @@ func (d *PgxDriver) ClaimOutbox(ctx context.Context, p driver.ClaimParams) ([]dr
 }
 
 func claimArgs(p driver.ClaimParams) []any {
-	return []any{p.Limit, max(p.MaxPerAggregate-1, 0), p.Owner, p.Lease.Seconds()}
+	return []any{p.Limit, max(p.MaxPerAggregate-1, 0), p.Owner, p.Lease.Seconds(), p.HeadLimit()}
 }
 
 // scanClaimed reads the rows of the claim statement, in seq order.

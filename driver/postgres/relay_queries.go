@@ -17,9 +17,9 @@ type relayQueries struct {
 	// them, whose lease is free or expired, and whose next unpublished row
 	// is not under a lease (a row committed late, with a lower seq than rows
 	// already in flight, waits for them: the rows a worker holds are always
-	// a run that follows its head). Each head brings up to $2 of the rows
-	// after it, within the room the heads leave in the batch of $1, and
-	// stops before a row still waiting for a retry delay.
+	// a run that follows its head). At most $5 heads are taken; each brings
+	// up to $2 of the rows after it, within the room the heads leave in the
+	// batch of $1, and stops before a row still waiting for a retry delay.
 	claim string
 
 	markPublished   string
@@ -70,7 +70,7 @@ func newRelayQueries(outbox string) relayQueries {
           LIMIT 1) nx
         WHERE nx.lease_until > now())
     ORDER BY o.seq
-    LIMIT $1
+    LIMIT $5
     FOR UPDATE OF o SKIP LOCKED
 ),
 room AS MATERIALIZED (

@@ -131,7 +131,7 @@ func (r *Relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.Cl
 		aggregateType, aggregateID string
 		takenOver                  bool
 	}
-	rows, err := ex.Query(ctx, r.claimHeads, p.Limit)
+	rows, err := ex.Query(ctx, r.claimHeads, p.HeadLimit())
 	if err != nil {
 		return nil, r.f.Wrap(err)
 	}
