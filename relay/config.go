@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/driver"
 )
 
 // Defaults of Config.
@@ -100,6 +104,21 @@ type Config struct {
 	// broker's confirmation. It must be fast and safe for concurrent use;
 	// relaymetrics uses it for its histogram.
 	ObserveDelay func(time.Duration)
+}
+
+// ClaimParams returns the parameters of the claims that a relay configured
+// with c (with its defaults set) makes for owner.
+func (c Config) ClaimParams(owner uuid.UUID) driver.ClaimParams {
+	return driver.ClaimParams{
+		Owner:           owner,
+		Lease:           c.Lease,
+		Limit:           c.BatchSize,
+		MaxPerAggregate: c.MaxPerAggregate,
+		// Half the batch's aggregates with two workers, and so on: with
+		// many aggregates, one claim would otherwise take every head and
+		// leave the other workers nothing to publish until it is marked.
+		MaxHeads: (c.BatchSize + c.Workers - 1) / c.Workers,
+	}
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

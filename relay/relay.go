@@ -46,6 +46,7 @@ var ErrAlreadyStarted = errors.New("idem: relay: already started")
 type Relay[TTx any] struct {
 	drv     driver.Driver[TTx]
 	dialect driver.RelayDialect
+	claimer driver.OutboxClaimer // nil: claim with dialect in a transaction
 	pub     broker.Publisher
 	cfg     Config
 	log     *slog.Logger
@@ -125,9 +126,11 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	claimer, _ := any(drv).(driver.OutboxClaimer)
 	return &Relay[TTx]{
 		drv:     drv,
 		dialect: dialect,
+		claimer: claimer,
 		pub:     pub,
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "relay"),
@@ -351,8 +354,8 @@ func (r *Relay[TTx]) runOnce(log *slog.Logger) (more bool, err error) {
 func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error) {
 	ctx, cancel := context.WithTimeout(r.claimCtx, r.cfg.QueryTimeout)
 	defer cancel()
-	if c, ok := any(r.drv).(driver.OutboxClaimer); ok {
-		return c.ClaimOutbox(ctx, r.claimParams(owner))
+	if r.claimer != nil {
+		return r.claimer.ClaimOutbox(ctx, r.cfg.ClaimParams(owner))
 	}
 	tx, err := r.drv.Begin(ctx)
 	if err != nil {
@@ -363,7 +366,7 @@ func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error
 			_ = r.drv.Rollback(context.WithoutCancel(ctx), tx)
 		}
 	}()
-	rows, err = r.dialect.ClaimOutbox(ctx, r.drv.Tx(tx), r.claimParams(owner))
+	rows, err = r.dialect.ClaimOutbox(ctx, r.drv.Tx(tx), r.cfg.ClaimParams(owner))
 	if err != nil {
 		return nil, err
 	}
@@ -371,19 +374,6 @@ func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error
 		return nil, err
 	}
 	return rows, nil
-}
-
-func (r *Relay[TTx]) claimParams(owner uuid.UUID) driver.ClaimParams {
-	return driver.ClaimParams{
-		Owner:           owner,
-		Lease:           r.cfg.Lease,
-		Limit:           r.cfg.BatchSize,
-		MaxPerAggregate: r.cfg.MaxPerAggregate,
-		// Half the batch's aggregates with two workers, and so on: with
-		// many aggregates, one claim would otherwise take every head and
-		// leave the other workers nothing to publish until it is marked.
-		MaxHeads: (r.cfg.BatchSize + r.cfg.Workers - 1) / r.cfg.Workers,
-	}
 }
 
 type aggregateKey struct{ typ, id string }

@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	idemmsg "github.com/idem-go/idem"
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/outbox"
@@ -270,10 +269,7 @@ func (b *bench) drainBare(ctx context.Context) (time.Duration, error) {
 		wg.Go(func() {
 			for marked.Load() < int64(b.rows) {
 				owner := uuid.New()
-				rows, err := b.drv.ClaimOutbox(ctx, driver.ClaimParams{
-					Owner: owner, Lease: cfg.Lease, Limit: cfg.BatchSize, MaxPerAggregate: cfg.MaxPerAggregate,
-					MaxHeads: (cfg.BatchSize + cfg.Workers - 1) / cfg.Workers,
-				})
+				rows, err := b.drv.ClaimOutbox(ctx, cfg.ClaimParams(owner))
 				if err != nil {
 					errs <- err
 					return

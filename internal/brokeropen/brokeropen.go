@@ -47,16 +47,25 @@ func Open(ctx context.Context, rawURL string) (Publisher, error) {
 	}
 }
 
+// amqpParams reads idem's own query parameters of a RabbitMQ URL, exchange
+// and queue_type (a subscriber's), and returns the URL without them for
+// amqp091-go.
+func amqpParams(u *url.URL) (connURL, exchange string, queueType amqp.QueueType) {
+	q := u.Query()
+	exchange, queueType = q.Get("exchange"), amqp.QueueType(q.Get("queue_type"))
+	q.Del("exchange")
+	q.Del("queue_type")
+	c := *u
+	c.RawQuery = q.Encode()
+	return c.String(), exchange, queueType
+}
+
 // openAMQP opens a RabbitMQ publisher. The query parameter "exchange" names
 // the exchange (default "events"); IDEM_AMQP_USERNAME and IDEM_AMQP_PASSWORD
 // supply the credentials when the URL has none.
 func openAMQP(ctx context.Context, u *url.URL) (Publisher, error) {
-	q := u.Query()
-	exchange := q.Get("exchange")
-	q.Del("exchange")
-	q.Del("queue_type") // a subscriber's option
-	u.RawQuery = q.Encode()
-	cc := amqp.ConnConfig{URL: u.String(), ConnectionName: "idem"}
+	connURL, exchange, _ := amqpParams(u)
+	cc := amqp.ConnConfig{URL: connURL, ConnectionName: "idem"}
 	if u.User == nil {
 		cc.Username = os.Getenv("IDEM_AMQP_USERNAME")
 		cc.Password = os.Getenv("IDEM_AMQP_PASSWORD")

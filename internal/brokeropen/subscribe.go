@@ -82,16 +82,12 @@ func Subscribe(rawURL string, cfg SubscribeConfig, deliver DeliverFunc) (Subscri
 	switch strings.ToLower(u.Scheme) {
 	case "amqp", "amqps":
 		exchange, queue := cfg.Names()
-		q := u.Query()
-		queueType := amqp.QueueType(q.Get("queue_type"))
+		connURL, _, queueType := amqpParams(u)
 		if queueType != "" && queueType != amqp.Classic && queueType != amqp.Quorum {
 			return nil, fmt.Errorf("broker URL %s: queue_type=%q: want %q or %q", broker.RedactURL(rawURL), queueType, amqp.Classic, amqp.Quorum)
 		}
-		q.Del("queue_type")
-		q.Del("exchange")
-		u.RawQuery = q.Encode()
 		return amqp.NewSubscriber(amqp.SubscriberConfig{
-			ConnConfig: amqp.ConnConfig{URL: u.String(), ConnectionName: cfg.Consumer, Logger: cfg.Logger},
+			ConnConfig: amqp.ConnConfig{URL: connURL, ConnectionName: cfg.Consumer, Logger: cfg.Logger},
 			Exchange:   exchange, Queue: queue, Bindings: names, QueueType: queueType,
 			Workers: cfg.Workers, BatchSize: cfg.BatchSize,
 		}, deliver)
@@ -130,12 +126,9 @@ func OpenPrefixed(ctx context.Context, rawURL, prefix string) (Publisher, error)
 	switch strings.ToLower(u.Scheme) {
 	case "amqp", "amqps":
 		exchange, _ := SubscribeConfig{Prefix: prefix}.Names()
-		q := u.Query()
-		q.Del("queue_type")
-		q.Del("exchange")
-		u.RawQuery = q.Encode()
+		connURL, _, _ := amqpParams(u)
 		p, err := amqp.NewPublisher(amqp.PublisherConfig{
-			ConnConfig: amqp.ConnConfig{URL: u.String(), ConnectionName: "relay"},
+			ConnConfig: amqp.ConnConfig{URL: connURL, ConnectionName: "relay"},
 			Exchange:   exchange,
 		})
 		if err != nil {
