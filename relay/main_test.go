@@ -149,24 +149,6 @@ func (b *bundle) insert(t testing.TB, events ...idem.Event) {
 	}
 }
 
-func waitCtx(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// waitFor polls cond until it is true or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // decode decodes a published message's envelope.
 func decode(t testing.TB, m idem.Message) idem.Event {
 	t.Helper()

@@ -22,6 +22,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/webhook"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 )
 
 // hook is an HTTP endpoint receiving the batches of the webhook publisher:
@@ -171,7 +172,7 @@ func TestCrashAfterPublishBeforeMark(t *testing.T) {
 	}
 
 	p2 := startIdem(t, b.pg, h.url(), nil, relayArgs("--lease", "2s")...)
-	waitFor(t, 30*time.Second, "every row published after the restart", func() bool {
+	testsvc.WaitFor(t, 30*time.Second, "every row published after the restart", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -236,10 +237,10 @@ func TestCrashAfterClaim(t *testing.T) {
 	}
 
 	r := b.start(t, fastConfig(t))
-	if err := b.pub.WaitLen(waitCtx(t, 30*time.Second), len(evs)); err != nil {
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 30*time.Second), len(evs)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "rows marked", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "rows marked", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	if n := b.pg.Count(t, "outbox WHERE published_at < $1", leaseEnd); n != 0 {
@@ -264,7 +265,7 @@ func TestRelayCommandServesMetrics(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	p := startIdem(t, b.pg, h.url(), nil, "relay", "--metrics-addr", addr, "--poll-interval", "50ms")
-	waitFor(t, 30*time.Second, "rows published", func() bool {
+	testsvc.WaitFor(t, 30*time.Second, "rows published", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	get := func(path string) (int, string) {
@@ -312,7 +313,7 @@ func TestReplayCommand(t *testing.T) {
 	}
 	b.insert(t, evs...)
 	b.start(t, fastConfig(t))
-	waitFor(t, 10*time.Second, "everything published", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "everything published", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 

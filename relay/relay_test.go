@@ -16,6 +16,7 @@ import (
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/relay"
 )
 
@@ -30,7 +31,7 @@ func TestRelayPublishesEnvelopes(t *testing.T) {
 	b.pg.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'order', '43', 'OrderCreated', '{"orderId": 43}')`, debeziumID)
 
 	r := b.start(t, fastConfig(t))
-	if err := b.pub.WaitLen(waitCtx(t, 10*time.Second), 2); err != nil {
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 10*time.Second), 2); err != nil {
 		t.Fatal(err)
 	}
 	byID := map[uuid.UUID]idem.Event{}
@@ -53,7 +54,7 @@ func TestRelayPublishesEnvelopes(t *testing.T) {
 		string(dbz.Payload) != `{"orderId":43}` || dbz.OccurredAt.IsZero() {
 		t.Errorf("Debezium-style row published as %+v", dbz)
 	}
-	waitFor(t, 10*time.Second, "rows marked published", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "rows marked published", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0 && r.Stats().Published >= 2
 	})
 	if s := r.Stats(); s.Published != 2 {
@@ -69,7 +70,7 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	b.start(t, cfg)
 	for i := range 3 {
 		b.insert(t, event(t, fmt.Sprint(i), 1))
-		if err := b.pub.WaitLen(waitCtx(t, 5*time.Second), i+1); err != nil {
+		if err := b.pub.WaitLen(testsvc.Ctx(t, 5*time.Second), i+1); err != nil {
 			t.Fatalf("event %d not published after its notification: %v", i, err)
 		}
 	}
@@ -82,7 +83,7 @@ func TestRelayPollsWithoutNotifications(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.pg.Exec(t, `ALTER TABLE outbox DISABLE TRIGGER outbox_notify`)
-	ctx := waitCtx(t, 10*time.Second)
+	ctx := testsvc.Ctx(t, 10*time.Second)
 	conn, err := b.pg.Pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -145,12 +146,12 @@ func TestRelayWithoutListenPollsOftenAndCanBeNotified(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Stop(context.Background()) })
-	if err := b.pub.WaitLen(waitCtx(t, 5*time.Second), 1); err != nil {
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 5*time.Second), 1); err != nil {
 		t.Fatalf("first event not published by the start-up claim: %v", err)
 	}
 	b.insert(t, event(t, "2", 1))
 	r.Notify()
-	if err := b.pub.WaitLen(waitCtx(t, 5*time.Second), 2); err != nil {
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 5*time.Second), 2); err != nil {
 		t.Fatalf("event not published after Notify: %v", err)
 	}
 }
@@ -173,7 +174,7 @@ func TestRelayOrderManyWorkers(t *testing.T) {
 	cfg.MaxPerAggregate = 5
 	r := b.start(t, cfg)
 
-	ctx := waitCtx(t, 3*time.Minute)
+	ctx := testsvc.Ctx(t, 3*time.Minute)
 	var wg sync.WaitGroup
 	var longTx atomic.Int64
 	errs := make(chan error, writers)
@@ -208,7 +209,7 @@ func TestRelayOrderManyWorkers(t *testing.T) {
 	if err := b.pub.WaitLen(ctx, aggregates*perAgg); err != nil {
 		t.Fatalf("published %d of %d: %v", b.pub.Len(), aggregates*perAgg, err)
 	}
-	waitFor(t, time.Minute, "every row marked", func() bool {
+	testsvc.WaitFor(t, time.Minute, "every row marked", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	msgs := b.pub.Messages()
@@ -265,7 +266,7 @@ func (b *bundle) writeEvents(ctx context.Context, aggs []string, version int, lo
 func TestRelayLateCommitIsNotSkipped(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := waitCtx(t, 30*time.Second)
+	ctx := testsvc.Ctx(t, 30*time.Second)
 	tx, err := b.pg.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -310,10 +311,10 @@ func TestRelayBrokerUnavailable(t *testing.T) {
 		b.insert(t, evs...)
 		all = append(all, evs...)
 	}
-	waitFor(t, 10*time.Second, "failed attempts recorded", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "failed attempts recorded", func() bool {
 		return b.pg.Count(t, "outbox WHERE attempts >= 2 AND last_error LIKE '%broker down%'") > 0
 	})
-	waitFor(t, 10*time.Second, "backlog measured", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "backlog measured", func() bool {
 		s := r.Stats()
 		return s.Backlog == int64(len(all)) && !s.OldestUnpublished.IsZero()
 	})
@@ -325,7 +326,7 @@ func TestRelayBrokerUnavailable(t *testing.T) {
 	}
 
 	b.pub.Recover()
-	waitFor(t, 30*time.Second, "backlog drained", func() bool {
+	testsvc.WaitFor(t, 30*time.Second, "backlog drained", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	got := countIDs(idsOf(b.pub.Messages()))
@@ -384,10 +385,10 @@ func TestRelayRefusedRowDoesNotBlockOthers(t *testing.T) {
 	}
 	b.insert(t, good...)
 	b.start(t, fastConfig(t))
-	if err := b.pub.WaitLen(waitCtx(t, 10*time.Second), len(good)); err != nil {
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 10*time.Second), len(good)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "retries recorded", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "retries recorded", func() bool {
 		return b.pg.Count(t, "outbox WHERE id = $1 AND attempts >= 3 AND last_error = 'message too large'", bad.ID) == 1
 	})
 	for _, m := range b.pub.Messages() {
@@ -402,7 +403,7 @@ func TestRelayRefusedRowDoesNotBlockOthers(t *testing.T) {
 
 	// Once the broker accepts it, the aggregate goes on in order.
 	b.pub.SetFunc(nil)
-	waitFor(t, 10*time.Second, "the refused aggregate published", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "the refused aggregate published", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	msgs := b.pub.Messages()
@@ -425,7 +426,7 @@ func TestRelayLostConfirm(t *testing.T) {
 	}
 	b.insert(t, evs...)
 	b.start(t, fastConfig(t))
-	waitFor(t, 10*time.Second, "rows published", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "rows published", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	got := countIDs(idsOf(b.pub.Messages()))
@@ -464,14 +465,14 @@ func TestRelayStalledWorkerCannotMark(t *testing.T) {
 	a := startRelay(t, b.pg, stalledPub, cfgA)
 	select {
 	case <-stalled:
-	case <-waitCtx(t, 10*time.Second).Done():
+	case <-testsvc.Ctx(t, 10*time.Second).Done():
 		t.Fatal("relay A never published")
 	}
 
 	cfgB := fastConfig(t)
 	cfgB.Workers = 1
 	rb := b.start(t, cfgB)
-	waitFor(t, 10*time.Second, "relay B published everything", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "relay B published everything", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	if got := b.pub.Len(); got != len(evs) {
@@ -497,7 +498,7 @@ func TestRelayStalledWorkerCannotMark(t *testing.T) {
 	// Resume A: its publish "succeeds", its mark must change nothing.
 	statsA := a.Stats()
 	close(resume)
-	waitFor(t, 10*time.Second, "relay A gave up its rows", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "relay A gave up its rows", func() bool {
 		return a.Stats().LeasesLost > 0
 	})
 	rows, err = b.pg.Pool.Query(context.Background(), "SELECT published_at FROM outbox ORDER BY seq")
@@ -526,7 +527,7 @@ func TestClaimFencing(t *testing.T) {
 	b := setup(t)
 	b.insert(t, event(t, "1", 1), event(t, "1", 2), event(t, "2", 1))
 	d := b.pg.Driver.PostgresDialect()
-	ctx := waitCtx(t, 30*time.Second)
+	ctx := testsvc.Ctx(t, 30*time.Second)
 	claim := func(owner uuid.UUID, lease time.Duration) []driver.ClaimedRow {
 		tx, err := b.pg.Pool.Begin(ctx)
 		if err != nil {
@@ -550,7 +551,7 @@ func TestClaimFencing(t *testing.T) {
 	if again := claim(second, time.Minute); len(again) != 0 {
 		t.Fatalf("claimed %d leased rows", len(again))
 	}
-	waitFor(t, 5*time.Second, "lease expiry", func() bool {
+	testsvc.WaitFor(t, 5*time.Second, "lease expiry", func() bool {
 		return b.pg.Count(t, "outbox WHERE lease_until < now()") == 3
 	})
 	rowsB := claim(second, time.Minute)
@@ -588,7 +589,7 @@ func TestRelayStopReleasesInFlight(t *testing.T) {
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.pub.Wait(waitCtx(t, 10*time.Second), func(_ []idem.Message, inflight int) bool { return inflight > 0 }); err != nil {
+	if err := b.pub.Wait(testsvc.Ctx(t, 10*time.Second), func(_ []idem.Message, inflight int) bool { return inflight > 0 }); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -622,7 +623,7 @@ func TestRelayGracefulStop(t *testing.T) {
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.pub.Wait(waitCtx(t, 10*time.Second), func(_ []idem.Message, inflight int) bool { return inflight > 0 }); err != nil {
+	if err := b.pub.Wait(testsvc.Ctx(t, 10*time.Second), func(_ []idem.Message, inflight int) bool { return inflight > 0 }); err != nil {
 		t.Fatal(err)
 	}
 	stopped := make(chan error, 1)
@@ -651,7 +652,7 @@ func TestRelayRetentionDeletesPublished(t *testing.T) {
 	r := b.start(t, cfg)
 	// The stats counter moves just after the DELETE commits, so wait for
 	// both rather than reading the counter the moment the table is empty.
-	waitFor(t, 10*time.Second, "published rows deleted", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "published rows deleted", func() bool {
 		return b.pg.Count(t, "outbox") == 0 && r.Stats().Deleted == int64(len(evs))
 	})
 	if b.pub.Len() != len(evs) || r.Stats().Deleted != int64(len(evs)) {
@@ -691,7 +692,7 @@ func TestReplay(t *testing.T) {
 	}
 	b.insert(t, evs...)
 	b.start(t, fastConfig(t))
-	waitFor(t, 10*time.Second, "everything published", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "everything published", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	b.pub.Reset()

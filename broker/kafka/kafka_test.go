@@ -23,6 +23,7 @@ import (
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 )
 
 // readAll reads n records from the start of topic with a plain client.
@@ -256,10 +257,10 @@ func TestFailingMidPartition(t *testing.T) {
 		return disps, errs
 	}
 	sub, _ = subscribe(t, c, "mid", []string{topic}, deliver, func(cfg *kafka.SubscriberConfig) { cfg.BatchSize = 10 })
-	waitFor(t, 30*time.Second, "every event applied or parked", func() bool {
+	testsvc.WaitFor(t, 30*time.Second, "every event applied or parked", func() bool {
 		return count(t, pg, `SELECT count(*) FROM effect`) == len(evs)-1 && cons.Stats().Parked == 1
 	})
-	waitFor(t, 10*time.Second, "offsets committed to the end", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "offsets committed to the end", func() bool {
 		var lag int64
 		st := sub.Stats()
 		for _, p := range st.Partitions {
@@ -384,7 +385,7 @@ func TestCrashBeforeOffsetCommit(t *testing.T) {
 	if err := second.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "every event applied and the offset committed", func() bool {
+	testsvc.WaitFor(t, 60*time.Second, "every event applied and the offset committed", func() bool {
 		return count(t, pg, `SELECT count(*) FROM effect`) == len(evs) && committed(t, c, "crash", topic)[0] == int64(len(evs))
 	})
 	if err := second.Process.Signal(os.Interrupt); err != nil {
@@ -454,7 +455,7 @@ func TestDebeziumInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	subscribe(t, c, "debezium", []string{topic}, cons.DeliverBatch)
-	waitFor(t, 30*time.Second, "three Debezium records applied", func() bool {
+	testsvc.WaitFor(t, 30*time.Second, "three Debezium records applied", func() bool {
 		return count(t, pg, `SELECT count(*) FROM effect`) == 3
 	})
 	mu.Lock()
@@ -497,14 +498,14 @@ func TestRebalanceWhileHandling(t *testing.T) {
 		pubErr <- nil
 	}()
 	applied := func() int { return count(t, pg, `SELECT count(*) FROM effect`) }
-	waitFor(t, 30*time.Second, "some events applied", func() bool { return applied() >= 300 })
+	testsvc.WaitFor(t, 30*time.Second, "some events applied", func() bool { return applied() >= 300 })
 	subscribe(t, c, "rebalance", []string{topic}, cons.DeliverBatch, tweak) // B joins
-	waitFor(t, 30*time.Second, "more events applied", func() bool { return applied() >= 1500 })
+	testsvc.WaitFor(t, 30*time.Second, "more events applied", func() bool { return applied() >= 1500 })
 	stopA() // A leaves
 	if err := <-pubErr; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "every event applied", func() bool { return applied() >= len(evs) })
+	testsvc.WaitFor(t, 60*time.Second, "every event applied", func() bool { return applied() >= len(evs) })
 	checkOnceInOrder(t, pg, "rebalance", evs)
 }
 
@@ -536,7 +537,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	if header(r, "id") != evs[2].ID.String() || header(r, kafka.HeaderDLQError) == "" || header(r, kafka.HeaderDLQAttempts) != "2" {
 		t.Errorf("dead-letter record headers %v", r.Headers)
 	}
-	waitFor(t, 10*time.Second, "the other events applied and the offset at the end", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "the other events applied and the offset at the end", func() bool {
 		st := sub.Stats()
 		return count(t, pg, `SELECT count(*) FROM effect`) == 4 && len(st.Partitions) == 1 && st.Partitions[0].Committed == 5
 	})

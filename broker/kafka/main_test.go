@@ -213,20 +213,6 @@ func committed(t testing.TB, c *kfake.Cluster, group, topic string) map[int32]in
 	return out
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
 func count(t testing.TB, pg *testdb.PG, query string, args ...any) int {
 	t.Helper()
 	var n int

@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem/broker/kafka"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 )
@@ -73,7 +74,7 @@ func TestRelayEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 90*time.Second, "every event applied", func() bool {
+	testsvc.WaitFor(t, 90*time.Second, "every event applied", func() bool {
 		return count(t, dst, `SELECT count(*) FROM effect`) >= len(evs)
 	})
 	stopRelay()

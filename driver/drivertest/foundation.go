@@ -16,6 +16,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/outbox"
 )
@@ -26,7 +27,7 @@ func Migrations(t *testing.T, setup Setup) {
 	t.Run("UpStatusDown", func(t *testing.T) {
 		t.Parallel()
 		db := setup(t, Options{NoMigrate: true})
-		ctx := waitCtx(t, time.Minute)
+		ctx := testsvc.Ctx(t, time.Minute)
 		m := migrate.New(db.Driver)
 		known := db.Driver.Dialect().Migrations()
 		if len(known) == 0 {
@@ -76,7 +77,7 @@ func Migrations(t *testing.T, setup Setup) {
 	t.Run("RefusesNewerSchema", func(t *testing.T) {
 		t.Parallel()
 		db := setup(t, Options{})
-		ctx := waitCtx(t, time.Minute)
+		ctx := testsvc.Ctx(t, time.Minute)
 		db.exec(t, `INSERT INTO `+driver.MigrationTableDefault+` (version, name) VALUES (9999, 'from_the_future')`)
 		_, err := migrate.New(db.Driver).Up(ctx)
 		if !errors.Is(err, migrate.ErrSchemaNewer) {
@@ -96,7 +97,7 @@ func Migrations(t *testing.T, setup Setup) {
 	t.Run("ConcurrentUpAppliesOnce", func(t *testing.T) {
 		t.Parallel()
 		db := setup(t, Options{NoMigrate: true})
-		ctx := waitCtx(t, time.Minute)
+		ctx := testsvc.Ctx(t, time.Minute)
 		var (
 			wg    sync.WaitGroup
 			total atomic.Int32
@@ -130,7 +131,7 @@ func Outbox(t *testing.T, setup Setup) {
 	t.Run("CommitAndRollback", func(t *testing.T) {
 		t.Parallel()
 		db := setup(t, Options{})
-		ctx := waitCtx(t, time.Minute)
+		ctx := testsvc.Ctx(t, time.Minute)
 		w := outbox.NewWriter(db.Driver)
 
 		kept := placed(t, "42")
@@ -248,7 +249,7 @@ func Inbox(t *testing.T, setup Setup) {
 		t.Parallel()
 		db := setup(t, Options{})
 		db.exec(t, reservationTable)
-		ctx := waitCtx(t, time.Minute)
+		ctx := testsvc.Ctx(t, time.Minute)
 		c := consumer(t, db, "stock", nil)
 		ev := placed(t, "42")
 		o, err := c.Process(ctx, ev)
@@ -269,7 +270,7 @@ func Inbox(t *testing.T, setup Setup) {
 		t.Parallel()
 		db := setup(t, Options{})
 		db.exec(t, reservationTable)
-		ctx := waitCtx(t, time.Minute)
+		ctx := testsvc.Ctx(t, time.Minute)
 		var fail atomic.Bool
 		fail.Store(true)
 		c := consumer(t, db, "stock", func(context.Context, *sql.Tx, idem.Event) error {
@@ -294,7 +295,7 @@ func Inbox(t *testing.T, setup Setup) {
 		t.Parallel()
 		db := setup(t, Options{})
 		db.exec(t, `CREATE TABLE reservation (order_id VARCHAR(64) NOT NULL, product_id VARCHAR(100) NOT NULL, quantity INTEGER NOT NULL)`)
-		ctx := waitCtx(t, time.Minute)
+		ctx := testsvc.Ctx(t, time.Minute)
 		stock := consumer(t, db, "stock", nil)
 		shipping := consumer(t, db, "shipping-preparation-v1", nil)
 		ev := placed(t, "42")
@@ -318,7 +319,7 @@ func Inbox(t *testing.T, setup Setup) {
 		t.Parallel()
 		db := setup(t, Options{})
 		db.exec(t, reservationTable)
-		ctx := waitCtx(t, time.Minute)
+		ctx := testsvc.Ctx(t, time.Minute)
 		ev := placed(t, "42")
 		// Another event already reserved this (order, product) pair.
 		db.exec(t, `INSERT INTO reservation (order_id, product_id, quantity) VALUES ('42', ?, 1)`, "p-"+ev.ID.String())
@@ -347,7 +348,7 @@ func Inbox(t *testing.T, setup Setup) {
 	t.Run("MarkProcessedMany", func(t *testing.T) {
 		t.Parallel()
 		db := setup(t, Options{})
-		ctx := waitCtx(t, time.Minute)
+		ctx := testsvc.Ctx(t, time.Minute)
 		d := db.Driver.Dialect()
 		ids := []uuid.UUID{idem.NewEventID(), idem.NewEventID(), idem.NewEventID(), idem.NewEventID()}
 		got, err := d.MarkProcessed(ctx, db.Driver.Pool(), "stock", ids[1:2])
@@ -379,7 +380,7 @@ func Inbox(t *testing.T, setup Setup) {
 		t.Parallel()
 		db := setup(t, Options{})
 		db.exec(t, reservationTable)
-		ctx := waitCtx(t, time.Minute)
+		ctx := testsvc.Ctx(t, time.Minute)
 		var bad atomic.Value
 		bad.Store("")
 		c := consumer(t, db, "stock", func(_ context.Context, _ *sql.Tx, ev idem.Event) error {
@@ -436,7 +437,7 @@ func Inbox(t *testing.T, setup Setup) {
 func concurrentDelivery(t *testing.T, setup Setup, firstCommits bool) {
 	db := setup(t, Options{})
 	db.exec(t, reservationTable)
-	ctx := waitCtx(t, time.Minute)
+	ctx := testsvc.Ctx(t, time.Minute)
 	entered := make(chan int64, 1)
 	release := make(chan struct{})
 	var calls atomic.Int32
@@ -509,7 +510,7 @@ func concurrentDelivery(t *testing.T, setup Setup, firstCommits bool) {
 // list with filters, get, and remove.
 func FailureStore(t *testing.T, setup Setup) {
 	db := setup(t, Options{})
-	ctx := waitCtx(t, time.Minute)
+	ctx := testsvc.Ctx(t, time.Minute)
 	fs := inbox.NewFailureStore(db.Driver.Dialect(), db.Driver.Pool())
 	evID := idem.NewEventID()
 	body := []byte{'{', 0x00, 0xff, 0xfe, '}'}
@@ -598,7 +599,7 @@ func FailureStore(t *testing.T, setup Setup) {
 // Purge checks batches, the consumer filter and the replay-window check.
 func Purge(t *testing.T, setup Setup) {
 	db := setup(t, Options{})
-	ctx := waitCtx(t, time.Minute)
+	ctx := testsvc.Ctx(t, time.Minute)
 	now := time.Now()
 	// 25 old markers of stock, 5 old of billing, 3 recent of stock.
 	for i := range 33 {
@@ -645,7 +646,7 @@ func Purge(t *testing.T, setup Setup) {
 func StateCopy(t *testing.T, setup Setup) {
 	db := setup(t, Options{})
 	db.exec(t, `CREATE TABLE order_status (order_id VARCHAR(64) NOT NULL PRIMARY KEY, status VARCHAR(64) NOT NULL, version BIGINT NOT NULL)`)
-	ctx := waitCtx(t, time.Minute)
+	ctx := testsvc.Ctx(t, time.Minute)
 	copyOf := inbox.StateCopy{Table: "order_status", Key: "order_id", Columns: []string{"status"}}
 	apply := func(version int64, status string) inbox.VersionResult {
 		t.Helper()

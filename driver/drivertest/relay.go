@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 )
@@ -36,7 +37,7 @@ func claim(t *testing.T, db *DB, rd driver.RelayDialect, owner uuid.UUID, lease 
 
 func claimWith(t *testing.T, db *DB, rd driver.RelayDialect, p driver.ClaimParams) []driver.ClaimedRow {
 	t.Helper()
-	ctx := waitCtx(t, 30*time.Second)
+	ctx := testsvc.Ctx(t, 30*time.Second)
 	if db.Claimer != nil {
 		rows, err := db.Claimer.ClaimOutbox(ctx, p)
 		fatalIf(t, err, "claim")
@@ -144,7 +145,7 @@ func Relay(t *testing.T, setup Setup) {
 		t.Parallel()
 		db := setup(t, Options{})
 		rd := relayDialect(t, db)
-		ctx := waitCtx(t, 30*time.Second)
+		ctx := testsvc.Ctx(t, 30*time.Second)
 		insert(t, db, changed(t, "1", 1), changed(t, "1", 2), changed(t, "2", 1))
 		first, second := uuid.New(), uuid.New()
 		rowsA := claim(t, db, rd, first, 100*time.Millisecond, 10, 10)
@@ -152,7 +153,7 @@ func Relay(t *testing.T, setup Setup) {
 			t.Fatalf("first claim got %d rows, want 3", len(rowsA))
 		}
 		var rowsB []driver.ClaimedRow
-		waitFor(t, 10*time.Second, "lease expiry", func() bool {
+		testsvc.WaitFor(t, 10*time.Second, "lease expiry", func() bool {
 			rowsB = claim(t, db, rd, second, time.Minute, 10, 10)
 			return len(rowsB) > 0
 		})
@@ -181,7 +182,7 @@ func Relay(t *testing.T, setup Setup) {
 		t.Parallel()
 		db := setup(t, Options{})
 		rd := relayDialect(t, db)
-		ctx := waitCtx(t, 30*time.Second)
+		ctx := testsvc.Ctx(t, 30*time.Second)
 		a1, a2, b1, c1 := changed(t, "a", 1), changed(t, "a", 2), changed(t, "b", 1), changed(t, "c", 1)
 		insert(t, db, a1, a2, b1, c1)
 		owner := uuid.New()
@@ -209,7 +210,7 @@ func Relay(t *testing.T, setup Setup) {
 			t.Fatalf("claim after release = %v, want only c1", claimedIDs(next))
 		}
 		var retried []driver.ClaimedRow
-		waitFor(t, 10*time.Second, "b1's retry delay", func() bool {
+		testsvc.WaitFor(t, 10*time.Second, "b1's retry delay", func() bool {
 			retried = claim(t, db, rd, uuid.New(), time.Minute, 10, 10)
 			return len(retried) > 0
 		})
@@ -227,7 +228,7 @@ func Relay(t *testing.T, setup Setup) {
 		t.Parallel()
 		db := setup(t, Options{})
 		rd := relayDialect(t, db)
-		ctx := waitCtx(t, 30*time.Second)
+		ctx := testsvc.Ctx(t, 30*time.Second)
 		var evs []idem.Event
 		for i := range 5 {
 			evs = append(evs, changed(t, fmt.Sprint(i), 1))
@@ -358,7 +359,7 @@ func relayOrder(t *testing.T, setup Setup) {
 	for err := range errs {
 		t.Fatalf("producer: %v", err)
 	}
-	ctx := waitCtx(t, 60*time.Second)
+	ctx := testsvc.Ctx(t, 60*time.Second)
 	fatalIf(t, pub.WaitLen(ctx, aggregates*versions), "wait for every event")
 	last := map[string]int64{}
 	seen := map[uuid.UUID]bool{}
@@ -377,7 +378,7 @@ func relayOrder(t *testing.T, setup Setup) {
 	if len(seen) != aggregates*versions {
 		t.Errorf("published %d distinct events, want %d", len(seen), aggregates*versions)
 	}
-	waitFor(t, 10*time.Second, "rows marked published", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "rows marked published", func() bool {
 		return db.count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 }

@@ -37,3 +37,23 @@ func Start(t testing.TB, svc Service) (stop func()) {
 	t.Cleanup(stop)
 	return stop
 }
+
+// WaitFor polls cond every 5ms until it is true, and fails the test if it is
+// still false after d; what says what was awaited.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Ctx returns a context that ends after d or with the test.
+func Ctx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
