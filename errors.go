@@ -58,3 +58,31 @@ func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p) || errors.Is(err, ErrUndecodable)
 }
+
+// transientError marks an error that retrying later can fix.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return "transient: " + e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+// Transient wraps err to say that the failure comes from a dependency that is
+// away for now (a downstream service answering 503 or refusing connections, a
+// lock held elsewhere) and that the same event will succeed later. The
+// consumer retries it with a capped backoff for as long as its outage budget
+// allows, without counting attempts toward the failure store, and pauses
+// consumption meanwhile. Errors of the consumer's own database that say the
+// same (connection lost, serialization failure, deadlock...) and network
+// errors are recognised without it.
+func Transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &transientError{err: err}
+}
+
+// IsTransient reports whether err, or an error it wraps, was made by
+// Transient.
+func IsTransient(err error) bool {
+	var t *transientError
+	return errors.As(err, &t)
+}

@@ -31,11 +31,44 @@ type Executor interface {
 }
 
 // Rows is the result of Executor.Query.
+//
+// The contract is database/sql's: Next reports false at the end of the
+// result or on an error, and only Err tells which. database/sql's Close
+// returns nil after Next stopped on an error, so a loop that checks Close
+// alone reads a broken result as a complete one. Read rows with ScanRows or
+// QueryRows, which check Err.
 type Rows interface {
 	Next() bool
 	Scan(dest ...any) error
 	Err() error
 	Close() error
+}
+
+// ScanRows calls scan once per row of rows, in order, then closes rows. It
+// returns the first error among scan's, the iteration's (rows.Err) and
+// Close's: an error in the middle of a result reaches the caller, never a
+// shorter result. Every loop over Rows in idem goes through it.
+func ScanRows(rows Rows, scan func(Rows) error) (err error) {
+	defer func() {
+		if cerr := rows.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// QueryRows runs a query on ex and calls scan once per row (see ScanRows).
+func QueryRows(ctx context.Context, ex Executor, sql string, args []any, scan func(Rows) error) error {
+	rows, err := ex.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	return ScanRows(rows, scan)
 }
 
 // Driver binds a Dialect to a connection API whose transactions have type TTx
@@ -60,19 +93,19 @@ type Driver[TTx any] interface {
 // QueryRow runs a query expected to return at most one row and scans it into
 // dest. It returns ErrNotFound when there is no row.
 func QueryRow(ctx context.Context, ex Executor, sql string, args []any, dest ...any) error {
-	rows, err := ex.Query(ctx, sql, args...)
+	found := false
+	err := QueryRows(ctx, ex, sql, args, func(rows Rows) error {
+		if found {
+			return nil
+		}
+		found = true
+		return rows.Scan(dest...)
+	})
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
+	if !found {
 		return ErrNotFound
 	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	return rows.Close()
+	return nil
 }

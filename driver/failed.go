@@ -20,13 +20,8 @@ func QueryFailed(ctx context.Context, ex Executor, query string, args []any, tim
 	if timeDest == nil {
 		timeDest = func(t *time.Time) any { return t }
 	}
-	rows, err := ex.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var out []FailedMessage
-	for rows.Next() {
+	err := QueryRows(ctx, ex, query, args, func(rows Rows) error {
 		var (
 			m               FailedMessage
 			eventID         *string
@@ -34,25 +29,27 @@ func QueryFailed(ctx context.Context, ex Executor, query string, args []any, tim
 		)
 		if err := rows.Scan(&m.ID, &m.Consumer, &m.Source, &eventID, &m.EventName, &m.Key, &headers, &m.Body,
 			&m.Error, &errors, &m.Attempts, timeDest(&m.FirstFailed), timeDest(&m.LastFailed)); err != nil {
-			return nil, err
+			return err
 		}
 		if eventID != nil {
+			var err error
 			if m.EventID, err = uuid.Parse(*eventID); err != nil {
-				return nil, fmt.Errorf("idem: failed_message %d: event_id: %w", m.ID, err)
+				return fmt.Errorf("idem: failed_message %d: event_id: %w", m.ID, err)
 			}
 		}
 		if err := json.Unmarshal(headers, &m.Headers); err != nil {
-			return nil, fmt.Errorf("idem: failed_message %d: headers: %w", m.ID, err)
+			return fmt.Errorf("idem: failed_message %d: headers: %w", m.ID, err)
 		}
 		if err := json.Unmarshal(errors, &m.History); err != nil {
-			return nil, fmt.Errorf("idem: failed_message %d: errors: %w", m.ID, err)
+			return fmt.Errorf("idem: failed_message %d: errors: %w", m.ID, err)
 		}
 		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	return out, rows.Close()
+	return out, nil
 }
 
 // GetFailed runs QueryFailed for a query selecting one entry and returns

@@ -231,21 +231,17 @@ func execScript(ctx context.Context, ex driver.Executor, sup driver.MigrationSup
 }
 
 func (m *Migrator[TTx]) applied(ctx context.Context, ex driver.Executor) (map[int]bool, error) {
-	rows, err := ex.Query(ctx, m.drv.Dialect().MigrationSupport().SelectVersions)
+	done := map[int]bool{}
+	err := driver.QueryRows(ctx, ex, m.drv.Dialect().MigrationSupport().SelectVersions, nil, func(rows driver.Rows) error {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return err
+		}
+		done[v] = true
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("idem: migrate: read applied versions: %w", err)
 	}
-	defer rows.Close()
-	done := map[int]bool{}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		done[v] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return done, rows.Close()
+	return done, nil
 }

@@ -219,6 +219,10 @@ func preparationDelays(ctx context.Context, o loadOptions, ids []string) ([]time
 				prepared[id] = at
 			}
 		}
+		if err := rows.Err(); err != nil {
+			rows.Close()
+			return nil, err
+		}
 		rows.Close()
 		if len(prepared) == len(ids) {
 			break

@@ -149,24 +149,20 @@ func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consume
 		strs[i] = id.String()
 		index[id] = i
 	}
-	rows, err := ex.Query(ctx, d.q.markProcessedMany, consumer, strs)
-	if err != nil {
-		return nil, d.wrap(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := driver.QueryRows(ctx, ex, d.q.markProcessedMany, []any{consumer, strs}, func(rows driver.Rows) error {
 		var id uuid.UUID
 		if err := rows.Scan(&id); err != nil {
-			return nil, err
+			return err
 		}
 		if i, ok := index[id]; ok {
 			inserted[i] = true
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, d.wrap(err)
 	}
-	return inserted, rows.Close()
+	return inserted, nil
 }
 
 // PurgeProcessed implements driver.Dialect.

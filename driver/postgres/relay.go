@@ -73,16 +73,16 @@ func claimArgs(p driver.ClaimParams) []any {
 
 // scanClaimed reads the rows of the claim statement, in seq order.
 func (d *Dialect) scanClaimed(rows driver.Rows, limit int) ([]driver.ClaimedRow, error) {
-	defer rows.Close()
 	out := make([]driver.ClaimedRow, 0, min(limit, 256))
-	for rows.Next() {
+	err := driver.ScanRows(rows, func(rows driver.Rows) error {
 		var c driver.ClaimedRow
 		if err := driver.ScanOutboxRecord(rows, &c.OutboxRecord, nil, &c.TakenOver); err != nil {
-			return nil, err
+			return err
 		}
 		out = append(out, c)
-	}
-	if err := rows.Close(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, d.wrap(err)
 	}
 	return out, nil
@@ -159,21 +159,17 @@ func replayArgs(f driver.ReplayFilter) []any {
 
 // ReplayCounts implements driver.RelayDialect.
 func (d *Dialect) ReplayCounts(ctx context.Context, ex driver.Executor, f driver.ReplayFilter) (map[string]int64, error) {
-	rows, err := ex.Query(ctx, d.rq.replayCounts, replayArgs(f)...)
-	if err != nil {
-		return nil, d.wrap(err)
-	}
-	defer rows.Close()
 	out := map[string]int64{}
-	for rows.Next() {
+	err := driver.QueryRows(ctx, ex, d.rq.replayCounts, replayArgs(f), func(rows driver.Rows) error {
 		var name string
 		var n int64
 		if err := rows.Scan(&name, &n); err != nil {
-			return nil, err
+			return err
 		}
 		out[name] = n
-	}
-	if err := rows.Close(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, d.wrap(err)
 	}
 	return out, nil
@@ -181,20 +177,16 @@ func (d *Dialect) ReplayCounts(ctx context.Context, ex driver.Executor, f driver
 
 // ReplayRows implements driver.RelayDialect.
 func (d *Dialect) ReplayRows(ctx context.Context, ex driver.Executor, f driver.ReplayFilter, afterSeq int64, limit int) ([]driver.OutboxRecord, error) {
-	rows, err := ex.Query(ctx, d.rq.replayRows, append(replayArgs(f), afterSeq, limit)...)
-	if err != nil {
-		return nil, d.wrap(err)
-	}
-	defer rows.Close()
 	var out []driver.OutboxRecord
-	for rows.Next() {
+	err := driver.QueryRows(ctx, ex, d.rq.replayRows, append(replayArgs(f), afterSeq, limit), func(rows driver.Rows) error {
 		var r driver.OutboxRecord
 		if err := scanRecord(rows, &r); err != nil {
-			return nil, err
+			return err
 		}
 		out = append(out, r)
-	}
-	if err := rows.Close(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, d.wrap(err)
 	}
 	return out, nil

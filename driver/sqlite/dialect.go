@@ -153,21 +153,17 @@ func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consume
 			args = append(args, consumer, s)
 			index[s] = start + i
 		}
-		rows, err := ex.Query(ctx, d.q.markProcessedMany(len(chunk)), args...)
-		if err != nil {
-			return nil, d.wrap(err)
-		}
-		for rows.Next() {
+		err := driver.QueryRows(ctx, ex, d.q.markProcessedMany(len(chunk)), args, func(rows driver.Rows) error {
 			var id string
 			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
+				return err
 			}
 			if i, ok := index[id]; ok {
 				inserted[i] = true
 			}
-		}
-		if err := rows.Close(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return nil, d.wrap(err)
 		}
 	}

@@ -196,6 +196,10 @@ func (s *Server) findPickups(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, p)
 	}
+	if err := rows.Err(); err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -131,23 +131,19 @@ func (r *Relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.Cl
 		aggregateType, aggregateID string
 		takenOver                  bool
 	}
-	rows, err := ex.Query(ctx, r.claimHeads, p.HeadLimit())
-	if err != nil {
-		return nil, r.f.Wrap(err)
-	}
 	var heads []head
-	for rows.Next() {
+	err := driver.QueryRows(ctx, ex, r.claimHeads, []any{p.HeadLimit()}, func(rows driver.Rows) error {
 		var (
 			h   head
 			seq int64
 		)
 		if err := rows.Scan(&h.id, &h.aggregateType, &h.aggregateID, &seq, &h.takenOver); err != nil {
-			rows.Close()
-			return nil, err
+			return err
 		}
 		heads = append(heads, h)
-	}
-	if err := rows.Close(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, r.f.Wrap(err)
 	}
 	if len(heads) > 0 && r.f.HeadsLock != "" {
@@ -155,23 +151,19 @@ func (r *Relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.Cl
 		for i, h := range heads {
 			args[i] = h.id
 		}
-		rows, err := ex.Query(ctx, `SELECT id FROM `+r.f.Outbox+`
+		locked := map[string]bool{}
+		err := driver.QueryRows(ctx, ex, `SELECT id FROM `+r.f.Outbox+`
 WHERE id IN (`+placeholders(len(heads), "?")+`)
   AND published_at IS NULL AND (lease_until IS NULL OR lease_until <= `+r.f.Now+`)
-`+r.f.HeadsLock, args...)
-		if err != nil {
-			return nil, r.f.Wrap(err)
-		}
-		locked := map[string]bool{}
-		for rows.Next() {
+`+r.f.HeadsLock, args, func(rows driver.Rows) error {
 			var id string
 			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
+				return err
 			}
 			locked[id] = true
-		}
-		if err := rows.Close(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return nil, r.f.Wrap(err)
 		}
 		kept := heads[:0]
@@ -217,34 +209,30 @@ FROM (
     WHERE o.published_at IS NULL AND (` + match.String() + `)) f
 WHERE f.rn BETWEEN 2 AND ?
 ORDER BY f.aggregatetype, f.aggregateid, f.seq`
-		rows, err := ex.Query(ctx, query, args...)
-		if err != nil {
-			return nil, r.f.Wrap(err)
-		}
 		type aggregate struct{ typ, id string }
 		stopped := map[aggregate]bool{}
-		for rows.Next() {
+		err := driver.QueryRows(ctx, ex, query, args, func(rows driver.Rows) error {
 			var (
 				agg         aggregate
 				id          string
 				taken, busy bool
 			)
 			if err := rows.Scan(&agg.typ, &agg.id, &id, &taken, &busy); err != nil {
-				rows.Close()
-				return nil, err
+				return err
 			}
 			// A row still waiting for a retry delay ends the run of rows
 			// taken from its aggregate.
 			if busy || stopped[agg] {
 				stopped[agg] = true
-				continue
+				return nil
 			}
 			ids = append(ids, id)
 			if taken {
 				takenOver[id] = true
 			}
-		}
-		if err := rows.Close(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return nil, r.f.Wrap(err)
 		}
 	}
@@ -254,21 +242,17 @@ ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 	if _, err := ex.Exec(ctx, `UPDATE `+r.f.Outbox+` SET lease_owner = ?, lease_until = `+r.f.NowPlus+` WHERE id IN (`+in+`)`, args...); err != nil {
 		return nil, r.f.Wrap(err)
 	}
-	rows, err = ex.Query(ctx, `SELECT `+relayColumns+` FROM `+r.f.Outbox+` WHERE id IN (`+in+`) ORDER BY seq`, ids...)
-	if err != nil {
-		return nil, r.f.Wrap(err)
-	}
-	defer rows.Close()
 	out := make([]driver.ClaimedRow, 0, len(ids))
-	for rows.Next() {
+	err = driver.QueryRows(ctx, ex, `SELECT `+relayColumns+` FROM `+r.f.Outbox+` WHERE id IN (`+in+`) ORDER BY seq`, ids, func(rows driver.Rows) error {
 		var c driver.ClaimedRow
 		if err := scanRecord(rows, &c.OutboxRecord); err != nil {
-			return nil, err
+			return err
 		}
 		c.TakenOver = takenOver[c.ID.String()]
 		out = append(out, c)
-	}
-	if err := rows.Close(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, r.f.Wrap(err)
 	}
 	return out, nil
@@ -354,21 +338,17 @@ func replayArgs(f driver.ReplayFilter) []any {
 
 // ReplayCounts implements driver.RelayDialect.ReplayCounts.
 func (r *Relay) ReplayCounts(ctx context.Context, ex driver.Executor, f driver.ReplayFilter) (map[string]int64, error) {
-	rows, err := ex.Query(ctx, r.replayCounts, replayArgs(f)...)
-	if err != nil {
-		return nil, r.f.Wrap(err)
-	}
-	defer rows.Close()
 	out := map[string]int64{}
-	for rows.Next() {
+	err := driver.QueryRows(ctx, ex, r.replayCounts, replayArgs(f), func(rows driver.Rows) error {
 		var name string
 		var n int64
 		if err := rows.Scan(&name, &n); err != nil {
-			return nil, err
+			return err
 		}
 		out[name] = n
-	}
-	if err := rows.Close(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, r.f.Wrap(err)
 	}
 	return out, nil
@@ -376,20 +356,16 @@ func (r *Relay) ReplayCounts(ctx context.Context, ex driver.Executor, f driver.R
 
 // ReplayRows implements driver.RelayDialect.ReplayRows.
 func (r *Relay) ReplayRows(ctx context.Context, ex driver.Executor, f driver.ReplayFilter, afterSeq int64, limit int) ([]driver.OutboxRecord, error) {
-	rows, err := ex.Query(ctx, r.replayRows, append(replayArgs(f), afterSeq, limit)...)
-	if err != nil {
-		return nil, r.f.Wrap(err)
-	}
-	defer rows.Close()
 	var out []driver.OutboxRecord
-	for rows.Next() {
+	err := driver.QueryRows(ctx, ex, r.replayRows, append(replayArgs(f), afterSeq, limit), func(rows driver.Rows) error {
 		var rec driver.OutboxRecord
 		if err := scanRecord(rows, &rec); err != nil {
-			return nil, err
+			return err
 		}
 		out = append(out, rec)
-	}
-	if err := rows.Close(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, r.f.Wrap(err)
 	}
 	return out, nil
