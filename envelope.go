@@ -126,7 +126,13 @@ type Decoder struct {
 func Decode(msg Message) (Event, error) { return Decoder{}.Decode(msg) }
 
 // Decode turns msg into an Event. Every error matches ErrUndecodable and names
-// the field and the problem, for example "event_id is not a UUID".
+// the field and the problem, for example "event_id is not a UUID". With an
+// error, the Event holds what could be read before it (its id and aggregate,
+// when known), for the failure store.
+//
+// A Debezium record's event name is its "eventType" header, else
+// msg.EventName (a transport's default for the topic); a record with
+// neither is undecodable, never ignored.
 func (d Decoder) Decode(msg Message) (Event, error) {
 	limit := d.MaxBodyBytes
 	if limit <= 0 {
@@ -226,11 +232,20 @@ func decodeDebezium(msg Message, id string, body []byte) (Event, error) {
 		return Event{}, err
 	}
 	ev.Name = msg.Headers[HeaderEventType]
+	if ev.Name == "" {
+		ev.Name = msg.EventName
+	}
 	ev.AggregateType = msg.AggregateType
 	ev.AggregateID = debeziumKey(msg.Key)
 	payload, err := debeziumPayload(body)
 	if err != nil {
 		return Event{}, err
+	}
+	if ev.Name == "" {
+		// What was read is returned with the error, so that the message is
+		// parked with its id and aggregate.
+		return ev, decodeErr("eventType header", "is missing: the record carries no event name "+
+			"(set Debezium's table.fields.additional.placement=type:header:eventType, or give the subscriber a default event name for the topic)")
 	}
 	ev.Payload = payload
 	ev.Headers = copyHeaders(msg.Headers)

@@ -136,10 +136,17 @@ func TestDecodeDebeziumEventRouter(t *testing.T) {
 			}
 		})
 	}
-	// No eventType header: the event has no name, and the id still counts.
-	ev, err := idem.Decode(idem.Message{Key: []byte("42"), Headers: map[string]string{"id": id}, Body: []byte(`{}`)})
-	if err != nil || ev.Name != "" || ev.ID.String() != id {
+	// No eventType header: undecodable (never ignored), with the id and the
+	// aggregate read, for the failure store.
+	ev, err := idem.Decode(idem.Message{Key: []byte("42"), AggregateType: "order", Headers: map[string]string{"id": id}, Body: []byte(`{}`)})
+	if !errors.Is(err, idem.ErrUndecodable) || !strings.Contains(err.Error(), "eventType") ||
+		ev.ID.String() != id || ev.AggregateType != "order" || ev.AggregateID != "42" {
 		t.Fatalf("without eventType: %+v, %v", ev, err)
+	}
+	// A transport's default name for the topic stands in for the header.
+	ev, err = idem.Decode(idem.Message{Key: []byte("42"), EventName: "OrderCreated", Headers: map[string]string{"id": id}, Body: []byte(`{}`)})
+	if err != nil || ev.Name != "OrderCreated" {
+		t.Fatalf("with a default name: %+v, %v", ev, err)
 	}
 }
 

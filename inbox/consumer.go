@@ -66,6 +66,14 @@ const (
 	Failed
 	// Parked: the message was stored in the failure store (Deliver only).
 	Parked
+	// Deferred: the event was not attempted because an earlier event of its
+	// aggregate in the same delivery failed and waits for a retry (Deliver
+	// only). It is delivered again after that one.
+	Deferred
+	// Paused: the event was not attempted, or failed transiently, because a
+	// dependency of the consumer is away (Deliver only). It is delivered
+	// again when the consumer resumes.
+	Paused
 )
 
 // String returns the outcome in lower case ("applied", "duplicate", ...).
@@ -81,6 +89,10 @@ func (o Outcome) String() string {
 		return "failed"
 	case Parked:
 		return "parked"
+	case Deferred:
+		return "deferred"
+	case Paused:
+		return "paused"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }

@@ -27,8 +27,11 @@ const (
 	DialTimeoutDefault = 30 * time.Second
 	// ReconnectMinDefault is the first delay before reconnecting.
 	ReconnectMinDefault = 100 * time.Millisecond
-	// ReconnectMaxDefault caps the delay between reconnection attempts.
-	ReconnectMaxDefault = 30 * time.Second
+	// ReconnectMaxDefault caps the delay between reconnection attempts, so
+	// that a subscriber or a publisher is back within a few seconds of the
+	// broker's return. An attempt against a broker that is down costs one
+	// refused connection.
+	ReconnectMaxDefault = 2 * time.Second
 )
 
 // HeaderKey is the header carrying idem.Message.Key (the aggregate id) on
@@ -56,7 +59,7 @@ type ConnConfig struct {
 	DialTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the exponential, jittered delay
 	// between reconnection attempts after the connection is lost. Default to
-	// 100ms and 30s.
+	// 100ms and 2s.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
 	// ConnectionName is shown by rabbitmqctl list_connections and the

@@ -36,20 +36,22 @@
 // # Retries and the failure store
 //
 // When a handler fails and the consumer's retry policy allows another
-// attempt, the subscriber publishes a copy (same body, same event id, same
-// headers, the attempt header idem-attempt increased) to a delay queue of
-// this consumer, "stock.events.retry.<delay>ms", whose messages expire after
-// the delay and are dead-lettered back to "stock.events" only; the original
-// is acknowledged once the copy is confirmed. No plugin is needed. After the
-// last attempt, for a permanent error (idem.Permanent), or at once for a
-// body that cannot be decoded, the consumer stores the raw message, its
-// headers, the error and the attempt count in failed_message and the
-// subscriber acknowledges it: such a message never loops in the queue.
-// "idem failed retry" sends a stored message back to its queue with
+// attempt, the subscriber keeps the message unacknowledged and delivers it
+// again after the policy's delay; the later messages of its aggregate (same
+// key header) wait behind it, so one aggregate's events are applied in
+// order through retries, while other aggregates go on. The consumer counts
+// attempts in its database (delivery_attempt), so a restart does not reset
+// them. After the last attempt, for a permanent error (idem.Permanent), or
+// at once for a body that cannot be decoded, the consumer stores the raw
+// message, its headers, the error and the attempt count in failed_message
+// and the subscriber acknowledges it: such a message never loops in the
+// queue. "idem failed retry" sends a stored message back to its queue with
 // Publisher.Redeliver.
 //
-// If the failure store itself cannot be written (the database is down), the
-// message is requeued after RequeueDelay: it is never lost.
+// When the consumer pauses (its own database, or a dependency a handler
+// reports with idem.Transient, is away), the subscriber stops taking
+// messages and delivers the held ones again when the pause ends: the
+// messages stay in RabbitMQ, no attempt is counted and nothing is parked.
 //
 // # Duplicates
 //
@@ -61,7 +63,7 @@
 // # Connections
 //
 // Publisher and Subscriber reconnect with exponential, jittered backoff
-// after a broker restart or a lost connection. A Publish call that meets a
+// (100ms to 2s by default) after a broker restart or a lost connection. A Publish call that meets a
 // lost connection returns an error (the relay keeps its rows and publishes
 // them again); a subscriber's unacknowledged messages are redelivered by the
 // broker and deduplicated. Channel-level errors (a missing exchange, a queue

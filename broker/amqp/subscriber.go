@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/internal/batch"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
@@ -59,7 +59,7 @@ type SubscriberConfig struct {
 	// QueueType is Classic (the default, declared as version 2) or Quorum.
 	QueueType QueueType
 	// NoDeclare skips declaring the exchange, the queue and its bindings,
-	// which must then exist. Delay queues for retries are still declared.
+	// which must then exist.
 	NoDeclare bool
 	// Workers is how many batches are handled at once. Messages with the same
 	// key header (the aggregate id) always go to the same worker, so one
@@ -131,23 +131,29 @@ func (c SubscriberConfig) validate() error {
 
 // Subscriber consumes a queue and feeds an idempotent consumer. It acks a
 // message only after the consumer's transaction committed (or the message was
-// parked in the failure store). A message the consumer wants retried is
-// republished, with the same body and event id and the attempt header
-// (idem.HeaderAttempt) increased, to a delay queue that dead-letters it back
-// to this queue only, and the original is acked once that copy is
-// confirmed. A broker-redelivered message is not trusted to be a duplicate
-// (nor a new message): it goes through the consumer's deduplication like any
-// other.
+// parked in the failure store).
+//
+// A message the consumer asks to retry stays unacknowledged in the
+// subscriber until its delay has passed, and the later messages of its
+// aggregate (same key header) wait behind it, unacknowledged too, while the
+// other aggregates go on: a retried "order placed" is never overtaken by the
+// "order cancelled" that followed it. When the consumer pauses (its database
+// or a dependency is away), the worker stops taking messages until the
+// pause ends, so RabbitMQ keeps them (up to Prefetch are held). Held
+// messages count toward Prefetch; a subscriber that stops or loses its
+// connection gives them back to the queue. A broker-redelivered message is
+// not trusted to be a duplicate (nor a new message): it goes through the
+// consumer's deduplication like any other.
 //
 // After the connection is lost (broker restart, network) the subscriber
-// reconnects with backoff; messages in progress are redelivered by the broker
-// and deduplicated by the consumer.
+// reconnects with backoff (at most ReconnectMax apart); messages in progress
+// are redelivered by the broker and deduplicated by the consumer.
 type Subscriber struct {
-	cfg      SubscriberConfig
-	deliver  DeliverFunc
-	retryPub *Publisher
-	log      *slog.Logger
-	seed     maphash.Seed
+	cfg     SubscriberConfig
+	deliver DeliverFunc
+	log     *slog.Logger
+	seed    maphash.Seed
+	held    atomic.Int64
 
 	workCtx    context.Context
 	workCancel context.CancelFunc
@@ -169,25 +175,13 @@ func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, erro
 	if deliver == nil {
 		return nil, errors.New("idem: amqp: NewSubscriber: deliver is nil")
 	}
-	// Retry copies go through the default exchange to delay queues, on a
-	// connection of their own.
-	pubCfg := PublisherConfig{ConnConfig: cfg.ConnConfig, NoDeclare: true, Channels: cfg.Workers}
-	if pubCfg.ConnectionName != "" {
-		pubCfg.ConnectionName += " (retries)"
-	}
-	retryPub := &Publisher{
-		cfg: pubCfg,
-		sem: make(chan struct{}, cfg.Workers),
-		bo:  backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax},
-	}
 	return &Subscriber{
-		cfg:      cfg,
-		deliver:  deliver,
-		retryPub: retryPub,
-		log:      cfg.Logger.With("queue", cfg.Queue),
-		seed:     maphash.MakeSeed(),
-		stopCh:   make(chan struct{}),
-		done:     make(chan struct{}),
+		cfg:     cfg,
+		deliver: deliver,
+		log:     cfg.Logger.With("queue", cfg.Queue),
+		seed:    maphash.MakeSeed(),
+		stopCh:  make(chan struct{}),
+		done:    make(chan struct{}),
 	}, nil
 }
 
@@ -259,7 +253,6 @@ func (s *Subscriber) Stop(ctx context.Context) error {
 	if s.workCancel != nil {
 		s.workCancel()
 	}
-	_ = s.retryPub.Close()
 	return err
 }
 
@@ -280,9 +273,6 @@ type session struct {
 	deliveries <-chan amqp091.Delivery
 	chClosed   chan *amqp091.Error
 	connClosed chan *amqp091.Error
-
-	mu       sync.Mutex
-	declared map[time.Duration]string // delay queues declared on this connection
 }
 
 func (ss *session) cancel() { _ = ss.ch.Cancel(ss.tag, false) }
@@ -339,7 +329,6 @@ func (s *Subscriber) connect(ctx context.Context) (*session, error) {
 		tag:        "idem-" + s.cfg.Queue + "-" + uuid.NewString(),
 		chClosed:   ch.NotifyClose(make(chan *amqp091.Error, 1)),
 		connClosed: conn.NotifyClose(make(chan *amqp091.Error, 1)),
-		declared:   map[time.Duration]string{},
 	}
 	ss.deliveries, err = ch.Consume(s.cfg.Queue, ss.tag, false, false, false, false, nil)
 	if err != nil {
@@ -393,15 +382,38 @@ func (s *Subscriber) run(sess *session) {
 
 // serve dispatches the session's deliveries to the workers in batches until
 // the deliveries stop (consumer cancelled or connection lost), then waits for
-// the batches in progress.
+// the workers, which give back what they hold.
 func (s *Subscriber) serve(sess *session) error {
 	ack := newAcker(sess.ch, s.cfg.Prefetch/2, s.log)
+	tr := sessionTransport{s: s, ack: ack}
 	n := s.cfg.Workers
 	batch.Dispatch(sess.deliveries, n, s.cfg.BatchSize, s.cfg.BatchLinger,
 		func(d amqp091.Delivery) int { return s.worker(d, n) },
-		func(b []amqp091.Delivery) { s.handle(sess, ack, b) })
+		func(_ int, batches <-chan []amqp091.Delivery) {
+			w := batch.NewWorker[amqp091.Delivery](tr, batch.WorkerConfig{
+				Deliver:      s.deliverAndFault,
+				Context:      s.workCtx,
+				RequeueDelay: s.cfg.RequeueDelay,
+				Logger:       s.log,
+				OnHeld:       func(n int) { s.held.Add(int64(n)) },
+			})
+			w.Run(batches, s.stopCh)
+		})
 	return sess.closeReason()
 }
+
+// deliverAndFault delivers a batch, then hits the fault point between the
+// consumer's commit and the acknowledgements.
+func (s *Subscriber) deliverAndFault(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+	disps, errs := s.deliver(ctx, ds)
+	fault.Point(FaultAfterCommitBeforeAck)
+	return disps, errs
+}
+
+// Held returns the number of messages held unacknowledged while they, or an
+// earlier message of their aggregate, wait for a retry or the end of a
+// pause.
+func (s *Subscriber) Held() int { return int(s.held.Load()) }
 
 // worker picks the worker of d: by key header, so one aggregate's messages
 // stay in order, else by message id.
@@ -416,148 +428,33 @@ func (s *Subscriber) worker(d amqp091.Delivery, n int) int {
 	return int(maphash.String(s.seed, key) % uint64(n))
 }
 
-// handle gives one batch to the consumer and settles every message.
-func (s *Subscriber) handle(sess *session, ack *acker, batch []amqp091.Delivery) {
-	ds := make([]inbox.Delivery, len(batch))
-	for i, d := range batch {
-		ds[i] = toDelivery(d, s.cfg.Queue)
-	}
-	disps, errs := s.deliver(s.workCtx, ds)
-	fault.Point(FaultAfterCommitBeforeAck)
-
-	var acks, requeueNow, requeueLater []uint64
-	var retries []int
-	for i, d := range batch {
-		switch {
-		case i >= len(disps) || i >= len(errs):
-			requeueLater = append(requeueLater, d.DeliveryTag)
-		case errs[i] != nil:
-			s.log.Error("amqp subscriber: message neither handled nor parked; requeueing it", "event_id", d.MessageId, "error", errs[i])
-			requeueLater = append(requeueLater, d.DeliveryTag)
-		case disps[i].Action == inbox.Ack:
-			acks = append(acks, d.DeliveryTag)
-		case disps[i].Action == inbox.Retry && disps[i].RetryAfter > 0:
-			retries = append(retries, i)
-		default:
-			requeueNow = append(requeueNow, d.DeliveryTag)
-		}
-	}
-	ack.ack(acks)
-	ack.nack(requeueNow)
-	if len(retries) > 0 {
-		requeueLater = append(requeueLater, s.retry(sess, ack, batch, ds, disps, retries)...)
-	}
-	if len(requeueLater) > 0 {
-		t := time.NewTimer(s.cfg.RequeueDelay)
-		select {
-		case <-t.C:
-		case <-s.stopCh:
-			t.Stop()
-		case <-s.workCtx.Done():
-			t.Stop()
-		}
-		ack.nack(requeueLater)
-	}
+// sessionTransport settles a session's deliveries for batch.Worker.
+type sessionTransport struct {
+	s   *Subscriber
+	ack *acker
 }
 
-// retry republishes the messages at retries to their delay queues with
-// attempt+1 and acks each original once its copy is confirmed. It returns the
-// tags of the messages whose copy failed.
-func (s *Subscriber) retry(sess *session, ack *acker, batch []amqp091.Delivery, ds []inbox.Delivery, disps []inbox.Disposition, retries []int) (failed []uint64) {
-	targets := make([]target, 0, len(retries))
-	idx := make([]int, 0, len(retries))
-	for _, i := range retries {
-		bucket := delayBucket(disps[i].RetryAfter)
-		q, err := s.delayQueue(sess, bucket)
-		if err != nil {
-			s.log.Error("amqp subscriber: cannot declare delay queue; requeueing", "error", err)
-			failed = append(failed, batch[i].DeliveryTag)
-			continue
-		}
-		pub := retryCopy(batch[i], ds[i].Attempt+1, disps[i].RetryAfter)
-		targets = append(targets, target{exchange: "", key: q, msg: idem.Message{EventID: ds[i].Message.EventID}, pub: &pub})
-		idx = append(idx, i)
-	}
-	if len(targets) == 0 {
-		return failed
-	}
-	results := broker.Results(s.retryPub.publish(s.workCtx, targets), len(targets))
-	var confirmed []uint64
-	for k, err := range results {
-		d := batch[idx[k]]
-		if err != nil {
-			if errors.Is(err, broker.ErrUnroutable) {
-				sess.forget(targets[k].key)
-			}
-			s.log.Error("amqp subscriber: cannot publish retry copy; requeueing", "event_id", d.MessageId, "error", err)
-			failed = append(failed, d.DeliveryTag)
-			continue
-		}
-		confirmed = append(confirmed, d.DeliveryTag)
-	}
-	ack.ack(confirmed)
-	return failed
+func (t sessionTransport) Key(d amqp091.Delivery) string {
+	k, _ := headerString(d.Headers[HeaderKey])
+	return k
 }
 
-// delayQueue declares (once per connection) the delay queue of bucket.
-func (s *Subscriber) delayQueue(sess *session, bucket time.Duration) (string, error) {
-	sess.mu.Lock()
-	defer sess.mu.Unlock()
-	if name, ok := sess.declared[bucket]; ok {
-		return name, nil
-	}
-	var name string
-	err := declareOnce(sess.conn, func(ch *amqp091.Channel) error {
-		var err error
-		name, err = declareDelayQueue(ch, s.cfg.Queue, bucket)
-		return err
-	})
-	if err != nil {
-		return "", err
-	}
-	sess.declared[bucket] = name
-	return name, nil
+func (t sessionTransport) Delivery(d amqp091.Delivery, attempt int) inbox.Delivery {
+	del := toDelivery(d, t.s.cfg.Queue)
+	del.Attempt += attempt - 1
+	return del
 }
 
-func (ss *session) forget(queue string) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	for b, name := range ss.declared {
-		if name == queue {
-			delete(ss.declared, b)
-		}
-	}
-}
+func (t sessionTransport) Ack(ds []amqp091.Delivery)     { t.ack.ack(tags(ds)) }
+func (t sessionTransport) Release(ds []amqp091.Delivery) { t.ack.nack(tags(ds)) }
+func (t sessionTransport) Touch([]amqp091.Delivery)      {}
 
-// retryCopy returns the copy of d published for attempt, expiring after
-// delay in its delay queue.
-func retryCopy(d amqp091.Delivery, attempt int, delay time.Duration) amqp091.Publishing {
-	headers := make(amqp091.Table, len(d.Headers)+1)
-	for k, v := range d.Headers {
-		switch k {
-		case "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
-			"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason":
-			continue // the broker's record of the previous delay
-		}
-		headers[k] = v
+func tags(ds []amqp091.Delivery) []uint64 {
+	out := make([]uint64, len(ds))
+	for i, d := range ds {
+		out[i] = d.DeliveryTag
 	}
-	headers[idem.HeaderAttempt] = int32(attempt)
-	ms := max(delay.Milliseconds(), 1)
-	return amqp091.Publishing{
-		Headers:         headers,
-		ContentType:     d.ContentType,
-		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    amqp091.Persistent,
-		Priority:        d.Priority,
-		CorrelationId:   d.CorrelationId,
-		ReplyTo:         d.ReplyTo,
-		Expiration:      strconv.FormatInt(ms, 10),
-		MessageId:       d.MessageId,
-		Timestamp:       d.Timestamp,
-		Type:            d.Type,
-		AppId:           d.AppId,
-		Body:            d.Body,
-	}
+	return out
 }
 
 // toDelivery turns an AMQP delivery into what the consumer receives: the

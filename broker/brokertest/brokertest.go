@@ -14,8 +14,9 @@
 // the signature of inbox.Consumer.DeliverBatch. It checks that published
 // messages are confirmed and received intact, that one consumer receives the
 // messages of one key in publishing order, that a delivery the consumer asks
-// to retry comes back with its attempt increased, and that confirmed
-// messages survive a broker restart.
+// to retry comes back with its attempt increased and the later messages of
+// its key wait behind it, that a pause holds messages back without losing or
+// spinning on them, and that confirmed messages survive a broker restart.
 package brokertest
 
 import (
@@ -93,6 +94,8 @@ func Run(t *testing.T, tr Transport) {
 	t.Run("PublishConfirm", func(t *testing.T) { t.Parallel(); testPublishConfirm(t, tr) })
 	t.Run("OrderPerKey", func(t *testing.T) { t.Parallel(); testOrderPerKey(t, tr) })
 	t.Run("RedeliveryOnRetry", func(t *testing.T) { t.Parallel(); testRedelivery(t, tr) })
+	t.Run("OrderThroughRetries", func(t *testing.T) { t.Parallel(); testOrderThroughRetries(t, tr) })
+	t.Run("Pause", func(t *testing.T) { t.Parallel(); testPause(t, tr) })
 }
 
 // NewMessage returns a message of event name with key and a payload holding
@@ -288,6 +291,172 @@ func testRedelivery(t *testing.T, tr Transport) {
 		}
 		if !slices.Equal(attempts, []int{1, 2, 3}) {
 			t.Errorf("message %s: attempts %v, want [1 2 3]", m.EventID, attempts)
+		}
+	}
+}
+
+// settled is a delivery and what the consumer said of it.
+type settled struct {
+	d   inbox.Delivery
+	act inbox.Action
+	at  time.Time
+}
+
+// consumerStandIn behaves as inbox.Consumer.DeliverBatch does towards a
+// transport: decide(d) gives each delivery's action, and within one call a
+// message whose key had an earlier message retried or paused is not
+// attempted (Deferred), as the consumer does to keep an aggregate's order.
+type consumerStandIn struct {
+	mu     sync.Mutex
+	log    []settled
+	decide func(d inbox.Delivery) inbox.Disposition
+	wake   chan struct{}
+}
+
+func (c *consumerStandIn) deliver(_ context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+	disps := make([]inbox.Disposition, len(ds))
+	blocked := map[string]inbox.Disposition{}
+	now := time.Now()
+	c.mu.Lock()
+	for i, d := range ds {
+		k := string(d.Message.Key)
+		if b, ok := blocked[k]; ok && k != "" {
+			disps[i] = inbox.Disposition{Action: b.Action, Outcome: inbox.Deferred, RetryAfter: b.RetryAfter}
+		} else {
+			disps[i] = c.decide(d)
+			if disps[i].Action != inbox.Ack {
+				blocked[k] = disps[i]
+			}
+		}
+		c.log = append(c.log, settled{d: d, act: disps[i].Action, at: now})
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return disps, make([]error, len(ds))
+}
+
+func (c *consumerStandIn) waitFor(t *testing.T, timeout time.Duration, what string, cond func([]settled) bool) []settled {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		got := slices.Clone(c.log)
+		c.mu.Unlock()
+		if cond(got) {
+			return got
+		}
+		select {
+		case <-c.wake:
+		case <-deadline.C:
+			t.Fatalf("timed out after %v waiting for %s; %d deliveries", timeout, what, len(got))
+		}
+	}
+}
+
+func acked(log []settled) map[string]int {
+	n := map[string]int{}
+	for _, s := range log {
+		if s.act == inbox.Ack {
+			n[s.d.Message.EventID.String()]++
+		}
+	}
+	return n
+}
+
+// testOrderThroughRetries: the first message of key "a" is retried twice;
+// the later messages of "a" are applied only after it, in order, and the
+// messages of another key are all applied.
+func testOrderThroughRetries(t *testing.T, tr Transport) {
+	name := "test.order.changed.v1"
+	inst := tr.New(t, Options{EventNames: []string{name}})
+	var msgs, keyA []idem.Message
+	for i := range 6 {
+		a := NewMessage(t, name, "a", i)
+		msgs = append(msgs, a, NewMessage(t, name, "b", i))
+		keyA = append(keyA, a)
+	}
+	first := keyA[0].EventID
+	c := &consumerStandIn{wake: make(chan struct{}, 1)}
+	var fails int
+	c.decide = func(d inbox.Delivery) inbox.Disposition {
+		if d.Message.EventID == first && fails < 2 {
+			fails++
+			return inbox.Disposition{Action: inbox.Retry, Outcome: inbox.Failed, RetryAfter: 200 * time.Millisecond}
+		}
+		return inbox.Disposition{Action: inbox.Ack, Outcome: inbox.Applied}
+	}
+	stop := inst.Subscribe(t, c.deliver)
+	defer stop()
+	publish(t, inst.Publisher, msgs)
+	log := c.waitFor(t, tr.Features.Timeout, "every message applied", func(log []settled) bool {
+		return len(acked(log)) >= len(msgs)
+	})
+	var order []string
+	for _, s := range log {
+		if s.act == inbox.Ack && string(s.d.Message.Key) == "a" {
+			order = append(order, s.d.Message.EventID.String())
+		}
+	}
+	var want []string
+	for _, m := range keyA {
+		want = append(want, m.EventID.String())
+	}
+	if !slices.Equal(order[:min(len(order), len(want))], want) {
+		t.Errorf("key a applied in the order %v, want %v: a later event overtook the retried one", order, want)
+	}
+	if fails != 2 {
+		t.Errorf("the first message failed %d times, want 2", fails)
+	}
+}
+
+// testPause: the consumer pauses (its database is away) for a while. No
+// message is acknowledged meanwhile, a paused message is delivered again no
+// sooner than the pause asked, and afterwards every message is applied.
+func testPause(t *testing.T, tr Transport) {
+	name := "test.thing.paused.v1"
+	inst := tr.New(t, Options{EventNames: []string{name}})
+	var msgs []idem.Message
+	for i := range 30 {
+		msgs = append(msgs, NewMessage(t, name, "k"+strconv.Itoa(i%4), i))
+	}
+	const pause = 200 * time.Millisecond
+	c := &consumerStandIn{wake: make(chan struct{}, 1)}
+	var until time.Time
+	c.decide = func(d inbox.Delivery) inbox.Disposition {
+		now := time.Now()
+		if until.IsZero() {
+			until = now.Add(1500 * time.Millisecond)
+		}
+		if now.Before(until) {
+			return inbox.Disposition{Action: inbox.Pause, Outcome: inbox.Paused, RetryAfter: pause}
+		}
+		return inbox.Disposition{Action: inbox.Ack, Outcome: inbox.Applied}
+	}
+	stop := inst.Subscribe(t, c.deliver)
+	defer stop()
+	publish(t, inst.Publisher, msgs)
+	log := c.waitFor(t, tr.Features.Timeout, "every message applied after the pause", func(log []settled) bool {
+		return len(acked(log)) >= len(msgs)
+	})
+	last := map[string]time.Time{}
+	for _, s := range log {
+		id := s.d.Message.EventID.String()
+		if prev, ok := last[id]; ok && s.at.Sub(prev) < pause*8/10 {
+			t.Errorf("message %s delivered again %v after a pause of %v", id, s.at.Sub(prev), pause)
+		}
+		if s.act == inbox.Pause {
+			last[id] = s.at
+		} else {
+			delete(last, id)
+		}
+	}
+	for _, m := range msgs {
+		if acked(log)[m.EventID.String()] == 0 {
+			t.Errorf("message %s lost", m.EventID)
 		}
 	}
 }

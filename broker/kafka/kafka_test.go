@@ -454,13 +454,21 @@ func TestDebeziumInput(t *testing.T) {
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+	// The third record has no eventType header: it is parked, with its id and
+	// aggregate, never acknowledged as ignored.
 	subscribe(t, c, "debezium", []string{topic}, cons.DeliverBatch)
-	testsvc.WaitFor(t, 30*time.Second, "three Debezium records applied", func() bool {
-		return count(t, pg, `SELECT count(*) FROM effect`) == 3
+	testsvc.WaitFor(t, 30*time.Second, "two Debezium records applied and one parked", func() bool {
+		return count(t, pg, `SELECT count(*) FROM effect`) == 2 && count(t, pg, `SELECT count(*) FROM failed_message`) == 1
 	})
+	var parkedID, parkedErr, parkedKey string
+	if err := pg.DB.QueryRow(`SELECT event_id::text, error, convert_from(message_key, 'UTF8') FROM failed_message`).Scan(&parkedID, &parkedErr, &parkedKey); err != nil {
+		t.Fatal(err)
+	}
+	if parkedID != ids[2].String() || parkedKey != "44" || !strings.Contains(parkedErr, "eventType") {
+		t.Errorf("parked record: id %s key %s error %q; want %s, 44 and a missing eventType", parkedID, parkedKey, parkedErr, ids[2])
+	}
 	mu.Lock()
-	defer mu.Unlock()
-	for i, want := range []string{"42", "43", "44"} {
+	for i, want := range []string{"42", "43"} {
 		ev := got[ids[i]]
 		if ev.AggregateID != want || ev.AggregateType != "order" || string(ev.Payload) != `{"orderId":`+want+`}` {
 			t.Errorf("record %d decoded as %+v (payload %s)", i, ev, ev.Payload)
@@ -469,6 +477,20 @@ func TestDebeziumInput(t *testing.T) {
 	if got[ids[0]].Name != "OrderCreated" {
 		t.Errorf("eventType header not used: %q", got[ids[0]].Name)
 	}
+	mu.Unlock()
+
+	// With a default event name for the topic, a record without eventType
+	// takes it.
+	other, err := newEffectConsumer(pg.Driver, "debezium-default", inbox.RetryPolicy{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subscribe(t, c, "debezium-default", []string{topic}, other.DeliverBatch, func(cfg *kafka.SubscriberConfig) {
+		cfg.DefaultEventNames = map[string]string{topic: "OrderCreated"}
+	})
+	testsvc.WaitFor(t, 30*time.Second, "three records applied with the default name", func() bool {
+		return other.Stats().Applied == 3
+	})
 }
 
 // A consumer joins and another leaves while events are handled: every event

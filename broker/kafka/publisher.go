@@ -202,6 +202,57 @@ func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
 	return nil
 }
 
+// Redeliver produces msgs again, exactly as they were received (key,
+// headers and value unchanged), to the topic of source: "<topic>/<partition>",
+// the source a Subscriber gives its deliveries, which the consumer keeps with
+// a parked message. "idem failed retry" re-drives parked records with it.
+//
+// Kafka has no per-consumer queue: every consumer group reading the topic
+// receives the record again, and those that applied it already skip it as a
+// duplicate. A record with a key goes to the partition of its key, which is
+// the partition it came from as long as the topic's partition count is
+// unchanged, so it stays in order with the rest of its aggregate. It returns
+// once every record is acknowledged, with a *broker.BatchError for those that
+// failed.
+func (p *Publisher) Redeliver(ctx context.Context, source string, msgs []idem.Message) error {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	topic := source
+	if i := strings.LastIndexByte(source, '/'); i >= 0 {
+		topic = source[:i]
+	}
+	if !validTopic(topic) {
+		return fmt.Errorf("idem: kafka: redeliver: source %q does not name a topic (want <topic>/<partition>)", source)
+	}
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		headers := make([]kgo.RecordHeader, 0, len(m.Headers))
+		for k, v := range m.Headers {
+			headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+		rec := &kgo.Record{Topic: topic, Key: m.Key, Value: m.Body, Headers: headers}
+		wg.Add(1)
+		p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			if err != nil {
+				errs[i] = fmt.Errorf("idem: kafka: redeliver %s to %s: %w", m.EventID, topic, err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return &broker.BatchError{Errs: errs}
+		}
+	}
+	return nil
+}
+
 // record returns the Kafka record for m.
 func (p *Publisher) record(m idem.Message) (*kgo.Record, error) {
 	topic, err := p.Topic(m)

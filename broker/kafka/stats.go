@@ -26,6 +26,9 @@ type Stats struct {
 	DeadLettered uint64
 	// Retries counts deliveries the consumer asked to retry.
 	Retries uint64
+	// Paused counts deliveries the consumer paused on (its database or a
+	// dependency was away); the partition waited and tried them again.
+	Paused uint64
 	// Requeued counts deliveries that could be neither handled nor parked
 	// (the database was unreachable) and were tried again.
 	Requeued uint64
@@ -71,8 +74,8 @@ type PartitionStats struct {
 }
 
 type subStats struct {
-	handled, parked, deadLettered, retries, requeued, commits, commitErrors atomic.Uint64
-	delay                                                                   histogram
+	handled, parked, deadLettered, retries, paused, requeued, commits, commitErrors atomic.Uint64
+	delay                                                                           histogram
 
 	mu        sync.Mutex
 	committed map[tp]int64
@@ -122,6 +125,7 @@ func (s *Subscriber) Stats() Stats {
 		Parked:       s.st.parked.Load(),
 		DeadLettered: s.st.deadLettered.Load(),
 		Retries:      s.st.retries.Load(),
+		Paused:       s.st.paused.Load(),
 		Requeued:     s.st.requeued.Load(),
 		Commits:      s.st.commits.Load(),
 		CommitErrors: s.st.commitErrors.Load(),

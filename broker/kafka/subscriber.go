@@ -102,6 +102,12 @@ type SubscriberConfig struct {
 	// RetryPolicy.MaxAttempts(), or the consumer parks the record in its
 	// failure store first. Defaults to 3.
 	DeadLetterAfter int
+	// DefaultEventNames gives, per topic, the event name of records that
+	// carry none (no "eventType" header: Debezium's Event Router without
+	// table.fields.additional.placement=type:header:eventType). A record
+	// without an event name and without a default is parked by the consumer
+	// as undecodable, never dropped.
+	DefaultEventNames map[string]string
 	// ObserveDelay, when set, is called for every handled record with the
 	// time from the event's occurrence (its outbox commit) to the end of its
 	// handling. It must be fast and safe for concurrent use.
@@ -173,9 +179,12 @@ func (c SubscriberConfig) validate() error {
 // asks for, with its attempt increased: the partition waits, because the
 // order of its records matters. When the consumer's retry policy runs out it
 // parks the record in its failure store (or, with DeadLetter, the subscriber
-// sends it to a dead-letter topic) and the partition moves on. Attempts are
-// counted in memory: a record retried across a restart or a rebalance starts
-// again at attempt 1.
+// sends it to a dead-letter topic) and the partition moves on. The consumer
+// counts failed attempts in its database, so a record retried across a
+// restart or a rebalance keeps its count. When the consumer pauses (its
+// database or a dependency is away), the partition waits the pause and
+// delivers the same records again: no attempt is counted, nothing is
+// parked, and the offset stays where it is.
 //
 // When partitions are revoked by a rebalance, or at Stop, their goroutines
 // finish the batch in progress (retry waits are abandoned) and what is done is
@@ -649,8 +658,8 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 					s.st.handled.Add(1)
 				}
 				s.observe(now, batch[i], disp)
-			case disp.Action == inbox.Retry && s.cfg.DeadLetter && attempts[i] >= s.cfg.DeadLetterAfter:
-				if derr := s.deadLetter(batch[i], attempts[i], disp.Err); derr != nil {
+			case disp.Action == inbox.Retry && s.cfg.DeadLetter && max(attempts[i], disp.Attempts) >= s.cfg.DeadLetterAfter:
+				if derr := s.deadLetter(batch[i], max(attempts[i], disp.Attempts), disp.Err); derr != nil {
 					s.log.Warn("kafka dead-letter produce failed; the partition waits", "offset", batch[i].Offset, "error", derr)
 					wait = max(wait, s.cfg.RequeueDelay)
 				} else {
@@ -658,8 +667,13 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 					s.st.deadLettered.Add(1)
 				}
 			case disp.Action == inbox.Retry:
-				attempts[i]++
-				s.st.retries.Add(1)
+				if disp.Outcome != inbox.Deferred {
+					attempts[i]++
+					s.st.retries.Add(1)
+				}
+				wait = max(wait, disp.RetryAfter)
+			case disp.Action == inbox.Pause:
+				s.st.paused.Add(1)
 				wait = max(wait, disp.RetryAfter)
 			default:
 				s.log.Warn("kafka record got an unknown disposition; the partition waits", "action", disp.Action)
@@ -726,6 +740,9 @@ func (s *Subscriber) delivery(r *kgo.Record, attempt int) inbox.Delivery {
 		}
 	}
 	m.EventName = headers[idem.HeaderEventType]
+	if m.EventName == "" {
+		m.EventName = s.cfg.DefaultEventNames[r.Topic]
+	}
 	if at, ok := strings.CutPrefix(r.Topic, s.cfg.TopicPrefix); ok {
 		m.AggregateType = at
 	}

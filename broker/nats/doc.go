@@ -34,22 +34,25 @@
 // after it returned, that is after the consumer's transaction committed:
 //
 //	Ack                       -> Ack
-//	Retry after d             -> NakWithDelay(d): delivered again after d
+//	Retry after d             -> held, in progress, delivered again after d;
+//	                             later messages of its key wait behind it
+//	Pause for d               -> held; no new message taken for d
 //	parked (failure store)    -> Ack
-//	error (could not park)    -> NakWithDelay(RequeueDelay)
+//	error (could not park)    -> held, delivered again after RequeueDelay
 //
-// The attempt a delivery carries is JetStream's delivery count
-// (NumDelivered), so the consumer's retry policy counts attempts across
-// processes and crashes without a header of idem's own. The consumer's
-// MaxDeliver is unlimited by default: idem's retry policy decides when a
-// message is parked. A message left unacknowledged (a crash between commit
-// and ack, a lost ack) is delivered again after AckWait, with its count
-// increased, and the consumer skips it as a duplicate. While a batch is being
-// handled the subscriber tells JetStream it is in progress, so slow handlers
-// do not cause redeliveries.
+// The consumer counts failed attempts in its database (delivery_attempt),
+// so its retry policy holds across processes and crashes. The attempt a
+// delivery carries, for information, is JetStream's delivery count plus the
+// retries the subscriber made of it. The
+// consumer's MaxDeliver is unlimited by default: idem's retry policy decides
+// when a message is parked. A message left unacknowledged (a crash between
+// commit and ack, a lost ack) is delivered again after AckWait, and the
+// consumer skips it as a duplicate. While a batch is being handled, and
+// while a message is held, the subscriber tells JetStream it is in
+// progress, so slow handlers and retry delays do not cause redeliveries.
 //
 // Messages with the same key go to the same worker, so one aggregate's
-// events are handled in stream order (retries aside).
+// events are handled in stream order, retries included.
 //
 // # Retries from the failure store, and replays
 //

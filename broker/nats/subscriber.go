@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +36,9 @@ const (
 	// RequeueDelayDefault is how long a message that could be neither handled
 	// nor parked waits before it is delivered again.
 	RequeueDelayDefault = time.Second
+	// resumeWaitMax caps the delay between attempts to consume again after
+	// the iterator ended (connection closed, consumer deleted).
+	resumeWaitMax = 2 * time.Second
 )
 
 // FaultAfterHandleBeforeAck is the fault point (internal/fault) hit after the
@@ -156,13 +160,19 @@ func (c SubscriberConfig) FilterSubjects() []string {
 
 // Subscriber reads a durable JetStream pull consumer and feeds an idempotent
 // consumer. It acknowledges a message only after the consumer's transaction
-// committed (or the message was parked in the failure store). The attempt
-// given to the consumer is JetStream's delivery count: a message the consumer
-// asks to retry is negatively acknowledged with the retry delay, and comes
-// back with the count increased; a message left unacknowledged (a crash, a
-// lost acknowledgement) comes back after AckWait, also counted. A message
-// delivered again is not trusted to be a duplicate (nor a new message): it
-// goes through the consumer's deduplication like any other.
+// committed (or the message was parked in the failure store).
+//
+// A message the consumer asks to retry stays unacknowledged in the
+// subscriber (kept in progress, so JetStream does not deliver it again)
+// until its delay has passed, and the later messages of its aggregate (same
+// key header) wait behind it while the other aggregates go on: one
+// aggregate's events are applied in stream order through retries. When the
+// consumer pauses (its database or a dependency is away), the worker stops
+// taking messages until the pause ends; fetching stops once MaxAckPending
+// messages are out. A subscriber that stops gives what it holds back to
+// JetStream (negative acknowledgement). A message delivered again is not
+// trusted to be a duplicate (nor a new message): it goes through the
+// consumer's deduplication like any other.
 //
 // The durable consumer (explicit acks, deliver all) is named after
 // SubscriberConfig.Consumer, so several processes of one service share its
@@ -180,6 +190,8 @@ type Subscriber struct {
 
 	workCtx    context.Context
 	workCancel context.CancelFunc
+
+	held atomic.Int64
 
 	mu     sync.Mutex
 	state  int // 0 new, 1 started, 2 stopping
@@ -375,7 +387,7 @@ func (s *Subscriber) run(iter jetstream.MessagesContext) {
 				break
 			}
 			s.log.Warn("nats subscriber: resume consuming failed", "error", err)
-			wait = min(2*wait, 30*time.Second)
+			wait = min(2*wait, resumeWaitMax)
 		}
 		s.mu.Lock()
 		s.iter = iter
@@ -435,8 +447,23 @@ func (s *Subscriber) serve(iter jetstream.MessagesContext) {
 	n := s.cfg.Workers
 	batch.Dispatch(in, n, s.cfg.BatchSize, s.cfg.BatchLinger,
 		func(m jetstream.Msg) int { return s.worker(m, n) },
-		s.handle)
+		func(_ int, batches <-chan []jetstream.Msg) {
+			w := batch.NewWorker[jetstream.Msg](msgTransport{s}, batch.WorkerConfig{
+				Deliver:      s.deliverBatch,
+				Context:      s.workCtx,
+				RequeueDelay: s.cfg.RequeueDelay,
+				TouchEvery:   s.cfg.AckWait / 3,
+				Logger:       s.log,
+				OnHeld:       func(n int) { s.held.Add(int64(n)) },
+			})
+			w.Run(batches, s.stopCh)
+		})
 }
+
+// Held returns the number of messages held unacknowledged while they, or an
+// earlier message of their aggregate, wait for a retry or the end of a
+// pause.
+func (s *Subscriber) Held() int { return int(s.held.Load()) }
 
 // worker picks the worker of m: by key header, so one aggregate's messages
 // stay in order, else by event id.
@@ -452,62 +479,46 @@ func (s *Subscriber) worker(m jetstream.Msg, n int) int {
 	return int(maphash.String(s.seed, key) % uint64(n))
 }
 
-// handle gives one batch to the consumer and settles every message.
-func (s *Subscriber) handle(batch []jetstream.Msg) {
-	ds := make([]inbox.Delivery, len(batch))
-	for i, m := range batch {
-		ds[i] = s.toDelivery(m)
-	}
-	stopProgress := s.keepInProgress(batch)
-	disps, errs := s.deliver(s.workCtx, ds)
-	stopProgress()
+// deliverBatch hands a batch to the consumer, then hits the fault point
+// between the consumer's commit and the acknowledgements.
+func (s *Subscriber) deliverBatch(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+	disps, errs := s.deliver(ctx, ds)
 	fault.Point(FaultAfterHandleBeforeAck)
+	return disps, errs
+}
 
-	for i, m := range batch {
-		var err error
-		switch {
-		case i >= len(disps) || i >= len(errs):
-			s.log.Error("nats subscriber: no disposition for a message; delivering it again later", "event_id", ds[i].Message.EventID)
-			err = m.NakWithDelay(s.cfg.RequeueDelay)
-		case errs[i] != nil:
-			s.log.Error("nats subscriber: message neither handled nor parked; delivering it again later",
-				"event_id", ds[i].Message.EventID, "error", errs[i])
-			err = m.NakWithDelay(s.cfg.RequeueDelay)
-		case disps[i].Action == inbox.Ack:
-			err = m.Ack()
-		case disps[i].Action == inbox.Retry && disps[i].RetryAfter > 0:
-			err = m.NakWithDelay(disps[i].RetryAfter)
-		default:
-			err = m.Nak()
-		}
-		if err != nil {
+// msgTransport settles JetStream messages for batch.Worker.
+type msgTransport struct{ s *Subscriber }
+
+func (t msgTransport) Key(m jetstream.Msg) string { return m.Headers().Get(HeaderKey) }
+
+func (t msgTransport) Delivery(m jetstream.Msg, attempt int) inbox.Delivery {
+	d := t.s.toDelivery(m)
+	d.Attempt += attempt - 1
+	return d
+}
+
+func (t msgTransport) Ack(ms []jetstream.Msg) {
+	for _, m := range ms {
+		if err := m.Ack(); err != nil {
 			// The message comes back after AckWait and is deduplicated.
-			s.log.Warn("nats subscriber: settle message", "event_id", ds[i].Message.EventID, "error", err)
+			t.s.log.Warn("nats subscriber: acknowledge message", "error", err)
 		}
 	}
 }
 
-// keepInProgress tells JetStream, every AckWait/3, that the batch is still
-// being handled, until the returned function is called.
-func (s *Subscriber) keepInProgress(batch []jetstream.Msg) func() {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(s.cfg.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				for _, m := range batch {
-					_ = m.InProgress()
-				}
-			}
+func (t msgTransport) Release(ms []jetstream.Msg) {
+	for _, m := range ms {
+		if err := m.Nak(); err != nil {
+			t.s.log.Debug("nats subscriber: give back message (it comes back after AckWait)", "error", err)
 		}
-	}()
-	return func() { close(stop); <-done }
+	}
+}
+
+func (t msgTransport) Touch(ms []jetstream.Msg) {
+	for _, m := range ms {
+		_ = m.InProgress()
+	}
 }
 
 // toDelivery turns a JetStream message into what the consumer receives: the

@@ -10,21 +10,19 @@ import (
 
 // Dispatch reads items from in until it is closed and hands them to workers
 // goroutines in batches: each item goes to worker pick(item) (in
-// [0, workers)); a worker's batch is handed to handle when it holds size
-// items or when its first item has waited linger. When in is closed, the
-// batches still pending are handed over, and Dispatch returns once every
-// worker has finished. Each worker handles its batches one at a time, in
-// order.
-func Dispatch[T any](in <-chan T, workers, size int, linger time.Duration, pick func(T) int, handle func([]T)) {
+// [0, workers)); a worker's batch is sent to it when it holds size items or
+// when its first item has waited linger. Each worker runs work(i, batches)
+// on its own channel of batches, which it must read until it is closed (a
+// worker that stops reading holds every worker back: that is how a paused
+// consumer stops fetching). When in is closed, the batches still pending
+// are sent, the channels closed, and Dispatch returns once every work has
+// returned.
+func Dispatch[T any](in <-chan T, workers, size int, linger time.Duration, pick func(T) int, work func(worker int, batches <-chan []T)) {
 	queues := make([]chan []T, workers)
 	var wg sync.WaitGroup
 	for i := range queues {
 		queues[i] = make(chan []T, 1)
-		wg.Go(func() {
-			for b := range queues[i] {
-				handle(b)
-			}
-		})
+		wg.Go(func() { work(i, queues[i]) })
 	}
 	pending := make([][]T, workers)
 	since := make([]time.Time, workers)

@@ -9,6 +9,7 @@
 //	idem_kafka_committed_offset                  gauge, per partition
 //	idem_kafka_handled_total                     counter
 //	idem_kafka_retries_total                     counter
+//	idem_kafka_paused_total                      counter
 //	idem_kafka_parked_total                      counter
 //	idem_kafka_dead_lettered_total               counter
 //	idem_kafka_requeued_total                    counter
@@ -35,9 +36,9 @@ type Collector struct {
 	src   Source
 	group string
 
-	lag, committed                                                  *prometheus.Desc
-	handled, retries, parked, deadLettered, requeued, commits, cErr *prometheus.Desc
-	delay                                                           *prometheus.Desc
+	lag, committed                                                          *prometheus.Desc
+	handled, retries, paused, parked, deadLettered, requeued, commits, cErr *prometheus.Desc
+	delay                                                                   *prometheus.Desc
 }
 
 // NewCollector returns a collector of src's metrics, labelled with group.
@@ -54,6 +55,7 @@ func NewCollector(src Source, group string) *Collector {
 		committed:    d("committed_offset", "Last committed offset of the partition.", part),
 		handled:      d("handled_total", "Records applied, skipped as duplicates or ignored.", nil),
 		retries:      d("retries_total", "Deliveries the consumer asked to retry.", nil),
+		paused:       d("paused_total", "Deliveries the consumer paused on (its database or a dependency was away).", nil),
 		parked:       d("parked_total", "Records parked in the failure store.", nil),
 		deadLettered: d("dead_lettered_total", "Records sent to a dead-letter topic.", nil),
 		requeued:     d("requeued_total", "Deliveries neither handled nor parked, tried again.", nil),
@@ -65,7 +67,7 @@ func NewCollector(src Source, group string) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lag, c.committed, c.handled, c.retries, c.parked, c.deadLettered, c.requeued, c.commits, c.cErr, c.delay} {
+	for _, d := range []*prometheus.Desc{c.lag, c.committed, c.handled, c.retries, c.paused, c.parked, c.deadLettered, c.requeued, c.commits, c.cErr, c.delay} {
 		ch <- d
 	}
 }
@@ -87,6 +89,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.handled, st.Handled)
 	counter(c.retries, st.Retries)
+	counter(c.paused, st.Paused)
 	counter(c.parked, st.Parked)
 	counter(c.deadLettered, st.DeadLettered)
 	counter(c.requeued, st.Requeued)
