@@ -10,22 +10,15 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
-	"syscall"
 	"testing"
+
+	"github.com/idem-go/idem/internal/testlock"
 )
 
 // URLEnv names the variable holding the test node's URL.
 const URLEnv = "IDEM_TEST_AMQP_URL"
 
-var (
-	mu        sync.Mutex
-	cond      = sync.NewCond(&mu)
-	lockFile  *os.File
-	shared    int
-	exclusive bool
-)
+var lock = testlock.New("rabbitmq")
 
 func url(t testing.TB) string {
 	t.Helper()
@@ -36,60 +29,12 @@ func url(t testing.TB) string {
 	return u
 }
 
-func file(t testing.TB) *os.File {
-	t.Helper()
-	if lockFile == nil {
-		dir := os.Getenv("IDEM_TEST_DIR")
-		if dir == "" {
-			dir = os.TempDir()
-		}
-		f, err := os.OpenFile(filepath.Join(dir, "rabbitmq.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			t.Fatalf("open RabbitMQ test lock: %v", err)
-		}
-		lockFile = f
-	}
-	return lockFile
-}
-
-func flock(t testing.TB, how int) {
-	t.Helper()
-	for {
-		err := syscall.Flock(int(file(t).Fd()), how)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("lock RabbitMQ test node: %v", err)
-		}
-		return
-	}
-}
-
 // URL returns the test node's URL, or fails the test when it is not set. The
 // node is not restarted by another test until this test ends.
 func URL(t testing.TB) string {
 	t.Helper()
 	u := url(t)
-	mu.Lock()
-	defer mu.Unlock()
-	if exclusive {
-		// The test holding the node exclusively (or one of its subtests).
-		return u
-	}
-	if shared == 0 {
-		flock(t, syscall.LOCK_SH)
-	}
-	shared++
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		shared--
-		if shared == 0 {
-			flock(t, syscall.LOCK_UN)
-		}
-		cond.Broadcast()
-	})
+	lock.Shared(t)
 	return u
 }
 
@@ -99,20 +44,7 @@ func URL(t testing.TB) string {
 func Exclusive(t testing.TB) string {
 	t.Helper()
 	u := url(t)
-	mu.Lock()
-	defer mu.Unlock()
-	for shared > 0 {
-		cond.Wait()
-	}
-	flock(t, syscall.LOCK_EX)
-	exclusive = true
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		exclusive = false
-		flock(t, syscall.LOCK_UN)
-		cond.Broadcast()
-	})
+	lock.Exclusive(t)
 	return u
 }
 
@@ -131,10 +63,7 @@ func Restart(t testing.TB) {
 
 func script(t testing.TB, env string) {
 	t.Helper()
-	mu.Lock()
-	ok := exclusive
-	mu.Unlock()
-	if !ok {
+	if !lock.HeldExclusively() {
 		t.Fatalf("testamqp: call Exclusive before stopping or starting the node")
 	}
 	path := os.Getenv(env)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -20,20 +21,67 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/testlock"
 	"github.com/idem-go/idem/migrate"
 )
 
 // PostgresURLEnv names the variable holding the test PostgreSQL server's URL.
 const PostgresURLEnv = "IDEM_TEST_POSTGRES_URL"
 
-// PostgresURL returns the test server URL or fails the test.
-func PostgresURL(t testing.TB) string {
+// pgLock keeps the test PostgreSQL server up while tests use it: see
+// PostgresExclusive.
+var pgLock = testlock.New("postgres")
+
+func postgresURL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv(PostgresURLEnv)
 	if u == "" {
 		t.Fatalf("%s is not set: run the tests with `make test`, which starts a private PostgreSQL server", PostgresURLEnv)
 	}
 	return u
+}
+
+// PostgresURL returns the test server URL or fails the test. The server is
+// not stopped by another test until this test ends.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	u := postgresURL(t)
+	pgLock.Shared(t)
+	return u
+}
+
+// PostgresExclusive returns the test server URL and holds the server alone
+// until the test ends, so that it may call StopPostgres and StartPostgres:
+// every other test of the run that uses PostgreSQL waits meanwhile. Call it
+// first, in a test that does not run in parallel.
+func PostgresExclusive(t testing.TB) string {
+	t.Helper()
+	u := postgresURL(t)
+	pgLock.Exclusive(t)
+	return u
+}
+
+// StopPostgres stops the test server, keeping its data; the test must hold
+// it (PostgresExclusive).
+func StopPostgres(t testing.TB) { t.Helper(); pgScript(t, "IDEM_TEST_POSTGRES_STOP") }
+
+// StartPostgres starts the test server again and waits until it accepts
+// connections.
+func StartPostgres(t testing.TB) { t.Helper(); pgScript(t, "IDEM_TEST_POSTGRES_START") }
+
+func pgScript(t testing.TB, env string) {
+	t.Helper()
+	if !pgLock.HeldExclusively() {
+		t.Fatalf("testdb: call PostgresExclusive before stopping or starting the server")
+	}
+	path := os.Getenv(env)
+	if path == "" {
+		t.Fatalf("%s is not set: run the tests with `make test`, which starts a private PostgreSQL server", env)
+	}
+	out, err := exec.Command(path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, out)
+	}
 }
 
 // PG is a fresh PostgreSQL schema with idem's tables, used through search_path.
@@ -210,6 +258,13 @@ var errMissingURL = errors.New(PostgresURLEnv + " is not set: run the tests with
 // runs setup statements in it, runs the tests, drops it, checks for leaked
 // goroutines when the tests passed, and returns the exit code.
 func RunWithExampleDatabase(m interface{ Run() int }, leakCheck func() error, setup ...string) int {
+	// The examples have no *testing.T: hold the server for the whole run.
+	release, err := pgLock.SharedForProcess()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer release()
 	url, drop, err := ExampleDatabase()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -24,6 +24,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -52,13 +56,18 @@ type Config struct {
 	// "idem-embedded".
 	ServerName string
 	// SyncAlways makes JetStream write and sync each message to disk before
-	// acknowledging it. Without it, a message is written within a few
+	// acknowledging it, so that an acknowledged message survives a crash of
+	// the machine. Without it, a message is written within a few
 	// milliseconds and synced every two minutes: a crash of the process can
-	// lose what was acknowledged in the last milliseconds (a crash of the
-	// machine, the last two minutes).
+	// lose what was acknowledged in the last milliseconds, a crash of the
+	// machine the last two minutes, although a relay has already marked
+	// those messages published. Applications that use the embedded server
+	// as their broker should set it (the shop does, by default).
 	SyncAlways bool
 	// MaxStore caps the disk space of JetStream, in bytes. Defaults to the
-	// server's own default (a share of the free space).
+	// size of the file system holding Dir: the disk itself is the limit (the
+	// server's own default, the space free at start, would refuse messages
+	// for good after a start on a nearly full disk).
 	MaxStore int64
 	// StartTimeout bounds the wait for the server to be ready. Defaults to
 	// 30s.
@@ -68,10 +77,23 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// RecoverEveryDefault is how often a server whose JetStream was disabled
+// tries to enable it again.
+const RecoverEveryDefault = time.Second
+
 // Server is a running embedded NATS server.
 type Server struct {
-	cfg Config
-	ns  *server.Server
+	cfg  Config
+	dir  string
+	ns   *server.Server
+	quit chan struct{}
+	done chan struct{}
+	stop sync.Once
+	// writeFailed is set when JetStream failed to write to disk: a
+	// file store keeps that error and refuses every later write.
+	writeFailed atomic.Bool
+	// maxMemory is JetStream's memory limit, as the server chose it.
+	maxMemory int64
 }
 
 // Start starts a server with JetStream on cfg.Dir and waits until it accepts
@@ -88,6 +110,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("idem: nats embedded: %w", err)
+	}
+	if cfg.MaxStore == 0 {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err == nil {
+			cfg.MaxStore = int64(st.Blocks) * int64(st.Bsize)
+		}
 	}
 	opts := &server.Options{
 		ServerName:        cfg.ServerName,
@@ -118,9 +146,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idem: nats embedded: %w", err)
 	}
-	if cfg.Logger != nil {
-		ns.SetLoggerV2(slogLogger{cfg.Logger}, false, false, false)
-	}
+	srv := &Server{cfg: cfg, dir: dir, ns: ns, quit: make(chan struct{}), done: make(chan struct{})}
+	ns.SetLoggerV2(slogLogger{l: cfg.Logger, writeFailed: func() { srv.writeFailed.Store(true) }}, false, false, false)
 	go ns.Start()
 	deadline := cfg.StartTimeout
 	if d, ok := ctx.Deadline(); ok {
@@ -131,7 +158,84 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ns.WaitForShutdown()
 		return nil, fmt.Errorf("idem: nats embedded: server on %s not ready after %v", dir, deadline)
 	}
-	return &Server{cfg: cfg, ns: ns}, nil
+	if jc := ns.JetStreamConfig(); jc != nil {
+		srv.maxMemory = jc.MaxMemory
+	}
+	go srv.recoverJetStream(RecoverEveryDefault)
+	return srv, nil
+}
+
+// minFreeToRecover is the free disk space the server waits for before it
+// restarts JetStream after a write failure.
+const minFreeToRecover = 4 << 20
+
+// recoverJetStream restarts JetStream after a write to disk failed, once
+// space is back, and enables it again if the server disabled it. When a disk
+// fills up, a NATS server's file store keeps the write error and refuses
+// every later message of the stream, without an answer (publishes time out),
+// until the process restarts; on some errors the server disables JetStream
+// instead. Restarting JetStream reloads the streams and consumers from disk,
+// with every message acknowledged before the failure.
+func (s *Server) recoverJetStream(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var failures int
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		failed, enabled := s.writeFailed.Load(), s.ns.JetStreamEnabled()
+		if (!failed && enabled) || !s.ns.Running() {
+			continue
+		}
+		if free := s.free(); free < minFreeToRecover {
+			if failures%30 == 0 {
+				s.logger().Error("nats embedded: JetStream cannot write to disk; waiting for free space, publishes fail until then",
+					"dir", s.dir, "free_bytes", free)
+			}
+			failures++
+			continue
+		}
+		s.writeFailed.Store(false)
+		if enabled {
+			if err := s.ns.ShutdownJetStream(); err != nil {
+				s.logger().Error("nats embedded: stop JetStream after a write failure", "error", err)
+			}
+		}
+		err := s.ns.EnableJetStream(&server.JetStreamConfig{
+			StoreDir: s.dir, MaxStore: s.cfg.MaxStore, SyncAlways: s.cfg.SyncAlways, Strict: true,
+			MaxMemory: s.maxMemory,
+		})
+		if err != nil && !s.ns.JetStreamEnabled() {
+			s.writeFailed.Store(true)
+			if failures%30 == 0 {
+				s.logger().Error("nats embedded: JetStream cannot be started again; publishes fail until it is", "dir", s.dir, "error", err)
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		s.logger().Warn("nats embedded: JetStream restarted after a disk write failure; streams and consumers reloaded", "dir", s.dir)
+	}
+}
+
+// free returns the free space of the store's file system.
+func (s *Server) free() int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(s.dir, &st); err != nil {
+		return 0
+	}
+	return int64(st.Bavail) * int64(st.Bsize)
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.cfg.Logger != nil {
+		return s.cfg.Logger
+	}
+	return slog.Default()
 }
 
 // ClientURL returns the URL other processes connect to, or "" when the
@@ -169,8 +273,10 @@ func (s *Server) NATSServer() *server.Server { return s.ns }
 // writes what it holds to disk. It waits until the server has stopped, or
 // ctx ends (the server keeps stopping in the background).
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop.Do(func() { close(s.quit) })
 	done := make(chan struct{})
 	go func() {
+		<-s.done
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
 		close(done)
@@ -183,12 +289,34 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// slogLogger adapts a *slog.Logger to the server's logger.
-type slogLogger struct{ l *slog.Logger }
+// slogLogger adapts a *slog.Logger (nil: log nothing) to the server's
+// logger, and calls writeFailed when the server reports that a write to
+// disk failed for lack of space: the server exposes that condition in its
+// log only (it recognises it by the same text, "no space left").
+type slogLogger struct {
+	l           *slog.Logger
+	writeFailed func()
+}
 
-func (l slogLogger) Noticef(format string, v ...any) { l.l.Debug(fmt.Sprintf(format, v...)) }
-func (l slogLogger) Warnf(format string, v ...any)   { l.l.Warn(fmt.Sprintf(format, v...)) }
-func (l slogLogger) Fatalf(format string, v ...any)  { l.l.Error(fmt.Sprintf(format, v...)) }
-func (l slogLogger) Errorf(format string, v ...any)  { l.l.Error(fmt.Sprintf(format, v...)) }
-func (l slogLogger) Debugf(format string, v ...any)  { l.l.Debug(fmt.Sprintf(format, v...)) }
+func (l slogLogger) log(level slog.Level, format string, v ...any) {
+	if l.l != nil {
+		l.l.Log(context.Background(), level, fmt.Sprintf(format, v...))
+	}
+}
+
+func (l slogLogger) Noticef(format string, v ...any) { l.log(slog.LevelDebug, format, v...) }
+func (l slogLogger) Warnf(format string, v ...any)   { l.log(slog.LevelWarn, format, v...) }
+func (l slogLogger) Fatalf(format string, v ...any)  { l.errorf(format, v...) }
+func (l slogLogger) Errorf(format string, v ...any)  { l.errorf(format, v...) }
+func (l slogLogger) Debugf(format string, v ...any)  { l.log(slog.LevelDebug, format, v...) }
 func (l slogLogger) Tracef(format string, v ...any)  {}
+
+func (l slogLogger) errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if strings.Contains(msg, "no space left") {
+		l.writeFailed()
+	}
+	if l.l != nil {
+		l.l.Error(msg)
+	}
+}
