@@ -18,4 +18,19 @@
 //     idempotency keys and can be told to drop its answers.
 //
 // The shop command (cmd/shop) runs them, in one process or several.
+//
+// # Input that can never succeed
+//
+// A consumer receives whatever was published, not only what the shop's own
+// services wrote: a message typed by hand, another team's producer, an old
+// version. Every handler starts with Decode, which reads the payload into
+// its type and checks it with the type's Validate method, the same rules as
+// the order API (ids, one to MaxLines lines, one line per product,
+// quantities NormalizeQuantity accepts). A payload that breaks them is
+// returned as idem.Permanent(err), err saying which field is wrong: the
+// consumer parks the message in its failure store at once, without
+// applying or retrying it, where "idem failed" shows it. Handlers of any
+// idem application should do the same for input that retrying cannot fix,
+// and return other errors as they are (retried), or wrapped with
+// idem.Transient when a dependency is away for now.
 package shop

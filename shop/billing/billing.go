@@ -13,7 +13,6 @@ package billing
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -121,9 +120,9 @@ func (s *Service) Consumers() []*inbox.Consumer[*sql.Tx] {
 }
 
 func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	var p shop.OrderPlacedV1
-	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
-		return idem.Permanent(fmt.Errorf("payload of %s is not an OrderPlacedV1: %v", ev.Name, err))
+	p, err := shop.Decode[shop.OrderPlacedV1](ev)
+	if err != nil {
+		return err
 	}
 	invoiceID := idem.NewEventID().String()
 	res, err := tx.ExecContext(ctx, s.db.Pick(qInsertInvoice), invoiceID, p.OrderID, p.CustomerID, len(p.Lines), time.Now().UTC())
@@ -142,9 +141,9 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) 
 }
 
 func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	var p shop.InvoiceCreatedV1
-	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
-		return idem.Permanent(fmt.Errorf("payload of %s is not an InvoiceCreatedV1: %v", ev.Name, err))
+	p, err := shop.Decode[shop.InvoiceCreatedV1](ev)
+	if err != nil {
+		return err
 	}
 	e, err := s.mail.SendEmail(ctx, EmailKey(p.OrderID), p.CustomerID+"@customers.example", "Your invoice "+p.InvoiceID)
 	if err != nil {

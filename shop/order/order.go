@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
 
@@ -41,7 +40,7 @@ const (
 )
 
 // MaxLines is the largest number of lines an order may have.
-const MaxLines = 100
+const MaxLines = shop.MaxLines
 
 // Migrations returns the order service's own migrations.
 func Migrations() store.Migrations { return migrations }
@@ -97,9 +96,9 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("service", "order"),
 	}
-	c.Handle(shop.PreparationCreated, s.onFulfilment(FulfilmentPreparing, 1))
-	c.Handle(shop.ShipmentRequested, s.onFulfilment(FulfilmentShipment, 2))
-	c.Handle(shop.PreparationCancelled, s.onFulfilment(FulfilmentCancelled, 3))
+	c.Handle(shop.PreparationCreated, s.onPreparationCreated)
+	c.Handle(shop.ShipmentRequested, s.onShipmentRequested)
+	c.Handle(shop.PreparationCancelled, s.onPreparationCancelled)
 	return s, nil
 }
 
@@ -158,29 +157,6 @@ type Order struct {
 	CreatedAt  time.Time     `json:"created_at"`
 }
 
-var (
-	quantityRE = regexp.MustCompile(`^([0-9]{1,9})(?:\.([0-9]{1,3}))?$`)
-	idRE       = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,100}$`)
-)
-
-// normalizeQuantity checks a decimal quantity and writes it with three
-// decimals ("2" -> "2.000").
-func normalizeQuantity(q string) (string, error) {
-	m := quantityRE.FindStringSubmatch(q)
-	if m == nil {
-		return "", fmt.Errorf("quantity %q is not a decimal string such as \"2.000\"", q)
-	}
-	intPart := strings.TrimLeft(m[1], "0")
-	if intPart == "" {
-		intPart = "0"
-	}
-	frac := m[2] + strings.Repeat("0", 3-len(m[2]))
-	if intPart == "0" && frac == "000" {
-		return "", fmt.Errorf("quantity %q must be positive", q)
-	}
-	return intPart + "." + frac, nil
-}
-
 func parsePlace(body []byte) (PlaceRequest, error) {
 	var req PlaceRequest
 	dec := json.NewDecoder(strings.NewReader(string(body)))
@@ -188,7 +164,7 @@ func parsePlace(body []byte) (PlaceRequest, error) {
 	if err := dec.Decode(&req); err != nil {
 		return req, fmt.Errorf("body is not a valid order: %v", err)
 	}
-	if !idRE.MatchString(req.CustomerID) {
+	if !shop.ValidID(req.CustomerID) {
 		return req, errors.New("customer_id must be 1 to 100 letters, digits, '.', '_', ':' or '-'")
 	}
 	if len(req.Lines) == 0 || len(req.Lines) > MaxLines {
@@ -196,14 +172,14 @@ func parsePlace(body []byte) (PlaceRequest, error) {
 	}
 	seen := map[string]bool{}
 	for i, l := range req.Lines {
-		if !idRE.MatchString(l.ProductID) {
+		if !shop.ValidID(l.ProductID) {
 			return req, fmt.Errorf("lines[%d].product_id must be 1 to 100 letters, digits, '.', '_', ':' or '-'", i)
 		}
 		if seen[l.ProductID] {
 			return req, fmt.Errorf("lines[%d]: product %s appears twice; use one line per product", i, l.ProductID)
 		}
 		seen[l.ProductID] = true
-		q, err := normalizeQuantity(l.Quantity)
+		q, err := shop.NormalizeQuantity(l.Quantity)
 		if err != nil {
 			return req, fmt.Errorf("lines[%d]: %v", i, err)
 		}
@@ -415,24 +391,39 @@ func (s *Service) Get(ctx context.Context, id string) (Order, error) {
 	return o, rows.Err()
 }
 
-// onFulfilment moves an order's fulfilment forward to rank; an event that
-// arrives after a later one changes nothing.
-func (s *Service) onFulfilment(fulfilment string, rank int) inbox.HandlerFunc[*sql.Tx] {
-	return func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-		var p struct {
-			OrderID  string `json:"orderId"`
-			PickupID string `json:"pickupId"`
-		}
-		if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
-			return idem.Permanent(fmt.Errorf("payload of %s has no orderId: %v", ev.Name, err))
-		}
-		var pickup any
-		if p.PickupID != "" {
-			pickup = p.PickupID
-		}
-		_, err := tx.ExecContext(ctx, s.db.Q(qFulfilment), fulfilment, rank, pickup, time.Now().UTC(), p.OrderID, rank)
+func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.PreparationCreatedV1](ev)
+	if err != nil {
 		return err
 	}
+	return s.advance(ctx, tx, p.OrderID, FulfilmentPreparing, 1, "")
+}
+
+func (s *Service) onShipmentRequested(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.ShipmentRequestedV1](ev)
+	if err != nil {
+		return err
+	}
+	return s.advance(ctx, tx, p.OrderID, FulfilmentShipment, 2, p.PickupID)
+}
+
+func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.PreparationCancelledV1](ev)
+	if err != nil {
+		return err
+	}
+	return s.advance(ctx, tx, p.OrderID, FulfilmentCancelled, 3, "")
+}
+
+// advance moves an order's fulfilment forward to rank, with pickupID when
+// it is not empty; an event that arrives after a later one changes nothing.
+func (s *Service) advance(ctx context.Context, tx *sql.Tx, orderID, fulfilment string, rank int, pickupID string) error {
+	var pickup any
+	if pickupID != "" {
+		pickup = pickupID
+	}
+	_, err := tx.ExecContext(ctx, s.db.Q(qFulfilment), fulfilment, rank, pickup, time.Now().UTC(), orderID, rank)
+	return err
 }
 
 func problem(w http.ResponseWriter, status int, detail string) {

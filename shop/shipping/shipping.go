@@ -21,7 +21,6 @@ package shipping
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -188,21 +187,12 @@ func beforeCommit(h inbox.HandlerFunc[*sql.Tx]) inbox.HandlerFunc[*sql.Tx] {
 	}
 }
 
-func orderID(ev idem.Event) (string, error) {
-	var p struct {
-		OrderID string `json:"orderId"`
-	}
-	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
-		return "", idem.Permanent(fmt.Errorf("payload of %s has no orderId: %v", ev.Name, err))
-	}
-	return p.OrderID, nil
-}
-
 func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	id, err := orderID(ev)
+	p, err := shop.Decode[shop.OrderPlacedV1](ev)
 	if err != nil {
 		return err
 	}
+	id := p.OrderID
 	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), id, ev.AggregateVersion, "placed"); err != nil {
 		return err
 	}
@@ -234,10 +224,11 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) 
 }
 
 func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	id, err := orderID(ev)
+	p, err := shop.Decode[shop.OrderCancelledV1](ev)
 	if err != nil {
 		return err
 	}
+	id := p.OrderID
 	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), id, ev.AggregateVersion, "cancelled"); err != nil {
 		return err
 	}
@@ -261,10 +252,11 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 }
 
 func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	id, err := orderID(ev)
+	p, err := shop.Decode[shop.PreparationCreatedV1](ev)
 	if err != nil {
 		return err
 	}
+	id := p.OrderID
 	// Lock the preparation so that a cancellation waits for the pickup
 	// request, or the request sees the cancellation.
 	var prepID, status string
@@ -286,15 +278,15 @@ func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.
 		return nil
 	}
 	key := ShipmentKey(id)
-	p, err := s.carrier.RequestPickup(ctx, id, key)
+	pickup, err := s.carrier.RequestPickup(ctx, id, key)
 	if err != nil {
 		return fmt.Errorf("request pickup for order %s: %w", id, err)
 	}
-	if _, err := tx.ExecContext(ctx, s.db.Q(qInsertShipment), id, p.ID, key, time.Now().UTC()); err != nil {
+	if _, err := tx.ExecContext(ctx, s.db.Q(qInsertShipment), id, pickup.ID, key, time.Now().UTC()); err != nil {
 		return err
 	}
 	out, err := idem.NewEvent(shop.ShipmentRequested, shop.AggregatePreparation, id,
-		shop.ShipmentRequestedV1{OrderID: id, PickupID: p.ID, IdempotencyKey: key})
+		shop.ShipmentRequestedV1{OrderID: id, PickupID: pickup.ID, IdempotencyKey: key})
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ package stock
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -83,13 +82,14 @@ func New(db *store.DB, log *slog.Logger) (*Service, error) {
 func (s *Service) Consumer() *inbox.Consumer[*sql.Tx] { return s.consumer }
 
 func (s *Service) reserve(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	var p shop.OrderPlacedV1
-	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
-		return idem.Permanent(fmt.Errorf("payload of %s is not an OrderPlacedV1: %v", ev.Name, err))
+	p, err := shop.Decode[shop.OrderPlacedV1](ev)
+	if err != nil {
+		return err
 	}
 	now := time.Now().UTC()
 	for _, l := range p.Lines {
-		if _, err := tx.ExecContext(ctx, s.db.Q(qInsertReservation), idem.NewEventID().String(), p.OrderID, l.ProductID, l.Quantity, now); err != nil {
+		q, _ := shop.NormalizeQuantity(l.Quantity) // checked by Decode
+		if _, err := tx.ExecContext(ctx, s.db.Q(qInsertReservation), idem.NewEventID().String(), p.OrderID, l.ProductID, q, now); err != nil {
 			return fmt.Errorf("reserve %s for order %s: %w", l.ProductID, p.OrderID, err)
 		}
 	}
