@@ -15,18 +15,24 @@
 package carrier
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/shop/store"
 )
 
@@ -308,7 +314,14 @@ func httpError(w http.ResponseWriter, status int, msg string) {
 // pickup with the reference.
 var ErrNoPickup = errors.New("carrier: no pickup with this reference")
 
-// Client calls the carrier.
+// Client calls the carrier. Its errors say what a retry can do, as a
+// consumer's handler must: a failure of the carrier of the moment (a 5xx,
+// 408, 409 or 429 answer, a refused, reset or dropped connection, a
+// timeout) is wrapped with idem.Transient, so that the consumer waits and
+// tries again without counting attempts; an answer that refuses the request
+// (any other 4xx) is wrapped with idem.Permanent, so that the message is
+// parked. Every call sends the same idempotency key at every attempt, so a
+// retry never does the work twice.
 type Client struct {
 	// BaseURL is the carrier's address, such as http://127.0.0.1:8080/carrier.
 	BaseURL string
@@ -330,34 +343,91 @@ func (c *Client) post(ctx context.Context, path, key string, body, out any) erro
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytesReader(raw))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytes.NewReader(raw))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	return c.do(req, out)
+}
+
+// do sends req and decodes a 200 or 201 answer into out. Its errors say
+// what retrying can do (see Client).
+func (c *Client) do(req *http.Request, out any) error {
+	what := "carrier: " + req.Method + " " + strings.TrimPrefix(req.URL.Path, c.basePath())
 	resp, err := c.http().Do(req)
 	if err != nil {
-		return err
+		return transportError(req.Context(), fmt.Errorf("%s: %w", what, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("carrier: POST %s: %s: %s", path, resp.Status, msg)
+		return statusError(resp, fmt.Errorf("%s: %s: %s", what, resp.Status, bytes.TrimSpace(msg)))
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		// A body cut short is a connection lost mid-answer.
+		return transportError(req.Context(), fmt.Errorf("%s: read the answer: %w", what, err))
+	}
+	return nil
+}
+
+func (c *Client) basePath() string {
+	if u, err := url.Parse(c.BaseURL); err == nil {
+		return u.Path
+	}
+	return ""
+}
+
+// statusError classifies an HTTP error status: 408, 409 (a request with
+// the same key still running), 429 and 5xx say that the carrier cannot
+// answer now, and are transient; any other 4xx says that this request will
+// never succeed, and is permanent.
+func statusError(resp *http.Response, err error) error {
+	switch code := resp.StatusCode; {
+	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooManyRequests, code >= 500:
+		return idem.Transient(err)
+	case code >= 400:
+		return idem.Permanent(err)
+	}
+	return err // 1xx, 3xx: not an answer this client understands
+}
+
+// transportError classifies an error of the HTTP exchange itself: a
+// refused, reset or dropped connection, a timeout or a name that does not
+// resolve mean that the carrier is away for now (transient). When ctx is
+// done, the caller gave up: err is returned as it is.
+func transportError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	var (
+		netErr net.Error
+		opErr  *net.OpError
+		dnsErr *net.DNSError
+	)
+	switch {
+	case errors.As(err, &netErr) && netErr.Timeout(),
+		errors.As(err, &opErr), errors.As(err, &dnsErr),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return idem.Transient(err)
+	}
+	return err
 }
 
 // RequestPickup asks the carrier to pick up the parcel of reference, with
 // the stable idempotency key key (shipment:<order id>:initial): every
 // attempt of this operation sends the same key, so the carrier creates one
-// pickup whatever the number of attempts. When the answer is lost, the
-// client first looks the pickup up by reference, and asks again (with the
-// same key) only if the carrier has none.
+// pickup whatever the number of attempts. When the answer is lost (or the
+// carrier failed to give one), the client first looks the pickup up by
+// reference, and asks again (with the same key) only if the carrier has
+// none. An answer that refuses the request (a 4xx) is returned at once.
 func (c *Client) RequestPickup(ctx context.Context, reference, key string) (Pickup, error) {
 	var p Pickup
 	err := c.post(ctx, "/pickups", key, map[string]string{"reference": reference}, &p)
-	if err == nil || ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil || idem.IsPermanent(err) {
 		return p, err
 	}
 	found, ferr := c.FindPickup(ctx, reference)
@@ -374,20 +444,12 @@ func (c *Client) RequestPickup(ctx context.Context, reference, key string) (Pick
 
 // FindPickup returns the pickup with reference, or ErrNoPickup.
 func (c *Client) FindPickup(ctx context.Context, reference string) (Pickup, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/pickups?reference="+urlQueryEscape(reference), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/pickups?reference="+url.QueryEscape(reference), nil)
 	if err != nil {
 		return Pickup{}, err
-	}
-	resp, err := c.http().Do(req)
-	if err != nil {
-		return Pickup{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return Pickup{}, fmt.Errorf("carrier: GET /pickups: %s", resp.Status)
 	}
 	var list []Pickup
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+	if err := c.do(req, &list); err != nil {
 		return Pickup{}, err
 	}
 	if len(list) == 0 {
@@ -401,9 +463,9 @@ func (c *Client) SendEmail(ctx context.Context, key, to, subject string) (Email,
 	var e Email
 	body := map[string]string{"to": to, "subject": subject}
 	err := c.post(ctx, "/emails", key, body, &e)
-	if err != nil && ctx.Err() == nil {
-		// Lost answer or transient failure: the same key makes a second
-		// attempt safe.
+	if idem.IsTransient(err) {
+		// Lost answer or a failure of the moment: the same key makes a
+		// second attempt safe.
 		err = c.post(ctx, "/emails", key, body, &e)
 	}
 	return e, err

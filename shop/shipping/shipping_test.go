@@ -154,3 +154,29 @@ func TestImpossibleEventsAreParked(t *testing.T) {
 		t.Fatalf("%d shipments, want 1", n)
 	}
 }
+
+// TestCarrierAwayIsTransient checks that a carrier that cannot be reached
+// makes the pickup request fail as transient (the consumer waits and
+// retries, and parks nothing), with nothing written.
+func TestCarrierAwayIsTransient(t *testing.T) {
+	t.Parallel()
+	db := shoptest.Open(t, "shipping", Migrations())
+	s, err := New(db, &carrier.Client{BaseURL: "http://127.0.0.1:1/carrier"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := shoptest.OrderID()
+	shoptest.Applied(t, s.preparation, shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
+	created := shoptest.Outbox(t, db, shop.PreparationCreated)
+	if len(created) != 1 {
+		t.Fatalf("%d preparation.created events, want 1", len(created))
+	}
+	o, err := s.pickup.Process(context.Background(), created[0])
+	if o != inbox.Failed || !idem.IsTransient(err) || idem.IsPermanent(err) {
+		t.Fatalf("carrier away: %v %v, want a transient failure", o, err)
+	}
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM shipment`) + shoptest.Count(t, db,
+		`SELECT count(*) FROM processed_event WHERE consumer_name = $1`, CarrierConsumer); n != 0 {
+		t.Fatalf("%d shipments or markers written by a failed attempt", n)
+	}
+}
