@@ -1,6 +1,7 @@
 package order
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,9 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
@@ -157,12 +161,22 @@ type Order struct {
 	CreatedAt  time.Time     `json:"created_at"`
 }
 
+// MaxBodyBytes is the largest body POST /orders reads; a larger one is
+// answered 413 Content Too Large.
+const MaxBodyBytes = 1 << 20
+
 func parsePlace(body []byte) (PlaceRequest, error) {
 	var req PlaceRequest
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	if len(bytes.TrimSpace(body)) == 0 {
+		return req, errors.New(`the body is empty; send an order such as {"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return req, fmt.Errorf("body is not a valid order: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, errors.New("the body has data after the JSON order; send one JSON object")
 	}
 	if !shop.ValidID(req.CustomerID) {
 		return req, errors.New("customer_id must be 1 to 100 letters, digits, '.', '_', ':' or '-'")
@@ -188,9 +202,75 @@ func parsePlace(body []byte) (PlaceRequest, error) {
 	return req, nil
 }
 
+// jsonContentType reports why a request's Content-Type is not JSON, or
+// nil when it is: application/json or application/<anything>+json, with or
+// without parameters, in UTF-8 (the only charset JSON has). A request with
+// no Content-Type is refused too: RFC 9110 lets a server take such a body
+// for application/octet-stream, and a browser sends none for a
+// cross-site request that needs no preflight.
+func jsonContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return errors.New("the request has no Content-Type; send the order as JSON with Content-Type: application/json")
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return fmt.Errorf("Content-Type %q cannot be parsed (%v); send Content-Type: application/json", ct, err)
+	}
+	if mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+		return fmt.Errorf("Content-Type %s is not JSON; send the order as JSON with Content-Type: application/json", mt)
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return fmt.Errorf("charset %s is not supported; send the order in UTF-8", cs)
+	}
+	return nil
+}
+
+// idempotencyKey returns the request's Idempotency-Key and whether it has
+// one, or why the header cannot be used: present but empty, sent twice,
+// too long, not UTF-8, or with control characters. Such a request is
+// refused rather than run without a key: its client expects a retry to be
+// safe.
+func idempotencyKey(h http.Header) (string, bool, error) {
+	vals, ok := h[http.CanonicalHeaderKey("Idempotency-Key")]
+	if !ok {
+		return "", false, nil
+	}
+	hint := "; send a unique value such as a UUID, the same at every retry of this order"
+	switch key := vals[0]; {
+	case len(vals) > 1:
+		return "", true, errors.New("the request has several Idempotency-Key headers" + hint)
+	case key == "":
+		return "", true, errors.New("Idempotency-Key is empty" + hint)
+	case len(key) > MaxKeyLength:
+		return "", true, fmt.Errorf("Idempotency-Key is longer than %d bytes%s", MaxKeyLength, hint)
+	case !utf8.ValidString(key):
+		return "", true, errors.New("Idempotency-Key is not valid UTF-8" + hint)
+	case strings.ContainsFunc(key, unicode.IsControl):
+		return "", true, errors.New("Idempotency-Key contains control characters" + hint)
+	default:
+		return key, true, nil
+	}
+}
+
 func (s *Service) place(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err := jsonContentType(r); err != nil {
+		w.Header().Set("Accept-Post", "application/json")
+		problem(w, http.StatusUnsupportedMediaType, err.Error())
+		return
+	}
+	key, hasKey, err := idempotencyKey(r.Header)
+	if err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes, the most this API reads", tooLarge.Limit))
+		return
+	}
 	if err != nil {
 		problem(w, http.StatusBadRequest, "cannot read the body: "+err.Error())
 		return
@@ -200,16 +280,13 @@ func (s *Service) place(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
-	if key == "" {
+	if !hasKey {
 		status, resp, err := s.create(ctx, req, nil)
 		s.respond(w, status, resp, err)
 		return
 	}
-	if len(key) > MaxKeyLength {
-		problem(w, http.StatusBadRequest, fmt.Sprintf("Idempotency-Key is longer than %d characters", MaxKeyLength))
-		return
-	}
+	// The fingerprint is over the exact bytes of the body: a retry must send
+	// the same bytes, not the same order written another way.
 	c, err := s.keys.begin(ctx, key, requestHash(r.Method, r.URL.Path, body))
 	if err != nil {
 		s.respond(w, 0, nil, err)
@@ -227,7 +304,7 @@ func (s *Service) place(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later")
 		return
 	case claimMismatch:
-		problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was already used with a different request body")
+		problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was already used with a different request body (the fingerprint covers the exact bytes); use a new key for a new order")
 		return
 	}
 	status, resp, err := s.create(ctx, req, &c)

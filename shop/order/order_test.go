@@ -53,6 +53,7 @@ type response struct {
 func post(t *testing.T, url, key, body string) response {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url+"/orders", bytes.NewReader([]byte(body)))
+	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
