@@ -8,16 +8,26 @@
 //   - shop/order: the HTTP API that places and cancels orders, writing the
 //     order and its event in one transaction, with Idempotency-Key support;
 //     it also consumes shipping's events to show the fulfilment.
-//   - shop/stock: reserves every line of a placed order (consumer "stock").
+//   - shop/stock: reserves every line of a placed order, and releases the
+//     reservations when the order is cancelled (consumer "stock").
 //   - shop/shipping: creates one preparation per order (consumer
 //     "shipping-preparation-v1") and asks the carrier for a pickup with the
-//     stable key shipment:<order id>:initial (consumer "shipping-carrier-v1").
+//     stable key shipment:<order id>:initial (consumer "shipping-carrier-v1");
+//     on a cancellation, cancels the preparation and any pickup, with the
+//     key shipment:<order id>:cancel.
 //   - shop/billing: one invoice per order, and its e-mail sent after commit
-//     with the key invoice:<order id>:email (consumer "billing-mailer").
+//     with the key invoice:<order id>:email (consumer "billing-mailer"); on
+//     a cancellation, voids the invoice and, if it was e-mailed, says so with
+//     the key invoice:<order id>:void-email.
 //   - shop/carrier: a fake carrier and mail service that honours
 //     idempotency keys and can be told to drop its answers.
 //
 // The shop command (cmd/shop) runs them, in one process or several.
+//
+// A cancel is always accepted and compensated: each service acts on
+// order.order.cancelled.v1 idempotently, whatever it did already, rather
+// than the order service refusing a cancel it cannot know to be too late
+// (it learns of the shipment through events).
 //
 // # Input that can never succeed
 //

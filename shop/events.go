@@ -118,18 +118,26 @@ type PreparationCancelledV1 struct {
 	// PreparationID is the cancelled preparation, or empty when the order
 	// was cancelled before shipping prepared it (none will be made).
 	PreparationID string `json:"preparationId,omitempty"`
+	// PickupID is the pickup requested already for the order, whose
+	// cancellation follows (shipping.shipment.cancelled.v1), or empty.
+	PickupID string `json:"pickupId,omitempty"`
 }
 
 // Validate reports a missing or malformed order id, or a preparation id
-// that is neither empty nor a UUID.
+// (pickup id) that is neither empty nor a UUID (an id).
 func (p PreparationCancelledV1) Validate() error {
 	if err := checkUUID("orderId", p.OrderID); err != nil {
 		return err
 	}
-	if p.PreparationID == "" {
-		return nil
+	if p.PreparationID != "" {
+		if err := checkUUID("preparationId", p.PreparationID); err != nil {
+			return err
+		}
 	}
-	return checkUUID("preparationId", p.PreparationID)
+	if p.PickupID != "" {
+		return checkID("pickupId", p.PickupID)
+	}
+	return nil
 }
 
 func (p PreparationCancelledV1) orderID() string { return p.OrderID }

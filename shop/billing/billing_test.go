@@ -15,12 +15,12 @@ import (
 func setup(t *testing.T) (*Service, *store.DB, *carrier.Server) {
 	t.Helper()
 	db := shoptest.Open(t, "billing", Migrations())
-	mail, client := shoptest.Carrier(t)
-	s, err := New(db, client, nil)
+	mail := shoptest.Carrier(t)
+	s, err := New(db, mail.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, db, mail
+	return s, db, mail.Server
 }
 
 func emails(t *testing.T, mail *carrier.Server) int64 {
@@ -81,5 +81,74 @@ func TestImpossibleEventsAreParked(t *testing.T) {
 	shoptest.Applied(t, s.mailer, created[0])
 	if n := emails(t, mail); n != 1 {
 		t.Fatalf("%d e-mails, want 1", n)
+	}
+}
+
+// mailAll delivers every billing event in the outbox
+// that was not delivered yet to the mailer, in order.
+func mailAll(t *testing.T, s *Service, db *store.DB, seen map[string]bool) {
+	t.Helper()
+	for _, name := range []string{shop.InvoiceCreated, shop.InvoiceVoided} {
+		for _, ev := range shoptest.Outbox(t, db, name) {
+			if !seen[ev.ID.String()] {
+				seen[ev.ID.String()] = true
+				shoptest.Applied(t, s.mailer, ev)
+			}
+		}
+	}
+}
+
+// TestCancelVoidsTheInvoice checks both orders of events: an invoice
+// e-mailed before the cancellation is voided and the customer told once;
+// an invoice voided before the mailer got to it is never e-mailed. An
+// order placed after its cancellation is not invoiced.
+func TestCancelVoidsTheInvoice(t *testing.T) {
+	t.Parallel()
+	s, db, mail := setup(t)
+	seen := map[string]bool{}
+	voided := func(id string) int64 {
+		return shoptest.Count(t, db, `SELECT count(*) FROM invoice WHERE order_id = $1 AND voided_at IS NOT NULL`, id)
+	}
+
+	// E-mailed, then cancelled.
+	a := shoptest.OrderID()
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, a, 1, shoptest.GoodOrderPlaced(a)))
+	mailAll(t, s, db, seen)
+	cancelA := shoptest.Event(t, shop.OrderCancelled, a, 2, shop.OrderCancelledV1{OrderID: a})
+	shoptest.Applied(t, s.invoice, cancelA)
+	cancelA.ID = idem.NewEventID() // another copy: the invoice is voided already
+	shoptest.Applied(t, s.invoice, cancelA)
+	mailAll(t, s, db, seen)
+	if voided(a) != 1 || len(shoptest.Outbox(t, db, shop.InvoiceVoided)) != 1 {
+		t.Fatalf("order a: the invoice is not voided once")
+	}
+	if n := emails(t, mail); n != 2 {
+		t.Fatalf("%d e-mails, want the invoice and its void notice", n)
+	}
+	again := shoptest.Outbox(t, db, shop.InvoiceVoided)[0]
+	again.ID = idem.NewEventID()
+	shoptest.Applied(t, s.mailer, again)
+	if n := emails(t, mail); n != 2 {
+		t.Fatalf("%d e-mails after a second voided event, want 2", n)
+	}
+
+	// Cancelled before the mailer got to the invoice.
+	b := shoptest.OrderID()
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, b, 1, shoptest.GoodOrderPlaced(b)))
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderCancelled, b, 2, shop.OrderCancelledV1{OrderID: b}))
+	mailAll(t, s, db, seen)
+	if voided(b) != 1 {
+		t.Fatal("order b: the invoice is not voided")
+	}
+	if n := emails(t, mail); n != 2 {
+		t.Fatalf("%d e-mails, want none for order b", n)
+	}
+
+	// Cancelled before it was placed.
+	c := shoptest.OrderID()
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderCancelled, c, 2, shop.OrderCancelledV1{OrderID: c}))
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, c, 1, shoptest.GoodOrderPlaced(c)))
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM invoice WHERE order_id = $1`, c); n != 0 {
+		t.Fatalf("%d invoices for an order placed after its cancellation", n)
 	}
 }

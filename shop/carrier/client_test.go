@@ -174,7 +174,8 @@ func TestRequestPickupAfterAFailure(t *testing.T) {
 	}
 
 	// The real carrier drops its answer: the pickup is found by reference.
-	srv, c := shoptest.Carrier(t)
+	srv := shoptest.Carrier(t)
+	c := srv.Client
 	srv.DropResponses(1)
 	p, err := c.RequestPickup(context.Background(), "r-2", "shipment:r-2:initial")
 	if err != nil || p.ID == "" {

@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -73,5 +74,68 @@ func TestConsumerParksImpossibleEvents(t *testing.T) {
 		shop.ShipmentRequestedV1{OrderID: id, PickupID: "pk-1", IdempotencyKey: "shipment:" + id + ":initial"}))
 	if o, err = s.Get(context.Background(), id); err != nil || o.Fulfilment != FulfilmentShipment || o.PickupID != "pk-1" {
 		t.Fatalf("order after good events: %+v %v", o, err)
+	}
+}
+
+func cancelOrder(t *testing.T, url, id string) (int, Order) {
+	t.Helper()
+	resp, err := http.Post(url+"/orders/"+id+"/cancel", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var o Order
+	_ = json.NewDecoder(resp.Body).Decode(&o)
+	return resp.StatusCode, o
+}
+
+// TestCancelAfterShipment checks the cancellation of an order whose pickup
+// was requested: the cancel is accepted, publishes one
+// order.order.cancelled.v1, and the fulfilment then follows shipping's
+// compensation to "shipment cancelled", keeping the pickup id.
+func TestCancelAfterShipment(t *testing.T) {
+	t.Parallel()
+	s, srv, db := setupSQLite(t, Config{})
+	id := placeJSON(t, srv.URL).ID
+	prep := idem.NewEventID().String()
+	shoptest.Applied(t, s.Consumer(), shoptest.Event(t, shop.PreparationCreated, id, 0, shop.PreparationCreatedV1{OrderID: id, PreparationID: prep}))
+	shoptest.Applied(t, s.Consumer(), shoptest.Event(t, shop.ShipmentRequested, id, 0,
+		shop.ShipmentRequestedV1{OrderID: id, PickupID: "pk-1", IdempotencyKey: "shipment:" + id + ":initial"}))
+
+	for i := range 2 {
+		status, o := cancelOrder(t, srv.URL, id)
+		if status != http.StatusOK || o.Status != StatusCancelled || o.Fulfilment != FulfilmentShipment || o.Version != 2 {
+			t.Fatalf("cancel %d: %d %+v, want the order cancelled, its fulfilment as shipping left it", i+1, status, o)
+		}
+	}
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM outbox WHERE type = $1 AND aggregateid = $2`, shop.OrderCancelled, id); n != 1 {
+		t.Fatalf("%d order.cancelled events after two cancels, want 1", n)
+	}
+	if status, _ := cancelOrder(t, srv.URL, shoptest.OrderID()); status != http.StatusNotFound {
+		t.Fatalf("cancel of an unknown order: %d, want 404", status)
+	}
+
+	for _, step := range []struct {
+		ev   idem.Event
+		want string
+	}{
+		{shoptest.Event(t, shop.PreparationCancelled, id, 0, shop.PreparationCancelledV1{OrderID: id, PreparationID: prep, PickupID: "pk-1"}), FulfilmentCancellingShipment},
+		{shoptest.Event(t, shop.ShipmentCancelled, id, 0, shop.ShipmentCancelledV1{OrderID: id, PickupID: "pk-1", IdempotencyKey: "shipment:" + id + ":cancel"}), FulfilmentShipmentCancelled},
+		// A late copy of an earlier event changes nothing.
+		{shoptest.Event(t, shop.ShipmentRequested, id, 0, shop.ShipmentRequestedV1{OrderID: id, PickupID: "pk-1", IdempotencyKey: "k"}), FulfilmentShipmentCancelled},
+	} {
+		shoptest.Applied(t, s.Consumer(), step.ev)
+		o, err := s.Get(context.Background(), id)
+		if err != nil || o.Fulfilment != step.want || o.PickupID != "pk-1" || o.Status != StatusCancelled {
+			t.Fatalf("after %s: %+v %v, want fulfilment %q", step.ev.Name, o, err, step.want)
+		}
+	}
+
+	// Cancelled before any pickup: "cancelled".
+	other := placeJSON(t, srv.URL).ID
+	cancelOrder(t, srv.URL, other)
+	shoptest.Applied(t, s.Consumer(), shoptest.Event(t, shop.PreparationCancelled, other, 0, shop.PreparationCancelledV1{OrderID: other}))
+	if o, err := s.Get(context.Background(), other); err != nil || o.Fulfilment != FulfilmentCancelled {
+		t.Fatalf("cancelled before any pickup: %+v %v", o, err)
 	}
 }

@@ -32,5 +32,16 @@
 // (application/problem+json, RFC 9457) whose detail says what to change.
 //
 // POST /orders/{id}/cancel cancels an order and publishes
-// order.order.cancelled.v1; GET /orders/{id} shows the order.
+// order.order.cancelled.v1, whatever shipping did already, and answers
+// 200 with the order, status "cancelled" (404 for an unknown order; a
+// second cancel changes nothing). The other services compensate
+// asynchronously: stock releases the reservations, billing voids the
+// invoice, shipping cancels the preparation and, if a pickup was requested
+// meanwhile, cancels it at the carrier. The order's fulfilment shows
+// shipping's result: "cancelled" when no pickup had been requested, else
+// "cancelling shipment", then "shipment cancelled". A cancel is never
+// refused with 409 Conflict: the order service learns of the shipment
+// through events, so it cannot know a cancel to be too late.
+//
+// GET /orders/{id} shows the order.
 package order

@@ -32,15 +32,24 @@ const ConsumerName = "order"
 // transaction commits: a process killed there leaves no order and no event.
 const FaultBeforeCommit = "order.before-commit"
 
-// Order statuses and fulfilments.
+// Order statuses.
 const (
 	StatusConfirmed = "confirmed"
 	StatusCancelled = "cancelled"
+)
 
-	FulfilmentAwaiting  = "awaiting preparation"
-	FulfilmentPreparing = "in preparation"
-	FulfilmentShipment  = "shipment requested"
-	FulfilmentCancelled = "cancelled"
+// Fulfilments: what shipping did with the order, as its events tell. They
+// only move forward, in this order (a late event changes nothing). A
+// cancelled order's fulfilment follows shipping's compensation: "cancelled"
+// when no pickup was requested, "cancelling shipment" then "shipment
+// cancelled" when the carrier had a pickup to cancel.
+const (
+	FulfilmentAwaiting           = "awaiting preparation" // no event from shipping yet
+	FulfilmentPreparing          = "in preparation"       // shipping.preparation.created.v1
+	FulfilmentShipment           = "shipment requested"   // shipping.shipment.requested.v1
+	FulfilmentCancelled          = "cancelled"            // shipping.preparation.cancelled.v1, no pickup
+	FulfilmentCancellingShipment = "cancelling shipment"  // shipping.preparation.cancelled.v1 with a pickup
+	FulfilmentShipmentCancelled  = "shipment cancelled"   // shipping.shipment.cancelled.v1
 )
 
 // MaxLines is the largest number of lines an order may have.
@@ -103,6 +112,7 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 	c.Handle(shop.PreparationCreated, s.onPreparationCreated)
 	c.Handle(shop.ShipmentRequested, s.onShipmentRequested)
 	c.Handle(shop.PreparationCancelled, s.onPreparationCancelled)
+	c.Handle(shop.ShipmentCancelled, s.onShipmentCancelled)
 	return s, nil
 }
 
@@ -378,6 +388,12 @@ func (s *Service) create(ctx context.Context, req PlaceRequest, c *claim) (int, 
 	return http.StatusCreated, body, nil
 }
 
+// cancel cancels an order whatever shipping did with it already: the
+// services compensate on order.order.cancelled.v1 (stock releases the
+// reservations, shipping cancels the preparation and any pickup at the
+// carrier, billing voids the invoice), and the order's fulfilment shows
+// shipping's result when its events arrive. A second cancel changes
+// nothing and publishes nothing.
 func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("id")
@@ -401,11 +417,9 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if status != StatusCancelled {
-		// Cancelling is naturally idempotent: a second cancel changes
-		// nothing and publishes nothing.
 		version++
 		now := time.Now().UTC()
-		if _, err := tx.ExecContext(ctx, s.db.Q(qCancel), StatusCancelled, FulfilmentCancelled, 3, version, now, id); err != nil {
+		if _, err := tx.ExecContext(ctx, s.db.Q(qCancel), StatusCancelled, version, now, id); err != nil {
 			s.respond(w, 0, nil, err)
 			return
 		}
@@ -489,7 +503,18 @@ func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev ide
 	if err != nil {
 		return err
 	}
+	if p.PickupID != "" {
+		return s.advance(ctx, tx, p.OrderID, FulfilmentCancellingShipment, 3, p.PickupID)
+	}
 	return s.advance(ctx, tx, p.OrderID, FulfilmentCancelled, 3, "")
+}
+
+func (s *Service) onShipmentCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.ShipmentCancelledV1](ev)
+	if err != nil {
+		return err
+	}
+	return s.advance(ctx, tx, p.OrderID, FulfilmentShipmentCancelled, 4, p.PickupID)
 }
 
 // advance moves an order's fulfilment forward to rank, with pickupID when

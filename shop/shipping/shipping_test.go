@@ -12,15 +12,15 @@ import (
 	"github.com/idem-go/idem/shop/store"
 )
 
-func setup(t *testing.T) (*Service, *store.DB, *carrier.Server) {
+func setup(t *testing.T) (*Service, *store.DB, shoptest.FakeCarrier) {
 	t.Helper()
 	db := shoptest.Open(t, "shipping", Migrations())
-	srv, client := shoptest.Carrier(t)
-	s, err := New(db, client, nil)
+	c := shoptest.Carrier(t)
+	s, err := New(db, c.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, db, srv
+	return s, db, c
 }
 
 func events(t *testing.T, orderID string) (placed, cancelled idem.Event) {

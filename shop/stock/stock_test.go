@@ -52,3 +52,39 @@ func TestImpossibleOrdersAreParked(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelReleases checks that a cancellation releases every reservation
+// of the order once, whatever the duplicates, and that an order placed
+// event handled after its cancellation reserves nothing.
+func TestCancelReleases(t *testing.T) {
+	t.Parallel()
+	s, db := setup(t)
+	id := shoptest.OrderID()
+	placed := shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id))
+	cancelled := shoptest.Event(t, shop.OrderCancelled, id, 2, shop.OrderCancelledV1{OrderID: id})
+	shoptest.Applied(t, s.Consumer(), placed)
+	shoptest.Applied(t, s.Consumer(), cancelled)
+	if d := shoptest.Deliver(t, s.Consumer(), cancelled); d.Outcome != inbox.Duplicate {
+		t.Fatalf("cancellation again: %v, want duplicate", d.Outcome)
+	}
+	count := func(where string) int64 {
+		return shoptest.Count(t, db, `SELECT count(*) FROM reservation WHERE order_id = $1 AND `+where, id)
+	}
+	if held, released := count("released_at IS NULL"), count("released_at IS NOT NULL"); held != 0 || released != 2 {
+		t.Fatalf("%d reservations held and %d released, want 0 and 2", held, released)
+	}
+
+	late := shoptest.OrderID()
+	shoptest.Applied(t, s.Consumer(), shoptest.Event(t, shop.OrderCancelled, late, 2, shop.OrderCancelledV1{OrderID: late}))
+	shoptest.Applied(t, s.Consumer(), shoptest.Event(t, shop.OrderPlaced, late, 1, shoptest.GoodOrderPlaced(late)))
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM reservation WHERE order_id = $1`, late); n != 0 {
+		t.Fatalf("%d reservations for an order placed after its cancellation", n)
+	}
+
+	for what, payload := range map[string]string{"no order id": `{}`, "malformed order id": `{"orderId":"x"}`} {
+		d := shoptest.Deliver(t, s.Consumer(), shoptest.Event(t, shop.OrderCancelled, id, 3, payload))
+		if d.Outcome != inbox.Parked {
+			t.Errorf("cancellation, %s: %v, want parked", what, d.Outcome)
+		}
+	}
+}

@@ -37,14 +37,24 @@ func Open(t testing.TB, service string, own store.Migrations) *store.DB {
 	return db
 }
 
+// FakeCarrier is the fake carrier of a test.
+type FakeCarrier struct {
+	*carrier.Server
+	// Client calls it.
+	Client *carrier.Client
+	// DB is its database.
+	DB *store.DB
+}
+
 // Carrier starts the fake carrier on its own database behind an HTTP
-// server, and returns it with a client.
-func Carrier(t testing.TB) (*carrier.Server, *carrier.Client) {
+// server.
+func Carrier(t testing.TB) FakeCarrier {
 	t.Helper()
-	srv := carrier.NewServer(Open(t, "carrier", carrier.Migrations()), nil)
+	db := Open(t, "carrier", carrier.Migrations())
+	srv := carrier.NewServer(db, nil)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return srv, &carrier.Client{BaseURL: hs.URL + "/carrier"}
+	return FakeCarrier{Server: srv, Client: &carrier.Client{BaseURL: hs.URL + "/carrier"}, DB: db}
 }
 
 // OrderID returns a new order id, as the order service makes them.
