@@ -40,6 +40,20 @@ func TestCancelPostgresRabbitMQ(t *testing.T) {
 	cancelFlow(t, &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir()}, in)
 }
 
+// TestCancelMariaDB is TestCancelEmbedded on MariaDB (one database per
+// service) with the embedded NATS JetStream broker.
+func TestCancelMariaDB(t *testing.T) {
+	t.Parallel()
+	my := testdb.MariaDBURL(t)
+	ns := "cancel_" + randomSuffix()
+	in, err := openInspector(context.Background(), my, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dropNamespace(in); in.close() })
+	cancelFlow(t, &cluster{binary: shopBinary, db: my, namespace: ns, dataDir: t.TempDir(), logDir: t.TempDir()}, in)
+}
+
 // cancelFlow starts the shop as one process, cancels an order after its
 // pickup was requested and another right after it was placed, and waits
 // until every service has compensated: the orders' fulfilments are final,
