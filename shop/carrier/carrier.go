@@ -428,8 +428,13 @@ func (c *Client) do(req *http.Request, out any) error {
 		return statusError(resp, fmt.Errorf("%s: %s: %s", what, resp.Status, bytes.TrimSpace(msg)))
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		// A body cut short is a connection lost mid-answer.
-		return transportError(req.Context(), fmt.Errorf("%s: read the answer: %w", what, err))
+		err = fmt.Errorf("%s: read the answer: %w", what, err)
+		if errors.Is(err, io.EOF) {
+			return err // an empty answer: the carrier's fault, not the connection's
+		}
+		// A body cut short (unexpected EOF, reset) is a connection lost
+		// mid-answer.
+		return transportError(req.Context(), err)
 	}
 	return nil
 }

@@ -135,10 +135,20 @@ func TestClientConnectionFailures(t *testing.T) {
 		case <-time.After(5 * time.Second):
 		}
 	})
+	cutShort := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":")
+			_ = buf.Flush()
+			conn.Close()
+		}
+	})
 	cases := map[string]*carrier.Client{
-		"closed port": {BaseURL: "http://" + closedPort + "/carrier"},
-		"reset":       serve(t, hangUp),
-		"timeout":     serve(t, slow),
+		"closed port":      {BaseURL: "http://" + closedPort + "/carrier"},
+		"reset":            serve(t, hangUp),
+		"timeout":          serve(t, slow),
+		"answer cut short": serve(t, cutShort),
 	}
 	cases["timeout"].HTTP.Timeout = 200 * time.Millisecond
 	for name, c := range cases {
@@ -156,6 +166,18 @@ func TestClientConnectionFailures(t *testing.T) {
 	_, err = cases["closed port"].RequestPickup(ctx, "r-1", "k")
 	if err == nil || idem.IsTransient(err) || idem.IsPermanent(err) || !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled by the caller: %v, want context.Canceled, neither transient nor permanent", err)
+	}
+}
+
+// TestClientEmptyAnswer checks that a 200 with no body is an error that is
+// neither transient nor permanent: the carrier misbehaves, and the
+// consumer's retry policy decides.
+func TestClientEmptyAnswer(t *testing.T) {
+	t.Parallel()
+	c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	_, err := c.SendEmail(context.Background(), "invoice:1:email", "a@b.example", "s")
+	if err == nil || idem.IsTransient(err) || idem.IsPermanent(err) {
+		t.Fatalf("empty answer: %v, want a plain error", err)
 	}
 }
 
