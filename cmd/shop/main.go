@@ -220,10 +220,12 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 func runMain(args []string, stdout, stderr io.Writer) error {
 	// Signals first: a SIGTERM or Ctrl-C at any moment of the start-up
 	// (migrations, connecting to the broker, starting the subscribers and
-	// relays) stops the shop as cleanly as one after "ready". Until stop is
-	// called, a signal only cancels ctx; after it, a second one kills.
+	// relays) stops the shop as cleanly as one after "ready". The first
+	// signal cancels ctx and gives the signals back their default action:
+	// a second one kills at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop)
 	cfg, level, err := parseRun(args, stderr)
 	if err != nil {
 		return err
@@ -269,7 +271,6 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 		}
 		break
 	}
-	stop()
 	fmt.Fprintln(stdout, "shop: stopping")
 	closeApp(a)
 	fmt.Fprintln(stdout, "shop: stopped")
