@@ -72,7 +72,7 @@ func (in *inspector) state(ctx context.Context) (state, error) {
 		{&s.shipments, "shipping", `SELECT order_id, count(*) FROM shipment GROUP BY order_id`},
 		{&s.pickups, "carrier", `SELECT reference, count(*) FROM pickup GROUP BY reference`},
 		{&s.invoices, "billing", `SELECT order_id, count(*) FROM invoice GROUP BY order_id`},
-		{&s.emails, "carrier", `SELECT substr(idem_key, 9, length(idem_key) - 14), count(*) FROM email GROUP BY idem_key`},
+		{&s.emails, "carrier", `SELECT substr(idem_key, 9, length(idem_key) - 14), count(*) FROM email WHERE idem_key LIKE 'invoice:%:email' GROUP BY idem_key`},
 	}
 	for _, x := range q {
 		if *x.dst, err = in.counts(ctx, x.service, x.sql); err != nil {

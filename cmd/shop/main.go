@@ -98,7 +98,8 @@ runs on the embedded defaults (SQLite files and an embedded NATS JetStream
 server under --data-dir). With --db and --broker, the services run against
 real servers; each service keeps its tables in its own PostgreSQL schema
 (<namespace>_order, <namespace>_stock...) or MariaDB database, and applies its
-migrations at start-up. Stop with Ctrl-C or SIGTERM: in-flight work finishes.
+migrations at start-up. Stop with Ctrl-C or SIGTERM, at any moment of the
+start-up too: in-flight work finishes and the exit status is 0.
 
 Flags (each also read from the environment variable in brackets):
 `
@@ -123,8 +124,11 @@ Order API:
   POST /orders             {"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}
                            header Idempotency-Key: same key + same body replays the response,
                            another body is 422, a retry while the first runs is 409;
-                           keys are kept 24 hours.
-  POST /orders/{id}/cancel
+                           keys are kept 24 hours; the body must be sent with
+                           Content-Type: application/json (415 otherwise).
+  POST /orders/{id}/cancel always accepted: stock, shipping (and the carrier's
+                           pickup) and billing compensate; the fulfilment
+                           ends "cancelled" or "shipment cancelled".
   GET  /orders/{id}
 `
 
@@ -214,6 +218,14 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 }
 
 func runMain(args []string, stdout, stderr io.Writer) error {
+	// Signals first: a SIGTERM or Ctrl-C at any moment of the start-up
+	// (migrations, connecting to the broker, starting the subscribers and
+	// relays) stops the shop as cleanly as one after "ready". The first
+	// signal cancels ctx and gives the signals back their default action:
+	// a second one kills at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
 	cfg, level, err := parseRun(args, stderr)
 	if err != nil {
 		return err
@@ -225,14 +237,21 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 	if err := embeddedDefaults(&cfg); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	fmt.Fprintln(stdout, "shop: starting")
 	a, err := openApp(ctx, cfg, log)
-	if err != nil {
-		return err
+	if err == nil {
+		if err = a.start(ctx); err != nil {
+			closeApp(a)
+		}
 	}
-	if err := a.start(ctx); err != nil {
-		a.close(context.Background())
+	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while starting: what failed, failed because of it, and
+			// what had started is stopped (openApp and closeApp).
+			log.Debug("start-up interrupted", "error", err)
+			fmt.Fprintln(stdout, "shop: stopped during start-up")
+			return nil
+		}
 		return err
 	}
 	a.banner(stdout)
@@ -252,13 +271,20 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 		}
 		break
 	}
-	stop()
 	fmt.Fprintln(stdout, "shop: stopping")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a.close(shutdownCtx)
+	closeApp(a)
 	fmt.Fprintln(stdout, "shop: stopped")
 	return nil
+}
+
+// shutdownTimeout bounds a graceful stop.
+const shutdownTimeout = 30 * time.Second
+
+// closeApp stops a within shutdownTimeout.
+func closeApp(a *app) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	a.close(ctx)
 }
 
 // embeddedDefaults fills the database and broker URLs when they are not

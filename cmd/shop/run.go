@@ -102,11 +102,14 @@ type app struct {
 	cancelBg  context.CancelFunc
 }
 
+// openApp opens the databases (applying their migrations), the HTTP
+// listener, the subscribers and the relays, without starting them. On an
+// error, or when ctx ends, it closes what it opened.
 func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err error) {
 	a := &app{cfg: cfg, log: log, dbs: map[string]*store.DB{}, relays: map[string]store.Relay{}}
 	defer func() {
 		if err != nil {
-			a.close(context.Background())
+			closeApp(a)
 		}
 	}()
 	migrations := map[string]store.Migrations{
@@ -123,6 +126,9 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		}
 		a.dbs[s] = db
 		if err := db.Migrate(ctx, migrations[s], log); err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 	}

@@ -8,12 +8,19 @@
 // billing.invoice.created.v1 after the invoice committed and calls the mail
 // service with its own idempotency key, invoice:<order id>:email, so a
 // retried or redelivered message sends one e-mail.
+//
+// When an order is cancelled (order.order.cancelled.v1), "billing" voids its
+// invoice and publishes billing.invoice.voided.v1; "billing-mailer" then
+// tells the customer, with the key invoice:<order id>:void-email, if the
+// invoice was e-mailed, and never e-mails an invoice voided already. A
+// versioned copy of each order's status makes an order placed event handled
+// after the cancellation (a parked message retried late) invoice nothing.
 package billing
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -44,6 +51,14 @@ CREATE TABLE invoice (
     email_id    varchar(36),
     CONSTRAINT invoice_order_key UNIQUE (order_id)
 );
+`, `
+ALTER TABLE invoice ADD COLUMN voided_at timestamptz;
+ALTER TABLE invoice ADD COLUMN void_email_id varchar(36);
+CREATE TABLE order_status (
+    order_id varchar(64) PRIMARY KEY,
+    version  bigint      NOT NULL,
+    status   varchar(20) NOT NULL
+);
 `},
 	// "lines" is a reserved word in MySQL.
 	store.MySQL: {`
@@ -57,6 +72,14 @@ CREATE TABLE invoice (
     email_id    VARCHAR(36),
     CONSTRAINT invoice_order_key UNIQUE (order_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+`, `
+ALTER TABLE invoice ADD COLUMN voided_at DATETIME(6) NULL;
+ALTER TABLE invoice ADD COLUMN void_email_id VARCHAR(36) NULL;
+CREATE TABLE order_status (
+    order_id VARCHAR(64) NOT NULL PRIMARY KEY,
+    version  BIGINT      NOT NULL,
+    status   VARCHAR(20) NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 `},
 	store.SQLite: {`
 CREATE TABLE invoice (
@@ -68,6 +91,14 @@ CREATE TABLE invoice (
     emailed_at  timestamp,
     email_id    TEXT,
     CONSTRAINT invoice_order_key UNIQUE (order_id)
+);
+`, `
+ALTER TABLE invoice ADD COLUMN voided_at timestamp;
+ALTER TABLE invoice ADD COLUMN void_email_id TEXT;
+CREATE TABLE order_status (
+    order_id TEXT    NOT NULL PRIMARY KEY,
+    version  INTEGER NOT NULL,
+    status   TEXT    NOT NULL
 );
 `},
 }
@@ -81,13 +112,26 @@ ON CONFLICT (order_id) DO NOTHING`,
 		"ON DUPLICATE KEY UPDATE order_id = order_id",
 }
 
-const qEmailed = `UPDATE invoice SET emailed_at = $1, email_id = $2 WHERE order_id = $3`
+const (
+	qEmailed     = `UPDATE invoice SET emailed_at = $1, email_id = $2 WHERE order_id = $3`
+	qVoid        = `UPDATE invoice SET voided_at = $1 WHERE order_id = $2 AND voided_at IS NULL`
+	qInvoice     = `SELECT id, customer_id, emailed_at, voided_at FROM invoice WHERE order_id = $1`
+	qVoidEmailed = `UPDATE invoice SET void_email_id = $1 WHERE order_id = $2`
+	qStatus      = `SELECT status FROM order_status WHERE order_id = $1`
+)
+
+// statusCopy is the versioned copy of each order's status.
+var statusCopy = inbox.StateCopy{Table: "order_status", Key: "order_id", Version: "version", Columns: []string{"status"}}
 
 // Migrations returns the billing service's own migrations.
 func Migrations() store.Migrations { return migrations }
 
 // EmailKey returns the mail idempotency key of an order's invoice e-mail.
 func EmailKey(orderID string) string { return "invoice:" + orderID + ":email" }
+
+// VoidEmailKey returns the mail idempotency key of the e-mail telling that
+// an order's invoice is void.
+func VoidEmailKey(orderID string) string { return "invoice:" + orderID + ":void-email" }
 
 // Service is the billing service.
 type Service struct {
@@ -111,7 +155,9 @@ func New(db *store.DB, mail *carrier.Client, log *slog.Logger) (*Service, error)
 	}
 	s := &Service{db: db, outbox: outbox.NewWriter(db.Driver), mail: mail, invoice: inv, mailer: mailer}
 	inv.Handle(shop.OrderPlaced, s.onOrderPlaced)
+	inv.Handle(shop.OrderCancelled, s.onOrderCancelled)
 	mailer.Handle(shop.InvoiceCreated, s.onInvoiceCreated)
+	mailer.Handle(shop.InvoiceVoided, s.onInvoiceVoided)
 	return s, nil
 }
 
@@ -121,9 +167,19 @@ func (s *Service) Consumers() []*inbox.Consumer[*sql.Tx] {
 }
 
 func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	var p shop.OrderPlacedV1
-	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
-		return idem.Permanent(fmt.Errorf("payload of %s is not an OrderPlacedV1: %v", ev.Name, err))
+	p, err := shop.Decode[shop.OrderPlacedV1](ev)
+	if err != nil {
+		return err
+	}
+	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), p.OrderID, ev.AggregateVersion, "placed"); err != nil {
+		return err
+	}
+	var status string
+	if err := tx.QueryRowContext(ctx, s.db.Q(qStatus), p.OrderID).Scan(&status); err != nil {
+		return err
+	}
+	if status == "cancelled" {
+		return nil // the cancellation came first: invoice nothing
 	}
 	invoiceID := idem.NewEventID().String()
 	res, err := tx.ExecContext(ctx, s.db.Pick(qInsertInvoice), invoiceID, p.OrderID, p.CustomerID, len(p.Lines), time.Now().UTC())
@@ -141,15 +197,90 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) 
 	return s.outbox.Add(ctx, tx, out)
 }
 
+// invoiceState is an order's invoice, as the mailer reads it.
+type invoiceState struct {
+	id, customerID  string
+	emailed, voided bool
+}
+
+func (s *Service) invoiceOf(ctx context.Context, tx *sql.Tx, orderID string) (invoiceState, error) {
+	var (
+		inv               invoiceState
+		emailedAt, voidAt sql.NullTime
+	)
+	err := tx.QueryRowContext(ctx, s.db.Q(qInvoice), orderID).Scan(&inv.id, &inv.customerID, &emailedAt, &voidAt)
+	inv.emailed, inv.voided = emailedAt.Valid, voidAt.Valid
+	return inv, err
+}
+
 func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	var p shop.InvoiceCreatedV1
-	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
-		return idem.Permanent(fmt.Errorf("payload of %s is not an InvoiceCreatedV1: %v", ev.Name, err))
+	p, err := shop.Decode[shop.InvoiceCreatedV1](ev)
+	if err != nil {
+		return err
+	}
+	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if inv.voided {
+		return nil // the order was cancelled first: never e-mail a void invoice
 	}
 	e, err := s.mail.SendEmail(ctx, EmailKey(p.OrderID), p.CustomerID+"@customers.example", "Your invoice "+p.InvoiceID)
 	if err != nil {
 		return fmt.Errorf("send invoice e-mail for order %s: %w", p.OrderID, err)
 	}
 	_, err = tx.ExecContext(ctx, s.db.Q(qEmailed), time.Now().UTC(), e.ID, p.OrderID)
+	return err
+}
+
+// onOrderCancelled voids the order's invoice and publishes
+// billing.invoice.voided.v1.
+func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.OrderCancelledV1](ev)
+	if err != nil {
+		return err
+	}
+	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), p.OrderID, ev.AggregateVersion, "cancelled"); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, s.db.Q(qVoid), time.Now().UTC(), p.OrderID)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil // no invoice (the order was never invoiced), or voided already
+	}
+	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
+	if err != nil {
+		return err
+	}
+	out, err := idem.NewEvent(shop.InvoiceVoided, shop.AggregateInvoice, p.OrderID,
+		shop.InvoiceVoidedV1{OrderID: p.OrderID, InvoiceID: inv.id, CustomerID: inv.customerID})
+	if err != nil {
+		return err
+	}
+	return s.outbox.Add(ctx, tx, out)
+}
+
+// onInvoiceVoided tells the customer that the invoice is void, if it was
+// e-mailed: the mailer handles an invoice's events in order, so an invoice
+// not e-mailed by now never will be.
+func (s *Service) onInvoiceVoided(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.InvoiceVoidedV1](ev)
+	if err != nil {
+		return err
+	}
+	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !inv.emailed) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e, err := s.mail.SendEmail(ctx, VoidEmailKey(p.OrderID), p.CustomerID+"@customers.example", "Invoice "+p.InvoiceID+" is void: your order was cancelled")
+	if err != nil {
+		return fmt.Errorf("send void invoice e-mail for order %s: %w", p.OrderID, err)
+	}
+	_, err = tx.ExecContext(ctx, s.db.Q(qVoidEmailed), e.ID, p.OrderID)
 	return err
 }

@@ -7,26 +7,34 @@
 //
 // Endpoints, under the prefix /carrier:
 //
-//	POST /carrier/pickups           {"reference": "<order id>"}, header Idempotency-Key
+//	POST /carrier/pickups              {"reference": "<order id>"}, header Idempotency-Key
 //	GET  /carrier/pickups?reference=<order id>
+//	POST /carrier/pickups/{id}/cancel  header Idempotency-Key
 //	POST /carrier/emails            {"to": "...", "subject": "..."}, header Idempotency-Key
 //	POST /carrier/control           {"drop_responses": N}
 //	GET  /carrier/stats
 package carrier
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/shop/store"
 )
 
@@ -46,6 +54,9 @@ CREATE TABLE email (
     subject    varchar(255) NOT NULL,
     created_at timestamptz  NOT NULL
 );
+`, `
+ALTER TABLE pickup ADD COLUMN cancelled_at timestamptz;
+ALTER TABLE pickup ADD COLUMN cancel_key varchar(255);
 `},
 	store.MySQL: {`
 CREATE TABLE pickup (
@@ -62,6 +73,9 @@ CREATE TABLE email (
     subject    VARCHAR(255) NOT NULL,
     created_at DATETIME(6)  NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+`, `
+ALTER TABLE pickup ADD COLUMN cancelled_at DATETIME(6) NULL;
+ALTER TABLE pickup ADD COLUMN cancel_key VARCHAR(255) NULL;
 `},
 	store.SQLite: {`
 CREATE TABLE pickup (
@@ -78,13 +92,18 @@ CREATE TABLE email (
     subject    TEXT      NOT NULL,
     created_at timestamp NOT NULL
 );
+`, `
+ALTER TABLE pickup ADD COLUMN cancelled_at timestamp;
+ALTER TABLE pickup ADD COLUMN cancel_key TEXT;
 `},
 }
 
 const (
 	qInsertPickup = `INSERT INTO pickup (id, idem_key, reference, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (idem_key) DO NOTHING`
-	qPickupByKey  = `SELECT id, reference, created_at FROM pickup WHERE idem_key = $1`
-	qPickupsByRef = `SELECT id, idem_key, created_at FROM pickup WHERE reference = $1 ORDER BY created_at`
+	qPickupByKey  = `SELECT id, reference, created_at, cancelled_at FROM pickup WHERE idem_key = $1`
+	qPickupsByRef = `SELECT id, idem_key, created_at, cancelled_at FROM pickup WHERE reference = $1 ORDER BY created_at`
+	qPickupByID   = `SELECT idem_key, reference, created_at, cancelled_at, COALESCE(cancel_key, '') FROM pickup WHERE id = $1`
+	qCancelPickup = `UPDATE pickup SET cancelled_at = $1, cancel_key = $2 WHERE id = $3 AND cancelled_at IS NULL`
 	qInsertEmail  = `INSERT INTO email (id, idem_key, recipient, subject, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (idem_key) DO NOTHING`
 	qEmailByKey   = `SELECT id, recipient, subject, created_at FROM email WHERE idem_key = $1`
 )
@@ -98,6 +117,8 @@ type Pickup struct {
 	Reference      string    `json:"reference"`
 	IdempotencyKey string    `json:"idempotency_key"`
 	CreatedAt      time.Time `json:"created_at"`
+	// CancelledAt is when the pickup was cancelled; nil while it stands.
+	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
 }
 
 // Email is an e-mail the mail service accepted.
@@ -112,11 +133,14 @@ type Email struct {
 // Stats counts the requests the service received since it started.
 type Stats struct {
 	PickupRequests int64 `json:"pickup_requests"`
+	CancelRequests int64 `json:"cancel_requests"`
 	EmailRequests  int64 `json:"email_requests"`
 	Replayed       int64 `json:"replayed"`
 	Dropped        int64 `json:"dropped"`
 	Pickups        int64 `json:"pickups"`
-	Emails         int64 `json:"emails"`
+	// Cancelled counts the pickups cancelled, among Pickups.
+	Cancelled int64 `json:"cancelled"`
+	Emails    int64 `json:"emails"`
 }
 
 // Server is the fake carrier.
@@ -125,7 +149,7 @@ type Server struct {
 	log  *slog.Logger
 	drop atomic.Int64
 
-	pickupRequests, emailRequests, replayed, dropped atomic.Int64
+	pickupRequests, cancelRequests, emailRequests, replayed, dropped atomic.Int64
 }
 
 // NewServer returns the carrier on db, whose migrations must be applied.
@@ -141,14 +165,15 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /carrier/pickups", s.createPickup)
 	mux.HandleFunc("GET /carrier/pickups", s.findPickups)
+	mux.HandleFunc("POST /carrier/pickups/{id}/cancel", s.cancelPickup)
 	mux.HandleFunc("POST /carrier/emails", s.createEmail)
 	mux.HandleFunc("POST /carrier/control", s.control)
 	mux.HandleFunc("GET /carrier/stats", s.stats)
 	return mux
 }
 
-// DropResponses makes the server process the next n pickup or e-mail
-// requests and then close their connections without answering.
+// DropResponses makes the server process the next n pickup, cancellation
+// or e-mail requests and then close their connections without answering.
 func (s *Server) DropResponses(n int64) { s.drop.Store(n) }
 
 func (s *Server) createPickup(w http.ResponseWriter, r *http.Request) {
@@ -168,7 +193,7 @@ func (s *Server) createPickup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := Pickup{IdempotencyKey: key}
-	if err := s.db.SQL.QueryRowContext(ctx, s.db.Q(qPickupByKey), key).Scan(&p.ID, &p.Reference, &p.CreatedAt); err != nil {
+	if err := s.db.SQL.QueryRowContext(ctx, s.db.Q(qPickupByKey), key).Scan(&p.ID, &p.Reference, &p.CreatedAt, &p.CancelledAt); err != nil {
 		httpError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
@@ -190,7 +215,7 @@ func (s *Server) findPickups(w http.ResponseWriter, r *http.Request) {
 	out := []Pickup{}
 	for rows.Next() {
 		p := Pickup{Reference: ref}
-		if err := rows.Scan(&p.ID, &p.IdempotencyKey, &p.CreatedAt); err != nil {
+		if err := rows.Scan(&p.ID, &p.IdempotencyKey, &p.CreatedAt, &p.CancelledAt); err != nil {
 			httpError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
@@ -201,6 +226,38 @@ func (s *Server) findPickups(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// cancelPickup cancels a pickup. Cancelling is idempotent: a pickup
+// cancelled already is answered 200 as it is, with Idempotent-Replayed
+// when the key is the one it was cancelled with.
+func (s *Server) cancelPickup(w http.ResponseWriter, r *http.Request) {
+	s.cancelRequests.Add(1)
+	key, id := r.Header.Get("Idempotency-Key"), r.PathValue("id")
+	if key == "" {
+		httpError(w, http.StatusBadRequest, "want an Idempotency-Key header")
+		return
+	}
+	ctx := r.Context()
+	n, err := s.exec(ctx, qCancelPickup, time.Now().UTC(), key, id)
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	p := Pickup{ID: id}
+	var cancelKey string
+	err = s.db.SQL.QueryRowContext(ctx, s.db.Q(qPickupByID), id).Scan(&p.IdempotencyKey, &p.Reference, &p.CreatedAt, &p.CancelledAt, &cancelKey)
+	if errors.Is(err, sql.ErrNoRows) {
+		httpError(w, http.StatusNotFound, "no pickup "+id)
+		return
+	}
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	// Cancelled before under another key: answered as it is, but not as
+	// a replay of this request.
+	s.reply(w, http.StatusOK, n == 0 && cancelKey == key, p)
 }
 
 func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
@@ -231,6 +288,16 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 // answer writes 201 for a new resource and 200 with Idempotent-Replayed for
 // a repeated key, unless the response is to be dropped.
 func (s *Server) answer(w http.ResponseWriter, inserted int64, v any) {
+	if inserted == 0 {
+		s.reply(w, http.StatusOK, true, v)
+		return
+	}
+	s.reply(w, http.StatusCreated, false, v)
+}
+
+// reply writes status and v, with Idempotent-Replayed when replayed, or
+// drops the answer when told to.
+func (s *Server) reply(w http.ResponseWriter, status int, replayed bool, v any) {
 	if s.drop.Load() > 0 && s.drop.Add(-1) >= 0 {
 		s.dropped.Add(1)
 		if hj, ok := w.(http.Hijacker); ok {
@@ -241,11 +308,9 @@ func (s *Server) answer(w http.ResponseWriter, inserted int64, v any) {
 			}
 		}
 	}
-	status := http.StatusCreated
-	if inserted == 0 {
+	if replayed {
 		s.replayed.Add(1)
 		w.Header().Set("Idempotent-Replayed", "true")
-		status = http.StatusOK
 	}
 	writeJSON(w, status, v)
 }
@@ -275,11 +340,14 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 // stored.
 func (s *Server) Stats(ctx context.Context) (Stats, error) {
 	st := Stats{
-		PickupRequests: s.pickupRequests.Load(), EmailRequests: s.emailRequests.Load(),
+		PickupRequests: s.pickupRequests.Load(), CancelRequests: s.cancelRequests.Load(), EmailRequests: s.emailRequests.Load(),
 		Replayed: s.replayed.Load(), Dropped: s.dropped.Load(),
 	}
 	var err error
 	if st.Pickups, err = s.db.Count(ctx, `SELECT count(*) FROM pickup`); err != nil {
+		return st, err
+	}
+	if st.Cancelled, err = s.db.Count(ctx, `SELECT count(*) FROM pickup WHERE cancelled_at IS NOT NULL`); err != nil {
 		return st, err
 	}
 	st.Emails, err = s.db.Count(ctx, `SELECT count(*) FROM email`)
@@ -308,7 +376,14 @@ func httpError(w http.ResponseWriter, status int, msg string) {
 // pickup with the reference.
 var ErrNoPickup = errors.New("carrier: no pickup with this reference")
 
-// Client calls the carrier.
+// Client calls the carrier. Its errors say what a retry can do, as a
+// consumer's handler must: a failure of the carrier of the moment (a 5xx,
+// 408, 409 or 429 answer, a refused, reset or dropped connection, a
+// timeout) is wrapped with idem.Transient, so that the consumer waits and
+// tries again without counting attempts; an answer that refuses the request
+// (any other 4xx) is wrapped with idem.Permanent, so that the message is
+// parked. Every call sends the same idempotency key at every attempt, so a
+// retry never does the work twice.
 type Client struct {
 	// BaseURL is the carrier's address, such as http://127.0.0.1:8080/carrier.
 	BaseURL string
@@ -330,34 +405,96 @@ func (c *Client) post(ctx context.Context, path, key string, body, out any) erro
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytesReader(raw))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytes.NewReader(raw))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	return c.do(req, out)
+}
+
+// do sends req and decodes a 200 or 201 answer into out. Its errors say
+// what retrying can do (see Client).
+func (c *Client) do(req *http.Request, out any) error {
+	what := "carrier: " + req.Method + " " + strings.TrimPrefix(req.URL.Path, c.basePath())
 	resp, err := c.http().Do(req)
 	if err != nil {
-		return err
+		return transportError(req.Context(), fmt.Errorf("%s: %w", what, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("carrier: POST %s: %s: %s", path, resp.Status, msg)
+		return statusError(resp, fmt.Errorf("%s: %s: %s", what, resp.Status, bytes.TrimSpace(msg)))
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		err = fmt.Errorf("%s: read the answer: %w", what, err)
+		if errors.Is(err, io.EOF) {
+			return err // an empty answer: the carrier's fault, not the connection's
+		}
+		// A body cut short (unexpected EOF, reset) is a connection lost
+		// mid-answer.
+		return transportError(req.Context(), err)
+	}
+	return nil
+}
+
+func (c *Client) basePath() string {
+	if u, err := url.Parse(c.BaseURL); err == nil {
+		return u.Path
+	}
+	return ""
+}
+
+// statusError classifies an HTTP error status: 408, 409 (a request with
+// the same key still running), 429 and 5xx say that the carrier cannot
+// answer now, and are transient; any other 4xx says that this request will
+// never succeed, and is permanent.
+func statusError(resp *http.Response, err error) error {
+	switch code := resp.StatusCode; {
+	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooManyRequests, code >= 500:
+		return idem.Transient(err)
+	case code >= 400:
+		return idem.Permanent(err)
+	}
+	return err // 1xx, 3xx: not an answer this client understands
+}
+
+// transportError classifies an error of the HTTP exchange itself: a
+// refused, reset or dropped connection, a timeout or a name that does not
+// resolve mean that the carrier is away for now (transient). When ctx is
+// done, the caller gave up: err is returned as it is.
+func transportError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	var (
+		netErr net.Error
+		opErr  *net.OpError
+		dnsErr *net.DNSError
+	)
+	switch {
+	case errors.As(err, &netErr) && netErr.Timeout(),
+		errors.As(err, &opErr), errors.As(err, &dnsErr),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return idem.Transient(err)
+	}
+	return err
 }
 
 // RequestPickup asks the carrier to pick up the parcel of reference, with
 // the stable idempotency key key (shipment:<order id>:initial): every
 // attempt of this operation sends the same key, so the carrier creates one
-// pickup whatever the number of attempts. When the answer is lost, the
-// client first looks the pickup up by reference, and asks again (with the
-// same key) only if the carrier has none.
+// pickup whatever the number of attempts. When the answer is lost (or the
+// carrier failed to give one), the client first looks the pickup up by
+// reference, and asks again (with the same key) only if the carrier has
+// none. An answer that refuses the request (a 4xx) is returned at once.
 func (c *Client) RequestPickup(ctx context.Context, reference, key string) (Pickup, error) {
 	var p Pickup
 	err := c.post(ctx, "/pickups", key, map[string]string{"reference": reference}, &p)
-	if err == nil || ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil || idem.IsPermanent(err) {
 		return p, err
 	}
 	found, ferr := c.FindPickup(ctx, reference)
@@ -374,20 +511,12 @@ func (c *Client) RequestPickup(ctx context.Context, reference, key string) (Pick
 
 // FindPickup returns the pickup with reference, or ErrNoPickup.
 func (c *Client) FindPickup(ctx context.Context, reference string) (Pickup, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/pickups?reference="+urlQueryEscape(reference), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/pickups?reference="+url.QueryEscape(reference), nil)
 	if err != nil {
 		return Pickup{}, err
-	}
-	resp, err := c.http().Do(req)
-	if err != nil {
-		return Pickup{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return Pickup{}, fmt.Errorf("carrier: GET /pickups: %s", resp.Status)
 	}
 	var list []Pickup
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+	if err := c.do(req, &list); err != nil {
 		return Pickup{}, err
 	}
 	if len(list) == 0 {
@@ -396,14 +525,28 @@ func (c *Client) FindPickup(ctx context.Context, reference string) (Pickup, erro
 	return list[0], nil
 }
 
+// CancelPickup asks the carrier to cancel the pickup id, with the stable
+// idempotency key key (shipment:<order id>:cancel). Cancelling is
+// idempotent at the carrier, so a lost answer is met by asking again; the
+// carrier answers a pickup cancelled already as it is.
+func (c *Client) CancelPickup(ctx context.Context, id, key string) (Pickup, error) {
+	var p Pickup
+	path := "/pickups/" + url.PathEscape(id) + "/cancel"
+	err := c.post(ctx, path, key, struct{}{}, &p)
+	if idem.IsTransient(err) {
+		err = c.post(ctx, path, key, struct{}{}, &p)
+	}
+	return p, err
+}
+
 // SendEmail asks the mail service to send an e-mail once per key.
 func (c *Client) SendEmail(ctx context.Context, key, to, subject string) (Email, error) {
 	var e Email
 	body := map[string]string{"to": to, "subject": subject}
 	err := c.post(ctx, "/emails", key, body, &e)
-	if err != nil && ctx.Err() == nil {
-		// Lost answer or transient failure: the same key makes a second
-		// attempt safe.
+	if idem.IsTransient(err) {
+		// Lost answer or a failure of the moment: the same key makes a
+		// second attempt safe.
 		err = c.post(ctx, "/emails", key, body, &e)
 	}
 	return e, err

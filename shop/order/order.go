@@ -1,6 +1,7 @@
 package order
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
@@ -29,19 +32,28 @@ const ConsumerName = "order"
 // transaction commits: a process killed there leaves no order and no event.
 const FaultBeforeCommit = "order.before-commit"
 
-// Order statuses and fulfilments.
+// Order statuses.
 const (
 	StatusConfirmed = "confirmed"
 	StatusCancelled = "cancelled"
+)
 
-	FulfilmentAwaiting  = "awaiting preparation"
-	FulfilmentPreparing = "in preparation"
-	FulfilmentShipment  = "shipment requested"
-	FulfilmentCancelled = "cancelled"
+// Fulfilments: what shipping did with the order, as its events tell. They
+// only move forward, in this order (a late event changes nothing). A
+// cancelled order's fulfilment follows shipping's compensation: "cancelled"
+// when no pickup was requested, "cancelling shipment" then "shipment
+// cancelled" when the carrier had a pickup to cancel.
+const (
+	FulfilmentAwaiting           = "awaiting preparation" // no event from shipping yet
+	FulfilmentPreparing          = "in preparation"       // shipping.preparation.created.v1
+	FulfilmentShipment           = "shipment requested"   // shipping.shipment.requested.v1
+	FulfilmentCancelled          = "cancelled"            // shipping.preparation.cancelled.v1, no pickup
+	FulfilmentCancellingShipment = "cancelling shipment"  // shipping.preparation.cancelled.v1 with a pickup
+	FulfilmentShipmentCancelled  = "shipment cancelled"   // shipping.shipment.cancelled.v1
 )
 
 // MaxLines is the largest number of lines an order may have.
-const MaxLines = 100
+const MaxLines = shop.MaxLines
 
 // Migrations returns the order service's own migrations.
 func Migrations() store.Migrations { return migrations }
@@ -97,9 +109,10 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("service", "order"),
 	}
-	c.Handle(shop.PreparationCreated, s.onFulfilment(FulfilmentPreparing, 1))
-	c.Handle(shop.ShipmentRequested, s.onFulfilment(FulfilmentShipment, 2))
-	c.Handle(shop.PreparationCancelled, s.onFulfilment(FulfilmentCancelled, 3))
+	c.Handle(shop.PreparationCreated, s.onPreparationCreated)
+	c.Handle(shop.ShipmentRequested, s.onShipmentRequested)
+	c.Handle(shop.PreparationCancelled, s.onPreparationCancelled)
+	c.Handle(shop.ShipmentCancelled, s.onShipmentCancelled)
 	return s, nil
 }
 
@@ -158,37 +171,24 @@ type Order struct {
 	CreatedAt  time.Time     `json:"created_at"`
 }
 
-var (
-	quantityRE = regexp.MustCompile(`^([0-9]{1,9})(?:\.([0-9]{1,3}))?$`)
-	idRE       = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,100}$`)
-)
-
-// normalizeQuantity checks a decimal quantity and writes it with three
-// decimals ("2" -> "2.000").
-func normalizeQuantity(q string) (string, error) {
-	m := quantityRE.FindStringSubmatch(q)
-	if m == nil {
-		return "", fmt.Errorf("quantity %q is not a decimal string such as \"2.000\"", q)
-	}
-	intPart := strings.TrimLeft(m[1], "0")
-	if intPart == "" {
-		intPart = "0"
-	}
-	frac := m[2] + strings.Repeat("0", 3-len(m[2]))
-	if intPart == "0" && frac == "000" {
-		return "", fmt.Errorf("quantity %q must be positive", q)
-	}
-	return intPart + "." + frac, nil
-}
+// MaxBodyBytes is the largest body POST /orders reads; a larger one is
+// answered 413 Content Too Large.
+const MaxBodyBytes = 1 << 20
 
 func parsePlace(body []byte) (PlaceRequest, error) {
 	var req PlaceRequest
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	if len(bytes.TrimSpace(body)) == 0 {
+		return req, errors.New(`the body is empty; send an order such as {"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return req, fmt.Errorf("body is not a valid order: %v", err)
 	}
-	if !idRE.MatchString(req.CustomerID) {
+	if _, err := dec.Token(); err != io.EOF {
+		return req, errors.New("the body has data after the JSON order; send one JSON object")
+	}
+	if !shop.ValidID(req.CustomerID) {
 		return req, errors.New("customer_id must be 1 to 100 letters, digits, '.', '_', ':' or '-'")
 	}
 	if len(req.Lines) == 0 || len(req.Lines) > MaxLines {
@@ -196,14 +196,14 @@ func parsePlace(body []byte) (PlaceRequest, error) {
 	}
 	seen := map[string]bool{}
 	for i, l := range req.Lines {
-		if !idRE.MatchString(l.ProductID) {
+		if !shop.ValidID(l.ProductID) {
 			return req, fmt.Errorf("lines[%d].product_id must be 1 to 100 letters, digits, '.', '_', ':' or '-'", i)
 		}
 		if seen[l.ProductID] {
 			return req, fmt.Errorf("lines[%d]: product %s appears twice; use one line per product", i, l.ProductID)
 		}
 		seen[l.ProductID] = true
-		q, err := normalizeQuantity(l.Quantity)
+		q, err := shop.NormalizeQuantity(l.Quantity)
 		if err != nil {
 			return req, fmt.Errorf("lines[%d]: %v", i, err)
 		}
@@ -212,9 +212,75 @@ func parsePlace(body []byte) (PlaceRequest, error) {
 	return req, nil
 }
 
+// jsonContentType reports why a request's Content-Type is not JSON, or
+// nil when it is: application/json or application/<anything>+json, with or
+// without parameters, in UTF-8 (the only charset JSON has). A request with
+// no Content-Type is refused too: RFC 9110 lets a server take such a body
+// for application/octet-stream, and a browser sends none for a
+// cross-site request that needs no preflight.
+func jsonContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return errors.New("the request has no Content-Type; send the order as JSON with Content-Type: application/json")
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return fmt.Errorf("Content-Type %q cannot be parsed (%v); send Content-Type: application/json", ct, err)
+	}
+	if mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+		return fmt.Errorf("Content-Type %s is not JSON; send the order as JSON with Content-Type: application/json", mt)
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return fmt.Errorf("charset %s is not supported; send the order in UTF-8", cs)
+	}
+	return nil
+}
+
+// idempotencyKey returns the request's Idempotency-Key and whether it has
+// one, or why the header cannot be used: present but empty, sent twice,
+// too long, not UTF-8, or with control characters. Such a request is
+// refused rather than run without a key: its client expects a retry to be
+// safe.
+func idempotencyKey(h http.Header) (string, bool, error) {
+	vals, ok := h[http.CanonicalHeaderKey("Idempotency-Key")]
+	if !ok {
+		return "", false, nil
+	}
+	hint := "; send a unique value such as a UUID, the same at every retry of this order"
+	switch key := vals[0]; {
+	case len(vals) > 1:
+		return "", true, errors.New("the request has several Idempotency-Key headers" + hint)
+	case key == "":
+		return "", true, errors.New("Idempotency-Key is empty" + hint)
+	case len(key) > MaxKeyLength:
+		return "", true, fmt.Errorf("Idempotency-Key is longer than %d bytes%s", MaxKeyLength, hint)
+	case !utf8.ValidString(key):
+		return "", true, errors.New("Idempotency-Key is not valid UTF-8" + hint)
+	case strings.ContainsFunc(key, unicode.IsControl):
+		return "", true, errors.New("Idempotency-Key contains control characters" + hint)
+	default:
+		return key, true, nil
+	}
+}
+
 func (s *Service) place(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err := jsonContentType(r); err != nil {
+		w.Header().Set("Accept-Post", "application/json")
+		problem(w, http.StatusUnsupportedMediaType, err.Error())
+		return
+	}
+	key, hasKey, err := idempotencyKey(r.Header)
+	if err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes, the most this API reads", tooLarge.Limit))
+		return
+	}
 	if err != nil {
 		problem(w, http.StatusBadRequest, "cannot read the body: "+err.Error())
 		return
@@ -224,16 +290,13 @@ func (s *Service) place(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
-	if key == "" {
+	if !hasKey {
 		status, resp, err := s.create(ctx, req, nil)
 		s.respond(w, status, resp, err)
 		return
 	}
-	if len(key) > MaxKeyLength {
-		problem(w, http.StatusBadRequest, fmt.Sprintf("Idempotency-Key is longer than %d characters", MaxKeyLength))
-		return
-	}
+	// The fingerprint is over the exact bytes of the body: a retry must send
+	// the same bytes, not the same order written another way.
 	c, err := s.keys.begin(ctx, key, requestHash(r.Method, r.URL.Path, body))
 	if err != nil {
 		s.respond(w, 0, nil, err)
@@ -251,7 +314,7 @@ func (s *Service) place(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later")
 		return
 	case claimMismatch:
-		problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was already used with a different request body")
+		problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was already used with a different request body (the fingerprint covers the exact bytes); use a new key for a new order")
 		return
 	}
 	status, resp, err := s.create(ctx, req, &c)
@@ -325,6 +388,12 @@ func (s *Service) create(ctx context.Context, req PlaceRequest, c *claim) (int, 
 	return http.StatusCreated, body, nil
 }
 
+// cancel cancels an order whatever shipping did with it already: the
+// services compensate on order.order.cancelled.v1 (stock releases the
+// reservations, shipping cancels the preparation and any pickup at the
+// carrier, billing voids the invoice), and the order's fulfilment shows
+// shipping's result when its events arrive. A second cancel changes
+// nothing and publishes nothing.
 func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("id")
@@ -348,11 +417,9 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if status != StatusCancelled {
-		// Cancelling is naturally idempotent: a second cancel changes
-		// nothing and publishes nothing.
 		version++
 		now := time.Now().UTC()
-		if _, err := tx.ExecContext(ctx, s.db.Q(qCancel), StatusCancelled, FulfilmentCancelled, 3, version, now, id); err != nil {
+		if _, err := tx.ExecContext(ctx, s.db.Q(qCancel), StatusCancelled, version, now, id); err != nil {
 			s.respond(w, 0, nil, err)
 			return
 		}
@@ -415,24 +482,50 @@ func (s *Service) Get(ctx context.Context, id string) (Order, error) {
 	return o, rows.Err()
 }
 
-// onFulfilment moves an order's fulfilment forward to rank; an event that
-// arrives after a later one changes nothing.
-func (s *Service) onFulfilment(fulfilment string, rank int) inbox.HandlerFunc[*sql.Tx] {
-	return func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-		var p struct {
-			OrderID  string `json:"orderId"`
-			PickupID string `json:"pickupId"`
-		}
-		if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
-			return idem.Permanent(fmt.Errorf("payload of %s has no orderId: %v", ev.Name, err))
-		}
-		var pickup any
-		if p.PickupID != "" {
-			pickup = p.PickupID
-		}
-		_, err := tx.ExecContext(ctx, s.db.Q(qFulfilment), fulfilment, rank, pickup, time.Now().UTC(), p.OrderID, rank)
+func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.PreparationCreatedV1](ev)
+	if err != nil {
 		return err
 	}
+	return s.advance(ctx, tx, p.OrderID, FulfilmentPreparing, 1, "")
+}
+
+func (s *Service) onShipmentRequested(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.ShipmentRequestedV1](ev)
+	if err != nil {
+		return err
+	}
+	return s.advance(ctx, tx, p.OrderID, FulfilmentShipment, 2, p.PickupID)
+}
+
+func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.PreparationCancelledV1](ev)
+	if err != nil {
+		return err
+	}
+	if p.PickupID != "" {
+		return s.advance(ctx, tx, p.OrderID, FulfilmentCancellingShipment, 3, p.PickupID)
+	}
+	return s.advance(ctx, tx, p.OrderID, FulfilmentCancelled, 3, "")
+}
+
+func (s *Service) onShipmentCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.ShipmentCancelledV1](ev)
+	if err != nil {
+		return err
+	}
+	return s.advance(ctx, tx, p.OrderID, FulfilmentShipmentCancelled, 4, p.PickupID)
+}
+
+// advance moves an order's fulfilment forward to rank, with pickupID when
+// it is not empty; an event that arrives after a later one changes nothing.
+func (s *Service) advance(ctx context.Context, tx *sql.Tx, orderID, fulfilment string, rank int, pickupID string) error {
+	var pickup any
+	if pickupID != "" {
+		pickup = pickupID
+	}
+	_, err := tx.ExecContext(ctx, s.db.Q(qFulfilment), fulfilment, rank, pickup, time.Now().UTC(), orderID, rank)
+	return err
 }
 
 func problem(w http.ResponseWriter, status int, detail string) {

@@ -53,6 +53,7 @@ type response struct {
 func post(t *testing.T, url, key, body string) response {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url+"/orders", bytes.NewReader([]byte(body)))
+	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
@@ -242,18 +243,4 @@ func TestIdempotencyKeyConcurrentIdenticalRequests(t *testing.T) {
 		t.Fatalf("%d orders, want 1", got)
 	}
 	t.Logf("%d created or replayed, %d conflicts", created, conflicts)
-}
-
-func TestNormalizeQuantity(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{"2": "2.000", "2.5": "2.500", "002.000": "2.000", "0.001": "0.001"} {
-		if got, err := normalizeQuantity(in); err != nil || got != want {
-			t.Errorf("%s: %q %v, want %q", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "0", "1.0001", "-1", "1e3", "abc"} {
-		if _, err := normalizeQuantity(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
 }

@@ -15,13 +15,22 @@
 //     the carrier for a pickup with the stable idempotency key
 //     shipment:<order id>:initial, looks the pickup up by reference when the
 //     answer is lost, then records the shipment and publishes
-//     shipping.shipment.requested.v1 in one transaction.
+//     shipping.shipment.requested.v1 in one transaction. It also handles
+//     shipping.preparation.cancelled.v1: a cancel can come after the pickup
+//     was requested (the order service learns of the shipment only through
+//     events), so it cancels the pickup at the carrier with its own stable
+//     key shipment:<order id>:cancel, records it and publishes
+//     shipping.shipment.cancelled.v1.
+//
+// The pickup request holds the preparation's row lock while it calls the
+// carrier, and the cancellation takes the same lock: either the
+// cancellation comes first and no pickup is requested, or it waits, sees
+// the shipment, and the pickup is cancelled.
 package shipping
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,6 +82,8 @@ CREATE TABLE shipment (
     idempotency_key varchar(255) NOT NULL,
     created_at      timestamptz  NOT NULL
 );
+`, `
+ALTER TABLE shipment ADD COLUMN cancelled_at timestamptz;
 `},
 	store.MySQL: {`
 CREATE TABLE order_status (
@@ -94,6 +105,8 @@ CREATE TABLE shipment (
     idempotency_key VARCHAR(255) NOT NULL,
     created_at      DATETIME(6)  NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+`, `
+ALTER TABLE shipment ADD COLUMN cancelled_at DATETIME(6) NULL;
 `},
 	store.SQLite: {`
 CREATE TABLE order_status (
@@ -115,6 +128,8 @@ CREATE TABLE shipment (
     idempotency_key TEXT      NOT NULL,
     created_at      timestamp NOT NULL
 );
+`, `
+ALTER TABLE shipment ADD COLUMN cancelled_at timestamp;
 `},
 }
 
@@ -122,11 +137,13 @@ const (
 	qStatus            = `SELECT status FROM order_status WHERE order_id = $1`
 	qInsertPreparation = `INSERT INTO preparation (id, order_id, status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (order_id) DO NOTHING`
-	qCancelPreparation = `UPDATE preparation SET status = $1, updated_at = $2 WHERE order_id = $3 AND status = $4`
-	qPreparationID     = `SELECT id FROM preparation WHERE order_id = $1`
+	qCancelPreparation = `UPDATE preparation SET status = $1, updated_at = $2 WHERE order_id = $3`
 	qLockPreparation   = `SELECT id, status FROM preparation WHERE order_id = $1 FOR UPDATE`
 	qShipmentExists    = `SELECT count(*) FROM shipment WHERE order_id = $1`
+	qShipmentPickup    = `SELECT pickup_id FROM shipment WHERE order_id = $1`
+	qLockShipment      = `SELECT pickup_id, cancelled_at FROM shipment WHERE order_id = $1 FOR UPDATE`
 	qInsertShipment    = `INSERT INTO shipment (order_id, pickup_id, idempotency_key, created_at) VALUES ($1, $2, $3, $4)`
+	qCancelShipment    = `UPDATE shipment SET cancelled_at = $1 WHERE order_id = $2`
 )
 
 // statusCopy is the versioned copy of each order's status.
@@ -138,6 +155,12 @@ func Migrations() store.Migrations { return migrations }
 // ShipmentKey returns the carrier idempotency key of an order's first
 // shipment: shipment:<order id>:initial. It is the same at every attempt.
 func ShipmentKey(orderID string) string { return "shipment:" + orderID + ":initial" }
+
+// CancelKey returns the carrier idempotency key of the cancellation of an
+// order's shipment: shipment:<order id>:cancel. It is the same at every
+// attempt, and differs from ShipmentKey: the cancellation is another
+// operation.
+func CancelKey(orderID string) string { return "shipment:" + orderID + ":cancel" }
 
 // Service is the shipping service.
 type Service struct {
@@ -168,6 +191,7 @@ func New(db *store.DB, c *carrier.Client, log *slog.Logger) (*Service, error) {
 	prep.Handle(shop.OrderPlaced, beforeCommit(s.onOrderPlaced))
 	prep.Handle(shop.OrderCancelled, beforeCommit(s.onOrderCancelled))
 	pickup.Handle(shop.PreparationCreated, s.onPreparationCreated)
+	pickup.Handle(shop.PreparationCancelled, s.onPreparationCancelled)
 	return s, nil
 }
 
@@ -188,21 +212,12 @@ func beforeCommit(h inbox.HandlerFunc[*sql.Tx]) inbox.HandlerFunc[*sql.Tx] {
 	}
 }
 
-func orderID(ev idem.Event) (string, error) {
-	var p struct {
-		OrderID string `json:"orderId"`
-	}
-	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
-		return "", idem.Permanent(fmt.Errorf("payload of %s has no orderId: %v", ev.Name, err))
-	}
-	return p.OrderID, nil
-}
-
 func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	id, err := orderID(ev)
+	p, err := shop.Decode[shop.OrderPlacedV1](ev)
 	if err != nil {
 		return err
 	}
+	id := p.OrderID
 	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), id, ev.AggregateVersion, "placed"); err != nil {
 		return err
 	}
@@ -233,27 +248,43 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) 
 	return s.outbox.Add(ctx, tx, out)
 }
 
+// onOrderCancelled cancels the order's preparation and publishes
+// shipping.preparation.cancelled.v1, with the pickup requested already, if
+// any: the carrier consumer then cancels it (onPreparationCancelled). An
+// order cancelled before its preparation gets the event too, with no
+// preparation id, and never gets a preparation.
 func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	id, err := orderID(ev)
+	p, err := shop.Decode[shop.OrderCancelledV1](ev)
 	if err != nil {
 		return err
 	}
+	id := p.OrderID
 	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), id, ev.AggregateVersion, "cancelled"); err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, s.db.Q(qCancelPreparation), PreparationCancelled, time.Now().UTC(), id, PreparationActive)
-	if err != nil {
+	// The lock waits for a pickup request in flight (onPreparationCreated
+	// holds it): its shipment is then committed and seen below.
+	var prepID, status string
+	err = tx.QueryRowContext(ctx, s.db.Q(qLockPreparation), id).Scan(&prepID, &status)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		s.log.Info("order cancelled before its preparation: none will be made", "order_id", id)
+	case err != nil:
 		return err
+	case status != PreparationActive:
+		return nil // cancelled already
+	default:
+		if _, err := tx.ExecContext(ctx, s.db.Q(qCancelPreparation), PreparationCancelled, time.Now().UTC(), id); err != nil {
+			return err
+		}
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return nil // no preparation yet (or already cancelled)
-	}
-	var prepID string
-	if err := tx.QueryRowContext(ctx, s.db.Q(qPreparationID), id).Scan(&prepID); err != nil {
+	var pickupID string
+	err = tx.QueryRowContext(ctx, s.db.Q(qShipmentPickup), id).Scan(&pickupID)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
 	out, err := idem.NewEvent(shop.PreparationCancelled, shop.AggregatePreparation, id,
-		shop.PreparationCancelledV1{OrderID: id, PreparationID: prepID})
+		shop.PreparationCancelledV1{OrderID: id, PreparationID: prepID, PickupID: pickupID})
 	if err != nil {
 		return err
 	}
@@ -261,10 +292,11 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 }
 
 func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	id, err := orderID(ev)
+	p, err := shop.Decode[shop.PreparationCreatedV1](ev)
 	if err != nil {
 		return err
 	}
+	id := p.OrderID
 	// Lock the preparation so that a cancellation waits for the pickup
 	// request, or the request sees the cancellation.
 	var prepID, status string
@@ -286,15 +318,65 @@ func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.
 		return nil
 	}
 	key := ShipmentKey(id)
-	p, err := s.carrier.RequestPickup(ctx, id, key)
+	pickup, err := s.carrier.RequestPickup(ctx, id, key)
 	if err != nil {
 		return fmt.Errorf("request pickup for order %s: %w", id, err)
 	}
-	if _, err := tx.ExecContext(ctx, s.db.Q(qInsertShipment), id, p.ID, key, time.Now().UTC()); err != nil {
+	if _, err := tx.ExecContext(ctx, s.db.Q(qInsertShipment), id, pickup.ID, key, time.Now().UTC()); err != nil {
 		return err
 	}
 	out, err := idem.NewEvent(shop.ShipmentRequested, shop.AggregatePreparation, id,
-		shop.ShipmentRequestedV1{OrderID: id, PickupID: p.ID, IdempotencyKey: key})
+		shop.ShipmentRequestedV1{OrderID: id, PickupID: pickup.ID, IdempotencyKey: key})
+	if err != nil {
+		return err
+	}
+	return s.outbox.Add(ctx, tx, out)
+}
+
+// onPreparationCancelled cancels the pickup of a cancelled order at the
+// carrier, with its own stable key shipment:<order id>:cancel, records it
+// and publishes shipping.shipment.cancelled.v1. With no shipment recorded,
+// it still asks the carrier by reference: a pickup request whose answer was
+// lost, and whose attempt then failed, may have created one.
+func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.PreparationCancelledV1](ev)
+	if err != nil {
+		return err
+	}
+	id := p.OrderID
+	var (
+		pickupID  string
+		cancelled sql.NullTime
+	)
+	err = tx.QueryRowContext(ctx, s.db.Q(qLockShipment), id).Scan(&pickupID, &cancelled)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		found, err := s.carrier.FindPickup(ctx, id)
+		if errors.Is(err, carrier.ErrNoPickup) {
+			return nil // nothing was shipped
+		}
+		if err != nil {
+			return fmt.Errorf("look up the pickup of cancelled order %s: %w", id, err)
+		}
+		s.log.Warn("pickup found at the carrier for a cancelled order with no shipment recorded", "order_id", id, "pickup_id", found.ID)
+		pickupID = found.ID
+		if _, err := tx.ExecContext(ctx, s.db.Q(qInsertShipment), id, pickupID, ShipmentKey(id), time.Now().UTC()); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case cancelled.Valid:
+		return nil // cancelled already
+	}
+	key := CancelKey(id)
+	if _, err := s.carrier.CancelPickup(ctx, pickupID, key); err != nil {
+		return fmt.Errorf("cancel pickup %s of order %s: %w", pickupID, id, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.db.Q(qCancelShipment), time.Now().UTC(), id); err != nil {
+		return err
+	}
+	out, err := idem.NewEvent(shop.ShipmentCancelled, shop.AggregatePreparation, id,
+		shop.ShipmentCancelledV1{OrderID: id, PickupID: pickupID, IdempotencyKey: key})
 	if err != nil {
 		return err
 	}

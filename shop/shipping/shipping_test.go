@@ -2,55 +2,32 @@ package shipping
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/carrier"
+	"github.com/idem-go/idem/shop/internal/shoptest"
 	"github.com/idem-go/idem/shop/store"
 )
 
-func setup(t *testing.T) (*Service, *store.DB) {
+func setup(t *testing.T) (*Service, *store.DB, shoptest.FakeCarrier) {
 	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	schema := "shipping_t_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	db, err := store.Open(ctx, "shipping", testdb.PostgresURL(t), schema, store.Options{MaxConns: 4})
+	db := shoptest.Open(t, "shipping", Migrations())
+	c := shoptest.Carrier(t)
+	s, err := New(db, c.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_, _ = db.SQL.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
-		db.Close()
-	})
-	if err := db.Migrate(ctx, Migrations(), nil); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(db, &carrier.Client{BaseURL: "http://127.0.0.1:1/carrier"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, db
+	return s, db, c
 }
 
 func events(t *testing.T, orderID string) (placed, cancelled idem.Event) {
 	t.Helper()
-	placed, err := idem.NewEvent(shop.OrderPlaced, shop.AggregateOrder, orderID, shop.OrderPlacedV1{
+	placed = shoptest.Event(t, shop.OrderPlaced, orderID, 1, shop.OrderPlacedV1{
 		OrderID: orderID, CustomerID: "c-1", Lines: []shop.OrderLine{{ProductID: "p-1", Quantity: "1.000"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	placed.AggregateVersion = 1
-	cancelled, err = idem.NewEvent(shop.OrderCancelled, shop.AggregateOrder, orderID, shop.OrderCancelledV1{OrderID: orderID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancelled.AggregateVersion = 2
+	cancelled = shoptest.Event(t, shop.OrderCancelled, orderID, 2, shop.OrderCancelledV1{OrderID: orderID})
 	return placed, cancelled
 }
 
@@ -59,14 +36,14 @@ func events(t *testing.T, orderID string) (placed, cancelled idem.Event) {
 // OrderPlaced, and that duplicates change nothing.
 func TestCancellationInEitherOrder(t *testing.T) {
 	t.Parallel()
-	s, db := setup(t)
+	s, db, _ := setup(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name          string
 		cancelFirst   bool
 		wantPrepCount int64
 	}{{"placed then cancelled", false, 1}, {"cancelled then placed", true, 0}} {
-		id := "order-" + tc.name
+		id := shoptest.OrderID()
 		placed, cancelled := events(t, id)
 		order := []idem.Event{placed, cancelled, placed, cancelled}
 		if tc.cancelFirst {
@@ -77,16 +54,15 @@ func TestCancellationInEitherOrder(t *testing.T) {
 				t.Fatalf("%s: %s: %v", tc.name, ev.Name, err)
 			}
 		}
-		active, err := db.Count(ctx, `SELECT count(*) FROM preparation WHERE order_id = $1 AND status = 'active'`, id)
-		if err != nil || active != 0 {
-			t.Errorf("%s: %d active preparations (%v), want 0", tc.name, active, err)
+		active := shoptest.Count(t, db, `SELECT count(*) FROM preparation WHERE order_id = $1 AND status = 'active'`, id)
+		if active != 0 {
+			t.Errorf("%s: %d active preparations, want 0", tc.name, active)
 		}
-		all, _ := db.Count(ctx, `SELECT count(*) FROM preparation WHERE order_id = $1`, id)
-		if all != tc.wantPrepCount {
+		if all := shoptest.Count(t, db, `SELECT count(*) FROM preparation WHERE order_id = $1`, id); all != tc.wantPrepCount {
 			t.Errorf("%s: %d preparations, want %d", tc.name, all, tc.wantPrepCount)
 		}
 		var status string
-		if err := db.SQL.QueryRow(`SELECT status FROM order_status WHERE order_id = $1`, id).Scan(&status); err != nil || status != "cancelled" {
+		if err := db.SQL.QueryRow(db.Q(`SELECT status FROM order_status WHERE order_id = $1`), id).Scan(&status); err != nil || status != "cancelled" {
 			t.Errorf("%s: order_status %q (%v), want cancelled", tc.name, status, err)
 		}
 	}
@@ -96,18 +72,111 @@ func TestCancellationInEitherOrder(t *testing.T) {
 // events asking for the same order's preparation make one.
 func TestTwoEventsOnePreparation(t *testing.T) {
 	t.Parallel()
-	s, db := setup(t)
+	s, db, _ := setup(t)
 	ctx := context.Background()
-	a, _ := events(t, "order-42")
-	b, _ := events(t, "order-42")
+	id := shoptest.OrderID()
+	a, _ := events(t, id)
+	b, _ := events(t, id)
 	for _, ev := range []idem.Event{a, b} {
 		if o, err := s.preparation.Process(ctx, ev); err != nil || o != inbox.Applied {
 			t.Fatalf("%v %v", o, err)
 		}
 	}
-	n, _ := db.Count(ctx, `SELECT count(*) FROM preparation WHERE order_id = 'order-42'`)
-	m, _ := db.Count(ctx, `SELECT count(*) FROM outbox WHERE type = $1`, shop.PreparationCreated)
+	n := shoptest.Count(t, db, `SELECT count(*) FROM preparation WHERE order_id = $1`, id)
+	m := shoptest.Count(t, db, `SELECT count(*) FROM outbox WHERE type = $1`, shop.PreparationCreated)
 	if n != 1 || m != 1 {
 		t.Fatalf("%d preparations and %d preparation.created events, want 1 and 1", n, m)
+	}
+}
+
+// TestImpossibleEventsAreParked checks both shipping consumers: impossible
+// orders make no preparation, an impossible cancellation cancels nothing,
+// an impossible preparation.created asks the carrier for nothing; all are
+// parked. Good events are applied.
+func TestImpossibleEventsAreParked(t *testing.T) {
+	t.Parallel()
+	s, db, carrierSrv := setup(t)
+	id := shoptest.OrderID()
+	bad := shoptest.BadOrderPlaced(id)
+	for what, payload := range bad {
+		d := shoptest.Deliver(t, s.preparation, shoptest.Event(t, shop.OrderPlaced, id, 1, payload))
+		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
+			t.Errorf("order placed, %s: outcome %v (%v), want parked", what, d.Outcome, d.Err)
+		}
+	}
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM preparation`); n != 0 {
+		t.Fatalf("%d preparations from impossible orders", n)
+	}
+	shoptest.Applied(t, s.preparation, shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
+
+	prep := idem.NewEventID().String()
+	for what, ev := range map[string]idem.Event{
+		"cancelled, no order id":      shoptest.Event(t, shop.OrderCancelled, id, 2, `{}`),
+		"cancelled, malformed id":     shoptest.Event(t, shop.OrderCancelled, id, 2, `{"orderId":"`+id+`x"}`),
+		"cancelled, id as number":     shoptest.Event(t, shop.OrderCancelled, id, 2, `{"orderId":7}`),
+		"cancelled, another order":    shoptest.Event(t, shop.OrderCancelled, id, 2, shop.OrderCancelledV1{OrderID: shoptest.OrderID()}),
+		"cancelled, payload a string": shoptest.Event(t, shop.OrderCancelled, id, 2, `"`+id+`"`),
+	} {
+		d := shoptest.Deliver(t, s.preparation, ev)
+		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
+			t.Errorf("%s: outcome %v (%v), want parked", what, d.Outcome, d.Err)
+		}
+	}
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM preparation WHERE status = 'active'`); n != 1 {
+		t.Fatalf("%d active preparations after impossible cancellations, want 1", n)
+	}
+	for what, ev := range map[string]idem.Event{
+		"no order id":          shoptest.Event(t, shop.PreparationCreated, id, 0, `{"preparationId":"`+prep+`"}`),
+		"no preparation id":    shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"`+id+`"}`),
+		"malformed order id":   shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"../../x","preparationId":"`+prep+`"}`),
+		"preparation a number": shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"`+id+`","preparationId":1}`),
+	} {
+		d := shoptest.Deliver(t, s.pickup, ev)
+		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
+			t.Errorf("preparation created, %s: outcome %v (%v), want parked", what, d.Outcome, d.Err)
+		}
+	}
+	st, err := carrierSrv.Stats(context.Background())
+	if err != nil || st.PickupRequests != 0 {
+		t.Fatalf("the carrier got %d pickup requests for impossible events (%v)", st.PickupRequests, err)
+	}
+	want := int64(len(bad) + 5 + 4)
+	if n := shoptest.Parked(t, db, PreparationConsumer) + shoptest.Parked(t, db, CarrierConsumer); n != want {
+		t.Fatalf("%d parked messages, want %d", n, want)
+	}
+
+	created := shoptest.Outbox(t, db, shop.PreparationCreated)
+	if len(created) != 1 {
+		t.Fatalf("%d preparation.created events, want 1", len(created))
+	}
+	shoptest.Applied(t, s.pickup, created[0])
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM shipment WHERE order_id = $1`, id); n != 1 {
+		t.Fatalf("%d shipments, want 1", n)
+	}
+}
+
+// TestCarrierAwayIsTransient checks that a carrier that cannot be reached
+// makes the pickup request fail as transient (the consumer waits and
+// retries, and parks nothing), with nothing written.
+func TestCarrierAwayIsTransient(t *testing.T) {
+	t.Parallel()
+	db := shoptest.Open(t, "shipping", Migrations())
+	s, err := New(db, &carrier.Client{BaseURL: "http://127.0.0.1:1/carrier"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := shoptest.OrderID()
+	shoptest.Applied(t, s.preparation, shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
+	created := shoptest.Outbox(t, db, shop.PreparationCreated)
+	if len(created) != 1 {
+		t.Fatalf("%d preparation.created events, want 1", len(created))
+	}
+	o, err := s.pickup.Process(context.Background(), created[0])
+	if o != inbox.Failed || !idem.IsTransient(err) || idem.IsPermanent(err) {
+		t.Fatalf("carrier away: %v %v, want a transient failure", o, err)
+	}
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM shipment`) + shoptest.Count(t, db,
+		`SELECT count(*) FROM processed_event WHERE consumer_name = $1`, CarrierConsumer); n != 0 {
+		t.Fatalf("%d shipments or markers written by a failed attempt", n)
 	}
 }

@@ -1,6 +1,9 @@
 // Package stock is the shop's stock service: its consumer, named "stock",
 // reserves every line of each placed order (order.order.placed.v1), one
-// reservation row per line.
+// reservation row per line, and releases them when the order is cancelled
+// (order.order.cancelled.v1). It keeps a versioned copy of each order's
+// status, so that an order placed event handled after the cancellation (a
+// parked message retried late) reserves nothing.
 //
 // Reservations have no business key that would reject a second copy: it is
 // the consumer's processed_event marker, inserted in the same transaction,
@@ -10,7 +13,6 @@ package stock
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -34,6 +36,13 @@ CREATE TABLE reservation (
     created_at timestamptz   NOT NULL
 );
 CREATE INDEX reservation_order_idx ON reservation (order_id);
+`, `
+ALTER TABLE reservation ADD COLUMN released_at timestamptz;
+CREATE TABLE order_status (
+    order_id varchar(64) PRIMARY KEY,
+    version  bigint      NOT NULL,
+    status   varchar(20) NOT NULL
+);
 `},
 	store.MySQL: {`
 CREATE TABLE reservation (
@@ -43,6 +52,13 @@ CREATE TABLE reservation (
     quantity   DECIMAL(12,3) NOT NULL,
     created_at DATETIME(6)   NOT NULL,
     INDEX reservation_order_idx (order_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+`, `
+ALTER TABLE reservation ADD COLUMN released_at DATETIME(6) NULL;
+CREATE TABLE order_status (
+    order_id VARCHAR(64) NOT NULL PRIMARY KEY,
+    version  BIGINT      NOT NULL,
+    status   VARCHAR(20) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 `},
 	store.SQLite: {`
@@ -54,10 +70,24 @@ CREATE TABLE reservation (
     created_at timestamp NOT NULL
 );
 CREATE INDEX reservation_order_idx ON reservation (order_id);
+`, `
+ALTER TABLE reservation ADD COLUMN released_at timestamp;
+CREATE TABLE order_status (
+    order_id TEXT    NOT NULL PRIMARY KEY,
+    version  INTEGER NOT NULL,
+    status   TEXT    NOT NULL
+);
 `},
 }
 
-const qInsertReservation = `INSERT INTO reservation (id, order_id, product_id, quantity, created_at) VALUES ($1, $2, $3, $4, $5)`
+const (
+	qInsertReservation = `INSERT INTO reservation (id, order_id, product_id, quantity, created_at) VALUES ($1, $2, $3, $4, $5)`
+	qRelease           = `UPDATE reservation SET released_at = $1 WHERE order_id = $2 AND released_at IS NULL`
+	qStatus            = `SELECT status FROM order_status WHERE order_id = $1`
+)
+
+// statusCopy is the versioned copy of each order's status.
+var statusCopy = inbox.StateCopy{Table: "order_status", Key: "order_id", Version: "version", Columns: []string{"status"}}
 
 // Migrations returns the stock service's own migrations.
 func Migrations() store.Migrations { return migrations }
@@ -76,6 +106,7 @@ func New(db *store.DB, log *slog.Logger) (*Service, error) {
 	}
 	s := &Service{db: db, consumer: c}
 	c.Handle(shop.OrderPlaced, s.reserve)
+	c.Handle(shop.OrderCancelled, s.release)
 	return s, nil
 }
 
@@ -83,15 +114,42 @@ func New(db *store.DB, log *slog.Logger) (*Service, error) {
 func (s *Service) Consumer() *inbox.Consumer[*sql.Tx] { return s.consumer }
 
 func (s *Service) reserve(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	var p shop.OrderPlacedV1
-	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.OrderID == "" {
-		return idem.Permanent(fmt.Errorf("payload of %s is not an OrderPlacedV1: %v", ev.Name, err))
+	p, err := shop.Decode[shop.OrderPlacedV1](ev)
+	if err != nil {
+		return err
+	}
+	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), p.OrderID, ev.AggregateVersion, "placed"); err != nil {
+		return err
+	}
+	var status string
+	if err := tx.QueryRowContext(ctx, s.db.Q(qStatus), p.OrderID).Scan(&status); err != nil {
+		return err
+	}
+	if status == "cancelled" {
+		return nil // the cancellation came first: reserve nothing
 	}
 	now := time.Now().UTC()
 	for _, l := range p.Lines {
-		if _, err := tx.ExecContext(ctx, s.db.Q(qInsertReservation), idem.NewEventID().String(), p.OrderID, l.ProductID, l.Quantity, now); err != nil {
+		q, _ := shop.NormalizeQuantity(l.Quantity) // checked by Decode
+		if _, err := tx.ExecContext(ctx, s.db.Q(qInsertReservation), idem.NewEventID().String(), p.OrderID, l.ProductID, q, now); err != nil {
 			return fmt.Errorf("reserve %s for order %s: %w", l.ProductID, p.OrderID, err)
 		}
+	}
+	return nil
+}
+
+// release releases the reservations of a cancelled order. Releasing is a
+// state, not a movement: a second cancellation changes nothing.
+func (s *Service) release(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	p, err := shop.Decode[shop.OrderCancelledV1](ev)
+	if err != nil {
+		return err
+	}
+	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), p.OrderID, ev.AggregateVersion, "cancelled"); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, s.db.Q(qRelease), time.Now().UTC(), p.OrderID); err != nil {
+		return fmt.Errorf("release the reservations of order %s: %w", p.OrderID, err)
 	}
 	return nil
 }

@@ -353,7 +353,10 @@ func (db *DB) migrateMySQL(ctx context.Context, scripts []string, log *slog.Logg
 		return fmt.Errorf("%s: migration lock %s not obtained within 120s", db.Service, lock)
 	}
 	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, lock) }()
-	return db.applyMigrations(ctx, conn, scripts, log)
+	// MariaDB commits each DDL statement: a version stopped halfway (ctx
+	// cancelled by a SIGTERM) would leave tables that the next run cannot
+	// create again. Once the lock is held, versions run to their end.
+	return db.applyMigrations(context.WithoutCancel(ctx), conn, scripts, log)
 }
 
 type querier interface {

@@ -1,0 +1,154 @@
+package billing
+
+import (
+	"context"
+	"testing"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/shop"
+	"github.com/idem-go/idem/shop/carrier"
+	"github.com/idem-go/idem/shop/internal/shoptest"
+	"github.com/idem-go/idem/shop/store"
+)
+
+func setup(t *testing.T) (*Service, *store.DB, *carrier.Server) {
+	t.Helper()
+	db := shoptest.Open(t, "billing", Migrations())
+	mail := shoptest.Carrier(t)
+	s, err := New(db, mail.Client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, db, mail.Server
+}
+
+func emails(t *testing.T, mail *carrier.Server) int64 {
+	t.Helper()
+	st, err := mail.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Emails
+}
+
+// TestImpossibleEventsAreParked checks both billing consumers: an
+// impossible order.order.placed.v1 makes no invoice, an impossible
+// billing.invoice.created.v1 sends no e-mail; both are parked. Good events
+// are applied.
+func TestImpossibleEventsAreParked(t *testing.T) {
+	t.Parallel()
+	s, db, mail := setup(t)
+	id := shoptest.OrderID()
+	bad := shoptest.BadOrderPlaced(id)
+	for what, payload := range bad {
+		d := shoptest.Deliver(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, id, 1, payload))
+		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
+			t.Errorf("order placed, %s: outcome %v (%v), want parked", what, d.Outcome, d.Err)
+		}
+	}
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM invoice`); n != 0 {
+		t.Fatalf("%d invoices from impossible orders", n)
+	}
+	if n := shoptest.Parked(t, db, InvoiceConsumer); n != int64(len(bad)) {
+		t.Fatalf("%d parked by %s, want %d", n, InvoiceConsumer, len(bad))
+	}
+
+	inv := idem.NewEventID().String()
+	badInvoices := map[string]string{
+		"missing order id":   `{"invoiceId":"` + inv + `","customerId":"c-1","lines":1}`,
+		"malformed order id": `{"orderId":"42","invoiceId":"` + inv + `","customerId":"c-1","lines":1}`,
+		"missing invoice id": `{"orderId":"` + id + `","customerId":"c-1","lines":1}`,
+		"bad customer id":    `{"orderId":"` + id + `","invoiceId":"` + inv + `","customerId":"c 1","lines":1}`,
+		"no lines":           `{"orderId":"` + id + `","invoiceId":"` + inv + `","customerId":"c-1","lines":0}`,
+		"lines as string":    `{"orderId":"` + id + `","invoiceId":"` + inv + `","customerId":"c-1","lines":"1"}`,
+	}
+	for what, payload := range badInvoices {
+		d := shoptest.Deliver(t, s.mailer, shoptest.Event(t, shop.InvoiceCreated, id, 1, payload))
+		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
+			t.Errorf("invoice created, %s: outcome %v (%v), want parked", what, d.Outcome, d.Err)
+		}
+	}
+	if n := emails(t, mail); n != 0 {
+		t.Fatalf("%d e-mails sent for impossible invoices", n)
+	}
+
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
+	created := shoptest.Outbox(t, db, shop.InvoiceCreated)
+	if len(created) != 1 {
+		t.Fatalf("%d invoice.created events, want 1", len(created))
+	}
+	shoptest.Applied(t, s.mailer, created[0])
+	if n := emails(t, mail); n != 1 {
+		t.Fatalf("%d e-mails, want 1", n)
+	}
+}
+
+// mailAll delivers every billing event in the outbox
+// that was not delivered yet to the mailer, in order.
+func mailAll(t *testing.T, s *Service, db *store.DB, seen map[string]bool) {
+	t.Helper()
+	for _, name := range []string{shop.InvoiceCreated, shop.InvoiceVoided} {
+		for _, ev := range shoptest.Outbox(t, db, name) {
+			if !seen[ev.ID.String()] {
+				seen[ev.ID.String()] = true
+				shoptest.Applied(t, s.mailer, ev)
+			}
+		}
+	}
+}
+
+// TestCancelVoidsTheInvoice checks both orders of events: an invoice
+// e-mailed before the cancellation is voided and the customer told once;
+// an invoice voided before the mailer got to it is never e-mailed. An
+// order placed after its cancellation is not invoiced.
+func TestCancelVoidsTheInvoice(t *testing.T) {
+	t.Parallel()
+	s, db, mail := setup(t)
+	seen := map[string]bool{}
+	voided := func(id string) int64 {
+		return shoptest.Count(t, db, `SELECT count(*) FROM invoice WHERE order_id = $1 AND voided_at IS NOT NULL`, id)
+	}
+
+	// E-mailed, then cancelled.
+	a := shoptest.OrderID()
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, a, 1, shoptest.GoodOrderPlaced(a)))
+	mailAll(t, s, db, seen)
+	cancelA := shoptest.Event(t, shop.OrderCancelled, a, 2, shop.OrderCancelledV1{OrderID: a})
+	shoptest.Applied(t, s.invoice, cancelA)
+	cancelA.ID = idem.NewEventID() // another copy: the invoice is voided already
+	shoptest.Applied(t, s.invoice, cancelA)
+	mailAll(t, s, db, seen)
+	if voided(a) != 1 || len(shoptest.Outbox(t, db, shop.InvoiceVoided)) != 1 {
+		t.Fatalf("order a: the invoice is not voided once")
+	}
+	if n := emails(t, mail); n != 2 {
+		t.Fatalf("%d e-mails, want the invoice and its void notice", n)
+	}
+	again := shoptest.Outbox(t, db, shop.InvoiceVoided)[0]
+	again.ID = idem.NewEventID()
+	shoptest.Applied(t, s.mailer, again)
+	if n := emails(t, mail); n != 2 {
+		t.Fatalf("%d e-mails after a second voided event, want 2", n)
+	}
+
+	// Cancelled before the mailer got to the invoice.
+	b := shoptest.OrderID()
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, b, 1, shoptest.GoodOrderPlaced(b)))
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderCancelled, b, 2, shop.OrderCancelledV1{OrderID: b}))
+	mailAll(t, s, db, seen)
+	if voided(b) != 1 {
+		t.Fatal("order b: the invoice is not voided")
+	}
+	if n := emails(t, mail); n != 2 {
+		t.Fatalf("%d e-mails, want none for order b", n)
+	}
+
+	// Cancelled before it was placed.
+	c := shoptest.OrderID()
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderCancelled, c, 2, shop.OrderCancelledV1{OrderID: c}))
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, c, 1, shoptest.GoodOrderPlaced(c)))
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM invoice WHERE order_id = $1`, c); n != 0 {
+		t.Fatalf("%d invoices for an order placed after its cancellation", n)
+	}
+}
