@@ -65,6 +65,14 @@ func claimedIDs(rows []driver.ClaimedRow) []uuid.UUID {
 	return out
 }
 
+func claimedSeqs(rows []driver.ClaimedRow) []int64 {
+	out := make([]int64, len(rows))
+	for i, r := range rows {
+		out[i] = r.Seq
+	}
+	return out
+}
+
 func sameIDs(got []uuid.UUID, want ...idem.Event) bool {
 	if len(got) != len(want) {
 		return false
@@ -160,15 +168,18 @@ func Relay(t *testing.T, setup Setup) {
 		if len(rowsB) != 3 || !rowsB[0].TakenOver {
 			t.Fatalf("takeover claimed %d rows (taken over: %v), want 3", len(rowsB), len(rowsB) > 0 && rowsB[0].TakenOver)
 		}
-		ids := claimedIDs(rowsA)
+		seqs := claimedSeqs(rowsA)
 		pool := db.Driver.Pool()
-		if n, err := rd.MarkPublished(ctx, pool, first, ids); err != nil || n != 0 {
+		if n, err := rd.MarkPublished(ctx, pool, first, seqs); err != nil || n != 0 {
 			t.Fatalf("stale owner marked %d rows (err %v)", n, err)
 		}
-		if n, err := rd.ReleaseOutbox(ctx, pool, first, []driver.ReleaseRow{{ID: ids[0], Error: "x", Delay: time.Hour}, {ID: ids[1]}}); err != nil || n != 0 {
+		if n, err := rd.ReleaseOutbox(ctx, pool, first, []driver.ReleaseRow{{Seq: seqs[0], Error: "x", Delay: time.Hour, Refused: true}, {Seq: seqs[1]}}); err != nil || n != 0 {
 			t.Fatalf("stale owner released %d rows (err %v)", n, err)
 		}
-		if n, err := rd.MarkPublished(ctx, pool, second, ids); err != nil || n != 3 {
+		if q, err := rd.QuarantineOutbox(ctx, pool, first, []driver.QuarantineRow{{Seq: seqs[0], Error: "x"}}); err != nil || len(q) != 0 {
+			t.Fatalf("stale owner quarantined %v (err %v)", q, err)
+		}
+		if n, err := rd.MarkPublished(ctx, pool, second, seqs); err != nil || n != 3 {
 			t.Fatalf("owner marked %d rows (err %v), want 3", n, err)
 		}
 		b, err := rd.OutboxBacklog(ctx, pool)
@@ -191,13 +202,13 @@ func Relay(t *testing.T, setup Setup) {
 			t.Fatalf("claimed %d rows, want 4", len(rows))
 		}
 		pool := db.Driver.Pool()
-		// a1 failed (a2 was not tried), b1 failed with a short delay, c1 was
-		// not tried.
+		// a1 was refused (a2 was not tried), b1 was not confirmed and waits
+		// a short delay, c1 was not tried.
 		n, err := rd.ReleaseOutbox(ctx, pool, owner, []driver.ReleaseRow{
-			{ID: a1.ID, Error: "broker refused", Delay: time.Hour},
-			{ID: a2.ID},
-			{ID: b1.ID, Error: "timeout", Delay: 200 * time.Millisecond},
-			{ID: c1.ID},
+			{Seq: rows[0].Seq, Error: "broker refused", Delay: time.Hour, Refused: true},
+			{Seq: rows[1].Seq},
+			{Seq: rows[2].Seq, Error: "timeout", Delay: 200 * time.Millisecond},
+			{Seq: rows[3].Seq},
 		})
 		fatalIf(t, err, "release")
 		if n != 4 {
@@ -214,8 +225,15 @@ func Relay(t *testing.T, setup Setup) {
 			retried = claim(t, db, rd, uuid.New(), time.Minute, 10, 10)
 			return len(retried) > 0
 		})
-		if !sameIDs(claimedIDs(retried), b1) || retried[0].Attempts != 1 {
-			t.Fatalf("retry = %v (attempts %d), want b1 after one attempt", claimedIDs(retried), retried[0].Attempts)
+		// A refusal counts an attempt; a failure of the whole call does not.
+		if !sameIDs(claimedIDs(retried), b1) || retried[0].Attempts != 0 {
+			t.Fatalf("retry = %v (attempts %d), want b1 with no attempt counted", claimedIDs(retried), retried[0].Attempts)
+		}
+		if n := db.count(t, "outbox WHERE seq = ? AND attempts = 1 AND last_error = 'broker refused'", rows[0].Seq); n != 1 {
+			t.Errorf("the refused row does not count one attempt with its error")
+		}
+		if n := db.count(t, "outbox WHERE seq = ? AND last_error = 'timeout'", rows[2].Seq); n != 1 {
+			t.Errorf("the unconfirmed row does not keep its error")
 		}
 		b, err := rd.OutboxBacklog(ctx, pool)
 		fatalIf(t, err, "backlog")
@@ -244,7 +262,7 @@ func Relay(t *testing.T, setup Setup) {
 		if len(rows) != 6 {
 			t.Fatalf("claimed %d rows, want 6", len(rows))
 		}
-		n, err := rd.MarkPublished(ctx, db.Driver.Pool(), owner, claimedIDs(rows))
+		n, err := rd.MarkPublished(ctx, db.Driver.Pool(), owner, claimedSeqs(rows))
 		fatalIf(t, err, "mark")
 		if n != 6 {
 			t.Fatalf("marked %d, want 6", n)
