@@ -195,7 +195,12 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 		close(r.done)
 	}()
 	r.log.Info("relay started", "workers", r.cfg.Workers, "batch_size", r.cfg.BatchSize,
-		"lease", r.cfg.Lease, "listen", listens, "poll_interval", r.cfg.PollInterval)
+		"lease", r.cfg.Lease, "listen", listens, "poll_interval", r.cfg.PollInterval,
+		"quarantine_after", r.cfg.QuarantineAfter)
+	if n := r.stats.inQuarantine.Load(); n > 0 {
+		r.log.Warn("the outbox holds quarantined rows: they and the later rows of their aggregates are not published; "+
+			"see \"idem failed list --relay\"", "rows", n)
+	}
 	return nil
 }
 
@@ -433,8 +438,10 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 	failed := map[aggregateKey]bool{}
 	var batch []int
 	var msgs []idem.Message
-	// faultDelay is how long rows the broker did not answer for wait.
+	// faultDelay is how long rows the broker did not answer for wait;
+	// paused says that brokerFailed logged why.
 	faultDelay := backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, 1)
+	paused := false
 	for n, round := range rounds {
 		if n > 0 && r.claimCtx.Err() != nil {
 			break // Stopping: release what is left.
@@ -489,7 +496,7 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 		}
 		if whole || (accepted == 0 && faults == len(msgs)) {
 			// The broker is away: pause every worker, and count no attempt.
-			faultDelay = r.brokerFailed(log, cmp.Or(err, firstFault))
+			faultDelay, paused = r.brokerFailed(log, cmp.Or(err, firstFault)), true
 			break
 		}
 		r.brokerFailures.Store(0)
@@ -562,7 +569,7 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 		log.Warn("the broker refused rows; they will be retried, and quarantined after Config.QuarantineAfter attempts",
 			"rows", refused, "error", firstRefused)
 	}
-	if faultCount > 0 && anyErr != nil && !errors.Is(anyErr, context.Canceled) {
+	if faultCount > 0 && !paused && !errors.Is(anyErr, context.Canceled) {
 		log.Warn("the broker did not confirm rows; they will be retried", "rows", faultCount, "error", anyErr)
 	}
 	if len(quarantine) > 0 {
