@@ -2,8 +2,12 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/amqp"
+	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/relay"
@@ -270,5 +275,47 @@ func TestQuarantineNothingWhileRabbitMQIsDown(t *testing.T) {
 	}
 	if n := b.pg.Count(t, "outbox WHERE quarantined_at IS NOT NULL OR attempts > 0"); n != 0 {
 		t.Errorf("%d rows quarantined or charged an attempt", n)
+	}
+}
+
+// TestQuarantineIsLogged: each quarantine is logged at error level with the
+// row's seq, id, aggregate and error.
+func TestQuarantineIsLogged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bad := event(t, "bad", 1)
+	b.pub.SetFunc(func(int, []idem.Message) memory.Action {
+		return memory.Action{Refuse: func(m idem.Message) error {
+			if m.EventID == bad.ID {
+				return errors.New("message too large")
+			}
+			return nil
+		}}
+	})
+	b.insert(t, bad, event(t, "good", 1))
+	var logs syncBuffer
+	cfg := fastConfig(t)
+	cfg.QuarantineAfter = 1
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	r := b.start(t, cfg)
+	testsvc.WaitFor(t, 10*time.Second, "the refused row quarantined", func() bool { return r.Stats().Quarantined == 1 })
+	var seq int64
+	if err := b.pg.Pool.QueryRow(context.Background(), `SELECT seq FROM outbox WHERE id = $1`, bad.ID).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["level"] != "ERROR" || !strings.Contains(fmt.Sprint(rec["msg"]), "quarantined") {
+			continue
+		}
+		found = true
+		if rec["seq"] != float64(seq) || rec["id"] != bad.ID.String() || rec["aggregate_type"] != "order" ||
+			rec["aggregate_id"] != "bad" || !strings.Contains(fmt.Sprint(rec["error"]), "message too large") {
+			t.Errorf("quarantine logged as %s", line)
+		}
+	}
+	if !found {
+		t.Fatalf("no quarantine logged at error level:\n%s", logs.String())
 	}
 }
