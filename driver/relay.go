@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,31 +13,57 @@ import (
 
 // RelayDialect is implemented by dialects that support the polling relay
 // (package relay). A relay worker claims a batch of outbox rows under a lease
-// (an owner token and an expiry), publishes them, then marks them published or
-// releases them, both fenced by the owner token: a worker whose lease expired
-// and was taken over changes nothing.
+// (an owner token and an expiry), publishes them, then marks them published,
+// releases them or quarantines them, all fenced by the owner token: a worker
+// whose lease expired and was taken over changes nothing.
 //
 // Per-aggregate order rests on ClaimOutbox: it only claims an aggregate's head
 // (its unpublished row with the lowest seq) and the rows that follow it, so
 // two workers never hold rows of one aggregate at the same time. A head whose
 // next unpublished row is under an unexpired lease (a row committed late, with
 // a lower seq than rows already in flight) is not claimable until they are
-// done. Claims on one table must not run concurrently: each must see the
-// leases of the previous ones.
+// done. A quarantined head is never claimable: the later rows of its
+// aggregate wait until it is requeued or deleted. Claims on one table must not
+// run concurrently: each must see the leases of the previous ones.
+//
+// Rows are identified by seq: the id column holds whatever the program that
+// wrote the row put there (another program's outbox may hold ids that are not
+// UUIDs, or UUIDs in another spelling).
 type RelayDialect interface {
 	// ClaimOutbox leases up to p.Limit unpublished rows and returns them in
 	// seq order. It must run in a transaction (ex is the transaction's
-	// executor); the lease takes effect when the transaction commits.
+	// executor); the lease takes effect when the transaction commits. It
+	// fails only when the database does; a row whose content cannot be read
+	// is returned with OutboxRecord.Unreadable set.
 	ClaimOutbox(ctx context.Context, ex Executor, p ClaimParams) ([]ClaimedRow, error)
-	// MarkPublished sets published_at on the rows of ids still leased by
+	// MarkPublished sets published_at on the rows of seqs still leased by
 	// owner, and returns how many it marked. Rows leased by someone else are
 	// left alone.
-	MarkPublished(ctx context.Context, ex Executor, owner uuid.UUID, ids []uuid.UUID) (int64, error)
+	MarkPublished(ctx context.Context, ex Executor, owner uuid.UUID, seqs []int64) (int64, error)
 	// ReleaseOutbox gives up the lease of rows still leased by owner, and
-	// returns how many it released. A row with an Error counts a failed
-	// attempt: attempts+1, last_error set, and no worker claims it (nor any
-	// later row of its aggregate) before Delay has passed.
+	// returns how many it released. A row with an Error sets last_error and
+	// is not claimed (nor any later row of its aggregate) before Delay has
+	// passed; when it is Refused, it also counts an attempt (attempts+1).
 	ReleaseOutbox(ctx context.Context, ex Executor, owner uuid.UUID, rows []ReleaseRow) (int64, error)
+	// QuarantineOutbox quarantines the rows still leased by owner:
+	// quarantined_at set, last_error set, attempts+1, lease freed. Claims
+	// skip them, and the later rows of their aggregates wait behind them,
+	// until RequeueQuarantined or DeleteQuarantined. It returns the seqs it
+	// quarantined, ascending.
+	QuarantineOutbox(ctx context.Context, ex Executor, owner uuid.UUID, rows []QuarantineRow) ([]int64, error)
+	// ListQuarantined returns the quarantined rows f selects, in seq order.
+	ListQuarantined(ctx context.Context, ex Executor, f QuarantineFilter) ([]QuarantinedRow, error)
+	// GetQuarantined returns the quarantined row seq, or ErrNotFound when
+	// there is none (or the row is not quarantined).
+	GetQuarantined(ctx context.Context, ex Executor, seq int64) (QuarantinedRow, error)
+	// RequeueQuarantined ends the quarantine of the rows of seqs that are
+	// quarantined: quarantined_at and attempts cleared, last_error kept. A
+	// relay claims them at its next claim. It returns how many it requeued.
+	RequeueQuarantined(ctx context.Context, ex Executor, seqs []int64) (int64, error)
+	// DeleteQuarantined deletes the rows of seqs that are quarantined and
+	// returns how many it deleted. The next rows of their aggregates become
+	// claimable.
+	DeleteQuarantined(ctx context.Context, ex Executor, seqs []int64) (int64, error)
 	// DeletePublished deletes at most limit rows published before before and
 	// returns how many.
 	DeletePublished(ctx context.Context, ex Executor, before time.Time, limit int) (int64, error)
@@ -95,14 +123,27 @@ type ClaimParams struct {
 
 // OutboxRecord is an outbox row as the relay reads it.
 type OutboxRecord struct {
+	// OutboxRow holds the row's content. Its ID is uuid.Nil when the id
+	// column does not hold a UUID.
 	OutboxRow
-	// Seq is the insertion order.
+	// Seq is the insertion order; it identifies the row.
 	Seq int64
+	// RawID is the id column as stored.
+	RawID string
+	// RawHeaders is the headers column as stored (on PostgreSQL, the text
+	// of the jsonb value).
+	RawHeaders []byte
 	// CreatedAt is when the inserting transaction started (the column's
 	// default).
 	CreatedAt time.Time
-	// Attempts is the number of failed publish attempts so far.
+	// Attempts is the number of attempts that failed on the row itself (the
+	// broker refused it, or it could not be read) since it was written or
+	// last requeued. Failures of the whole publish call do not count.
 	Attempts int
+	// Unreadable, when not nil, says why the row cannot become a message: an
+	// id that is not a UUID, headers that are not a JSON object, a timestamp
+	// or version of the wrong type. The relay quarantines such a row at once.
+	Unreadable error
 }
 
 // ClaimedRow is a row returned by ClaimOutbox.
@@ -115,7 +156,8 @@ type ClaimedRow struct {
 
 // ReleaseRow is a row given back by ReleaseOutbox.
 type ReleaseRow struct {
-	ID uuid.UUID
+	// Seq identifies the row.
+	Seq int64
 	// Error is why publishing failed. Empty means the row was not attempted
 	// (a later row of an aggregate whose earlier row failed, or a stop): the
 	// attempt count is unchanged and the row is claimable at once.
@@ -123,15 +165,67 @@ type ReleaseRow struct {
 	// Delay is how long the row waits before it can be claimed again. Only
 	// used with an Error.
 	Delay time.Duration
+	// Refused says that the failure was the row's own (the broker refused
+	// this message): it counts an attempt. A failure of the whole publish
+	// call (the broker away, a timeout) does not. Only used with an Error.
+	Refused bool
+}
+
+// QuarantineRow is a row set aside by QuarantineOutbox.
+type QuarantineRow struct {
+	// Seq identifies the row.
+	Seq int64
+	// Error is why the row is quarantined; it is kept in last_error.
+	Error string
+}
+
+// QuarantinedRow is a quarantined outbox row, as RelayDialect lists it.
+type QuarantinedRow struct {
+	OutboxRecord
+	// QuarantinedAt is when the row was quarantined.
+	QuarantinedAt time.Time
+	// LastError is the row's last_error: why it was quarantined.
+	LastError string
+}
+
+// QuarantineFilter selects quarantined rows. Zero fields match all.
+type QuarantineFilter struct {
+	// EventName matches the type column exactly.
+	EventName string
+	// AggregateType and AggregateID match their columns exactly.
+	AggregateType, AggregateID string
+	// Since keeps rows quarantined at or after it.
+	Since time.Time
+	// AfterSeq keeps rows with a seq above it: the last seq of the previous
+	// page.
+	AfterSeq int64
+	// Limit is the most rows returned. Zero means QuarantineLimitDefault.
+	Limit int
+}
+
+// QuarantineLimitDefault is the page size of ListQuarantined when
+// QuarantineFilter.Limit is zero.
+const QuarantineLimitDefault = 100
+
+// PageLimit returns f.Limit, or QuarantineLimitDefault when it is not
+// positive.
+func (f QuarantineFilter) PageLimit() int {
+	if f.Limit <= 0 {
+		return QuarantineLimitDefault
+	}
+	return f.Limit
 }
 
 // Backlog describes the unpublished rows of the outbox.
 type Backlog struct {
-	// Rows is the number of unpublished rows.
+	// Rows is the number of unpublished rows that are not quarantined
+	// (including those that wait behind a quarantined row).
 	Rows int64
-	// Oldest is the created_at of the unpublished row with the lowest seq;
-	// zero when there is none.
+	// Oldest is the created_at of the unpublished, unquarantined row with
+	// the lowest seq; zero when there is none.
 	Oldest time.Time
+	// Quarantined is the number of quarantined rows.
+	Quarantined int64
 }
 
 // ReplayFilter selects outbox rows to replay. Zero fields match all.
@@ -172,28 +266,135 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 // occurred_at, aggregate_version, headers (JSON text), seq, created_at,
 // attempts, then the columns of extra. timeDest adapts the two timestamps
 // to the dialect's representation; nil scans them into time.Time directly.
+//
+// It fails only when the result cannot be read. A row whose content cannot
+// become a message is returned with r.Unreadable set: an id that is not a
+// UUID, headers that are not a JSON object, and, where the database does not
+// enforce the columns' types (SQLite, through a timeDest that is a
+// sql.Scanner), an occurred_at or aggregate_version that is not a timestamp
+// or an integer.
 func ScanOutboxRecord(rows Rows, r *OutboxRecord, timeDest func(*time.Time) any, extra ...any) error {
-	if timeDest == nil {
-		timeDest = func(t *time.Time) any { return t }
-	}
 	var (
-		id               string
-		payload, headers []byte
+		payload, headers  []byte
+		version           any
+		occurred, created timeProblem
 	)
-	dest := append([]any{&id, &r.AggregateType, &r.AggregateID, &r.Type, &payload, timeDest(&r.OccurredAt),
-		&r.AggregateVersion, &headers, &r.Seq, timeDest(&r.CreatedAt), &r.Attempts}, extra...)
+	occurredDest, createdDest := any(&r.OccurredAt), any(&r.CreatedAt)
+	if timeDest != nil {
+		occurredDest, createdDest = occurred.wrap(timeDest(&r.OccurredAt)), created.wrap(timeDest(&r.CreatedAt))
+	}
+	dest := append([]any{&r.RawID, &r.AggregateType, &r.AggregateID, &r.Type, &payload, occurredDest,
+		&version, &headers, &r.Seq, createdDest, &r.Attempts}, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return err
-	}
-	var err error
-	if r.ID, err = uuid.Parse(id); err != nil {
-		return fmt.Errorf("idem: outbox row %s: id: %w", id, err)
 	}
 	if payload != nil {
 		r.Payload = payload
 	}
+	r.RawHeaders = headers
+	var problems []error
+	var err error
+	if r.ID, err = uuid.Parse(r.RawID); err != nil {
+		r.ID = uuid.Nil
+		problems = append(problems, fmt.Errorf("id %q is not a UUID", r.RawID))
+	}
+	if r.AggregateVersion, err = integer(version); err != nil {
+		problems = append(problems, fmt.Errorf("aggregate_version: %w", err))
+	}
+	if occurred.err != nil {
+		problems = append(problems, fmt.Errorf("occurred_at: %w", occurred.err))
+	}
 	if r.Headers, err = DecodeHeaders(headers); err != nil {
-		return fmt.Errorf("idem: outbox row %s: headers: %w", id, err)
+		problems = append(problems, fmt.Errorf("headers %s are not a JSON object", strconv.Quote(string(headers))))
+	}
+	if len(problems) > 0 {
+		r.Unreadable = &UnreadableError{Seq: r.Seq, Problems: problems}
 	}
 	return nil
+}
+
+// UnreadableError says why an outbox row cannot become a message.
+type UnreadableError struct {
+	// Seq identifies the row.
+	Seq int64
+	// Problems lists what is wrong, one error per column.
+	Problems []error
+}
+
+// Error implements error.
+func (e *UnreadableError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "idem: outbox row seq %d cannot be published: ", e.Seq)
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(p.Error())
+	}
+	b.WriteString(" (fix the row with SQL, then re-drive it with \"idem failed retry --relay\", or remove it)")
+	return b.String()
+}
+
+// Unwrap returns the problems.
+func (e *UnreadableError) Unwrap() []error { return e.Problems }
+
+// timeProblem scans a timestamp through a dialect's sql.Scanner and keeps
+// its error instead of failing the whole row.
+type timeProblem struct {
+	inner interface{ Scan(any) error }
+	err   error
+}
+
+func (p *timeProblem) wrap(dest any) any {
+	s, ok := dest.(interface{ Scan(any) error })
+	if !ok {
+		return dest
+	}
+	p.inner = s
+	return p
+}
+
+// Scan implements sql.Scanner.
+func (p *timeProblem) Scan(src any) error {
+	if err := p.inner.Scan(src); err != nil {
+		p.err = fmt.Errorf("%s is not a timestamp", describe(src))
+	}
+	return nil
+}
+
+// integer returns v, as scanned into an any, as an int64.
+func integer(v any) (int64, error) {
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case int32:
+		return int64(x), nil
+	case []byte:
+		if n, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return n, nil
+		}
+	case string:
+		if n, err := strconv.ParseInt(x, 10, 64); err == nil {
+			return n, nil
+		}
+	case float64:
+		if x == float64(int64(x)) {
+			return int64(x), nil
+		}
+	}
+	return 0, fmt.Errorf("%s is not an integer", describe(v))
+}
+
+// describe returns a scanned value as it appears in an error: text quoted
+// (whatever bytes it holds), other values with their type.
+func describe(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "NULL"
+	case []byte:
+		return strconv.Quote(string(x))
+	case string:
+		return strconv.Quote(x)
+	}
+	return fmt.Sprintf("%v (%T)", v, v)
 }

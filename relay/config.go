@@ -25,6 +25,7 @@ const (
 	PollIntervalNoListenDefault = 50 * time.Millisecond
 	DebounceDefault             = 2 * time.Millisecond
 	RetryBackoffDefault         = time.Second
+	QuarantineAfterDefault      = 10
 	MaxRetryBackoffDefault      = time.Minute
 	RetentionDefault            = 7 * 24 * time.Hour
 	RetentionIntervalDefault    = time.Minute
@@ -81,6 +82,26 @@ type Config struct {
 	RetryBackoff time.Duration
 	// MaxRetryBackoff caps RetryBackoff. Defaults to 1m.
 	MaxRetryBackoff time.Duration
+	// QuarantineAfter is the number of attempts on which the broker must
+	// refuse a row itself (unroutable, nacked, rejected, too large: an
+	// error for that message in a *broker.BatchError) before the relay
+	// quarantines it. Defaults to 10, which with the default backoff is
+	// about 4 minutes of refusals; negative retries refused rows forever.
+	//
+	// A quarantined row stays in the outbox, unpublished, with its error in
+	// last_error; the later rows of its aggregate wait behind it, every
+	// other aggregate goes on. Operators list, show, re-drive and remove
+	// quarantined rows with "idem failed ... --relay" (or the
+	// driver.RelayDialect methods). A row that cannot become a message (an
+	// id that is not a UUID, headers that are not a JSON object, a missing
+	// event name...) is quarantined at its first claim, whatever this
+	// setting: retrying cannot fix it.
+	//
+	// Failures that say the broker did not answer (the whole Publish call
+	// failed, or per message: a deadline, a lost connection, an error
+	// marked idem.Transient) never count: they pause the relay as the
+	// RetryBackoff delays say, however long they last.
+	QuarantineAfter int
 	// Retention is how long published rows are kept before they are
 	// deleted. It is the period that "idem replay" can re-publish: keep the
 	// consumers' processed_event horizon at least this long. Defaults to 7
@@ -136,6 +157,7 @@ func (c Config) WithDefaults() Config {
 	c.Debounce = cmp.Or(c.Debounce, DebounceDefault)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
 	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, max(MaxRetryBackoffDefault, c.RetryBackoff))
+	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, QuarantineAfterDefault)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
 	c.DeleteBatchSize = cmp.Or(c.DeleteBatchSize, DeleteBatchSizeDefault)

@@ -39,13 +39,32 @@
 // Config.PollInterval, with jitter, so lost notifications only add delay. A
 // claim that returns a full batch is followed at once by another.
 //
-// # Failures
+// # Failures and quarantine
 //
-// A row the broker refuses is released with its attempt count incremented,
-// its last error recorded and a retry delay (Config.RetryBackoff, doubled
-// per attempt, with jitter): it holds back only its own aggregate. When the
-// broker fails whole calls, every worker pauses with the same backoff. Rows
-// are never dropped.
+// A row the broker refuses itself (an error for that message in a
+// *broker.BatchError: unroutable, nacked, rejected, too large) is released
+// with its attempt count incremented, its last error recorded and a retry
+// delay (Config.RetryBackoff, doubled per attempt, with jitter): it holds
+// back only its own aggregate. On its Config.QuarantineAfter-th refusal it is
+// quarantined. A row that cannot become a message (written by another
+// program with an id that is not a UUID, headers that are not a JSON object,
+// no event name...) is quarantined at its first claim: claims never fail on
+// a row's content.
+//
+// A quarantined row stays in the outbox, unpublished, with quarantined_at set
+// and its error in last_error. Claims skip it; the later rows of its
+// aggregate wait behind it, so that order holds; every other aggregate flows.
+// Each quarantine is logged at error level and counted (Stats.Quarantined,
+// Stats.QuarantinedRows). Operators list, show, re-drive (the relay publishes
+// the row at its next claim, then the rows behind it) and remove quarantined
+// rows with "idem failed ... --relay", or driver.RelayDialect's
+// ListQuarantined, GetQuarantined, RequeueQuarantined and DeleteQuarantined.
+//
+// When the broker fails whole calls, or answers no message of a call in
+// time, every worker pauses with the same backoff. Such failures are faults,
+// not bad input: they record the error but count no attempt, so a broker
+// that is away, however long, never gets a row quarantined. Rows are never
+// dropped.
 //
 // # Retention and replay
 //

@@ -1,13 +1,17 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,7 +78,8 @@ type Relay[TTx any] struct {
 type counters struct {
 	claims, claimed, published, publishErrors atomic.Int64
 	takeovers, leasesLost, released, deleted  atomic.Int64
-	backlog, oldest, measuredAt               atomic.Int64
+	quarantined                               atomic.Int64
+	backlog, oldest, measuredAt, inQuarantine atomic.Int64
 }
 
 // Stats is a snapshot of a relay's counters since it was created, and of the
@@ -86,8 +91,13 @@ type Stats struct {
 	// Published is the number of rows confirmed by the broker and marked
 	// published.
 	Published int64
-	// PublishErrors is the number of rows whose publication failed.
+	// PublishErrors is the number of rows whose publication failed: the
+	// broker refused them, or did not answer for them.
 	PublishErrors int64
+	// Quarantined is the number of rows this relay quarantined: rows that
+	// cannot become messages, and rows the broker refused on
+	// Config.QuarantineAfter attempts.
+	Quarantined int64
 	// Takeovers is the number of rows claimed from a worker whose lease had
 	// expired.
 	Takeovers int64
@@ -99,12 +109,17 @@ type Stats struct {
 	Released int64
 	// Deleted is the number of published rows deleted after Retention.
 	Deleted int64
-	// Backlog is the number of unpublished rows, and OldestUnpublished the
-	// insertion time of the oldest of them (zero when none), as measured at
-	// BacklogMeasuredAt (zero before the first measurement).
+	// Backlog is the number of unpublished rows that are not quarantined
+	// (rows waiting behind a quarantined row of their aggregate included),
+	// and OldestUnpublished the insertion time of the oldest of them (zero
+	// when none), as measured at BacklogMeasuredAt (zero before the first
+	// measurement).
 	Backlog           int64
 	OldestUnpublished time.Time
 	BacklogMeasuredAt time.Time
+	// QuarantinedRows is the number of rows in quarantine in the outbox,
+	// whichever relay put them there, as measured at BacklogMeasuredAt.
+	QuarantinedRows int64
 	// BrokerPausedUntil is set while the relay waits before trying a
 	// failing broker again.
 	BrokerPausedUntil time.Time
@@ -180,7 +195,12 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 		close(r.done)
 	}()
 	r.log.Info("relay started", "workers", r.cfg.Workers, "batch_size", r.cfg.BatchSize,
-		"lease", r.cfg.Lease, "listen", listens, "poll_interval", r.cfg.PollInterval)
+		"lease", r.cfg.Lease, "listen", listens, "poll_interval", r.cfg.PollInterval,
+		"quarantine_after", r.cfg.QuarantineAfter)
+	if n := r.stats.inQuarantine.Load(); n > 0 {
+		r.log.Warn("the outbox holds quarantined rows: they and the later rows of their aggregates are not published; "+
+			"see \"idem failed list --relay\"", "rows", n)
+	}
 	return nil
 }
 
@@ -220,11 +240,14 @@ func (r *Relay[TTx]) Stats() Stats {
 		Claimed:       r.stats.claimed.Load(),
 		Published:     r.stats.published.Load(),
 		PublishErrors: r.stats.publishErrors.Load(),
+		Quarantined:   r.stats.quarantined.Load(),
 		Takeovers:     r.stats.takeovers.Load(),
 		LeasesLost:    r.stats.leasesLost.Load(),
 		Released:      r.stats.released.Load(),
 		Deleted:       r.stats.deleted.Load(),
 		Backlog:       r.stats.backlog.Load(),
+
+		QuarantinedRows: r.stats.inQuarantine.Load(),
 	}
 	if ns := r.stats.oldest.Load(); ns != 0 {
 		s.OldestUnpublished = time.Unix(0, ns)
@@ -383,15 +406,20 @@ type item struct {
 	row       *driver.ClaimedRow
 	msg       idem.Message
 	published bool
-	err       error
-	confirmed time.Time
+	// err is why the row was not published. unreadable: the row cannot
+	// become a message; fault: the broker did not answer for it (the whole
+	// call failed, a timeout); neither: the broker refused it.
+	err               error
+	unreadable, fault bool
+	confirmed         time.Time
 }
 
 // process publishes a claimed batch in rounds: round k holds the k-th row of
 // each aggregate, and goes to the broker only once round k-1 was confirmed.
 // When a row fails, the later rows of its aggregate are not published. Then
-// it marks what was confirmed and releases the rest, both fenced by owner.
-// It returns the number of rounds.
+// it marks what was confirmed, quarantines the rows that cannot be read or
+// that the broker refused on their last allowed attempt, and releases the
+// rest, all fenced by owner. It returns the number of rounds.
 func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Time, rows []driver.ClaimedRow) int {
 	items := make([]item, len(rows))
 	var rounds [][]int
@@ -410,6 +438,10 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 	failed := map[aggregateKey]bool{}
 	var batch []int
 	var msgs []idem.Message
+	// faultDelay is how long rows the broker did not answer for wait;
+	// paused says that brokerFailed logged why.
+	faultDelay := backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, 1)
+	paused := false
 	for n, round := range rounds {
 		if n > 0 && r.claimCtx.Err() != nil {
 			break // Stopping: release what is left.
@@ -427,7 +459,8 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 			}
 			msg, err := toMessage(it.row.OutboxRecord)
 			if err != nil {
-				it.err = err
+				// Retrying cannot fix the row: quarantine it at once.
+				it.err, it.unreadable = err, true
 				failed[k] = true
 				continue
 			}
@@ -442,44 +475,53 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 		err := r.pub.Publish(ctx, msgs)
 		cancel()
 		now := time.Now()
-		results := broker.Results(err, len(msgs))
-		for j, res := range results {
+		var batchErr *broker.BatchError
+		whole := err != nil && !errors.As(err, &batchErr)
+		var accepted, faults int
+		var firstFault error
+		for j, res := range broker.Results(err, len(msgs)) {
 			it := &items[batch[j]]
 			if res == nil {
 				it.published, it.confirmed = true, now
+				accepted++
 				continue
 			}
 			it.err = res
+			it.fault = whole || isFault(res)
+			if it.fault {
+				faults++
+				firstFault = cmp.Or(firstFault, res)
+			}
 			failed[aggregateKey{it.row.AggregateType, it.row.AggregateID}] = true
 		}
-		var batchErr *broker.BatchError
-		if err != nil && !errors.As(err, &batchErr) {
-			r.brokerFailed(log, err)
+		if whole || (accepted == 0 && faults == len(msgs)) {
+			// The broker is away: pause every worker, and count no attempt.
+			faultDelay, paused = r.brokerFailed(log, cmp.Or(err, firstFault)), true
 			break
 		}
 		r.brokerFailures.Store(0)
 	}
 
-	var ids []uuid.UUID
+	var seqs []int64
 	for i := range items {
 		if items[i].published {
-			ids = append(ids, items[i].row.ID)
+			seqs = append(seqs, items[i].row.Seq)
 		}
 	}
-	if len(ids) > 0 {
+	if len(seqs) > 0 {
 		fault.Point(faultAfterPublishBeforeMark)
-		marked, err := r.mark(owner, deadline, ids)
+		marked, err := r.mark(owner, deadline, seqs)
 		if err != nil {
-			log.Error("mark published failed; the rows will be published again after the lease", "rows", len(ids), "error", err)
+			log.Error("mark published failed; the rows will be published again after the lease", "rows", len(seqs), "error", err)
 		} else {
 			r.stats.published.Add(marked)
-			if lost := int64(len(ids)) - marked; lost > 0 {
+			if lost := int64(len(seqs)) - marked; lost > 0 {
 				r.stats.leasesLost.Add(lost)
 				log.Warn("lease lost: rows were taken over by another worker, which publishes them again", "rows", lost)
 			}
-			if r.cfg.ObserveDelay != nil && marked == int64(len(ids)) {
+			if r.cfg.ObserveDelay != nil && marked == int64(len(seqs)) {
 				for i := range items {
-					if items[i].published {
+					if items[i].published && !items[i].row.CreatedAt.IsZero() {
 						r.cfg.ObserveDelay(items[i].confirmed.Sub(items[i].row.CreatedAt))
 					}
 				}
@@ -488,24 +530,50 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 		fault.Point(faultAfterMark)
 	}
 
-	var release []driver.ReleaseRow
-	var errCount int64
+	var (
+		release              []driver.ReleaseRow
+		quarantine           []driver.QuarantineRow
+		refused, faultCount  int64
+		firstRefused, anyErr error
+	)
 	for i := range items {
 		it := &items[i]
-		if it.published {
-			continue
+		switch {
+		case it.published:
+		case it.err == nil || errors.Is(it.err, context.Canceled):
+			// Not attempted, or stopped in flight.
+			release = append(release, driver.ReleaseRow{Seq: it.row.Seq})
+		case it.unreadable:
+			quarantine = append(quarantine, driver.QuarantineRow{Seq: it.row.Seq, Error: it.err.Error()})
+		case it.fault:
+			faultCount++
+			anyErr = cmp.Or(anyErr, it.err)
+			release = append(release, driver.ReleaseRow{Seq: it.row.Seq, Error: it.err.Error(), Delay: faultDelay})
+		default:
+			refused++
+			firstRefused = cmp.Or(firstRefused, it.err)
+			attempts := it.row.Attempts + 1
+			if r.cfg.QuarantineAfter > 0 && attempts >= r.cfg.QuarantineAfter {
+				quarantine = append(quarantine, driver.QuarantineRow{Seq: it.row.Seq,
+					Error: fmt.Sprintf("refused by the broker on %d attempts; last: %v", attempts, it.err)})
+				continue
+			}
+			release = append(release, driver.ReleaseRow{Seq: it.row.Seq, Error: it.err.Error(),
+				Delay: backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, attempts), Refused: true})
 		}
-		rr := driver.ReleaseRow{ID: it.row.ID}
-		if it.err != nil && !errors.Is(it.err, context.Canceled) {
-			errCount++
-			rr.Error = it.err.Error()
-			rr.Delay = backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, it.row.Attempts+1)
-		}
-		release = append(release, rr)
 	}
-	if errCount > 0 {
-		r.stats.publishErrors.Add(errCount)
-		log.Warn("publish failed; rows will be retried", "rows", errCount, "error", firstError(items))
+	if n := refused + faultCount; n > 0 {
+		r.stats.publishErrors.Add(n)
+	}
+	if refused > 0 {
+		log.Warn("the broker refused rows; they will be retried, and quarantined after Config.QuarantineAfter attempts",
+			"rows", refused, "error", firstRefused)
+	}
+	if faultCount > 0 && !paused && !errors.Is(anyErr, context.Canceled) {
+		log.Warn("the broker did not confirm rows; they will be retried", "rows", faultCount, "error", anyErr)
+	}
+	if len(quarantine) > 0 {
+		r.quarantine(log, owner, items, quarantine)
 	}
 	if len(release) > 0 {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), releaseTimeout)
@@ -520,6 +588,37 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 	return len(rounds)
 }
 
+// quarantine sets rows aside and logs each of them.
+func (r *Relay[TTx]) quarantine(log *slog.Logger, owner uuid.UUID, items []item, rows []driver.QuarantineRow) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), releaseTimeout)
+	done, err := r.dialect.QuarantineOutbox(ctx, r.drv.Pool(), owner, rows)
+	cancel()
+	if err != nil {
+		log.Error("quarantine failed; the rows are tried again after their lease", "rows", len(rows), "error", err)
+		return
+	}
+	r.stats.quarantined.Add(int64(len(done)))
+	if lost := len(rows) - len(done); lost > 0 {
+		r.stats.leasesLost.Add(int64(lost))
+		log.Warn("lease lost: rows to quarantine were taken over by another worker", "rows", lost)
+	}
+	reasons := make(map[int64]string, len(rows))
+	for _, q := range rows {
+		reasons[q.Seq] = q.Error
+	}
+	bySeq := make(map[int64]*driver.ClaimedRow, len(done))
+	for i := range items {
+		bySeq[items[i].row.Seq] = items[i].row
+	}
+	for _, seq := range done {
+		row := bySeq[seq]
+		log.Error("outbox row quarantined: it is not published, and the later rows of its aggregate wait behind it; "+
+			"see \"idem failed show --relay\", then retry or remove it",
+			"seq", seq, "id", row.RawID, "aggregate_type", row.AggregateType, "aggregate_id", row.AggregateID,
+			"event", row.Type, "attempts", row.Attempts+1, "error", reasons[seq])
+	}
+}
+
 func firstError(items []item) error {
 	for i := range items {
 		if items[i].err != nil {
@@ -529,13 +628,13 @@ func firstError(items []item) error {
 	return nil
 }
 
-// mark marks ids published, retrying while the lease lasts.
-func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, ids []uuid.UUID) (int64, error) {
+// mark marks the rows of seqs published, retrying while the lease lasts.
+func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, seqs []int64) (int64, error) {
 	var err error
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), r.cfg.QueryTimeout)
 		var n int64
-		n, err = r.dialect.MarkPublished(ctx, r.drv.Pool(), owner, ids)
+		n, err = r.dialect.MarkPublished(ctx, r.drv.Pool(), owner, seqs)
 		cancel()
 		if err == nil {
 			return n, nil
@@ -549,8 +648,9 @@ func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, ids []uuid.UUID) 
 	}
 }
 
-// brokerFailed pauses every worker after a whole Publish call failed.
-func (r *Relay[TTx]) brokerFailed(log *slog.Logger, err error) {
+// brokerFailed pauses every worker after a whole Publish call failed, and
+// returns the pause.
+func (r *Relay[TTx]) brokerFailed(log *slog.Logger, err error) time.Duration {
 	n := r.brokerFailures.Add(1)
 	d := backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, int(n))
 	until := time.Now().Add(d).UnixNano()
@@ -563,10 +663,40 @@ func (r *Relay[TTx]) brokerFailed(log *slog.Logger, err error) {
 	if !errors.Is(err, context.Canceled) {
 		log.Warn("broker failed; pausing", "pause", d.Round(time.Millisecond), "failures_in_a_row", n, "error", err)
 	}
+	return d
 }
 
+// isFault reports whether a per-message error says that the broker did not
+// answer for the message (a deadline, a cancellation, a lost connection, an
+// error marked idem.Transient) rather than that it refused it. Faults cost
+// time but never count toward quarantine: a broker away for a while must not
+// get healthy rows quarantined.
+func isFault(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		idem.IsTransient(err) || errors.As(err, &netErr) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// columns names the outbox columns behind the envelope's fields, for the
+// errors of rows that cannot become messages.
+var columns = map[string]string{
+	"event_id":          "id",
+	"event_name":        "type (the event name)",
+	"aggregate_type":    "aggregatetype",
+	"aggregate_id":      "aggregateid",
+	"aggregate_version": "aggregate_version",
+	"payload":           "payload",
+}
+
+// toMessage returns the message of a row, or an error (a
+// *driver.UnreadableError) when the row cannot become one.
 func toMessage(rec driver.OutboxRecord) (idem.Message, error) {
-	return idem.NewMessage(idem.Event{
+	if rec.Unreadable != nil {
+		return idem.Message{}, rec.Unreadable
+	}
+	msg, err := idem.NewMessage(idem.Event{
 		ID:               rec.ID,
 		Name:             rec.Type,
 		OccurredAt:       rec.OccurredAt,
@@ -576,6 +706,14 @@ func toMessage(rec driver.OutboxRecord) (idem.Message, error) {
 		Payload:          rec.Payload,
 		Headers:          rec.Headers,
 	})
+	if err != nil {
+		var fe *idem.FieldError
+		if errors.As(err, &fe) {
+			err = fmt.Errorf("%s %s", cmp.Or(columns[fe.Field], fe.Field), fe.Problem)
+		}
+		return idem.Message{}, &driver.UnreadableError{Seq: rec.Seq, Problems: []error{err}}
+	}
+	return msg, nil
 }
 
 func (r *Relay[TTx]) listen(l driver.OutboxListener) {
@@ -644,6 +782,7 @@ func (r *Relay[TTx]) measureBacklog(ctx context.Context) error {
 		return err
 	}
 	r.stats.backlog.Store(b.Rows)
+	r.stats.inQuarantine.Store(b.Quarantined)
 	var oldest int64
 	if !b.Oldest.IsZero() {
 		oldest = b.Oldest.UnixNano()

@@ -311,9 +311,13 @@ func TestRelayBrokerUnavailable(t *testing.T) {
 		b.insert(t, evs...)
 		all = append(all, evs...)
 	}
-	testsvc.WaitFor(t, 10*time.Second, "failed attempts recorded", func() bool {
-		return b.pg.Count(t, "outbox WHERE attempts >= 2 AND last_error LIKE '%broker down%'") > 0
+	testsvc.WaitFor(t, 10*time.Second, "failures recorded", func() bool {
+		return b.pg.Count(t, "outbox WHERE last_error LIKE '%broker down%'") > 0 && b.pub.Calls() >= 3
 	})
+	// A broker away costs time, never attempts: nothing nears quarantine.
+	if n := b.pg.Count(t, "outbox WHERE attempts > 0 OR quarantined_at IS NOT NULL"); n != 0 {
+		t.Fatalf("%d rows charged an attempt or quarantined while the broker was down", n)
+	}
 	testsvc.WaitFor(t, 10*time.Second, "backlog measured", func() bool {
 		s := r.Stats()
 		return s.Backlog == int64(len(all)) && !s.OldestUnpublished.IsZero()
@@ -362,8 +366,9 @@ func checkOrder(t *testing.T, msgs []idem.Message) {
 }
 
 // TestRelayRefusedRowDoesNotBlockOthers: a row the broker keeps refusing is
-// retried with its attempts and last error recorded; the rest of its
-// aggregate waits, other aggregates go on.
+// retried with its attempts and last error recorded (here never quarantined:
+// Config.QuarantineAfter is negative); the rest of its aggregate waits, other
+// aggregates go on.
 func TestRelayRefusedRowDoesNotBlockOthers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -384,13 +389,18 @@ func TestRelayRefusedRowDoesNotBlockOthers(t *testing.T) {
 		}
 	}
 	b.insert(t, good...)
-	b.start(t, fastConfig(t))
+	cfg := fastConfig(t)
+	cfg.QuarantineAfter = -1
+	b.start(t, cfg)
 	if err := b.pub.WaitLen(testsvc.Ctx(t, 10*time.Second), len(good)); err != nil {
 		t.Fatal(err)
 	}
 	testsvc.WaitFor(t, 10*time.Second, "retries recorded", func() bool {
-		return b.pg.Count(t, "outbox WHERE id = $1 AND attempts >= 3 AND last_error = 'message too large'", bad.ID) == 1
+		return b.pg.Count(t, "outbox WHERE id = $1 AND attempts >= 12 AND last_error = 'message too large'", bad.ID) == 1
 	})
+	if n := b.pg.Count(t, "outbox WHERE quarantined_at IS NOT NULL"); n != 0 {
+		t.Fatalf("%d rows quarantined with a negative QuarantineAfter", n)
+	}
 	for _, m := range b.pub.Messages() {
 		if string(m.Key) == "bad" {
 			t.Errorf("published %s of the blocked aggregate", m.EventID)
@@ -558,15 +568,15 @@ func TestClaimFencing(t *testing.T) {
 	if len(rowsB) != 3 || !rowsB[0].TakenOver {
 		t.Fatalf("takeover claimed %d rows (taken over: %v), want 3", len(rowsB), len(rowsB) > 0 && rowsB[0].TakenOver)
 	}
-	ids := []uuid.UUID{rowsA[0].ID, rowsA[1].ID, rowsA[2].ID}
+	seqs := []int64{rowsA[0].Seq, rowsA[1].Seq, rowsA[2].Seq}
 	pool := b.pg.Driver.Pool()
-	if n, err := d.MarkPublished(ctx, pool, first, ids); err != nil || n != 0 {
+	if n, err := d.MarkPublished(ctx, pool, first, seqs); err != nil || n != 0 {
 		t.Fatalf("stale owner marked %d rows (err %v)", n, err)
 	}
-	if n, err := d.ReleaseOutbox(ctx, pool, first, []driver.ReleaseRow{{ID: ids[0], Error: "x", Delay: time.Hour}}); err != nil || n != 0 {
+	if n, err := d.ReleaseOutbox(ctx, pool, first, []driver.ReleaseRow{{Seq: seqs[0], Error: "x", Delay: time.Hour}}); err != nil || n != 0 {
 		t.Fatalf("stale owner released %d rows (err %v)", n, err)
 	}
-	if n, err := d.MarkPublished(ctx, pool, second, ids); err != nil || n != 3 {
+	if n, err := d.MarkPublished(ctx, pool, second, seqs); err != nil || n != 3 {
 		t.Fatalf("owner marked %d rows (err %v), want 3", n, err)
 	}
 }

@@ -106,7 +106,7 @@ func Replay(ctx context.Context, src Source, pub broker.Publisher, f ReplayFilte
 		for _, row := range rows {
 			msg, err := toMessage(row)
 			if err != nil {
-				return published, fmt.Errorf("idem: replay: event %s: %w", row.ID, err)
+				return published, fmt.Errorf("idem: replay: %w", err)
 			}
 			k := aggregateKey{row.AggregateType, row.AggregateID}
 			p := position[k]

@@ -274,11 +274,11 @@ func (b *bench) drainBare(ctx context.Context) (time.Duration, error) {
 					errs <- err
 					return
 				}
-				ids := make([]uuid.UUID, len(rows))
+				seqs := make([]int64, len(rows))
 				for i := range rows {
-					ids[i] = rows[i].ID
+					seqs[i] = rows[i].Seq
 				}
-				n, err := d.MarkPublished(ctx, b.drv.Pool(), owner, ids)
+				n, err := d.MarkPublished(ctx, b.drv.Pool(), owner, seqs)
 				if err != nil {
 					errs <- err
 					return

@@ -56,10 +56,11 @@ Examples:
   idem failed list --consumer stock --since 24h
   idem failed show 42
   idem failed retry 42 --broker amqp://guest:guest@localhost:5672/
-  idem failed remove --all --event order.order.placed.v0 --yes`,
+  idem failed remove --all --event order.order.placed.v0 --yes` + quarantineUsage,
 		setup: func(fs *flag.FlagSet) runFunc {
 			var db dbFlags
 			db.register(fs)
+			quarantine := registerQuarantineFlags(fs, &db)
 			brokerURL := fs.String("broker", "", "with retry: broker URL, e.g. amqp://user:pass@localhost:5672/ (default $IDEM_BROKER_URL)")
 			consumer := fs.String("consumer", "", "only messages of this consumer name")
 			event := fs.String("event", "", "only messages of this event name")
@@ -68,6 +69,9 @@ Examples:
 			all := fs.Bool("all", false, "with retry or remove: every message matching the filters instead of IDs")
 			yes := fs.Bool("yes", false, "with remove: do not ask for confirmation")
 			return func(ctx context.Context, e *env, args []string) error {
+				if quarantine.relay {
+					return quarantine.run(ctx, e, args)
+				}
 				if len(args) == 0 {
 					return usagef("want one of list, show, retry, remove")
 				}

@@ -39,7 +39,7 @@ func TestMigrateCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `CREATE TABLE "outbox"`) {
 		t.Fatalf("migrate sql = %d %q", code, out)
 	}
-	code, out, _ = idem(t, env, "", "migrate", "down", "--steps", "1")
+	code, out, _ = idem(t, env, "", "migrate", "down", "--steps", "0")
 	if code != 0 || !strings.Contains(out, "Reverted 0001_idem_tables") {
 		t.Fatalf("migrate down = %d %q", code, out)
 	}

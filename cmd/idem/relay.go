@@ -49,6 +49,18 @@ publish them with broker confirms, and mark them published. Events of one
 aggregate are published in order; a relay that dies leaves leases that other
 relays take over when they expire. Several relays can run on one database.
 
+A row the relay cannot turn into a message (written by another program with
+an id that is not a UUID, headers that are not a JSON object, no event
+name...) is quarantined at its first claim; a row the broker refuses itself
+(unroutable, nacked, rejected, too large) is retried with backoff and
+quarantined after --quarantine-after attempts. Each quarantine is logged at
+error level with the row's seq, id, aggregate and error. A quarantined row is
+not published and the later rows of its aggregate wait behind it; every other
+aggregate flows. A broker that is down or does not answer in time only pauses
+the relay: it never gets a row quarantined, however long it lasts. List, show,
+re-drive and remove quarantined rows with "idem failed ... --relay"; the
+idem_relay_quarantined_rows gauge counts them.
+
 On SIGTERM or SIGINT the relay stops claiming, finishes or releases the
 batches in flight (up to --stop-timeout) and exits.
 
@@ -71,6 +83,7 @@ Examples:
 			poll := fs.Duration("poll-interval", relay.PollIntervalDefault, "poll period when no notification arrives")
 			noListen := fs.Bool("no-listen", false, "do not LISTEN for notifications; only poll")
 			retention := fs.Duration("retention", relay.RetentionDefault, "keep published rows this long (the replay window); negative: forever")
+			quarantineAfter := fs.Int("quarantine-after", relay.QuarantineAfterDefault, "quarantine a row the broker refused on this many attempts (negative: retry forever)")
 			metricsAddr := fs.String("metrics-addr", ":9464", "address of the /metrics and /healthz endpoints; empty: none")
 			stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long in-flight batches may take to finish")
 			logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -120,6 +133,7 @@ Examples:
 					PollInterval:    *poll,
 					DisableListen:   *noListen,
 					Retention:       *retention,
+					QuarantineAfter: *quarantineAfter,
 					Logger:          log,
 					ObserveDelay:    metrics.ObserveDelay,
 				})
@@ -172,7 +186,7 @@ Examples:
 					return fmt.Errorf("stop: in-flight batches released after %v: %w", *stopTimeout, stopErr)
 				}
 				s := r.Stats()
-				log.Info("relay stopped", "published", s.Published, "publish_errors", s.PublishErrors)
+				log.Info("relay stopped", "published", s.Published, "publish_errors", s.PublishErrors, "quarantined", s.Quarantined)
 				return nil
 			}
 		},

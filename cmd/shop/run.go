@@ -377,11 +377,12 @@ func (a *app) summary(ctx context.Context) string {
 		parts = append(parts, fmt.Sprintf("duplicates_skipped=%d failed=%d", dup, failed))
 	}
 	if len(a.relays) > 0 {
-		var backlog int64
+		var backlog, quarantined int64
 		var oldest time.Time
 		for _, r := range a.relays {
 			st := r.Stats()
 			backlog += st.Backlog
+			quarantined += st.QuarantinedRows
 			if !st.OldestUnpublished.IsZero() && (oldest.IsZero() || st.OldestUnpublished.Before(oldest)) {
 				oldest = st.OldestUnpublished
 			}
@@ -390,7 +391,7 @@ func (a *app) summary(ctx context.Context) string {
 		if !oldest.IsZero() {
 			lag = time.Since(oldest).Round(time.Millisecond)
 		}
-		parts = append(parts, fmt.Sprintf("outbox_backlog=%d lag=%s", backlog, lag))
+		parts = append(parts, fmt.Sprintf("outbox_backlog=%d lag=%s outbox_quarantined=%d", backlog, lag, quarantined))
 	}
 	return "shop: " + strings.Join(parts, " ")
 }

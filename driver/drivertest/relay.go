@@ -1,17 +1,24 @@
 package drivertest
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/testsvc"
@@ -61,6 +68,14 @@ func claimedIDs(rows []driver.ClaimedRow) []uuid.UUID {
 	out := make([]uuid.UUID, len(rows))
 	for i, r := range rows {
 		out[i] = r.ID
+	}
+	return out
+}
+
+func claimedSeqs(rows []driver.ClaimedRow) []int64 {
+	out := make([]int64, len(rows))
+	for i, r := range rows {
+		out[i] = r.Seq
 	}
 	return out
 }
@@ -160,15 +175,18 @@ func Relay(t *testing.T, setup Setup) {
 		if len(rowsB) != 3 || !rowsB[0].TakenOver {
 			t.Fatalf("takeover claimed %d rows (taken over: %v), want 3", len(rowsB), len(rowsB) > 0 && rowsB[0].TakenOver)
 		}
-		ids := claimedIDs(rowsA)
+		seqs := claimedSeqs(rowsA)
 		pool := db.Driver.Pool()
-		if n, err := rd.MarkPublished(ctx, pool, first, ids); err != nil || n != 0 {
+		if n, err := rd.MarkPublished(ctx, pool, first, seqs); err != nil || n != 0 {
 			t.Fatalf("stale owner marked %d rows (err %v)", n, err)
 		}
-		if n, err := rd.ReleaseOutbox(ctx, pool, first, []driver.ReleaseRow{{ID: ids[0], Error: "x", Delay: time.Hour}, {ID: ids[1]}}); err != nil || n != 0 {
+		if n, err := rd.ReleaseOutbox(ctx, pool, first, []driver.ReleaseRow{{Seq: seqs[0], Error: "x", Delay: time.Hour, Refused: true}, {Seq: seqs[1]}}); err != nil || n != 0 {
 			t.Fatalf("stale owner released %d rows (err %v)", n, err)
 		}
-		if n, err := rd.MarkPublished(ctx, pool, second, ids); err != nil || n != 3 {
+		if q, err := rd.QuarantineOutbox(ctx, pool, first, []driver.QuarantineRow{{Seq: seqs[0], Error: "x"}}); err != nil || len(q) != 0 {
+			t.Fatalf("stale owner quarantined %v (err %v)", q, err)
+		}
+		if n, err := rd.MarkPublished(ctx, pool, second, seqs); err != nil || n != 3 {
 			t.Fatalf("owner marked %d rows (err %v), want 3", n, err)
 		}
 		b, err := rd.OutboxBacklog(ctx, pool)
@@ -191,13 +209,13 @@ func Relay(t *testing.T, setup Setup) {
 			t.Fatalf("claimed %d rows, want 4", len(rows))
 		}
 		pool := db.Driver.Pool()
-		// a1 failed (a2 was not tried), b1 failed with a short delay, c1 was
-		// not tried.
+		// a1 was refused (a2 was not tried), b1 was not confirmed and waits
+		// a short delay, c1 was not tried.
 		n, err := rd.ReleaseOutbox(ctx, pool, owner, []driver.ReleaseRow{
-			{ID: a1.ID, Error: "broker refused", Delay: time.Hour},
-			{ID: a2.ID},
-			{ID: b1.ID, Error: "timeout", Delay: 200 * time.Millisecond},
-			{ID: c1.ID},
+			{Seq: rows[0].Seq, Error: "broker refused", Delay: time.Hour, Refused: true},
+			{Seq: rows[1].Seq},
+			{Seq: rows[2].Seq, Error: "timeout", Delay: 200 * time.Millisecond},
+			{Seq: rows[3].Seq},
 		})
 		fatalIf(t, err, "release")
 		if n != 4 {
@@ -214,8 +232,15 @@ func Relay(t *testing.T, setup Setup) {
 			retried = claim(t, db, rd, uuid.New(), time.Minute, 10, 10)
 			return len(retried) > 0
 		})
-		if !sameIDs(claimedIDs(retried), b1) || retried[0].Attempts != 1 {
-			t.Fatalf("retry = %v (attempts %d), want b1 after one attempt", claimedIDs(retried), retried[0].Attempts)
+		// A refusal counts an attempt; a failure of the whole call does not.
+		if !sameIDs(claimedIDs(retried), b1) || retried[0].Attempts != 0 {
+			t.Fatalf("retry = %v (attempts %d), want b1 with no attempt counted", claimedIDs(retried), retried[0].Attempts)
+		}
+		if n := db.count(t, "outbox WHERE seq = ? AND attempts = 1 AND last_error = 'broker refused'", rows[0].Seq); n != 1 {
+			t.Errorf("the refused row does not count one attempt with its error")
+		}
+		if n := db.count(t, "outbox WHERE seq = ? AND last_error = 'timeout'", rows[2].Seq); n != 1 {
+			t.Errorf("the unconfirmed row does not keep its error")
 		}
 		b, err := rd.OutboxBacklog(ctx, pool)
 		fatalIf(t, err, "backlog")
@@ -244,7 +269,7 @@ func Relay(t *testing.T, setup Setup) {
 		if len(rows) != 6 {
 			t.Fatalf("claimed %d rows, want 6", len(rows))
 		}
-		n, err := rd.MarkPublished(ctx, db.Driver.Pool(), owner, claimedIDs(rows))
+		n, err := rd.MarkPublished(ctx, db.Driver.Pool(), owner, claimedSeqs(rows))
 		fatalIf(t, err, "mark")
 		if n != 6 {
 			t.Fatalf("marked %d, want 6", n)
@@ -299,6 +324,31 @@ func Relay(t *testing.T, setup Setup) {
 	t.Run("RelayPublishesInAggregateOrder", func(t *testing.T) {
 		t.Parallel()
 		relayOrder(t, setup)
+	})
+
+	t.Run("ClaimUnreadableRows", func(t *testing.T) {
+		t.Parallel()
+		claimUnreadable(t, setup)
+	})
+	t.Run("QuarantineHoldsItsAggregate", func(t *testing.T) {
+		t.Parallel()
+		quarantineHolds(t, setup)
+	})
+	t.Run("QuarantineOperations", func(t *testing.T) {
+		t.Parallel()
+		quarantineOperations(t, setup)
+	})
+	t.Run("RelayQuarantinesUnreadableRows", func(t *testing.T) {
+		t.Parallel()
+		relayUnreadable(t, setup)
+	})
+	t.Run("RelayQuarantinesRefusedRow", func(t *testing.T) {
+		t.Parallel()
+		relayRefused(t, setup)
+	})
+	t.Run("RelayBrokerAwayQuarantinesNothing", func(t *testing.T) {
+		t.Parallel()
+		relayBrokerAway(t, setup)
 	})
 }
 
@@ -381,4 +431,575 @@ func relayOrder(t *testing.T, setup Setup) {
 	testsvc.WaitFor(t, 10*time.Second, "rows marked published", func() bool {
 		return db.count(t, "outbox WHERE published_at IS NULL") == 0
 	})
+}
+
+// foreignRow inserts, with plain SQL as another program would, a row of
+// aggregate order/aggregate that an idem relay cannot publish: its id is not
+// a UUID (PostgreSQL's uuid column refuses such ids: there its headers are
+// not a JSON object). It returns the row's seq.
+func foreignRow(t *testing.T, db *DB, aggregate string) int64 {
+	t.Helper()
+	id, headers := "E-"+aggregate, "{}"
+	if db.dialect() == "postgres" {
+		id, headers = uuid.NewString(), `"not an object"`
+	}
+	db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers)
+VALUES (?, 'order', ?, 'OrderCreated', '{"orderId": 42}', ?)`, id, aggregate, headers)
+	var seq int64
+	err := db.Driver.DB().QueryRowContext(context.Background(), db.bind(`SELECT seq FROM outbox WHERE aggregateid = ? ORDER BY seq DESC LIMIT 1`), aggregate).Scan(&seq)
+	fatalIf(t, err, "seq of the foreign row")
+	return seq
+}
+
+// repair makes a row written by foreignRow publishable, as an operator
+// would with SQL, and returns its event id.
+func repair(t *testing.T, db *DB, seq int64) uuid.UUID {
+	t.Helper()
+	if db.dialect() == "postgres" {
+		db.exec(t, `UPDATE outbox SET headers = '{}' WHERE seq = ?`, seq)
+		var id string
+		err := db.Driver.DB().QueryRowContext(context.Background(), db.bind(`SELECT id FROM outbox WHERE seq = ?`), seq).Scan(&id)
+		fatalIf(t, err, "id of the repaired row")
+		return uuid.MustParse(id)
+	}
+	id := idem.NewEventID()
+	db.exec(t, `UPDATE outbox SET id = ? WHERE seq = ?`, id.String(), seq)
+	return id
+}
+
+func findSeq(rows []driver.ClaimedRow, seq int64) *driver.ClaimedRow {
+	for i := range rows {
+		if rows[i].Seq == seq {
+			return &rows[i]
+		}
+	}
+	return nil
+}
+
+// claimUnreadable: a claim never fails on a row's content. A row that cannot
+// become a message comes back marked Unreadable, with the reason; the other
+// rows come back as usual, and rows are marked published by seq.
+func claimUnreadable(t *testing.T, setup Setup) {
+	db := setup(t, Options{})
+	rd := relayDialect(t, db)
+	ctx := testsvc.Ctx(t, 30*time.Second)
+	a1, b1 := changed(t, "a", 1), changed(t, "b", 1)
+	insert(t, db, a1)
+	foreign := foreignRow(t, db, "f")
+	insert(t, db, b1)
+	var loose, upper int64
+	if db.dialect() == "sqlite" {
+		// SQLite columns take any type: a timestamp and a version that are
+		// not, and headers that are not JSON.
+		db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers)
+VALUES (?, 'order', 'g', 'OrderCreated', '{}', 'yesterday', 'v1', 'not json')`, uuid.NewString())
+		fatalIf(t, db.Driver.DB().QueryRowContext(ctx, `SELECT seq FROM outbox WHERE aggregateid = 'g'`).Scan(&loose), "seq")
+	}
+	if db.dialect() != "postgres" {
+		// Another spelling of a UUID: readable, and marked by seq.
+		db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (?, 'order', 'u', 'OrderCreated', '{}')`,
+			strings.ToUpper(uuid.NewString()))
+		fatalIf(t, db.Driver.DB().QueryRowContext(ctx, `SELECT seq FROM outbox WHERE aggregateid = 'u'`).Scan(&upper), "seq")
+	}
+
+	owner := uuid.New()
+	rows := claim(t, db, rd, owner, time.Minute, 10, 10)
+	want := 3
+	if loose != 0 {
+		want++
+	}
+	if upper != 0 {
+		want++
+	}
+	if len(rows) != want {
+		t.Fatalf("claimed %d rows, want %d (readable or not)", len(rows), want)
+	}
+	f := findSeq(rows, foreign)
+	if f == nil || f.Unreadable == nil {
+		t.Fatalf("foreign row %d not returned as unreadable: %+v", foreign, f)
+	}
+	var ue *driver.UnreadableError
+	if !errors.As(f.Unreadable, &ue) || ue.Seq != foreign {
+		t.Errorf("Unreadable = %#v, want a *driver.UnreadableError for seq %d", f.Unreadable, foreign)
+	}
+	if db.dialect() == "postgres" {
+		if !strings.Contains(f.Unreadable.Error(), "headers") || string(f.RawHeaders) != `"not an object"` {
+			t.Errorf("unreadable headers: %v (raw %q)", f.Unreadable, f.RawHeaders)
+		}
+	} else if f.RawID != "E-f" || f.ID != uuid.Nil || !strings.Contains(f.Unreadable.Error(), `id "E-f" is not a UUID`) {
+		t.Errorf("foreign row: raw id %q, id %v, unreadable %v", f.RawID, f.ID, f.Unreadable)
+	}
+	if f.Type != "OrderCreated" || f.AggregateID != "f" || string(f.Payload) == "" {
+		t.Errorf("foreign row content lost: %+v", f.OutboxRecord)
+	}
+	if loose != 0 {
+		g := findSeq(rows, loose)
+		if g == nil || g.Unreadable == nil {
+			t.Fatalf("row with a text timestamp and version not returned as unreadable: %+v", g)
+		}
+		for _, want := range []string{"occurred_at", `"yesterday"`, "aggregate_version", `"v1"`, "headers", `"not json"`} {
+			if !strings.Contains(g.Unreadable.Error(), want) {
+				t.Errorf("unreadable reason %q does not name %s", g.Unreadable, want)
+			}
+		}
+	}
+	var readable []int64
+	for _, r := range rows {
+		if r.Unreadable == nil {
+			readable = append(readable, r.Seq)
+			if r.ID == uuid.Nil || r.RawID == "" {
+				t.Errorf("readable row %d: id %v, raw %q", r.Seq, r.ID, r.RawID)
+			}
+		}
+	}
+	if upper != 0 {
+		if u := findSeq(rows, upper); u == nil || u.Unreadable != nil || u.ID == uuid.Nil {
+			t.Errorf("row with an upper-case UUID: %+v", u)
+		}
+	}
+	n, err := rd.MarkPublished(ctx, db.Driver.Pool(), owner, readable)
+	fatalIf(t, err, "mark")
+	if n != int64(len(readable)) {
+		t.Errorf("marked %d of the %d readable rows", n, len(readable))
+	}
+}
+
+// quarantineHolds: a quarantined row is never claimed, and holds the later
+// rows of its aggregate behind it, as a head or after an unpublished head;
+// other aggregates are claimed.
+func quarantineHolds(t *testing.T, setup Setup) {
+	db := setup(t, Options{})
+	rd := relayDialect(t, db)
+	ctx := testsvc.Ctx(t, 30*time.Second)
+	pool := db.Driver.Pool()
+	a1, a2, a3 := changed(t, "a", 1), changed(t, "a", 2), changed(t, "a", 3)
+	b1 := changed(t, "b", 1)
+	d1, d2, d3 := changed(t, "d", 1), changed(t, "d", 2), changed(t, "d", 3)
+	insert(t, db, a1, a2, a3, b1, d1, d2, d3)
+	owner := uuid.New()
+	rows := claim(t, db, rd, owner, time.Minute, 20, 10)
+	if len(rows) != 7 {
+		t.Fatalf("claimed %d rows, want 7", len(rows))
+	}
+	seq := map[uuid.UUID]int64{}
+	for _, r := range rows {
+		seq[r.ID] = r.Seq
+	}
+	// a1 is quarantined as a head; d2 after d1, which stays unpublished (its
+	// mark was lost).
+	got, err := rd.QuarantineOutbox(ctx, pool, owner, []driver.QuarantineRow{
+		{Seq: seq[d2.ID], Error: "refused: d2"}, {Seq: seq[a1.ID], Error: "refused: a1"}})
+	fatalIf(t, err, "quarantine")
+	if len(got) != 2 || got[0] != seq[a1.ID] || got[1] != seq[d2.ID] {
+		t.Fatalf("QuarantineOutbox = %v, want [%d %d]", got, seq[a1.ID], seq[d2.ID])
+	}
+	var rest []driver.ReleaseRow
+	for _, ev := range []idem.Event{a2, a3, b1, d1, d3} {
+		rest = append(rest, driver.ReleaseRow{Seq: seq[ev.ID]})
+	}
+	n, err := rd.ReleaseOutbox(ctx, pool, owner, rest)
+	fatalIf(t, err, "release")
+	if n != 5 {
+		t.Fatalf("released %d rows, want 5", n)
+	}
+	if n := db.count(t, "outbox WHERE quarantined_at IS NOT NULL AND attempts = 1 AND lease_owner IS NULL AND lease_until IS NULL AND last_error LIKE 'refused: %'"); n != 2 {
+		t.Fatalf("%d rows quarantined with one attempt, their error and no lease, want 2", n)
+	}
+
+	next := claim(t, db, rd, uuid.New(), time.Minute, 20, 10)
+	if !sameIDs(claimedIDs(next), b1, d1) {
+		t.Fatalf("claim with a1 and d2 quarantined = %v, want b1 and d1 only", claimedIDs(next))
+	}
+	// With heads alone, too.
+	if again := claimWith(t, db, rd, driver.ClaimParams{Owner: uuid.New(), Lease: time.Minute, Limit: 20, MaxPerAggregate: 1}); len(again) != 0 {
+		t.Fatalf("claimed %v while every head is leased or quarantined", claimedIDs(again))
+	}
+	b, err := rd.OutboxBacklog(ctx, pool)
+	fatalIf(t, err, "backlog")
+	if b.Rows != 5 || b.Quarantined != 2 {
+		t.Errorf("backlog = %+v, want 5 rows (a2, a3, b1, d1, d3) and 2 quarantined", b)
+	}
+}
+
+// quarantineOperations: list with filters and pages, get, requeue and
+// delete, each only on quarantined rows.
+func quarantineOperations(t *testing.T, setup Setup) {
+	db := setup(t, Options{})
+	rd := relayDialect(t, db)
+	ctx := testsvc.Ctx(t, 30*time.Second)
+	pool := db.Driver.Pool()
+	a1, a2, b1, c1, c2, c3 := changed(t, "a", 1), changed(t, "a", 2), changed(t, "b", 1), changed(t, "c", 1), changed(t, "c", 2), changed(t, "c", 3)
+	c1.Headers = map[string]string{"trace": "t-1"}
+	insert(t, db, a1, a2, b1, c1, c2, c3)
+	foreign := foreignRow(t, db, "f")
+	owner := uuid.New()
+	rows := claim(t, db, rd, owner, time.Minute, 1, 1) // a1 alone
+	rows = append(rows, claim(t, db, rd, owner, time.Minute, 20, 1)...)
+	seq := map[uuid.UUID]int64{}
+	for _, r := range rows {
+		seq[r.ID] = r.Seq
+	}
+	before := time.Now().Add(-time.Minute)
+	q, err := rd.QuarantineOutbox(ctx, pool, owner, []driver.QuarantineRow{
+		{Seq: seq[a1.ID], Error: "unroutable"}, {Seq: seq[c1.ID], Error: "too large"}, {Seq: foreign, Error: "unreadable"}})
+	fatalIf(t, err, "quarantine")
+	if len(q) != 3 {
+		t.Fatalf("quarantined %v, want 3 rows", q)
+	}
+	_, err = rd.ReleaseOutbox(ctx, pool, owner, []driver.ReleaseRow{{Seq: seq[b1.ID]}})
+	fatalIf(t, err, "release")
+
+	list, err := rd.ListQuarantined(ctx, pool, driver.QuarantineFilter{})
+	fatalIf(t, err, "list")
+	if len(list) != 3 || list[0].Seq != seq[a1.ID] || list[1].Seq != seq[c1.ID] || list[2].Seq != foreign {
+		t.Fatalf("list = %v, want a1, c1 and the foreign row in seq order", quarantinedSeqs(list))
+	}
+	c := list[1]
+	if c.ID != c1.ID || c.RawID != c1.ID.String() || c.LastError != "too large" || c.Attempts != 1 || c.Type != c1.Name ||
+		c.AggregateID != "c" || !jsonEqual(c.Payload, c1.Payload) || c.Headers["trace"] != "t-1" || c.Unreadable != nil ||
+		c.QuarantinedAt.Before(before) || c.QuarantinedAt.After(time.Now().Add(time.Minute)) || c.OccurredAt.IsZero() {
+		t.Errorf("listed row = %+v", c)
+	}
+	if f := list[2]; f.Unreadable == nil || f.LastError != "unreadable" {
+		t.Errorf("listed foreign row: unreadable %v, error %q", f.Unreadable, f.LastError)
+	}
+	for _, tc := range []struct {
+		name string
+		f    driver.QuarantineFilter
+		want []int64
+	}{
+		{"aggregate", driver.QuarantineFilter{AggregateType: "order", AggregateID: "c"}, []int64{seq[c1.ID]}},
+		{"event", driver.QuarantineFilter{EventName: "OrderCreated"}, []int64{foreign}},
+		{"first page", driver.QuarantineFilter{Limit: 2}, []int64{seq[a1.ID], seq[c1.ID]}},
+		{"second page", driver.QuarantineFilter{Limit: 2, AfterSeq: seq[c1.ID]}, []int64{foreign}},
+		{"since", driver.QuarantineFilter{Since: before}, []int64{seq[a1.ID], seq[c1.ID], foreign}},
+		{"since later", driver.QuarantineFilter{Since: time.Now().Add(time.Hour)}, nil},
+		{"other type", driver.QuarantineFilter{AggregateType: "invoice"}, nil},
+	} {
+		got, err := rd.ListQuarantined(ctx, pool, tc.f)
+		fatalIf(t, err, "list %s", tc.name)
+		if !slices.Equal(quarantinedSeqs(got), tc.want) {
+			t.Errorf("list %s = %v, want %v", tc.name, quarantinedSeqs(got), tc.want)
+		}
+	}
+
+	g, err := rd.GetQuarantined(ctx, pool, seq[c1.ID])
+	fatalIf(t, err, "get")
+	if g.Seq != c.Seq || g.LastError != c.LastError || !bytes.Equal(g.RawHeaders, c.RawHeaders) {
+		t.Errorf("get = %+v, want %+v", g, c)
+	}
+	for _, s := range []int64{seq[b1.ID], seq[c2.ID], 1 << 40} {
+		if _, err := rd.GetQuarantined(ctx, pool, s); !errors.Is(err, driver.ErrNotFound) {
+			t.Errorf("get %d (not quarantined) = %v, want ErrNotFound", s, err)
+		}
+	}
+
+	// Requeue a1 (b1, not quarantined, is left alone): the relay's next
+	// claim takes a1, with no attempt counted, then a2 behind it.
+	n, err := rd.RequeueQuarantined(ctx, pool, []int64{seq[a1.ID], seq[b1.ID]})
+	fatalIf(t, err, "requeue")
+	if n != 1 {
+		t.Fatalf("requeued %d rows, want 1", n)
+	}
+	next := claim(t, db, rd, uuid.New(), time.Minute, 20, 10)
+	if !sameIDs(claimedIDs(next), a1, a2, b1) {
+		t.Fatalf("claim after the requeue = %v, want a1, a2, b1", claimedIDs(next))
+	}
+	if next[0].Attempts != 0 {
+		t.Errorf("requeued row has %d attempts, want 0", next[0].Attempts)
+	}
+	if n := db.count(t, "outbox WHERE seq = ? AND last_error = 'unroutable'", seq[a1.ID]); n != 1 {
+		t.Errorf("requeue dropped the row's last error")
+	}
+
+	// Delete c1 and the foreign row (b1, leased, is left alone): c2 and c3
+	// are claimable.
+	n, err = rd.DeleteQuarantined(ctx, pool, []int64{seq[c1.ID], foreign, seq[b1.ID]})
+	fatalIf(t, err, "delete")
+	if n != 2 {
+		t.Fatalf("deleted %d rows, want 2", n)
+	}
+	next = claim(t, db, rd, uuid.New(), time.Minute, 20, 10)
+	if !sameIDs(claimedIDs(next), c2, c3) {
+		t.Fatalf("claim after the delete = %v, want c2, c3", claimedIDs(next))
+	}
+	if n := db.count(t, "outbox"); n != 5 {
+		t.Errorf("%d rows left, want 5", n)
+	}
+	if list, err := rd.ListQuarantined(ctx, pool, driver.QuarantineFilter{}); err != nil || len(list) != 0 {
+		t.Errorf("list at the end = %v, %v; want none", quarantinedSeqs(list), err)
+	}
+}
+
+func quarantinedSeqs(rows []driver.QuarantinedRow) []int64 {
+	var out []int64
+	for _, r := range rows {
+		out = append(out, r.Seq)
+	}
+	return out
+}
+
+// quarantineConfig is a relay configuration with short delays for the
+// quarantine checks.
+func quarantineConfig() relay.Config {
+	return relay.Config{
+		Workers:         2,
+		BatchSize:       200,
+		Lease:           5 * time.Second,
+		PublishTimeout:  2 * time.Second,
+		PollInterval:    20 * time.Millisecond,
+		RetryBackoff:    10 * time.Millisecond,
+		MaxRetryBackoff: 50 * time.Millisecond,
+		StatsInterval:   20 * time.Millisecond,
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+func startRelay(t *testing.T, db *DB, pub *memory.Publisher, cfg relay.Config) *relay.Relay[*sql.Tx] {
+	t.Helper()
+	r, err := relay.New(db.Driver, pub, cfg)
+	fatalIf(t, err, "new relay")
+	fatalIf(t, r.Start(context.Background()), "start relay")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.Stop(ctx); err != nil {
+			t.Errorf("stop relay: %v", err)
+		}
+	})
+	return r
+}
+
+// byAggregate returns the event ids published for aggregate, in order of
+// first publication.
+func byAggregate(msgs []idem.Message, aggregate string) []uuid.UUID {
+	var out []uuid.UUID
+	seen := map[uuid.UUID]bool{}
+	for _, m := range msgs {
+		if string(m.Key) == aggregate && !seen[m.EventID] {
+			seen[m.EventID] = true
+			out = append(out, m.EventID)
+		}
+	}
+	return out
+}
+
+// relayUnreadable: rows written by another program that cannot become
+// messages, among rows of 1,000 other aggregates. Every other row is
+// published; each unreadable row is quarantined at its first claim; the
+// later row of its aggregate waits until the row is removed, or repaired
+// and re-driven, then goes, in order.
+func relayUnreadable(t *testing.T, setup Setup) {
+	db := setup(t, Options{})
+	rd := relayDialect(t, db)
+	ctx := testsvc.Ctx(t, 2*time.Minute)
+	pool := db.Driver.Pool()
+	const aggregates = 1000
+	var good []idem.Event
+	for a := range aggregates {
+		good = append(good, changed(t, fmt.Sprint(a), 1))
+	}
+	insert(t, db, good[:aggregates/2]...)
+	f1 := foreignRow(t, db, "foreign-1")
+	f2 := foreignRow(t, db, "foreign-2")
+	after1, after2 := changed(t, "foreign-1", 2), changed(t, "foreign-2", 2)
+	insert(t, db, after1, after2)
+	insert(t, db, good[aggregates/2:]...)
+
+	pub := memory.New()
+	cfg := quarantineConfig()
+	cfg.QuarantineAfter = 100 // only unreadable rows can be quarantined here
+	r := startRelay(t, db, pub, cfg)
+	fatalIf(t, pub.WaitLen(ctx, aggregates), "every other row published")
+	testsvc.WaitFor(t, 30*time.Second, "both foreign rows quarantined", func() bool {
+		return db.count(t, "outbox WHERE quarantined_at IS NOT NULL") == 2 && r.Stats().Quarantined == 2
+	})
+	if n := db.count(t, "outbox WHERE quarantined_at IS NOT NULL AND attempts = 1 AND last_error LIKE '%cannot be published%'"); n != 2 {
+		t.Errorf("%d foreign rows quarantined at their first claim with the reason, want 2", n)
+	}
+	testsvc.WaitFor(t, 30*time.Second, "every other row marked", func() bool {
+		return db.count(t, "outbox WHERE published_at IS NULL") == 4
+	})
+	testsvc.WaitFor(t, 10*time.Second, "quarantined rows measured", func() bool {
+		s := r.Stats()
+		return s.QuarantinedRows == 2 && s.Backlog == 2
+	})
+	for _, agg := range []string{"foreign-1", "foreign-2"} {
+		if got := byAggregate(pub.Messages(), agg); len(got) != 0 {
+			t.Fatalf("published %v of aggregate %s, held by its quarantined row", got, agg)
+		}
+	}
+	if len(pub.Messages()) != aggregates {
+		t.Errorf("published %d messages, want %d", len(pub.Messages()), aggregates)
+	}
+
+	// Removing f2 lets the row behind it go.
+	n, err := rd.DeleteQuarantined(ctx, pool, []int64{f2})
+	fatalIf(t, err, "delete")
+	if n != 1 {
+		t.Fatalf("deleted %d rows, want 1", n)
+	}
+	fatalIf(t, pub.WaitLen(ctx, aggregates+1), "the row behind the removed one published")
+	if got := byAggregate(pub.Messages(), "foreign-2"); !slices.Equal(got, []uuid.UUID{after2.ID}) {
+		t.Fatalf("aggregate foreign-2 published %v, want %v", got, after2.ID)
+	}
+
+	// Re-driving f1 as it is cannot help: it is quarantined again at once.
+	_, err = rd.RequeueQuarantined(ctx, pool, []int64{f1})
+	fatalIf(t, err, "requeue")
+	testsvc.WaitFor(t, 30*time.Second, "f1 quarantined again", func() bool { return r.Stats().Quarantined == 3 })
+	if n := db.count(t, "outbox WHERE seq = ? AND quarantined_at IS NOT NULL AND attempts = 1", f1); n != 1 {
+		t.Fatalf("f1 not quarantined again after one attempt")
+	}
+	// Repaired, then re-driven: f1 goes, then the row behind it.
+	id := repair(t, db, f1)
+	_, err = rd.RequeueQuarantined(ctx, pool, []int64{f1})
+	fatalIf(t, err, "requeue")
+	fatalIf(t, pub.WaitLen(ctx, aggregates+3), "f1 and the row behind it published")
+	if got := byAggregate(pub.Messages(), "foreign-1"); !slices.Equal(got, []uuid.UUID{id, after1.ID}) {
+		t.Fatalf("aggregate foreign-1 published %v, want %v then %v", got, id, after1.ID)
+	}
+	testsvc.WaitFor(t, 30*time.Second, "everything marked", func() bool {
+		return db.count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+}
+
+// relayRefused: a row the broker refuses (unroutable) is quarantined after
+// exactly QuarantineAfter attempts while the other aggregates flow; the row
+// behind it waits; re-driven once the broker takes it, it is published, then
+// the row behind it, in order.
+func relayRefused(t *testing.T, setup Setup) {
+	db := setup(t, Options{})
+	rd := relayDialect(t, db)
+	ctx := testsvc.Ctx(t, 2*time.Minute)
+	bad1, bad2 := changed(t, "bad", 1), changed(t, "bad", 2)
+	var good []idem.Event
+	for a := range 50 {
+		for v := 1; v <= 3; v++ {
+			good = append(good, changed(t, fmt.Sprint(a), v))
+		}
+	}
+	insert(t, db, bad1, bad2)
+	insert(t, db, good...)
+	pub := memory.New()
+	var refusals atomic.Int64
+	pub.SetFunc(func(int, []idem.Message) memory.Action {
+		return memory.Action{Refuse: func(m idem.Message) error {
+			if m.EventID == bad1.ID {
+				refusals.Add(1)
+				return fmt.Errorf("exchange events, routing key %s: %w", m.EventName, broker.ErrUnroutable)
+			}
+			return nil
+		}}
+	})
+	cfg := quarantineConfig()
+	cfg.QuarantineAfter = 3
+	r := startRelay(t, db, pub, cfg)
+	fatalIf(t, pub.WaitLen(ctx, len(good)), "the other aggregates published")
+	testsvc.WaitFor(t, 30*time.Second, "bad1 quarantined", func() bool {
+		return db.count(t, "outbox WHERE quarantined_at IS NOT NULL") == 1 && r.Stats().Quarantined == 1
+	})
+	list, err := rd.ListQuarantined(ctx, db.Driver.Pool(), driver.QuarantineFilter{})
+	fatalIf(t, err, "list")
+	if len(list) != 1 || list[0].ID != bad1.ID || list[0].Attempts != 3 ||
+		!strings.Contains(list[0].LastError, "refused by the broker on 3 attempts") || !strings.Contains(list[0].LastError, "unroutable") {
+		t.Fatalf("quarantined = %+v, want bad1 after 3 attempts with its error", list)
+	}
+	seq := list[0].Seq
+	if got := refusals.Load(); got != 3 {
+		t.Errorf("bad1 offered to the broker %d times, want 3", got)
+	}
+	if got := byAggregate(pub.Messages(), "bad"); len(got) != 0 {
+		t.Fatalf("published %v of the quarantined aggregate", got)
+	}
+	if n := db.count(t, "outbox WHERE aggregateid = 'bad' AND published_at IS NULL"); n != 2 {
+		t.Fatalf("%d unpublished rows of the quarantined aggregate, want 2", n)
+	}
+	checkFirstOrder(t, pub.Messages())
+
+	// The binding exists now; re-drive.
+	pub.SetFunc(nil)
+	n, err := rd.RequeueQuarantined(ctx, db.Driver.Pool(), []int64{seq})
+	fatalIf(t, err, "requeue")
+	if n != 1 {
+		t.Fatalf("requeued %d rows", n)
+	}
+	fatalIf(t, pub.WaitLen(ctx, len(good)+2), "the re-driven aggregate published")
+	if got := byAggregate(pub.Messages(), "bad"); !slices.Equal(got, []uuid.UUID{bad1.ID, bad2.ID}) {
+		t.Fatalf("aggregate bad published %v, want bad1 then bad2", got)
+	}
+	testsvc.WaitFor(t, 30*time.Second, "everything marked", func() bool {
+		return db.count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+}
+
+// relayBrokerAway: a broker that fails whole calls, then one that answers
+// no message in time (per-message deadlines, as Kafka reports a broker
+// away), for far more attempts than QuarantineAfter: nothing is quarantined
+// and no attempt counted; once it is back, everything is published in order.
+func relayBrokerAway(t *testing.T, setup Setup) {
+	db := setup(t, Options{})
+	ctx := testsvc.Ctx(t, 2*time.Minute)
+	var evs []idem.Event
+	for v := 1; v <= 3; v++ {
+		for a := range 10 {
+			evs = append(evs, changed(t, fmt.Sprint(a), v))
+		}
+	}
+	insert(t, db, evs...)
+	pub := memory.New()
+	pub.Fail(errors.New("broker down: connection refused"))
+	cfg := quarantineConfig()
+	cfg.QuarantineAfter = 2
+	r := startRelay(t, db, pub, cfg)
+	charged := func() int { return db.count(t, "outbox WHERE quarantined_at IS NOT NULL OR attempts > 0") }
+	testsvc.WaitFor(t, 30*time.Second, "many failed calls", func() bool { return pub.Calls() >= 10 || charged() > 0 })
+	if n := charged(); n != 0 {
+		t.Fatalf("%d rows quarantined or charged an attempt while the broker failed whole calls", n)
+	}
+
+	pub.SetFunc(func(int, []idem.Message) memory.Action {
+		return memory.Action{Refuse: func(m idem.Message) error {
+			return fmt.Errorf("produce %s: %w", m.EventID, context.DeadlineExceeded)
+		}}
+	})
+	pub.Recover()
+	calls := pub.Calls()
+	testsvc.WaitFor(t, 30*time.Second, "many calls without an answer", func() bool { return pub.Calls() >= calls+10 || charged() > 0 })
+	if n := charged(); n != 0 {
+		t.Fatalf("%d rows quarantined or charged an attempt while the broker answered no message in time", n)
+	}
+	if n := db.count(t, "outbox WHERE last_error IS NOT NULL"); n == 0 {
+		t.Errorf("no row keeps the broker's error")
+	}
+
+	pub.SetFunc(nil)
+	fatalIf(t, pub.WaitLen(ctx, len(evs)), "everything published once the broker is back")
+	testsvc.WaitFor(t, 30*time.Second, "everything marked", func() bool {
+		return db.count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	if s := r.Stats(); s.Quarantined != 0 || s.PublishErrors == 0 {
+		t.Errorf("stats = %+v, want failures counted and nothing quarantined", s)
+	}
+	checkFirstOrder(t, pub.Messages())
+}
+
+// checkFirstOrder fails the test if an aggregate's versions are published
+// out of order, looking at each event's first publication.
+func checkFirstOrder(t *testing.T, msgs []idem.Message) {
+	t.Helper()
+	last := map[string]int64{}
+	seen := map[uuid.UUID]bool{}
+	for _, m := range msgs {
+		if seen[m.EventID] {
+			continue
+		}
+		seen[m.EventID] = true
+		ev, err := idem.Decode(m)
+		fatalIf(t, err, "decode %s", m.Body)
+		if ev.AggregateVersion < last[ev.AggregateID] {
+			t.Fatalf("aggregate %s: version %d published after %d", ev.AggregateID, ev.AggregateVersion, last[ev.AggregateID])
+		}
+		last[ev.AggregateID] = ev.AggregateVersion
+	}
 }

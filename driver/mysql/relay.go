@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,11 +22,16 @@ type relayQueries = *sqlrelay.Relay
 // after the lock) the leases of every claim committed before it. The heads
 // found are then locked by primary key with FOR UPDATE SKIP LOCKED and
 // rechecked; no range of pending rows is locked, so producers inserting
-// rows never deadlock with a claim. MySQL has no LISTEN/NOTIFY: relays poll
-// (relay.Config.PollInterval, jittered).
+// rows never deadlock with a claim: every lookup by seq goes through the
+// seq index, never a range of pending_idx. MySQL has no LISTEN/NOTIFY: relays
+// poll (relay.Config.PollInterval, jittered).
 func newRelayQueries(outbox, claimLock string) relayQueries {
+	// outbox is `schema`.`table` or `table`, of names without backquotes
+	// (driver.Tables.Validate).
+	table := strings.Trim(outbox[strings.LastIndex(outbox, ".")+1:], "`")
 	return sqlrelay.New(sqlrelay.Flavor{
 		Outbox:      outbox,
+		BySeq:       outbox + " FORCE INDEX (" + QuoteIdent(table+"_seq_idx") + ")",
 		Now:         "UTC_TIMESTAMP(6)",
 		NowPlus:     "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND",
 		DurationArg: func(d time.Duration) any { return d.Microseconds() },
@@ -48,13 +54,38 @@ func (d *Dialect) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.
 }
 
 // MarkPublished implements driver.RelayDialect.
-func (d *Dialect) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, ids []uuid.UUID) (int64, error) {
-	return d.rq.MarkPublished(ctx, ex, owner, ids)
+func (d *Dialect) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, seqs []int64) (int64, error) {
+	return d.rq.MarkPublished(ctx, ex, owner, seqs)
 }
 
 // ReleaseOutbox implements driver.RelayDialect.
 func (d *Dialect) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.ReleaseRow) (int64, error) {
 	return d.rq.ReleaseOutbox(ctx, ex, owner, rows)
+}
+
+// QuarantineOutbox implements driver.RelayDialect.
+func (d *Dialect) QuarantineOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.QuarantineRow) ([]int64, error) {
+	return d.rq.QuarantineOutbox(ctx, ex, owner, rows)
+}
+
+// ListQuarantined implements driver.RelayDialect.
+func (d *Dialect) ListQuarantined(ctx context.Context, ex driver.Executor, f driver.QuarantineFilter) ([]driver.QuarantinedRow, error) {
+	return d.rq.ListQuarantined(ctx, ex, f)
+}
+
+// GetQuarantined implements driver.RelayDialect.
+func (d *Dialect) GetQuarantined(ctx context.Context, ex driver.Executor, seq int64) (driver.QuarantinedRow, error) {
+	return d.rq.GetQuarantined(ctx, ex, seq)
+}
+
+// RequeueQuarantined implements driver.RelayDialect.
+func (d *Dialect) RequeueQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+	return d.rq.RequeueQuarantined(ctx, ex, seqs)
+}
+
+// DeleteQuarantined implements driver.RelayDialect.
+func (d *Dialect) DeleteQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+	return d.rq.DeleteQuarantined(ctx, ex, seqs)
 }
 
 // DeletePublished implements driver.RelayDialect.

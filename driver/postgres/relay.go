@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,20 +94,12 @@ func scanRecord(rows driver.Rows, r *driver.OutboxRecord) error {
 	return driver.ScanOutboxRecord(rows, r, nil)
 }
 
-func uuidStrings(ids []uuid.UUID) []string {
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = id.String()
-	}
-	return out
-}
-
 // MarkPublished implements driver.RelayDialect.
-func (d *Dialect) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, ids []uuid.UUID) (int64, error) {
-	if len(ids) == 0 {
+func (d *Dialect) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, seqs []int64) (int64, error) {
+	if len(seqs) == 0 {
 		return 0, nil
 	}
-	n, err := ex.Exec(ctx, d.rq.markPublished, owner, uuidStrings(ids))
+	n, err := ex.Exec(ctx, d.rq.markPublished, owner, seqs)
 	return n, d.wrap(err)
 }
 
@@ -115,13 +108,94 @@ func (d *Dialect) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner u
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, len(rows))
+	seqs := make([]int64, len(rows))
 	errs := make([]string, len(rows))
 	delays := make([]float64, len(rows))
+	refused := make([]bool, len(rows))
 	for i, r := range rows {
-		ids[i], errs[i], delays[i] = r.ID.String(), r.Error, r.Delay.Seconds()
+		seqs[i], errs[i], delays[i], refused[i] = r.Seq, r.Error, r.Delay.Seconds(), r.Refused
 	}
-	n, err := ex.Exec(ctx, d.rq.release, owner, ids, errs, delays)
+	n, err := ex.Exec(ctx, d.rq.release, owner, seqs, errs, delays, refused)
+	return n, d.wrap(err)
+}
+
+// QuarantineOutbox implements driver.RelayDialect.
+func (d *Dialect) QuarantineOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.QuarantineRow) ([]int64, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	seqs := make([]int64, len(rows))
+	errs := make([]string, len(rows))
+	for i, r := range rows {
+		seqs[i], errs[i] = r.Seq, r.Error
+	}
+	var out []int64
+	err := driver.QueryRows(ctx, ex, d.rq.quarantine, []any{owner, seqs, errs}, func(rows driver.Rows) error {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return err
+		}
+		out = append(out, seq)
+		return nil
+	})
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ListQuarantined implements driver.RelayDialect.
+func (d *Dialect) ListQuarantined(ctx context.Context, ex driver.Executor, f driver.QuarantineFilter) ([]driver.QuarantinedRow, error) {
+	var since any
+	if !f.Since.IsZero() {
+		since = f.Since
+	}
+	out, err := queryQuarantined(ctx, ex, d.rq.listQuarantined,
+		[]any{f.EventName, f.AggregateType, f.AggregateID, since, f.AfterSeq, f.PageLimit()})
+	return out, d.wrap(err)
+}
+
+// GetQuarantined implements driver.RelayDialect.
+func (d *Dialect) GetQuarantined(ctx context.Context, ex driver.Executor, seq int64) (driver.QuarantinedRow, error) {
+	out, err := queryQuarantined(ctx, ex, d.rq.getQuarantined, []any{seq})
+	if err != nil {
+		return driver.QuarantinedRow{}, d.wrap(err)
+	}
+	if len(out) == 0 {
+		return driver.QuarantinedRow{}, driver.ErrNotFound
+	}
+	return out[0], nil
+}
+
+func queryQuarantined(ctx context.Context, ex driver.Executor, query string, args []any) ([]driver.QuarantinedRow, error) {
+	var out []driver.QuarantinedRow
+	err := driver.QueryRows(ctx, ex, query, args, func(rows driver.Rows) error {
+		var q driver.QuarantinedRow
+		if err := driver.ScanOutboxRecord(rows, &q.OutboxRecord, nil, &q.QuarantinedAt, &q.LastError); err != nil {
+			return err
+		}
+		out = append(out, q)
+		return nil
+	})
+	return out, err
+}
+
+// RequeueQuarantined implements driver.RelayDialect.
+func (d *Dialect) RequeueQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	n, err := ex.Exec(ctx, d.rq.requeueQuarantined, seqs)
+	return n, d.wrap(err)
+}
+
+// DeleteQuarantined implements driver.RelayDialect.
+func (d *Dialect) DeleteQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	n, err := ex.Exec(ctx, d.rq.deleteQuarantined, seqs)
 	return n, d.wrap(err)
 }
 
@@ -137,7 +211,7 @@ func (d *Dialect) OutboxBacklog(ctx context.Context, ex driver.Executor) (driver
 		b      driver.Backlog
 		oldest *time.Time
 	)
-	if err := driver.QueryRow(ctx, ex, d.rq.backlog, nil, &b.Rows, &oldest); err != nil {
+	if err := driver.QueryRow(ctx, ex, d.rq.backlog, nil, &b.Rows, &oldest, &b.Quarantined); err != nil {
 		return b, d.wrap(err)
 	}
 	if oldest != nil {

@@ -19,19 +19,39 @@ type relayQueries struct {
 	// already in flight, waits for them: the rows a worker holds are always
 	// a run that follows its head). At most $5 heads are taken; each brings
 	// up to $2 of the rows after it, within the room the heads leave in the
-	// batch of $1, and stops before a row still waiting for a retry delay.
+	// batch of $1, and stops before a row still waiting for a retry delay
+	// or quarantined. A quarantined row is never a head, and the rows after
+	// it in its aggregate are not heads either: they have an unpublished row
+	// before them.
 	claim string
 
 	markPublished   string
 	release         string
+	quarantine      string
 	deletePublished string
 	backlog         string
 	replayCounts    string
 	replayRows      string
+
+	// The operators' statements on quarantined rows; see quarantineWhere.
+	listQuarantined    string
+	getQuarantined     string
+	requeueQuarantined string
+	deleteQuarantined  string
 }
 
 const relayColumns = `id::text, aggregatetype, aggregateid, type, payload::text, occurred_at,
     aggregate_version, headers::text, seq, created_at, attempts`
+
+// quarantineWhere selects quarantined rows by event name ($1), aggregate
+// type ($2) and id ($3), and quarantine time ($4). Quarantined rows are
+// always unpublished: a row is quarantined by the worker that leases it,
+// which frees the lease, and only a lease's owner marks a row published.
+const quarantineWhere = `quarantined_at IS NOT NULL
+  AND ($1::text = '' OR type = $1::text)
+  AND ($2::text = '' OR aggregatetype = $2::text)
+  AND ($3::text = '' OR aggregateid = $3::text)
+  AND ($4::timestamptz IS NULL OR quarantined_at >= $4::timestamptz)`
 
 // replayWhere selects published rows by period ($1, $2), event name ($3)
 // and aggregate type ($4).
@@ -48,9 +68,9 @@ func newRelayQueries(outbox string) relayQueries {
     set_config('synchronous_commit', 'off', true)`,
 
 		claim: `WITH heads AS MATERIALIZED (
-    SELECT o.id, o.aggregatetype, o.aggregateid, o.seq, o.lease_owner IS NOT NULL AS taken
+    SELECT o.seq, o.aggregatetype, o.aggregateid, o.lease_owner IS NOT NULL AS taken
     FROM ` + outbox + ` o
-    WHERE o.published_at IS NULL
+    WHERE o.published_at IS NULL AND o.quarantined_at IS NULL
       AND (o.lease_until IS NULL OR o.lease_until <= now())
       AND NOT EXISTS (
         -- Backwards from o: the row just before a non-head is found at once,
@@ -79,14 +99,14 @@ room AS MATERIALIZED (
 followers AS MATERIALIZED (
     -- Nobody else can claim these rows: they are not heads, and their
     -- heads are ours.
-    SELECT f.id, f.taken,
-        bool_or(f.busy) OVER (PARTITION BY h.id ORDER BY f.seq) AS stopped
+    SELECT f.seq, f.taken,
+        bool_or(f.busy) OVER (PARTITION BY h.seq ORDER BY f.seq) AS stopped
     FROM heads h
     CROSS JOIN LATERAL (
-        SELECT o.id, o.seq, o.lease_owner IS NOT NULL AS taken,
-            coalesce(o.lease_until > now(), false) AS busy
+        SELECT o.seq, o.lease_owner IS NOT NULL AS taken,
+            coalesce(o.lease_until > now(), false) OR o.quarantined_at IS NOT NULL AS busy
         FROM (
-            SELECT o.id, o.seq, o.lease_owner, o.lease_until FROM ` + outbox + ` o
+            SELECT o.seq, o.lease_owner, o.lease_until, o.quarantined_at FROM ` + outbox + ` o
             WHERE o.aggregatetype = h.aggregatetype AND o.aggregateid = h.aggregateid
               AND o.published_at IS NULL AND o.seq > h.seq
             ORDER BY o.seq
@@ -94,30 +114,55 @@ followers AS MATERIALIZED (
             FOR UPDATE) o) f
 ),
 claimed AS MATERIALIZED (
-    SELECT id, taken FROM heads
+    SELECT seq, taken FROM heads
     UNION ALL
-    SELECT f.id, f.taken FROM followers f WHERE NOT f.stopped
+    SELECT f.seq, f.taken FROM followers f WHERE NOT f.stopped
 ),
 leased AS (
     UPDATE ` + outbox + `
     SET lease_owner = $3, lease_until = now() + $4::float8 * interval '1 second'
-    WHERE id = ANY (ARRAY(SELECT id FROM claimed))
+    WHERE seq = ANY (ARRAY(SELECT seq FROM claimed))
     RETURNING ` + relayColumns + `
 )
-SELECT l.*, c.taken FROM leased l JOIN claimed c ON c.id = l.id::uuid
+SELECT l.*, c.taken FROM leased l JOIN claimed c ON c.seq = l.seq
 ORDER BY l.seq`,
 
 		markPublished: `UPDATE ` + outbox + `
 SET published_at = now(), lease_owner = NULL, lease_until = NULL
-WHERE id = ANY($2::uuid[]) AND lease_owner = $1`,
+WHERE seq = ANY($2::bigint[]) AND lease_owner = $1`,
 
 		release: `UPDATE ` + outbox + ` o
 SET lease_owner = NULL,
     lease_until = CASE WHEN r.error = '' THEN NULL ELSE now() + r.delay * interval '1 second' END,
-    attempts    = o.attempts + CASE WHEN r.error = '' THEN 0 ELSE 1 END,
+    attempts    = o.attempts + CASE WHEN r.error <> '' AND r.refused THEN 1 ELSE 0 END,
     last_error  = CASE WHEN r.error = '' THEN o.last_error ELSE r.error END
-FROM unnest($2::uuid[], $3::text[], $4::float8[]) AS r(id, error, delay)
-WHERE o.id = r.id AND o.lease_owner = $1`,
+FROM unnest($2::bigint[], $3::text[], $4::float8[], $5::bool[]) AS r(seq, error, delay, refused)
+WHERE o.seq = r.seq AND o.lease_owner = $1`,
+
+		quarantine: `UPDATE ` + outbox + ` o
+SET lease_owner = NULL, lease_until = NULL, attempts = o.attempts + 1,
+    last_error = r.error, quarantined_at = now()
+FROM unnest($2::bigint[], $3::text[]) AS r(seq, error)
+WHERE o.seq = r.seq AND o.lease_owner = $1
+RETURNING o.seq`,
+
+		listQuarantined: `SELECT ` + relayColumns + `, quarantined_at, coalesce(last_error, '')
+FROM ` + outbox + `
+WHERE ` + quarantineWhere + `
+  AND seq > $5
+ORDER BY seq
+LIMIT $6`,
+
+		getQuarantined: `SELECT ` + relayColumns + `, quarantined_at, coalesce(last_error, '')
+FROM ` + outbox + `
+WHERE seq = $1 AND quarantined_at IS NOT NULL`,
+
+		requeueQuarantined: `UPDATE ` + outbox + `
+SET quarantined_at = NULL, attempts = 0, lease_owner = NULL, lease_until = NULL
+WHERE seq = ANY($1::bigint[]) AND quarantined_at IS NOT NULL`,
+
+		deleteQuarantined: `DELETE FROM ` + outbox + `
+WHERE seq = ANY($1::bigint[]) AND quarantined_at IS NOT NULL`,
 
 		deletePublished: `DELETE FROM ` + outbox + ` WHERE id IN (
     SELECT id FROM ` + outbox + `
@@ -125,9 +170,10 @@ WHERE o.id = r.id AND o.lease_owner = $1`,
     ORDER BY published_at
     LIMIT $2)`,
 
-		backlog: `SELECT count(*),
-    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL ORDER BY seq LIMIT 1)
-FROM ` + outbox + ` WHERE published_at IS NULL`,
+		backlog: `SELECT
+    (SELECT count(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL),
+    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT 1),
+    (SELECT count(*) FROM ` + outbox + ` WHERE quarantined_at IS NOT NULL)`,
 
 		replayCounts: `SELECT type, count(*) FROM ` + outbox + `
 WHERE ` + replayWhere + `

@@ -44,13 +44,38 @@ func (d *Dialect) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.
 }
 
 // MarkPublished implements driver.RelayDialect.
-func (d *Dialect) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, ids []uuid.UUID) (int64, error) {
-	return d.rq.MarkPublished(ctx, ex, owner, ids)
+func (d *Dialect) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, seqs []int64) (int64, error) {
+	return d.rq.MarkPublished(ctx, ex, owner, seqs)
 }
 
 // ReleaseOutbox implements driver.RelayDialect.
 func (d *Dialect) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.ReleaseRow) (int64, error) {
 	return d.rq.ReleaseOutbox(ctx, ex, owner, rows)
+}
+
+// QuarantineOutbox implements driver.RelayDialect.
+func (d *Dialect) QuarantineOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.QuarantineRow) ([]int64, error) {
+	return d.rq.QuarantineOutbox(ctx, ex, owner, rows)
+}
+
+// ListQuarantined implements driver.RelayDialect.
+func (d *Dialect) ListQuarantined(ctx context.Context, ex driver.Executor, f driver.QuarantineFilter) ([]driver.QuarantinedRow, error) {
+	return d.rq.ListQuarantined(ctx, ex, f)
+}
+
+// GetQuarantined implements driver.RelayDialect.
+func (d *Dialect) GetQuarantined(ctx context.Context, ex driver.Executor, seq int64) (driver.QuarantinedRow, error) {
+	return d.rq.GetQuarantined(ctx, ex, seq)
+}
+
+// RequeueQuarantined implements driver.RelayDialect.
+func (d *Dialect) RequeueQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+	return d.rq.RequeueQuarantined(ctx, ex, seqs)
+}
+
+// DeleteQuarantined implements driver.RelayDialect.
+func (d *Dialect) DeleteQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+	return d.rq.DeleteQuarantined(ctx, ex, seqs)
 }
 
 // DeletePublished implements driver.RelayDialect.

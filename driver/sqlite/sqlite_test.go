@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem"
@@ -133,11 +132,11 @@ func TestConcurrentUseIsNotLocked(t *testing.T) {
 				fail(err)
 				continue
 			}
-			ids := make([]uuid.UUID, len(rows))
+			seqs := make([]int64, len(rows))
 			for i, r := range rows {
-				ids[i] = r.ID
+				seqs[i] = r.Seq
 			}
-			if _, err := d.MarkPublished(ctx, db.Driver.Pool(), owner, ids); err != nil {
+			if _, err := d.MarkPublished(ctx, db.Driver.Pool(), owner, seqs); err != nil {
 				fail(err)
 			}
 			claimed += len(rows)

@@ -9,10 +9,12 @@
 //
 // Metrics (all prefixed idem_relay_):
 //
-//	backlog_rows                        gauge     unpublished outbox rows
+//	backlog_rows                        gauge     unpublished outbox rows, quarantined ones excluded
+//	quarantined_rows                    gauge     quarantined outbox rows (see "idem failed list --relay")
 //	oldest_unpublished_age_seconds      gauge     age of the oldest unpublished row
 //	published_total                     counter   rows confirmed by the broker and marked
 //	publish_errors_total                counter   rows whose publication failed
+//	quarantined_total                   counter   rows this relay quarantined
 //	lease_takeovers_total               counter   rows claimed from an expired lease
 //	leases_lost_total                   counter   confirmed rows this relay could not mark (taken over)
 //	claims_total, claimed_rows_total    counter   claims that returned rows, and their rows
@@ -20,7 +22,9 @@
 //	broker_paused                       gauge     1 while the relay waits for a failing broker
 //	commit_to_publish_seconds           histogram insertion to broker confirm
 //
-// The backlog gauges are as fresh as relay.Config.StatsInterval.
+// The backlog gauges are as fresh as relay.Config.StatsInterval. Alert on
+// quarantined_rows above zero: each quarantined row holds the later rows of
+// its aggregate back until an operator re-drives or removes it.
 package relaymetrics
 
 import (
@@ -47,9 +51,10 @@ type Metrics struct {
 	mu  sync.Mutex
 	src StatsSource
 
-	backlog, oldest, paused                   *prometheus.Desc
+	backlog, oldest, paused, inQuarantine     *prometheus.Desc
 	published, publishErrors, takeovers, lost *prometheus.Desc
 	claims, claimed, released, deleted        *prometheus.Desc
+	quarantined                               *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Metrics)(nil)
@@ -65,7 +70,9 @@ func New() *Metrics {
 			Help:    "Time from the insertion of an outbox row (start of its transaction) to the broker's confirm.",
 			Buckets: DelayBuckets,
 		}),
-		backlog:       d("backlog_rows", "Unpublished outbox rows."),
+		backlog:       d("backlog_rows", "Unpublished outbox rows, quarantined ones excluded."),
+		inQuarantine:  d("quarantined_rows", "Quarantined outbox rows: unpublished, holding the later rows of their aggregates back until re-driven or removed."),
+		quarantined:   d("quarantined_total", "Rows this relay quarantined: unreadable, or refused by the broker on every allowed attempt."),
 		oldest:        d("oldest_unpublished_age_seconds", "Age of the oldest unpublished outbox row (0 when none)."),
 		paused:        d("broker_paused", "1 while the relay waits before trying a failing broker again."),
 		published:     d("published_total", "Rows confirmed by the broker and marked published."),
@@ -93,8 +100,8 @@ func (m *Metrics) Watch(src StatsSource) {
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.delay.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.backlog, m.oldest, m.paused, m.published, m.publishErrors,
-		m.takeovers, m.lost, m.claims, m.claimed, m.released, m.deleted} {
+	for _, d := range []*prometheus.Desc{m.backlog, m.oldest, m.paused, m.inQuarantine, m.published, m.publishErrors,
+		m.takeovers, m.lost, m.claims, m.claimed, m.released, m.deleted, m.quarantined} {
 		ch <- d
 	}
 }
@@ -125,6 +132,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.backlog, float64(s.Backlog))
 	gauge(m.oldest, age)
 	gauge(m.paused, paused)
+	gauge(m.inQuarantine, float64(s.QuarantinedRows))
 	counter(m.published, s.Published)
 	counter(m.publishErrors, s.PublishErrors)
 	counter(m.takeovers, s.Takeovers)
@@ -133,4 +141,5 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(m.claimed, s.Claimed)
 	counter(m.released, s.Released)
 	counter(m.deleted, s.Deleted)
+	counter(m.quarantined, s.Quarantined)
 }

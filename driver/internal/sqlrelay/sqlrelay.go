@@ -10,7 +10,9 @@
 package sqlrelay
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +37,12 @@ type Flavor struct {
 	// ClaimLock is run first in a claim's transaction and serialises claims
 	// until the transaction ends.
 	ClaimLock string
+	// BySeq, when not empty, is the table reference of the statements that
+	// look rows up by seq (MySQL: the outbox with FORCE INDEX on its seq
+	// index). Without it, MySQL may read "seq IN (...) AND published_at IS
+	// NULL" through pending_idx, a locking range scan that also locks the
+	// gaps where producers insert. Empty means Outbox.
+	BySeq string
 	// HeadsLock, when not empty ("FOR UPDATE SKIP LOCKED"), makes the claim
 	// lock the heads it selected, by primary key, rechecking that they are
 	// still unpublished and free, and keep those it could lock. The heads
@@ -53,15 +61,27 @@ type Flavor struct {
 type Relay struct {
 	f Flavor
 
-	claimHeads   string
-	backlog      string
-	replayCounts string
-	replayRows   string
+	claimHeads      string
+	backlog         string
+	replayCounts    string
+	replayRows      string
+	listQuarantined string
+	getQuarantined  string
 }
 
 // relayColumns are the columns scanRecord reads.
 const relayColumns = `id, aggregatetype, aggregateid, type, payload, occurred_at,
     aggregate_version, headers, seq, created_at, attempts`
+
+// quarantineWhere selects quarantined rows by event name, aggregate type and
+// id, and quarantine time; see quarantineArgs. Quarantined rows are always
+// unpublished: a row is quarantined by the worker that leases it, which frees
+// the lease, and only a lease's owner marks a row published.
+const quarantineWhere = `quarantined_at IS NOT NULL
+  AND (? = '' OR type = ?)
+  AND (? = '' OR aggregatetype = ?)
+  AND (? = '' OR aggregateid = ?)
+  AND (? IS NULL OR quarantined_at >= ?)`
 
 // replayWhere selects published rows by period, event name and aggregate
 // type; see replayArgs.
@@ -73,12 +93,16 @@ const replayWhere = `published_at IS NOT NULL
 
 // New returns the relay operations of f.
 func New(f Flavor) *Relay {
+	f.BySeq = cmp.Or(f.BySeq, f.Outbox)
 	o := f.Outbox
 	return &Relay{
 		f: f,
-		claimHeads: `SELECT o.id, o.aggregatetype, o.aggregateid, o.seq, o.lease_owner IS NOT NULL
+		// A quarantined row is never a head, and the rows after it in its
+		// aggregate are not heads either: they have an unpublished row
+		// before them.
+		claimHeads: `SELECT o.seq, o.aggregatetype, o.aggregateid, o.lease_owner IS NOT NULL
 FROM ` + o + ` o
-WHERE o.published_at IS NULL
+WHERE o.published_at IS NULL AND o.quarantined_at IS NULL
   AND (o.lease_until IS NULL OR o.lease_until <= ` + f.Now + `)
   AND NOT EXISTS (
     SELECT 1 FROM ` + o + ` p
@@ -92,9 +116,10 @@ WHERE o.published_at IS NULL
     LIMIT 1), 0) = 0
 ORDER BY o.seq
 LIMIT ?`,
-		backlog: `SELECT COUNT(*),
-    (SELECT created_at FROM ` + o + ` WHERE published_at IS NULL ORDER BY seq LIMIT 1)
-FROM ` + o + ` WHERE published_at IS NULL`,
+		backlog: `SELECT
+    (SELECT COUNT(*) FROM ` + o + ` WHERE published_at IS NULL AND quarantined_at IS NULL),
+    (SELECT created_at FROM ` + o + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT 1),
+    (SELECT COUNT(*) FROM ` + o + ` WHERE published_at IS NULL AND quarantined_at IS NOT NULL)`,
 		replayCounts: `SELECT type, COUNT(*) FROM ` + o + `
 WHERE ` + replayWhere + `
 GROUP BY type
@@ -104,6 +129,15 @@ WHERE ` + replayWhere + `
   AND seq > ?
 ORDER BY seq
 LIMIT ?`,
+		listQuarantined: `SELECT ` + relayColumns + `, quarantined_at, COALESCE(last_error, '')
+FROM ` + o + `
+WHERE ` + quarantineWhere + `
+  AND seq > ?
+ORDER BY seq
+LIMIT ?`,
+		getQuarantined: `SELECT ` + relayColumns + `, quarantined_at, COALESCE(last_error, '')
+FROM ` + o + `
+WHERE seq = ? AND quarantined_at IS NOT NULL`,
 	}
 }
 
@@ -127,17 +161,14 @@ func (r *Relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.Cl
 		return nil, r.f.Wrap(err)
 	}
 	type head struct {
-		id                         string
+		seq                        int64
 		aggregateType, aggregateID string
 		takenOver                  bool
 	}
 	var heads []head
 	err := driver.QueryRows(ctx, ex, r.claimHeads, []any{p.HeadLimit()}, func(rows driver.Rows) error {
-		var (
-			h   head
-			seq int64
-		)
-		if err := rows.Scan(&h.id, &h.aggregateType, &h.aggregateID, &seq, &h.takenOver); err != nil {
+		var h head
+		if err := rows.Scan(&h.seq, &h.aggregateType, &h.aggregateID, &h.takenOver); err != nil {
 			return err
 		}
 		heads = append(heads, h)
@@ -149,18 +180,19 @@ func (r *Relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.Cl
 	if len(heads) > 0 && r.f.HeadsLock != "" {
 		args := make([]any, len(heads))
 		for i, h := range heads {
-			args[i] = h.id
+			args[i] = h.seq
 		}
-		locked := map[string]bool{}
-		err := driver.QueryRows(ctx, ex, `SELECT id FROM `+r.f.Outbox+`
-WHERE id IN (`+placeholders(len(heads), "?")+`)
-  AND published_at IS NULL AND (lease_until IS NULL OR lease_until <= `+r.f.Now+`)
+		locked := map[int64]bool{}
+		err := driver.QueryRows(ctx, ex, `SELECT seq FROM `+r.f.BySeq+`
+WHERE seq IN (`+placeholders(len(heads), "?")+`)
+  AND published_at IS NULL AND quarantined_at IS NULL
+  AND (lease_until IS NULL OR lease_until <= `+r.f.Now+`)
 `+r.f.HeadsLock, args, func(rows driver.Rows) error {
-			var id string
-			if err := rows.Scan(&id); err != nil {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
 				return err
 			}
-			locked[id] = true
+			locked[seq] = true
 			return nil
 		})
 		if err != nil {
@@ -168,7 +200,7 @@ WHERE id IN (`+placeholders(len(heads), "?")+`)
 		}
 		kept := heads[:0]
 		for _, h := range heads {
-			if locked[h.id] {
+			if locked[h.seq] {
 				kept = append(kept, h)
 			}
 		}
@@ -177,12 +209,12 @@ WHERE id IN (`+placeholders(len(heads), "?")+`)
 	if len(heads) == 0 {
 		return nil, nil
 	}
-	ids := make([]any, 0, p.Limit)
-	takenOver := make(map[string]bool)
+	seqs := make([]any, 0, p.Limit)
+	takenOver := make(map[int64]bool)
 	for _, h := range heads {
-		ids = append(ids, h.id)
+		seqs = append(seqs, h.seq)
 		if h.takenOver {
-			takenOver[h.id] = true
+			takenOver[h.seq] = true
 		}
 	}
 
@@ -201,9 +233,10 @@ WHERE id IN (`+placeholders(len(heads), "?")+`)
 			args = append(args, h.aggregateType, h.aggregateID)
 		}
 		args = append(args, perAggregate+1)
-		query := `SELECT f.aggregatetype, f.aggregateid, f.id, f.lease_owner IS NOT NULL, COALESCE(f.lease_until > ` + r.f.Now + `, 0)
+		query := `SELECT f.aggregatetype, f.aggregateid, f.seq, f.lease_owner IS NOT NULL,
+    COALESCE(f.lease_until > ` + r.f.Now + `, 0) OR f.quarantined_at IS NOT NULL
 FROM (
-    SELECT o.id, o.aggregatetype, o.aggregateid, o.seq, o.lease_owner, o.lease_until,
+    SELECT o.aggregatetype, o.aggregateid, o.seq, o.lease_owner, o.lease_until, o.quarantined_at,
         ROW_NUMBER() OVER (PARTITION BY o.aggregatetype, o.aggregateid ORDER BY o.seq) AS rn
     FROM ` + r.f.Outbox + ` o
     WHERE o.published_at IS NULL AND (` + match.String() + `)) f
@@ -214,21 +247,21 @@ ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 		err := driver.QueryRows(ctx, ex, query, args, func(rows driver.Rows) error {
 			var (
 				agg         aggregate
-				id          string
+				seq         int64
 				taken, busy bool
 			)
-			if err := rows.Scan(&agg.typ, &agg.id, &id, &taken, &busy); err != nil {
+			if err := rows.Scan(&agg.typ, &agg.id, &seq, &taken, &busy); err != nil {
 				return err
 			}
-			// A row still waiting for a retry delay ends the run of rows
-			// taken from its aggregate.
+			// A row still waiting for a retry delay, or quarantined, ends
+			// the run of rows taken from its aggregate.
 			if busy || stopped[agg] {
 				stopped[agg] = true
 				return nil
 			}
-			ids = append(ids, id)
+			seqs = append(seqs, seq)
 			if taken {
-				takenOver[id] = true
+				takenOver[seq] = true
 			}
 			return nil
 		})
@@ -237,18 +270,18 @@ ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 		}
 	}
 
-	in := placeholders(len(ids), "?")
-	args := append([]any{p.Owner.String(), r.f.DurationArg(p.Lease)}, ids...)
-	if _, err := ex.Exec(ctx, `UPDATE `+r.f.Outbox+` SET lease_owner = ?, lease_until = `+r.f.NowPlus+` WHERE id IN (`+in+`)`, args...); err != nil {
+	in := placeholders(len(seqs), "?")
+	args := append([]any{p.Owner.String(), r.f.DurationArg(p.Lease)}, seqs...)
+	if _, err := ex.Exec(ctx, `UPDATE `+r.f.BySeq+` SET lease_owner = ?, lease_until = `+r.f.NowPlus+` WHERE seq IN (`+in+`)`, args...); err != nil {
 		return nil, r.f.Wrap(err)
 	}
-	out := make([]driver.ClaimedRow, 0, len(ids))
-	err = driver.QueryRows(ctx, ex, `SELECT `+relayColumns+` FROM `+r.f.Outbox+` WHERE id IN (`+in+`) ORDER BY seq`, ids, func(rows driver.Rows) error {
+	out := make([]driver.ClaimedRow, 0, len(seqs))
+	err = driver.QueryRows(ctx, ex, `SELECT `+relayColumns+` FROM `+r.f.Outbox+` WHERE seq IN (`+in+`) ORDER BY seq`, seqs, func(rows driver.Rows) error {
 		var c driver.ClaimedRow
 		if err := scanRecord(rows, &c.OutboxRecord); err != nil {
 			return err
 		}
-		c.TakenOver = takenOver[c.ID.String()]
+		c.TakenOver = takenOver[c.Seq]
 		out = append(out, c)
 		return nil
 	})
@@ -260,26 +293,31 @@ ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 
 // scanRecord scans the columns of relayColumns.
 func scanRecord(rows driver.Rows, r *driver.OutboxRecord) error {
-	return driver.ScanOutboxRecord(rows, r, func(t *time.Time) any { return sqltime.Scanner(t) })
+	return driver.ScanOutboxRecord(rows, r, timeDest)
 }
 
-func idArgs(ids []uuid.UUID) []any {
-	out := make([]any, len(ids))
-	for i, id := range ids {
-		out[i] = id.String()
+// timeDest reads a timestamp column as sqltime stores it. It is a
+// sql.Scanner: ScanOutboxRecord marks a row whose timestamp it cannot read
+// unreadable instead of failing.
+func timeDest(t *time.Time) any { return sqltime.Scanner(t) }
+
+func seqArgs(seqs []int64) []any {
+	out := make([]any, len(seqs))
+	for i, seq := range seqs {
+		out[i] = seq
 	}
 	return out
 }
 
 // MarkPublished implements driver.RelayDialect.MarkPublished.
-func (r *Relay) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, ids []uuid.UUID) (int64, error) {
-	if len(ids) == 0 {
+func (r *Relay) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, seqs []int64) (int64, error) {
+	if len(seqs) == 0 {
 		return 0, nil
 	}
-	n, err := ex.Exec(ctx, `UPDATE `+r.f.Outbox+`
+	n, err := ex.Exec(ctx, `UPDATE `+r.f.BySeq+`
 SET published_at = `+r.f.Now+`, lease_owner = NULL, lease_until = NULL
-WHERE lease_owner = ? AND id IN (`+placeholders(len(ids), "?")+`)`,
-		append([]any{owner.String()}, idArgs(ids)...)...)
+WHERE lease_owner = ? AND seq IN (`+placeholders(len(seqs), "?")+`)`,
+		append([]any{owner.String()}, seqArgs(seqs)...)...)
 	return n, r.f.Wrap(err)
 }
 
@@ -288,34 +326,115 @@ WHERE lease_owner = ? AND id IN (`+placeholders(len(ids), "?")+`)`,
 // its own error and delay).
 func (r *Relay) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.ReleaseRow) (int64, error) {
 	var (
-		untried []uuid.UUID
+		untried []int64
 		total   int64
 	)
 	for _, row := range rows {
 		if row.Error == "" {
-			untried = append(untried, row.ID)
+			untried = append(untried, row.Seq)
 			continue
 		}
+		attempt := 0
+		if row.Refused {
+			attempt = 1
+		}
 		n, err := ex.Exec(ctx, `UPDATE `+r.f.Outbox+`
-SET lease_owner = NULL, lease_until = `+r.f.NowPlus+`, attempts = attempts + 1, last_error = ?
-WHERE id = ? AND lease_owner = ?`,
-			r.f.DurationArg(row.Delay), row.Error, row.ID.String(), owner.String())
+SET lease_owner = NULL, lease_until = `+r.f.NowPlus+`, attempts = attempts + ?, last_error = ?
+WHERE seq = ? AND lease_owner = ?`,
+			r.f.DurationArg(row.Delay), attempt, row.Error, row.Seq, owner.String())
 		if err != nil {
 			return total, r.f.Wrap(err)
 		}
 		total += n
 	}
 	if len(untried) > 0 {
-		n, err := ex.Exec(ctx, `UPDATE `+r.f.Outbox+`
+		n, err := ex.Exec(ctx, `UPDATE `+r.f.BySeq+`
 SET lease_owner = NULL, lease_until = NULL
-WHERE lease_owner = ? AND id IN (`+placeholders(len(untried), "?")+`)`,
-			append([]any{owner.String()}, idArgs(untried)...)...)
+WHERE lease_owner = ? AND seq IN (`+placeholders(len(untried), "?")+`)`,
+			append([]any{owner.String()}, seqArgs(untried)...)...)
 		if err != nil {
 			return total, r.f.Wrap(err)
 		}
 		total += n
 	}
 	return total, nil
+}
+
+// QuarantineOutbox implements driver.RelayDialect.QuarantineOutbox, one row
+// at a time (each has its own error; quarantines are rare).
+func (r *Relay) QuarantineOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.QuarantineRow) ([]int64, error) {
+	var out []int64
+	for _, row := range rows {
+		n, err := ex.Exec(ctx, `UPDATE `+r.f.Outbox+`
+SET lease_owner = NULL, lease_until = NULL, attempts = attempts + 1, last_error = ?, quarantined_at = `+r.f.Now+`
+WHERE seq = ? AND lease_owner = ?`,
+			row.Error, row.Seq, owner.String())
+		if err != nil {
+			return out, r.f.Wrap(err)
+		}
+		if n == 1 {
+			out = append(out, row.Seq)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func quarantineArgs(f driver.QuarantineFilter) []any {
+	since := sqltime.Arg(f.Since)
+	return []any{f.EventName, f.EventName, f.AggregateType, f.AggregateType, f.AggregateID, f.AggregateID, since, since}
+}
+
+// ListQuarantined implements driver.RelayDialect.ListQuarantined.
+func (r *Relay) ListQuarantined(ctx context.Context, ex driver.Executor, f driver.QuarantineFilter) ([]driver.QuarantinedRow, error) {
+	out, err := r.queryQuarantined(ctx, ex, r.listQuarantined, append(quarantineArgs(f), f.AfterSeq, f.PageLimit()))
+	return out, r.f.Wrap(err)
+}
+
+// GetQuarantined implements driver.RelayDialect.GetQuarantined.
+func (r *Relay) GetQuarantined(ctx context.Context, ex driver.Executor, seq int64) (driver.QuarantinedRow, error) {
+	out, err := r.queryQuarantined(ctx, ex, r.getQuarantined, []any{seq})
+	if err != nil {
+		return driver.QuarantinedRow{}, r.f.Wrap(err)
+	}
+	if len(out) == 0 {
+		return driver.QuarantinedRow{}, driver.ErrNotFound
+	}
+	return out[0], nil
+}
+
+func (r *Relay) queryQuarantined(ctx context.Context, ex driver.Executor, query string, args []any) ([]driver.QuarantinedRow, error) {
+	var out []driver.QuarantinedRow
+	err := driver.QueryRows(ctx, ex, query, args, func(rows driver.Rows) error {
+		var q driver.QuarantinedRow
+		if err := driver.ScanOutboxRecord(rows, &q.OutboxRecord, timeDest, sqltime.Scanner(&q.QuarantinedAt), &q.LastError); err != nil {
+			return err
+		}
+		out = append(out, q)
+		return nil
+	})
+	return out, err
+}
+
+// RequeueQuarantined implements driver.RelayDialect.RequeueQuarantined.
+func (r *Relay) RequeueQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	n, err := ex.Exec(ctx, `UPDATE `+r.f.BySeq+`
+SET quarantined_at = NULL, attempts = 0, lease_owner = NULL, lease_until = NULL
+WHERE quarantined_at IS NOT NULL AND seq IN (`+placeholders(len(seqs), "?")+`)`, seqArgs(seqs)...)
+	return n, r.f.Wrap(err)
+}
+
+// DeleteQuarantined implements driver.RelayDialect.DeleteQuarantined.
+func (r *Relay) DeleteQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	n, err := ex.Exec(ctx, `DELETE FROM `+r.f.Outbox+`
+WHERE quarantined_at IS NOT NULL AND seq IN (`+placeholders(len(seqs), "?")+`)`, seqArgs(seqs)...)
+	return n, r.f.Wrap(err)
 }
 
 // DeletePublished implements driver.RelayDialect.DeletePublished.
@@ -327,7 +446,7 @@ func (r *Relay) DeletePublished(ctx context.Context, ex driver.Executor, before 
 // OutboxBacklog implements driver.RelayDialect.OutboxBacklog.
 func (r *Relay) OutboxBacklog(ctx context.Context, ex driver.Executor) (driver.Backlog, error) {
 	var b driver.Backlog
-	err := driver.QueryRow(ctx, ex, r.backlog, nil, &b.Rows, sqltime.Scanner(&b.Oldest))
+	err := driver.QueryRow(ctx, ex, r.backlog, nil, &b.Rows, sqltime.Scanner(&b.Oldest), &b.Quarantined)
 	return b, r.f.Wrap(err)
 }
 

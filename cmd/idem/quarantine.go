@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idem-go/idem/driver"
+)
+
+// quarantineUsage is the part of "idem help failed" about --relay.
+const quarantineUsage = `
+
+Relay quarantine (--relay):
+  idem failed list   --relay [--db URL] [--event NAME] [--aggregate-type T] [--aggregate-id ID]
+                     [--since T] [--limit N] [--after-seq SEQ]
+  idem failed show   --relay [--db URL] SEQ
+  idem failed retry  --relay [--db URL] SEQ... | --all [filters]
+  idem failed remove --relay [--db URL] [--yes] SEQ... | --all [filters]
+
+With --relay, the commands work on the relay's quarantine in the producer's
+outbox (--db is the database the relay reads) instead of a consumer's failure
+store. The relay quarantines a row it cannot turn into a message (an id that
+is not a UUID, headers that are not a JSON object, a missing event name...)
+at its first claim, and a row the broker refused itself (unroutable, nacked,
+rejected, too large) on each of "idem relay --quarantine-after" attempts.
+A broker that is down or slow never gets a row quarantined. A quarantined row
+is not published, and the later rows of its aggregate wait behind it; every
+other aggregate flows. Rows are identified by their seq (insertion order);
+show prints a row's columns as stored, quoted where they are not printable.
+
+retry --relay ends the quarantine and clears the attempt count: the relay
+publishes the row at its next claim, then the rows behind it, in order. Fix
+the cause first (bind a queue for the routing key, repair the row with SQL),
+or the relay quarantines it again. remove --relay deletes rows for good:
+their events are never published, and the rows behind them go on. It asks
+for confirmation unless --yes.
+
+Examples:
+  idem failed list --relay --since 24h
+  idem failed show --relay 1042
+  idem failed retry --relay --all --event order.order.shipped.v1
+  idem failed remove --relay 1042 --yes`
+
+// quarantineFlags are the flags of "idem failed" for the relay's quarantine;
+// the command's other flags (--event, --since, --limit, --all, --yes) are
+// read from the same flag set.
+type quarantineFlags struct {
+	fs            *flag.FlagSet
+	db            *dbFlags
+	relay         bool
+	afterSeq      int64
+	aggregateType string
+	aggregateID   string
+}
+
+// registerQuarantineFlags declares the flags of "idem failed --relay" on fs,
+// whose --db flag db holds.
+func registerQuarantineFlags(fs *flag.FlagSet, db *dbFlags) *quarantineFlags {
+	q := &quarantineFlags{fs: fs, db: db}
+	fs.BoolVar(&q.relay, "relay", false, "work on the relay's quarantined outbox rows instead of a consumer's failure store")
+	fs.Int64Var(&q.afterSeq, "after-seq", 0, "with list --relay: rows after this seq (the next page)")
+	fs.StringVar(&q.aggregateType, "aggregate-type", "", "with --relay: only rows of this aggregate type")
+	fs.StringVar(&q.aggregateID, "aggregate-id", "", "with --relay: only rows of this aggregate id")
+	return q
+}
+
+// flag returns the value of one of the command's flags as text.
+func (q *quarantineFlags) flag(name string) string {
+	if f := q.fs.Lookup(name); f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
+
+// isSet reports whether the command line set the flag name.
+func (q *quarantineFlags) isSet(name string) bool {
+	set := false
+	q.fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// quarantinePage is how many rows list, retry --all and remove --all read
+// per query.
+const quarantinePage = 500
+
+// run runs "idem failed <action> --relay".
+func (q *quarantineFlags) run(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return usagef("want one of list, show, retry, remove")
+	}
+	action, rest := args[0], args[1:]
+	for _, name := range []string{"consumer", "broker"} {
+		if q.isSet(name) {
+			return usagef("--%s does not apply with --relay: quarantined rows are outbox rows, and the relay publishes them again", name)
+		}
+	}
+	since, err := parseTime("since", q.flag("since"), time.Now())
+	if err != nil {
+		return err
+	}
+	limit, err := strconv.Atoi(q.flag("limit"))
+	if err != nil || limit < 0 {
+		return usagef("--limit %s: want 0 (all) or more", q.flag("limit"))
+	}
+	if q.afterSeq < 0 {
+		return usagef("--after-seq %d: want a seq (0 or more)", q.afterSeq)
+	}
+	all := q.flag("all") == "true"
+	filter := driver.QuarantineFilter{
+		EventName:     q.flag("event"),
+		AggregateType: q.aggregateType,
+		AggregateID:   q.aggregateID,
+		Since:         since,
+		AfterSeq:      q.afterSeq,
+	}
+	switch action {
+	case "list":
+		if len(rest) != 0 {
+			return usagef("list takes no arguments")
+		}
+	case "show":
+		if len(rest) != 1 {
+			return usagef("show --relay takes one row seq")
+		}
+	case "retry", "remove":
+		if all && len(rest) > 0 {
+			return usagef("give row seqs or --all, not both")
+		}
+		if !all && len(rest) == 0 {
+			return usagef("%s --relay needs row seqs (see \"idem failed list --relay\") or --all", action)
+		}
+	default:
+		return usagef("unknown action %q: want list, show, retry or remove", action)
+	}
+	var seqs []int64
+	for _, a := range rest {
+		seq, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || seq <= 0 {
+			return usagef("row seq %q: want a positive integer (see \"idem failed list --relay\")", a)
+		}
+		seqs = append(seqs, seq)
+	}
+
+	conn, err := q.db.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rd, ok := conn.Dialect().(driver.RelayDialect)
+	if !ok {
+		return fmt.Errorf("the %s dialect has no relay quarantine", conn.Dialect().Name())
+	}
+	ex := conn.SQL.Pool()
+
+	if action == "list" {
+		filter.Limit = limit
+		if limit == 0 {
+			filter.Limit = quarantinePage
+		}
+		var rows []driver.QuarantinedRow
+		for {
+			page, err := rd.ListQuarantined(ctx, ex, withLimit(filter, filter.Limit+1))
+			if err != nil {
+				return err
+			}
+			more := len(page) > filter.Limit
+			if more {
+				page = page[:filter.Limit]
+			}
+			rows = append(rows, page...)
+			if !more || limit != 0 {
+				printQuarantineList(e.stdout, rows, more)
+				return nil
+			}
+			filter.AfterSeq = page[len(page)-1].Seq
+		}
+	}
+
+	var rows []driver.QuarantinedRow
+	if all {
+		filter.Limit = quarantinePage
+		for {
+			page, err := rd.ListQuarantined(ctx, ex, filter)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, page...)
+			if len(page) < filter.Limit {
+				break
+			}
+			filter.AfterSeq = page[len(page)-1].Seq
+		}
+	} else {
+		for _, seq := range seqs {
+			row, err := rd.GetQuarantined(ctx, ex, seq)
+			if errors.Is(err, driver.ErrNotFound) {
+				return fmt.Errorf("no quarantined outbox row with seq %d (see \"idem failed list --relay\")", seq)
+			}
+			if err != nil {
+				return err
+			}
+			rows = append(rows, row)
+		}
+	}
+
+	switch action {
+	case "show":
+		printQuarantined(e.stdout, rows[0])
+		return nil
+	case "retry":
+		if len(rows) == 0 {
+			fmt.Fprintln(e.stdout, "No quarantined outbox row matches.")
+			return nil
+		}
+		for _, row := range rows {
+			n, err := rd.RequeueQuarantined(ctx, ex, []int64{row.Seq})
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				fmt.Fprintf(e.stderr, "idem failed retry --relay: seq %d is no longer quarantined; left alone\n", row.Seq)
+				continue
+			}
+			fmt.Fprintf(e.stdout, "Requeued seq %d (%s): the relay publishes it at its next claim\n", row.Seq, rowSummary(row))
+			if row.Unreadable != nil {
+				fmt.Fprintf(e.stderr, "idem failed retry --relay: seq %d cannot be published as it is, and will be quarantined again: %v\n", row.Seq, row.Unreadable)
+			}
+		}
+		return nil
+	}
+
+	// remove
+	if len(rows) == 0 {
+		fmt.Fprintln(e.stdout, "No quarantined outbox row matches.")
+		return nil
+	}
+	if q.flag("yes") != "true" && !confirm(e, fmt.Sprintf("Remove %d quarantined outbox row(s) for good? Their events will never be published.", len(rows))) {
+		return errors.New("not confirmed; nothing removed (pass --yes to skip the question)")
+	}
+	for _, row := range rows {
+		n, err := rd.DeleteQuarantined(ctx, ex, []int64{row.Seq})
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			fmt.Fprintf(e.stderr, "idem failed remove --relay: seq %d is no longer quarantined; left alone\n", row.Seq)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "Removed seq %d (%s)\n", row.Seq, rowSummary(row))
+	}
+	return nil
+}
+
+func withLimit(f driver.QuarantineFilter, limit int) driver.QuarantineFilter {
+	f.Limit = limit
+	return f
+}
+
+// rowSummary names a row on one line: aggregate, event name and id, quoted
+// where they are not printable.
+func rowSummary(r driver.QuarantinedRow) string {
+	return fmt.Sprintf("%s/%s %s %s", printable([]byte(r.AggregateType)), printable([]byte(r.AggregateID)),
+		orDash(printable([]byte(r.Type))), printable([]byte(r.RawID)))
+}
+
+func printQuarantineList(w io.Writer, rows []driver.QuarantinedRow, more bool) {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "No quarantined outbox row matches.")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tID\tAGGREGATE\tEVENT\tATTEMPTS\tQUARANTINED AT\tERROR")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%d\t%s\t%s\n", r.Seq, oneLine(printable([]byte(r.RawID)), 40),
+			oneLine(printable([]byte(r.AggregateType)), 30), oneLine(printable([]byte(r.AggregateID)), 40),
+			orDash(oneLine(printable([]byte(r.Type)), 60)), r.Attempts, r.QuarantinedAt.UTC().Format(time.RFC3339),
+			oneLine(r.LastError, 100))
+	}
+	_ = tw.Flush()
+	if more {
+		fmt.Fprintf(w, "More rows follow: add --after-seq %d for the next page.\n", rows[len(rows)-1].Seq)
+	}
+}
+
+func printQuarantined(w io.Writer, r driver.QuarantinedRow) {
+	fmt.Fprintf(w, "Seq:             %d\n", r.Seq)
+	fmt.Fprintf(w, "ID:              %s\n", printable([]byte(r.RawID)))
+	fmt.Fprintf(w, "Aggregate type:  %s\n", printable([]byte(r.AggregateType)))
+	fmt.Fprintf(w, "Aggregate ID:    %s\n", printable([]byte(r.AggregateID)))
+	fmt.Fprintf(w, "Event:           %s\n", orDash(printable([]byte(r.Type))))
+	fmt.Fprintf(w, "Version:         %d\n", r.AggregateVersion)
+	if !r.OccurredAt.IsZero() {
+		fmt.Fprintf(w, "Occurred at:     %s\n", r.OccurredAt.UTC().Format(time.RFC3339Nano))
+	}
+	if !r.CreatedAt.IsZero() {
+		fmt.Fprintf(w, "Written at:      %s\n", r.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(w, "Quarantined at:  %s\n", r.QuarantinedAt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "Attempts:        %d\n", r.Attempts)
+	fmt.Fprintf(w, "Error:           %s\n", r.LastError)
+	if r.Unreadable != nil && r.Unreadable.Error() != r.LastError {
+		fmt.Fprintf(w, "Unreadable:      %v\n", r.Unreadable)
+	}
+	fmt.Fprintf(w, "Headers (%d bytes):\n%s\n", len(r.RawHeaders), printable(r.RawHeaders))
+	if r.Payload == nil {
+		fmt.Fprintln(w, "Payload:         NULL")
+		return
+	}
+	fmt.Fprintf(w, "Payload (%d bytes):\n%s\n", len(r.Payload), printable(r.Payload))
+}

@@ -1,0 +1,40 @@
+package relaymetrics_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/relay/relaymetrics"
+)
+
+type fixed relay.Stats
+
+func (f fixed) Stats() relay.Stats { return relay.Stats(f) }
+
+// TestQuarantineMetrics: quarantined rows are a gauge of their own, apart
+// from the backlog, and the relay's quarantines a counter.
+func TestQuarantineMetrics(t *testing.T) {
+	m := relaymetrics.New()
+	m.Watch(fixed{Backlog: 7, QuarantinedRows: 2, Quarantined: 3, Published: 40})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	want := `
+# HELP idem_relay_backlog_rows Unpublished outbox rows, quarantined ones excluded.
+# TYPE idem_relay_backlog_rows gauge
+idem_relay_backlog_rows 7
+# HELP idem_relay_quarantined_rows Quarantined outbox rows: unpublished, holding the later rows of their aggregates back until re-driven or removed.
+# TYPE idem_relay_quarantined_rows gauge
+idem_relay_quarantined_rows 2
+# HELP idem_relay_quarantined_total Rows this relay quarantined: unreadable, or refused by the broker on every allowed attempt.
+# TYPE idem_relay_quarantined_total counter
+idem_relay_quarantined_total 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"idem_relay_backlog_rows", "idem_relay_quarantined_rows", "idem_relay_quarantined_total"); err != nil {
+		t.Error(err)
+	}
+}
