@@ -16,8 +16,8 @@
 // on the processed_event key only, with concurrent deliveries of one event
 // applied once; payload hashes; the failure store, byte for byte whatever
 // the bytes, with paging, aggregates and held messages; attempt counts; the
-// purges; errors in the middle of a result reaching the caller
-// (FaultExecutor); versioned state copies; and the
+// purges; which errors are transient; errors in the middle of a result
+// reaching the caller (FaultExecutor); versioned state copies; and the
 // relay's claims (aggregate heads only, fencing, retry delays, retention)
 // and per-aggregate order.
 //

@@ -96,6 +96,7 @@ func Run(t *testing.T, setup Setup) {
 	t.Run("Attempts", func(t *testing.T) { t.Parallel(); Attempts(t, setup) })
 	t.Run("Purge", func(t *testing.T) { t.Parallel(); Purge(t, setup) })
 	t.Run("PurgeFailed", func(t *testing.T) { t.Parallel(); PurgeFailed(t, setup) })
+	t.Run("Transient", func(t *testing.T) { t.Parallel(); Transient(t, setup) })
 	t.Run("ResultErrors", func(t *testing.T) { t.Parallel(); ResultErrors(t, setup) })
 	t.Run("StateCopy", func(t *testing.T) { t.Parallel(); StateCopy(t, setup) })
 	t.Run("Relay", func(t *testing.T) { t.Parallel(); Relay(t, setup) })
