@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/testdb"
 )
 
@@ -39,9 +42,11 @@ func TestMigrateCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `CREATE TABLE "outbox"`) {
 		t.Fatalf("migrate sql = %d %q", code, out)
 	}
+	migs := postgres.MustDialect(driver.Tables{}).Migrations()
+	last := migs[len(migs)-1]
 	code, out, _ = idem(t, env, "", "migrate", "down", "--steps", "1")
-	if code != 0 || !strings.Contains(out, "Reverted 0001_idem_tables") {
-		t.Fatalf("migrate down = %d %q", code, out)
+	if want := fmt.Sprintf("Reverted %04d_%s", last.Version, last.Name); code != 0 || !strings.Contains(out, want) || strings.Contains(out, "Reverted 0001") {
+		t.Fatalf("migrate down --steps 1 = %d %q, want the latest migration (%s) reverted only", code, out, want)
 	}
 }
 
