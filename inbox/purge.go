@@ -39,7 +39,10 @@ type PurgeConfig struct {
 	Now func() time.Time
 }
 
-func (c PurgeConfig) validate() error {
+// Validate reports what is wrong with c, as Purge and PurgeFailed do before
+// deleting anything: a missing ReplayWindow or Horizon, a Horizon shorter
+// than the ReplayWindow (ErrHorizonTooShort), a negative BatchSize.
+func (c PurgeConfig) Validate() error {
 	switch {
 	case c.ReplayWindow <= 0:
 		return errors.New("idem: purge: ReplayWindow is required: how far back an event can be replayed or retried (outbox retention plus failure-store stay)")
@@ -114,7 +117,7 @@ func PurgeFailed[TTx any](ctx context.Context, drv driver.Driver[TTx], cfg Purge
 
 // startPurge validates cfg, applies its defaults and computes the horizon.
 func startPurge(cfg PurgeConfig) (PurgeResult, PurgeConfig, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return PurgeResult{}, cfg, err
 	}
 	if cfg.BatchSize == 0 {
