@@ -360,6 +360,20 @@ func ParkedAggregates(t *testing.T, setup Setup) {
 		t.Errorf("parked aggregates of billing = %v, %v; want order 3", got, err)
 	}
 
+	for _, c := range db.conns()[1:] {
+		got, err := d.ParkedAggregates(ctx, c.Pool, "stock", aggs)
+		fatalIf(t, err, "%s: parked aggregates", c.Name)
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: parked aggregates = %+v, want %+v", c.Name, got, want)
+		}
+		if has, err := d.HasParkedAggregates(ctx, c.Pool, "stock"); err != nil || !has {
+			t.Errorf("%s: HasParkedAggregates = %v, %v; want true", c.Name, has, err)
+		}
+		n, err := d.PurgeFailed(ctx, c.Pool, "nobody", time.Now(), 10)
+		if err != nil || n != 0 {
+			t.Errorf("%s: PurgeFailed of nobody = %d, %v", c.Name, n, err)
+		}
+	}
 	for _, c := range []struct {
 		consumer string
 		want     bool
@@ -397,6 +411,24 @@ func Attempts(t *testing.T, setup Setup) {
 	}
 	if n, err := d.RecordAttempt(ctx, ex, "billing", id, "x"); err != nil || n != 1 {
 		t.Errorf("first attempt of another consumer = %d, %v; want 1", n, err)
+	}
+
+	// The same on every connection API.
+	for _, c := range db.conns() {
+		consumer := "stock-" + c.Name
+		for want := 1; want <= 3; want++ {
+			n, err := d.RecordAttempt(ctx, c.Pool, consumer, id, "\x00"+c.Name)
+			fatalIf(t, err, "%s: record attempt", c.Name)
+			if n != want {
+				t.Errorf("%s: attempt %d counted %d", c.Name, want, n)
+			}
+		}
+		fatalIf(t, d.ClearAttempts(ctx, c.Pool, consumer, []uuid.UUID{id}), "%s: clear", c.Name)
+		n, err := d.PurgeAttempts(ctx, c.Pool, consumer, time.Now().Add(time.Hour), 10)
+		fatalIf(t, err, "%s: purge attempts", c.Name)
+		if n != 0 {
+			t.Errorf("%s: purge after clear deleted %d rows", c.Name, n)
+		}
 	}
 
 	// Concurrent calls each count once.
