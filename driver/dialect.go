@@ -219,7 +219,10 @@ type Mark struct {
 // AggregateRef names one aggregate: its type and id, as in the outbox's
 // aggregatetype and aggregateid.
 type AggregateRef struct {
-	Type, ID string
+	// Type is the aggregate type ("order").
+	Type string
+	// ID is the aggregate id ("42").
+	ID string
 }
 
 // FailedMessage is an entry of the failure store: a received message kept
@@ -295,9 +298,9 @@ type FailedFilter struct {
 	Limit int
 }
 
-// Cursor returns f with the cursor set past last, the last entry of a page
+// NextPage returns f with the cursor set past last, the last entry of a page
 // listed with f: the filter of the next page.
-func (f FailedFilter) Cursor(last FailedMessage) FailedFilter {
+func (f FailedFilter) NextPage(last FailedMessage) FailedFilter {
 	if f.Oldest {
 		f.AfterID = last.ID
 	} else {

@@ -58,7 +58,7 @@ func (s *FailureStore) List(ctx context.Context, f driver.FailedFilter) ([]drive
 // Pages calls fn with each page of the messages matching f, in List's order,
 // until they end or fn returns an error, which Pages returns. f.Limit is the
 // page size (0: FailedPageSizeDefault). Each page starts after the last id
-// of the previous one (driver.FailedFilter.Cursor), so fn may remove or
+// of the previous one (driver.FailedFilter.NextPage), so fn may remove or
 // retry the messages it gets; messages stored meanwhile are listed when
 // they come after the cursor (bound the ids with f.BeforeID to leave them
 // out of an oldest-first run).
@@ -82,7 +82,7 @@ func (s *FailureStore) Pages(ctx context.Context, f driver.FailedFilter, fn func
 		if len(page) < f.Limit {
 			return nil
 		}
-		f = f.Cursor(page[len(page)-1])
+		f = f.NextPage(page[len(page)-1])
 	}
 }
 
