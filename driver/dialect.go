@@ -12,10 +12,11 @@ import (
 
 // Default table names.
 const (
-	OutboxTableDefault         = "outbox"
-	ProcessedEventTableDefault = "processed_event"
-	FailedMessageTableDefault  = "failed_message"
-	MigrationTableDefault      = "idem_schema_migration"
+	OutboxTableDefault          = "outbox"
+	ProcessedEventTableDefault  = "processed_event"
+	FailedMessageTableDefault   = "failed_message"
+	DeliveryAttemptTableDefault = "delivery_attempt"
+	MigrationTableDefault       = "idem_schema_migration"
 )
 
 // Tables names the tables idem uses. Every name is optional; the zero value
@@ -30,6 +31,9 @@ type Tables struct {
 	ProcessedEvent string
 	// FailedMessage defaults to "failed_message".
 	FailedMessage string
+	// DeliveryAttempt is the table counting the failed attempts of events
+	// not yet applied nor parked. Defaults to "delivery_attempt".
+	DeliveryAttempt string
 	// Migrations is the table recording applied migrations. Defaults to
 	// "idem_schema_migration".
 	Migrations string
@@ -48,6 +52,9 @@ func (t Tables) WithDefaults() Tables {
 	if t.FailedMessage == "" {
 		t.FailedMessage = FailedMessageTableDefault
 	}
+	if t.DeliveryAttempt == "" {
+		t.DeliveryAttempt = DeliveryAttemptTableDefault
+	}
 	if t.Migrations == "" {
 		t.Migrations = MigrationTableDefault
 	}
@@ -61,7 +68,7 @@ func (t Tables) Validate() error {
 	t = t.WithDefaults()
 	for _, f := range []struct{ field, v string }{
 		{"Schema", t.Schema}, {"Outbox", t.Outbox}, {"ProcessedEvent", t.ProcessedEvent},
-		{"FailedMessage", t.FailedMessage}, {"Migrations", t.Migrations},
+		{"FailedMessage", t.FailedMessage}, {"DeliveryAttempt", t.DeliveryAttempt}, {"Migrations", t.Migrations},
 	} {
 		if f.field == "Schema" && f.v == "" {
 			continue
@@ -98,26 +105,65 @@ type Dialect interface {
 	// InsertOutbox inserts rows into the outbox.
 	InsertOutbox(ctx context.Context, ex Executor, rows []OutboxRow) error
 
-	// MarkProcessed inserts one processed_event marker per id for consumer,
-	// skipping ids already there, and reports which ids it inserted. Only the
-	// conflict on the (consumer_name, event_id) key counts as "already there";
-	// every other error is returned. ids holds no duplicates.
-	MarkProcessed(ctx context.Context, ex Executor, consumer string, ids []uuid.UUID) (inserted []bool, err error)
+	// MarkProcessed inserts one processed_event marker per mark for
+	// consumer, with its payload hash (NULL when Hash is 0), skipping ids
+	// already there, and reports which marks it inserted. Only the conflict
+	// on the (consumer_name, event_id) key counts as "already there"; every
+	// other error is returned. marks holds no duplicate ids.
+	MarkProcessed(ctx context.Context, ex Executor, consumer string, marks []Mark) (inserted []bool, err error)
+	// ProcessedHashes returns the payload hashes stored with the markers of
+	// consumer for ids. Ids without a marker, or whose marker has no hash,
+	// are absent from the map.
+	ProcessedHashes(ctx context.Context, ex Executor, consumer string, ids []uuid.UUID) (map[uuid.UUID]int64, error)
 	// PurgeProcessed deletes at most limit markers processed before before
 	// (of consumer only, when consumer is not empty) and returns how many.
 	PurgeProcessed(ctx context.Context, ex Executor, consumer string, before time.Time, limit int) (int64, error)
+
+	// RecordAttempt counts one more failed attempt of event id by consumer
+	// in delivery_attempt (the first one inserts the row), with errText as
+	// its last error, and returns the number of failed attempts after it.
+	// Concurrent calls for the same event each count once.
+	RecordAttempt(ctx context.Context, ex Executor, consumer string, id uuid.UUID, errText string) (attempts int, err error)
+	// ClearAttempts deletes the attempt counts of ids for consumer (applied
+	// or parked events).
+	ClearAttempts(ctx context.Context, ex Executor, consumer string, ids []uuid.UUID) error
+	// PurgeAttempts deletes at most limit attempt counts whose last failure
+	// is before before (of consumer only, when consumer is not empty) and
+	// returns how many.
+	PurgeAttempts(ctx context.Context, ex Executor, consumer string, before time.Time, limit int) (int64, error)
 
 	// SaveFailed stores a message in the failure store. A message with an event
 	// id already stored for the same consumer updates that entry, appending to
 	// its error history.
 	SaveFailed(ctx context.Context, ex Executor, m FailedMessage) (id int64, err error)
-	// ListFailed lists stored failures, newest first.
+	// ListFailed lists stored failures matching f, newest first (by id),
+	// or oldest first with f.Oldest. f.Limit is positive: callers page
+	// with f.BeforeID or f.AfterID.
 	ListFailed(ctx context.Context, ex Executor, f FailedFilter) ([]FailedMessage, error)
 	// GetFailed returns one stored failure, or ErrNotFound.
 	GetFailed(ctx context.Context, ex Executor, id int64) (FailedMessage, error)
 	// DeleteFailed removes one stored failure and reports whether it existed.
 	DeleteFailed(ctx context.Context, ex Executor, id int64) (bool, error)
+	// PurgeFailed deletes at most limit stored failures whose last failure
+	// is before before (of consumer only, when consumer is not empty) and
+	// returns how many.
+	PurgeFailed(ctx context.Context, ex Executor, consumer string, before time.Time, limit int) (int64, error)
+	// ParkedAggregates returns, for each of aggs that has a stored failure
+	// of consumer parked for its own failure (HeldBy 0) with a non-empty
+	// aggregate id, the id of the oldest such failure. Aggregates without
+	// one are absent from the map.
+	ParkedAggregates(ctx context.Context, ex Executor, consumer string, aggs []AggregateRef) (map[AggregateRef]int64, error)
+	// HasParkedAggregates reports whether consumer has any stored failure
+	// that ParkedAggregates would report.
+	HasParkedAggregates(ctx context.Context, ex Executor, consumer string) (bool, error)
 
+	// IsTransient reports whether err says that the database is away for
+	// now (connection refused, reset or lost, a timeout, the server
+	// shutting down or starting, too many connections, a read-only server,
+	// a full disk) or that the transaction lost a race that running it
+	// again resolves (serialization failure, deadlock, lock wait timeout).
+	// It reads the driver's error types and codes, never messages.
+	IsTransient(err error) bool
 	// IsMissingTable reports whether err says a table does not exist.
 	IsMissingTable(err error) bool
 }
@@ -161,20 +207,60 @@ type OutboxRow struct {
 	Headers          map[string]string
 }
 
+// Mark is one processed_event marker to insert.
+type Mark struct {
+	// ID is the event id.
+	ID uuid.UUID
+	// Hash is a 64-bit hash of the event's content, to tell when an event
+	// id comes back with other content. 0 means unknown (stored NULL).
+	Hash int64
+}
+
+// AggregateRef names one aggregate: its type and id, as in the outbox's
+// aggregatetype and aggregateid.
+type AggregateRef struct {
+	// Type is the aggregate type ("order").
+	Type string
+	// ID is the aggregate id ("42").
+	ID string
+}
+
 // FailedMessage is an entry of the failure store: a received message kept
-// exactly as it arrived, with why and how often it failed.
+// exactly as it arrived, with why and how often it failed. Every field reads
+// back byte for byte as it was saved, whatever bytes it holds.
 type FailedMessage struct {
-	ID          int64
-	Consumer    string
-	Source      string // queue, topic or subject it came from
-	EventID     uuid.UUID
-	EventName   string
-	Key         []byte
-	Headers     map[string]string
-	Body        []byte
-	Error       string
-	History     []FailureRecord
-	Attempts    int
+	// ID identifies the entry; ids grow in the order entries are created.
+	ID int64
+	// Consumer is the consumer name.
+	Consumer string
+	// Source is the queue, topic or subject the message came from.
+	Source string
+	// EventID is the event id; uuid.Nil when the message was undecodable.
+	EventID uuid.UUID
+	// EventName is the event name, when known.
+	EventName string
+	// AggregateType and AggregateID name the event's aggregate, when
+	// known. Messages of one aggregate are handled in order: a later one
+	// waits behind a parked one (see HeldBy).
+	AggregateType string
+	AggregateID   string
+	// HeldBy is the id of the parked message of the same aggregate that
+	// this one waits behind; 0 for a message parked for its own failure.
+	HeldBy int64
+	// Key is the message key (Kafka), as received.
+	Key []byte
+	// Headers are the message headers, as received.
+	Headers map[string]string
+	// Body is the message body, as received.
+	Body []byte
+	// Error is the last error.
+	Error string
+	// History lists every failure saved for the entry, oldest first.
+	History []FailureRecord
+	// Attempts is the number of failed attempts, over every save.
+	Attempts int
+	// FirstFailed and LastFailed are when the entry was created and last
+	// saved.
 	FirstFailed time.Time
 	LastFailed  time.Time
 }
@@ -188,8 +274,37 @@ type FailureRecord struct {
 
 // FailedFilter selects entries of the failure store. Zero fields match all.
 type FailedFilter struct {
-	Consumer  string
+	// Consumer matches the consumer name exactly.
+	Consumer string
+	// EventName matches the event name exactly.
 	EventName string
-	Since     time.Time
-	Limit     int
+	// AggregateType and AggregateID match the aggregate exactly (each
+	// when not empty).
+	AggregateType string
+	AggregateID   string
+	// HeldBy, when positive, matches the messages waiting behind that
+	// parked message.
+	HeldBy int64
+	// Since matches messages that last failed at or after it.
+	Since time.Time
+	// BeforeID and AfterID, when positive, match ids below and above them:
+	// the cursor of the next page (the last id of the previous one).
+	BeforeID, AfterID int64
+	// Oldest lists oldest first (ascending ids) instead of newest first.
+	Oldest bool
+	// Limit is the most entries returned. For inbox.FailureStore.List, 0
+	// means all (it pages through them); dialects always receive a
+	// positive page size.
+	Limit int
+}
+
+// NextPage returns f with the cursor set past last, the last entry of a page
+// listed with f: the filter of the next page.
+func (f FailedFilter) NextPage(last FailedMessage) FailedFilter {
+	if f.Oldest {
+		f.AfterID = last.ID
+	} else {
+		f.BeforeID = last.ID
+	}
+	return f
 }

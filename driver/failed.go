@@ -7,15 +7,20 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/driver/internal/textenc"
 )
 
 // QueryFailed runs a failure-store query and scans its rows. The query
 // selects, in this order (each dialect casts them as it needs): id,
 // consumer_name, source, event_id (text, NULL when the message was
-// undecodable), event_name, message_key, headers (JSON bytes), body, error,
-// errors (JSON bytes), attempts, first_failed_at, failed_at.
-// timeDest adapts the two timestamps to the dialect's representation; nil
-// scans them into time.Time directly.
+// undecodable), event_name, message_key, headers (JSON text), body, error,
+// errors (JSON text), attempts, first_failed_at, failed_at, aggregate_type,
+// aggregate_id, held_by (NULL for none). Text values are decoded from the
+// encoding that lets them hold any bytes (the dialects' SaveFailed writes
+// it); plain text, as older rows hold, reads as it is. timeDest adapts the
+// two timestamps to the dialect's representation; nil scans them into
+// time.Time directly.
 func QueryFailed(ctx context.Context, ex Executor, query string, args []any, timeDest func(*time.Time) any) ([]FailedMessage, error) {
 	if timeDest == nil {
 		timeDest = func(t *time.Time) any { return t }
@@ -25,11 +30,19 @@ func QueryFailed(ctx context.Context, ex Executor, query string, args []any, tim
 		var (
 			m               FailedMessage
 			eventID         *string
+			heldBy          *int64
 			headers, errors []byte
 		)
 		if err := rows.Scan(&m.ID, &m.Consumer, &m.Source, &eventID, &m.EventName, &m.Key, &headers, &m.Body,
-			&m.Error, &errors, &m.Attempts, timeDest(&m.FirstFailed), timeDest(&m.LastFailed)); err != nil {
+			&m.Error, &errors, &m.Attempts, timeDest(&m.FirstFailed), timeDest(&m.LastFailed),
+			&m.AggregateType, &m.AggregateID, &heldBy); err != nil {
 			return err
+		}
+		if heldBy != nil {
+			m.HeldBy = *heldBy
+		}
+		if m.Body == nil {
+			m.Body = []byte{}
 		}
 		if eventID != nil {
 			var err error
@@ -37,11 +50,18 @@ func QueryFailed(ctx context.Context, ex Executor, query string, args []any, tim
 				return fmt.Errorf("idem: failed_message %d: event_id: %w", m.ID, err)
 			}
 		}
-		if err := json.Unmarshal(headers, &m.Headers); err != nil {
+		var err error
+		if m.Headers, err = textenc.DecodeMap(headers); err != nil {
 			return fmt.Errorf("idem: failed_message %d: headers: %w", m.ID, err)
 		}
 		if err := json.Unmarshal(errors, &m.History); err != nil {
 			return fmt.Errorf("idem: failed_message %d: errors: %w", m.ID, err)
+		}
+		for i := range m.History {
+			m.History[i].Error = textenc.Decode(m.History[i].Error)
+		}
+		for _, s := range []*string{&m.Consumer, &m.Source, &m.EventName, &m.Error, &m.AggregateType, &m.AggregateID} {
+			*s = textenc.Decode(*s)
 		}
 		out = append(out, m)
 		return nil

@@ -247,7 +247,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, ev idem.Event) (_ Outcome, 
 			_ = c.drv.Rollback(context.WithoutCancel(ctx), tx)
 		}
 	}()
-	inserted, err := c.drv.Dialect().MarkProcessed(ctx, c.drv.Tx(tx), c.cfg.Name, []uuid.UUID{ev.ID})
+	inserted, err := c.drv.Dialect().MarkProcessed(ctx, c.drv.Tx(tx), c.cfg.Name, []driver.Mark{{ID: ev.ID}})
 	if err != nil {
 		return Failed, fmt.Errorf("idem: inbox %s: mark %s processed: %w", c.cfg.Name, ev.ID, err)
 	}
@@ -350,7 +350,11 @@ func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results 
 			_ = c.drv.Rollback(context.WithoutCancel(ctx), tx)
 		}
 	}()
-	inserted, err := c.drv.Dialect().MarkProcessed(ctx, c.drv.Tx(tx), c.cfg.Name, ids)
+	marks := make([]driver.Mark, len(ids))
+	for k, id := range ids {
+		marks[k] = driver.Mark{ID: id}
+	}
+	inserted, err := c.drv.Dialect().MarkProcessed(ctx, c.drv.Tx(tx), c.cfg.Name, marks)
 	if err != nil {
 		return err
 	}

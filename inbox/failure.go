@@ -2,10 +2,16 @@ package inbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/idem-go/idem/driver"
 )
+
+// FailedPageSizeDefault is the page size of FailureStore.Pages, and of
+// FailureStore.List when it lists every match. Entries hold whole message
+// bodies: pages stay small.
+const FailedPageSizeDefault = 100
 
 // FailureStore is the failed_message table of a consumer database: messages
 // that could not be decoded or kept failing, kept with their raw bytes and
@@ -26,9 +32,58 @@ func (s *FailureStore) Save(ctx context.Context, m driver.FailedMessage) (int64,
 	return s.d.SaveFailed(ctx, s.ex, m)
 }
 
-// List returns stored messages matching f, newest first.
+// List returns stored messages matching f, newest first (by id, the order in
+// which they were first stored), or oldest first with f.Oldest. f.Limit 0
+// returns every match: List reads them in pages of FailedPageSizeDefault,
+// each starting after the last id of the previous one. Large stores are
+// better read with Pages.
 func (s *FailureStore) List(ctx context.Context, f driver.FailedFilter) ([]driver.FailedMessage, error) {
-	return s.d.ListFailed(ctx, s.ex, f)
+	if f.Limit < 0 {
+		return nil, fmt.Errorf("idem: failure store: Limit %d: want 0 (all) or a positive number", f.Limit)
+	}
+	if f.Limit > 0 {
+		return s.d.ListFailed(ctx, s.ex, f)
+	}
+	var out []driver.FailedMessage
+	err := s.Pages(ctx, f, func(page []driver.FailedMessage) error {
+		out = append(out, page...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Pages calls fn with each page of the messages matching f, in List's order,
+// until they end or fn returns an error, which Pages returns. f.Limit is the
+// page size (0: FailedPageSizeDefault). Each page starts after the last id
+// of the previous one (driver.FailedFilter.NextPage), so fn may remove or
+// retry the messages it gets; messages stored meanwhile are listed when
+// they come after the cursor (bound the ids with f.BeforeID to leave them
+// out of an oldest-first run).
+func (s *FailureStore) Pages(ctx context.Context, f driver.FailedFilter, fn func(page []driver.FailedMessage) error) error {
+	if f.Limit < 0 {
+		return fmt.Errorf("idem: failure store: page size %d: want 0 (the default) or a positive number", f.Limit)
+	}
+	if f.Limit == 0 {
+		f.Limit = FailedPageSizeDefault
+	}
+	for {
+		page, err := s.d.ListFailed(ctx, s.ex, f)
+		if err != nil {
+			return err
+		}
+		if len(page) > 0 {
+			if err := fn(page); err != nil {
+				return err
+			}
+		}
+		if len(page) < f.Limit {
+			return nil
+		}
+		f = f.NextPage(page[len(page)-1])
+	}
 }
 
 // Get returns one stored message or driver.ErrNotFound.

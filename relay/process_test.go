@@ -21,6 +21,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/webhook"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testsvc"
 )
@@ -194,7 +195,7 @@ func TestCrashAfterPublishBeforeMark(t *testing.T) {
 	// The consumer's deduplication: each event applies once.
 	applied := 0
 	for _, id := range h.ids() {
-		inserted, err := b.pg.Driver.Dialect().MarkProcessed(context.Background(), b.pg.Driver.Pool(), "stock", []uuid.UUID{id})
+		inserted, err := b.pg.Driver.Dialect().MarkProcessed(context.Background(), b.pg.Driver.Pool(), "stock", []driver.Mark{{ID: id}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,13 +42,19 @@ messages a consumer could not decode, or that failed on every attempt or with
 a permanent error, exactly as they were received: body, headers, the queue
 they came from, the error history and the attempt count.
 
+list shows the newest messages first, --limit of them (0: all).
+
 retry publishes each stored message again, unchanged (same body, same event
 id), to the queue it was received from only, and removes it from the store
 once the broker confirmed it. Its attempt count starts again at 1. Fix the
 handler first: the consumer deduplicates on the event id, so a message that
-was in fact applied meanwhile is skipped.
+was in fact applied meanwhile is skipped. With --all it goes through every
+matching message, oldest first, so that the messages of one aggregate go
+back in the order they were parked; messages parked while it runs (a retried
+message failing again) wait for the next run.
 
-remove deletes stored messages; it asks for confirmation unless --yes.
+remove deletes stored messages; it asks for confirmation unless --yes. With
+--all it goes through every matching message.
 
 --since takes an RFC 3339 time, a date, or a duration back from now (2h).
 
@@ -92,7 +98,7 @@ Examples:
 					}
 					filter.Limit = *limit
 				case "show":
-					if len(rest) != 1 {
+					if len(rest) != 1 || *all {
 						return usagef("show takes one message ID")
 					}
 				case "retry", "remove":
@@ -122,84 +128,52 @@ Examples:
 				defer conn.Close()
 				store := inbox.NewFailureStore(conn.Dialect(), conn.SQL.Pool())
 
+				switch {
+				case action == "list":
+					return listFailed(ctx, e.stdout, store, filter)
+				case *all:
+					return allFailed(ctx, e, store, filter, action, *yes, *brokerURL)
+				}
 				var msgs []driver.FailedMessage
-				if action == "list" || *all {
-					msgs, err = store.List(ctx, filter)
+				for _, id := range ids {
+					m, err := store.Get(ctx, id)
+					if errors.Is(err, driver.ErrNotFound) {
+						return fmt.Errorf("no failed message with ID %d", id)
+					}
 					if err != nil {
 						return err
 					}
-				} else {
-					for _, id := range ids {
-						m, err := store.Get(ctx, id)
-						if errors.Is(err, driver.ErrNotFound) {
-							return fmt.Errorf("no failed message with ID %d", id)
-						}
-						if err != nil {
-							return err
-						}
-						msgs = append(msgs, m)
-					}
+					msgs = append(msgs, m)
 				}
-
 				switch action {
-				case "list":
-					printFailedList(e.stdout, msgs)
-					return nil
 				case "show":
 					printFailed(e.stdout, msgs[0])
 					return nil
 				case "remove":
-					if len(msgs) == 0 {
-						fmt.Fprintln(e.stdout, "No failed message matches.")
-						return nil
-					}
 					if !*yes && !confirm(e, fmt.Sprintf("Remove %d failed message(s) for good?", len(msgs))) {
 						return errors.New("not confirmed; nothing removed (pass --yes to skip the question)")
 					}
 					for _, m := range msgs {
-						if _, err := store.Remove(ctx, m.ID); err != nil {
+						if err := removeFailed(ctx, e, store, m); err != nil {
 							return err
 						}
-						fmt.Fprintf(e.stdout, "Removed %d (%s %s)\n", m.ID, m.EventName, m.EventID)
 					}
 					return nil
 				}
-
-				// retry
-				if len(msgs) == 0 {
-					fmt.Fprintln(e.stdout, "No failed message matches.")
-					return nil
-				}
-				u := *brokerURL
-				if u == "" {
-					u = e.getenv("IDEM_BROKER_URL")
-				}
-				pub, err := brokeropen.Open(ctx, u)
+				rd, closePub, err := openRedeliverer(ctx, e, *brokerURL)
 				if err != nil {
 					return err
 				}
-				defer pub.Close()
-				rd, ok := pub.(redeliverer)
-				if !ok {
-					return fmt.Errorf("the broker at %s cannot send a message back to one queue", broker.RedactURL(u))
-				}
+				defer closePub()
 				var failed int
 				for _, m := range msgs {
-					if m.Source == "" {
-						fmt.Fprintf(e.stderr, "idem failed retry: %d: the queue it came from is unknown; not retried\n", m.ID)
+					ok, err := retryFailed(ctx, e, store, rd, m)
+					if err != nil {
+						return err
+					}
+					if !ok {
 						failed++
-						continue
 					}
-					msg := idemmsg.Message{EventID: m.EventID, EventName: m.EventName, Key: m.Key, Headers: m.Headers, Body: m.Body}
-					if err := rd.Redeliver(ctx, m.Source, []idemmsg.Message{msg}); err != nil {
-						fmt.Fprintf(e.stderr, "idem failed retry: %d: %v\n", m.ID, err)
-						failed++
-						continue
-					}
-					if _, err := store.Remove(ctx, m.ID); err != nil {
-						return fmt.Errorf("message %d was published again but could not be removed from the store (the consumer will skip the copy if it applies it twice): %w", m.ID, err)
-					}
-					fmt.Fprintf(e.stdout, "Retried %d (%s %s) to %s\n", m.ID, m.EventName, m.EventID, m.Source)
 				}
 				if failed > 0 {
 					return fmt.Errorf("%d of %d message(s) not retried", failed, len(msgs))
@@ -210,37 +184,205 @@ Examples:
 	})
 }
 
-func printFailedList(w io.Writer, msgs []driver.FailedMessage) {
-	if len(msgs) == 0 {
+// listFailed prints the messages matching filter, newest first; filter.Limit
+// 0 lists them all, read a page at a time.
+func listFailed(ctx context.Context, w io.Writer, store *inbox.FailureStore, filter driver.FailedFilter) error {
+	var rows []failedRow
+	add := func(page []driver.FailedMessage) error {
+		for _, m := range page {
+			rows = append(rows, newFailedRow(m))
+		}
+		return nil
+	}
+	if filter.Limit > 0 {
+		page, err := store.List(ctx, filter)
+		if err != nil {
+			return err
+		}
+		_ = add(page)
+	} else if err := store.Pages(ctx, filter, add); err != nil {
+		return err
+	}
+	printFailedList(w, rows)
+	return nil
+}
+
+// allFailed retries or removes every message matching filter, oldest first
+// (so that one aggregate's messages go back in order), a page at a time.
+// Only the messages stored when it starts are concerned: a retried message
+// that fails again, or a new one, waits for the next run.
+func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter driver.FailedFilter, action string, yes bool, brokerURL string) error {
+	newest := filter
+	newest.Limit = 1
+	last, err := store.List(ctx, newest)
+	if err != nil {
+		return err
+	}
+	if len(last) == 0 {
+		fmt.Fprintln(e.stdout, "No failed message matches.")
+		return nil
+	}
+	filter.BeforeID = last[0].ID + 1
+	filter.Oldest = true
+	filter.Limit = inbox.FailedPageSizeDefault
+
+	if action == "remove" && !yes {
+		first, err := store.List(ctx, filter)
+		if err != nil {
+			return err
+		}
+		question := fmt.Sprintf("Remove %d failed message(s) for good?", len(first))
+		if len(first) == filter.Limit {
+			question = fmt.Sprintf("Remove every failed message matching the filters (more than %d) for good?", len(first)-1)
+		}
+		if !confirm(e, question) {
+			return errors.New("not confirmed; nothing removed (pass --yes to skip the question)")
+		}
+	}
+	var rd redeliverer
+	if action == "retry" {
+		var closePub func()
+		if rd, closePub, err = openRedeliverer(ctx, e, brokerURL); err != nil {
+			return err
+		}
+		defer closePub()
+	}
+	var done, failed int
+	err = store.Pages(ctx, filter, func(page []driver.FailedMessage) error {
+		for _, m := range page {
+			if action == "remove" {
+				if err := removeFailed(ctx, e, store, m); err != nil {
+					return err
+				}
+				done++
+				continue
+			}
+			ok, err := retryFailed(ctx, e, store, rd, m)
+			if err != nil {
+				return err
+			}
+			if ok {
+				done++
+			} else {
+				failed++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if action == "remove" {
+		fmt.Fprintf(e.stdout, "Removed %d failed message(s).\n", done)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "Retried %d failed message(s).\n", done)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d message(s) not retried", failed, done+failed)
+	}
+	return nil
+}
+
+// openRedeliverer opens the broker at brokerURL (default $IDEM_BROKER_URL),
+// which must be able to send a message back to one queue.
+func openRedeliverer(ctx context.Context, e *env, brokerURL string) (redeliverer, func(), error) {
+	if brokerURL == "" {
+		brokerURL = e.getenv("IDEM_BROKER_URL")
+	}
+	pub, err := brokeropen.Open(ctx, brokerURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	rd, ok := pub.(redeliverer)
+	if !ok {
+		_ = pub.Close()
+		return nil, nil, fmt.Errorf("the broker at %s cannot send a message back to one queue", broker.RedactURL(brokerURL))
+	}
+	return rd, func() { _ = pub.Close() }, nil
+}
+
+// retryFailed publishes m again to the queue it came from and removes it
+// from the store. It reports false, after saying why on stderr, when m was
+// not published; an error means the store failed after publishing.
+func retryFailed(ctx context.Context, e *env, store *inbox.FailureStore, rd redeliverer, m driver.FailedMessage) (bool, error) {
+	if m.Source == "" {
+		fmt.Fprintf(e.stderr, "idem failed retry: %d: the queue it came from is unknown; not retried\n", m.ID)
+		return false, nil
+	}
+	msg := idemmsg.Message{EventID: m.EventID, EventName: m.EventName, Key: m.Key, Headers: m.Headers, Body: m.Body}
+	if err := rd.Redeliver(ctx, m.Source, []idemmsg.Message{msg}); err != nil {
+		fmt.Fprintf(e.stderr, "idem failed retry: %d: %v\n", m.ID, err)
+		return false, nil
+	}
+	if _, err := store.Remove(ctx, m.ID); err != nil {
+		return false, fmt.Errorf("message %d was published again but could not be removed from the store (the consumer will skip the copy if it applies it twice): %w", m.ID, err)
+	}
+	fmt.Fprintf(e.stdout, "Retried %d (%s %s) to %s\n", m.ID, printable([]byte(m.EventName)), m.EventID, printable([]byte(m.Source)))
+	return true, nil
+}
+
+func removeFailed(ctx context.Context, e *env, store *inbox.FailureStore, m driver.FailedMessage) error {
+	if _, err := store.Remove(ctx, m.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "Removed %d (%s %s)\n", m.ID, printable([]byte(m.EventName)), m.EventID)
+	return nil
+}
+
+// failedRow is what the list shows of a message.
+type failedRow struct {
+	id       int64
+	consumer string
+	event    string
+	eventID  string
+	attempts int
+	failedAt time.Time
+	err      string
+}
+
+func newFailedRow(m driver.FailedMessage) failedRow {
+	return failedRow{id: m.ID, consumer: printable([]byte(m.Consumer)), event: orDash(printable([]byte(m.EventName))),
+		eventID: eventIDText(m), attempts: m.Attempts, failedAt: m.LastFailed, err: oneLine(printable([]byte(m.Error)), 100)}
+}
+
+func printFailedList(w io.Writer, rows []failedRow) {
+	if len(rows) == 0 {
 		fmt.Fprintln(w, "No failed message matches.")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCONSUMER\tEVENT\tEVENT ID\tATTEMPTS\tFAILED AT\tERROR")
-	for _, m := range msgs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", m.ID, m.Consumer, orDash(m.EventName), eventIDText(m),
-			m.Attempts, m.LastFailed.UTC().Format(time.RFC3339), oneLine(m.Error, 100))
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.id, r.consumer, r.event, r.eventID,
+			r.attempts, r.failedAt.UTC().Format(time.RFC3339), r.err)
 	}
 	_ = tw.Flush()
 }
 
 func printFailed(w io.Writer, m driver.FailedMessage) {
+	text := func(s string) string { return printable([]byte(s)) }
 	fmt.Fprintf(w, "ID:            %d\n", m.ID)
-	fmt.Fprintf(w, "Consumer:      %s\n", m.Consumer)
-	fmt.Fprintf(w, "Source:        %s\n", orDash(m.Source))
-	fmt.Fprintf(w, "Event:         %s\n", orDash(m.EventName))
+	fmt.Fprintf(w, "Consumer:      %s\n", text(m.Consumer))
+	fmt.Fprintf(w, "Source:        %s\n", orDash(text(m.Source)))
+	fmt.Fprintf(w, "Event:         %s\n", orDash(text(m.EventName)))
 	fmt.Fprintf(w, "Event ID:      %s\n", eventIDText(m))
+	if m.AggregateType != "" || m.AggregateID != "" {
+		fmt.Fprintf(w, "Aggregate:     %s %s\n", text(m.AggregateType), text(m.AggregateID))
+	}
+	if m.HeldBy != 0 {
+		fmt.Fprintf(w, "Held by:       %d (waits behind that message of its aggregate)\n", m.HeldBy)
+	}
 	if len(m.Key) > 0 {
 		fmt.Fprintf(w, "Key:           %s\n", printable(m.Key))
 	}
 	fmt.Fprintf(w, "Attempts:      %d\n", m.Attempts)
 	fmt.Fprintf(w, "First failed:  %s\n", m.FirstFailed.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "Last failed:   %s\n", m.LastFailed.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(w, "Error:         %s\n", m.Error)
+	fmt.Fprintf(w, "Error:         %s\n", text(m.Error))
 	if len(m.History) > 0 {
 		fmt.Fprintln(w, "History:")
 		for _, h := range m.History {
-			fmt.Fprintf(w, "  %s  attempt %d  %s\n", h.At.UTC().Format(time.RFC3339), h.Attempt, h.Error)
+			fmt.Fprintf(w, "  %s  attempt %d  %s\n", h.At.UTC().Format(time.RFC3339), h.Attempt, text(h.Error))
 		}
 	}
 	if len(m.Headers) > 0 {
@@ -251,7 +393,7 @@ func printFailed(w io.Writer, m driver.FailedMessage) {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			fmt.Fprintf(w, "  %s: %s\n", k, m.Headers[k])
+			fmt.Fprintf(w, "  %s: %s\n", text(k), text(m.Headers[k]))
 		}
 	}
 	fmt.Fprintf(w, "Body (%d bytes):\n%s\n", len(m.Body), printable(m.Body))

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,4 +174,129 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		<-tick.C
 	}
+}
+
+// TestFailedRetryAll parks 250 messages of 25 aggregates, more than a page,
+// lists them all, then retries them all with --all: every one is applied
+// once, each aggregate's events in order (retry goes oldest first and the
+// subscriber has one worker), and the store is empty. remove --all goes
+// through more than a page too.
+func TestFailedRetryAll(t *testing.T) {
+	t.Parallel()
+	url := testamqp.URL(t)
+	pg := testdb.NewPostgres(t)
+	exchange := testamqp.Name("idem_t_")
+	queue := exchange + ".stock"
+	pg.Exec(t, `CREATE TABLE reservation (event_id uuid PRIMARY KEY, order_id text NOT NULL, version bigint NOT NULL)`)
+
+	c, err := inbox.New[pgx.Tx](pg.Driver, inbox.Config{Name: "stock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		outOfOrder []string
+		last       = map[string]int64{}
+	)
+	c.Handle("order.order.changed.v1", func(ctx context.Context, tx pgx.Tx, ev idemmsg.Event) error {
+		mu.Lock()
+		if ev.AggregateVersion <= last[ev.AggregateID] {
+			outOfOrder = append(outOfOrder, fmt.Sprintf("%s v%d after v%d", ev.AggregateID, ev.AggregateVersion, last[ev.AggregateID]))
+		}
+		last[ev.AggregateID] = ev.AggregateVersion
+		mu.Unlock()
+		_, err := tx.Exec(ctx, `INSERT INTO reservation VALUES ($1, $2, $3)`, ev.ID, ev.AggregateID, ev.AggregateVersion)
+		return err
+	})
+	sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{
+		ConnConfig: amqp.ConnConfig{URL: url},
+		Exchange:   exchange,
+		Queue:      queue,
+		Bindings:   []string{"order.#"},
+		Workers:    1,
+	}, c.DeliverBatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Stop(context.Background()) })
+
+	// Parked in the order the events happened: version 1 of every
+	// aggregate, then version 2...
+	const aggregates, versions = 25, 10
+	store := c.Failures()
+	ctx := context.Background()
+	for v := 1; v <= versions; v++ {
+		for a := range aggregates {
+			ev, err := idemmsg.NewEvent("order.order.changed.v1", "order", fmt.Sprint("o", a), map[string]int{"v": v})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev.AggregateVersion = int64(v)
+			msg, err := idemmsg.NewMessage(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = store.Save(ctx, driver.FailedMessage{
+				Consumer: "stock", Source: queue, EventID: ev.ID, EventName: ev.Name, AggregateType: "order", AggregateID: ev.AggregateID,
+				Key: msg.Key, Headers: msg.Headers, Body: msg.Body, Error: "warehouse table locked", Attempts: 3,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const total = aggregates * versions
+	env := map[string]string{"IDEM_DB_URL": pg.URL, "IDEM_BROKER_URL": url}
+
+	code, out, errOut := idem(t, env, "", "failed", "list", "--consumer", "stock", "--limit", "0")
+	if lines := strings.Count(out, "\n"); code != 0 || lines != total+1 {
+		t.Fatalf("failed list --limit 0 = %d, %d lines (want a header and %d messages)\n%s", code, lines, total, errOut)
+	}
+	code, out, _ = idem(t, env, "", "failed", "list", "--consumer", "stock")
+	if lines := strings.Count(out, "\n"); code != 0 || lines != 101 {
+		t.Fatalf("failed list = %d, %d lines; want the default 100 messages", code, lines)
+	}
+
+	code, out, errOut = idem(t, env, "", "failed", "retry", "--all", "--consumer", "stock")
+	if code != 0 || strings.Count(out, "Retried ") != total+1 || !strings.Contains(out, fmt.Sprintf("Retried %d failed message(s).", total)) {
+		t.Fatalf("failed retry --all = %d\n%s%s", code, lastLines(out, 5), errOut)
+	}
+	waitFor(t, "every retried message applied", func() bool { return c.Stats().Applied == total })
+	if n := pg.Count(t, "reservation"); n != total {
+		t.Fatalf("reservations = %d, want %d", n, total)
+	}
+	if n := pg.Count(t, "failed_message"); n != 0 {
+		t.Fatalf("failed_message rows after retry --all = %d, want 0", n)
+	}
+	mu.Lock()
+	if len(outOfOrder) > 0 {
+		t.Errorf("events of an aggregate applied out of order: %v", outOfOrder)
+	}
+	mu.Unlock()
+
+	// remove --all, over more than a page, after confirmation.
+	for i := range 150 {
+		if _, err := store.Save(ctx, driver.FailedMessage{Consumer: "billing", Body: []byte(fmt.Sprint("garbage ", i)), Error: "undecodable", Attempts: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, errOut = idem(t, env, "n\n", "failed", "remove", "--all", "--consumer", "billing")
+	if code != 1 || !strings.Contains(errOut, "more than 99") || pg.Count(t, "failed_message") != 150 {
+		t.Fatalf("failed remove --all answered no = %d %q", code, errOut)
+	}
+	code, out, errOut = idem(t, env, "y\n", "failed", "remove", "--all", "--consumer", "billing")
+	if code != 0 || !strings.Contains(out, "Removed 150 failed message(s).") {
+		t.Fatalf("failed remove --all = %d\n%s%s", code, lastLines(out, 5), errOut)
+	}
+	if n := pg.Count(t, "failed_message"); n != 0 {
+		t.Fatalf("failed_message rows after remove --all = %d", n)
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n") + "\n"
 }

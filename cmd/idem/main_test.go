@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/testdb"
 )
 
@@ -39,9 +42,11 @@ func TestMigrateCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `CREATE TABLE "outbox"`) {
 		t.Fatalf("migrate sql = %d %q", code, out)
 	}
-	code, out, _ = idem(t, env, "", "migrate", "down", "--steps", "0")
-	if code != 0 || !strings.Contains(out, "Reverted 0001_idem_tables") {
-		t.Fatalf("migrate down = %d %q", code, out)
+	migs := postgres.MustDialect(driver.Tables{}).Migrations()
+	last := migs[len(migs)-1]
+	code, out, _ = idem(t, env, "", "migrate", "down", "--steps", "1")
+	if want := fmt.Sprintf("Reverted %04d_%s", last.Version, last.Name); code != 0 || !strings.Contains(out, want) || strings.Contains(out, "Reverted 0001") {
+		t.Fatalf("migrate down --steps 1 = %d %q, want the latest migration (%s) reverted only", code, out, want)
 	}
 }
 
@@ -83,6 +88,36 @@ func TestPurgeCommandRefusesShortHorizon(t *testing.T) {
 	}
 }
 
+func TestPurgeCommandFailedMessages(t *testing.T) {
+	t.Parallel()
+	pg := testdb.NewPostgres(t)
+	for i, age := range []string{"40 days", "40 days", "1 hour"} {
+		pg.Exec(t, `INSERT INTO failed_message (consumer_name, source, body, error, attempts, first_failed_at, failed_at)
+VALUES ('stock', 'stock.events', $1, 'boom', 1, now() - $2::interval, now() - $2::interval)`, []byte(fmt.Sprint(i)), age)
+	}
+	pg.Exec(t, `INSERT INTO processed_event (consumer_name, event_id, processed_at) VALUES ('stock', gen_random_uuid(), now() - interval '40 days')`)
+	env := map[string]string{"IDEM_DB_URL": pg.URL}
+	code, _, errOut := idem(t, env, "", "purge", "--replay-window", "30d")
+	if code != 2 || !strings.Contains(errOut, "--failed-older-than") {
+		t.Fatalf("purge without a horizon = %d %q", code, errOut)
+	}
+	// A refused horizon deletes nothing, whichever comes first.
+	code, _, errOut = idem(t, env, "", "purge", "--older-than", "31d", "--failed-older-than", "7d", "--replay-window", "30d")
+	if code != 1 || !strings.Contains(errOut, "shorter than the replay window") {
+		t.Fatalf("purge = %d %q", code, errOut)
+	}
+	if pg.Count(t, "processed_event")+pg.Count(t, "failed_message") != 4 {
+		t.Fatal("a refused purge deleted rows")
+	}
+	code, out, errOut := idem(t, env, "", "purge", "--failed-older-than", "31d", "--replay-window", "30d", "--consumer", "stock")
+	if code != 0 || !strings.Contains(out, "Deleted 2 parked message(s) of consumer stock") || strings.Contains(out, "marker") {
+		t.Fatalf("purge --failed-older-than = %d %q %q", code, out, errOut)
+	}
+	if pg.Count(t, "failed_message") != 1 || pg.Count(t, "processed_event") != 1 {
+		t.Fatal("purge --failed-older-than deleted the wrong rows")
+	}
+}
+
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	code, out, _ := idem(t, nil, "", "help", "migrate")
@@ -90,7 +125,7 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("help migrate = %d %q", code, out)
 	}
 	code, out, _ = idem(t, nil, "", "purge", "--help")
-	if code != 0 || !strings.Contains(out, "replay window") {
+	if code != 0 || !strings.Contains(out, "replay window") || !strings.Contains(out, "--failed-older-than deletes the messages of the failure store") {
 		t.Fatalf("purge --help = %d %q", code, out)
 	}
 	code, out, _ = idem(t, nil, "")

@@ -12,64 +12,112 @@ import (
 func init() {
 	register(&command{
 		name:    "purge",
-		summary: "delete old processed_event markers, never inside the replay window",
+		summary: "delete old processed_event markers and old parked messages, never inside the replay window",
 		usage: `Usage:
   idem purge --older-than DURATION --replay-window DURATION [--consumer NAME] [--db URL]
+  idem purge --failed-older-than DURATION --replay-window DURATION [--consumer NAME] [--db URL]
 
-A marker can go once no copy of its event can arrive any more. That horizon
-is the replay window: how far back producers can replay their outbox (the
-relay's --retention) plus the longest stay of a message in a failure store.
-Purge refuses an --older-than shorter than --replay-window: a replay of that
-period would apply events a second time. Rows are deleted in batches.
+--older-than deletes processed_event markers processed longer ago than
+DURATION, and the attempt counts of events (delivery_attempt) that last
+failed longer ago than it. A marker can go once no copy of its event can
+arrive any more. That horizon is the replay window: how far back producers
+can replay their outbox (the relay's --retention) plus the longest stay of a
+message in a failure store. Purge refuses an --older-than shorter than
+--replay-window: a replay of that period would apply events a second time.
+
+--failed-older-than deletes the messages of the failure store (failed_message)
+that last failed longer ago than DURATION, for good: they can no longer be
+shown or retried ("idem failed"). It is refused when shorter than
+--replay-window too, since the window promises that a parked message can be
+retried that long.
+
+Give either or both. Rows are deleted in batches.
 
 Durations accept h, m, s and d (days): 720h, 30d.
 
 Examples:
   idem purge --older-than 35d --replay-window 30d
-  idem purge --consumer stock --older-than 60d --replay-window 45d --db postgres://localhost/stock`,
+  idem purge --failed-older-than 90d --replay-window 30d
+  idem purge --consumer stock --older-than 60d --failed-older-than 60d --replay-window 45d --db postgres://localhost/stock`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			var db dbFlags
 			db.register(fs)
-			consumer := fs.String("consumer", "", "purge only this consumer's markers (default: all consumers)")
-			olderThan := fs.String("older-than", "", "delete markers processed longer ago than this (required)")
+			consumer := fs.String("consumer", "", "purge only this consumer's rows (default: all consumers)")
+			olderThan := fs.String("older-than", "", "delete markers processed, and attempt counts last failed, longer ago than this")
+			failedOlderThan := fs.String("failed-older-than", "", "delete parked messages (failed_message) last failed longer ago than this")
 			window := fs.String("replay-window", "", "how far back an event can be replayed or retried (required; default $IDEM_REPLAY_WINDOW)")
 			batch := fs.Int("batch-size", inbox.PurgeBatchSizeDefault, "rows deleted per statement")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
 				}
+				if *olderThan == "" && *failedOlderThan == "" {
+					return usagef("give --older-than (markers), --failed-older-than (parked messages) or both")
+				}
 				if *window == "" {
 					*window = e.getenv("IDEM_REPLAY_WINDOW")
 				}
-				horizon, err := parseDays("older-than", *olderThan)
-				if err != nil {
-					return err
+				var horizon, failedHorizon time.Duration
+				var err error
+				if *olderThan != "" {
+					if horizon, err = parseDays("older-than", *olderThan); err != nil {
+						return err
+					}
+				}
+				if *failedOlderThan != "" {
+					if failedHorizon, err = parseDays("failed-older-than", *failedOlderThan); err != nil {
+						return err
+					}
 				}
 				replay, err := parseDays("replay-window", *window)
 				if err != nil {
 					return err
+				}
+				// Both horizons are checked before anything is deleted.
+				for _, h := range []time.Duration{horizon, failedHorizon} {
+					if h == 0 {
+						continue
+					}
+					if err := (inbox.PurgeConfig{Horizon: h, ReplayWindow: replay, BatchSize: *batch}).Validate(); err != nil {
+						return err
+					}
 				}
 				conn, err := db.open(ctx, e)
 				if err != nil {
 					return err
 				}
 				defer conn.Close()
-				start := time.Now()
-				res, err := inbox.Purge(ctx, conn.SQL, inbox.PurgeConfig{
-					Consumer: *consumer, Horizon: horizon, ReplayWindow: replay, BatchSize: *batch,
-				})
-				if err != nil {
-					if res.Deleted > 0 {
-						fmt.Fprintf(e.stdout, "Deleted %d marker(s) before stopping.\n", res.Deleted)
-					}
-					return err
-				}
 				who := "all consumers"
 				if *consumer != "" {
 					who = "consumer " + *consumer
 				}
-				fmt.Fprintf(e.stdout, "Deleted %d marker(s) of %s processed before %s in %d batch(es), %v.\n",
-					res.Deleted, who, res.Before.UTC().Format(time.RFC3339), res.Batches, time.Since(start).Round(time.Millisecond))
+				cfg := inbox.PurgeConfig{Consumer: *consumer, ReplayWindow: replay, BatchSize: *batch}
+				if horizon > 0 {
+					start := time.Now()
+					cfg.Horizon = horizon
+					res, err := inbox.Purge(ctx, conn.SQL, cfg)
+					if err != nil {
+						if res.Deleted > 0 || res.Attempts > 0 {
+							fmt.Fprintf(e.stdout, "Deleted %d marker(s) and %d attempt count(s) before stopping.\n", res.Deleted, res.Attempts)
+						}
+						return err
+					}
+					fmt.Fprintf(e.stdout, "Deleted %d marker(s) of %s processed before %s in %d batch(es), and %d attempt count(s), %v.\n",
+						res.Deleted, who, res.Before.UTC().Format(time.RFC3339), res.Batches, res.Attempts, time.Since(start).Round(time.Millisecond))
+				}
+				if failedHorizon > 0 {
+					start := time.Now()
+					cfg.Horizon = failedHorizon
+					res, err := inbox.PurgeFailed(ctx, conn.SQL, cfg)
+					if err != nil {
+						if res.Deleted > 0 {
+							fmt.Fprintf(e.stdout, "Deleted %d parked message(s) before stopping.\n", res.Deleted)
+						}
+						return err
+					}
+					fmt.Fprintf(e.stdout, "Deleted %d parked message(s) of %s last failed before %s in %d batch(es), %v.\n",
+						res.Deleted, who, res.Before.UTC().Format(time.RFC3339), res.Batches, time.Since(start).Round(time.Millisecond))
+				}
 				return nil
 			}
 		},

@@ -14,9 +14,12 @@
 // migrations up, no-op, status, down and refusal of a newer schema; outbox
 // rows that exist if and only if their transaction committed; deduplication
 // on the processed_event key only, with concurrent deliveries of one event
-// applied once; the failure store; the purge; versioned state copies; and
-// the relay's claims (aggregate heads only, fencing, retry delays,
-// retention) and per-aggregate order.
+// applied once; payload hashes; the failure store, byte for byte whatever
+// the bytes, with paging, aggregates and held messages; attempt counts; the
+// purges; which errors are transient; errors in the middle of a result
+// reaching the caller (FaultExecutor); versioned state copies; and the
+// relay's claims (aggregate heads only, fencing, retry delays, retention)
+// and per-aggregate order.
 //
 // A Setup makes a fresh database for each test; the tests run in parallel.
 package drivertest

@@ -41,6 +41,43 @@ type DB struct {
 	// through, as a relay on that driver does, instead of
 	// RelayDialect.ClaimOutbox in a transaction of Driver's.
 	Claimer driver.OutboxClaimer
+	// Conns are other connection APIs on the same database (PostgreSQL:
+	// the pgx driver). The failure store's byte-for-byte checks and the
+	// checks of how results are read run on each of them too.
+	Conns []Conn
+}
+
+// Conn is one connection API on the test database: its executors, for the
+// checks that run on every connection API.
+type Conn struct {
+	// Name names the connection API in subtest names ("pgx").
+	Name string
+	// Pool runs each statement outside any transaction.
+	Pool driver.Executor
+	// InTx runs fn with the executor of a new transaction, then rolls the
+	// transaction back.
+	InTx func(ctx context.Context, fn func(ex driver.Executor) error) error
+}
+
+// ConnOf returns the Conn of drv.
+func ConnOf[TTx any](name string, drv driver.Driver[TTx]) Conn {
+	return Conn{
+		Name: name,
+		Pool: drv.Pool(),
+		InTx: func(ctx context.Context, fn func(ex driver.Executor) error) error {
+			tx, err := drv.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = drv.Rollback(context.WithoutCancel(ctx), tx) }()
+			return fn(drv.Tx(tx))
+		},
+	}
+}
+
+// conns returns the database/sql connection of db, then db.Conns.
+func (db *DB) conns() []Conn {
+	return append([]Conn{ConnOf("database/sql", db.Driver)}, db.Conns...)
 }
 
 // Setup makes a fresh database for t; it must clean it up when t ends and
@@ -53,7 +90,14 @@ func Run(t *testing.T, setup Setup) {
 	t.Run("Outbox", func(t *testing.T) { t.Parallel(); Outbox(t, setup) })
 	t.Run("Inbox", func(t *testing.T) { t.Parallel(); Inbox(t, setup) })
 	t.Run("FailureStore", func(t *testing.T) { t.Parallel(); FailureStore(t, setup) })
+	t.Run("FailureStoreBytes", func(t *testing.T) { t.Parallel(); FailureStoreBytes(t, setup) })
+	t.Run("FailureStorePaging", func(t *testing.T) { t.Parallel(); FailureStorePaging(t, setup) })
+	t.Run("ParkedAggregates", func(t *testing.T) { t.Parallel(); ParkedAggregates(t, setup) })
+	t.Run("Attempts", func(t *testing.T) { t.Parallel(); Attempts(t, setup) })
 	t.Run("Purge", func(t *testing.T) { t.Parallel(); Purge(t, setup) })
+	t.Run("PurgeFailed", func(t *testing.T) { t.Parallel(); PurgeFailed(t, setup) })
+	t.Run("Transient", func(t *testing.T) { t.Parallel(); Transient(t, setup) })
+	t.Run("ResultErrors", func(t *testing.T) { t.Parallel(); ResultErrors(t, setup) })
 	t.Run("StateCopy", func(t *testing.T) { t.Parallel(); StateCopy(t, setup) })
 	t.Run("Relay", func(t *testing.T) { t.Parallel(); Relay(t, setup) })
 }

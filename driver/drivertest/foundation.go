@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -351,7 +352,11 @@ func Inbox(t *testing.T, setup Setup) {
 		ctx := testsvc.Ctx(t, time.Minute)
 		d := db.Driver.Dialect()
 		ids := []uuid.UUID{idem.NewEventID(), idem.NewEventID(), idem.NewEventID(), idem.NewEventID()}
-		got, err := d.MarkProcessed(ctx, db.Driver.Pool(), "stock", ids[1:2])
+		marks := make([]driver.Mark, len(ids))
+		for i, id := range ids {
+			marks[i] = driver.Mark{ID: id, Hash: int64(i) * -0x1234_5678_9abc_def} // 0 for the first: unknown
+		}
+		got, err := d.MarkProcessed(ctx, db.Driver.Pool(), "stock", marks[1:2])
 		fatalIf(t, err, "mark one")
 		if !got[0] {
 			t.Fatal("first marker not inserted")
@@ -359,13 +364,15 @@ func Inbox(t *testing.T, setup Setup) {
 		tx, err := db.Driver.Begin(ctx)
 		fatalIf(t, err, "begin")
 		defer rollback(tx)
-		got, err = d.MarkProcessed(ctx, db.Driver.Tx(tx), "stock", ids)
+		other := marks[1]
+		other.Hash = 42
+		got, err = d.MarkProcessed(ctx, db.Driver.Tx(tx), "stock", []driver.Mark{marks[0], other, marks[2], marks[3]})
 		fatalIf(t, err, "mark many")
 		if want := []bool{true, false, true, true}; fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("inserted = %v, want %v", got, want)
 		}
 		// The transaction goes on after a duplicate.
-		got, err = d.MarkProcessed(ctx, db.Driver.Tx(tx), "billing", ids)
+		got, err = d.MarkProcessed(ctx, db.Driver.Tx(tx), "billing", marks)
 		fatalIf(t, err, "mark for another consumer in the same transaction")
 		if want := []bool{true, true, true, true}; fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("inserted for billing = %v, want %v", got, want)
@@ -373,6 +380,52 @@ func Inbox(t *testing.T, setup Setup) {
 		fatalIf(t, db.Driver.Commit(ctx, tx), "commit")
 		if n := db.count(t, "processed_event"); n != 8 {
 			t.Errorf("markers = %d, want 8", n)
+		}
+		if n := db.count(t, "processed_event WHERE payload_hash IS NULL"); n != 2 {
+			t.Errorf("markers without hash = %d, want 2 (hash 0 is stored NULL)", n)
+		}
+
+		// The hashes, the first one kept on a duplicate; none for an
+		// unknown hash or a missing marker.
+		missing := idem.NewEventID()
+		hashes, err := d.ProcessedHashes(ctx, db.Driver.Pool(), "stock", append(ids, missing))
+		fatalIf(t, err, "processed hashes")
+		want := map[uuid.UUID]int64{ids[1]: marks[1].Hash, ids[2]: marks[2].Hash, ids[3]: marks[3].Hash}
+		if !maps.Equal(hashes, want) {
+			t.Errorf("hashes = %v, want %v", hashes, want)
+		}
+		if hashes, err := d.ProcessedHashes(ctx, db.Driver.Pool(), "shipping", ids); err != nil || len(hashes) != 0 {
+			t.Errorf("hashes of another consumer = %v, %v; want none", hashes, err)
+		}
+		if hashes, err := d.ProcessedHashes(ctx, db.Driver.Pool(), "stock", nil); err != nil || len(hashes) != 0 {
+			t.Errorf("hashes of no id = %v, %v; want none", hashes, err)
+		}
+	})
+
+	t.Run("MarkProcessedThousands", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, Options{})
+		ctx := testsvc.Ctx(t, time.Minute)
+		d := db.Driver.Dialect()
+		marks := make([]driver.Mark, 2500)
+		ids := make([]uuid.UUID, len(marks))
+		for i := range marks {
+			marks[i] = driver.Mark{ID: idem.NewEventID(), Hash: int64(i + 1)}
+			ids[i] = marks[i].ID
+		}
+		_, err := d.MarkProcessed(ctx, db.Driver.Pool(), "stock", marks[1200:1201])
+		fatalIf(t, err, "mark one")
+		got, err := d.MarkProcessed(ctx, db.Driver.Pool(), "stock", marks)
+		fatalIf(t, err, "mark many")
+		for i, ok := range got {
+			if ok == (i == 1200) {
+				t.Fatalf("inserted[%d] = %v", i, ok)
+			}
+		}
+		hashes, err := d.ProcessedHashes(ctx, db.Driver.Pool(), "stock", ids)
+		fatalIf(t, err, "hashes")
+		if len(hashes) != len(ids) || hashes[ids[2499]] != 2500 {
+			t.Errorf("hashes = %d, want %d", len(hashes), len(ids))
 		}
 	})
 
@@ -596,7 +649,8 @@ func FailureStore(t *testing.T, setup Setup) {
 	}
 }
 
-// Purge checks batches, the consumer filter and the replay-window check.
+// Purge checks batches, the consumer filter and the replay-window check,
+// for markers and attempt counts.
 func Purge(t *testing.T, setup Setup) {
 	db := setup(t, Options{})
 	ctx := testsvc.Ctx(t, time.Minute)
@@ -613,6 +667,19 @@ func Purge(t *testing.T, setup Setup) {
 		db.exec(t, `INSERT INTO processed_event (consumer_name, event_id, processed_at) VALUES (?, ?, ?)`,
 			consumer, idem.NewEventID().String(), db.timeArg(now.Add(-age)))
 	}
+	// Attempt counts: 4 old of stock, 1 recent of stock, 1 old of billing.
+	for i := range 6 {
+		consumer, age := "stock", 40*24*time.Hour
+		switch i {
+		case 4:
+			age = time.Hour
+		case 5:
+			consumer = "billing"
+		}
+		at := db.timeArg(now.Add(-age))
+		db.exec(t, `INSERT INTO delivery_attempt (consumer_name, event_id, attempts, last_error, first_failed_at, last_failed_at) VALUES (?, ?, 2, 'boom', ?, ?)`,
+			consumer, idem.NewEventID().String(), at, at)
+	}
 	_, err := inbox.Purge(ctx, db.Driver, inbox.PurgeConfig{Horizon: 7 * 24 * time.Hour, ReplayWindow: 30 * 24 * time.Hour})
 	if !errors.Is(err, inbox.ErrHorizonTooShort) {
 		t.Fatalf("purge with a horizon under the replay window: err = %v, want ErrHorizonTooShort", err)
@@ -625,8 +692,11 @@ func Purge(t *testing.T, setup Setup) {
 		Now: func() time.Time { return now },
 	})
 	fatalIf(t, err, "purge")
-	if res.Deleted != 25 || res.Batches != 3 {
-		t.Errorf("result = %+v, want 25 deleted in 3 batches of at most 10", res)
+	if res.Deleted != 25 || res.Batches != 3 || res.Attempts != 4 {
+		t.Errorf("result = %+v, want 25 markers deleted in 3 batches of at most 10, and 4 attempt counts", res)
+	}
+	if n := db.count(t, "delivery_attempt"); n != 2 {
+		t.Errorf("attempt counts left = %d, want 2 (recent, or not this consumer)", n)
 	}
 	if n := db.count(t, "processed_event WHERE consumer_name = 'stock'"); n != 3 {
 		t.Errorf("stock markers left = %d, want the 3 recent ones", n)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/failrow"
 	"github.com/idem-go/idem/driver/internal/sqltime"
 )
 
@@ -49,16 +49,18 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 	t := tables.WithDefaults()
 	d := &Dialect{tables: t}
 	names := struct {
-		Outbox, ProcessedEvent, FailedMessage, ClaimLock  string
-		OutboxName, ProcessedEventName, FailedMessageName string
+		Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt, ClaimLock      string
+		OutboxName, ProcessedEventName, FailedMessageName, DeliveryAttemptName string
 	}{
-		Outbox:             d.qualify(t.Outbox),
-		ProcessedEvent:     d.qualify(t.ProcessedEvent),
-		FailedMessage:      d.qualify(t.FailedMessage),
-		ClaimLock:          d.qualify(t.Outbox + "_claim_lock"),
-		OutboxName:         t.Outbox,
-		ProcessedEventName: t.ProcessedEvent,
-		FailedMessageName:  t.FailedMessage,
+		Outbox:              d.qualify(t.Outbox),
+		ProcessedEvent:      d.qualify(t.ProcessedEvent),
+		FailedMessage:       d.qualify(t.FailedMessage),
+		DeliveryAttempt:     d.qualify(t.DeliveryAttempt),
+		ClaimLock:           d.qualify(t.Outbox + "_claim_lock"),
+		OutboxName:          t.Outbox,
+		ProcessedEventName:  t.ProcessedEvent,
+		FailedMessageName:   t.FailedMessage,
+		DeliveryAttemptName: t.DeliveryAttempt,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
 	migs, err := driver.LoadMigrations(migrationFiles, "migrations", names, funcs)
@@ -66,7 +68,7 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 		return nil, err
 	}
 	d.migrations = migs
-	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage)
+	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	d.rq = newRelayQueries(names.Outbox, names.ClaimLock)
 	mt := d.qualify(t.Migrations)
 	// One lock per database holding the tables (lock names are at most 64
@@ -151,38 +153,88 @@ func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []d
 // CONFLICT DO NOTHING that is limited to one key (INSERT IGNORE hides every
 // error): the dialect inserts and recognises the duplicate-key error on the
 // processed_event primary key (IsDuplicateKey). A failed statement does not
-// abort an InnoDB transaction, so the transaction goes on. Several ids are
-// inserted in one statement; if one of them is a duplicate, they are
-// inserted one by one.
-func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) ([]bool, error) {
-	inserted := make([]bool, len(ids))
-	if len(ids) > 1 {
-		args := make([]any, 0, 2*len(ids))
-		for _, id := range ids {
-			args = append(args, consumer, id.String())
-		}
-		_, err := ex.Exec(ctx, d.q.markProcessedMany(len(ids)), args...)
-		if err == nil {
-			for i := range inserted {
-				inserted[i] = true
+// abort an InnoDB transaction, so the transaction goes on. Marks are
+// inserted in statements of up to 1000; if one of a statement's ids is a
+// duplicate, that statement's marks are inserted one by one.
+func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consumer string, marks []driver.Mark) ([]bool, error) {
+	inserted := make([]bool, len(marks))
+	for start := 0; start < len(marks); start += chunk {
+		part := marks[start:min(len(marks), start+chunk)]
+		if len(part) > 1 {
+			args := make([]any, 0, 3*len(part))
+			for _, m := range part {
+				args = append(args, consumer, m.ID.String(), hashArg(m.Hash))
 			}
-			return inserted, nil
+			_, err := ex.Exec(ctx, d.q.markProcessedMany(len(part)), args...)
+			if err == nil {
+				for i := range part {
+					inserted[start+i] = true
+				}
+				continue
+			}
+			if !d.isProcessedDuplicate(err) {
+				return nil, d.wrap(err)
+			}
 		}
-		if !d.isProcessedDuplicate(err) {
-			return nil, d.wrap(err)
-		}
-	}
-	for i, id := range ids {
-		_, err := ex.Exec(ctx, d.q.markProcessedOne, consumer, id.String())
-		switch {
-		case err == nil:
-			inserted[i] = true
-		case d.isProcessedDuplicate(err):
-		default:
-			return nil, d.wrap(err)
+		for i, m := range part {
+			_, err := ex.Exec(ctx, d.q.markProcessedOne, consumer, m.ID.String(), hashArg(m.Hash))
+			switch {
+			case err == nil:
+				inserted[start+i] = true
+			case d.isProcessedDuplicate(err):
+			default:
+				return nil, d.wrap(err)
+			}
 		}
 	}
 	return inserted, nil
+}
+
+// chunk is the most ids or aggregates one statement carries.
+const chunk = 1000
+
+// hashArg is a payload hash as stored: NULL for 0 (unknown).
+func hashArg(h int64) any {
+	if h == 0 {
+		return nil
+	}
+	return h
+}
+
+// ProcessedHashes implements driver.Dialect.
+func (d *Dialect) ProcessedHashes(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) (map[uuid.UUID]int64, error) {
+	out := map[uuid.UUID]int64{}
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(len(ids), start+chunk)]
+		args := append([]any{consumer}, uuidArgs(part)...)
+		err := driver.QueryRows(ctx, ex, d.q.processedHashes(len(part)), args, func(rows driver.Rows) error {
+			var (
+				id   string
+				hash int64
+			)
+			if err := rows.Scan(&id, &hash); err != nil {
+				return err
+			}
+			u, err := uuid.Parse(id)
+			if err != nil {
+				return fmt.Errorf("idem: processed_event: event_id %q: %w", id, err)
+			}
+			out[u] = hash
+			return nil
+		})
+		if err != nil {
+			return nil, d.wrap(err)
+		}
+	}
+	return out, nil
+}
+
+func uuidArgs(ids []uuid.UUID) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
 }
 
 // isProcessedDuplicate reports whether err is the duplicate-key error on the
@@ -227,6 +279,44 @@ func (d *Dialect) PurgeProcessed(ctx context.Context, ex driver.Executor, consum
 	return n, d.wrap(err)
 }
 
+// RecordAttempt implements driver.Dialect with INSERT ... ON DUPLICATE KEY
+// UPDATE, which InnoDB runs one after the other on the row. It needs the
+// database/sql executor of a driver.SQLDriver, whose result carries the
+// count.
+func (d *Dialect) RecordAttempt(ctx context.Context, ex driver.Executor, consumer string, id uuid.UUID, errText string) (int, error) {
+	se, ok := ex.(driver.SQLExecutor)
+	if !ok {
+		return 0, fmt.Errorf("idem: mysql: RecordAttempt needs a database/sql executor, got %T", ex)
+	}
+	res, err := se.Q.ExecContext(ctx, d.q.recordAttempt, consumer, id.String(), failrow.Text(errText))
+	if err != nil {
+		return 0, d.wrap(err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		// One row affected: inserted, the first attempt.
+		return 1, err
+	}
+	n, err := res.LastInsertId()
+	return int(n), err
+}
+
+// ClearAttempts implements driver.Dialect.
+func (d *Dialect) ClearAttempts(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) error {
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(len(ids), start+chunk)]
+		if _, err := ex.Exec(ctx, d.q.clearAttempts(len(part)), append([]any{consumer}, uuidArgs(part)...)...); err != nil {
+			return d.wrap(err)
+		}
+	}
+	return nil
+}
+
+// PurgeAttempts implements driver.Dialect.
+func (d *Dialect) PurgeAttempts(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+	n, err := ex.Exec(ctx, d.q.purgeAttempts, sqltime.Format(before), consumer, consumer, limit)
+	return n, d.wrap(err)
+}
+
 // SaveFailed implements driver.Dialect. It needs the database/sql executor
 // of a driver.SQLDriver, whose result carries the row's id.
 func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.FailedMessage) (int64, error) {
@@ -234,24 +324,13 @@ func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.F
 	if !ok {
 		return 0, fmt.Errorf("idem: mysql: SaveFailed needs a database/sql executor, got %T", ex)
 	}
-	headers, err := json.Marshal(nonNil(m.Headers))
+	r, err := failrow.Encode(m, time.Now())
 	if err != nil {
 		return 0, err
-	}
-	history, err := json.Marshal([]driver.FailureRecord{{At: time.Now().UTC(), Attempt: m.Attempts, Error: m.Error}})
-	if err != nil {
-		return 0, err
-	}
-	var eventID any
-	if m.EventID != uuid.Nil {
-		eventID = m.EventID.String()
-	}
-	body := m.Body
-	if body == nil {
-		body = []byte{}
 	}
 	res, err := se.Q.ExecContext(ctx, d.q.saveFailed,
-		m.Consumer, m.Source, eventID, m.EventName, m.Key, string(headers), body, m.Error, string(history), m.Attempts)
+		r.Consumer, r.Source, r.EventID, r.EventName, r.Key, r.Headers, r.Body, r.Error, "["+r.Entry+"]", r.Attempts,
+		r.AggregateType, r.AggregateID, r.HeldBy)
 	if err != nil {
 		return 0, d.wrap(err)
 	}
@@ -260,12 +339,19 @@ func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.F
 
 // ListFailed implements driver.Dialect.
 func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.FailedFilter) ([]driver.FailedMessage, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
+	if f.Limit <= 0 {
+		return nil, fmt.Errorf("idem: mysql: ListFailed: Limit %d: want a positive page size", f.Limit)
 	}
+	f = failrow.Filter(f)
 	since := sqltime.Arg(f.Since)
-	list, err := driver.QueryFailed(ctx, ex, d.q.listFailed, []any{f.Consumer, f.Consumer, f.EventName, f.EventName, since, since, limit}, sqltimeDest)
+	heldBy, before, after := max(f.HeldBy, 0), max(f.BeforeID, 0), max(f.AfterID, 0)
+	query := d.q.listFailedNewest
+	if f.Oldest {
+		query = d.q.listFailedOldest
+	}
+	list, err := driver.QueryFailed(ctx, ex, query, []any{f.Consumer, f.Consumer, f.EventName, f.EventName,
+		f.AggregateType, f.AggregateType, f.AggregateID, f.AggregateID, heldBy, heldBy, since, since,
+		before, before, after, after, f.Limit}, sqltimeDest)
 	return list, d.wrap(err)
 }
 
@@ -280,6 +366,56 @@ func (d *Dialect) DeleteFailed(ctx context.Context, ex driver.Executor, id int64
 	n, err := ex.Exec(ctx, d.q.deleteFailed, id)
 	return n == 1, d.wrap(err)
 }
+
+// PurgeFailed implements driver.Dialect.
+func (d *Dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+	consumer = failrow.Text(consumer)
+	n, err := ex.Exec(ctx, d.q.purgeFailed, sqltime.Format(before), consumer, consumer, limit)
+	return n, d.wrap(err)
+}
+
+// ParkedAggregates implements driver.Dialect, in one statement per 1000
+// aggregates.
+func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []driver.AggregateRef) (map[driver.AggregateRef]int64, error) {
+	out := map[driver.AggregateRef]int64{}
+	types, ids, back := failrow.Aggregates(aggs)
+	for start := 0; start < len(types); start += chunk {
+		end := min(len(types), start+chunk)
+		args := make([]any, 0, 1+2*(end-start))
+		args = append(args, failrow.Text(consumer))
+		for i := start; i < end; i++ {
+			args = append(args, types[i], ids[i])
+		}
+		err := driver.QueryRows(ctx, ex, d.q.parkedAggregates(end-start), args, func(rows driver.Rows) error {
+			var (
+				enc driver.AggregateRef
+				id  int64
+			)
+			if err := rows.Scan(&enc.Type, &enc.ID, &id); err != nil {
+				return err
+			}
+			if a, ok := back[enc]; ok {
+				out[a] = id
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, d.wrap(err)
+		}
+	}
+	return out, nil
+}
+
+// HasParkedAggregates implements driver.Dialect.
+func (d *Dialect) HasParkedAggregates(ctx context.Context, ex driver.Executor, consumer string) (bool, error) {
+	var ok bool
+	err := driver.QueryRow(ctx, ex, d.q.hasParkedAggregates, []any{failrow.Text(consumer)}, &ok)
+	return ok, d.wrap(err)
+}
+
+// IsTransient implements driver.Dialect (see the package function
+// IsTransient).
+func (d *Dialect) IsTransient(err error) bool { return IsTransient(err) }
 
 // IsMissingTable implements driver.Dialect.
 func (d *Dialect) IsMissingTable(err error) bool {
@@ -296,13 +432,6 @@ func (d *Dialect) wrap(err error) error {
 		return fmt.Errorf("%w (%v)", driver.ErrMissingTable, err)
 	}
 	return err
-}
-
-func nonNil(h map[string]string) map[string]string {
-	if h == nil {
-		return map[string]string{}
-	}
-	return h
 }
 
 // sqltimeDest scans failure-store timestamps stored as UTC.

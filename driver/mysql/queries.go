@@ -5,51 +5,91 @@ import "strings"
 // queries holds every statement of the dialect, rendered once for the
 // configured table names.
 type queries struct {
-	outbox, processed string
+	outbox, processed, failed, attempts string
 
 	markProcessedOne string
 	purgeProcessed   string
 
-	saveFailed   string
-	listFailed   string
-	getFailed    string
-	deleteFailed string
+	recordAttempt string
+	purgeAttempts string
+
+	saveFailed          string
+	listFailedNewest    string
+	listFailedOldest    string
+	getFailed           string
+	deleteFailed        string
+	purgeFailed         string
+	hasParkedAggregates string
 }
 
-func newQueries(outbox, processed, failed string) queries {
-	const failedColumns = "id, consumer_name, source, event_id, event_name, message_key, headers, body, `error`, `errors`, attempts, first_failed_at, failed_at"
+func newQueries(outbox, processed, failed, attempts string) queries {
+	const failedColumns = "id, consumer_name, source, event_id, event_name, message_key, headers, body, `error`, `errors`, attempts, first_failed_at, failed_at, aggregate_type, aggregate_id, held_by"
+	const failedWhere = `WHERE (? = '' OR consumer_name = ?) AND (? = '' OR event_name = ?)
+  AND (? = '' OR aggregate_type = ?) AND (? = '' OR aggregate_id = ?)
+  AND (? = 0 OR held_by = ?) AND (? IS NULL OR failed_at >= ?)
+  AND (? = 0 OR id < ?) AND (? = 0 OR id > ?)`
 	return queries{
 		outbox:    outbox,
 		processed: processed,
+		failed:    failed,
+		attempts:  attempts,
 
-		markProcessedOne: `INSERT INTO ` + processed + ` (consumer_name, event_id) VALUES (?, ?)`,
+		markProcessedOne: `INSERT INTO ` + processed + ` (consumer_name, event_id, payload_hash) VALUES (?, ?, ?)`,
 		purgeProcessed: `DELETE FROM ` + processed + `
 WHERE processed_at < ? AND (? = '' OR consumer_name = ?)
 ORDER BY processed_at
 LIMIT ?`,
 
+		// LAST_INSERT_ID(expr) makes the driver's result carry the count
+		// after an update; an insert counts 1.
+		recordAttempt: `INSERT INTO ` + attempts + ` (consumer_name, event_id, attempts, last_error)
+VALUES (?, ?, 1, ?)
+ON DUPLICATE KEY UPDATE
+    attempts       = LAST_INSERT_ID(attempts + 1),
+    last_error     = VALUES(last_error),
+    last_failed_at = UTC_TIMESTAMP(6)`,
+		purgeAttempts: `DELETE FROM ` + attempts + `
+WHERE last_failed_at < ? AND (? = '' OR consumer_name = ?)
+ORDER BY last_failed_at
+LIMIT ?`,
+
 		// LAST_INSERT_ID(id) makes the driver's result carry the id of the
 		// updated row too.
 		saveFailed: `INSERT INTO ` + failed + `
-    (consumer_name, source, event_id, event_name, message_key, headers, body, ` + "`error`, `errors`" + `, attempts)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    (consumer_name, source, event_id, event_name, message_key, headers, body, ` + "`error`, `errors`" + `, attempts,
+     aggregate_type, aggregate_id, held_by)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE
-    id          = LAST_INSERT_ID(id),
-    source      = VALUES(source),
-    event_name  = VALUES(event_name),
-    message_key = VALUES(message_key),
-    headers     = VALUES(headers),
-    body        = VALUES(body),
-    ` + "`error`" + `     = VALUES(` + "`error`" + `),
-    ` + "`errors`" + `    = JSON_MERGE_PRESERVE(` + "`errors`" + `, VALUES(` + "`errors`" + `)),
-    attempts    = attempts + VALUES(attempts),
-    failed_at   = UTC_TIMESTAMP(6)`,
-		listFailed: `SELECT ` + failedColumns + ` FROM ` + failed + `
-WHERE (? = '' OR consumer_name = ?) AND (? = '' OR event_name = ?) AND (? IS NULL OR failed_at >= ?)
-ORDER BY failed_at DESC, id DESC
+    id             = LAST_INSERT_ID(id),
+    source         = VALUES(source),
+    event_name     = VALUES(event_name),
+    message_key    = VALUES(message_key),
+    headers        = VALUES(headers),
+    body           = VALUES(body),
+    ` + "`error`" + `        = VALUES(` + "`error`" + `),
+    ` + "`errors`" + `       = JSON_MERGE_PRESERVE(` + "`errors`" + `, VALUES(` + "`errors`" + `)),
+    attempts       = attempts + VALUES(attempts),
+    aggregate_type = VALUES(aggregate_type),
+    aggregate_id   = VALUES(aggregate_id),
+    held_by        = VALUES(held_by),
+    failed_at      = UTC_TIMESTAMP(6)`,
+		listFailedNewest: `SELECT ` + failedColumns + ` FROM ` + failed + `
+` + failedWhere + `
+ORDER BY id DESC
+LIMIT ?`,
+		listFailedOldest: `SELECT ` + failedColumns + ` FROM ` + failed + `
+` + failedWhere + `
+ORDER BY id
 LIMIT ?`,
 		getFailed:    `SELECT ` + failedColumns + ` FROM ` + failed + ` WHERE id = ?`,
 		deleteFailed: `DELETE FROM ` + failed + ` WHERE id = ?`,
+		purgeFailed: `DELETE FROM ` + failed + `
+WHERE failed_at < ? AND (? = '' OR consumer_name = ?)
+ORDER BY failed_at
+LIMIT ?`,
+		hasParkedAggregates: `SELECT EXISTS (
+    SELECT 1 FROM ` + failed + `
+    WHERE consumer_name = ? AND held_by IS NULL AND aggregate_id <> '')`,
 	}
 }
 
@@ -57,24 +97,66 @@ LIMIT ?`,
 func (q queries) insertOutbox(n int) string {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO ` + q.outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers) VALUES `)
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
-	}
+	writeTuples(&b, n, "(?, ?, ?, ?, ?, ?, ?, ?)")
 	return b.String()
 }
 
 // markProcessedMany returns a multi-row insert of n markers.
 func (q queries) markProcessedMany(n int) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + q.processed + ` (consumer_name, event_id) VALUES `)
+	b.WriteString(`INSERT INTO ` + q.processed + ` (consumer_name, event_id, payload_hash) VALUES `)
+	writeTuples(&b, n, "(?, ?, ?)")
+	return b.String()
+}
+
+// processedHashes returns the query of the hashes of n ids.
+func (q queries) processedHashes(n int) string {
+	var b strings.Builder
+	b.WriteString(`SELECT event_id, payload_hash FROM ` + q.processed + `
+WHERE consumer_name = ? AND payload_hash IS NOT NULL AND event_id IN `)
+	writeList(&b, n)
+	return b.String()
+}
+
+// clearAttempts returns the delete of n ids' attempt counts.
+func (q queries) clearAttempts(n int) string {
+	var b strings.Builder
+	b.WriteString(`DELETE FROM ` + q.attempts + ` WHERE consumer_name = ? AND event_id IN `)
+	writeList(&b, n)
+	return b.String()
+}
+
+// parkedAggregates returns the query of the oldest parked message of n
+// aggregates.
+func (q queries) parkedAggregates(n int) string {
+	var b strings.Builder
+	b.WriteString(`SELECT aggregate_type, aggregate_id, MIN(id) FROM ` + q.failed + `
+WHERE consumer_name = ? AND held_by IS NULL AND aggregate_id <> ''
+  AND (aggregate_type, aggregate_id) IN (`)
+	writeTuples(&b, n, "(?, ?)")
+	b.WriteString(`)
+GROUP BY aggregate_type, aggregate_id`)
+	return b.String()
+}
+
+// writeTuples writes n copies of tuple separated by commas.
+func writeTuples(b *strings.Builder, n int, tuple string) {
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?)")
+		b.WriteString(tuple)
 	}
-	return b.String()
+}
+
+// writeList writes (?, ?, ...) with n placeholders.
+func writeList(b *strings.Builder, n int) {
+	b.WriteString("(")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("?")
+	}
+	b.WriteString(")")
 }

@@ -7,7 +7,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/failrow"
 )
 
 //go:embed migrations/*.sql
@@ -42,16 +42,18 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 	t := tables.WithDefaults()
 	d := &Dialect{tables: t}
 	names := struct {
-		Outbox, ProcessedEvent, FailedMessage, NotifyFunc string
-		OutboxName, ProcessedEventName, FailedMessageName string
+		Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt, NotifyFunc     string
+		OutboxName, ProcessedEventName, FailedMessageName, DeliveryAttemptName string
 	}{
-		Outbox:             d.qualify(t.Outbox),
-		ProcessedEvent:     d.qualify(t.ProcessedEvent),
-		FailedMessage:      d.qualify(t.FailedMessage),
-		NotifyFunc:         d.qualify(t.Outbox + "_notify"),
-		OutboxName:         t.Outbox,
-		ProcessedEventName: t.ProcessedEvent,
-		FailedMessageName:  t.FailedMessage,
+		Outbox:              d.qualify(t.Outbox),
+		ProcessedEvent:      d.qualify(t.ProcessedEvent),
+		FailedMessage:       d.qualify(t.FailedMessage),
+		DeliveryAttempt:     d.qualify(t.DeliveryAttempt),
+		NotifyFunc:          d.qualify(t.Outbox + "_notify"),
+		OutboxName:          t.Outbox,
+		ProcessedEventName:  t.ProcessedEvent,
+		FailedMessageName:   t.FailedMessage,
+		DeliveryAttemptName: t.DeliveryAttempt,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
 	migs, err := driver.LoadMigrations(migrationFiles, "migrations", names, funcs)
@@ -59,7 +61,7 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 		return nil, err
 	}
 	d.migrations = migs
-	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage)
+	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	d.rq = newRelayQueries(names.Outbox)
 	mt := d.qualify(t.Migrations)
 	d.support = driver.MigrationSupport{
@@ -133,23 +135,27 @@ func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []d
 }
 
 // MarkProcessed implements driver.Dialect.
-func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) ([]bool, error) {
-	inserted := make([]bool, len(ids))
-	if len(ids) == 1 {
-		n, err := ex.Exec(ctx, d.q.markProcessedOne, consumer, ids[0])
+func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consumer string, marks []driver.Mark) ([]bool, error) {
+	inserted := make([]bool, len(marks))
+	if len(marks) == 0 {
+		return inserted, nil
+	}
+	if len(marks) == 1 {
+		n, err := ex.Exec(ctx, d.q.markProcessedOne, consumer, marks[0].ID, marks[0].Hash)
 		if err != nil {
 			return nil, d.wrap(err)
 		}
 		inserted[0] = n == 1
 		return inserted, nil
 	}
-	strs := make([]string, len(ids))
-	index := make(map[uuid.UUID]int, len(ids))
-	for i, id := range ids {
-		strs[i] = id.String()
-		index[id] = i
+	ids := make([]string, len(marks))
+	hashes := make([]int64, len(marks))
+	index := make(map[uuid.UUID]int, len(marks))
+	for i, m := range marks {
+		ids[i], hashes[i] = m.ID.String(), m.Hash
+		index[m.ID] = i
 	}
-	err := driver.QueryRows(ctx, ex, d.q.markProcessedMany, []any{consumer, strs}, func(rows driver.Rows) error {
+	err := driver.QueryRows(ctx, ex, d.q.markProcessedMany, []any{consumer, ids, hashes}, func(rows driver.Rows) error {
 		var id uuid.UUID
 		if err := rows.Scan(&id); err != nil {
 			return err
@@ -165,44 +171,88 @@ func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consume
 	return inserted, nil
 }
 
+// ProcessedHashes implements driver.Dialect.
+func (d *Dialect) ProcessedHashes(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) (map[uuid.UUID]int64, error) {
+	out := map[uuid.UUID]int64{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err := driver.QueryRows(ctx, ex, d.q.processedHashes, []any{consumer, uuidStrings(ids)}, func(rows driver.Rows) error {
+		var (
+			id   uuid.UUID
+			hash int64
+		)
+		if err := rows.Scan(&id, &hash); err != nil {
+			return err
+		}
+		out[id] = hash
+		return nil
+	})
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	return out, nil
+}
+
 // PurgeProcessed implements driver.Dialect.
 func (d *Dialect) PurgeProcessed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
 	n, err := ex.Exec(ctx, d.q.purgeProcessed, before, consumer, limit)
 	return n, d.wrap(err)
 }
 
+// RecordAttempt implements driver.Dialect with INSERT ... ON CONFLICT DO
+// UPDATE, which counts concurrent calls one after the other.
+func (d *Dialect) RecordAttempt(ctx context.Context, ex driver.Executor, consumer string, id uuid.UUID, errText string) (int, error) {
+	var n int
+	err := driver.QueryRow(ctx, ex, d.q.recordAttempt, []any{consumer, id, failrow.Text(errText)}, &n)
+	return n, d.wrap(err)
+}
+
+// ClearAttempts implements driver.Dialect.
+func (d *Dialect) ClearAttempts(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := ex.Exec(ctx, d.q.clearAttempts, consumer, uuidStrings(ids))
+	return d.wrap(err)
+}
+
+// PurgeAttempts implements driver.Dialect.
+func (d *Dialect) PurgeAttempts(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+	n, err := ex.Exec(ctx, d.q.purgeAttempts, before, consumer, limit)
+	return n, d.wrap(err)
+}
+
 // SaveFailed implements driver.Dialect.
 func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.FailedMessage) (int64, error) {
-	headers, err := json.Marshal(nonNil(m.Headers))
+	r, err := failrow.Encode(m, time.Now())
 	if err != nil {
 		return 0, err
 	}
-	var eventID any
-	if m.EventID != uuid.Nil {
-		eventID = m.EventID
-	}
-	body := m.Body
-	if body == nil {
-		body = []byte{}
-	}
 	var id int64
 	err = driver.QueryRow(ctx, ex, d.q.saveFailed,
-		[]any{m.Consumer, m.Source, eventID, m.EventName, m.Key, string(headers), body, m.Error, m.Attempts},
+		[]any{r.Consumer, r.Source, r.EventID, r.EventName, r.Key, r.Headers, r.Body, r.Error, r.Attempts,
+			r.AggregateType, r.AggregateID, r.HeldBy},
 		&id)
 	return id, d.wrap(err)
 }
 
 // ListFailed implements driver.Dialect.
 func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.FailedFilter) ([]driver.FailedMessage, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
+	if f.Limit <= 0 {
+		return nil, fmt.Errorf("idem: postgres: ListFailed: Limit %d: want a positive page size", f.Limit)
 	}
+	f = failrow.Filter(f)
 	var since any
 	if !f.Since.IsZero() {
 		since = f.Since
 	}
-	list, err := driver.QueryFailed(ctx, ex, d.q.listFailed, []any{f.Consumer, f.EventName, since, limit}, nil)
+	query := d.q.listFailedNewest
+	if f.Oldest {
+		query = d.q.listFailedOldest
+	}
+	list, err := driver.QueryFailed(ctx, ex, query, []any{f.Consumer, f.EventName, f.AggregateType, f.AggregateID,
+		max(f.HeldBy, 0), since, max(f.BeforeID, 0), max(f.AfterID, 0), f.Limit}, nil)
 	return list, d.wrap(err)
 }
 
@@ -217,6 +267,49 @@ func (d *Dialect) DeleteFailed(ctx context.Context, ex driver.Executor, id int64
 	n, err := ex.Exec(ctx, d.q.deleteFailed, id)
 	return n == 1, d.wrap(err)
 }
+
+// PurgeFailed implements driver.Dialect.
+func (d *Dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+	n, err := ex.Exec(ctx, d.q.purgeFailed, before, failrow.Text(consumer), limit)
+	return n, d.wrap(err)
+}
+
+// ParkedAggregates implements driver.Dialect in one statement.
+func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []driver.AggregateRef) (map[driver.AggregateRef]int64, error) {
+	out := map[driver.AggregateRef]int64{}
+	types, ids, back := failrow.Aggregates(aggs)
+	if len(types) == 0 {
+		return out, nil
+	}
+	err := driver.QueryRows(ctx, ex, d.q.parkedAggregates, []any{failrow.Text(consumer), types, ids}, func(rows driver.Rows) error {
+		var (
+			enc driver.AggregateRef
+			id  int64
+		)
+		if err := rows.Scan(&enc.Type, &enc.ID, &id); err != nil {
+			return err
+		}
+		if a, ok := back[enc]; ok {
+			out[a] = id
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	return out, nil
+}
+
+// HasParkedAggregates implements driver.Dialect.
+func (d *Dialect) HasParkedAggregates(ctx context.Context, ex driver.Executor, consumer string) (bool, error) {
+	var ok bool
+	err := driver.QueryRow(ctx, ex, d.q.hasParkedAggregates, []any{failrow.Text(consumer)}, &ok)
+	return ok, d.wrap(err)
+}
+
+// IsTransient implements driver.Dialect (see the package function
+// IsTransient).
+func (d *Dialect) IsTransient(err error) bool { return IsTransient(err) }
 
 // IsMissingTable implements driver.Dialect.
 func (d *Dialect) IsMissingTable(err error) bool {
@@ -242,9 +335,10 @@ func (d *Dialect) wrap(err error) error {
 	return err
 }
 
-func nonNil(h map[string]string) map[string]string {
-	if h == nil {
-		return map[string]string{}
+func uuidStrings(ids []uuid.UUID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
 	}
-	return h
+	return out
 }

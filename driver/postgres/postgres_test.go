@@ -46,6 +46,7 @@ func setup(t *testing.T, o drivertest.Options, pipelined bool) *drivertest.DB {
 			err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::integer = ANY(pg_blocking_pids(pid))`, pid).Scan(&n)
 			return n > 0, err
 		},
+		Conns: []drivertest.Conn{drivertest.ConnOf("pgx", pg.Driver)},
 	}
 	if pipelined {
 		db.Claimer = pg.Driver

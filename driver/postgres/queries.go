@@ -12,53 +12,106 @@ type queries struct {
 
 	markProcessedOne  string
 	markProcessedMany string
+	processedHashes   string
 	purgeProcessed    string
 
-	saveFailed   string
-	listFailed   string
-	getFailed    string
-	deleteFailed string
+	recordAttempt string
+	clearAttempts string
+	purgeAttempts string
+
+	saveFailed          string
+	listFailedNewest    string
+	listFailedOldest    string
+	getFailed           string
+	deleteFailed        string
+	purgeFailed         string
+	parkedAggregates    string
+	hasParkedAggregates string
 }
 
-func newQueries(outbox, processed, failed string) queries {
-	const failedColumns = `id, consumer_name, source, event_id::text, event_name, message_key, headers::text::bytea,
-       body, error, errors::text::bytea, attempts, first_failed_at, failed_at`
+func newQueries(outbox, processed, failed, attempts string) queries {
+	// jsonb is read as text: any text a jsonb holds is valid, where a cast
+	// to bytea would read its backslashes as escapes.
+	const failedColumns = `id, consumer_name, source, event_id::text, event_name, message_key, headers::text,
+       body, error, errors::text, attempts, first_failed_at, failed_at, aggregate_type, aggregate_id, held_by`
+	const failedWhere = `WHERE ($1 = '' OR consumer_name = $1) AND ($2 = '' OR event_name = $2)
+  AND ($3 = '' OR aggregate_type = $3) AND ($4 = '' OR aggregate_id = $4)
+  AND ($5::bigint = 0 OR held_by = $5::bigint) AND ($6::timestamptz IS NULL OR failed_at >= $6)
+  AND ($7::bigint = 0 OR id < $7::bigint) AND ($8::bigint = 0 OR id > $8::bigint)`
 	return queries{
 		outbox: outbox,
 
-		markProcessedOne: `INSERT INTO ` + processed + ` (consumer_name, event_id) VALUES ($1, $2)
+		markProcessedOne: `INSERT INTO ` + processed + ` (consumer_name, event_id, payload_hash) VALUES ($1, $2, NULLIF($3::bigint, 0))
 ON CONFLICT (consumer_name, event_id) DO NOTHING`,
-		markProcessedMany: `INSERT INTO ` + processed + ` (consumer_name, event_id)
-SELECT $1, unnest($2::uuid[])
+		markProcessedMany: `INSERT INTO ` + processed + ` (consumer_name, event_id, payload_hash)
+SELECT $1, m.id, NULLIF(m.hash, 0) FROM unnest($2::uuid[], $3::bigint[]) AS m(id, hash)
 ON CONFLICT (consumer_name, event_id) DO NOTHING
 RETURNING event_id::text`,
+		processedHashes: `SELECT event_id::text, payload_hash FROM ` + processed + `
+WHERE consumer_name = $1 AND event_id = ANY($2::uuid[]) AND payload_hash IS NOT NULL`,
 		purgeProcessed: `DELETE FROM ` + processed + ` WHERE (consumer_name, event_id) IN (
     SELECT consumer_name, event_id FROM ` + processed + `
     WHERE processed_at < $1 AND ($2 = '' OR consumer_name = $2)
     ORDER BY processed_at
     LIMIT $3)`,
 
-		saveFailed: `INSERT INTO ` + failed + ` AS f
-    (consumer_name, source, event_id, event_name, message_key, headers, body, error, errors, attempts)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8,
-    jsonb_build_array(jsonb_build_object('at', now(), 'attempt', $9::integer, 'error', $8::text)), $9)
+		recordAttempt: `INSERT INTO ` + attempts + ` AS a (consumer_name, event_id, attempts, last_error)
+VALUES ($1, $2, 1, $3)
 ON CONFLICT (consumer_name, event_id) DO UPDATE SET
-    source      = EXCLUDED.source,
-    event_name  = EXCLUDED.event_name,
-    message_key = EXCLUDED.message_key,
-    headers     = EXCLUDED.headers,
-    body        = EXCLUDED.body,
-    error       = EXCLUDED.error,
-    errors      = f.errors || EXCLUDED.errors,
-    attempts    = f.attempts + EXCLUDED.attempts,
-    failed_at   = now()
+    attempts       = a.attempts + 1,
+    last_error     = EXCLUDED.last_error,
+    last_failed_at = now()
+RETURNING attempts`,
+		clearAttempts: `DELETE FROM ` + attempts + ` WHERE consumer_name = $1 AND event_id = ANY($2::uuid[])`,
+		purgeAttempts: `DELETE FROM ` + attempts + ` WHERE (consumer_name, event_id) IN (
+    SELECT consumer_name, event_id FROM ` + attempts + `
+    WHERE last_failed_at < $1 AND ($2 = '' OR consumer_name = $2)
+    ORDER BY last_failed_at
+    LIMIT $3)`,
+
+		saveFailed: `INSERT INTO ` + failed + ` AS f
+    (consumer_name, source, event_id, event_name, message_key, headers, body, error, errors, attempts,
+     aggregate_type, aggregate_id, held_by)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8,
+    jsonb_build_array(jsonb_build_object('at', now(), 'attempt', $9::integer, 'error', $8::text)), $9,
+    $10, $11, $12)
+ON CONFLICT (consumer_name, event_id) DO UPDATE SET
+    source         = EXCLUDED.source,
+    event_name     = EXCLUDED.event_name,
+    message_key    = EXCLUDED.message_key,
+    headers        = EXCLUDED.headers,
+    body           = EXCLUDED.body,
+    error          = EXCLUDED.error,
+    errors         = f.errors || EXCLUDED.errors,
+    attempts       = f.attempts + EXCLUDED.attempts,
+    aggregate_type = EXCLUDED.aggregate_type,
+    aggregate_id   = EXCLUDED.aggregate_id,
+    held_by        = EXCLUDED.held_by,
+    failed_at      = now()
 RETURNING id`,
-		listFailed: `SELECT ` + failedColumns + ` FROM ` + failed + `
-WHERE ($1 = '' OR consumer_name = $1) AND ($2 = '' OR event_name = $2) AND ($3::timestamptz IS NULL OR failed_at >= $3)
-ORDER BY failed_at DESC, id DESC
-LIMIT $4`,
+		listFailedNewest: `SELECT ` + failedColumns + ` FROM ` + failed + `
+` + failedWhere + `
+ORDER BY id DESC
+LIMIT $9`,
+		listFailedOldest: `SELECT ` + failedColumns + ` FROM ` + failed + `
+` + failedWhere + `
+ORDER BY id
+LIMIT $9`,
 		getFailed:    `SELECT ` + failedColumns + ` FROM ` + failed + ` WHERE id = $1`,
 		deleteFailed: `DELETE FROM ` + failed + ` WHERE id = $1`,
+		purgeFailed: `DELETE FROM ` + failed + ` WHERE id IN (
+    SELECT id FROM ` + failed + `
+    WHERE failed_at < $1 AND ($2 = '' OR consumer_name = $2)
+    ORDER BY failed_at
+    LIMIT $3)`,
+		parkedAggregates: `SELECT f.aggregate_type, f.aggregate_id, min(f.id)
+FROM ` + failed + ` f
+JOIN unnest($2::text[], $3::text[]) AS a(type, id) ON f.aggregate_type = a.type AND f.aggregate_id = a.id
+WHERE f.consumer_name = $1 AND f.held_by IS NULL AND f.aggregate_id <> ''
+GROUP BY f.aggregate_type, f.aggregate_id`,
+		hasParkedAggregates: `SELECT EXISTS (
+    SELECT 1 FROM ` + failed + `
+    WHERE consumer_name = $1 AND held_by IS NULL AND aggregate_id <> '')`,
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/failrow"
 	"github.com/idem-go/idem/driver/internal/sqlrelay"
 	"github.com/idem-go/idem/driver/internal/sqltime"
 )
@@ -44,15 +44,17 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 	t := tables.WithDefaults()
 	d := &Dialect{tables: t}
 	names := struct {
-		Outbox, ProcessedEvent, FailedMessage             string
-		OutboxName, ProcessedEventName, FailedMessageName string
+		Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt                 string
+		OutboxName, ProcessedEventName, FailedMessageName, DeliveryAttemptName string
 	}{
-		Outbox:             QuoteIdent(t.Outbox),
-		ProcessedEvent:     QuoteIdent(t.ProcessedEvent),
-		FailedMessage:      QuoteIdent(t.FailedMessage),
-		OutboxName:         t.Outbox,
-		ProcessedEventName: t.ProcessedEvent,
-		FailedMessageName:  t.FailedMessage,
+		Outbox:              QuoteIdent(t.Outbox),
+		ProcessedEvent:      QuoteIdent(t.ProcessedEvent),
+		FailedMessage:       QuoteIdent(t.FailedMessage),
+		DeliveryAttempt:     QuoteIdent(t.DeliveryAttempt),
+		OutboxName:          t.Outbox,
+		ProcessedEventName:  t.ProcessedEvent,
+		FailedMessageName:   t.FailedMessage,
+		DeliveryAttemptName: t.DeliveryAttempt,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
 	migs, err := driver.LoadMigrations(migrationFiles, "migrations", names, funcs)
@@ -60,7 +62,7 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 		return nil, err
 	}
 	d.migrations = migs
-	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage)
+	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	d.rq = newRelay(names.Outbox, d.wrap)
 	mt := QuoteIdent(t.Migrations)
 	d.support = driver.MigrationSupport{
@@ -134,26 +136,26 @@ func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []d
 // MarkProcessed implements driver.Dialect with INSERT ... ON CONFLICT
 // (consumer_name, event_id) DO NOTHING, which skips that key's conflicts
 // only.
-func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) ([]bool, error) {
-	inserted := make([]bool, len(ids))
-	if len(ids) == 1 {
-		n, err := ex.Exec(ctx, d.q.markProcessedOne, consumer, ids[0].String())
+func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consumer string, marks []driver.Mark) ([]bool, error) {
+	inserted := make([]bool, len(marks))
+	if len(marks) == 1 {
+		n, err := ex.Exec(ctx, d.q.markProcessedOne, consumer, marks[0].ID.String(), hashArg(marks[0].Hash))
 		if err != nil {
 			return nil, d.wrap(err)
 		}
 		inserted[0] = n == 1
 		return inserted, nil
 	}
-	for start := 0; start < len(ids); start += 1000 {
-		chunk := ids[start:min(len(ids), start+1000)]
-		args := make([]any, 0, 2*len(chunk))
-		index := make(map[string]int, len(chunk))
-		for i, id := range chunk {
-			s := id.String()
-			args = append(args, consumer, s)
+	for start := 0; start < len(marks); start += chunk {
+		part := marks[start:min(len(marks), start+chunk)]
+		args := make([]any, 0, 3*len(part))
+		index := make(map[string]int, len(part))
+		for i, m := range part {
+			s := m.ID.String()
+			args = append(args, consumer, s, hashArg(m.Hash))
 			index[s] = start + i
 		}
-		err := driver.QueryRows(ctx, ex, d.q.markProcessedMany(len(chunk)), args, func(rows driver.Rows) error {
+		err := driver.QueryRows(ctx, ex, d.q.markProcessedMany(len(part)), args, func(rows driver.Rows) error {
 			var id string
 			if err := rows.Scan(&id); err != nil {
 				return err
@@ -170,46 +172,113 @@ func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consume
 	return inserted, nil
 }
 
+// chunk is the most ids or aggregates one statement carries (3 parameters
+// each stays below SQLite's limit of 32766).
+const chunk = 1000
+
+// hashArg is a payload hash as stored: NULL for 0 (unknown).
+func hashArg(h int64) any {
+	if h == 0 {
+		return nil
+	}
+	return h
+}
+
+func uuidArgs(ids []uuid.UUID) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}
+
+// ProcessedHashes implements driver.Dialect.
+func (d *Dialect) ProcessedHashes(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) (map[uuid.UUID]int64, error) {
+	out := map[uuid.UUID]int64{}
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(len(ids), start+chunk)]
+		err := driver.QueryRows(ctx, ex, d.q.processedHashes(len(part)), append([]any{consumer}, uuidArgs(part)...), func(rows driver.Rows) error {
+			var (
+				id   string
+				hash int64
+			)
+			if err := rows.Scan(&id, &hash); err != nil {
+				return err
+			}
+			u, err := uuid.Parse(id)
+			if err != nil {
+				return fmt.Errorf("idem: processed_event: event_id %q: %w", id, err)
+			}
+			out[u] = hash
+			return nil
+		})
+		if err != nil {
+			return nil, d.wrap(err)
+		}
+	}
+	return out, nil
+}
+
 // PurgeProcessed implements driver.Dialect.
 func (d *Dialect) PurgeProcessed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
 	n, err := ex.Exec(ctx, d.q.purgeProcessed, sqltime.Format(before), consumer, consumer, limit)
 	return n, d.wrap(err)
 }
 
+// RecordAttempt implements driver.Dialect with INSERT ... ON CONFLICT DO
+// UPDATE ... RETURNING; SQLite runs writers one at a time.
+func (d *Dialect) RecordAttempt(ctx context.Context, ex driver.Executor, consumer string, id uuid.UUID, errText string) (int, error) {
+	var n int
+	err := driver.QueryRow(ctx, ex, d.q.recordAttempt, []any{consumer, id.String(), failrow.Text(errText)}, &n)
+	return n, d.wrap(err)
+}
+
+// ClearAttempts implements driver.Dialect.
+func (d *Dialect) ClearAttempts(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) error {
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(len(ids), start+chunk)]
+		if _, err := ex.Exec(ctx, d.q.clearAttempts(len(part)), append([]any{consumer}, uuidArgs(part)...)...); err != nil {
+			return d.wrap(err)
+		}
+	}
+	return nil
+}
+
+// PurgeAttempts implements driver.Dialect.
+func (d *Dialect) PurgeAttempts(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+	n, err := ex.Exec(ctx, d.q.purgeAttempts, sqltime.Format(before), consumer, consumer, limit)
+	return n, d.wrap(err)
+}
+
 // SaveFailed implements driver.Dialect.
 func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.FailedMessage) (int64, error) {
-	headers, err := json.Marshal(nonNil(m.Headers))
+	r, err := failrow.Encode(m, time.Now())
 	if err != nil {
 		return 0, err
-	}
-	entry, err := json.Marshal(driver.FailureRecord{At: time.Now().UTC(), Attempt: m.Attempts, Error: m.Error})
-	if err != nil {
-		return 0, err
-	}
-	var eventID any
-	if m.EventID != uuid.Nil {
-		eventID = m.EventID.String()
-	}
-	body := m.Body
-	if body == nil {
-		body = []byte{}
 	}
 	var id int64
 	err = driver.QueryRow(ctx, ex, d.q.saveFailed,
-		[]any{m.Consumer, m.Source, eventID, m.EventName, m.Key, string(headers), body, m.Error,
-			"[" + string(entry) + "]", m.Attempts, string(entry)},
+		[]any{r.Consumer, r.Source, r.EventID, r.EventName, r.Key, r.Headers, r.Body, r.Error,
+			"[" + r.Entry + "]", r.Attempts, r.AggregateType, r.AggregateID, r.HeldBy, r.Entry},
 		&id)
 	return id, d.wrap(err)
 }
 
 // ListFailed implements driver.Dialect.
 func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.FailedFilter) ([]driver.FailedMessage, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
+	if f.Limit <= 0 {
+		return nil, fmt.Errorf("idem: sqlite: ListFailed: Limit %d: want a positive page size", f.Limit)
 	}
+	f = failrow.Filter(f)
 	since := sqltime.Arg(f.Since)
-	list, err := driver.QueryFailed(ctx, ex, d.q.listFailed, []any{f.Consumer, f.Consumer, f.EventName, f.EventName, since, since, limit}, sqltimeDest)
+	heldBy, before, after := max(f.HeldBy, 0), max(f.BeforeID, 0), max(f.AfterID, 0)
+	query := d.q.listFailedNewest
+	if f.Oldest {
+		query = d.q.listFailedOldest
+	}
+	list, err := driver.QueryFailed(ctx, ex, query, []any{f.Consumer, f.Consumer, f.EventName, f.EventName,
+		f.AggregateType, f.AggregateType, f.AggregateID, f.AggregateID, heldBy, heldBy, since, since,
+		before, before, after, after, f.Limit}, sqltimeDest)
 	return list, d.wrap(err)
 }
 
@@ -224,6 +293,56 @@ func (d *Dialect) DeleteFailed(ctx context.Context, ex driver.Executor, id int64
 	n, err := ex.Exec(ctx, d.q.deleteFailed, id)
 	return n == 1, d.wrap(err)
 }
+
+// PurgeFailed implements driver.Dialect.
+func (d *Dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+	consumer = failrow.Text(consumer)
+	n, err := ex.Exec(ctx, d.q.purgeFailed, sqltime.Format(before), consumer, consumer, limit)
+	return n, d.wrap(err)
+}
+
+// ParkedAggregates implements driver.Dialect, in one statement per 1000
+// aggregates.
+func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []driver.AggregateRef) (map[driver.AggregateRef]int64, error) {
+	out := map[driver.AggregateRef]int64{}
+	types, ids, back := failrow.Aggregates(aggs)
+	for start := 0; start < len(types); start += chunk {
+		end := min(len(types), start+chunk)
+		args := make([]any, 0, 1+2*(end-start))
+		args = append(args, failrow.Text(consumer))
+		for i := start; i < end; i++ {
+			args = append(args, types[i], ids[i])
+		}
+		err := driver.QueryRows(ctx, ex, d.q.parkedAggregates(end-start), args, func(rows driver.Rows) error {
+			var (
+				enc driver.AggregateRef
+				id  int64
+			)
+			if err := rows.Scan(&enc.Type, &enc.ID, &id); err != nil {
+				return err
+			}
+			if a, ok := back[enc]; ok {
+				out[a] = id
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, d.wrap(err)
+		}
+	}
+	return out, nil
+}
+
+// HasParkedAggregates implements driver.Dialect.
+func (d *Dialect) HasParkedAggregates(ctx context.Context, ex driver.Executor, consumer string) (bool, error) {
+	var ok bool
+	err := driver.QueryRow(ctx, ex, d.q.hasParkedAggregates, []any{failrow.Text(consumer)}, &ok)
+	return ok, d.wrap(err)
+}
+
+// IsTransient implements driver.Dialect (see the package function
+// IsTransient).
+func (d *Dialect) IsTransient(err error) bool { return IsTransient(err) }
 
 // IsMissingTable implements driver.Dialect.
 func (d *Dialect) IsMissingTable(err error) bool {
@@ -245,13 +364,6 @@ func (d *Dialect) wrap(err error) error {
 		return fmt.Errorf("%w (%v)", driver.ErrMissingTable, err)
 	}
 	return err
-}
-
-func nonNil(h map[string]string) map[string]string {
-	if h == nil {
-		return map[string]string{}
-	}
-	return h
 }
 
 // sqltimeDest scans failure-store timestamps stored as UTC.

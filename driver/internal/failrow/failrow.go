@@ -1,0 +1,107 @@
+// Package failrow turns a driver.FailedMessage into the values the dialects
+// store in failed_message, and a driver.FailedFilter into the values they
+// compare with, with every text encoded by textenc. driver.QueryFailed
+// reads the rows back.
+package failrow
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/textenc"
+)
+
+// Row is a FailedMessage as stored.
+type Row struct {
+	// Consumer, Source, EventName, AggregateType, AggregateID and Error are
+	// encoded (textenc.Encode).
+	Consumer, Source, EventName, AggregateType, AggregateID, Error string
+	// Headers is the JSON object of the headers, keys and values encoded.
+	Headers string
+	// Entry is the JSON object of the history record of this save (at now,
+	// with the attempts and the encoded error), for dialects that build the
+	// history in the client.
+	Entry string
+	// EventID is nil for uuid.Nil, else the id's text.
+	EventID any
+	// HeldBy is nil for 0, else the id.
+	HeldBy any
+	// Key is the message key (nil stays NULL).
+	Key []byte
+	// Body is the body, never nil (the column is NOT NULL).
+	Body []byte
+	// Attempts is m.Attempts.
+	Attempts int
+}
+
+// Encode returns m as stored, its history record dated now.
+func Encode(m driver.FailedMessage, now time.Time) (Row, error) {
+	r := Row{
+		Consumer:      textenc.Encode(m.Consumer),
+		Source:        textenc.Encode(m.Source),
+		EventName:     textenc.Encode(m.EventName),
+		AggregateType: textenc.Encode(m.AggregateType),
+		AggregateID:   textenc.Encode(m.AggregateID),
+		Error:         textenc.Encode(m.Error),
+		Key:           m.Key,
+		Body:          m.Body,
+		Attempts:      m.Attempts,
+	}
+	var err error
+	if r.Headers, err = textenc.EncodeMap(m.Headers); err != nil {
+		return Row{}, err
+	}
+	entry, err := json.Marshal(driver.FailureRecord{At: now.UTC(), Attempt: m.Attempts, Error: r.Error})
+	if err != nil {
+		return Row{}, err
+	}
+	r.Entry = string(entry)
+	if m.EventID != uuid.Nil {
+		r.EventID = m.EventID.String()
+	}
+	if m.HeldBy != 0 {
+		r.HeldBy = m.HeldBy
+	}
+	if r.Body == nil {
+		r.Body = []byte{}
+	}
+	return r, nil
+}
+
+// Filter returns f with its text fields encoded, so that they compare
+// equal with the stored values.
+func Filter(f driver.FailedFilter) driver.FailedFilter {
+	f.Consumer = textenc.Encode(f.Consumer)
+	f.EventName = textenc.Encode(f.EventName)
+	f.AggregateType = textenc.Encode(f.AggregateType)
+	f.AggregateID = textenc.Encode(f.AggregateID)
+	return f
+}
+
+// Aggregates returns the encoded type and id of each of aggs with an id
+// (once each), and a map from an encoded pair back to its AggregateRef.
+func Aggregates(aggs []driver.AggregateRef) (types, ids []string, back map[driver.AggregateRef]driver.AggregateRef) {
+	types = make([]string, 0, len(aggs))
+	ids = make([]string, 0, len(aggs))
+	back = make(map[driver.AggregateRef]driver.AggregateRef, len(aggs))
+	for _, a := range aggs {
+		if a.ID == "" {
+			continue
+		}
+		enc := driver.AggregateRef{Type: textenc.Encode(a.Type), ID: textenc.Encode(a.ID)}
+		if _, dup := back[enc]; dup {
+			continue
+		}
+		back[enc] = a
+		types = append(types, enc.Type)
+		ids = append(ids, enc.ID)
+	}
+	return types, ids, back
+}
+
+// Text is textenc.Encode, for the other text columns (consumer names,
+// delivery_attempt's last_error).
+func Text(s string) string { return textenc.Encode(s) }
