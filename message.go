@@ -15,6 +15,11 @@ const (
 	// HeaderAttempt carries the delivery attempt number (1 for the first
 	// delivery) on transports where idem republishes retries itself.
 	HeaderAttempt = "idem-attempt"
+	// HeaderRedrive carries, on a message that "idem failed retry" sent
+	// again, the failure store id of the parked message it re-drives. The
+	// consumer removes that entry once the message is applied, and lets the
+	// message through the aggregates held by messages parked after it.
+	HeaderRedrive = "idem-redrive"
 	// ContentTypeJSON is the content type of envelope bodies.
 	ContentTypeJSON = "application/json"
 )

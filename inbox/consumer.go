@@ -26,6 +26,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 	"regexp"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -97,6 +99,37 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
+// Defaults of Config.
+const (
+	// DeliveryTimeoutDefault bounds the processing of one delivery.
+	DeliveryTimeoutDefault = 30 * time.Second
+	// OutageBudgetDefault is how long an event may fail transiently before
+	// its failures count as attempts: long enough to ride out an outage of
+	// a few minutes.
+	OutageBudgetDefault = 10 * time.Minute
+	// PauseMinDefault and PauseMaxDefault bound the pause after a transient
+	// failure.
+	PauseMinDefault = 100 * time.Millisecond
+	PauseMaxDefault = 2 * time.Second
+)
+
+// ParkedPolicy says what a parked event does to the later events of its
+// aggregate.
+type ParkedPolicy int
+
+// Parked policies.
+const (
+	// HoldAggregate (the default): while an event is parked, the later
+	// events of its aggregate that reach the consumer are parked behind it
+	// (not applied), so that the aggregate's events are never applied out
+	// of order. "idem failed retry" of the first one re-drives them after
+	// it; removing it releases the aggregate.
+	HoldAggregate ParkedPolicy = iota
+	// ReleaseAggregate: a parked event holds nothing back; the later events
+	// of its aggregate are applied.
+	ReleaseAggregate
+)
+
 // Config configures a Consumer.
 type Config struct {
 	// Name identifies the consumer in processed_event and failed_message, for
@@ -104,15 +137,46 @@ type Config struct {
 	// instances and deployments: a new name processes every event again.
 	// Required.
 	Name string
-	// Retry is the retry policy Deliver applies. Defaults to
-	// RetryPolicy{}.WithDefaults().
+	// Retry is the retry policy Deliver applies to handler failures.
+	// Defaults to RetryPolicy{}.WithDefaults().
 	Retry RetryPolicy
 	// Decoder decodes messages in Deliver. The zero value accepts bodies up to
 	// idem.DefaultMaxBodyBytes.
 	Decoder idem.Decoder
-	// Logger receives warnings (parked messages, version gaps). Defaults to
-	// slog.Default().
+	// DeliveryTimeout bounds the processing of one delivery in Deliver (of
+	// one batch, when DeliverBatch applies several in one transaction): the
+	// handlers' context ends then, the transaction rolls back, and the
+	// failure counts as transient. Defaults to 30s.
+	DeliveryTimeout time.Duration
+	// OutageBudget is how long an event may keep failing transiently (see
+	// Deliver) before its failures count as attempts of the retry policy.
+	// Until then it is tried again, consumption paused, without limit.
+	// Defaults to 10m.
+	OutageBudget time.Duration
+	// PauseMin and PauseMax bound the exponential, jittered pause after a
+	// transient failure. The consumer tries once per pause, so it resumes
+	// within about PauseMax of a dependency's return. Default to 100ms and
+	// 2s.
+	PauseMin, PauseMax time.Duration
+	// Parked says what a parked event does to the later events of its
+	// aggregate. Defaults to HoldAggregate.
+	Parked ParkedPolicy
+	// Logger receives warnings (parked messages, pauses, version gaps).
+	// Defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Retry = c.Retry.WithDefaults()
+	c.DeliveryTimeout = cmp.Or(c.DeliveryTimeout, DeliveryTimeoutDefault)
+	c.OutageBudget = cmp.Or(c.OutageBudget, OutageBudgetDefault)
+	c.PauseMin = cmp.Or(c.PauseMin, PauseMinDefault)
+	c.PauseMax = cmp.Or(c.PauseMax, PauseMaxDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$`)
@@ -123,6 +187,16 @@ func (c Config) validate() error {
 	}
 	if !nameRE.MatchString(c.Name) {
 		return fmt.Errorf("idem: inbox: Config.Name %q must be 1-200 letters, digits, '.', '_', ':' or '-'", c.Name)
+	}
+	switch {
+	case c.DeliveryTimeout < 0:
+		return fmt.Errorf("idem: inbox: Config.DeliveryTimeout %v is negative", c.DeliveryTimeout)
+	case c.OutageBudget < 0:
+		return fmt.Errorf("idem: inbox: Config.OutageBudget %v is negative", c.OutageBudget)
+	case c.PauseMin < 0 || c.PauseMax < 0 || (c.PauseMax > 0 && c.PauseMin > c.PauseMax):
+		return fmt.Errorf("idem: inbox: Config.PauseMin %v and PauseMax %v: want 0 <= PauseMin <= PauseMax", c.PauseMin, c.PauseMax)
+	case c.Parked != HoldAggregate && c.Parked != ReleaseAggregate:
+		return fmt.Errorf("idem: inbox: Config.Parked %d: want HoldAggregate or ReleaseAggregate", c.Parked)
 	}
 	return c.Retry.validate()
 }
@@ -139,6 +213,11 @@ type Consumer[TTx any] struct {
 	mu       sync.RWMutex
 	handlers map[string][]HandlerFunc[TTx]
 
+	gate      gate
+	failing   eventTimes // first transient failure per event
+	attempted eventTimes // events with failed attempts counted in the database
+	parked    parkedCache
+
 	stats stats
 }
 
@@ -147,18 +226,16 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cfg.Retry = cfg.Retry.WithDefaults()
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Consumer[TTx]{
+	cfg = cfg.WithDefaults()
+	c := &Consumer[TTx]{
 		cfg:      cfg,
 		drv:      drv,
 		failures: NewFailureStore(drv.Dialect(), drv.Pool()),
-		log:      log.With("consumer", cfg.Name),
+		log:      cfg.Logger.With("consumer", cfg.Name),
 		handlers: map[string][]HandlerFunc[TTx]{},
-	}, nil
+	}
+	c.gate.min, c.gate.max = cfg.PauseMin, cfg.PauseMax
+	return c, nil
 }
 
 // Name returns the consumer name.
@@ -247,11 +324,15 @@ func (c *Consumer[TTx]) process(ctx context.Context, ev idem.Event) (_ Outcome, 
 			_ = c.drv.Rollback(context.WithoutCancel(ctx), tx)
 		}
 	}()
-	inserted, err := c.drv.Dialect().MarkProcessed(ctx, c.drv.Tx(tx), c.cfg.Name, []driver.Mark{{ID: ev.ID}})
+	hash := contentHash(ev)
+	inserted, err := c.drv.Dialect().MarkProcessed(ctx, c.drv.Tx(tx), c.cfg.Name, []driver.Mark{{ID: ev.ID, Hash: hash}})
 	if err != nil {
 		return Failed, fmt.Errorf("idem: inbox %s: mark %s processed: %w", c.cfg.Name, ev.ID, err)
 	}
 	if !inserted[0] {
+		if err := c.checkContent(ctx, c.drv.Tx(tx), []idem.Event{ev}, []int64{hash}); err != nil {
+			return Failed, err
+		}
 		if err := c.drv.Commit(ctx, tx); err != nil {
 			return Failed, fmt.Errorf("idem: inbox %s: commit: %w", c.cfg.Name, err)
 		}
@@ -318,7 +399,7 @@ func (c *Consumer[TTx]) ProcessBatch(ctx context.Context, events []idem.Event) [
 // batch tries the whole batch in one transaction. It fills results and
 // returns nil on commit; on any error results are meaningless.
 func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results []Result) (err error) {
-	ids := make([]uuid.UUID, 0, len(events))
+	marks := make([]driver.Mark, 0, len(events))
 	pos := make([]int, 0, len(events))
 	seen := make(map[uuid.UUID]bool, len(events))
 	handlers := make([][]HandlerFunc[TTx], len(events))
@@ -334,11 +415,11 @@ func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results 
 		default:
 			seen[ev.ID] = true
 			handlers[i] = hs
-			ids = append(ids, ev.ID)
+			marks = append(marks, driver.Mark{ID: ev.ID, Hash: contentHash(ev)})
 			pos = append(pos, i)
 		}
 	}
-	if len(ids) == 0 {
+	if len(marks) == 0 {
 		return nil
 	}
 	tx, err := c.drv.Begin(ctx)
@@ -350,17 +431,17 @@ func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results 
 			_ = c.drv.Rollback(context.WithoutCancel(ctx), tx)
 		}
 	}()
-	marks := make([]driver.Mark, len(ids))
-	for k, id := range ids {
-		marks[k] = driver.Mark{ID: id}
-	}
 	inserted, err := c.drv.Dialect().MarkProcessed(ctx, c.drv.Tx(tx), c.cfg.Name, marks)
 	if err != nil {
 		return err
 	}
+	var dups []idem.Event
+	var dupHashes []int64
 	for k, i := range pos {
 		if !inserted[k] {
 			results[i] = Result{Outcome: Duplicate}
+			dups = append(dups, events[i])
+			dupHashes = append(dupHashes, marks[k].Hash)
 			continue
 		}
 		if err := c.runHandlers(ctx, tx, events[i], handlers[i]); err != nil {
@@ -368,27 +449,53 @@ func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results 
 		}
 		results[i] = Result{Outcome: Applied}
 	}
+	if len(dups) > 0 {
+		if err := c.checkContent(ctx, c.drv.Tx(tx), dups, dupHashes); err != nil {
+			return err
+		}
+	}
 	return c.drv.Commit(ctx, tx)
 }
 
 // Stats is a snapshot of a consumer's counters since it was created.
 type Stats struct {
 	Applied, Duplicates, Ignored, Failed, Parked uint64
+	// Deferred counts deliveries not attempted because an earlier event of
+	// their aggregate waited for a retry or a pause.
+	Deferred uint64
+	// Paused counts deliveries the consumer paused on: it or a dependency
+	// failed transiently.
+	Paused uint64
+	// HeldBack counts messages parked behind an earlier parked event of
+	// their aggregate (Config.Parked HoldAggregate); Parked includes them.
+	HeldBack uint64
+	// Conflicts counts duplicates whose content (name, aggregate, payload)
+	// differs from the event first processed with their id.
+	Conflicts uint64
+	// PausedSince is when the current pause began; zero while the consumer
+	// runs.
+	PausedSince time.Time
 }
 
 // Stats returns the consumer's counters.
 func (c *Consumer[TTx]) Stats() Stats {
 	return Stats{
-		Applied:    c.stats.applied.Load(),
-		Duplicates: c.stats.duplicates.Load(),
-		Ignored:    c.stats.ignored.Load(),
-		Failed:     c.stats.failed.Load(),
-		Parked:     c.stats.parked.Load(),
+		Applied:     c.stats.applied.Load(),
+		Duplicates:  c.stats.duplicates.Load(),
+		Ignored:     c.stats.ignored.Load(),
+		Failed:      c.stats.failed.Load(),
+		Parked:      c.stats.parked.Load(),
+		Deferred:    c.stats.deferred.Load(),
+		Paused:      c.stats.paused.Load(),
+		HeldBack:    c.stats.heldBack.Load(),
+		Conflicts:   c.stats.conflicts.Load(),
+		PausedSince: c.gate.pausedSince(),
 	}
 }
 
 type stats struct {
 	applied, duplicates, ignored, failed, parked atomic.Uint64
+	deferred, paused, heldBack, conflicts        atomic.Uint64
 }
 
 func (s *stats) count(o Outcome) {
@@ -403,5 +510,9 @@ func (s *stats) count(o Outcome) {
 		s.failed.Add(1)
 	case Parked:
 		s.parked.Add(1)
+	case Deferred:
+		s.deferred.Add(1)
+	case Paused:
+		s.paused.Add(1)
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 )
@@ -71,93 +73,432 @@ type Disposition struct {
 	Event idem.Event
 }
 
-// Deliver decodes d, processes it, and decides what the transport does next:
-// Ack when it is applied, a duplicate, ignored or parked; Retry with a delay
-// from the retry policy when a handler failed and retries remain. An
-// undecodable message, a permanent error (idem.Permanent) or the last failed
-// attempt is parked in the failure store with the raw message, then acked.
-//
-// A non-nil error means the message could not be parked either (the failure
-// store is unreachable): the transport must not acknowledge it and should
-// redeliver it later.
+// storeTimeout bounds the writes that record a failure (attempt count,
+// failure store), which run after the delivery's own context may have ended.
+const storeTimeout = 10 * time.Second
+
+// Deliver decodes d, processes it, and decides what the transport does next.
+// It is DeliverBatch for one delivery.
 func (c *Consumer[TTx]) Deliver(ctx context.Context, d Delivery) (Disposition, error) {
-	ev, err := c.cfg.Decoder.Decode(d.Message)
-	if err != nil {
-		return c.park(ctx, d, ev, err)
-	}
-	o, err := c.Process(ctx, ev)
-	return c.settle(ctx, d, ev, o, err)
+	disps, errs := c.DeliverBatch(ctx, []Delivery{d})
+	return disps[0], errs[0]
 }
 
-// DeliverBatch is Deliver for many deliveries, processed with ProcessBatch in
-// one transaction. The i-th disposition is for deliveries[i]. A non-nil error
-// at index i means that delivery could not be parked (see Deliver).
+// item is a delivery on its way through DeliverBatch.
+type item struct {
+	ev        idem.Event
+	decodeErr error
+	agg       driver.AggregateRef
+	// redrive is the failure store id of the parked message this one
+	// re-drives (idem.HeaderRedrive), 0 for a plain delivery.
+	redrive int64
+}
+
+// block is why the later events of an aggregate wait in one DeliverBatch
+// call: an earlier one is parked (parked is its failure store id) or waits
+// for a retry or a pause (disp).
+type block struct {
+	parked int64
+	disp   Disposition
+}
+
+// DeliverBatch decodes deliveries, processes them (several in one
+// transaction when it can) and says what the transport does with each; the
+// i-th disposition and error are for ds[i]. Within the call, the events of
+// one aggregate are processed in the order given.
+//
+// Failures are sorted by what they mean:
+//
+//   - A body that cannot be decoded, or a handler error wrapped with
+//     idem.Permanent, is parked at once in the failure store with the raw
+//     message, and acknowledged (Ack, Outcome Parked).
+//   - A transient failure (the consumer's own database unreachable, a
+//     serialization failure or deadlock, a network error, the delivery
+//     timing out, or a handler error wrapped with idem.Transient) costs no
+//     attempt: the consumer pauses (Action Pause) with a capped backoff and
+//     answers Pause to every delivery, without touching the database, until
+//     the pause ends; the next delivery tries again. An event that keeps
+//     failing transiently for longer than Config.OutageBudget has its
+//     failures counted as below.
+//   - Any other handler error counts one attempt, in the database
+//     (delivery_attempt), so the count survives restarts and rebalances.
+//     While the retry policy allows, the transport retries after a delay
+//     (Action Retry); after the last attempt the message is parked.
+//
+// Once an event of an aggregate waits for a retry or a pause, the later
+// events of that aggregate in the same call are not attempted (Outcome
+// Deferred, with the same action and delay): the transport delivers them
+// again after it. Once an event is parked, the later events of its
+// aggregate are parked behind it (Config.Parked HoldAggregate, the
+// default), in this call and in later ones until an operator re-drives or
+// removes it; with ReleaseAggregate they go on.
+//
+// A non-nil error at index i means that delivery could be neither handled
+// nor parked for a reason other than a transient one: the transport must not
+// acknowledge it and should deliver it again later.
 func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disposition, []error) {
 	disps := make([]Disposition, len(ds))
 	errs := make([]error, len(ds))
-	events := make([]idem.Event, 0, len(ds))
-	idx := make([]int, 0, len(ds))
+	if len(ds) == 0 {
+		return disps, errs
+	}
+	defer func() {
+		for _, d := range disps {
+			c.stats.count(d.Outcome)
+		}
+	}()
+	items := make([]item, len(ds))
 	for i, d := range ds {
-		ev, err := c.cfg.Decoder.Decode(d.Message)
-		if err != nil {
-			disps[i], errs[i] = c.park(ctx, d, ev, err)
+		items[i] = c.decode(d)
+	}
+	if wait := c.gate.wait(); wait > 0 {
+		for i := range items {
+			disps[i] = Disposition{Action: Pause, Outcome: Paused, RetryAfter: wait, Event: items[i].ev}
+		}
+		return disps, errs
+	}
+	holds, err := c.heldAggregates(ctx, items)
+	if err != nil {
+		c.pauseAll(ctx, items, disps, err)
+		return disps, errs
+	}
+	if len(items) > 1 && len(holds) == 0 && c.allDecoded(items) && c.tryBatch(ctx, items, disps) {
+		return disps, errs
+	}
+	blocked := map[driver.AggregateRef]block{}
+	for i := range items {
+		it := &items[i]
+		if b, ok := blocked[it.agg]; ok && it.agg.ID != "" {
+			disps[i], errs[i] = c.behind(ctx, ds[i], it, b)
 			continue
 		}
-		events = append(events, ev)
-		idx = append(idx, i)
-	}
-	results := c.ProcessBatch(ctx, events)
-	for k, r := range results {
-		i := idx[k]
-		disps[i], errs[i] = c.settle(ctx, ds[i], events[k], r.Outcome, r.Err)
+		// A message re-driven by an operator waits only behind messages
+		// parked before it; any other waits behind any, unless it is the
+		// parked message itself, sent again by other means.
+		if root, ok := holds[it.agg]; ok && it.agg.ID != "" && it.redrive == 0 && c.isParked(ctx, root, it.ev.ID) {
+			it.redrive = root
+		}
+		if root, ok := holds[it.agg]; ok && it.agg.ID != "" && (it.redrive == 0 || root < it.redrive) {
+			disps[i], errs[i] = c.behind(ctx, ds[i], it, block{parked: root})
+			if errs[i] == nil {
+				blocked[it.agg] = block{parked: root}
+			}
+			continue
+		}
+		var parkedID int64
+		switch {
+		case it.decodeErr != nil:
+			disps[i], parkedID, errs[i] = c.park(ctx, ds[i], it, it.decodeErr, 0, 1)
+		default:
+			if wait := c.gate.wait(); wait > 0 {
+				disps[i] = Disposition{Action: Pause, Outcome: Paused, RetryAfter: wait, Event: it.ev}
+				break
+			}
+			pctx, cancel := context.WithTimeout(ctx, c.cfg.DeliveryTimeout)
+			o, err := c.process(pctx, it.ev)
+			cancel()
+			disps[i], parkedID, errs[i] = c.settle(ctx, ds[i], it, o, err)
+			if disps[i].Action == Ack && it.redrive != 0 && holds[it.agg] == it.redrive {
+				delete(holds, it.agg) // its entry is gone: it holds nothing any more
+			}
+		}
+		if it.agg.ID == "" {
+			continue
+		}
+		switch {
+		case errs[i] != nil:
+			blocked[it.agg] = block{disp: Disposition{Action: Retry, RetryAfter: time.Second}}
+		case disps[i].Outcome == Parked && c.cfg.Parked == HoldAggregate && parkedID != 0:
+			blocked[it.agg] = block{parked: parkedID}
+		case disps[i].Action != Ack:
+			blocked[it.agg] = block{disp: disps[i]}
+		}
 	}
 	return disps, errs
 }
 
-func (c *Consumer[TTx]) settle(ctx context.Context, d Delivery, ev idem.Event, o Outcome, err error) (Disposition, error) {
-	if err == nil {
-		return Disposition{Action: Ack, Outcome: o, Event: ev}, nil
+// decode decodes d and finds its aggregate.
+func (c *Consumer[TTx]) decode(d Delivery) item {
+	ev, err := c.cfg.Decoder.Decode(d.Message)
+	it := item{ev: ev, decodeErr: err}
+	if ev.AggregateID != "" {
+		it.agg = driver.AggregateRef{Type: ev.AggregateType, ID: ev.AggregateID}
 	}
-	attempt := max(d.Attempt, 1)
-	if !idem.IsPermanent(err) && c.cfg.Retry.Retry(attempt) && ctx.Err() == nil {
-		return Disposition{Action: Retry, Outcome: Failed, RetryAfter: c.cfg.Retry.Delay(attempt), Err: err, Event: ev}, nil
+	if v := d.Message.Headers[idem.HeaderRedrive]; v != "" {
+		if id, perr := strconv.ParseInt(v, 10, 64); perr == nil && id > 0 {
+			it.redrive = id
+		}
 	}
-	if ctx.Err() != nil && !idem.IsPermanent(err) {
-		// Shutting down: do not park an event that failed because of it.
-		return Disposition{Action: Retry, Outcome: Failed, Err: err, Event: ev}, nil
-	}
-	return c.park(ctx, d, ev, err)
+	return it
 }
 
-func (c *Consumer[TTx]) park(ctx context.Context, d Delivery, ev idem.Event, cause error) (Disposition, error) {
-	m := driver.FailedMessage{
-		Consumer:  c.cfg.Name,
-		Source:    d.Source,
-		EventID:   ev.ID,
-		EventName: ev.Name,
-		Key:       d.Message.Key,
-		Headers:   d.Message.Headers,
-		Body:      d.Message.Body,
-		Error:     cause.Error(),
-		Attempts:  max(d.Attempt, 1),
+func (c *Consumer[TTx]) allDecoded(items []item) bool {
+	for _, it := range items {
+		if it.decodeErr != nil {
+			return false
+		}
 	}
-	if m.EventID == [16]byte{} {
+	return true
+}
+
+// tryBatch processes every item in one transaction. It reports whether the
+// dispositions are filled: the batch committed, or it failed transiently
+// (everything paused). A handler's failure returns false, for one at a
+// time.
+func (c *Consumer[TTx]) tryBatch(ctx context.Context, items []item, disps []Disposition) bool {
+	events := make([]idem.Event, len(items))
+	for i, it := range items {
+		events[i] = it.ev
+	}
+	results := make([]Result, len(items))
+	bctx, cancel := context.WithTimeout(ctx, c.cfg.DeliveryTimeout)
+	err := c.batch(bctx, events, results)
+	cancel()
+	if err == nil {
+		c.resumed()
+		for i, r := range results {
+			disps[i] = Disposition{Action: Ack, Outcome: r.Outcome, Event: events[i]}
+			c.succeeded(ctx, &items[i])
+		}
+		return true
+	}
+	var herr *HandlerError
+	if errors.As(err, &herr) {
+		return false
+	}
+	if cl := c.classify(ctx, err); cl == transient || cl == stopping {
+		c.pauseAll(ctx, items, disps, err)
+		return true
+	}
+	return false
+}
+
+// pauseAll answers Pause to every item: the consumer's database failed.
+func (c *Consumer[TTx]) pauseAll(ctx context.Context, items []item, disps []Disposition, err error) {
+	wait := time.Duration(0)
+	if ctx.Err() == nil {
+		wait = c.pause(err)
+	}
+	for i := range items {
+		disps[i] = Disposition{Action: Pause, Outcome: Paused, RetryAfter: wait, Err: err, Event: items[i].ev}
+	}
+}
+
+// pause starts or extends the consumer's pause after a transient failure,
+// and returns its length.
+func (c *Consumer[TTx]) pause(err error) time.Duration {
+	wait, first := c.gate.fail()
+	if first {
+		c.log.Warn("consumer paused: a dependency is away; messages stay in the broker and are tried again",
+			"retry_in", wait.Round(time.Millisecond), "error", err)
+	}
+	return wait
+}
+
+// resumed records a success, ending a pause.
+func (c *Consumer[TTx]) resumed() {
+	if d := c.gate.ok(); d > 0 {
+		c.log.Info("consumer resumed", "paused_for", d.Round(time.Millisecond))
+	}
+}
+
+// succeeded forgets the failures of an event that is now done, and removes
+// from the failure store the parked message it re-drives.
+func (c *Consumer[TTx]) succeeded(ctx context.Context, it *item) {
+	id := it.ev.ID
+	c.failing.forget(id)
+	if c.attempted.forget(id) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		if err := c.drv.Dialect().ClearAttempts(cctx, c.drv.Pool(), c.cfg.Name, []uuid.UUID{id}); err != nil {
+			c.log.Debug("forget the failed attempts of an applied event", "event_id", id, "error", err)
+		}
+		cancel()
+	}
+	if it.redrive != 0 {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		defer cancel()
+		m, err := c.failures.Get(cctx, it.redrive)
+		if err != nil || m.Consumer != c.cfg.Name || m.EventID != id {
+			return // removed already, or not this message's entry
+		}
+		if _, err := c.failures.Remove(cctx, m.ID); err != nil {
+			c.log.Warn("re-driven message applied, but its failure store entry could not be removed; remove it with idem failed remove",
+				"failed_message_id", m.ID, "event_id", id, "error", err)
+			return
+		}
+		c.log.Info("re-driven message done; removed from the failure store", "failed_message_id", m.ID, "event_id", id)
+	}
+}
+
+// settle decides what follows processing it: o and err are Process's. It
+// returns the failure store id when it parked the message.
+func (c *Consumer[TTx]) settle(ctx context.Context, d Delivery, it *item, o Outcome, err error) (Disposition, int64, error) {
+	ev := it.ev
+	if err == nil {
+		c.resumed()
+		c.succeeded(ctx, it)
+		return Disposition{Action: Ack, Outcome: o, Event: ev}, 0, nil
+	}
+	switch c.classify(ctx, err) {
+	case permanent:
+		return c.park(ctx, d, it, err, 0, 1)
+	case stopping:
+		// Shutting down: neither count nor park an event that failed
+		// because of it.
+		return Disposition{Action: Pause, Outcome: Paused, Err: err, Event: ev}, 0, nil
+	case transient:
+		since := c.failing.first(ev.ID, time.Now())
+		if time.Since(since) < c.cfg.OutageBudget {
+			return Disposition{Action: Pause, Outcome: Paused, RetryAfter: c.pause(err), Err: err, Event: ev}, 0, nil
+		}
+		c.log.Warn("event failing transiently for longer than the outage budget; counting its failures as attempts",
+			"event_id", ev.ID, "event_name", ev.Name, "failing_since", since, "outage_budget", c.cfg.OutageBudget, "error", err)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	n, rerr := c.drv.Dialect().RecordAttempt(rctx, c.drv.Pool(), c.cfg.Name, ev.ID, err.Error())
+	cancel()
+	if rerr != nil {
+		// The failure cannot be counted: the database misbehaves.
+		return Disposition{Action: Pause, Outcome: Paused, RetryAfter: c.pause(rerr), Err: err, Event: ev}, 0, nil
+	}
+	c.attempted.first(ev.ID, time.Now())
+	if c.cfg.Retry.Retry(n) {
+		return Disposition{Action: Retry, Outcome: Failed, RetryAfter: c.cfg.Retry.Delay(n), Attempts: n, Err: err, Event: ev}, 0, nil
+	}
+	return c.park(ctx, d, it, err, 0, n)
+}
+
+// behind answers a delivery whose aggregate waits behind b.
+func (c *Consumer[TTx]) behind(ctx context.Context, d Delivery, it *item, b block) (Disposition, error) {
+	if b.parked == 0 {
+		return Disposition{Action: b.disp.Action, Outcome: Deferred, RetryAfter: b.disp.RetryAfter, Event: it.ev}, nil
+	}
+	cause := fmt.Errorf("idem: held behind parked message %d of aggregate %s %s, which is retried or removed first", b.parked, it.agg.Type, it.agg.ID)
+	disp, _, err := c.park(ctx, d, it, cause, b.parked, 1)
+	return disp, err
+}
+
+// heldAggregates returns the parked messages that hold the items'
+// aggregates, by aggregate (Config.Parked HoldAggregate).
+func (c *Consumer[TTx]) heldAggregates(ctx context.Context, items []item) (map[driver.AggregateRef]int64, error) {
+	if c.cfg.Parked != HoldAggregate {
+		return nil, nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	has, err := c.parked.get(func() (bool, error) {
+		return c.drv.Dialect().HasParkedAggregates(qctx, c.drv.Pool(), c.cfg.Name)
+	})
+	if err != nil || !has {
+		return nil, err
+	}
+	seen := map[driver.AggregateRef]bool{}
+	var aggs []driver.AggregateRef
+	for _, it := range items {
+		if it.agg.ID != "" && !seen[it.agg] {
+			seen[it.agg] = true
+			aggs = append(aggs, it.agg)
+		}
+	}
+	if len(aggs) == 0 {
+		return nil, nil
+	}
+	return c.drv.Dialect().ParkedAggregates(qctx, c.drv.Pool(), c.cfg.Name, aggs)
+}
+
+// isParked reports whether the parked message id is event ev itself.
+func (c *Consumer[TTx]) isParked(ctx context.Context, id int64, ev uuid.UUID) bool {
+	qctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	m, err := c.failures.Get(qctx, id)
+	return err == nil && ev != uuid.Nil && m.EventID == ev && m.Consumer == c.cfg.Name
+}
+
+// park stores the delivery in the failure store, with the count of failed
+// attempts, and forgets those attempts; heldBy is the parked message it
+// waits behind, if any. It returns the new entry's id.
+func (c *Consumer[TTx]) park(ctx context.Context, d Delivery, it *item, cause error, heldBy int64, attempts int) (Disposition, int64, error) {
+	ev := it.ev
+	m := driver.FailedMessage{
+		Consumer:      c.cfg.Name,
+		Source:        d.Source,
+		EventID:       ev.ID,
+		EventName:     ev.Name,
+		AggregateType: it.agg.Type,
+		AggregateID:   it.agg.ID,
+		HeldBy:        heldBy,
+		Key:           d.Message.Key,
+		Headers:       d.Message.Headers,
+		Body:          d.Message.Body,
+		Error:         cause.Error(),
+		Attempts:      max(attempts, 1),
+	}
+	if m.EventID == uuid.Nil {
 		m.EventID = d.Message.EventID
 	}
 	if m.EventName == "" {
 		m.EventName = d.Message.EventName
 	}
-	id, err := c.failures.Save(context.WithoutCancel(ctx), m)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	id, err := c.saveFailed(pctx, m)
+	cancel()
 	if err != nil {
-		return Disposition{Action: Retry, Outcome: Failed, Err: cause, Event: ev},
+		if c.isTransient(err) {
+			return Disposition{Action: Pause, Outcome: Paused, RetryAfter: c.pause(err), Err: cause, Event: ev}, 0, nil
+		}
+		return Disposition{Action: Retry, Outcome: Failed, Err: cause, Event: ev}, 0,
 			fmt.Errorf("idem: inbox %s: park message in failure store: %w (message error: %v)", c.cfg.Name, err, cause)
 	}
-	c.stats.count(Parked)
-	level := "handler failed"
-	if errors.Is(cause, idem.ErrUndecodable) {
-		level = "undecodable"
+	c.resumed()
+	c.failing.forget(m.EventID)
+	c.attempted.forget(m.EventID)
+	attrs := []any{"failed_message_id", id, "event_id", m.EventID, "event_name", m.EventName, "source", d.Source,
+		"attempts", m.Attempts, "error", cause}
+	switch {
+	case heldBy != 0:
+		c.stats.heldBack.Add(1)
+		c.log.Warn("message parked behind an earlier parked event of its aggregate",
+			append(attrs, "aggregate_type", m.AggregateType, "aggregate_id", m.AggregateID, "held_by", heldBy)...)
+	case m.AggregateID != "" && c.cfg.Parked == HoldAggregate:
+		c.parked.set()
+		c.log.Warn("message parked in failure store; its aggregate is held until it is retried or removed (idem failed retry/remove)",
+			append(attrs, "reason", reason(cause), "aggregate_type", m.AggregateType, "aggregate_id", m.AggregateID)...)
+	default:
+		c.log.Warn("message parked in failure store", append(attrs, "reason", reason(cause))...)
 	}
-	c.log.Warn("message parked in failure store", "reason", level, "failed_message_id", id,
-		"event_id", m.EventID, "event_name", m.EventName, "source", d.Source, "attempts", m.Attempts, "error", cause)
-	return Disposition{Action: Ack, Outcome: Parked, Err: cause, Event: ev}, nil
+	return Disposition{Action: Ack, Outcome: Parked, Attempts: m.Attempts, Err: cause, Event: ev}, id, nil
+}
+
+func reason(cause error) string {
+	switch {
+	case errors.Is(cause, idem.ErrUndecodable):
+		return "undecodable"
+	case idem.IsPermanent(cause):
+		return "permanent error"
+	}
+	return "attempts exhausted"
+}
+
+// saveFailed stores m and forgets its event's failed attempts, in one
+// transaction.
+func (c *Consumer[TTx]) saveFailed(ctx context.Context, m driver.FailedMessage) (id int64, err error) {
+	tx, err := c.drv.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			_ = c.drv.Rollback(context.WithoutCancel(ctx), tx)
+		}
+	}()
+	id, err = c.drv.Dialect().SaveFailed(ctx, c.drv.Tx(tx), m)
+	if err != nil {
+		return 0, err
+	}
+	if m.EventID != uuid.Nil {
+		if err := c.drv.Dialect().ClearAttempts(ctx, c.drv.Tx(tx), c.cfg.Name, []uuid.UUID{m.EventID}); err != nil {
+			return 0, err
+		}
+	}
+	return id, c.drv.Commit(ctx, tx)
 }

@@ -155,10 +155,10 @@ func TestDeliverRetriesThenParks(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg.Headers = map[string]string{"x-trace": "abc"}
-	for attempt, wantDelay := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second} {
-		d, err := c.Deliver(ctx, inbox.Delivery{Message: msg, Source: "stock.events", Attempt: attempt})
-		if err != nil || d.Action != inbox.Retry || d.RetryAfter != wantDelay {
-			t.Fatalf("attempt %d: %+v, %v; want Retry after %v", attempt, d, err, wantDelay)
+	for attempt, wantDelay := range []time.Duration{time.Second, 2 * time.Second} {
+		d, err := c.Deliver(ctx, inbox.Delivery{Message: msg, Source: "stock.events", Attempt: attempt + 1})
+		if err != nil || d.Action != inbox.Retry || d.RetryAfter != wantDelay || d.Attempts != attempt+1 {
+			t.Fatalf("attempt %d: %+v, %v; want Retry after %v", attempt+1, d, err, wantDelay)
 		}
 	}
 	d, err := c.Deliver(ctx, inbox.Delivery{Message: msg, Source: "stock.events", Attempt: 3})
@@ -175,9 +175,12 @@ func TestDeliverRetriesThenParks(t *testing.T) {
 		t.Errorf("stored failure = %+v; want the raw message, its headers, 3 attempts and one history entry", got)
 	}
 
-	// Parked again after a retry from the store: the history grows.
-	if _, err := c.Deliver(ctx, inbox.Delivery{Message: msg, Source: "stock.events", Attempt: 3}); err != nil {
-		t.Fatal(err)
+	// Retried from the store, it fails three more times and is parked
+	// again: the same entry, whose history grows.
+	for range 3 {
+		if _, err := c.Deliver(ctx, inbox.Delivery{Message: msg, Source: "stock.events", Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	again, err := c.Failures().Get(ctx, got.ID)
 	if err != nil || len(again.History) != 2 {

@@ -216,23 +216,29 @@ func TestAlwaysFailingIsParkedAndQueueFlows(t *testing.T) {
 	b.subscribe(t, c.DeliverBatch)
 	var good []idem.Message
 	for i := range 20 {
-		good = append(good, newMessage(t, "order.order.placed.v1", fmt.Sprint(i)))
+		good = append(good, newMessage(t, "order.order.placed.v1", fmt.Sprint("g", i)))
 	}
-	publishAll(t, b.pub, bad)
+	// A later event of the bad one's aggregate waits behind it: parked,
+	// held by it, not applied.
+	later := newMessage(t, "order.order.placed.v1", "13")
+	publishAll(t, b.pub, bad, later)
 	publishAll(t, b.pub, good...)
-	eventually(t, 30*time.Second, "good events applied and the bad one parked", func() bool {
+	eventually(t, 30*time.Second, "good events applied, the bad one parked and the later one held", func() bool {
 		s := c.Stats()
-		return s.Applied == 20 && s.Parked == 1
+		return s.Applied == 20 && s.Parked == 2
 	})
-	fm, err := c.Failures().List(context.Background(), driver.FailedFilter{Consumer: "stock"})
-	if err != nil || len(fm) != 1 {
+	fm, err := c.Failures().List(context.Background(), driver.FailedFilter{Consumer: "stock", Oldest: true})
+	if err != nil || len(fm) != 2 {
 		t.Fatalf("failed messages: %v %v", fm, err)
 	}
-	if fm[0].EventID != bad.EventID || fm[0].Attempts != 4 || !bytes.Equal(fm[0].Body, bad.Body) || fm[0].Source != b.queue {
-		t.Errorf("parked: event %s attempts %d source %q body %s", fm[0].EventID, fm[0].Attempts, fm[0].Source, fm[0].Body)
+	if fm[0].EventID != bad.EventID || fm[0].Attempts != 4 || !bytes.Equal(fm[0].Body, bad.Body) || fm[0].Source != b.queue || fm[0].HeldBy != 0 {
+		t.Errorf("parked: event %s attempts %d source %q held by %d body %s", fm[0].EventID, fm[0].Attempts, fm[0].Source, fm[0].HeldBy, fm[0].Body)
 	}
 	if !strings.Contains(fm[0].Error, "no such warehouse") {
 		t.Errorf("parked error %q", fm[0].Error)
+	}
+	if fm[1].EventID != later.EventID || fm[1].HeldBy != fm[0].ID {
+		t.Errorf("later event of the aggregate: %s held by %d; want %s held by %d", fm[1].EventID, fm[1].HeldBy, later.EventID, fm[0].ID)
 	}
 	eventually(t, 10*time.Second, "queue empty", func() bool { return queueDepth(t, b.url, b.queue) == 0 })
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/kafka"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/testdb"
@@ -257,8 +258,20 @@ func TestFailingMidPartition(t *testing.T) {
 		return disps, errs
 	}
 	sub, _ = subscribe(t, c, "mid", []string{topic}, deliver, func(cfg *kafka.SubscriberConfig) { cfg.BatchSize = 10 })
+	// The later records of the failing record's aggregate are parked
+	// behind it (it holds its aggregate), the others applied.
+	var applied, held []idem.Event
+	for i, ev := range evs {
+		switch {
+		case i == 201:
+		case i > 201 && ev.AggregateID == bad.AggregateID:
+			held = append(held, ev)
+		default:
+			applied = append(applied, ev)
+		}
+	}
 	testsvc.WaitFor(t, 30*time.Second, "every event applied or parked", func() bool {
-		return count(t, pg, `SELECT count(*) FROM effect`) == len(evs)-1 && cons.Stats().Parked == 1
+		return count(t, pg, `SELECT count(*) FROM effect`) == len(applied) && cons.Stats().Parked == uint64(1+len(held))
 	})
 	testsvc.WaitFor(t, 10*time.Second, "offsets committed to the end", func() bool {
 		var lag int64
@@ -313,7 +326,10 @@ func TestFailingMidPartition(t *testing.T) {
 			t.Errorf("partition %d: committed %d, end %d", p, off, ends[p])
 		}
 	}
-	checkOnceInOrder(t, pg, "mid", append(append([]idem.Event(nil), evs[:201]...), evs[202:]...))
+	if n := count(t, pg, `SELECT count(*) FROM failed_message WHERE held_by IS NOT NULL`); n != len(held) {
+		t.Errorf("%d records parked behind the failing one, want %d", n, len(held))
+	}
+	checkOnceInOrder(t, pg, "mid", applied)
 }
 
 // A consumer killed after its database commit and before its offset commit
@@ -566,4 +582,93 @@ func TestDeadLetterTopic(t *testing.T) {
 	if st := sub.Stats(); st.DeadLettered != 1 || st.Retries != 1 {
 		t.Errorf("stats: %+v", st)
 	}
+}
+
+// Failed attempts are counted in the consumer's database: a subscriber that
+// restarts (or takes the partition over in a rebalance) goes on counting,
+// and the record is parked at the retry policy's last attempt instead of
+// starting again at 1.
+func TestAttemptsSurviveARestart(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	c := newCluster(t, 1, topic)
+	pg := testdb.NewPostgres(t)
+	retry := inbox.RetryPolicy{MaxRetries: 3, InitialDelay: 50 * time.Millisecond, Jitter: -1}
+	var calls atomic.Int32
+	cons, err := newEffectConsumer(pg.Driver, "stock", retry, func(idem.Event) error {
+		calls.Add(1)
+		return errors.New("no such warehouse")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := newEvents(t, 1, 1)
+	if err := newPublisher(t, c).Publish(context.Background(), messages(t, evs)); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := subscribe(t, c, "stock", []string{topic}, cons.DeliverBatch)
+	testsvc.WaitFor(t, 30*time.Second, "two failed attempts", func() bool { return calls.Load() >= 2 })
+	stop()
+	// A new subscriber and consumer, as after a crash: two attempts left.
+	again, err := newEffectConsumer(pg.Driver, "stock", retry, func(idem.Event) error {
+		calls.Add(1)
+		return errors.New("no such warehouse")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subscribe(t, c, "stock", []string{topic}, again.DeliverBatch)
+	testsvc.WaitFor(t, 30*time.Second, "the record parked", func() bool { return count(t, pg, `SELECT count(*) FROM failed_message`) == 1 })
+	if n := calls.Load(); n != 4 {
+		t.Errorf("handler called %d times, want 4 (MaxRetries 3) across the restart", n)
+	}
+	if n := count(t, pg, `SELECT attempts FROM failed_message`); n != 4 {
+		t.Errorf("parked with %d attempts, want 4", n)
+	}
+}
+
+// "idem failed retry" re-drives a record parked from Kafka: the publisher
+// produces it again to its topic, with its key and headers, and the
+// consumer applies it once its cause is fixed.
+func TestRedeliverParkedRecord(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	c := newCluster(t, 2, topic)
+	pg := testdb.NewPostgres(t)
+	var broken atomic.Bool
+	broken.Store(true)
+	cons, err := newEffectConsumer(pg.Driver, "stock", inbox.RetryPolicy{}, func(idem.Event) error {
+		if broken.Load() {
+			return idem.Permanent(errors.New("unknown product"))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := newEvents(t, 1, 1)
+	msgs := messages(t, evs)
+	msgs[0].Headers = map[string]string{"traceparent": "00-abc-def-01"}
+	pub := newPublisher(t, c)
+	if err := pub.Publish(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	subscribe(t, c, "stock", []string{topic}, cons.DeliverBatch)
+	testsvc.WaitFor(t, 30*time.Second, "the record parked", func() bool { return count(t, pg, `SELECT count(*) FROM failed_message`) == 1 })
+	ctx := context.Background()
+	parked, err := cons.Failures().List(ctx, driver.FailedFilter{})
+	if err != nil || len(parked) != 1 {
+		t.Fatalf("failure store: %v, %v", parked, err)
+	}
+	m := parked[0]
+	if !strings.HasPrefix(m.Source, topic+"/") || string(m.Key) != evs[0].AggregateID || m.Headers["traceparent"] != "00-abc-def-01" {
+		t.Fatalf("parked record %+v: want its topic/partition, key and headers", m)
+	}
+	broken.Store(false)
+	err = pub.Redeliver(ctx, m.Source, []idem.Message{{EventID: m.EventID, EventName: m.EventName, Key: m.Key, Headers: m.Headers, Body: m.Body}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsvc.WaitFor(t, 30*time.Second, "the re-driven record applied", func() bool { return cons.Stats().Applied == 1 })
+	checkOnceInOrder(t, pg, "stock", evs)
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 
 	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
@@ -188,7 +190,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
 		wg.Add(1)
 		p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 			if err != nil {
-				errs[i] = fmt.Errorf("idem: kafka: produce %s to %s: %w", m.EventID, rec.Topic, err)
+				errs[i] = produceError(fmt.Errorf("idem: kafka: produce %s to %s: %w", m.EventID, rec.Topic, err))
 			}
 			wg.Done()
 		})
@@ -200,6 +202,19 @@ func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
 		}
 	}
 	return nil
+}
+
+// produceError marks with idem.Transient the produce errors that say the
+// cluster is unavailable for now (a retriable Kafka error, such as
+// NOT_ENOUGH_REPLICAS or LEADER_NOT_AVAILABLE, that outlasted the client's
+// retries, or a record timeout), so that a relay waits for the cluster
+// instead of counting them against the message.
+func produceError(err error) error {
+	if kerr.IsRetriable(err) || errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrRecordRetries) ||
+		errors.Is(err, kgo.ErrMaxBuffered) {
+		return idem.Transient(err)
+	}
+	return err
 }
 
 // Redeliver produces msgs again, exactly as they were received (key,
@@ -239,7 +254,7 @@ func (p *Publisher) Redeliver(ctx context.Context, source string, msgs []idem.Me
 		wg.Add(1)
 		p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 			if err != nil {
-				errs[i] = fmt.Errorf("idem: kafka: redeliver %s to %s: %w", m.EventID, topic, err)
+				errs[i] = produceError(fmt.Errorf("idem: kafka: redeliver %s to %s: %w", m.EventID, topic, err))
 			}
 			wg.Done()
 		})

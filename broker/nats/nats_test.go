@@ -266,7 +266,7 @@ func TestAlwaysFailingIsParkedThenRetriedToOneConsumer(t *testing.T) {
 	b.subscribe(t, "shipping", shipping.DeliverBatch)
 	var good []idem.Message
 	for i := range 20 {
-		good = append(good, newMessage(t, "order.order.placed.v1", fmt.Sprint(i)))
+		good = append(good, newMessage(t, "order.order.placed.v1", fmt.Sprint("g", i)))
 	}
 	publishAll(t, b.pub, bad)
 	publishAll(t, b.pub, good...)

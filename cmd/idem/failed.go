@@ -32,29 +32,37 @@ func init() {
 		name:    "failed",
 		summary: "list, show, retry or remove messages in a consumer's failure store",
 		usage: `Usage:
-  idem failed list   [--db URL] [--consumer C] [--event NAME] [--since T] [--limit N]
+  idem failed list   [--db URL] [--consumer C] [--event NAME] [--since T] [--held-by ID] [--limit N]
   idem failed show   [--db URL] ID
-  idem failed retry  [--db URL] [--broker URL] ID... | --all [--consumer C] [--event NAME] [--since T]
-  idem failed remove [--db URL] [--yes] ID... | --all [--consumer C] [--event NAME] [--since T]
+  idem failed retry  [--db URL] [--broker URL] ID... | --all [--consumer C] [--event NAME] [--since T] [--held-by ID]
+  idem failed remove [--db URL] [--yes] ID... | --all [--consumer C] [--event NAME] [--since T] [--held-by ID]
 
 The failure store (table failed_message of a consumer's database) keeps the
 messages a consumer could not decode, or that failed on every attempt or with
 a permanent error, exactly as they were received: body, headers, the queue
 they came from, the error history and the attempt count.
 
+A parked message holds its aggregate: the later messages of that aggregate
+that reach the consumer are parked behind it ("held by" its ID), so that an
+aggregate's events are never applied out of order. --held-by ID selects them.
+
 list shows the newest messages first, --limit of them (0: all).
 
 retry publishes each stored message again, unchanged (same body, same event
-id), to the queue it was received from only, and removes it from the store
-once the broker confirmed it. Its attempt count starts again at 1. Fix the
-handler first: the consumer deduplicates on the event id, so a message that
-was in fact applied meanwhile is skipped. With --all it goes through every
+id, its headers plus idem-redrive with its ID), to the queue it was received
+from only. The consumer removes it from the store once it is applied (or
+found applied already: the consumer deduplicates on the event id); if it
+fails again it is parked again, in the same entry. Its attempt count starts
+again at 1. Fix the handler first. Retrying a message also retries the
+messages held behind it, after it. With --all it goes through every
 matching message, oldest first, so that the messages of one aggregate go
 back in the order they were parked; messages parked while it runs (a retried
 message failing again) wait for the next run.
 
 remove deletes stored messages; it asks for confirmation unless --yes. With
---all it goes through every matching message.
+--all it goes through every matching message. Removing a message releases
+its aggregate: the messages held behind it stay in the store, to retry or
+remove (--held-by ID).
 
 --since takes an RFC 3339 time, a date, or a duration back from now (2h).
 
@@ -74,6 +82,7 @@ Examples:
 			limit := fs.Int("limit", 100, "with list: the most messages to list (0: all)")
 			all := fs.Bool("all", false, "with retry or remove: every message matching the filters instead of IDs")
 			yes := fs.Bool("yes", false, "with remove: do not ask for confirmation")
+			heldBy := fs.Int64("held-by", 0, "only messages parked behind this message ID (held by it)")
 			return func(ctx context.Context, e *env, args []string) error {
 				if quarantine.relay {
 					return quarantine.run(ctx, e, args)
@@ -86,7 +95,10 @@ Examples:
 				if err != nil {
 					return err
 				}
-				filter := driver.FailedFilter{Consumer: *consumer, EventName: *event, Since: sinceT}
+				if *heldBy < 0 {
+					return usagef("--held-by %d: want a message ID", *heldBy)
+				}
+				filter := driver.FailedFilter{Consumer: *consumer, EventName: *event, Since: sinceT, HeldBy: *heldBy}
 				var ids []int64
 				switch action {
 				case "list":
@@ -165,18 +177,32 @@ Examples:
 					return err
 				}
 				defer closePub()
-				var failed int
+				var done, failed int
 				for _, m := range msgs {
-					ok, err := retryFailed(ctx, e, store, rd, m)
+					if !retryFailed(ctx, e, rd, m) {
+						failed++
+						continue
+					}
+					done++
+					// Then the messages held behind it, in the order they
+					// were parked.
+					held := driver.FailedFilter{HeldBy: m.ID, Oldest: true, Limit: inbox.FailedPageSizeDefault}
+					err := store.Pages(ctx, held, func(page []driver.FailedMessage) error {
+						for _, h := range page {
+							if retryFailed(ctx, e, rd, h) {
+								done++
+							} else {
+								failed++
+							}
+						}
+						return nil
+					})
 					if err != nil {
 						return err
 					}
-					if !ok {
-						failed++
-					}
 				}
 				if failed > 0 {
-					return fmt.Errorf("%d of %d message(s) not retried", failed, len(msgs))
+					return fmt.Errorf("%d of %d message(s) not retried", failed, done+failed)
 				}
 				return nil
 			}
@@ -257,11 +283,7 @@ func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter dr
 				done++
 				continue
 			}
-			ok, err := retryFailed(ctx, e, store, rd, m)
-			if err != nil {
-				return err
-			}
-			if ok {
+			if retryFailed(ctx, e, rd, m) {
 				done++
 			} else {
 				failed++
@@ -301,24 +323,26 @@ func openRedeliverer(ctx context.Context, e *env, brokerURL string) (redeliverer
 	return rd, func() { _ = pub.Close() }, nil
 }
 
-// retryFailed publishes m again to the queue it came from and removes it
-// from the store. It reports false, after saying why on stderr, when m was
-// not published; an error means the store failed after publishing.
-func retryFailed(ctx context.Context, e *env, store *inbox.FailureStore, rd redeliverer, m driver.FailedMessage) (bool, error) {
+// retryFailed publishes m again to the queue it came from, marked with
+// idem.HeaderRedrive: the consumer removes it from the store once applied.
+// It reports false, after saying why on stderr, when m was not published.
+func retryFailed(ctx context.Context, e *env, rd redeliverer, m driver.FailedMessage) bool {
 	if m.Source == "" {
 		fmt.Fprintf(e.stderr, "idem failed retry: %d: the queue it came from is unknown; not retried\n", m.ID)
-		return false, nil
+		return false
 	}
-	msg := idemmsg.Message{EventID: m.EventID, EventName: m.EventName, Key: m.Key, Headers: m.Headers, Body: m.Body}
+	headers := make(map[string]string, len(m.Headers)+1)
+	for k, v := range m.Headers {
+		headers[k] = v
+	}
+	headers[idemmsg.HeaderRedrive] = strconv.FormatInt(m.ID, 10)
+	msg := idemmsg.Message{EventID: m.EventID, EventName: m.EventName, Key: m.Key, Headers: headers, Body: m.Body}
 	if err := rd.Redeliver(ctx, m.Source, []idemmsg.Message{msg}); err != nil {
 		fmt.Fprintf(e.stderr, "idem failed retry: %d: %v\n", m.ID, err)
-		return false, nil
-	}
-	if _, err := store.Remove(ctx, m.ID); err != nil {
-		return false, fmt.Errorf("message %d was published again but could not be removed from the store (the consumer will skip the copy if it applies it twice): %w", m.ID, err)
+		return false
 	}
 	fmt.Fprintf(e.stdout, "Retried %d (%s %s) to %s\n", m.ID, printable([]byte(m.EventName)), m.EventID, printable([]byte(m.Source)))
-	return true, nil
+	return true
 }
 
 func removeFailed(ctx context.Context, e *env, store *inbox.FailureStore, m driver.FailedMessage) error {
@@ -326,6 +350,9 @@ func removeFailed(ctx context.Context, e *env, store *inbox.FailureStore, m driv
 		return err
 	}
 	fmt.Fprintf(e.stdout, "Removed %d (%s %s)\n", m.ID, printable([]byte(m.EventName)), m.EventID)
+	if held, err := store.List(ctx, driver.FailedFilter{HeldBy: m.ID, Limit: 1}); err == nil && len(held) > 0 {
+		fmt.Fprintf(e.stdout, "  messages held behind %d stay in the store: idem failed list --held-by %d\n", m.ID, m.ID)
+	}
 	return nil
 }
 

@@ -234,6 +234,9 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// What logs to the default logger (the embedded NATS server) logs to
+	// the shop's.
+	slog.SetDefault(log)
 	if err := embeddedDefaults(&cfg); err != nil {
 		return err
 	}

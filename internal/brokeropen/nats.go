@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -48,7 +49,8 @@ func natsStream(u *url.URL, prefix string) nats.StreamConfig {
 // natsConn returns the connection settings for u: its URL without idem's
 // parameters, or a connection to an embedded server (nats://embedded) shared
 // by everything the process opens on the same dir, and a release function.
-func natsConn(ctx context.Context, u *url.URL, name string) (nats.ConnConfig, func() error, error) {
+// An embedded server logs its warnings and errors to log.
+func natsConn(ctx context.Context, u *url.URL, name string, log *slog.Logger) (nats.ConnConfig, func() error, error) {
 	q := u.Query()
 	if u.Host != "embedded" {
 		q.Del("stream")
@@ -58,7 +60,16 @@ func natsConn(ctx context.Context, u *url.URL, name string) (nats.ConnConfig, fu
 		v.RawQuery = q.Encode()
 		return nats.ConnConfig{URL: v.String(), Name: name}, func() error { return nil }, nil
 	}
-	srv, release, err := acquireEmbedded(ctx, q.Get("dir"), embedded.Config{Listen: q.Get("listen"), SyncAlways: q.Get("sync") == "always"})
+	var syncAlways bool
+	switch q.Get("sync") {
+	case "", "always":
+		syncAlways = true
+	case "interval":
+	default:
+		return nats.ConnConfig{}, nil, fmt.Errorf("broker URL %s: sync=%q: want always (the default: each message is on disk before it is acknowledged) or interval (faster; a machine crash can lose the last two minutes)",
+			broker.RedactURL(u.String()), q.Get("sync"))
+	}
+	srv, release, err := acquireEmbedded(ctx, q.Get("dir"), embedded.Config{Listen: q.Get("listen"), SyncAlways: syncAlways, Logger: log})
 	if err != nil {
 		return nats.ConnConfig{}, nil, err
 	}
@@ -73,11 +84,12 @@ func natsConn(ctx context.Context, u *url.URL, name string) (nats.ConnConfig, fu
 // server; nats://embedded (or just "embedded") starts one in the process,
 // with JetStream data in the dir parameter (default idem-data/nats),
 // listening on the listen parameter if set (for example 127.0.0.1:4222),
-// syncing each message to disk with sync=always; the last user to close
+// syncing each message to disk before acknowledging it unless
+// sync=interval, and logging to slog.Default(); the last user to close
 // stops it. The parameters stream and prefix override the stream name
 // (EVENTS) and subject prefix (events).
 func openNATS(ctx context.Context, u *url.URL, prefix string) (Publisher, error) {
-	cc, release, err := natsConn(ctx, u, "idem")
+	cc, release, err := natsConn(ctx, u, "idem", slog.Default())
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +141,7 @@ type natsSubscriber struct {
 }
 
 func (s *natsSubscriber) Start(ctx context.Context) error {
-	cc, release, err := natsConn(ctx, s.u, s.cfg.Consumer)
+	cc, release, err := natsConn(ctx, s.u, s.cfg.Consumer, s.cfg.Logger)
 	if err != nil {
 		return err
 	}

@@ -39,10 +39,12 @@ func emails(t *testing.T, mail *carrier.Server) int64 {
 func TestImpossibleEventsAreParked(t *testing.T) {
 	t.Parallel()
 	s, db, mail := setup(t)
-	id := shoptest.OrderID()
-	bad := shoptest.BadOrderPlaced(id)
-	for what, payload := range bad {
-		d := shoptest.Deliver(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, id, 1, payload))
+	// Each impossible event is about an order of its own: a parked event
+	// holds the later events of its order.
+	bad := shoptest.BadOrderPlaced(shoptest.OrderID())
+	for what := range bad {
+		bid := shoptest.OrderID()
+		d := shoptest.Deliver(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, bid, 1, shoptest.BadOrderPlaced(bid)[what]))
 		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
 			t.Errorf("order placed, %s: outcome %v (%v), want parked", what, d.Outcome, d.Err)
 		}
@@ -55,16 +57,19 @@ func TestImpossibleEventsAreParked(t *testing.T) {
 	}
 
 	inv := idem.NewEventID().String()
-	badInvoices := map[string]string{
-		"missing order id":   `{"invoiceId":"` + inv + `","customerId":"c-1","lines":1}`,
-		"malformed order id": `{"orderId":"42","invoiceId":"` + inv + `","customerId":"c-1","lines":1}`,
-		"missing invoice id": `{"orderId":"` + id + `","customerId":"c-1","lines":1}`,
-		"bad customer id":    `{"orderId":"` + id + `","invoiceId":"` + inv + `","customerId":"c 1","lines":1}`,
-		"no lines":           `{"orderId":"` + id + `","invoiceId":"` + inv + `","customerId":"c-1","lines":0}`,
-		"lines as string":    `{"orderId":"` + id + `","invoiceId":"` + inv + `","customerId":"c-1","lines":"1"}`,
+	badInvoices := func(id string) map[string]string {
+		return map[string]string{
+			"missing order id":   `{"invoiceId":"` + inv + `","customerId":"c-1","lines":1}`,
+			"malformed order id": `{"orderId":"42","invoiceId":"` + inv + `","customerId":"c-1","lines":1}`,
+			"missing invoice id": `{"orderId":"` + id + `","customerId":"c-1","lines":1}`,
+			"bad customer id":    `{"orderId":"` + id + `","invoiceId":"` + inv + `","customerId":"c 1","lines":1}`,
+			"no lines":           `{"orderId":"` + id + `","invoiceId":"` + inv + `","customerId":"c-1","lines":0}`,
+			"lines as string":    `{"orderId":"` + id + `","invoiceId":"` + inv + `","customerId":"c-1","lines":"1"}`,
+		}
 	}
-	for what, payload := range badInvoices {
-		d := shoptest.Deliver(t, s.mailer, shoptest.Event(t, shop.InvoiceCreated, id, 1, payload))
+	for what := range badInvoices("") {
+		bid := shoptest.OrderID()
+		d := shoptest.Deliver(t, s.mailer, shoptest.Event(t, shop.InvoiceCreated, bid, 1, badInvoices(bid)[what]))
 		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
 			t.Errorf("invoice created, %s: outcome %v (%v), want parked", what, d.Outcome, d.Err)
 		}
@@ -73,6 +78,7 @@ func TestImpossibleEventsAreParked(t *testing.T) {
 		t.Fatalf("%d e-mails sent for impossible invoices", n)
 	}
 
+	id := shoptest.OrderID()
 	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
 	created := shoptest.Outbox(t, db, shop.InvoiceCreated)
 	if len(created) != 1 {

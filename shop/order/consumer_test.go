@@ -45,25 +45,31 @@ func TestConsumerParksImpossibleEvents(t *testing.T) {
 	s, srv, db := setupSQLite(t, Config{})
 	id := placeJSON(t, srv.URL).ID
 	prep := idem.NewEventID().String()
-	bad := map[string]idem.Event{
-		"created, no order id":        shoptest.Event(t, shop.PreparationCreated, id, 0, `{"preparationId":"`+prep+`"}`),
-		"created, malformed order id": shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"x","preparationId":"`+prep+`"}`),
-		"created, no preparation id":  shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"`+id+`"}`),
-		"created, another order":      shoptest.Event(t, shop.PreparationCreated, id, 0, shop.PreparationCreatedV1{OrderID: shoptest.OrderID(), PreparationID: prep}),
-		"requested, no pickup":        shoptest.Event(t, shop.ShipmentRequested, id, 0, `{"orderId":"`+id+`","idempotencyKey":"k"}`),
-		"requested, pickup a number":  shoptest.Event(t, shop.ShipmentRequested, id, 0, `{"orderId":"`+id+`","pickupId":7,"idempotencyKey":"k"}`),
-		"requested, bad pickup":       shoptest.Event(t, shop.ShipmentRequested, id, 0, `{"orderId":"`+id+`","pickupId":"a b","idempotencyKey":"k"}`),
-		"cancelled, no order id":      shoptest.Event(t, shop.PreparationCancelled, id, 0, `{"preparationId":"`+prep+`"}`),
-		"cancelled, payload a list":   shoptest.Event(t, shop.PreparationCancelled, id, 0, `[]`),
+	// Each impossible event is about an order of its own: a parked event
+	// holds the later events of its order.
+	bad := func(id string) map[string]idem.Event {
+		return map[string]idem.Event{
+			"created, no order id":        shoptest.Event(t, shop.PreparationCreated, id, 0, `{"preparationId":"`+prep+`"}`),
+			"created, malformed order id": shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"x","preparationId":"`+prep+`"}`),
+			"created, no preparation id":  shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"`+id+`"}`),
+			"created, another order":      shoptest.Event(t, shop.PreparationCreated, id, 0, shop.PreparationCreatedV1{OrderID: shoptest.OrderID(), PreparationID: prep}),
+			"requested, no pickup":        shoptest.Event(t, shop.ShipmentRequested, id, 0, `{"orderId":"`+id+`","idempotencyKey":"k"}`),
+			"requested, pickup a number":  shoptest.Event(t, shop.ShipmentRequested, id, 0, `{"orderId":"`+id+`","pickupId":7,"idempotencyKey":"k"}`),
+			"requested, bad pickup":       shoptest.Event(t, shop.ShipmentRequested, id, 0, `{"orderId":"`+id+`","pickupId":"a b","idempotencyKey":"k"}`),
+			"cancelled, no order id":      shoptest.Event(t, shop.PreparationCancelled, id, 0, `{"preparationId":"`+prep+`"}`),
+			"cancelled, payload a list":   shoptest.Event(t, shop.PreparationCancelled, id, 0, `[]`),
+		}
 	}
-	for what, ev := range bad {
+	cases := bad(shoptest.OrderID())
+	for what := range cases {
+		ev := bad(shoptest.OrderID())[what]
 		d := shoptest.Deliver(t, s.Consumer(), ev)
 		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
 			t.Errorf("%s: outcome %v (%v), want parked", what, d.Outcome, d.Err)
 		}
 	}
-	if n := shoptest.Parked(t, db, ConsumerName); n != int64(len(bad)) {
-		t.Fatalf("%d parked, want %d", n, len(bad))
+	if n := shoptest.Parked(t, db, ConsumerName); n != int64(len(cases)) {
+		t.Fatalf("%d parked, want %d", n, len(cases))
 	}
 	o, err := s.Get(context.Background(), id)
 	if err != nil || o.Fulfilment != FulfilmentAwaiting {

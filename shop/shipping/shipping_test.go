@@ -96,10 +96,12 @@ func TestTwoEventsOnePreparation(t *testing.T) {
 func TestImpossibleEventsAreParked(t *testing.T) {
 	t.Parallel()
 	s, db, carrierSrv := setup(t)
-	id := shoptest.OrderID()
-	bad := shoptest.BadOrderPlaced(id)
-	for what, payload := range bad {
-		d := shoptest.Deliver(t, s.preparation, shoptest.Event(t, shop.OrderPlaced, id, 1, payload))
+	// Each impossible event is about an order of its own: a parked event
+	// holds the later events of its order.
+	bad := shoptest.BadOrderPlaced(shoptest.OrderID())
+	for what := range bad {
+		bid := shoptest.OrderID()
+		d := shoptest.Deliver(t, s.preparation, shoptest.Event(t, shop.OrderPlaced, bid, 1, shoptest.BadOrderPlaced(bid)[what]))
 		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
 			t.Errorf("order placed, %s: outcome %v (%v), want parked", what, d.Outcome, d.Err)
 		}
@@ -107,16 +109,21 @@ func TestImpossibleEventsAreParked(t *testing.T) {
 	if n := shoptest.Count(t, db, `SELECT count(*) FROM preparation`); n != 0 {
 		t.Fatalf("%d preparations from impossible orders", n)
 	}
+	id := shoptest.OrderID()
 	shoptest.Applied(t, s.preparation, shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
 
 	prep := idem.NewEventID().String()
-	for what, ev := range map[string]idem.Event{
-		"cancelled, no order id":      shoptest.Event(t, shop.OrderCancelled, id, 2, `{}`),
-		"cancelled, malformed id":     shoptest.Event(t, shop.OrderCancelled, id, 2, `{"orderId":"`+id+`x"}`),
-		"cancelled, id as number":     shoptest.Event(t, shop.OrderCancelled, id, 2, `{"orderId":7}`),
-		"cancelled, another order":    shoptest.Event(t, shop.OrderCancelled, id, 2, shop.OrderCancelledV1{OrderID: shoptest.OrderID()}),
-		"cancelled, payload a string": shoptest.Event(t, shop.OrderCancelled, id, 2, `"`+id+`"`),
-	} {
+	badCancels := func(id string) map[string]idem.Event {
+		return map[string]idem.Event{
+			"cancelled, no order id":      shoptest.Event(t, shop.OrderCancelled, id, 2, `{}`),
+			"cancelled, malformed id":     shoptest.Event(t, shop.OrderCancelled, id, 2, `{"orderId":"`+id+`x"}`),
+			"cancelled, id as number":     shoptest.Event(t, shop.OrderCancelled, id, 2, `{"orderId":7}`),
+			"cancelled, another order":    shoptest.Event(t, shop.OrderCancelled, id, 2, shop.OrderCancelledV1{OrderID: shoptest.OrderID()}),
+			"cancelled, payload a string": shoptest.Event(t, shop.OrderCancelled, id, 2, `"`+id+`"`),
+		}
+	}
+	for what := range badCancels("") {
+		ev := badCancels(shoptest.OrderID())[what]
 		d := shoptest.Deliver(t, s.preparation, ev)
 		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
 			t.Errorf("%s: outcome %v (%v), want parked", what, d.Outcome, d.Err)
@@ -125,12 +132,16 @@ func TestImpossibleEventsAreParked(t *testing.T) {
 	if n := shoptest.Count(t, db, `SELECT count(*) FROM preparation WHERE status = 'active'`); n != 1 {
 		t.Fatalf("%d active preparations after impossible cancellations, want 1", n)
 	}
-	for what, ev := range map[string]idem.Event{
-		"no order id":          shoptest.Event(t, shop.PreparationCreated, id, 0, `{"preparationId":"`+prep+`"}`),
-		"no preparation id":    shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"`+id+`"}`),
-		"malformed order id":   shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"../../x","preparationId":"`+prep+`"}`),
-		"preparation a number": shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"`+id+`","preparationId":1}`),
-	} {
+	badCreated := func(id string) map[string]idem.Event {
+		return map[string]idem.Event{
+			"no order id":          shoptest.Event(t, shop.PreparationCreated, id, 0, `{"preparationId":"`+prep+`"}`),
+			"no preparation id":    shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"`+id+`"}`),
+			"malformed order id":   shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"../../x","preparationId":"`+prep+`"}`),
+			"preparation a number": shoptest.Event(t, shop.PreparationCreated, id, 0, `{"orderId":"`+id+`","preparationId":1}`),
+		}
+	}
+	for what := range badCreated("") {
+		ev := badCreated(shoptest.OrderID())[what]
 		d := shoptest.Deliver(t, s.pickup, ev)
 		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
 			t.Errorf("preparation created, %s: outcome %v (%v), want parked", what, d.Outcome, d.Err)

@@ -27,10 +27,12 @@ func setup(t *testing.T) (*Service, *store.DB) {
 func TestImpossibleOrdersAreParked(t *testing.T) {
 	t.Parallel()
 	s, db := setup(t)
-	id := shoptest.OrderID()
-	bad := shoptest.BadOrderPlaced(id)
-	for what, payload := range bad {
-		d := shoptest.Deliver(t, s.Consumer(), shoptest.Event(t, shop.OrderPlaced, id, 1, payload))
+	// Each impossible event is about an order of its own: a parked event
+	// holds the later events of its order.
+	bad := shoptest.BadOrderPlaced(shoptest.OrderID())
+	for what := range bad {
+		bid := shoptest.OrderID()
+		d := shoptest.Deliver(t, s.Consumer(), shoptest.Event(t, shop.OrderPlaced, bid, 1, shoptest.BadOrderPlaced(bid)[what]))
 		if d.Outcome != inbox.Parked || !idem.IsPermanent(d.Err) {
 			t.Errorf("%s: outcome %v (%v), want parked with a permanent error", what, d.Outcome, d.Err)
 		}
@@ -45,6 +47,7 @@ func TestImpossibleOrdersAreParked(t *testing.T) {
 		t.Fatalf("%d processed_event markers for parked messages", n)
 	}
 
+	id := shoptest.OrderID()
 	shoptest.Applied(t, s.Consumer(), shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
 	for product, q := range map[string]string{"p-1": "2.000", "p-2": "0.500"} {
 		if n := shoptest.Count(t, db, `SELECT count(*) FROM reservation WHERE order_id = $1 AND product_id = $2 AND quantity = $3`, id, product, q); n != 1 {
