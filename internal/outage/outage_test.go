@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -395,6 +396,66 @@ func TestDownstreamOutage(t *testing.T) {
 	current.Start()
 	mu.Unlock()
 	back := time.Now()
+	testsvc.WaitFor(t, 60*time.Second, "every event applied after the outage", func() bool { return p.applied(t) >= len(p.sent) })
+	p.resumed(t, back)
+}
+
+// A NATS server (not embedded in the consumer's process) is stopped for 10
+// seconds and started again on the same port and data: the client
+// reconnects, the subscriber consumes again within seconds, nothing is lost
+// or parked.
+func TestNATSServerOutage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := func(listen string) *embedded.Server {
+		srv, err := embedded.Start(context.Background(), embedded.Config{Dir: dir, Listen: listen, SyncAlways: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	srv := start("127.0.0.1:0")
+	addr := strings.TrimPrefix(srv.ClientURL(), "nats://")
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+
+	p := &pipe{name: "nats", pg: testdb.NewPostgres(t)}
+	p.cons = newConsumer(t, p.pg, "outage-nats-server", nil)
+	cc := nats.ConnConfig{URL: srv.ClientURL(), Logger: logger()}
+	pub, err := nats.NewPublisher(context.Background(), nats.PublisherConfig{ConnConfig: cc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	p.pub = pub
+	sub, err := nats.NewSubscriber(nats.SubscriberConfig{ConnConfig: cc, Consumer: p.cons.Name()}, p.cons.DeliverBatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsvc.Start(t, sub)
+	p.publish(t, 100)
+	testsvc.WaitFor(t, 30*time.Second, "first events applied", func() bool { return p.applied(t) == len(p.sent) })
+
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second) // the broker is away
+	srv = start(addr)
+	back := time.Now()
+	probe, err := idem.NewEvent(eventName, "order", "probe", map[string]int{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := idem.NewMessage(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsvc.WaitFor(t, 30*time.Second, "a publish accepted again", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return pub.Publish(ctx, []idem.Message{pm}) == nil
+	})
+	p.sent = append(p.sent, pm)
+	p.publish(t, 100)
 	testsvc.WaitFor(t, 60*time.Second, "every event applied after the outage", func() bool { return p.applied(t) >= len(p.sent) })
 	p.resumed(t, back)
 }
