@@ -21,8 +21,27 @@
 // would make the second one skip.
 //
 // Transports (broker/amqp, broker/kafka, broker/nats) feed the consumer through
-// Deliver, which also decodes messages, applies the RetryPolicy and parks what
-// cannot succeed in the failure store.
+// DeliverBatch, which also decodes messages and sorts failures: a fault of a
+// dependency (the consumer's database, the network, a downstream service a
+// handler reports with idem.Transient) pauses consumption without counting
+// an attempt; bad input (undecodable, idem.Permanent) is parked at once in
+// the failure store; other handler errors are retried by the RetryPolicy,
+// with attempts counted in the database, then parked. The events of one
+// aggregate keep their order through retries and parking.
+//
+// Handlers reject input they can never apply with idem.Permanent, and
+// report a dependency that is away with idem.Transient:
+//
+//	c.Handle("order.order.placed.v1", func(ctx context.Context, tx pgx.Tx, ev idem.Event) error {
+//		var p OrderPlaced
+//		if err := json.Unmarshal(ev.Payload, &p); err != nil || p.Quantity <= 0 {
+//			return idem.Permanent(fmt.Errorf("impossible order: %v", err)) // parked at once
+//		}
+//		if err := carrier.RequestPickup(ctx, p.OrderID); err != nil {
+//			return idem.Transient(err) // the carrier is away: pause, retry, count nothing
+//		}
+//		...
+//	})
 package inbox
 
 import (

@@ -281,19 +281,7 @@ func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, cons
 	if len(types) == 0 {
 		return out, nil
 	}
-	err := driver.QueryRows(ctx, ex, d.q.parkedAggregates, []any{failrow.Text(consumer), types, ids}, func(rows driver.Rows) error {
-		var (
-			enc driver.AggregateRef
-			id  int64
-		)
-		if err := rows.Scan(&enc.Type, &enc.ID, &id); err != nil {
-			return err
-		}
-		if a, ok := back[enc]; ok {
-			out[a] = id
-		}
-		return nil
-	})
+	err := driver.QueryRows(ctx, ex, d.q.parkedAggregates, []any{failrow.Text(consumer), types, ids}, failrow.ScanParked(out, back))
 	if err != nil {
 		return nil, d.wrap(err)
 	}

@@ -304,33 +304,8 @@ func (d *Dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer 
 // ParkedAggregates implements driver.Dialect, in one statement per 1000
 // aggregates.
 func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []driver.AggregateRef) (map[driver.AggregateRef]int64, error) {
-	out := map[driver.AggregateRef]int64{}
-	types, ids, back := failrow.Aggregates(aggs)
-	for start := 0; start < len(types); start += chunk {
-		end := min(len(types), start+chunk)
-		args := make([]any, 0, 1+2*(end-start))
-		args = append(args, failrow.Text(consumer))
-		for i := start; i < end; i++ {
-			args = append(args, types[i], ids[i])
-		}
-		err := driver.QueryRows(ctx, ex, d.q.parkedAggregates(end-start), args, func(rows driver.Rows) error {
-			var (
-				enc driver.AggregateRef
-				id  int64
-			)
-			if err := rows.Scan(&enc.Type, &enc.ID, &id); err != nil {
-				return err
-			}
-			if a, ok := back[enc]; ok {
-				out[a] = id
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, d.wrap(err)
-		}
-	}
-	return out, nil
+	out, err := failrow.ParkedAggregates(ctx, ex, consumer, aggs, chunk, d.q.parkedAggregates)
+	return out, d.wrap(err)
 }
 
 // HasParkedAggregates implements driver.Dialect.

@@ -88,7 +88,8 @@ func subscribeTo(t *testing.T, transport string, c *inbox.Consumer[*sql.Tx]) bro
 // first delivery of "order placed" fails, on every transport: shipping
 // applies "placed" (its retry) before "cancelled", so the preparation is
 // created, then cancelled; never a preparation made after the cancellation,
-// nor a cancellation lost before it.
+// nor a cancellation lost before it. Then an impossible order published
+// straight to the broker is parked, not applied.
 func TestOrderKeptThroughRetries(t *testing.T) {
 	for _, transport := range []string{"amqp", "nats", "kafka"} {
 		t.Run(transport, func(t *testing.T) {
@@ -144,6 +145,25 @@ func TestOrderKeptThroughRetries(t *testing.T) {
 			}
 			if n := shoptest.Count(t, db, `SELECT count(*) FROM preparation WHERE order_id = $1 AND status = 'active'`, id); n != 0 {
 				t.Errorf("the cancelled order has %d active preparation(s)", n)
+			}
+
+			// An impossible order published straight to the broker (a
+			// quantity of -7) is parked, not applied.
+			bad := shoptest.OrderID()
+			badEv := shoptest.Event(t, shop.OrderPlaced, bad, 1,
+				`{"orderId":"`+bad+`","customerId":"c-1","lines":[{"productId":"p-1","quantity":"-7"}]}`)
+			m, err := idem.NewMessage(badEv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pub.Publish(ctx, []idem.Message{m}); err != nil {
+				t.Fatal(err)
+			}
+			testsvc.WaitFor(t, 30*time.Second, "the impossible order parked", func() bool {
+				return shoptest.Parked(t, db, PreparationConsumer) == 1
+			})
+			if n := shoptest.Count(t, db, `SELECT count(*) FROM preparation WHERE order_id = $1`, bad); n != 0 {
+				t.Errorf("%d preparation(s) of an order of -7", n)
 			}
 		})
 	}

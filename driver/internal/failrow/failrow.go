@@ -5,6 +5,7 @@
 package failrow
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 
@@ -105,3 +106,43 @@ func Aggregates(aggs []driver.AggregateRef) (types, ids []string, back map[drive
 // Text is textenc.Encode, for the other text columns (consumer names,
 // delivery_attempt's last_error).
 func Text(s string) string { return textenc.Encode(s) }
+
+// ScanParked returns a scan function for driver.QueryRows over rows of
+// (encoded aggregate type, encoded aggregate id, failed_message id), which
+// records each id in out under the AggregateRef back maps its pair to.
+func ScanParked(out map[driver.AggregateRef]int64, back map[driver.AggregateRef]driver.AggregateRef) func(driver.Rows) error {
+	return func(rows driver.Rows) error {
+		var (
+			enc driver.AggregateRef
+			id  int64
+		)
+		if err := rows.Scan(&enc.Type, &enc.ID, &id); err != nil {
+			return err
+		}
+		if a, ok := back[enc]; ok {
+			out[a] = id
+		}
+		return nil
+	}
+}
+
+// ParkedAggregates is driver.Dialect.ParkedAggregates for the dialects
+// whose statement takes the encoded consumer, then a type and an id per
+// aggregate: query(n) is the statement for n aggregates, run once per chunk
+// of at most chunk aggregates.
+func ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []driver.AggregateRef, chunk int, query func(n int) string) (map[driver.AggregateRef]int64, error) {
+	out := map[driver.AggregateRef]int64{}
+	types, ids, back := Aggregates(aggs)
+	for start := 0; start < len(types); start += chunk {
+		end := min(len(types), start+chunk)
+		args := make([]any, 0, 1+2*(end-start))
+		args = append(args, Text(consumer))
+		for i := start; i < end; i++ {
+			args = append(args, types[i], ids[i])
+		}
+		if err := driver.QueryRows(ctx, ex, query(end-start), args, ScanParked(out, back)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
