@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/idem-go/idem"
@@ -222,7 +225,7 @@ func (c *Consumer[TTx]) decode(d Delivery) item {
 	ev, err := c.cfg.Decoder.Decode(d.Message)
 	it := item{ev: ev, decodeErr: err}
 	if ev.AggregateID != "" {
-		it.agg = driver.AggregateRef{Type: ev.AggregateType, ID: ev.AggregateID}
+		it.agg = driver.AggregateRef{Type: storedName(ev.AggregateType), ID: storedName(ev.AggregateID)}
 	}
 	if v := d.Message.Headers[idem.HeaderRedrive]; v != "" {
 		if id, perr := strconv.ParseInt(v, 10, 64); perr == nil && id > 0 {
@@ -439,6 +442,7 @@ func (c *Consumer[TTx]) park(ctx context.Context, d Delivery, it *item, cause er
 	if m.EventName == "" {
 		m.EventName = d.Message.EventName
 	}
+	m.EventName = storedName(m.EventName)
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	id, err := c.saveFailed(pctx, m)
 	cancel()
@@ -467,6 +471,39 @@ func (c *Consumer[TTx]) park(ctx context.Context, d Delivery, it *item, cause er
 		c.log.Warn("message parked in failure store", append(attrs, "reason", reason(cause))...)
 	}
 	return Disposition{Action: Ack, Outcome: Parked, Attempts: m.Attempts, Err: cause, Event: ev}, id, nil
+}
+
+// storedNameMax bounds the names the failure store keeps to list, filter
+// and hold messages by (event name, aggregate type and id): every dialect's
+// columns take them (MySQL's are VARCHAR(255)). The raw message, kept byte
+// for byte, holds the full values.
+const storedNameMax = 200
+
+// storedName returns s as the failure store keeps it in a name column: as
+// it is when it is printable UTF-8 of at most storedNameMax bytes, else with
+// invalid bytes and control characters replaced by U+FFFD and cut to that
+// length, so that a hostile name never stops a message from being parked.
+func storedName(s string) string {
+	plain := len(s) <= storedNameMax && utf8.ValidString(s) &&
+		strings.IndexFunc(s, unicode.IsControl) < 0 && strings.TrimRight(s, " ") == s
+	if plain {
+		return s
+	}
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, string(utf8.RuneError)))
+	s = strings.TrimRight(s, " ")
+	if len(s) > storedNameMax {
+		cut := storedNameMax
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
 }
 
 func reason(cause error) string {

@@ -3,9 +3,11 @@ package inbox_test
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -365,5 +367,41 @@ func TestDeliveryTimeout(t *testing.T) {
 	}
 	if n := pg.Count(t, "delivery_attempt"); n != 0 {
 		t.Errorf("delivery_attempt rows: %d, want 0", n)
+	}
+}
+
+// A message whose event name and aggregate are too long or not printable
+// for the failure store's name columns (VARCHAR(255) on MySQL) is still
+// parked, with its raw bytes, and still holds its aggregate.
+func TestHostileNamesAreParked(t *testing.T) {
+	t.Parallel()
+	my := testdb.NewMariaDB(t)
+	c, err := inbox.New(my.Driver, inbox.Config{Name: "stock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Handle(inbox.AnyEvent, func(context.Context, *sql.Tx, idem.Event) error {
+		return idem.Permanent(errors.New("rejected"))
+	})
+	long := strings.Repeat("\xffé\x01", 400)
+	body := []byte(`{"orderId":1}`)
+	headers := map[string]string{idem.HeaderEventID: idem.NewEventID().String(), idem.HeaderEventType: long}
+	d := inbox.Delivery{Message: idem.Message{AggregateType: long, Key: []byte(long), Headers: headers, Body: body}, Source: "stock.events"}
+	got, err := c.Deliver(context.Background(), d)
+	if err != nil || got.Outcome != inbox.Parked {
+		t.Fatalf("message with long, binary names: %+v, %v; want parked", got, err)
+	}
+	list, err := c.Failures().List(context.Background(), driver.FailedFilter{})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("failure store: %v, %v", list, err)
+	}
+	if m := list[0]; m.Headers[idem.HeaderEventType] != long || string(m.Key) != long || string(m.Body) != string(body) {
+		t.Errorf("the raw message did not read back byte for byte")
+	}
+	// The next message of that aggregate is held behind it.
+	headers2 := map[string]string{idem.HeaderEventID: idem.NewEventID().String(), idem.HeaderEventType: long}
+	d2 := inbox.Delivery{Message: idem.Message{AggregateType: long, Key: []byte(long), Headers: headers2, Body: body}, Source: "stock.events"}
+	if got, err := c.Deliver(context.Background(), d2); err != nil || got.Outcome != inbox.Parked || !strings.Contains(got.Err.Error(), "held behind") {
+		t.Fatalf("next message of the aggregate: %+v, %v; want parked behind the first", got, err)
 	}
 }

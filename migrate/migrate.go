@@ -50,10 +50,14 @@ func (m *Migrator[TTx]) Up(ctx context.Context) ([]driver.Migration, error) {
 			if done[mig.Version] {
 				continue
 			}
-			if err := execScript(ctx, ex, m.drv.Dialect().MigrationSupport(), mig.Up); err != nil {
+			vctx, err := m.versionContext(ctx)
+			if err != nil {
+				return err
+			}
+			if err := execScript(vctx, ex, m.drv.Dialect().MigrationSupport(), mig.Up); err != nil {
 				return fmt.Errorf("idem: migration %04d_%s up: %w", mig.Version, mig.Name, err)
 			}
-			if _, err := ex.Exec(ctx, m.drv.Dialect().MigrationSupport().InsertVersion, mig.Version, mig.Name); err != nil {
+			if _, err := ex.Exec(vctx, m.drv.Dialect().MigrationSupport().InsertVersion, mig.Version, mig.Name); err != nil {
 				return fmt.Errorf("idem: record migration %04d: %w", mig.Version, err)
 			}
 			applied = append(applied, mig)
@@ -80,10 +84,14 @@ func (m *Migrator[TTx]) Down(ctx context.Context, steps int) ([]driver.Migration
 			if steps > 0 && len(reverted) == steps {
 				break
 			}
-			if err := execScript(ctx, ex, m.drv.Dialect().MigrationSupport(), mig.Down); err != nil {
+			vctx, err := m.versionContext(ctx)
+			if err != nil {
+				return err
+			}
+			if err := execScript(vctx, ex, m.drv.Dialect().MigrationSupport(), mig.Down); err != nil {
 				return fmt.Errorf("idem: migration %04d_%s down: %w", mig.Version, mig.Name, err)
 			}
-			if _, err := ex.Exec(ctx, m.drv.Dialect().MigrationSupport().DeleteVersion, mig.Version); err != nil {
+			if _, err := ex.Exec(vctx, m.drv.Dialect().MigrationSupport().DeleteVersion, mig.Version); err != nil {
 				return fmt.Errorf("idem: forget migration %04d: %w", mig.Version, err)
 			}
 			reverted = append(reverted, mig)
@@ -94,6 +102,22 @@ func (m *Migrator[TTx]) Down(ctx context.Context, steps int) ([]driver.Migration
 		return nil, err
 	}
 	return reverted, nil
+}
+
+// versionContext returns the context one version runs under. Where DDL
+// does not roll back (MySQL), a version stopped between two statements would
+// stay half applied and unrecorded: once begun it runs to its end, without
+// ctx's cancellation; ctx is checked between versions. Where DDL is
+// transactional, a cancellation rolls everything back, and ctx is used as
+// is.
+func (m *Migrator[TTx]) versionContext(ctx context.Context) (context.Context, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if m.drv.Dialect().MigrationSupport().TransactionalDDL {
+		return ctx, nil
+	}
+	return context.WithoutCancel(ctx), nil
 }
 
 // Status lists every known migration and whether it is applied, followed by
@@ -147,7 +171,14 @@ func (m *Migrator[TTx]) inLockAllowNewer(ctx context.Context, fn func(driver.Exe
 
 func (m *Migrator[TTx]) run(ctx context.Context, allowNewer bool, fn func(driver.Executor, map[int]bool) error) (err error) {
 	sup := m.drv.Dialect().MigrationSupport()
-	tx, err := m.drv.Begin(ctx)
+	bctx := ctx
+	if !sup.TransactionalDDL {
+		// database/sql rolls a transaction back when its context ends: the
+		// transaction must outlive a cancellation, for the version in
+		// progress to finish (see versionContext).
+		bctx = context.WithoutCancel(ctx)
+	}
+	tx, err := m.drv.Begin(bctx)
 	if err != nil {
 		return fmt.Errorf("idem: migrate: begin: %w", err)
 	}

@@ -319,6 +319,9 @@ func (r *Relay[TTx]) worker(n int) {
 				}
 			}
 			more, err := r.runOnce(log)
+			if err != nil && ctx.Err() != nil {
+				return // stopping: the claim was cancelled, nothing failed
+			}
 			if err != nil {
 				failures++
 				if r.claimFailures.Add(1) == unhealthyAfterFailedClaims {
