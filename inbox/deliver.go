@@ -12,69 +12,25 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 )
 
-// Delivery is a message as a transport received it.
-type Delivery struct {
-	// Message is the message exactly as received.
-	Message idem.Message
-	// Source names where it came from: queue, topic/partition or subject.
-	Source string
-	// Attempt is the delivery attempt, from 1, as counted by the transport
-	// (a header it carries, or the broker's delivery count).
-	Attempt int
-}
+// Delivery is a message as a transport received it (broker.Delivery).
+type Delivery = broker.Delivery
 
-// Action tells a transport what to do with a delivery.
-type Action int
+// Action tells a transport what to do with a delivery (broker.Action).
+type Action = broker.Action
 
-// Actions.
+// Actions: see broker.Action.
 const (
-	// Ack: the message is done (applied, duplicate, ignored, or parked in the
-	// failure store). Acknowledge it or commit past it.
-	Ack Action = iota + 1
-	// Retry: keep the message unacknowledged and deliver it again after
-	// Disposition.RetryAfter. Until then, later messages of its aggregate
-	// wait behind it (deliver them with it, after it, in order); other
-	// messages go on.
-	Retry
-	// Pause: the consumer cannot work for now (its database or a dependency
-	// is away: a transient failure). Keep the message unacknowledged, take no
-	// new message until Disposition.RetryAfter has passed, then deliver it
-	// again. A pause costs no attempt.
-	Pause
+	Ack   = broker.Ack
+	Retry = broker.Retry
+	Pause = broker.Pause
 )
 
-// String returns the action in lower case ("ack", "retry", "pause").
-func (a Action) String() string {
-	switch a {
-	case Ack:
-		return "ack"
-	case Retry:
-		return "retry"
-	case Pause:
-		return "pause"
-	}
-	return fmt.Sprintf("Action(%d)", int(a))
-}
-
-// Disposition is the consumer's verdict on a delivery.
-type Disposition struct {
-	Action  Action
-	Outcome Outcome
-	// RetryAfter is how long to wait before delivering the message again
-	// (Retry and Pause).
-	RetryAfter time.Duration
-	// Attempts is the number of failed attempts of the event counted so far
-	// by the consumer (in its database, so it survives restarts and
-	// rebalances); 0 when none failed or the count is unknown.
-	Attempts int
-	// Err is the decoding or handling error, if any.
-	Err error
-	// Event is the decoded event (zero if undecodable).
-	Event idem.Event
-}
+// Disposition is the consumer's verdict on a delivery (broker.Disposition).
+type Disposition = broker.Disposition
 
 // storeTimeout bounds the writes that record a failure (attempt count,
 // failure store), which run after the delivery's own context may have ended.

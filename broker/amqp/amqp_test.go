@@ -378,14 +378,14 @@ func TestConformance(t *testing.T) {
 			})
 			return brokertest.Instance{
 				Publisher: pub,
-				Subscribe: func(t *testing.T, deliver brokertest.DeliverFunc) func() {
+				Subscribe: func(t *testing.T, deliver broker.DeliverFunc) func() {
 					sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{
 						ConnConfig: amqp.ConnConfig{URL: url},
 						Exchange:   exchange,
 						Queue:      queue,
 						Bindings:   o.EventNames,
 						Workers:    1,
-					}, amqp.DeliverFunc(deliver))
+					}, broker.DeliverFunc(deliver))
 					if err != nil {
 						t.Fatal(err)
 					}

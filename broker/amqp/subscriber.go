@@ -15,8 +15,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/internal/batch"
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
 )
 
@@ -37,12 +37,6 @@ const (
 // the consumer committed a batch and before it is acknowledged: a process
 // killed there leaves committed effects whose messages RabbitMQ redelivers.
 const FaultAfterCommitBeforeAck = "inbox.after-commit-before-ack"
-
-// DeliverFunc hands deliveries to an idempotent consumer and says what to do
-// with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
-// disposition and error are for ds[i]; a non-nil error means the message was
-// neither handled nor parked and must not be acknowledged.
-type DeliverFunc func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -150,7 +144,7 @@ func (c SubscriberConfig) validate() error {
 // are redelivered by the broker and deduplicated by the consumer.
 type Subscriber struct {
 	cfg     SubscriberConfig
-	deliver DeliverFunc
+	deliver broker.DeliverFunc
 	log     *slog.Logger
 	seed    maphash.Seed
 	held    atomic.Int64
@@ -167,7 +161,7 @@ type Subscriber struct {
 
 // NewSubscriber returns a subscriber that hands what it receives to deliver,
 // typically consumer.DeliverBatch.
-func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscriber, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -404,7 +398,7 @@ func (s *Subscriber) serve(sess *session) error {
 
 // deliverAndFault delivers a batch, then hits the fault point between the
 // consumer's commit and the acknowledgements.
-func (s *Subscriber) deliverAndFault(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+func (s *Subscriber) deliverAndFault(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
 	disps, errs := s.deliver(ctx, ds)
 	fault.Point(FaultAfterCommitBeforeAck)
 	return disps, errs
@@ -439,7 +433,7 @@ func (t sessionTransport) Key(d amqp091.Delivery) string {
 	return k
 }
 
-func (t sessionTransport) Delivery(d amqp091.Delivery, attempt int) inbox.Delivery {
+func (t sessionTransport) Delivery(d amqp091.Delivery, attempt int) broker.Delivery {
 	del := toDelivery(d, t.s.cfg.Queue)
 	del.Attempt += attempt - 1
 	return del
@@ -461,7 +455,7 @@ func tags(ds []amqp091.Delivery) []uint64 {
 // message exactly as received, its queue, and the attempt from the attempt
 // header (1 when absent). The redelivered flag is ignored: deduplication
 // does not trust it.
-func toDelivery(d amqp091.Delivery, queue string) inbox.Delivery {
+func toDelivery(d amqp091.Delivery, queue string) broker.Delivery {
 	msg := idem.Message{EventName: d.Type, Body: d.Body}
 	if msg.EventName == "" && d.Exchange != "" {
 		msg.EventName = d.RoutingKey
@@ -489,7 +483,7 @@ func toDelivery(d amqp091.Delivery, queue string) inbox.Delivery {
 			msg.Headers[k] = s
 		}
 	}
-	return inbox.Delivery{Message: msg, Source: queue, Attempt: attempt}
+	return broker.Delivery{Message: msg, Source: queue, Attempt: attempt}
 }
 
 // headerString returns a header value as text, for the value types that have
@@ -529,3 +523,8 @@ func headerString(v any) (string, bool) {
 	}
 	return "", false
 }
+
+var (
+	_ broker.Subscriber  = (*Subscriber)(nil)
+	_ broker.Redeliverer = (*Publisher)(nil)
+)

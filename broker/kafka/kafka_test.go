@@ -162,7 +162,7 @@ type logged struct {
 	committed int64 // the partition's committed offset when delivered
 }
 
-func (l *callLog) wrap(sub **kafka.Subscriber, next kafka.DeliverFunc) kafka.DeliverFunc {
+func (l *callLog) wrap(sub **kafka.Subscriber, next broker.DeliverFunc) broker.DeliverFunc {
 	return func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
 		before := map[string]int64{}
 		if *sub != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/internal/fault"
 )
 
@@ -31,7 +31,7 @@ const (
 	RequeueDelayDefault = time.Second
 	// DeadLetterAfterDefault is the attempt after which a failing record goes
 	// to the dead-letter topic, when one is configured.
-	DeadLetterAfterDefault = inbox.MaxRetriesDefault
+	DeadLetterAfterDefault = 3
 	// MaxBufferedDefault is how many fetched records a partition may hold
 	// before its fetching pauses.
 	MaxBufferedDefault = 5000
@@ -54,12 +54,6 @@ const (
 	HeaderDLQOffset    = "idem-source-offset"
 	HeaderDLQAttempts  = "idem-attempts"
 )
-
-// DeliverFunc hands deliveries to an idempotent consumer and says what to do
-// with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
-// disposition and error are for ds[i]; a non-nil error means the record was
-// neither handled nor parked, and the partition does not move past it.
-type DeliverFunc func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -191,7 +185,7 @@ func (c SubscriberConfig) validate() error {
 // committed before the partitions are given up.
 type Subscriber struct {
 	cfg     SubscriberConfig
-	deliver DeliverFunc
+	deliver broker.DeliverFunc
 	log     *slog.Logger
 	cl      *kgo.Client
 
@@ -225,7 +219,7 @@ type tp struct {
 
 // NewSubscriber returns a subscriber that hands what it receives to deliver,
 // typically consumer.DeliverBatch.
-func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscriber, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -624,7 +618,7 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 		pending[i] = i
 	}
 	prefix := 0 // records batch[:prefix] are done
-	ds := make([]inbox.Delivery, 0, n)
+	ds := make([]broker.Delivery, 0, n)
 	for {
 		ds = ds[:0]
 		for _, i := range pending {
@@ -634,7 +628,7 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 		now := time.Now()
 		var wait time.Duration
 		for k, i := range pending {
-			var disp inbox.Disposition
+			var disp broker.Disposition
 			var err error
 			if k < len(disps) {
 				disp = disps[k]
@@ -650,15 +644,15 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 				s.log.Warn("kafka record neither handled nor parked; the partition waits", "source", ds[k].Source,
 					"offset", batch[i].Offset, "error", err)
 				wait = max(wait, s.cfg.RequeueDelay)
-			case disp.Action == inbox.Ack:
+			case disp.Action == broker.Ack:
 				done[i] = true
-				if disp.Outcome == inbox.Parked {
+				if disp.Outcome == broker.Parked {
 					s.st.parked.Add(1)
 				} else {
 					s.st.handled.Add(1)
 				}
 				s.observe(now, batch[i], disp)
-			case disp.Action == inbox.Retry && s.cfg.DeadLetter && max(attempts[i], disp.Attempts) >= s.cfg.DeadLetterAfter:
+			case disp.Action == broker.Retry && s.cfg.DeadLetter && max(attempts[i], disp.Attempts) >= s.cfg.DeadLetterAfter:
 				if derr := s.deadLetter(batch[i], max(attempts[i], disp.Attempts), disp.Err); derr != nil {
 					s.log.Warn("kafka dead-letter produce failed; the partition waits", "offset", batch[i].Offset, "error", derr)
 					wait = max(wait, s.cfg.RequeueDelay)
@@ -666,13 +660,13 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 					done[i] = true
 					s.st.deadLettered.Add(1)
 				}
-			case disp.Action == inbox.Retry:
-				if disp.Outcome != inbox.Deferred {
+			case disp.Action == broker.Retry:
+				if disp.Outcome != broker.Deferred {
 					attempts[i]++
 					s.st.retries.Add(1)
 				}
 				wait = max(wait, disp.RetryAfter)
-			case disp.Action == inbox.Pause:
+			case disp.Action == broker.Pause:
 				s.st.paused.Add(1)
 				wait = max(wait, disp.RetryAfter)
 			default:
@@ -706,7 +700,7 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 	}
 }
 
-func (s *Subscriber) observe(now time.Time, r *kgo.Record, disp inbox.Disposition) {
+func (s *Subscriber) observe(now time.Time, r *kgo.Record, disp broker.Disposition) {
 	at := disp.Event.OccurredAt
 	if at.IsZero() {
 		at = r.Timestamp
@@ -725,7 +719,7 @@ func (s *Subscriber) observe(now time.Time, r *kgo.Record, disp inbox.Dispositio
 }
 
 // delivery turns a record into an inbox delivery.
-func (s *Subscriber) delivery(r *kgo.Record, attempt int) inbox.Delivery {
+func (s *Subscriber) delivery(r *kgo.Record, attempt int) broker.Delivery {
 	var headers map[string]string
 	if len(r.Headers) > 0 {
 		headers = make(map[string]string, len(r.Headers))
@@ -746,7 +740,7 @@ func (s *Subscriber) delivery(r *kgo.Record, attempt int) inbox.Delivery {
 	if at, ok := strings.CutPrefix(r.Topic, s.cfg.TopicPrefix); ok {
 		m.AggregateType = at
 	}
-	return inbox.Delivery{
+	return broker.Delivery{
 		Message: m,
 		Source:  r.Topic + "/" + strconv.Itoa(int(r.Partition)),
 		Attempt: attempt,
@@ -895,3 +889,8 @@ func (w *partWorker) resume(cl *kgo.Client) {
 		cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
 	}
 }
+
+var (
+	_ broker.Subscriber  = (*Subscriber)(nil)
+	_ broker.Redeliverer = (*Publisher)(nil)
+)

@@ -39,8 +39,8 @@ func TestConformance(t *testing.T) {
 			consumer := "c" + randomHex(4)
 			return brokertest.Instance{
 				Publisher: pub,
-				Subscribe: func(t *testing.T, deliver brokertest.DeliverFunc) func() {
-					return subscribe(t, srv.url(), n.stream, consumer, nats.DeliverFunc(deliver),
+				Subscribe: func(t *testing.T, deliver broker.DeliverFunc) func() {
+					return subscribe(t, srv.url(), n.stream, consumer, broker.DeliverFunc(deliver),
 						func(c *nats.SubscriberConfig) { c.Workers = 1 })
 				},
 			}

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/internal/batch"
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
 )
 
@@ -46,12 +46,6 @@ const (
 // and before the messages are acknowledged: a process killed there leaves
 // committed effects whose messages JetStream delivers again.
 const FaultAfterHandleBeforeAck = "nats.after-handle-before-ack"
-
-// DeliverFunc hands deliveries to an idempotent consumer and says what to do
-// with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
-// disposition and error are for ds[i]; a non-nil error means the message was
-// neither handled nor parked and must not be acknowledged.
-type DeliverFunc func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -180,7 +174,7 @@ func (c SubscriberConfig) FilterSubjects() []string {
 // forever.
 type Subscriber struct {
 	cfg     SubscriberConfig
-	deliver DeliverFunc
+	deliver broker.DeliverFunc
 	log     *slog.Logger
 	seed    maphash.Seed
 
@@ -202,7 +196,7 @@ type Subscriber struct {
 
 // NewSubscriber returns a subscriber that hands what it receives to deliver,
 // typically consumer.DeliverBatch.
-func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscriber, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -481,7 +475,7 @@ func (s *Subscriber) worker(m jetstream.Msg, n int) int {
 
 // deliverBatch hands a batch to the consumer, then hits the fault point
 // between the consumer's commit and the acknowledgements.
-func (s *Subscriber) deliverBatch(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+func (s *Subscriber) deliverBatch(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
 	disps, errs := s.deliver(ctx, ds)
 	fault.Point(FaultAfterHandleBeforeAck)
 	return disps, errs
@@ -492,7 +486,7 @@ type msgTransport struct{ s *Subscriber }
 
 func (t msgTransport) Key(m jetstream.Msg) string { return m.Headers().Get(HeaderKey) }
 
-func (t msgTransport) Delivery(m jetstream.Msg, attempt int) inbox.Delivery {
+func (t msgTransport) Delivery(m jetstream.Msg, attempt int) broker.Delivery {
 	d := t.s.toDelivery(m)
 	d.Attempt += attempt - 1
 	return d
@@ -526,7 +520,7 @@ func (t msgTransport) Touch(ms []jetstream.Msg) {
 // Publisher.Redeliver takes, so that "idem failed retry" sends a parked
 // message back to this consumer), and the attempt from JetStream's delivery
 // count.
-func (s *Subscriber) toDelivery(m jetstream.Msg) inbox.Delivery {
+func (s *Subscriber) toDelivery(m jetstream.Msg) broker.Delivery {
 	msg := idem.Message{Body: m.Data()}
 	h := m.Headers()
 	if len(h) > 0 {
@@ -565,5 +559,10 @@ func (s *Subscriber) toDelivery(m jetstream.Msg) inbox.Delivery {
 	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
 		attempt = int(md.NumDelivered)
 	}
-	return inbox.Delivery{Message: msg, Source: s.cfg.Consumer, Attempt: attempt}
+	return broker.Delivery{Message: msg, Source: s.cfg.Consumer, Attempt: attempt}
 }
+
+var (
+	_ broker.Subscriber  = (*Subscriber)(nil)
+	_ broker.Redeliverer = (*Publisher)(nil)
+)

@@ -20,12 +20,6 @@ import (
 	"github.com/idem-go/idem/internal/brokeropen"
 )
 
-// redeliverer is a publisher that can send a message back to the queue (or
-// stream) it was received from, rather than to every subscriber of its
-// event: broker/amqp's Publisher.
-type redeliverer interface {
-	Redeliver(ctx context.Context, source string, msgs []idemmsg.Message) error
-}
 
 func init() {
 	register(&command{
@@ -265,7 +259,7 @@ func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter dr
 			return errors.New("not confirmed; nothing removed (pass --yes to skip the question)")
 		}
 	}
-	var rd redeliverer
+	var rd broker.Redeliverer
 	if action == "retry" {
 		var closePub func()
 		if rd, closePub, err = openRedeliverer(ctx, e, brokerURL); err != nil {
@@ -307,7 +301,7 @@ func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter dr
 
 // openRedeliverer opens the broker at brokerURL (default $IDEM_BROKER_URL),
 // which must be able to send a message back to one queue.
-func openRedeliverer(ctx context.Context, e *env, brokerURL string) (redeliverer, func(), error) {
+func openRedeliverer(ctx context.Context, e *env, brokerURL string) (broker.Redeliverer, func(), error) {
 	if brokerURL == "" {
 		brokerURL = e.getenv("IDEM_BROKER_URL")
 	}
@@ -315,10 +309,10 @@ func openRedeliverer(ctx context.Context, e *env, brokerURL string) (redeliverer
 	if err != nil {
 		return nil, nil, err
 	}
-	rd, ok := pub.(redeliverer)
+	rd, ok := pub.(broker.Redeliverer)
 	if !ok {
 		_ = pub.Close()
-		return nil, nil, fmt.Errorf("the broker at %s cannot send a message back to one queue", broker.RedactURL(brokerURL))
+		return nil, nil, fmt.Errorf("the broker at %s cannot re-drive a message to the one consumer it came from (its publisher is not a broker.Redeliverer); republish the message with your broker's tools, or use a transport that can", broker.RedactURL(brokerURL))
 	}
 	return rd, func() { _ = pub.Close() }, nil
 }
@@ -326,7 +320,7 @@ func openRedeliverer(ctx context.Context, e *env, brokerURL string) (redeliverer
 // retryFailed publishes m again to the queue it came from, marked with
 // idem.HeaderRedrive: the consumer removes it from the store once applied.
 // It reports false, after saying why on stderr, when m was not published.
-func retryFailed(ctx context.Context, e *env, rd redeliverer, m driver.FailedMessage) bool {
+func retryFailed(ctx context.Context, e *env, rd broker.Redeliverer, m driver.FailedMessage) bool {
 	if m.Source == "" {
 		fmt.Fprintf(e.stderr, "idem failed retry: %d: the queue it came from is unknown; not retried\n", m.ID)
 		return false
