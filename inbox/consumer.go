@@ -216,7 +216,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	c := &Consumer[TTx]{
 		cfg:      cfg,
 		drv:      drv,
-		failures: NewFailureStore(drv.Dialect(), drv.Pool()),
+		failures: NewFailureStore(drv),
 		log:      cfg.Logger.With("consumer", cfg.Name),
 		handlers: map[string][]HandlerFunc[TTx]{},
 	}

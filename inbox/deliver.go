@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
-	"github.com/idem-go/idem/driver"
 )
 
 // Delivery is a message as a transport received it (broker.Delivery).
@@ -47,7 +46,7 @@ func (c *Consumer[TTx]) Deliver(ctx context.Context, d Delivery) (Disposition, e
 type item struct {
 	ev        idem.Event
 	decodeErr error
-	agg       driver.AggregateRef
+	agg       idem.AggregateRef
 	// redrive is the failure store id of the parked message this one
 	// re-drives (idem.HeaderRedrive), 0 for a plain delivery.
 	redrive int64
@@ -124,7 +123,7 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 	if len(items) > 1 && len(holds) == 0 && c.allDecoded(items) && c.tryBatch(ctx, items, disps) {
 		return disps, errs
 	}
-	blocked := map[driver.AggregateRef]block{}
+	blocked := map[idem.AggregateRef]block{}
 	for i := range items {
 		it := &items[i]
 		if b, ok := blocked[it.agg]; ok && it.agg.ID != "" {
@@ -181,7 +180,7 @@ func (c *Consumer[TTx]) decode(d Delivery) item {
 	ev, err := c.cfg.Decoder.Decode(d.Message)
 	it := item{ev: ev, decodeErr: err}
 	if ev.AggregateID != "" {
-		it.agg = driver.AggregateRef{Type: storedName(ev.AggregateType), ID: storedName(ev.AggregateID)}
+		it.agg = idem.AggregateRef{Type: storedName(ev.AggregateType), ID: storedName(ev.AggregateID)}
 	}
 	if v := d.Message.Headers[idem.HeaderRedrive]; v != "" {
 		if id, perr := strconv.ParseInt(v, 10, 64); perr == nil && id > 0 {
@@ -339,7 +338,7 @@ func (c *Consumer[TTx]) behind(ctx context.Context, d Delivery, it *item, b bloc
 
 // heldAggregates returns the parked messages that hold the items'
 // aggregates, by aggregate (Config.Parked HoldAggregate).
-func (c *Consumer[TTx]) heldAggregates(ctx context.Context, items []item) (map[driver.AggregateRef]int64, error) {
+func (c *Consumer[TTx]) heldAggregates(ctx context.Context, items []item) (map[idem.AggregateRef]int64, error) {
 	if c.cfg.Parked != HoldAggregate {
 		return nil, nil
 	}
@@ -351,8 +350,8 @@ func (c *Consumer[TTx]) heldAggregates(ctx context.Context, items []item) (map[d
 	if err != nil || !has {
 		return nil, err
 	}
-	seen := map[driver.AggregateRef]bool{}
-	var aggs []driver.AggregateRef
+	seen := map[idem.AggregateRef]bool{}
+	var aggs []idem.AggregateRef
 	for _, it := range items {
 		if it.agg.ID != "" && !seen[it.agg] {
 			seen[it.agg] = true
@@ -378,7 +377,7 @@ func (c *Consumer[TTx]) isParked(ctx context.Context, id int64, ev uuid.UUID) bo
 // waits behind, if any. It returns the new entry's id.
 func (c *Consumer[TTx]) park(ctx context.Context, d Delivery, it *item, cause error, heldBy int64, attempts int) (Disposition, int64, error) {
 	ev := it.ev
-	m := driver.FailedMessage{
+	m := idem.FailedMessage{
 		Consumer:      c.cfg.Name,
 		Source:        d.Source,
 		EventID:       ev.ID,
@@ -474,7 +473,7 @@ func reason(cause error) string {
 
 // saveFailed stores m and forgets its event's failed attempts, in one
 // transaction.
-func (c *Consumer[TTx]) saveFailed(ctx context.Context, m driver.FailedMessage) (id int64, err error) {
+func (c *Consumer[TTx]) saveFailed(ctx context.Context, m idem.FailedMessage) (id int64, err error) {
 	tx, err := c.drv.Begin(ctx)
 	if err != nil {
 		return 0, err

@@ -19,6 +19,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/internal/startstop"
 )
 
 // Subscriber defaults.
@@ -189,19 +190,20 @@ type Subscriber struct {
 	log     *slog.Logger
 	cl      *kgo.Client
 
-	// deliverCtx is given to the DeliverFunc; it is canceled only when Stop
-	// runs out of time.
+	// base is the lifecycle. deliverCtx is given to the DeliverFunc; it is
+	// canceled only when Stop runs out of time. pollCtx ends at Stop.
+	base          startstop.Base
 	deliverCtx    context.Context
 	deliverCancel context.CancelFunc
 	pollCtx       context.Context
 	pollCancel    context.CancelFunc
 
-	mu      sync.Mutex
-	state   int // 0 new, 1 started, 2 stopped
-	workers map[tp]*partWorker
-	wg      sync.WaitGroup // partition goroutines
-	loops   sync.WaitGroup // poll loop and committer
-	stopErr error
+	mu        sync.Mutex
+	accepting bool // partitions get goroutines: started, not stopping
+	workers   map[tp]*partWorker
+	wg        sync.WaitGroup // partition goroutines
+	loops     sync.WaitGroup // poll loop and committer
+	stopErr   error          // the last commit's, at Stop
 
 	commitMu   sync.Mutex // serializes commits
 	dirtyMu    sync.Mutex
@@ -237,19 +239,20 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 		commitStop: make(chan struct{}),
 	}
 	s.st.init()
+	s.deliverCtx, s.deliverCancel = context.WithCancel(context.Background())
+	s.pollCtx, s.pollCancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
-// Start joins the group and starts consuming. It returns an error if no
-// broker can be reached.
+// Start joins the group and starts consuming. ctx bounds the start-up only
+// (reaching a broker); the subscriber then runs until Stop. It returns an
+// error if no broker can be reached.
 func (s *Subscriber) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch s.state {
-	case 1:
-		return errors.New("idem: kafka: Subscriber.Start called twice")
-	case 2:
-		return ErrClosed
+	if err := s.base.Starting(); err != nil {
+		if errors.Is(err, startstop.ErrStopped) {
+			return ErrClosed
+		}
+		return fmt.Errorf("idem: kafka: subscriber: %w", err)
 	}
 	opts := s.cfg.opts()
 	opts = append(opts,
@@ -270,65 +273,62 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		s.base.StartFailed()
 		return fmt.Errorf("idem: kafka: new subscriber: %w", err)
 	}
 	if err := cl.Ping(ctx); err != nil {
 		cl.Close()
+		s.base.StartFailed()
 		return fmt.Errorf("idem: kafka: subscriber %s: reach brokers %v: %w", s.cfg.Group, s.cfg.Brokers, err)
 	}
+	s.mu.Lock()
 	s.cl = cl
-	s.deliverCtx, s.deliverCancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.pollCtx, s.pollCancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.state = 1
+	s.accepting = true
+	s.mu.Unlock()
 	s.loops.Add(2)
 	go s.pollLoop()
 	go s.committer()
+	go s.finishAtStop()
+	s.base.Running() // a Stop during the start-up is seen by finishAtStop
 	return nil
 }
 
 // Stop stops fetching, lets every partition finish the batch in progress,
-// commits what is done, and leaves the group. If ctx ends first, batches in
-// progress are canceled (their transactions roll back) and Stop returns
-// ctx's error once they have returned. Stop is idempotent.
+// commits what is done, leaves the group, and returns once all that has
+// ended, with the final commit's error if it failed. If ctx ends first,
+// batches in progress are canceled (their transactions roll back) and Stop
+// returns ctx's error once they have returned. Stop is idempotent and safe
+// to call from several goroutines.
 func (s *Subscriber) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	if s.state != 1 {
-		s.state = 2
-		err := s.stopErr
-		s.mu.Unlock()
+	if err := s.base.Stop(ctx, nil, s.deliverCancel); err != nil {
 		return err
 	}
-	s.state = 2
-	s.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopErr
+}
 
+// finishAtStop waits for Stop, then stops the partitions, commits what they
+// did, and leaves the group.
+func (s *Subscriber) finishAtStop() {
+	<-s.base.Stopping()
+	s.mu.Lock()
+	s.accepting = false
+	s.mu.Unlock()
 	s.pollCancel()
-	done := make(chan struct{})
-	go func() {
-		s.stopAll()
-		s.loops.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		s.deliverCancel()
-		<-done
-	}
+	s.stopAll()
+	s.loops.Wait()
 	s.deliverCancel()
 	// The partitions' goroutines are gone: commit what is done, then leave.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	if cerr := s.commitNow(cctx, nil); cerr != nil && err == nil {
-		err = cerr
-	}
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := s.commitNow(cctx, nil)
 	cancel()
 	close(s.commitStop)
 	s.cl.Close()
 	s.mu.Lock()
 	s.stopErr = err
 	s.mu.Unlock()
-	return err
+	s.base.Finished()
 }
 
 // stopAll stops every partition goroutine and waits for them.
@@ -387,7 +387,7 @@ func (s *Subscriber) pollLoop() {
 func (s *Subscriber) worker(k tp) *partWorker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.state != 1 {
+	if !s.accepting {
 		return nil
 	}
 	w := s.workers[k]
@@ -894,3 +894,6 @@ var (
 	_ broker.Subscriber  = (*Subscriber)(nil)
 	_ broker.Redeliverer = (*Publisher)(nil)
 )
+
+// Done is closed when a started subscriber has stopped.
+func (s *Subscriber) Done() <-chan struct{} { return s.base.Done() }
