@@ -11,7 +11,7 @@ import (
 
 	idemmsg "github.com/idem-go/idem"
 
-	"github.com/idem-go/idem/internal/dbopen"
+	"github.com/idem-go/idem/internal/registry"
 )
 
 // dbFlags are the flags of every command that opens a database.
@@ -21,11 +21,11 @@ type dbFlags struct {
 }
 
 func (f *dbFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "db", "", "database URL, e.g. postgres://user:pass@localhost:5432/app (default $IDEM_DB_URL)")
+	fs.StringVar(&f.url, "db", "", "database URL (default $IDEM_DB_URL): "+registry.DatabaseURLHelp)
 	fs.StringVar(&f.schema, "schema", "", "schema holding idem's tables (default $IDEM_SCHEMA, else the connection's search_path)")
 }
 
-func (f *dbFlags) open(ctx context.Context, e *env) (*dbopen.DB, error) {
+func (f *dbFlags) open(ctx context.Context, e *env) (*registry.Database, error) {
 	u := f.url
 	if u == "" {
 		u = e.getenv("IDEM_DB_URL")
@@ -34,7 +34,7 @@ func (f *dbFlags) open(ctx context.Context, e *env) (*dbopen.DB, error) {
 	if schema == "" {
 		schema = e.getenv("IDEM_SCHEMA")
 	}
-	return dbopen.Open(ctx, u, idemmsg.Tables{Schema: schema})
+	return registry.OpenDatabase(ctx, u, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: schema}})
 }
 
 // newLogger returns a text or JSON slog logger on stderr at level.

@@ -16,7 +16,7 @@ import (
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/brokeropen"
+	"github.com/idem-go/idem/internal/registry"
 )
 
 func init() {
@@ -303,7 +303,7 @@ func openRedeliverer(ctx context.Context, e *env, brokerURL string) (broker.Rede
 	if brokerURL == "" {
 		brokerURL = e.getenv("IDEM_BROKER_URL")
 	}
-	pub, err := brokeropen.Open(ctx, brokerURL)
+	pub, err := registry.Open(ctx, brokerURL)
 	if err != nil {
 		return nil, nil, err
 	}

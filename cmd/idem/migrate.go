@@ -51,7 +51,7 @@ Examples:
 					if *down {
 						dir = "down"
 					}
-					text, err := migrate.SQL(conn.Dialect(), dir)
+					text, err := migrate.SQL(conn.SQL.Dialect(), dir)
 					if err != nil {
 						return err
 					}

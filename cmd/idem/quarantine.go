@@ -154,9 +154,9 @@ func (q *quarantineFlags) run(ctx context.Context, e *env, args []string) error 
 		return err
 	}
 	defer conn.Close()
-	rd, ok := conn.Dialect().(driver.RelayDialect)
+	rd, ok := conn.SQL.Dialect().(driver.RelayDialect)
 	if !ok {
-		return fmt.Errorf("the %s dialect has no relay quarantine", conn.Dialect().Name())
+		return fmt.Errorf("the %s dialect has no relay quarantine", conn.SQL.Dialect().Name())
 	}
 	ex := conn.SQL.Pool()
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver/postgres"
-	"github.com/idem-go/idem/internal/brokeropen"
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/relaymetrics"
 )
@@ -28,12 +28,12 @@ func (f *brokerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "broker", "", "broker URL: amqp://…, kafka://host:port, nats://… (or nats://embedded?dir=…), or http(s)://… to POST batches as JSON (default $IDEM_BROKER_URL)")
 }
 
-func (f *brokerFlags) open(ctx context.Context, e *env) (brokeropen.Publisher, string, error) {
+func (f *brokerFlags) open(ctx context.Context, e *env) (registry.Publisher, string, error) {
 	u := f.url
 	if u == "" {
 		u = e.getenv("IDEM_BROKER_URL")
 	}
-	pub, err := brokeropen.Open(ctx, u)
+	pub, err := registry.Open(ctx, u)
 	return pub, broker.RedactURL(u), err
 }
 
@@ -102,7 +102,7 @@ Examples:
 				}
 				defer conn.Close()
 				if conn.Pgx == nil {
-					return fmt.Errorf("the relay needs a PostgreSQL database for now (got %s)", conn.Dialect().Name())
+					return fmt.Errorf("the relay needs a PostgreSQL database for now (got %s)", conn.SQL.Dialect().Name())
 				}
 				// A pool large enough for the workers, the listener and the
 				// background loops.
@@ -113,7 +113,7 @@ Examples:
 					return err
 				}
 				defer pool.Close()
-				drv, err := postgres.NewPgxTables(pool, conn.Dialect().Tables())
+				drv, err := postgres.NewPgxTables(pool, conn.SQL.Dialect().Tables())
 				if err != nil {
 					return err
 				}

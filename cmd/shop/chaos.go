@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/broker/nats/embedded"
-	"github.com/idem-go/idem/internal/brokeropen"
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/shop/store"
 )
@@ -278,7 +278,7 @@ func replayPeriod(ctx context.Context, r *chaosRun) (string, error) {
 
 // duplicating publishes every message copies times in the same call.
 type duplicating struct {
-	brokeropen.Publisher
+	registry.Publisher
 	copies int
 }
 
@@ -295,7 +295,7 @@ func (d duplicating) Publish(ctx context.Context, msgs []idemMessage) error {
 // replay publishes the order outbox's events of the last hour again, each
 // copies times, as "idem replay" would.
 func (r *chaosRun) replay(ctx context.Context, copies int) (int64, error) {
-	pub, err := brokeropen.OpenPrefixed(ctx, r.broker, r.namespace)
+	pub, err := registry.OpenPrefixed(ctx, r.broker, r.namespace)
 	if err != nil {
 		return 0, err
 	}

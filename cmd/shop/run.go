@@ -18,7 +18,7 @@ import (
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/brokeropen"
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/billing"
@@ -89,12 +89,12 @@ type app struct {
 	cfg  runConfig
 	log  *slog.Logger
 	dbs  map[string]*store.DB
-	subs []brokeropen.Subscriber
+	subs []registry.Subscriber
 
 	consumers []*inbox.Consumer[*sql.Tx]
 	purgers   []*inbox.Purger[*sql.Tx]
 	relays    map[string]store.Relay
-	pub       brokeropen.Publisher
+	pub       registry.Publisher
 	server    *http.Server
 	listener  net.Listener
 	order     *order.Service
@@ -183,7 +183,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 	}
 
 	for _, c := range a.consumers {
-		sub, err := brokeropen.Subscribe(cfg.Broker, brokeropen.SubscribeConfig{
+		sub, err := registry.Subscribe(cfg.Broker, registry.SubscribeConfig{
 			Consumer: c.Name(), EventNames: c.EventNames(), AggregateTypes: shop.AggregateTypes(c.EventNames()),
 			Prefix:  cfg.brokerPrefix(),
 			Workers: cfg.Workers, Logger: log,
@@ -194,7 +194,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		a.subs = append(a.subs, sub)
 	}
 	if cfg.has("relay") {
-		a.pub, err = brokeropen.OpenPrefixed(ctx, cfg.Broker, cfg.brokerPrefix())
+		a.pub, err = registry.OpenPrefixed(ctx, cfg.Broker, cfg.brokerPrefix())
 		if err != nil {
 			return nil, fmt.Errorf("broker %s: %w", broker.RedactURL(cfg.Broker), err)
 		}
@@ -344,7 +344,7 @@ func embeddedDir(rawURL string) (string, bool) {
 			return "", false
 		}
 	}
-	return cmp.Or(u.Query().Get("dir"), brokeropen.EmbeddedDirDefault), true
+	return cmp.Or(u.Query().Get("dir"), registry.EmbeddedDirDefault), true
 }
 
 // summary is the periodic one-line summary.

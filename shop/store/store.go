@@ -11,9 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,24 +18,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
-	"github.com/idem-go/idem/driver/mysql"
-	"github.com/idem-go/idem/driver/postgres"
-	"github.com/idem-go/idem/driver/sqlite"
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/relay"
 )
 
 // Dialect names.
 const (
-	Postgres = "postgres"
-	MySQL    = "mysql"
-	SQLite   = "sqlite"
+	Postgres = registry.Postgres
+	MySQL    = registry.MySQL
+	SQLite   = registry.SQLite
 )
 
 // MaxConnsDefault is the connection pool size of a service's database.
@@ -61,10 +53,7 @@ type DB struct {
 	// consumers.
 	Driver *driver.SQLDriver
 
-	url   string
-	pool  *pgxpool.Pool
-	pgx   *postgres.PgxDriver
-	close func()
+	db *registry.Database // nil in tests that build a DB by hand
 }
 
 // Options adjust Open.
@@ -72,8 +61,6 @@ type Options struct {
 	// MaxConns is the connection pool size. Defaults to MaxConnsDefault.
 	MaxConns int
 }
-
-var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Open opens the database of service at rawURL, its tables isolated by
 // schema (a plain lower-case identifier such as "shop_order"):
@@ -88,134 +75,27 @@ func Open(ctx context.Context, service, rawURL, schema string, opts Options) (*D
 	if opts.MaxConns == 0 {
 		opts.MaxConns = MaxConnsDefault
 	}
-	if !identRE.MatchString(schema) {
-		return nil, fmt.Errorf("%s: schema name %q is not a plain lower-case identifier", service, schema)
+	if schema == "" {
+		return nil, fmt.Errorf("%s: no schema name", service)
 	}
-	u, err := url.Parse(rawURL)
+	db, err := registry.OpenDatabase(ctx, rawURL, registry.DatabaseOptions{Name: schema, MaxConns: opts.MaxConns})
 	if err != nil {
-		return nil, fmt.Errorf("%s: database URL %s: %w", service, broker.RedactURL(rawURL), err)
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "postgres", "postgresql":
-		return openPostgres(ctx, service, rawURL, schema, opts)
-	case "mysql", "mariadb":
-		return openMySQL(ctx, service, u, schema, opts)
-	case "sqlite":
-		return openSQLite(ctx, service, rawURL, schema, opts)
-	default:
-		return nil, fmt.Errorf("%s: database URL %s: scheme %q is not supported: want postgres://, mysql:// or sqlite:DIR", service, broker.RedactURL(rawURL), u.Scheme)
-	}
-}
-
-// SQLiteDir returns the directory of a sqlite:DIR URL.
-func SQLiteDir(rawURL string) string {
-	_, dir, _ := strings.Cut(rawURL, ":")
-	if strings.HasPrefix(dir, "//") {
-		dir = dir[2:] // sqlite:///abs/dir, sqlite://rel/dir
-	}
-	return dir
-}
-
-func openSQLite(ctx context.Context, service, rawURL, schema string, opts Options) (*DB, error) {
-	dir := SQLiteDir(rawURL)
-	if dir == "" || strings.Contains(dir, "?") {
-		return nil, fmt.Errorf("%s: database URL %s: want sqlite:DIR, the directory of the services' database files", service, rawURL)
-	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("%s: %w", service, err)
 	}
-	file := filepath.Join(dir, schema+".db")
-	// Times are written as "2006-01-02 15:04:05.999999999-07:00", always in
-	// UTC here, so that their text sorts like the times.
-	db, err := sqlite.Open(file + "?_time_format=sqlite")
-	if err != nil {
-		return nil, fmt.Errorf("%s: open %s: %w", service, file, err)
+	out := &DB{Service: service, Dialect: db.Dialect, File: db.File, SQL: db.DB, Driver: db.SQL, db: db}
+	if db.Dialect != SQLite {
+		out.Schema = schema
 	}
-	db.SetMaxOpenConns(opts.MaxConns)
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("%s: open %s: %w", service, file, err)
-	}
-	return &DB{
-		Service: service, Dialect: SQLite, File: file, SQL: db, Driver: sqlite.New(db),
-		url: "sqlite:" + dir, close: func() { _ = db.Close() },
-	}, nil
-}
-
-func openMySQL(ctx context.Context, service string, u *url.URL, schema string, opts Options) (*DB, error) {
-	admin := *u
-	admin.Path = "/"
-	adminDB, err := mysql.Open(admin.String())
-	if err != nil {
-		return nil, fmt.Errorf("%s: database URL %s: %w", service, broker.RedactURL(u.String()), err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	_, err = adminDB.ExecContext(cctx, "CREATE DATABASE IF NOT EXISTS `"+schema+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-	cancel()
-	_ = adminDB.Close()
-	if err != nil {
-		return nil, fmt.Errorf("%s: create database %s on %s: %w", service, schema, broker.RedactURL(u.String()), err)
-	}
-	own := *u
-	own.Path = "/" + schema
-	db, err := mysql.Open(own.String())
-	if err != nil {
-		return nil, fmt.Errorf("%s: database URL %s: %w", service, broker.RedactURL(own.String()), err)
-	}
-	db.SetMaxOpenConns(opts.MaxConns)
-	drv, err := mysql.NewTables(db, idem.Tables{Schema: schema})
-	if err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	return &DB{
-		Service: service, Dialect: MySQL, Schema: schema, SQL: db, Driver: drv,
-		url: own.String(), close: func() { _ = db.Close() },
-	}, nil
-}
-
-func openPostgres(ctx context.Context, service, rawURL, schema string, opts Options) (*DB, error) {
-	cfg, err := pgxpool.ParseConfig(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("%s: database URL %s: %w", service, broker.RedactURL(rawURL), err)
-	}
-	if err := createSchema(ctx, cfg.ConnConfig.Copy(), schema); err != nil {
-		return nil, fmt.Errorf("%s: create schema %s on %s: %w", service, schema, broker.RedactURL(rawURL), err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	cfg.MaxConns = int32(opts.MaxConns)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: connect to %s: %w", service, broker.RedactURL(rawURL), err)
-	}
-	pgxDrv := postgres.NewPgx(pool)
-	db := stdlib.OpenDBFromPool(pool)
-	return &DB{
-		Service: service, Dialect: Postgres, Schema: schema, SQL: db,
-		Driver: postgres.NewSQL(db), url: rawURL, pool: pool, pgx: pgxDrv,
-		close: func() { _ = db.Close(); pool.Close() },
-	}, nil
-}
-
-func createSchema(ctx context.Context, cfg *pgxConnConfig, schema string) error {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	conn, err := connectPG(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	_, err = conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schema)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		// Two processes created it at the same moment.
-		return nil
-	}
-	return err
+	return out, nil
 }
 
 // Redacted returns the database URL without its password.
-func (db *DB) Redacted() string { return broker.RedactURL(db.url) }
+func (db *DB) Redacted() string {
+	if db.db == nil {
+		return ""
+	}
+	return db.db.Redacted()
+}
 
 // Where says where the service's tables are, for the start-up banner.
 func (db *DB) Where() string {
@@ -232,8 +112,8 @@ func (db *DB) Where() string {
 
 // Close closes the database.
 func (db *DB) Close() {
-	if db.close != nil {
-		db.close()
+	if db.db != nil {
+		db.db.Close()
 	}
 }
 
@@ -295,8 +175,8 @@ type Relay interface {
 // NewRelay returns a relay publishing the service's outbox through pub. On
 // PostgreSQL it uses pgx, whose LISTEN/NOTIFY wakes it on every commit.
 func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
-	if db.pgx != nil {
-		return relay.New(db.pgx, pub, cfg)
+	if db.db != nil && db.db.Pgx != nil {
+		return relay.New(db.db.Pgx, pub, cfg)
 	}
 	return relay.New(db.Driver, pub, cfg)
 }

@@ -22,15 +22,3 @@ func TestQ(t *testing.T) {
 		}
 	}
 }
-
-func TestSQLiteDir(t *testing.T) {
-	for in, want := range map[string]string{
-		"sqlite:shop-data":       "shop-data",
-		"sqlite:/var/lib/shop":   "/var/lib/shop",
-		"sqlite:///var/lib/shop": "/var/lib/shop",
-	} {
-		if got := SQLiteDir(in); got != want {
-			t.Errorf("SQLiteDir(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -1,4 +1,4 @@
-package brokeropen
+package registry
 
 import (
 	"context"

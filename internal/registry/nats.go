@@ -1,4 +1,4 @@
-package brokeropen
+package registry
 
 import (
 	"context"
@@ -53,12 +53,25 @@ func natsStream(u *url.URL, prefix string) nats.StreamConfig {
 func natsConn(ctx context.Context, u *url.URL, name string, log *slog.Logger) (nats.ConnConfig, func() error, error) {
 	q := u.Query()
 	if u.Host != "embedded" {
-		q.Del("stream")
-		q.Del("prefix")
-		q.Del("ack_wait")
+		var opts []natsgo.Option
+		if ca := q.Get("ca"); ca != "" {
+			opts = append(opts, natsgo.RootCAs(ca))
+		}
+		if cert, key := q.Get("cert"), q.Get("key"); cert != "" || key != "" {
+			if cert == "" || key == "" {
+				return nats.ConnConfig{}, nil, fmt.Errorf("broker URL %s: cert and key go together", broker.RedactURL(u.String()))
+			}
+			opts = append(opts, natsgo.ClientCert(cert, key))
+		}
+		if creds := q.Get("creds"); creds != "" {
+			opts = append(opts, natsgo.UserCredentials(creds))
+		}
+		for _, k := range []string{"stream", "prefix", "ack_wait", "ca", "cert", "key", "creds"} {
+			q.Del(k)
+		}
 		v := *u
 		v.RawQuery = q.Encode()
-		return nats.ConnConfig{URL: v.String(), Name: name}, func() error { return nil }, nil
+		return nats.ConnConfig{URL: v.String(), Name: name, Options: opts}, func() error { return nil }, nil
 	}
 	var syncAlways bool
 	switch q.Get("sync") {
@@ -80,15 +93,21 @@ func natsConn(ctx context.Context, u *url.URL, name string, log *slog.Logger) (n
 	return nats.ConnConfig{Conn: nc}, func() error { nc.Close(); return release() }, nil
 }
 
-// openNATS opens a JetStream publisher. nats://host:4222 connects to a
-// server; nats://embedded (or just "embedded") starts one in the process,
-// with JetStream data in the dir parameter (default idem-data/nats),
-// listening on the listen parameter if set (for example 127.0.0.1:4222),
-// syncing each message to disk before acknowledging it unless
-// sync=interval, and logging to slog.Default(); the last user to close
-// stops it. The parameters stream and prefix override the stream name
+// publishNATS opens a JetStream publisher. nats://host:4222 (tls:// for
+// TLS; ca, cert, key and creds parameters name the files of a private CA, a
+// client certificate and a credentials file; user:pass@ in the URL) connects
+// to a server; nats://embedded (or just "embedded") starts one in the
+// process, with JetStream data in the dir parameter (default
+// idem-data/nats), listening on the listen parameter if set (for example
+// 127.0.0.1:4222), syncing each message to disk before acknowledging it
+// unless sync=interval, and logging to slog.Default(); the last user to
+// close stops it. The parameters stream and prefix override the stream name
 // (EVENTS) and subject prefix (events).
-func openNATS(ctx context.Context, u *url.URL, prefix string) (Publisher, error) {
+func publishNATS(ctx context.Context, rawURL, prefix string) (Publisher, error) {
+	u, err := parseURL(natsURL(rawURL))
+	if err != nil {
+		return nil, err
+	}
 	cc, release, err := natsConn(ctx, u, "idem", slog.Default())
 	if err != nil {
 		return nil, err
@@ -116,7 +135,11 @@ func (p *natsPublisher) Close() error {
 // The URL parameter ack_wait (a duration, such as 5s) sets how long
 // JetStream waits for an acknowledgement before delivering a message again
 // (default nats.AckWaitDefault).
-func subscribeNATS(u *url.URL, cfg SubscribeConfig, names []string, deliver broker.DeliverFunc) (Subscriber, error) {
+func subscribeNATS(rawURL string, cfg SubscribeConfig, names []string, deliver broker.DeliverFunc) (broker.Subscriber, error) {
+	u, err := parseURL(natsURL(rawURL))
+	if err != nil {
+		return nil, err
+	}
 	var ackWait time.Duration
 	if v := u.Query().Get("ack_wait"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -125,7 +148,7 @@ func subscribeNATS(u *url.URL, cfg SubscribeConfig, names []string, deliver brok
 		}
 		ackWait = d
 	}
-	return &natsSubscriber{u: u, cfg: cfg, names: names, deliver: deliver, ackWait: ackWait}, nil
+	return &natsSubscriber{u: u, cfg: cfg, names: names, deliver: withAckFault(deliver), ackWait: ackWait}, nil
 }
 
 // natsSubscriber opens its connection (and the embedded server) on Start.

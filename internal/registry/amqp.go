@@ -1,0 +1,78 @@
+package registry
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/broker/amqp"
+)
+
+// amqpParams reads idem's own query parameters of a RabbitMQ URL, exchange
+// and queue_type (a subscriber's), and returns the URL without them for
+// amqp091-go, which reads the TLS ones (cacertfile, certfile, keyfile,
+// server_name_indication) of amqps:// URLs itself.
+func amqpParams(u *url.URL) (connURL, exchange string, queueType amqp.QueueType) {
+	q := u.Query()
+	exchange, queueType = q.Get("exchange"), amqp.QueueType(q.Get("queue_type"))
+	q.Del("exchange")
+	q.Del("queue_type")
+	c := *u
+	c.RawQuery = q.Encode()
+	return c.String(), exchange, queueType
+}
+
+// amqpConn returns the connection settings of u; IDEM_AMQP_USERNAME and
+// IDEM_AMQP_PASSWORD supply the credentials when the URL has none.
+func amqpConn(connURL string, u *url.URL, name string) amqp.ConnConfig {
+	cc := amqp.ConnConfig{URL: connURL, ConnectionName: name}
+	if u.User == nil {
+		cc.Username = os.Getenv("IDEM_AMQP_USERNAME")
+		cc.Password = os.Getenv("IDEM_AMQP_PASSWORD")
+	}
+	return cc
+}
+
+// publishAMQP opens a RabbitMQ publisher. The query parameter "exchange"
+// names the exchange (default "events", or "<prefix>.events").
+func publishAMQP(ctx context.Context, rawURL, prefix string) (Publisher, error) {
+	u, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	connURL, exchange, _ := amqpParams(u)
+	named, _ := SubscribeConfig{Prefix: prefix}.Names()
+	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqpConn(connURL, u, "idem"), Exchange: cmp.Or(exchange, named)})
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Connect(ctx); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// subscribeAMQP returns a subscriber of the queue <consumer>.events bound
+// to names; queue_type=quorum declares a quorum queue (a queue keeps the
+// type it was declared with).
+func subscribeAMQP(rawURL string, cfg SubscribeConfig, names []string, deliver broker.DeliverFunc) (broker.Subscriber, error) {
+	u, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	exchange, queue := cfg.Names()
+	connURL, urlExchange, queueType := amqpParams(u)
+	if queueType != "" && queueType != amqp.Classic && queueType != amqp.Quorum {
+		return nil, fmt.Errorf("broker URL %s: queue_type=%q: want %q or %q", broker.RedactURL(rawURL), queueType, amqp.Classic, amqp.Quorum)
+	}
+	cc := amqpConn(connURL, u, cfg.Consumer)
+	cc.Logger = cfg.Logger
+	return amqp.NewSubscriber(amqp.SubscriberConfig{
+		ConnConfig: cc, Exchange: cmp.Or(urlExchange, exchange), Queue: queue, Bindings: names, QueueType: queueType,
+		Workers: cfg.Workers, BatchSize: cfg.BatchSize,
+	}, deliver)
+}

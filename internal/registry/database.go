@@ -1,0 +1,289 @@
+package registry
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/mysql"
+	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/driver/sqlite"
+)
+
+// Dialect names of Database.Dialect.
+const (
+	Postgres = "postgres"
+	MySQL    = "mysql"
+	SQLite   = "sqlite"
+)
+
+// databaseOpener opens a database of one scheme.
+type databaseOpener func(ctx context.Context, raw string, u *url.URL, o DatabaseOptions) (*Database, error)
+
+// databaseSchemes maps each database URL scheme to its opener: adding a
+// dialect adds a line here.
+var databaseSchemes = map[string]databaseOpener{
+	"postgres":   openPostgres,
+	"postgresql": openPostgres,
+	"mysql":      openMySQL,
+	"mariadb":    openMySQL,
+	"sqlite":     openSQLite,
+	"file":       openSQLite,
+}
+
+// DatabaseURLHelp describes the database URLs, for --help texts.
+const DatabaseURLHelp = `postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem (every libpq parameter pgx reads),
+mysql://user:pass@host:3306/db?tls=true (or mariadb://), sqlite:FILE (sqlite:DIR with a database name: DIR/<name>.db)`
+
+// DatabaseOptions say how to open a database.
+type DatabaseOptions struct {
+	// Name isolates the database on a shared server: the PostgreSQL schema
+	// (created if missing, and put first on the search_path), the MySQL
+	// database (created if missing; the URL's own database is not used), or
+	// the SQLite file <Name>.db in the directory the sqlite: URL names.
+	// Empty uses what the URL names: its database, or the SQLite file. A
+	// plain lower-case identifier.
+	Name string
+	// Tables names idem's tables. Tables.Schema defaults to Name on MySQL;
+	// on PostgreSQL the search_path finds them in Name.
+	Tables idem.Tables
+	// MaxConns is the connection pool size; 0 keeps the driver's default.
+	MaxConns int
+}
+
+// Database is an open database with the drivers idem's commands use.
+type Database struct {
+	// URL is the URL it was opened with (may hold a password: log Redacted).
+	URL string
+	// Dialect is Postgres, MySQL or SQLite.
+	Dialect string
+	// Name is DatabaseOptions.Name.
+	Name string
+	// File is the SQLite database file (empty for the other dialects).
+	File string
+	// DB is the database/sql handle.
+	DB *sql.DB
+	// SQL is the idem driver on DB, for every dialect.
+	SQL *driver.SQLDriver
+	// Pgx is the pgx driver, for PostgreSQL (nil otherwise).
+	Pgx *postgres.PgxDriver
+
+	close func()
+}
+
+// Redacted returns the URL without its password.
+func (db *Database) Redacted() string { return broker.RedactURL(db.URL) }
+
+// Close closes every handle.
+func (db *Database) Close() { db.close() }
+
+var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// DatabaseSchemes returns the supported database URL schemes, sorted.
+func DatabaseSchemes() []string {
+	out := make([]string, 0, len(databaseSchemes))
+	for s := range databaseSchemes {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// OpenDatabase opens the database at rawURL and checks that it answers.
+func OpenDatabase(ctx context.Context, rawURL string, o DatabaseOptions) (*Database, error) {
+	if rawURL == "" {
+		return nil, errors.New("no database URL: pass --db or set IDEM_DB_URL (for example postgres://user:pass@localhost:5432/app)")
+	}
+	if o.Name != "" && !nameRE.MatchString(o.Name) {
+		return nil, fmt.Errorf("database name %q is not a plain lower-case identifier", o.Name)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(rawURL), err)
+	}
+	open := databaseSchemes[strings.ToLower(u.Scheme)]
+	if open == nil {
+		if u.Scheme == "" {
+			return nil, fmt.Errorf("database URL %q has no scheme: want one of %s", broker.RedactURL(rawURL), strings.Join(DatabaseSchemes(), ", "))
+		}
+		return nil, fmt.Errorf("database URL %s: scheme %q is not supported: want one of %s", broker.RedactURL(rawURL), u.Scheme, strings.Join(DatabaseSchemes(), ", "))
+	}
+	return open(ctx, rawURL, u, o)
+}
+
+func ping(ctx context.Context, db *sql.DB) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return db.PingContext(pctx)
+}
+
+func openPostgres(ctx context.Context, raw string, _ *url.URL, o DatabaseOptions) (*Database, error) {
+	cfg, err := pgxpool.ParseConfig(raw)
+	if err != nil {
+		return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(raw), err)
+	}
+	tables := o.Tables
+	if o.Name != "" {
+		if err := createSchema(ctx, cfg.ConnConfig.Copy(), o.Name); err != nil {
+			return nil, fmt.Errorf("create schema %s on %s: %w", o.Name, broker.RedactURL(raw), err)
+		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = o.Name
+	}
+	if o.MaxConns > 0 {
+		cfg.MaxConns = int32(o.MaxConns)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", broker.RedactURL(raw), err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to %s: %w", broker.RedactURL(raw), err)
+	}
+	pgxDrv, err := postgres.NewPgxTables(pool, tables)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	return &Database{
+		URL: raw, Dialect: Postgres, Name: o.Name, DB: db, SQL: driver.NewSQL(db, pgxDrv.Dialect()), Pgx: pgxDrv,
+		close: func() { _ = db.Close(); pool.Close() },
+	}, nil
+}
+
+// createSchema creates schema if it does not exist, on a connection of its
+// own (the pool's connections get it on their search_path).
+func createSchema(ctx context.Context, cfg *pgx.ConnConfig, schema string) error {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	_, err = conn.Exec(cctx, "CREATE SCHEMA IF NOT EXISTS "+postgres.QuoteIdent(schema))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		// Two processes created it at the same moment: IF NOT EXISTS does
+		// not cover the race on pg_namespace's unique index.
+		return nil
+	}
+	return err
+}
+
+func openMySQL(ctx context.Context, raw string, u *url.URL, o DatabaseOptions) (*Database, error) {
+	target := raw
+	tables := o.Tables
+	if o.Name != "" {
+		admin := *u
+		admin.Path = "/"
+		adminDB, err := mysql.Open(admin.String())
+		if err != nil {
+			return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(raw), err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err = adminDB.ExecContext(cctx, "CREATE DATABASE IF NOT EXISTS "+mysql.QuoteIdent(o.Name)+" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+		cancel()
+		_ = adminDB.Close()
+		if err != nil {
+			return nil, fmt.Errorf("create database %s on %s: %w", o.Name, broker.RedactURL(raw), err)
+		}
+		own := *u
+		own.Path = "/" + o.Name
+		target = own.String()
+		if tables.Schema == "" {
+			tables.Schema = o.Name
+		}
+	}
+	db, err := mysql.Open(target)
+	if err != nil {
+		return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(target), err)
+	}
+	if o.MaxConns > 0 {
+		db.SetMaxOpenConns(o.MaxConns)
+	}
+	if err := ping(ctx, db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("connect to %s: %w", broker.RedactURL(target), err)
+	}
+	drv, err := mysql.NewTables(db, tables)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &Database{URL: target, Dialect: MySQL, Name: o.Name, DB: db, SQL: drv, close: func() { _ = db.Close() }}, nil
+}
+
+// SQLitePath returns the path of a sqlite: or file: URL: sqlite:PATH,
+// sqlite:///abs/path, sqlite://rel/path, file:PATH (parameters after ? are
+// kept for file: URLs, which modernc.org/sqlite reads).
+func SQLitePath(rawURL string) string {
+	scheme, rest, _ := strings.Cut(rawURL, ":")
+	if strings.EqualFold(scheme, "file") {
+		return rawURL
+	}
+	return strings.TrimPrefix(rest, "//")
+}
+
+// openSQLite opens sqlite:PATH: the file PATH, or, with a database name,
+// the file <name>.db in the directory PATH (created if missing).
+func openSQLite(ctx context.Context, raw string, _ *url.URL, o DatabaseOptions) (*Database, error) {
+	path := SQLitePath(raw)
+	if path == "" || path == "file:" {
+		return nil, fmt.Errorf("database URL %s: want sqlite:FILE (or sqlite:DIR with a database name)", raw)
+	}
+	file := path
+	if o.Name != "" {
+		if strings.Contains(path, "?") {
+			return nil, fmt.Errorf("database URL %s: with a database name, sqlite:DIR names the directory of <name>.db files, without parameters", raw)
+		}
+		if err := os.MkdirAll(path, 0o750); err != nil {
+			return nil, err
+		}
+		file = filepath.Join(path, o.Name+".db")
+	} else if fi, err := os.Stat(strings.TrimPrefix(path, "file:")); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("database URL %s names a directory: give the database file, for example sqlite:%s", raw, filepath.Join(path, "shop_order.db"))
+	}
+	dsn := file
+	if !strings.Contains(dsn, "?") {
+		// Times are written as "2006-01-02 15:04:05.999999999-07:00", always
+		// in UTC here, so that their text sorts like the times.
+		dsn += "?_time_format=sqlite"
+	}
+	db, err := sqlite.Open(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", file, err)
+	}
+	if o.MaxConns > 0 {
+		db.SetMaxOpenConns(o.MaxConns)
+	}
+	if err := ping(ctx, db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open %s: %w", file, err)
+	}
+	drv, err := sqlite.NewTables(db, o.Tables)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &Database{URL: raw, Dialect: SQLite, Name: o.Name, File: file, DB: db, SQL: drv, close: func() { _ = db.Close() }}, nil
+}

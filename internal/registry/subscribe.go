@@ -1,0 +1,82 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/broker/amqp"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/fault"
+)
+
+// Subscriber is a running subscription (broker.Subscriber).
+type Subscriber = broker.Subscriber
+
+// SubscribeConfig says what one consumer subscribes to.
+type SubscribeConfig struct {
+	// Consumer is the consumer name. It names the consumer's queue
+	// (RabbitMQ: <consumer>.events), consumer group (Kafka) or durable
+	// (NATS). Required.
+	Consumer string
+	// EventNames are the event names the consumer handles. Required.
+	EventNames []string
+	// Prefix, when set, is put before the exchange and queue names
+	// (<prefix>.events, <prefix>.<consumer>.events) so that several
+	// applications can share one broker.
+	Prefix string
+	// AggregateTypes are the aggregate types of EventNames, whose topics
+	// (outbox.event.<aggregate type>) a Kafka consumer reads. Defaults to
+	// the second part of each event name (<service>.<aggregate>.<event>.vN).
+	AggregateTypes []string
+	// Workers and BatchSize tune the transport (zero: its defaults).
+	Workers, BatchSize int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Names returns the exchange and queue names of cfg on RabbitMQ.
+func (cfg SubscribeConfig) Names() (exchange, queue string) {
+	exchange, queue = amqp.ExchangeDefault, cfg.Consumer+".events"
+	if cfg.Prefix != "" {
+		exchange, queue = cfg.Prefix+"."+exchange, cfg.Prefix+"."+queue
+	}
+	return exchange, queue
+}
+
+// Subscribe returns a subscriber, not started, that feeds deliver with the
+// messages of cfg.EventNames from the broker at rawURL.
+func Subscribe(rawURL string, cfg SubscribeConfig, deliver broker.DeliverFunc) (broker.Subscriber, error) {
+	if cfg.Consumer == "" || len(cfg.EventNames) == 0 {
+		return nil, errors.New("registry: Subscribe needs a consumer name and event names")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	t, err := brokerSchemeOf(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if t.subscribe == nil {
+		return nil, fmt.Errorf("broker URL %s: this transport publishes only; subscribe with amqp://, kafka:// or nats://", broker.RedactURL(rawURL))
+	}
+	names := slices.DeleteFunc(slices.Clone(cfg.EventNames), func(n string) bool { return n == inbox.AnyEvent })
+	slices.Sort(names)
+	return t.subscribe(rawURL, cfg, names, deliver)
+}
+
+// withAckFault hits the fault point amqp.FaultAfterCommitBeforeAck after
+// deliver returns, before the transport acknowledges (or commits) what it
+// handled, as the RabbitMQ subscriber does itself: a process killed there
+// has its messages delivered again. The Kafka and NATS subscribers of the
+// registry wrap their DeliverFunc with it.
+func withAckFault(deliver broker.DeliverFunc) broker.DeliverFunc {
+	return func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+		disps, errs := deliver(ctx, ds)
+		fault.Point(amqp.FaultAfterCommitBeforeAck)
+		return disps, errs
+	}
+}
