@@ -20,6 +20,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/memory"
+	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
@@ -50,7 +51,8 @@ var (
 	buildErr  error
 )
 
-// idemBinary builds cmd/idem once per test run and returns its path.
+// idemBinary builds cmd/idem once per test run, with fault points (the
+// process tests kill it at them), and returns its path.
 func idemBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(binDir, "idem")
@@ -59,7 +61,7 @@ func idemBinary(t *testing.T) string {
 		if err != nil {
 			goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		out, err := exec.Command(goCmd, "build", "-o", bin, "github.com/idem-go/idem/cmd/idem").CombinedOutput()
+		out, err := exec.Command(goCmd, "build", "-tags", fault.Tag, "-o", bin, "github.com/idem-go/idem/cmd/idem").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build cmd/idem: %v\n%s", err, out)
 		}

@@ -22,11 +22,7 @@ import (
 	"github.com/idem-go/idem/internal/fault"
 )
 
-// Fault points, armed by IDEM_FAULT in tests that kill the relay process.
 const (
-	faultAfterClaim              = "relay.after-claim"
-	faultAfterPublishBeforeMark  = "relay.after-publish-before-mark"
-	faultAfterMark               = "relay.after-mark"
 	releaseTimeout               = 5 * time.Second
 	listenRetryMax               = 30 * time.Second
 	markAttempts                 = 3
@@ -360,7 +356,9 @@ func (r *Relay[TTx]) runOnce(log *slog.Logger) (more bool, err error) {
 	if len(rows) == 0 {
 		return false, nil
 	}
-	fault.Point(faultAfterClaim)
+	if fault.Enabled {
+		fault.Point(fault.RelayAfterClaim)
+	}
 	r.stats.claims.Add(1)
 	r.stats.claimed.Add(int64(len(rows)))
 	var taken int64
@@ -512,7 +510,9 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 		}
 	}
 	if len(seqs) > 0 {
-		fault.Point(faultAfterPublishBeforeMark)
+		if fault.Enabled {
+			fault.Point(fault.RelayAfterPublishBeforeMark)
+		}
 		marked, err := r.mark(owner, deadline, seqs)
 		if err != nil {
 			log.Error("mark published failed; the rows will be published again after the lease", "rows", len(seqs), "error", err)
@@ -530,7 +530,9 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 				}
 			}
 		}
-		fault.Point(faultAfterMark)
+		if fault.Enabled {
+			fault.Point(fault.RelayAfterMark)
+		}
 	}
 
 	var (

@@ -33,11 +33,6 @@ const (
 	RequeueDelayDefault = time.Second
 )
 
-// FaultAfterCommitBeforeAck is the fault point (internal/fault) hit after
-// the consumer committed a batch and before it is acknowledged: a process
-// killed there leaves committed effects whose messages RabbitMQ redelivers.
-const FaultAfterCommitBeforeAck = "inbox.after-commit-before-ack"
-
 // DeliverFunc hands deliveries to an idempotent consumer and says what to do
 // with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
 // disposition and error are for ds[i]; a non-nil error means the message was
@@ -406,7 +401,7 @@ func (s *Subscriber) serve(sess *session) error {
 // consumer's commit and the acknowledgements.
 func (s *Subscriber) deliverAndFault(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
 	disps, errs := s.deliver(ctx, ds)
-	fault.Point(FaultAfterCommitBeforeAck)
+	fault.Point(fault.InboxAfterCommitBeforeAck)
 	return disps, errs
 }
 

@@ -41,12 +41,6 @@ const (
 	resumeWaitMax = 2 * time.Second
 )
 
-// FaultAfterHandleBeforeAck is the fault point (internal/fault) hit after the
-// consumer returned its dispositions for a batch (its transaction committed)
-// and before the messages are acknowledged: a process killed there leaves
-// committed effects whose messages JetStream delivers again.
-const FaultAfterHandleBeforeAck = "nats.after-handle-before-ack"
-
 // DeliverFunc hands deliveries to an idempotent consumer and says what to do
 // with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
 // disposition and error are for ds[i]; a non-nil error means the message was
@@ -483,7 +477,7 @@ func (s *Subscriber) worker(m jetstream.Msg, n int) int {
 // between the consumer's commit and the acknowledgements.
 func (s *Subscriber) deliverBatch(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
 	disps, errs := s.deliver(ctx, ds)
-	fault.Point(FaultAfterHandleBeforeAck)
+	fault.Point(fault.NATSAfterHandleBeforeAck)
 	return disps, errs
 }
 

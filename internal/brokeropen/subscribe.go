@@ -98,14 +98,17 @@ func Subscribe(rawURL string, cfg SubscribeConfig, deliver DeliverFunc) (Subscri
 	}
 }
 
-// withAckFault hits the fault point amqp.FaultAfterCommitBeforeAck after
+// withAckFault hits the fault point fault.InboxAfterCommitBeforeAck after
 // deliver returns, before the transport acknowledges (or commits) what it
 // handled, as the RabbitMQ subscriber does itself: a process killed there
-// has its messages delivered again.
+// has its messages delivered again. Without fault points, it is deliver.
 func withAckFault(deliver DeliverFunc) DeliverFunc {
+	if !fault.Enabled {
+		return deliver
+	}
 	return func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
 		disps, errs := deliver(ctx, ds)
-		fault.Point(amqp.FaultAfterCommitBeforeAck)
+		fault.Point(fault.InboxAfterCommitBeforeAck)
 		return disps, errs
 	}
 }
