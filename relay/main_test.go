@@ -2,14 +2,12 @@ package relay_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -57,11 +55,8 @@ func idemBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(binDir, "idem")
 	buildOnce.Do(func() {
-		goCmd, err := exec.LookPath("go")
-		if err != nil {
-			goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		out, err := exec.Command(goCmd, "build", "-tags", fault.Tag, "-o", bin, "github.com/idem-go/idem/cmd/idem").CombinedOutput()
+		// go test puts its own go first in PATH.
+		out, err := exec.Command("go", "build", "-tags", fault.Tag, "-o", bin, "github.com/idem-go/idem/cmd/idem").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build cmd/idem: %v\n%s", err, out)
 		}
@@ -177,12 +172,4 @@ func countIDs(ids []uuid.UUID) map[uuid.UUID]int {
 		out[id]++
 	}
 	return out
-}
-
-func mustJSON(t testing.TB, v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

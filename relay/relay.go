@@ -624,15 +624,6 @@ func (r *Relay[TTx]) quarantine(log *slog.Logger, owner uuid.UUID, items []item,
 	}
 }
 
-func firstError(items []item) error {
-	for i := range items {
-		if items[i].err != nil {
-			return items[i].err
-		}
-	}
-	return nil
-}
-
 // mark marks the rows of seqs published, retrying while the lease lasts.
 func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, seqs []int64) (int64, error) {
 	var err error

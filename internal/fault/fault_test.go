@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -117,10 +116,6 @@ func TestPointsDocumented(t *testing.T) {
 // neither the environment variable's name nor the relay's point names.
 func TestProductionBuild(t *testing.T) {
 	t.Parallel()
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	for _, c := range []struct {
 		pkg    string
 		absent []string
@@ -137,7 +132,8 @@ func TestProductionBuild(t *testing.T) {
 		if raceEnabled {
 			args = append(args, "-race")
 		}
-		out, err := exec.Command(goCmd, append(args, "github.com/idem-go/idem/"+c.pkg)...).CombinedOutput()
+		// go test puts its own go first in PATH.
+		out, err := exec.Command("go", append(args, "github.com/idem-go/idem/"+c.pkg)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go build %s: %v\n%s", c.pkg, err, out)
 		}

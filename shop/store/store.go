@@ -109,9 +109,7 @@ func Open(ctx context.Context, service, rawURL, schema string, opts Options) (*D
 // SQLiteDir returns the directory of a sqlite:DIR URL.
 func SQLiteDir(rawURL string) string {
 	_, dir, _ := strings.Cut(rawURL, ":")
-	if strings.HasPrefix(dir, "//") {
-		dir = dir[2:] // sqlite:///abs/dir, sqlite://rel/dir
-	}
+	dir = strings.TrimPrefix(dir, "//") // sqlite:///abs/dir, sqlite://rel/dir
 	return dir
 }
 
