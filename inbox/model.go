@@ -166,14 +166,6 @@ func (e *eventTimes) first(id uuid.UUID, now time.Time) time.Time {
 	return now
 }
 
-// has reports whether id is recorded.
-func (e *eventTimes) has(id uuid.UUID) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_, ok := e.m[id]
-	return ok
-}
-
 // forget removes id and reports whether it was there.
 func (e *eventTimes) forget(id uuid.UUID) bool {
 	e.mu.Lock()

@@ -2,14 +2,12 @@ package relay_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/memory"
+	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
@@ -50,16 +49,14 @@ var (
 	buildErr  error
 )
 
-// idemBinary builds cmd/idem once per test run and returns its path.
+// idemBinary builds cmd/idem once per test run, with fault points (the
+// process tests kill it at them), and returns its path.
 func idemBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(binDir, "idem")
 	buildOnce.Do(func() {
-		goCmd, err := exec.LookPath("go")
-		if err != nil {
-			goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		out, err := exec.Command(goCmd, "build", "-o", bin, "github.com/idem-go/idem/cmd/idem").CombinedOutput()
+		// go test puts its own go first in PATH.
+		out, err := exec.Command("go", "build", "-tags", fault.Tag, "-o", bin, "github.com/idem-go/idem/cmd/idem").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build cmd/idem: %v\n%s", err, out)
 		}
@@ -175,12 +172,4 @@ func countIDs(ids []uuid.UUID) map[uuid.UUID]int {
 		out[id]++
 	}
 	return out
-}
-
-func mustJSON(t testing.TB, v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

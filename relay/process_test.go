@@ -22,6 +22,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/webhook"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testsvc"
 )
@@ -160,7 +161,7 @@ func TestCrashAfterPublishBeforeMark(t *testing.T) {
 	}
 	b.insert(t, evs...)
 
-	p := startIdem(t, b.pg, h.url(), []string{"IDEM_FAULT=relay.after-publish-before-mark"}, relayArgs("--lease", "2s")...)
+	p := startIdem(t, b.pg, h.url(), []string{fault.EnvVar + "=" + fault.RelayAfterPublishBeforeMark}, relayArgs("--lease", "2s")...)
 	if ws := p.wait(t, 30*time.Second); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("relay exited with %v, want killed by its fault point; output:\n%s", ws, p.out.String())
 	}
@@ -220,7 +221,7 @@ func TestCrashAfterClaim(t *testing.T) {
 	}
 	b.insert(t, evs...)
 
-	p := startIdem(t, b.pg, h.url(), []string{"IDEM_FAULT=relay.after-claim"}, relayArgs("--lease", "1s")...)
+	p := startIdem(t, b.pg, h.url(), []string{fault.EnvVar + "=" + fault.RelayAfterClaim}, relayArgs("--lease", "1s")...)
 	if ws := p.wait(t, 30*time.Second); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("relay exited with %v, want killed by its fault point", ws)
 	}

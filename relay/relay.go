@@ -23,11 +23,7 @@ import (
 	"github.com/idem-go/idem/internal/startstop"
 )
 
-// Fault points, armed by IDEM_FAULT in tests that kill the relay process.
 const (
-	faultAfterClaim              = "relay.after-claim"
-	faultAfterPublishBeforeMark  = "relay.after-publish-before-mark"
-	faultAfterMark               = "relay.after-mark"
 	releaseTimeout               = 5 * time.Second
 	listenRetryMax               = 30 * time.Second
 	markAttempts                 = 3
@@ -344,7 +340,9 @@ func (r *Relay[TTx]) runOnce(log *slog.Logger) (more bool, err error) {
 	if len(rows) == 0 {
 		return false, nil
 	}
-	fault.Point(faultAfterClaim)
+	if fault.Enabled {
+		fault.Point(fault.RelayAfterClaim)
+	}
 	r.stats.claims.Add(1)
 	r.stats.claimed.Add(int64(len(rows)))
 	var taken int64
@@ -496,7 +494,9 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 		}
 	}
 	if len(seqs) > 0 {
-		fault.Point(faultAfterPublishBeforeMark)
+		if fault.Enabled {
+			fault.Point(fault.RelayAfterPublishBeforeMark)
+		}
 		marked, err := r.mark(owner, deadline, seqs)
 		if err != nil {
 			log.Error("mark published failed; the rows will be published again after the lease", "rows", len(seqs), "error", err)
@@ -514,7 +514,9 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 				}
 			}
 		}
-		fault.Point(faultAfterMark)
+		if fault.Enabled {
+			fault.Point(fault.RelayAfterMark)
+		}
 	}
 
 	var (
@@ -604,15 +606,6 @@ func (r *Relay[TTx]) quarantine(log *slog.Logger, owner uuid.UUID, items []item,
 			"seq", seq, "id", row.RawID, "aggregate_type", row.AggregateType, "aggregate_id", row.AggregateID,
 			"event", row.Type, "attempts", row.Attempts+1, "error", reasons[seq])
 	}
-}
-
-func firstError(items []item) error {
-	for i := range items {
-		if items[i].err != nil {
-			return items[i].err
-		}
-	}
-	return nil
 }
 
 // mark marks the rows of seqs published, retrying while the lease lasts.

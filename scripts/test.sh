@@ -3,9 +3,12 @@
 # this script, and so does .ci/run.
 #
 # Usage:
-#   bash scripts/test.sh                     # go test -race -count=1 ./...
-#   bash scripts/test.sh -run TestX ./inbox/ # go test -race -count=1 -run TestX ./inbox/
+#   bash scripts/test.sh                     # go test -race -tags idemfault -count=1 ./...
+#   bash scripts/test.sh -run TestX ./inbox/ # go test -race -tags idemfault -count=1 -run TestX ./inbox/
 #   make test ARGS='-run TestX ./inbox/'     # the same through make
+#
+# -tags idemfault compiles in the fault points (internal/fault) that the
+# crash tests kill processes at; the tests that need them fail without it.
 #
 # What it does: installs the missing Debian packages (apt-get, as root),
 # starts private servers on 127.0.0.1 with their data in a temporary
@@ -203,11 +206,11 @@ else
 	if [ $# -eq 0 ]; then
 		set -- ./...
 	fi
-	log "running: go test -race -count=1 -timeout 30m $(printf '%q ' "$@")"
+	log "running: go test -race -tags idemfault -count=1 -timeout 30m $(printf '%q ' "$@")"
 	# In its own process group, in the background, so that a signal to this
 	# script is handled at once: cleanup interrupts the whole group (go and
 	# the test binaries) before it stops the servers.
-	setsid go test -race -count=1 -timeout 30m "$@" </dev/null &
+	setsid go test -race -tags idemfault -count=1 -timeout 30m "$@" </dev/null &
 	GOTEST_PID=$!
 	rc=0
 	wait "$GOTEST_PID" || rc=$?

@@ -21,6 +21,7 @@ import (
 	"github.com/idem-go/idem/broker/amqp"
 	"github.com/idem-go/idem/broker/brokertest"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
 )
@@ -311,6 +312,7 @@ func TestQuorumQueue(t *testing.T) {
 // redelivers, and the next consumer skips the duplicate.
 func TestRedeliveryAfterKillBetweenCommitAndAck(t *testing.T) {
 	t.Parallel()
+	fault.RequireEnabled(t)
 	b := setup(t)
 	b.declareQueue(t)
 	m := newMessage(t, "order.order.placed.v1", "42")
@@ -323,7 +325,7 @@ func TestRedeliveryAfterKillBetweenCommitAndAck(t *testing.T) {
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(),
 		childEnv+"=1",
-		"IDEM_FAULT="+amqp.FaultAfterCommitBeforeAck,
+		fault.EnvVar+"="+fault.InboxAfterCommitBeforeAck,
 		"CHILD_PG_URL="+b.pg.URL,
 		"CHILD_AMQP_URL="+b.url,
 		"CHILD_EXCHANGE="+b.exchange,
@@ -334,7 +336,7 @@ func TestRedeliveryAfterKillBetweenCommitAndAck(t *testing.T) {
 	cmd.Stderr = &stderr
 	err = cmd.Run()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || !strings.Contains(stderr.String(), "fault point "+amqp.FaultAfterCommitBeforeAck) {
+	if !errors.As(err, &ee) || !strings.Contains(stderr.String(), "fault point "+fault.InboxAfterCommitBeforeAck) {
 		t.Fatalf("child consumer: %v, want killed at the fault point; stderr:\n%s", err, stderr.String())
 	}
 	if n := b.pg.Count(t, "effect"); n != 1 {

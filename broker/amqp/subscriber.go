@@ -34,10 +34,6 @@ const (
 	RequeueDelayDefault = time.Second
 )
 
-// FaultAfterCommitBeforeAck is the fault point (internal/fault) hit after
-// the consumer committed a batch and before it is acknowledged: a process
-// killed there leaves committed effects whose messages RabbitMQ redelivers.
-const FaultAfterCommitBeforeAck = "inbox.after-commit-before-ack"
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -382,7 +378,7 @@ func (s *Subscriber) serve(sess *session) error {
 // consumer's commit and the acknowledgements.
 func (s *Subscriber) deliverAndFault(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
 	disps, errs := s.deliver(ctx, ds)
-	fault.Point(FaultAfterCommitBeforeAck)
+	fault.Point(fault.InboxAfterCommitBeforeAck)
 	return disps, errs
 }
 

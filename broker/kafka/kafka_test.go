@@ -335,6 +335,7 @@ func TestFailingMidPartition(t *testing.T) {
 // gets the records again when it restarts, and skips them as duplicates.
 func TestCrashBeforeOffsetCommit(t *testing.T) {
 	t.Parallel()
+	fault.RequireEnabled(t)
 	const topic = "outbox.event.order"
 	port := freePort(t)
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, topic))
@@ -364,7 +365,7 @@ func TestCrashBeforeOffsetCommit(t *testing.T) {
 	}
 
 	// First run: killed at the fault point, after the effects committed.
-	first := child(kafka.FaultAfterHandleBeforeCommit)
+	first := child(fault.KafkaAfterHandleBeforeCommit)
 	var stderr strings.Builder
 	first.Stderr = &stderr
 	if err := first.Start(); err != nil {
@@ -374,7 +375,7 @@ func TestCrashBeforeOffsetCommit(t *testing.T) {
 	go func() { waitErr <- first.Wait() }()
 	select {
 	case err := <-waitErr:
-		if !strings.Contains(stderr.String(), "fault point "+kafka.FaultAfterHandleBeforeCommit) {
+		if !strings.Contains(stderr.String(), "fault point "+fault.KafkaAfterHandleBeforeCommit) {
 			t.Fatalf("child ended without reaching the fault point: %v\n%s", err, stderr.String())
 		}
 	case <-time.After(60 * time.Second):

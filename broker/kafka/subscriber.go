@@ -41,12 +41,6 @@ const (
 	DeadLetterSuffixDefault = ".dlq"
 )
 
-// FaultAfterHandleBeforeCommit is the fault point (internal/fault) hit after
-// the consumer committed its database transaction for a batch and before the
-// offsets are committed: a process killed there leaves effects whose records
-// Kafka delivers again, to be skipped as duplicates.
-const FaultAfterHandleBeforeCommit = "kafka.after-handle-before-commit"
-
 // Headers a Subscriber adds to records it writes to a dead-letter topic.
 const (
 	HeaderDLQError     = "idem-error"
@@ -679,7 +673,7 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 			prefix++
 		}
 		if prefix > old {
-			fault.Point(FaultAfterHandleBeforeCommit)
+			fault.Point(fault.KafkaAfterHandleBeforeCommit)
 			last := batch[prefix-1]
 			s.markDone(w.tp, kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1})
 		}

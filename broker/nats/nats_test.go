@@ -25,6 +25,7 @@ import (
 	"github.com/idem-go/idem/broker/nats"
 	"github.com/idem-go/idem/broker/nats/embedded"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 )
@@ -482,6 +483,7 @@ func TestEmbeddedRestartKeepsUndelivered(t *testing.T) {
 // delivers the message again, and the next consumer skips the duplicate.
 func TestRedeliveryAfterKillBetweenCommitAndAck(t *testing.T) {
 	t.Parallel()
+	fault.RequireEnabled(t)
 	b := setup(t)
 	m := newMessage(t, "order.order.placed.v1", "42")
 	publishAll(t, b.pub, m)
@@ -493,7 +495,7 @@ func TestRedeliveryAfterKillBetweenCommitAndAck(t *testing.T) {
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(),
 		childEnv+"=1",
-		"IDEM_FAULT="+nats.FaultAfterHandleBeforeAck,
+		fault.EnvVar+"="+fault.NATSAfterHandleBeforeAck,
 		"CHILD_PG_URL="+b.pg.URL,
 		"CHILD_NATS_URL="+b.srv.url(),
 		"CHILD_STREAM="+b.names.stream.Name,
@@ -504,7 +506,7 @@ func TestRedeliveryAfterKillBetweenCommitAndAck(t *testing.T) {
 	cmd.Stderr = &stderr
 	err = cmd.Run()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || !strings.Contains(stderr.String(), "fault point "+nats.FaultAfterHandleBeforeAck) {
+	if !errors.As(err, &ee) || !strings.Contains(stderr.String(), "fault point "+fault.NATSAfterHandleBeforeAck) {
 		t.Fatalf("child consumer: %v, want killed at the fault point; stderr:\n%s", err, stderr.String())
 	}
 	if n := b.pg.Count(t, "effect"); n != 1 {

@@ -42,11 +42,6 @@ const (
 	resumeWaitMax = 2 * time.Second
 )
 
-// FaultAfterHandleBeforeAck is the fault point (internal/fault) hit after the
-// consumer returned its dispositions for a batch (its transaction committed)
-// and before the messages are acknowledged: a process killed there leaves
-// committed effects whose messages JetStream delivers again.
-const FaultAfterHandleBeforeAck = "nats.after-handle-before-ack"
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -462,7 +457,7 @@ func (s *Subscriber) worker(m jetstream.Msg, n int) int {
 // between the consumer's commit and the acknowledgements.
 func (s *Subscriber) deliverBatch(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
 	disps, errs := s.deliver(ctx, ds)
-	fault.Point(FaultAfterHandleBeforeAck)
+	fault.Point(fault.NATSAfterHandleBeforeAck)
 	return disps, errs
 }
 

@@ -4,7 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 
+	idemmsg "github.com/idem-go/idem"
+
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/migrate"
 )
 
@@ -16,19 +21,26 @@ func init() {
   idem migrate up     [--db URL] [--schema S]   apply every pending migration (no-op when up to date)
   idem migrate down   [--db URL] [--steps N]    revert the last N migrations (default 1; 0 for all)
   idem migrate status [--db URL]                list migrations and whether each is applied
-  idem migrate sql    [--db URL] [--down]       print the SQL instead of applying it
+  idem migrate sql    --dialect D [--down]      print the SQL of dialect D (postgres, mysql, sqlite), no database needed
+  idem migrate sql    [--db URL] [--down]       print the SQL of the database's dialect
 
 The migrations are embedded in idem. Applied versions are recorded in
 idem_schema_migration; a database migrated by a newer idem is refused.
+The SQL that "migrate sql" prints is what "migrate up" (or with --down,
+"migrate down --steps 0") runs, for teams that apply migrations with their
+own tool; it does not record versions in idem_schema_migration.
 
 Examples:
   IDEM_DB_URL=postgres://app@localhost/shop idem migrate up
-  idem migrate sql --db postgres://localhost/shop > idem.sql   # for your own migration tool`,
+  idem migrate sql --dialect postgres > idem.sql                 # for your own migration tool
+  idem migrate sql --dialect mysql --schema shop                 # table names qualified with the database
+  idem migrate sql --db postgres://localhost/shop > idem.sql`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			var db dbFlags
 			db.register(fs)
 			steps := fs.Int("steps", 1, "with down: how many migrations to revert (0: all)")
 			down := fs.Bool("down", false, "with sql: print the down migrations")
+			dialect := fs.String("dialect", "", "with sql: print the SQL of this dialect ("+strings.Join(registry.DialectNames, ", ")+") without connecting to a database")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) != 1 {
 					return usagef("want one of up, down, status, sql")
@@ -39,6 +51,12 @@ Examples:
 				default:
 					return usagef("unknown action %q: want up, down, status or sql", action)
 				}
+				if *dialect != "" && action != "sql" {
+					return usagef("--dialect is for migrate sql; %s needs a database (--db)", action)
+				}
+				if action == "sql" {
+					return printSQL(ctx, e, &db, *dialect, *down)
+				}
 				conn, err := db.open(ctx, e)
 				if err != nil {
 					return err
@@ -46,16 +64,6 @@ Examples:
 				defer conn.Close()
 				m := migrate.New(conn.SQL)
 				switch action {
-				case "sql":
-					dir := "up"
-					if *down {
-						dir = "down"
-					}
-					text, err := migrate.SQL(conn.SQL.Dialect(), dir)
-					if err != nil {
-						return err
-					}
-					fmt.Fprint(e.stdout, text)
 				case "up":
 					applied, err := m.Up(ctx)
 					if err != nil {
@@ -102,4 +110,40 @@ Examples:
 			}
 		},
 	})
+}
+
+// printSQL prints the migrations' SQL: of the named dialect, without a
+// database, or else of the database's.
+func printSQL(ctx context.Context, e *env, db *dbFlags, dialect string, down bool) error {
+	dir := "up"
+	if down {
+		dir = "down"
+	}
+	var d driver.Dialect
+	if dialect != "" {
+		schema := db.schema
+		if schema == "" {
+			schema = e.getenv("IDEM_SCHEMA")
+		}
+		var err error
+		if d, err = registry.NewDialect(dialect, idemmsg.Tables{Schema: schema}); err != nil {
+			return usagef("--dialect: %v", err)
+		}
+	} else {
+		if db.url == "" && e.getenv("IDEM_DB_URL") == "" {
+			return usagef("pass --dialect %s to print its SQL, or --db (or IDEM_DB_URL) for the database's", strings.Join(registry.DialectNames, "|"))
+		}
+		conn, err := db.open(ctx, e)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		d = conn.SQL.Dialect()
+	}
+	text, err := migrate.SQL(d, dir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(e.stdout, text)
+	return nil
 }

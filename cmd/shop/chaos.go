@@ -17,6 +17,7 @@ import (
 
 	"github.com/idem-go/idem/broker/nats/embedded"
 	"github.com/idem-go/idem/internal/registry"
+	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/shop/store"
 )
@@ -115,10 +116,10 @@ func mustAddr(r *chaosRun) string {
 
 var chaosCases = []chaosCase{
 	{
-		Name:     "order.before-commit",
+		Name:     fault.OrderBeforeCommit,
 		Expected: "no order, no event; a retry with the same Idempotency-Key makes one order",
 		run: func(ctx context.Context, r *chaosRun) (string, error) {
-			app, err := r.app(ctx, appServices+",relay", "order.before-commit")
+			app, err := r.app(ctx, appServices+",relay", fault.OrderBeforeCommit)
 			if err != nil {
 				return "", err
 			}
@@ -160,24 +161,24 @@ var chaosCases = []chaosCase{
 		},
 	},
 	{
-		Name:     "relay.after-claim",
+		Name:     fault.RelayAfterClaim,
 		Expected: "after the commit, before publication: the event is published after the restart",
-		run:      crashAndRecover("relay", "relay.after-claim", 3),
+		run:      crashAndRecover("relay", fault.RelayAfterClaim, 3),
 	},
 	{
-		Name:     "relay.after-publish-before-mark",
+		Name:     fault.RelayAfterPublishBeforeMark,
 		Expected: "relay republishes (duplicate source 1): consumers skip the copies",
-		run:      crashAndRecover("relay", "relay.after-publish-before-mark", 3),
+		run:      crashAndRecover("relay", fault.RelayAfterPublishBeforeMark, 3),
 	},
 	{
-		Name:     "shipping.before-commit",
+		Name:     fault.ShippingBeforeCommit,
 		Expected: "marker and preparation rolled back; the event is processed again",
-		run:      crashAndRecover("shipping", "shipping.before-commit", 3),
+		run:      crashAndRecover("shipping", fault.ShippingBeforeCommit, 3),
 	},
 	{
-		Name:     "inbox.after-commit-before-ack",
+		Name:     fault.InboxAfterCommitBeforeAck,
 		Expected: "broker redelivers (duplicate source 2): no second preparation",
-		run:      crashAndRecover("shipping", "inbox.after-commit-before-ack", 3),
+		run:      crashAndRecover("shipping", fault.InboxAfterCommitBeforeAck, 3),
 	},
 	{
 		Name:     "two simultaneous deliveries",
@@ -442,21 +443,28 @@ database: each committed order has exactly one reservation per line, one
 preparation, one pickup at the carrier, one invoice and one e-mail; an order
 that was never committed has none. Prints a table and fails if a case fails.
 
+Fault points exist only in a shop built with the build tag idemfault: run
+shop chaos from such a build (go run -tags idemfault ./cmd/shop chaos, or
+go build -tags idemfault -o shop-chaos ./cmd/shop). A plain build refuses.
+
 Flags:
 `, `
 With no --db and --broker, the processes share SQLite files in a temporary
 directory and a NATS JetStream server that shop chaos runs itself.
 
 Examples:
-  shop chaos
-  shop chaos --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
-  shop chaos --db mysql://root@localhost:3306/shop --broker kafka://localhost:9092 --only relay,carrier
+  go run -tags idemfault ./cmd/shop chaos
+  shop-chaos chaos --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
+  shop-chaos chaos --db mysql://root@localhost:3306/shop --broker kafka://localhost:9092 --only relay,carrier
 `)
 	if err := envFlags(fs, args, chaosEnv); err != nil {
 		return err
 	}
 	if (o.DB == "") != (o.Broker == "") {
 		return errors.New("shop chaos needs both --db and --broker, or neither (the embedded defaults)")
+	}
+	if !fault.Enabled {
+		return fmt.Errorf("this shop was built without fault points, which shop chaos kills its processes at: build it with -tags %[1]s (go run -tags %[1]s ./cmd/shop chaos)", fault.Tag)
 	}
 	bin, err := os.Executable()
 	if err != nil {

@@ -6,8 +6,11 @@
 //	shop [flags]            run services (all by default)
 //	shop load [flags]       place orders through the API and report throughput and latency
 //	shop chaos [flags]      kill processes at named fault points and check every database
+//	shop help [load|chaos]  print the help of the shop or of a command
 //
-// Run "shop --help", "shop load --help" or "shop chaos --help" for the flags.
+// Run "shop help", "shop help load" or "shop help chaos" (or --help after
+// any of them) for the flags. shop chaos needs a build with the idemfault
+// tag: go run -tags idemfault ./cmd/shop chaos.
 package main
 
 import (
@@ -34,6 +37,8 @@ func main() {
 		err = loadMain(args[1:], os.Stdout, os.Stderr)
 	case len(args) > 0 && args[0] == "chaos":
 		err = chaosMain(args[1:], os.Stdout, os.Stderr)
+	case len(args) > 0 && args[0] == "help":
+		err = helpMain(args[1:], os.Stdout)
 	default:
 		err = runMain(args, os.Stdout, os.Stderr)
 	}
@@ -42,8 +47,43 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shop:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
+}
+
+// usageError is a command line that names no command or help topic.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+// helpMain prints, on stdout, the help of the shop ("shop help") or of one
+// of its commands ("shop help load", "shop help chaos"): what --help prints.
+func helpMain(args []string, stdout io.Writer) error {
+	topic := ""
+	if len(args) > 0 {
+		topic = args[0]
+	}
+	var err error
+	switch {
+	case len(args) > 1:
+		return usageError(fmt.Sprintf("shop help takes one topic, got %q; run \"shop help\"", strings.Join(args, " ")))
+	case topic == "":
+		_, _, err = parseRun([]string{"--help"}, stdout)
+	case topic == "load":
+		err = loadMain([]string{"--help"}, stdout, stdout)
+	case topic == "chaos":
+		err = chaosMain([]string{"--help"}, stdout, stdout)
+	default:
+		return usageError(fmt.Sprintf("no help for %q: run \"shop help\", \"shop help load\" or \"shop help chaos\"", topic))
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }
 
 // envFlags binds every flag of fs to an environment variable, used when the
@@ -91,6 +131,7 @@ func usageWithEnv(fs *flag.FlagSet, env map[string]string, head, tail string) fu
 const runHelpHead = `Usage: shop [flags]
        shop load [flags]
        shop chaos [flags]
+       shop help [load|chaos]
 
 Runs the shop's services in this process: the order API, stock, shipping,
 billing, the fake carrier and the outbox relays. With no flags, every service
@@ -118,7 +159,7 @@ Examples:
   SHOP_DB_URL=mysql://shop:shop@localhost:3306/shop SHOP_BROKER_URL=kafka://localhost:9092 shop
   shop --services order,carrier --order-db postgres://localhost/orders --broker nats://localhost:4222
   shop load --orders 10000 --concurrency 64 --retry-rate 0.05
-  shop chaos --db postgres://localhost/shop --broker amqp://localhost/
+  go run -tags idemfault ./cmd/shop chaos --db postgres://localhost/shop --broker amqp://localhost/
 
 Order API:
   POST /orders             {"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}
@@ -170,7 +211,7 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 		return cfg, "", err
 	}
 	if fs.NArg() > 0 {
-		return cfg, "", fmt.Errorf("unexpected argument %q; see shop --help", fs.Arg(0))
+		return cfg, "", usageError(fmt.Sprintf("unexpected argument %q; run \"shop help\"", fs.Arg(0)))
 	}
 	for s, v := range perService {
 		if *v != "" {

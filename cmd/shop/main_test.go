@@ -14,11 +14,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
 )
 
-// shopBinary is the shop command, built once for the package's tests.
+// shopBinary is the shop command, built once for the package's tests, with
+// fault points: the crash table kills its processes at them.
 var shopBinary string
 
 func TestMain(m *testing.M) {
@@ -28,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shopBinary = filepath.Join(dir, "shop")
-	build := exec.Command("go", "build", "-race", "-o", shopBinary, ".")
+	build := exec.Command("go", "build", "-race", "-tags", fault.Tag, "-o", shopBinary, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build shop:", err)

@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"github.com/idem-go/idem"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/idem-go/idem"
 )
 
 // cluster starts shop processes sharing one namespace on the same servers.
@@ -307,7 +307,5 @@ func postJSON(ctx context.Context, url string, v any) error {
 	}
 	return nil
 }
-
-var errTimeout = errors.New("deadline passed")
 
 type idemMessage = idem.Message

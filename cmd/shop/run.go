@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/registry"
@@ -324,11 +325,7 @@ func (a *app) banner(w io.Writer) {
 		}
 	}
 	if a.order != nil {
-		fmt.Fprintf(w, `shop: place an order:
-  curl -si -X POST http://%[1]s/orders -H 'Content-Type: application/json' -H "Idempotency-Key: $(uuidgen)" \
-    -d '{"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}'
-  curl -s http://%[1]s/orders/<id>
-`, a.cfg.HTTP)
+		fmt.Fprint(w, orderHowTo(a.cfg.HTTP, uuid.NewString()))
 	}
 }
 
@@ -392,4 +389,15 @@ func (a *app) summary(ctx context.Context) string {
 		parts = append(parts, fmt.Sprintf("outbox_backlog=%d lag=%s outbox_quarantined=%d", backlog, lag, quarantined))
 	}
 	return "shop: " + strings.Join(parts, " ")
+}
+
+// orderHowTo tells how to place an order on the API at addr, with a
+// ready-to-paste command that carries a fresh Idempotency-Key.
+func orderHowTo(addr, key string) string {
+	return fmt.Sprintf(`shop: place an order (sent again with the same key, it answers with the same order):
+  curl -si -X POST http://%[1]s/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: %[2]s' \
+    -d '{"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}'
+shop: a new order needs a new key, e.g. -H "Idempotency-Key: $(cat /proc/sys/kernel/random/uuid)"
+shop: follow it: curl -s http://%[1]s/orders/<id>
+`, addr, key)
 }

@@ -2,81 +2,98 @@
 // test can make the process kill itself (SIGKILL, no cleanup, no deferred
 // code), to check what survives a crash at exactly that moment.
 //
-// A point is armed by the environment variable IDEM_FAULT, a comma-separated
-// list of point names, each optionally followed by @N to fire on the N-th hit
-// only (default: the first):
+// Fault points exist only in binaries built with the build tag idemfault
+// (go build -tags idemfault, go test -tags idemfault; make test passes it).
+// Without the tag, Point is an empty function that the compiler inlines
+// away and IDEM_FAULT is never read: a production build cannot be made to
+// kill itself.
 //
-//	IDEM_FAULT=relay.after-publish-before-mark@3 idem relay ...
+// With the tag, a point is armed by the environment variable IDEM_FAULT, a
+// comma-separated list of point names, each optionally followed by @N to
+// fire on the N-th hit only (default: the first):
 //
-// Unarmed points cost one atomic load.
+//	go build -tags idemfault -o idem ./cmd/idem
+//	IDEM_FAULT=relay.after-publish-before-mark@3 ./idem relay ...
+//
+// Unarmed points then cost one atomic load.
+//
+// In a generic function, guard the call with the constant Enabled:
+//
+//	if fault.Enabled {
+//		fault.Point(fault.RelayAfterClaim)
+//	}
+//
+// The compiler does not always inline calls made by a generic function
+// instantiated in another package (the relay's, instantiated by the
+// commands), so without the guard an empty call, and its argument, stay in
+// the binary; with it, the code is gone whatever the inliner does.
 package fault
 
-import (
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
-)
+// Tag is the build tag that compiles fault points in.
+const Tag = "idemfault"
 
 // EnvVar is the environment variable that arms fault points.
 const EnvVar = "IDEM_FAULT"
 
-var (
-	once   sync.Once
-	armed  atomic.Bool
-	mu     sync.Mutex
-	points map[string]*point
+// The fault points of idem and of the shop, by where they are hit.
+// docs/ARCHITECTURE.md lists them (a test checks it); add a new one here and
+// there.
+const (
+	// OrderBeforeCommit: the shop's order service, just before an order's
+	// transaction commits: a process killed there leaves no order and no
+	// event.
+	OrderBeforeCommit = "order.before-commit"
+	// ShippingBeforeCommit: the shop's shipping preparation consumer, its
+	// handlers done, its transaction (effects and processed_event marker)
+	// not committed.
+	ShippingBeforeCommit = "shipping.before-commit"
+	// RelayAfterClaim: the relay, after it claimed a batch and before it
+	// publishes: the rows are leased to a dead owner until the lease
+	// expires.
+	RelayAfterClaim = "relay.after-claim"
+	// RelayAfterPublishBeforeMark: the relay, after the broker confirmed a
+	// batch and before the rows are marked published: they are published
+	// again.
+	RelayAfterPublishBeforeMark = "relay.after-publish-before-mark"
+	// RelayAfterMark: the relay, after it marked a batch published.
+	RelayAfterMark = "relay.after-mark"
+	// InboxAfterCommitBeforeAck: the RabbitMQ subscriber, and the NATS and
+	// Kafka subscribers the commands open (internal/registry), after the
+	// consumer committed a batch and before it is acknowledged: the broker
+	// delivers the messages again. The shop's crash table uses this one
+	// name on every broker.
+	InboxAfterCommitBeforeAck = "inbox.after-commit-before-ack"
+	// KafkaAfterHandleBeforeCommit: the Kafka subscriber, after the
+	// consumer's transaction committed and before the offsets are
+	// committed.
+	KafkaAfterHandleBeforeCommit = "kafka.after-handle-before-commit"
+	// NATSAfterHandleBeforeAck: the NATS subscriber, after the consumer
+	// returned its dispositions for a batch and before the messages are
+	// acknowledged.
+	NATSAfterHandleBeforeAck = "nats.after-handle-before-ack"
 )
 
-type point struct {
-	fireAt int64
-	hits   atomic.Int64
+// Points lists every fault point.
+var Points = []string{
+	OrderBeforeCommit,
+	ShippingBeforeCommit,
+	RelayAfterClaim,
+	RelayAfterPublishBeforeMark,
+	RelayAfterMark,
+	InboxAfterCommitBeforeAck,
+	KafkaAfterHandleBeforeCommit,
+	NATSAfterHandleBeforeAck,
 }
 
-func load() {
-	spec := os.Getenv(EnvVar)
-	if spec == "" {
-		return
+// RequireEnabled fails t at once when fault points are compiled out: a test
+// that waits for a process to kill itself at a point would otherwise wait
+// for nothing, or pass without the crash it is about.
+func RequireEnabled(t interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}) {
+	t.Helper()
+	if !Enabled {
+		t.Fatalf("fault points are compiled out: this test kills processes at them; run it with -tags %s (make test does)", Tag)
 	}
-	points = map[string]*point{}
-	for _, item := range strings.Split(spec, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		name, n, hasN := strings.Cut(item, "@")
-		p := &point{fireAt: 1}
-		if hasN {
-			if v, err := strconv.ParseInt(n, 10, 64); err == nil && v > 0 {
-				p.fireAt = v
-			}
-		}
-		points[name] = p
-	}
-	armed.Store(len(points) > 0)
-}
-
-// Point marks the named fault point. If IDEM_FAULT arms it and this is the
-// hit it fires on, the process writes "idem: fault point NAME" to stderr and
-// kills itself with SIGKILL.
-func Point(name string) {
-	once.Do(load)
-	if !armed.Load() {
-		return
-	}
-	mu.Lock()
-	p := points[name]
-	mu.Unlock()
-	if p == nil {
-		return
-	}
-	if p.hits.Add(1) != p.fireAt {
-		return
-	}
-	fmt.Fprintf(os.Stderr, "idem: fault point %s: killing process %d\n", name, os.Getpid())
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // SIGKILL is not instantaneous; never return.
 }

@@ -36,15 +36,43 @@ const (
 // databaseOpener opens a database of one scheme.
 type databaseOpener func(ctx context.Context, raw string, u *url.URL, o DatabaseOptions) (*Database, error)
 
-// databaseSchemes maps each database URL scheme to its opener: adding a
+// databaseScheme is one database URL scheme: its dialect, how to open it,
+// and how to build its SQL without a database.
+type databaseScheme struct {
+	dialect string
+	open    databaseOpener
+	sql     func(idem.Tables) (driver.Dialect, error)
+}
+
+var (
+	postgresScheme = databaseScheme{Postgres, openPostgres, func(t idem.Tables) (driver.Dialect, error) { return postgres.NewDialect(t) }}
+	mysqlScheme    = databaseScheme{MySQL, openMySQL, func(t idem.Tables) (driver.Dialect, error) { return mysql.NewDialect(t) }}
+	sqliteScheme   = databaseScheme{SQLite, openSQLite, func(t idem.Tables) (driver.Dialect, error) { return sqlite.NewDialect(t) }}
+)
+
+// databaseSchemes maps each database URL scheme to its dialect: adding a
 // dialect adds a line here.
-var databaseSchemes = map[string]databaseOpener{
-	"postgres":   openPostgres,
-	"postgresql": openPostgres,
-	"mysql":      openMySQL,
-	"mariadb":    openMySQL,
-	"sqlite":     openSQLite,
-	"file":       openSQLite,
+var databaseSchemes = map[string]databaseScheme{
+	"postgres":   postgresScheme,
+	"postgresql": postgresScheme,
+	"mysql":      mysqlScheme,
+	"mariadb":    mysqlScheme,
+	"sqlite":     sqliteScheme,
+	"file":       sqliteScheme,
+}
+
+// DialectNames are the dialect names NewDialect accepts, one per dialect
+// (it also takes the other URL schemes: postgresql, mariadb).
+var DialectNames = []string{Postgres, MySQL, SQLite}
+
+// NewDialect returns the dialect called name bound to tables, without a
+// database: for what needs only the SQL, such as printing the migrations.
+func NewDialect(name string, tables idem.Tables) (driver.Dialect, error) {
+	s, ok := databaseSchemes[strings.ToLower(name)]
+	if !ok {
+		return nil, fmt.Errorf("dialect %q: want %s", name, strings.Join(DialectNames, ", "))
+	}
+	return s.sql(tables)
 }
 
 // DatabaseURLHelp describes the database URLs, for --help texts.
@@ -117,14 +145,14 @@ func OpenDatabase(ctx context.Context, rawURL string, o DatabaseOptions) (*Datab
 	if err != nil {
 		return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(rawURL), err)
 	}
-	open := databaseSchemes[strings.ToLower(u.Scheme)]
-	if open == nil {
+	scheme, ok := databaseSchemes[strings.ToLower(u.Scheme)]
+	if !ok {
 		if u.Scheme == "" {
 			return nil, fmt.Errorf("database URL %q has no scheme: want one of %s", broker.RedactURL(rawURL), strings.Join(DatabaseSchemes(), ", "))
 		}
 		return nil, fmt.Errorf("database URL %s: scheme %q is not supported: want one of %s", broker.RedactURL(rawURL), u.Scheme, strings.Join(DatabaseSchemes(), ", "))
 	}
-	return open(ctx, rawURL, u, o)
+	return scheme.open(ctx, rawURL, u, o)
 }
 
 func ping(ctx context.Context, db *sql.DB) error {

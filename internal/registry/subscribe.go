@@ -68,15 +68,19 @@ func Subscribe(rawURL string, cfg SubscribeConfig, deliver broker.DeliverFunc) (
 	return t.subscribe(rawURL, cfg, names, deliver)
 }
 
-// withAckFault hits the fault point amqp.FaultAfterCommitBeforeAck after
+// withAckFault hits the fault point fault.InboxAfterCommitBeforeAck after
 // deliver returns, before the transport acknowledges (or commits) what it
 // handled, as the RabbitMQ subscriber does itself: a process killed there
 // has its messages delivered again. The Kafka and NATS subscribers of the
-// registry wrap their DeliverFunc with it.
+// registry wrap their DeliverFunc with it. Without fault points, it is
+// deliver.
 func withAckFault(deliver broker.DeliverFunc) broker.DeliverFunc {
+	if !fault.Enabled {
+		return deliver
+	}
 	return func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
 		disps, errs := deliver(ctx, ds)
-		fault.Point(amqp.FaultAfterCommitBeforeAck)
+		fault.Point(fault.InboxAfterCommitBeforeAck)
 		return disps, errs
 	}
 }

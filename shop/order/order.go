@@ -28,10 +28,6 @@ import (
 // events.
 const ConsumerName = "order"
 
-// FaultBeforeCommit is the fault point hit just before an order's
-// transaction commits: a process killed there leaves no order and no event.
-const FaultBeforeCommit = "order.before-commit"
-
 // Order statuses.
 const (
 	StatusConfirmed = "confirmed"
@@ -381,7 +377,7 @@ func (s *Service) create(ctx context.Context, req PlaceRequest, c *claim) (int, 
 			return 0, nil, err
 		}
 	}
-	fault.Point(FaultBeforeCommit)
+	fault.Point(fault.OrderBeforeCommit)
 	if err := tx.Commit(); err != nil {
 		return 0, nil, fmt.Errorf("commit order: %w", err)
 	}

@@ -51,10 +51,6 @@ const (
 	CarrierConsumer     = "shipping-carrier-v1"
 )
 
-// FaultBeforeCommit is the fault point hit when the preparation consumer's
-// handlers are done and its transaction is about to commit.
-const FaultBeforeCommit = "shipping.before-commit"
-
 // Preparation statuses.
 const (
 	PreparationActive    = "active"
@@ -200,14 +196,18 @@ func (s *Service) Consumers() []*inbox.Consumer[*sql.Tx] {
 	return []*inbox.Consumer[*sql.Tx]{s.preparation, s.pickup}
 }
 
-// beforeCommit runs h, then hits FaultBeforeCommit: the effects and the
-// processed_event marker are written, not committed.
+// beforeCommit runs h, then hits fault.ShippingBeforeCommit: the effects
+// and the processed_event marker are written, not committed. Without fault
+// points, it is h.
 func beforeCommit(h inbox.HandlerFunc[*sql.Tx]) inbox.HandlerFunc[*sql.Tx] {
+	if !fault.Enabled {
+		return h
+	}
 	return func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
 		if err := h(ctx, tx, ev); err != nil {
 			return err
 		}
-		fault.Point(FaultBeforeCommit)
+		fault.Point(fault.ShippingBeforeCommit)
 		return nil
 	}
 }

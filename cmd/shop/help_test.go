@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestHelpTopics checks "shop help", "shop help load" and "shop help chaos":
+// each prints on stdout what --help prints, and exits 0; an unknown topic is
+// a usage error (exit 2).
+func TestHelpTopics(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"help"}, []string{"Usage: shop [flags]", "shop help [load|chaos]", "--services", "SHOP_DB_URL", "Examples:"}},
+		{[]string{"help", "load"}, []string{"Usage: shop load [flags]", "--retry-rate"}},
+		{[]string{"help", "chaos"}, []string{"Usage: shop chaos [flags]", "-tags idemfault", "--only"}},
+	} {
+		cmd := exec.Command(shopBinary, tc.args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Errorf("shop %v: %v\n%s", tc.args, err, stderr.String())
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stdout.String(), w) {
+				t.Errorf("shop %v does not print %q on stdout:\n%s", tc.args, w, stdout.String())
+			}
+		}
+	}
+	for _, args := range [][]string{{"help", "frob"}, {"help", "load", "chaos"}, {"frob"}} {
+		out, err := exec.Command(shopBinary, args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `"shop help"`) {
+			t.Errorf("shop %v: %v, want exit status 2 and a pointer to shop help\n%s", args, err, out)
+		}
+	}
+}
+
+// TestOrderHowTo checks that the banner's command is ready to paste: a
+// quoted key of its own, and nothing to install to make new ones.
+func TestOrderHowTo(t *testing.T) {
+	t.Parallel()
+	got := orderHowTo("127.0.0.1:8080", "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+	for _, want := range []string{
+		"curl -si -X POST http://127.0.0.1:8080/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: 0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b'",
+		"/proc/sys/kernel/random/uuid",
+		"curl -s http://127.0.0.1:8080/orders/<id>",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("banner does not say %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "uuidgen") {
+		t.Errorf("banner needs uuidgen, which a stock Debian does not have:\n%s", got)
+	}
+}
