@@ -34,7 +34,6 @@ const (
 	RequeueDelayDefault = time.Second
 )
 
-
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
 	ConnConfig

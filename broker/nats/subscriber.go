@@ -42,7 +42,6 @@ const (
 	resumeWaitMax = 2 * time.Second
 )
 
-
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
 	ConnConfig

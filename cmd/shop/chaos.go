@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/broker/nats/embedded"
-	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/shop/store"
 )
