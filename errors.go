@@ -5,6 +5,14 @@ import (
 	"fmt"
 )
 
+// ErrNotFound is returned by lookups that find no row: a parked message, a
+// quarantined outbox row.
+var ErrNotFound = errors.New("idem: not found")
+
+// ErrMissingTable is returned (wrapped) when an idem table does not exist. The
+// message tells the operator to run "idem migrate up".
+var ErrMissingTable = errors.New("idem table missing: run \"idem migrate up\" against this database")
+
 // ErrUndecodable is matched (errors.Is) by every error that says a message body
 // or its headers cannot be turned into an Event. Such a message is never retried:
 // it goes to the failure store with its raw bytes.

@@ -12,15 +12,9 @@ package driver
 
 import (
 	"context"
-	"errors"
+
+	"github.com/idem-go/idem"
 )
-
-// ErrNotFound is returned by dialect lookups that find no row.
-var ErrNotFound = errors.New("idem: not found")
-
-// ErrMissingTable is returned (wrapped) when an idem table does not exist. The
-// message tells the operator to run "idem migrate up".
-var ErrMissingTable = errors.New("idem table missing: run \"idem migrate up\" against this database")
 
 // Executor runs queries on a pool, a connection or a transaction.
 type Executor interface {
@@ -91,7 +85,7 @@ type Driver[TTx any] interface {
 }
 
 // QueryRow runs a query expected to return at most one row and scans it into
-// dest. It returns ErrNotFound when there is no row.
+// dest. It returns idem.ErrNotFound when there is no row.
 func QueryRow(ctx context.Context, ex Executor, sql string, args []any, dest ...any) error {
 	found := false
 	err := QueryRows(ctx, ex, sql, args, func(rows Rows) error {
@@ -105,7 +99,7 @@ func QueryRow(ctx context.Context, ex Executor, sql string, args []any, dest ...
 		return err
 	}
 	if !found {
-		return ErrNotFound
+		return idem.ErrNotFound
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ type IdempotencyKeys interface {
 	// the scope already holds the key. Only the conflict on the key
 	// counts as "already there"; any other error is returned.
 	InsertIdempotencyKey(ctx context.Context, ex Executor, p IdempotencyKeyClaimParams) (inserted bool, err error)
-	// GetIdempotencyKey returns a stored key, or ErrNotFound.
+	// GetIdempotencyKey returns a stored key, or idem.ErrNotFound.
 	GetIdempotencyKey(ctx context.Context, ex Executor, ref IdempotencyKeyRef) (IdempotencyKey, error)
 	// ReclaimIdempotencyKey makes a stored key processing again for a new
 	// owner, with a new fingerprint, lock and expiry and no response, if

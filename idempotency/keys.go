@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 )
 
@@ -303,7 +304,7 @@ func (k *Keys[TTx]) Claim(ctx context.Context, req Request) (*Claim, error) {
 			return &Claim{Request: req, Outcome: Claimed, owner: owner, LockedUntil: p.LockedUntil}, nil
 		}
 		cur, err := k.store.GetIdempotencyKey(ctx, pool, ref)
-		if errors.Is(err, driver.ErrNotFound) {
+		if errors.Is(err, idem.ErrNotFound) {
 			continue // released or purged meanwhile: insert again
 		}
 		if err != nil {

@@ -58,6 +58,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 )
 
@@ -70,53 +71,19 @@ type HandlerFunc[TTx any] func(ctx context.Context, tx TTx, ev idem.Event) error
 // AnyEvent registers a handler for every event name.
 const AnyEvent = "*"
 
-// Outcome says what processing did with an event.
-type Outcome int
+// Outcome says what processing did with an event (broker.Outcome).
+type Outcome = broker.Outcome
 
-// Outcomes.
+// Outcomes: see broker.Outcome.
 const (
-	// Applied: the handlers ran and their effects committed with the marker.
-	Applied Outcome = iota + 1
-	// Duplicate: the event was already applied by this consumer; no handler
-	// ran.
-	Duplicate
-	// Ignored: no handler is registered for the event name; nothing was
-	// written.
-	Ignored
-	// Failed: a handler or the database failed; nothing was committed.
-	Failed
-	// Parked: the message was stored in the failure store (Deliver only).
-	Parked
-	// Deferred: the event was not attempted because an earlier event of its
-	// aggregate in the same delivery failed and waits for a retry (Deliver
-	// only). It is delivered again after that one.
-	Deferred
-	// Paused: the event was not attempted, or failed transiently, because a
-	// dependency of the consumer is away (Deliver only). It is delivered
-	// again when the consumer resumes.
-	Paused
+	Applied   = broker.Applied
+	Duplicate = broker.Duplicate
+	Ignored   = broker.Ignored
+	Failed    = broker.Failed
+	Parked    = broker.Parked
+	Deferred  = broker.Deferred
+	Paused    = broker.Paused
 )
-
-// String returns the outcome in lower case ("applied", "duplicate", ...).
-func (o Outcome) String() string {
-	switch o {
-	case Applied:
-		return "applied"
-	case Duplicate:
-		return "duplicate"
-	case Ignored:
-		return "ignored"
-	case Failed:
-		return "failed"
-	case Parked:
-		return "parked"
-	case Deferred:
-		return "deferred"
-	case Paused:
-		return "paused"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
 
 // Defaults of Config.
 const (
@@ -249,7 +216,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	c := &Consumer[TTx]{
 		cfg:      cfg,
 		drv:      drv,
-		failures: NewFailureStore(drv.Dialect(), drv.Pool()),
+		failures: NewFailureStore(drv),
 		log:      cfg.Logger.With("consumer", cfg.Name),
 		handlers: map[string][]HandlerFunc[TTx]{},
 	}

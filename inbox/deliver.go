@@ -12,69 +12,24 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/broker"
 )
 
-// Delivery is a message as a transport received it.
-type Delivery struct {
-	// Message is the message exactly as received.
-	Message idem.Message
-	// Source names where it came from: queue, topic/partition or subject.
-	Source string
-	// Attempt is the delivery attempt, from 1, as counted by the transport
-	// (a header it carries, or the broker's delivery count).
-	Attempt int
-}
+// Delivery is a message as a transport received it (broker.Delivery).
+type Delivery = broker.Delivery
 
-// Action tells a transport what to do with a delivery.
-type Action int
+// Action tells a transport what to do with a delivery (broker.Action).
+type Action = broker.Action
 
-// Actions.
+// Actions: see broker.Action.
 const (
-	// Ack: the message is done (applied, duplicate, ignored, or parked in the
-	// failure store). Acknowledge it or commit past it.
-	Ack Action = iota + 1
-	// Retry: keep the message unacknowledged and deliver it again after
-	// Disposition.RetryAfter. Until then, later messages of its aggregate
-	// wait behind it (deliver them with it, after it, in order); other
-	// messages go on.
-	Retry
-	// Pause: the consumer cannot work for now (its database or a dependency
-	// is away: a transient failure). Keep the message unacknowledged, take no
-	// new message until Disposition.RetryAfter has passed, then deliver it
-	// again. A pause costs no attempt.
-	Pause
+	Ack   = broker.Ack
+	Retry = broker.Retry
+	Pause = broker.Pause
 )
 
-// String returns the action in lower case ("ack", "retry", "pause").
-func (a Action) String() string {
-	switch a {
-	case Ack:
-		return "ack"
-	case Retry:
-		return "retry"
-	case Pause:
-		return "pause"
-	}
-	return fmt.Sprintf("Action(%d)", int(a))
-}
-
-// Disposition is the consumer's verdict on a delivery.
-type Disposition struct {
-	Action  Action
-	Outcome Outcome
-	// RetryAfter is how long to wait before delivering the message again
-	// (Retry and Pause).
-	RetryAfter time.Duration
-	// Attempts is the number of failed attempts of the event counted so far
-	// by the consumer (in its database, so it survives restarts and
-	// rebalances); 0 when none failed or the count is unknown.
-	Attempts int
-	// Err is the decoding or handling error, if any.
-	Err error
-	// Event is the decoded event (zero if undecodable).
-	Event idem.Event
-}
+// Disposition is the consumer's verdict on a delivery (broker.Disposition).
+type Disposition = broker.Disposition
 
 // storeTimeout bounds the writes that record a failure (attempt count,
 // failure store), which run after the delivery's own context may have ended.
@@ -91,7 +46,7 @@ func (c *Consumer[TTx]) Deliver(ctx context.Context, d Delivery) (Disposition, e
 type item struct {
 	ev        idem.Event
 	decodeErr error
-	agg       driver.AggregateRef
+	agg       idem.AggregateRef
 	// redrive is the failure store id of the parked message this one
 	// re-drives (idem.HeaderRedrive), 0 for a plain delivery.
 	redrive int64
@@ -168,7 +123,7 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 	if len(items) > 1 && len(holds) == 0 && c.allDecoded(items) && c.tryBatch(ctx, items, disps) {
 		return disps, errs
 	}
-	blocked := map[driver.AggregateRef]block{}
+	blocked := map[idem.AggregateRef]block{}
 	for i := range items {
 		it := &items[i]
 		if b, ok := blocked[it.agg]; ok && it.agg.ID != "" {
@@ -225,7 +180,7 @@ func (c *Consumer[TTx]) decode(d Delivery) item {
 	ev, err := c.cfg.Decoder.Decode(d.Message)
 	it := item{ev: ev, decodeErr: err}
 	if ev.AggregateID != "" {
-		it.agg = driver.AggregateRef{Type: storedName(ev.AggregateType), ID: storedName(ev.AggregateID)}
+		it.agg = idem.AggregateRef{Type: storedName(ev.AggregateType), ID: storedName(ev.AggregateID)}
 	}
 	if v := d.Message.Headers[idem.HeaderRedrive]; v != "" {
 		if id, perr := strconv.ParseInt(v, 10, 64); perr == nil && id > 0 {
@@ -383,7 +338,7 @@ func (c *Consumer[TTx]) behind(ctx context.Context, d Delivery, it *item, b bloc
 
 // heldAggregates returns the parked messages that hold the items'
 // aggregates, by aggregate (Config.Parked HoldAggregate).
-func (c *Consumer[TTx]) heldAggregates(ctx context.Context, items []item) (map[driver.AggregateRef]int64, error) {
+func (c *Consumer[TTx]) heldAggregates(ctx context.Context, items []item) (map[idem.AggregateRef]int64, error) {
 	if c.cfg.Parked != HoldAggregate {
 		return nil, nil
 	}
@@ -395,8 +350,8 @@ func (c *Consumer[TTx]) heldAggregates(ctx context.Context, items []item) (map[d
 	if err != nil || !has {
 		return nil, err
 	}
-	seen := map[driver.AggregateRef]bool{}
-	var aggs []driver.AggregateRef
+	seen := map[idem.AggregateRef]bool{}
+	var aggs []idem.AggregateRef
 	for _, it := range items {
 		if it.agg.ID != "" && !seen[it.agg] {
 			seen[it.agg] = true
@@ -422,7 +377,7 @@ func (c *Consumer[TTx]) isParked(ctx context.Context, id int64, ev uuid.UUID) bo
 // waits behind, if any. It returns the new entry's id.
 func (c *Consumer[TTx]) park(ctx context.Context, d Delivery, it *item, cause error, heldBy int64, attempts int) (Disposition, int64, error) {
 	ev := it.ev
-	m := driver.FailedMessage{
+	m := idem.FailedMessage{
 		Consumer:      c.cfg.Name,
 		Source:        d.Source,
 		EventID:       ev.ID,
@@ -518,7 +473,7 @@ func reason(cause error) string {
 
 // saveFailed stores m and forgets its event's failed attempts, in one
 // transaction.
-func (c *Consumer[TTx]) saveFailed(ctx context.Context, m driver.FailedMessage) (id int64, err error) {
+func (c *Consumer[TTx]) saveFailed(ctx context.Context, m idem.FailedMessage) (id int64, err error) {
 	tx, err := c.drv.Begin(ctx)
 	if err != nil {
 		return 0, err

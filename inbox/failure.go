@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 )
 
@@ -21,14 +22,21 @@ type FailureStore struct {
 	ex driver.Executor
 }
 
-// NewFailureStore returns the failure store of dialect's tables on ex.
-func NewFailureStore(d driver.Dialect, ex driver.Executor) *FailureStore {
-	return &FailureStore{d: d, ex: ex}
+// Database is what a FailureStore reads and writes: any driver
+// (postgres.NewPgx(pool), postgres.NewSQL(db), mysql.New(db), sqlite.New(db)).
+type Database interface {
+	Dialect() driver.Dialect
+	Pool() driver.Executor
+}
+
+// NewFailureStore returns the failure store of db's tables.
+func NewFailureStore(db Database) *FailureStore {
+	return &FailureStore{d: db.Dialect(), ex: db.Pool()}
 }
 
 // Save stores m and returns its id. Saving a message whose event id is already
 // stored for the same consumer updates that entry and appends to its history.
-func (s *FailureStore) Save(ctx context.Context, m driver.FailedMessage) (int64, error) {
+func (s *FailureStore) Save(ctx context.Context, m idem.FailedMessage) (int64, error) {
 	return s.d.SaveFailed(ctx, s.ex, m)
 }
 
@@ -37,15 +45,15 @@ func (s *FailureStore) Save(ctx context.Context, m driver.FailedMessage) (int64,
 // returns every match: List reads them in pages of FailedPageSizeDefault,
 // each starting after the last id of the previous one. Large stores are
 // better read with Pages.
-func (s *FailureStore) List(ctx context.Context, f driver.FailedFilter) ([]driver.FailedMessage, error) {
+func (s *FailureStore) List(ctx context.Context, f idem.FailedFilter) ([]idem.FailedMessage, error) {
 	if f.Limit < 0 {
 		return nil, fmt.Errorf("idem: failure store: Limit %d: want 0 (all) or a positive number", f.Limit)
 	}
 	if f.Limit > 0 {
 		return s.d.ListFailed(ctx, s.ex, f)
 	}
-	var out []driver.FailedMessage
-	err := s.Pages(ctx, f, func(page []driver.FailedMessage) error {
+	var out []idem.FailedMessage
+	err := s.Pages(ctx, f, func(page []idem.FailedMessage) error {
 		out = append(out, page...)
 		return nil
 	})
@@ -58,11 +66,11 @@ func (s *FailureStore) List(ctx context.Context, f driver.FailedFilter) ([]drive
 // Pages calls fn with each page of the messages matching f, in List's order,
 // until they end or fn returns an error, which Pages returns. f.Limit is the
 // page size (0: FailedPageSizeDefault). Each page starts after the last id
-// of the previous one (driver.FailedFilter.NextPage), so fn may remove or
+// of the previous one (idem.FailedFilter.NextPage), so fn may remove or
 // retry the messages it gets; messages stored meanwhile are listed when
 // they come after the cursor (bound the ids with f.BeforeID to leave them
 // out of an oldest-first run).
-func (s *FailureStore) Pages(ctx context.Context, f driver.FailedFilter, fn func(page []driver.FailedMessage) error) error {
+func (s *FailureStore) Pages(ctx context.Context, f idem.FailedFilter, fn func(page []idem.FailedMessage) error) error {
 	if f.Limit < 0 {
 		return fmt.Errorf("idem: failure store: page size %d: want 0 (the default) or a positive number", f.Limit)
 	}
@@ -86,8 +94,8 @@ func (s *FailureStore) Pages(ctx context.Context, f driver.FailedFilter, fn func
 	}
 }
 
-// Get returns one stored message or driver.ErrNotFound.
-func (s *FailureStore) Get(ctx context.Context, id int64) (driver.FailedMessage, error) {
+// Get returns one stored message or idem.ErrNotFound.
+func (s *FailureStore) Get(ctx context.Context, id int64) (idem.FailedMessage, error) {
 	return s.d.GetFailed(ctx, s.ex, id)
 }
 
@@ -97,6 +105,6 @@ func (s *FailureStore) Remove(ctx context.Context, id int64) (bool, error) {
 }
 
 // FailedSince is a convenience filter for messages failed in the last d.
-func FailedSince(d time.Duration) driver.FailedFilter {
-	return driver.FailedFilter{Since: time.Now().Add(-d)}
+func FailedSince(d time.Duration) idem.FailedFilter {
+	return idem.FailedFilter{Since: time.Now().Add(-d)}
 }

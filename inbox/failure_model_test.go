@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
@@ -185,7 +184,7 @@ func TestAttemptsSurviveARestart(t *testing.T) {
 			t.Fatalf("attempt %d: %+v; want %v with %d attempts counted", attempt, got, want, attempt)
 		}
 	}
-	list, err := effectConsumer(t, pg, cfg, fail).Failures().List(context.Background(), driver.FailedFilter{})
+	list, err := effectConsumer(t, pg, cfg, fail).Failures().List(context.Background(), idem.FailedFilter{})
 	if err != nil || len(list) != 1 || list[0].Attempts != 3 {
 		t.Fatalf("failure store: %+v, %v; want one entry after 3 attempts", list, err)
 	}
@@ -264,7 +263,7 @@ func TestParkedEventHoldsItsAggregate(t *testing.T) {
 		t.Fatalf("a later delivery of the held aggregate: %+v; want parked behind the first", got)
 	}
 	ctx := context.Background()
-	list, err := c.Failures().List(ctx, driver.FailedFilter{Consumer: "stock"})
+	list, err := c.Failures().List(ctx, idem.FailedFilter{Consumer: "stock"})
 	if err != nil || len(list) != 3 {
 		t.Fatalf("failure store: %d entries, %v; want 3", len(list), err)
 	}
@@ -290,7 +289,7 @@ func TestParkedEventHoldsItsAggregate(t *testing.T) {
 	// failed retry marks each copy with its failure store id): the first is
 	// not held behind itself, and each applied copy leaves the store.
 	bad.Store(false)
-	redrive := func(m driver.FailedMessage) inbox.Delivery {
+	redrive := func(m idem.FailedMessage) inbox.Delivery {
 		d := inbox.Delivery{Message: idem.Message{EventID: m.EventID, EventName: m.EventName, Key: m.Key,
 			Headers: map[string]string{idem.HeaderRedrive: strconv.FormatInt(m.ID, 10)}, Body: m.Body}, Source: m.Source}
 		for k, v := range m.Headers {
@@ -298,7 +297,7 @@ func TestParkedEventHoldsItsAggregate(t *testing.T) {
 		}
 		return d
 	}
-	slices.SortFunc(list, func(a, b driver.FailedMessage) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(list, func(a, b idem.FailedMessage) int { return cmp.Compare(a.ID, b.ID) })
 	// A later event re-driven before the first is still held.
 	if got := deliver(t, c, redrive(list[2]))[0]; got.Outcome != inbox.Parked {
 		t.Fatalf("re-driven later event while the first is parked: %+v; want parked again", got)
@@ -391,7 +390,7 @@ func TestHostileNamesAreParked(t *testing.T) {
 	if err != nil || got.Outcome != inbox.Parked {
 		t.Fatalf("message with long, binary names: %+v, %v; want parked", got, err)
 	}
-	list, err := c.Failures().List(context.Background(), driver.FailedFilter{})
+	list, err := c.Failures().List(context.Background(), idem.FailedFilter{})
 	if err != nil || len(list) != 1 {
 		t.Fatalf("failure store: %v, %v", list, err)
 	}

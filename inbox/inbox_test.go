@@ -473,7 +473,7 @@ func TestMissingTableSaysToMigrate(t *testing.T) {
 	}
 	c.Handle(inbox.AnyEvent, func(context.Context, pgx.Tx, idem.Event) error { return nil })
 	_, err = c.Process(context.Background(), placed(t, "1"))
-	if !errors.Is(err, driver.ErrMissingTable) || !contains(err.Error(), "idem migrate up") {
+	if !errors.Is(err, idem.ErrMissingTable) || !contains(err.Error(), "idem migrate up") {
 		t.Fatalf("err = %v; want ErrMissingTable telling to run idem migrate up", err)
 	}
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 )
 
 func TestStateCopyAppliesOnlyNewerVersions(t *testing.T) {
@@ -27,7 +27,7 @@ func TestStateCopyAppliesOnlyNewerVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
-		res, err := copyOf.Apply(ctx, pg.Driver.Dialect(), pg.Driver.Tx(tx), "42", version, status)
+		res, err := inbox.ApplyState(ctx, pg.Driver, tx, copyOf, "42", version, status)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func TestStateCopyInHandler(t *testing.T) {
 	}
 	orderStatus := inbox.StateCopy{Table: "order_status", Key: "order_id", Columns: []string{"status"}}
 	c.Handle(inbox.AnyEvent, func(ctx context.Context, tx pgx.Tx, ev idem.Event) error {
-		_, err := orderStatus.Apply(ctx, c.Driver().Dialect(), c.Driver().Tx(tx), ev.AggregateID, ev.AggregateVersion, ev.Name)
+		_, err := inbox.ApplyState(ctx, c.Driver(), tx, orderStatus, ev.AggregateID, ev.AggregateVersion, ev.Name)
 		return err
 	})
 	ctx := context.Background()
@@ -165,7 +165,7 @@ func TestDeliverRetriesThenParks(t *testing.T) {
 	if err != nil || d.Action != inbox.Ack || d.Outcome != inbox.Parked {
 		t.Fatalf("last attempt: %+v, %v; want parked and acked", d, err)
 	}
-	list, err := c.Failures().List(ctx, driver.FailedFilter{Consumer: "stock"})
+	list, err := c.Failures().List(ctx, idem.FailedFilter{Consumer: "stock"})
 	if err != nil || len(list) != 1 {
 		t.Fatalf("failure store = %v, %v; want one entry", list, err)
 	}
@@ -189,7 +189,7 @@ func TestDeliverRetriesThenParks(t *testing.T) {
 	if ok, err := c.Failures().Remove(ctx, got.ID); !ok || err != nil {
 		t.Fatalf("remove = %v, %v", ok, err)
 	}
-	if _, err := c.Failures().Get(ctx, got.ID); !errors.Is(err, driver.ErrNotFound) {
+	if _, err := c.Failures().Get(ctx, got.ID); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("get after remove: %v, want ErrNotFound", err)
 	}
 }
@@ -215,7 +215,7 @@ func TestDeliverParksUndecodableAndPermanentAtOnce(t *testing.T) {
 	if err != nil || d.Outcome != inbox.Parked {
 		t.Fatalf("permanent error: %+v, %v; want parked at once", d, err)
 	}
-	list, err := c.Failures().List(ctx, driver.FailedFilter{})
+	list, err := c.Failures().List(ctx, idem.FailedFilter{})
 	if err != nil || len(list) != 2 {
 		t.Fatalf("failure store: %d entries, %v; want 2", len(list), err)
 	}
@@ -243,5 +243,40 @@ func TestRetryPolicy(t *testing.T) {
 	}
 	if (inbox.RetryPolicy{MaxRetries: -1}).Retry(1) {
 		t.Error("MaxRetries -1 must not retry")
+	}
+}
+
+// A Purger purges on its own, every Interval, until Stop.
+func TestPurgerPurgesUntilStopped(t *testing.T) {
+	t.Parallel()
+	pg := testdb.NewPostgres(t)
+	ctx := context.Background()
+	for range 5 {
+		pg.Exec(t, `INSERT INTO processed_event (consumer_name, event_id, processed_at) VALUES ('stock', $1, now() - interval '40 days')`, idem.NewEventID())
+	}
+	if _, err := inbox.NewPurger(pg.Driver, inbox.PurgerConfig{Markers: inbox.PurgeConfig{Horizon: time.Hour, ReplayWindow: 24 * time.Hour}}); !errors.Is(err, inbox.ErrHorizonTooShort) {
+		t.Fatalf("NewPurger with a horizon under the replay window: %v, want ErrHorizonTooShort", err)
+	}
+	p, err := inbox.NewPurger(pg.Driver, inbox.PurgerConfig{
+		Markers:  inbox.PurgeConfig{Consumer: "stock", Horizon: 31 * 24 * time.Hour, ReplayWindow: 30 * 24 * time.Hour},
+		Interval: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testsvc.WaitFor(t, 10*time.Second, "old markers purged", func() bool { return pg.Count(t, "processed_event") == 0 })
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("Done not closed after Stop")
+	}
+	if err := p.Start(ctx); err == nil {
+		t.Fatal("a stopped purger started again")
 	}
 }

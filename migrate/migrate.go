@@ -253,7 +253,7 @@ func execScript(ctx context.Context, ex driver.Executor, sup driver.MigrationSup
 		_, err := ex.Exec(ctx, script)
 		return err
 	}
-	for _, stmt := range driver.SplitStatements(script) {
+	for _, stmt := range SplitStatements(script) {
 		if _, err := ex.Exec(ctx, stmt); err != nil {
 			return err
 		}
@@ -275,4 +275,34 @@ func (m *Migrator[TTx]) applied(ctx context.Context, ex driver.Executor) (map[in
 		return nil, fmt.Errorf("idem: migrate: read applied versions: %w", err)
 	}
 	return done, nil
+}
+
+// SplitStatements splits a migration script into its statements: a statement
+// ends with a semicolon at the end of a line. Lines holding only a "--"
+// comment are dropped. Scripts of dialects without transactional DDL are run
+// one statement at a time with it, since their drivers do not run several
+// statements in one call by default.
+func SplitStatements(script string) []string {
+	var (
+		out []string
+		cur strings.Builder
+	)
+	for line := range strings.SplitSeq(script, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+		if strings.HasSuffix(trimmed, ";") {
+			if stmt := strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"); stmt != "" {
+				out = append(out, stmt)
+			}
+			cur.Reset()
+		}
+	}
+	if stmt := strings.TrimSpace(cur.String()); stmt != "" {
+		out = append(out, stmt)
+	}
+	return out
 }

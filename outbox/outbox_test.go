@@ -12,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/migrate"
@@ -177,11 +176,11 @@ func TestSchemaQualifiedTables(t *testing.T) {
 	pg := testdb.NewPostgres(t, testdb.Options{NoMigrate: true})
 	ctx := context.Background()
 	schema := "Shop Events" // needs quoting
-	drv, err := postgres.NewPgxTables(pg.Pool, driver.Tables{Schema: schema, Outbox: "order_outbox"})
+	drv, err := postgres.NewPgxTables(pg.Pool, idem.Tables{Schema: schema, Outbox: "order_outbox"})
 	if err == nil {
 		t.Fatal("a schema name with a space must be refused, it is not a portable identifier")
 	}
-	drv, err = postgres.NewPgxTables(pg.Pool, driver.Tables{Schema: pg.Schema + "_x", Outbox: "order_outbox", ProcessedEvent: "stock_processed"})
+	drv, err = postgres.NewPgxTables(pg.Pool, idem.Tables{Schema: pg.Schema + "_x", Outbox: "order_outbox", ProcessedEvent: "stock_processed"})
 	if err != nil {
 		t.Fatal(err)
 	}

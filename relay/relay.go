@@ -20,6 +20,7 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/internal/startstop"
 )
 
 // Fault points, armed by IDEM_FAULT in tests that kill the relay process.
@@ -57,14 +58,14 @@ type Relay[TTx any] struct {
 
 	wake chan struct{}
 
-	mu          sync.Mutex
-	started     bool
-	stopOnce    sync.Once
+	// base is the lifecycle. claimCtx ends at Stop: no new claim; workCtx
+	// ends when Stop runs out of time: in-flight publications are
+	// cancelled.
+	base        startstop.Base
 	claimCtx    context.Context
 	cancelClaim context.CancelFunc
 	workCtx     context.Context
 	cancelWork  context.CancelFunc
-	done        chan struct{}
 
 	// pauseUntil (unix nanoseconds) holds every worker back while the
 	// broker fails whole calls; brokerFailures counts them in a row.
@@ -150,7 +151,6 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "relay"),
 		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
 	}, nil
 }
 
@@ -158,20 +158,21 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 func (r *Relay[TTx]) Config() Config { return r.cfg }
 
 // Start checks that the outbox can be read, then starts the workers, the
-// listener and the retention loop in the background. Cancelling ctx has the
-// effect of Stop without a deadline. Start returns an error when the relay
-// was started before or the database check fails.
+// listener and the retention loop in the background. ctx bounds the check
+// only: once Start has returned, the relay runs until Stop. Start returns an
+// error when the relay was started (or stopped) before or the check fails.
 func (r *Relay[TTx]) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started {
-		return ErrAlreadyStarted
+	if err := r.base.Starting(); err != nil {
+		if errors.Is(err, startstop.ErrStarted) {
+			return ErrAlreadyStarted
+		}
+		return err
 	}
 	if err := r.measureBacklog(ctx); err != nil {
+		r.base.StartFailed()
 		return fmt.Errorf("idem: relay: read the outbox: %w", err)
 	}
-	r.started = true
-	r.claimCtx, r.cancelClaim = context.WithCancel(ctx)
+	r.claimCtx, r.cancelClaim = context.WithCancel(context.WithoutCancel(ctx))
 	r.workCtx, r.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
 
 	var wg sync.WaitGroup
@@ -190,10 +191,17 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 		wg.Go(r.statsLoop)
 	}
 	go func() {
+		<-r.base.Stopping()
+		r.cancelClaim()
+	}()
+	go func() {
 		wg.Wait()
 		r.cancelWork()
-		close(r.done)
+		r.base.Finished()
 	}()
+	if !r.base.Running() {
+		return nil // stopped during the start-up: the workers are ending
+	}
 	r.log.Info("relay started", "workers", r.cfg.Workers, "batch_size", r.cfg.BatchSize,
 		"lease", r.cfg.Lease, "listen", listens, "poll_interval", r.cfg.PollInterval,
 		"quarantine_after", r.cfg.QuarantineAfter)
@@ -208,30 +216,14 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 // published or released) and returns when every goroutine has ended. If ctx
 // ends first, in-flight publications are cancelled, their rows released,
 // and Stop returns ctx's error once everything has ended. Stop is
-// idempotent, and a no-op on a relay that was never started.
+// idempotent and safe to call from several goroutines; on a relay that was
+// never started it only prevents a later start.
 func (r *Relay[TTx]) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	started := r.started
-	r.mu.Unlock()
-	if !started {
-		return nil
-	}
-	r.stopOnce.Do(func() {
-		r.log.Info("relay stopping")
-		r.cancelClaim()
-	})
-	select {
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		r.cancelWork()
-		<-r.done
-		return ctx.Err()
-	}
+	return r.base.Stop(ctx, func() { r.log.Info("relay stopping") }, func() { r.cancelWork() })
 }
 
 // Done is closed when a started relay has stopped.
-func (r *Relay[TTx]) Done() <-chan struct{} { return r.done }
+func (r *Relay[TTx]) Done() <-chan struct{} { return r.base.Done() }
 
 // Stats returns a snapshot of the relay's counters.
 func (r *Relay[TTx]) Stats() Stats {
@@ -265,16 +257,8 @@ func (r *Relay[TTx]) Stats() Stats {
 // A failing broker does not make it unhealthy: restarting the relay would
 // not help; Stats().BrokerPausedUntil shows it.
 func (r *Relay[TTx]) Healthy() error {
-	r.mu.Lock()
-	started := r.started
-	r.mu.Unlock()
-	if !started {
+	if r.base.State() != startstop.Running {
 		return errors.New(stoppedHealthMessage)
-	}
-	select {
-	case <-r.done:
-		return errors.New(stoppedHealthMessage)
-	default:
 	}
 	if r.claimFailures.Load() >= unhealthyAfterFailedClaims {
 		return errors.New(databaseFailingHealthMessage)

@@ -20,7 +20,6 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/amqp"
 	"github.com/idem-go/idem/broker/brokertest"
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
@@ -227,7 +226,7 @@ func TestAlwaysFailingIsParkedAndQueueFlows(t *testing.T) {
 		s := c.Stats()
 		return s.Applied == 20 && s.Parked == 2
 	})
-	fm, err := c.Failures().List(context.Background(), driver.FailedFilter{Consumer: "stock", Oldest: true})
+	fm, err := c.Failures().List(context.Background(), idem.FailedFilter{Consumer: "stock", Oldest: true})
 	if err != nil || len(fm) != 2 {
 		t.Fatalf("failed messages: %v %v", fm, err)
 	}
@@ -268,7 +267,7 @@ func TestMalformedBodiesAreParkedOnce(t *testing.T) {
 		return s.Parked == 2 && s.Applied == 1
 	})
 	eventually(t, 10*time.Second, "queue empty", func() bool { return queueDepth(t, b.url, b.queue) == 0 })
-	fm, err := c.Failures().List(context.Background(), driver.FailedFilter{Consumer: "stock"})
+	fm, err := c.Failures().List(context.Background(), idem.FailedFilter{Consumer: "stock"})
 	if err != nil || len(fm) != 2 {
 		t.Fatalf("failed messages: %d %v", len(fm), err)
 	}
@@ -378,14 +377,14 @@ func TestConformance(t *testing.T) {
 			})
 			return brokertest.Instance{
 				Publisher: pub,
-				Subscribe: func(t *testing.T, deliver brokertest.DeliverFunc) func() {
+				Subscribe: func(t *testing.T, deliver broker.DeliverFunc) func() {
 					sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{
 						ConnConfig: amqp.ConnConfig{URL: url},
 						Exchange:   exchange,
 						Queue:      queue,
 						Bindings:   o.EventNames,
 						Workers:    1,
-					}, amqp.DeliverFunc(deliver))
+					}, broker.DeliverFunc(deliver))
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/amqp"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/inbox"
@@ -138,7 +139,7 @@ func newPublisher(t *testing.T, url, exchange string) *amqp.Publisher {
 
 // subscribe starts a subscriber on the bundle's queue, bound to "#", and
 // stops it at cleanup.
-func (b *bundle) subscribe(t *testing.T, deliver amqp.DeliverFunc, tweak ...func(*amqp.SubscriberConfig)) *amqp.Subscriber {
+func (b *bundle) subscribe(t *testing.T, deliver broker.DeliverFunc, tweak ...func(*amqp.SubscriberConfig)) *amqp.Subscriber {
 	t.Helper()
 	cfg := amqp.SubscriberConfig{
 		ConnConfig: amqp.ConnConfig{URL: b.url, ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second},

@@ -15,9 +15,10 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/internal/batch"
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/internal/startstop"
 )
 
 // Subscriber defaults.
@@ -37,12 +38,6 @@ const (
 // the consumer committed a batch and before it is acknowledged: a process
 // killed there leaves committed effects whose messages RabbitMQ redelivers.
 const FaultAfterCommitBeforeAck = "inbox.after-commit-before-ack"
-
-// DeliverFunc hands deliveries to an idempotent consumer and says what to do
-// with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
-// disposition and error are for ds[i]; a non-nil error means the message was
-// neither handled nor parked and must not be acknowledged.
-type DeliverFunc func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -150,24 +145,24 @@ func (c SubscriberConfig) validate() error {
 // are redelivered by the broker and deduplicated by the consumer.
 type Subscriber struct {
 	cfg     SubscriberConfig
-	deliver DeliverFunc
+	deliver broker.DeliverFunc
 	log     *slog.Logger
 	seed    maphash.Seed
 	held    atomic.Int64
 
+	// base is the lifecycle; workCtx, given to the consumer, ends when Stop
+	// runs out of time.
+	base       startstop.Base
 	workCtx    context.Context
 	workCancel context.CancelFunc
 
-	mu     sync.Mutex
-	state  int // 0 new, 1 started, 2 stopping
-	sess   *session
-	stopCh chan struct{}
-	done   chan struct{}
+	mu   sync.Mutex
+	sess *session
 }
 
 // NewSubscriber returns a subscriber that hands what it receives to deliver,
 // typically consumer.DeliverBatch.
-func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscriber, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -175,90 +170,71 @@ func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, erro
 	if deliver == nil {
 		return nil, errors.New("idem: amqp: NewSubscriber: deliver is nil")
 	}
-	return &Subscriber{
+	s := &Subscriber{
 		cfg:     cfg,
 		deliver: deliver,
 		log:     cfg.Logger.With("queue", cfg.Queue),
 		seed:    maphash.MakeSeed(),
-		stopCh:  make(chan struct{}),
-		done:    make(chan struct{}),
-	}, nil
+	}
+	s.workCtx, s.workCancel = context.WithCancel(context.Background())
+	return s, nil
 }
 
-// Start connects, declares the topology and starts consuming. It returns an
-// error if the first connection or declaration fails; after that, connection
-// losses are handled by reconnecting.
+// Start connects, declares the topology and starts consuming. ctx bounds
+// the start-up only; the subscriber then runs until Stop. It returns an
+// error if the first connection or declaration fails; after that,
+// connection losses are handled by reconnecting.
 func (s *Subscriber) Start(ctx context.Context) error {
-	s.mu.Lock()
-	if s.state != 0 {
-		s.mu.Unlock()
-		return errors.New("idem: amqp: Subscriber.Start called twice or after Stop")
+	if err := s.base.Starting(); err != nil {
+		return fmt.Errorf("idem: amqp: subscriber: %w", err)
 	}
-	s.state = 1
-	s.workCtx, s.workCancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.mu.Unlock()
 	sess, err := s.connect(ctx)
 	if err != nil {
-		s.mu.Lock()
-		s.state = 2
-		s.mu.Unlock()
 		s.workCancel()
-		close(s.done)
+		s.base.StartFailed()
 		return err
 	}
 	s.mu.Lock()
 	s.sess = sess
-	if s.stopping() {
-		go sess.cancel()
-	}
 	s.mu.Unlock()
 	go s.run(sess)
+	if !s.base.Running() {
+		s.cancelSession() // stopped during the start-up
+	}
 	return nil
 }
 
 // Stop stops consuming, finishes the batches in progress, acknowledges them
-// and closes the connections. If ctx ends first, work in progress is
-// abandoned (its messages are redelivered later) and ctx's error returned.
-// Stop is idempotent.
+// and closes the connections, and returns once all that has ended. If ctx
+// ends first, work in progress is abandoned (its messages are redelivered
+// later) and ctx's error returned. Stop is idempotent and safe to call from
+// several goroutines.
 func (s *Subscriber) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	switch s.state {
-	case 0:
-		s.state = 2
-		close(s.stopCh)
-		close(s.done)
-	case 1:
-		s.state = 2
-		close(s.stopCh)
-		if s.sess != nil {
-			go s.sess.cancel()
-		}
-	}
-	s.mu.Unlock()
-	var err error
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		if s.workCancel != nil {
-			s.workCancel()
-		}
+	err := s.base.Stop(ctx, s.cancelSession, func() {
+		s.workCancel()
 		s.mu.Lock()
 		if s.sess != nil {
 			_ = s.sess.conn.Close()
 		}
 		s.mu.Unlock()
-		<-s.done
-	}
-	if s.workCancel != nil {
-		s.workCancel()
-	}
+	})
+	s.workCancel()
 	return err
+}
+
+// cancelSession stops the current session's consumer: its deliveries end,
+// the batches in progress finish.
+func (s *Subscriber) cancelSession() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sess != nil {
+		go s.sess.cancel()
+	}
 }
 
 func (s *Subscriber) stopping() bool {
 	select {
-	case <-s.stopCh:
+	case <-s.base.Stopping():
 		return true
 	default:
 		return false
@@ -340,7 +316,7 @@ func (s *Subscriber) connect(ctx context.Context) (*session, error) {
 
 // run serves sessions until Stop, reconnecting after each loss.
 func (s *Subscriber) run(sess *session) {
-	defer close(s.done)
+	defer s.base.Finished()
 	bo := backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax}
 	for {
 		err := s.serve(sess)
@@ -356,7 +332,7 @@ func (s *Subscriber) run(sess *session) {
 		for {
 			t := time.NewTimer(bo.next())
 			select {
-			case <-s.stopCh:
+			case <-s.base.Stopping():
 				t.Stop()
 				return
 			case <-t.C:
@@ -397,14 +373,14 @@ func (s *Subscriber) serve(sess *session) error {
 				Logger:       s.log,
 				OnHeld:       func(n int) { s.held.Add(int64(n)) },
 			})
-			w.Run(batches, s.stopCh)
+			w.Run(batches, s.base.Stopping())
 		})
 	return sess.closeReason()
 }
 
 // deliverAndFault delivers a batch, then hits the fault point between the
 // consumer's commit and the acknowledgements.
-func (s *Subscriber) deliverAndFault(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+func (s *Subscriber) deliverAndFault(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
 	disps, errs := s.deliver(ctx, ds)
 	fault.Point(FaultAfterCommitBeforeAck)
 	return disps, errs
@@ -439,7 +415,7 @@ func (t sessionTransport) Key(d amqp091.Delivery) string {
 	return k
 }
 
-func (t sessionTransport) Delivery(d amqp091.Delivery, attempt int) inbox.Delivery {
+func (t sessionTransport) Delivery(d amqp091.Delivery, attempt int) broker.Delivery {
 	del := toDelivery(d, t.s.cfg.Queue)
 	del.Attempt += attempt - 1
 	return del
@@ -461,7 +437,7 @@ func tags(ds []amqp091.Delivery) []uint64 {
 // message exactly as received, its queue, and the attempt from the attempt
 // header (1 when absent). The redelivered flag is ignored: deduplication
 // does not trust it.
-func toDelivery(d amqp091.Delivery, queue string) inbox.Delivery {
+func toDelivery(d amqp091.Delivery, queue string) broker.Delivery {
 	msg := idem.Message{EventName: d.Type, Body: d.Body}
 	if msg.EventName == "" && d.Exchange != "" {
 		msg.EventName = d.RoutingKey
@@ -489,7 +465,7 @@ func toDelivery(d amqp091.Delivery, queue string) inbox.Delivery {
 			msg.Headers[k] = s
 		}
 	}
-	return inbox.Delivery{Message: msg, Source: queue, Attempt: attempt}
+	return broker.Delivery{Message: msg, Source: queue, Attempt: attempt}
 }
 
 // headerString returns a header value as text, for the value types that have
@@ -529,3 +505,11 @@ func headerString(v any) (string, bool) {
 	}
 	return "", false
 }
+
+var (
+	_ broker.Subscriber  = (*Subscriber)(nil)
+	_ broker.Redeliverer = (*Publisher)(nil)
+)
+
+// Done is closed when a started subscriber has stopped.
+func (s *Subscriber) Done() <-chan struct{} { return s.base.Done() }

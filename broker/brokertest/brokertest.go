@@ -30,12 +30,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
-	"github.com/idem-go/idem/inbox"
 )
-
-// DeliverFunc is what a subscriber feeds: inbox.Consumer.DeliverBatch or a
-// stand-in.
-type DeliverFunc func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
 
 // Options are what a test asks of a new instance.
 type Options struct {
@@ -55,7 +50,7 @@ type Instance struct {
 	// published through Publisher, and feeding deliver. It returns a stop
 	// function that stops the consumer gracefully. Subscribe may be called
 	// again after stop, to consume what is left.
-	Subscribe func(t *testing.T, deliver DeliverFunc) (stop func())
+	Subscribe func(t *testing.T, deliver broker.DeliverFunc) (stop func())
 }
 
 // Features says what a transport supports.
@@ -117,22 +112,22 @@ func NewMessage(t testing.TB, name, key string, n int) idem.Message {
 // recorder is a DeliverFunc that acks everything and records it.
 type recorder struct {
 	mu    sync.Mutex
-	got   []inbox.Delivery
-	retry func(d inbox.Delivery) bool // return true to ask for a retry
+	got   []broker.Delivery
+	retry func(d broker.Delivery) bool // return true to ask for a retry
 	wake  chan struct{}
 }
 
 func newRecorder() *recorder { return &recorder{wake: make(chan struct{}, 1)} }
 
-func (r *recorder) deliver(_ context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
-	disps := make([]inbox.Disposition, len(ds))
+func (r *recorder) deliver(_ context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+	disps := make([]broker.Disposition, len(ds))
 	r.mu.Lock()
 	for i, d := range ds {
 		r.got = append(r.got, d)
 		if r.retry != nil && r.retry(d) {
-			disps[i] = inbox.Disposition{Action: inbox.Retry, Outcome: inbox.Failed, RetryAfter: 10 * time.Millisecond}
+			disps[i] = broker.Disposition{Action: broker.Retry, Outcome: broker.Failed, RetryAfter: 10 * time.Millisecond}
 		} else {
-			disps[i] = inbox.Disposition{Action: inbox.Ack, Outcome: inbox.Applied}
+			disps[i] = broker.Disposition{Action: broker.Ack, Outcome: broker.Applied}
 		}
 	}
 	r.mu.Unlock()
@@ -143,14 +138,14 @@ func (r *recorder) deliver(_ context.Context, ds []inbox.Delivery) ([]inbox.Disp
 	return disps, make([]error, len(ds))
 }
 
-func (r *recorder) snapshot() []inbox.Delivery {
+func (r *recorder) snapshot() []broker.Delivery {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.got)
 }
 
 // waitFor waits until cond holds for the recorded deliveries.
-func (r *recorder) waitFor(t *testing.T, timeout time.Duration, what string, cond func([]inbox.Delivery) bool) []inbox.Delivery {
+func (r *recorder) waitFor(t *testing.T, timeout time.Duration, what string, cond func([]broker.Delivery) bool) []broker.Delivery {
 	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -167,7 +162,7 @@ func (r *recorder) waitFor(t *testing.T, timeout time.Duration, what string, con
 	}
 }
 
-func distinct(ds []inbox.Delivery) int {
+func distinct(ds []broker.Delivery) int {
 	seen := map[string]bool{}
 	for _, d := range ds {
 		seen[d.Message.EventID.String()] = true
@@ -196,8 +191,8 @@ func testPublishConfirm(t *testing.T, tr Transport) {
 	defer stop()
 	publish(t, inst.Publisher, msgs[:1])
 	publish(t, inst.Publisher, msgs[1:])
-	got := rec.waitFor(t, tr.Features.Timeout, "50 messages", func(ds []inbox.Delivery) bool { return distinct(ds) >= len(msgs) })
-	byID := map[string]inbox.Delivery{}
+	got := rec.waitFor(t, tr.Features.Timeout, "50 messages", func(ds []broker.Delivery) bool { return distinct(ds) >= len(msgs) })
+	byID := map[string]broker.Delivery{}
 	for _, d := range got {
 		byID[d.Message.EventID.String()] = d
 	}
@@ -254,7 +249,7 @@ func testOrderPerKey(t *testing.T, tr Transport) {
 	rec := newRecorder()
 	stop := inst.Subscribe(t, rec.deliver)
 	defer stop()
-	got := rec.waitFor(t, tr.Features.Timeout, "every message", func(ds []inbox.Delivery) bool { return distinct(ds) >= keys*perKey })
+	got := rec.waitFor(t, tr.Features.Timeout, "every message", func(ds []broker.Delivery) bool { return distinct(ds) >= keys*perKey })
 	order := map[string][]string{}
 	for _, d := range got {
 		k := string(d.Message.Key)
@@ -272,11 +267,11 @@ func testRedelivery(t *testing.T, tr Transport) {
 	inst := tr.New(t, Options{EventNames: []string{name}})
 	msgs := []idem.Message{NewMessage(t, name, "a", 1), NewMessage(t, name, "b", 2), NewMessage(t, name, "c", 3)}
 	rec := newRecorder()
-	rec.retry = func(d inbox.Delivery) bool { return d.Attempt < 3 }
+	rec.retry = func(d broker.Delivery) bool { return d.Attempt < 3 }
 	stop := inst.Subscribe(t, rec.deliver)
 	defer stop()
 	publish(t, inst.Publisher, msgs)
-	got := rec.waitFor(t, tr.Features.Timeout, "three attempts of each message", func(ds []inbox.Delivery) bool {
+	got := rec.waitFor(t, tr.Features.Timeout, "three attempts of each message", func(ds []broker.Delivery) bool {
 		return len(ds) >= 3*len(msgs)
 	})
 	for _, m := range msgs {
@@ -297,8 +292,8 @@ func testRedelivery(t *testing.T, tr Transport) {
 
 // settled is a delivery and what the consumer said of it.
 type settled struct {
-	d   inbox.Delivery
-	act inbox.Action
+	d   broker.Delivery
+	act broker.Action
 	at  time.Time
 }
 
@@ -309,22 +304,22 @@ type settled struct {
 type consumerStandIn struct {
 	mu     sync.Mutex
 	log    []settled
-	decide func(d inbox.Delivery) inbox.Disposition
+	decide func(d broker.Delivery) broker.Disposition
 	wake   chan struct{}
 }
 
-func (c *consumerStandIn) deliver(_ context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
-	disps := make([]inbox.Disposition, len(ds))
-	blocked := map[string]inbox.Disposition{}
+func (c *consumerStandIn) deliver(_ context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+	disps := make([]broker.Disposition, len(ds))
+	blocked := map[string]broker.Disposition{}
 	now := time.Now()
 	c.mu.Lock()
 	for i, d := range ds {
 		k := string(d.Message.Key)
 		if b, ok := blocked[k]; ok && k != "" {
-			disps[i] = inbox.Disposition{Action: b.Action, Outcome: inbox.Deferred, RetryAfter: b.RetryAfter}
+			disps[i] = broker.Disposition{Action: b.Action, Outcome: broker.Deferred, RetryAfter: b.RetryAfter}
 		} else {
 			disps[i] = c.decide(d)
-			if disps[i].Action != inbox.Ack {
+			if disps[i].Action != broker.Ack {
 				blocked[k] = disps[i]
 			}
 		}
@@ -360,7 +355,7 @@ func (c *consumerStandIn) waitFor(t *testing.T, timeout time.Duration, what stri
 func acked(log []settled) map[string]int {
 	n := map[string]int{}
 	for _, s := range log {
-		if s.act == inbox.Ack {
+		if s.act == broker.Ack {
 			n[s.d.Message.EventID.String()]++
 		}
 	}
@@ -382,12 +377,12 @@ func testOrderThroughRetries(t *testing.T, tr Transport) {
 	first := keyA[0].EventID
 	c := &consumerStandIn{wake: make(chan struct{}, 1)}
 	var fails int
-	c.decide = func(d inbox.Delivery) inbox.Disposition {
+	c.decide = func(d broker.Delivery) broker.Disposition {
 		if d.Message.EventID == first && fails < 2 {
 			fails++
-			return inbox.Disposition{Action: inbox.Retry, Outcome: inbox.Failed, RetryAfter: 200 * time.Millisecond}
+			return broker.Disposition{Action: broker.Retry, Outcome: broker.Failed, RetryAfter: 200 * time.Millisecond}
 		}
-		return inbox.Disposition{Action: inbox.Ack, Outcome: inbox.Applied}
+		return broker.Disposition{Action: broker.Ack, Outcome: broker.Applied}
 	}
 	stop := inst.Subscribe(t, c.deliver)
 	defer stop()
@@ -397,7 +392,7 @@ func testOrderThroughRetries(t *testing.T, tr Transport) {
 	})
 	var order []string
 	for _, s := range log {
-		if s.act == inbox.Ack && string(s.d.Message.Key) == "a" {
+		if s.act == broker.Ack && string(s.d.Message.Key) == "a" {
 			order = append(order, s.d.Message.EventID.String())
 		}
 	}
@@ -426,15 +421,15 @@ func testPause(t *testing.T, tr Transport) {
 	const pause = 200 * time.Millisecond
 	c := &consumerStandIn{wake: make(chan struct{}, 1)}
 	var until time.Time
-	c.decide = func(d inbox.Delivery) inbox.Disposition {
+	c.decide = func(d broker.Delivery) broker.Disposition {
 		now := time.Now()
 		if until.IsZero() {
 			until = now.Add(1500 * time.Millisecond)
 		}
 		if now.Before(until) {
-			return inbox.Disposition{Action: inbox.Pause, Outcome: inbox.Paused, RetryAfter: pause}
+			return broker.Disposition{Action: broker.Pause, Outcome: broker.Paused, RetryAfter: pause}
 		}
-		return inbox.Disposition{Action: inbox.Ack, Outcome: inbox.Applied}
+		return broker.Disposition{Action: broker.Ack, Outcome: broker.Applied}
 	}
 	stop := inst.Subscribe(t, c.deliver)
 	defer stop()
@@ -448,7 +443,7 @@ func testPause(t *testing.T, tr Transport) {
 		if prev, ok := last[id]; ok && s.at.Sub(prev) < pause*8/10 {
 			t.Errorf("message %s delivered again %v after a pause of %v", id, s.at.Sub(prev), pause)
 		}
-		if s.act == inbox.Pause {
+		if s.act == broker.Pause {
 			last[id] = s.at
 		} else {
 			delete(last, id)
@@ -502,7 +497,7 @@ func testPersistence(t *testing.T, tr Transport) {
 	rec := newRecorder()
 	stop := inst.Subscribe(t, rec.deliver)
 	defer stop()
-	got := rec.waitFor(t, tr.Features.Timeout, "every message after restart", func(ds []inbox.Delivery) bool { return distinct(ds) >= len(msgs) })
+	got := rec.waitFor(t, tr.Features.Timeout, "every message after restart", func(ds []broker.Delivery) bool { return distinct(ds) >= len(msgs) })
 	seen := map[string]bool{}
 	for _, d := range got {
 		seen[d.Message.EventID.String()] = true

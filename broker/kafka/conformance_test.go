@@ -7,8 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/brokertest"
-	"github.com/idem-go/idem/broker/kafka"
 )
 
 // restartable is a kfake cluster that keeps its data in a directory and can
@@ -59,8 +59,8 @@ func TestConformance(t *testing.T) {
 			group := "conformance"
 			return brokertest.Instance{
 				Publisher: newPublisher(t, r.cluster()),
-				Subscribe: func(t *testing.T, deliver brokertest.DeliverFunc) func() {
-					_, stop := subscribe(t, r.cluster(), group, []string{"outbox.event.test"}, kafka.DeliverFunc(deliver))
+				Subscribe: func(t *testing.T, deliver broker.DeliverFunc) func() {
+					_, stop := subscribe(t, r.cluster(), group, []string{"outbox.event.test"}, broker.DeliverFunc(deliver))
 					return stop
 				},
 			}

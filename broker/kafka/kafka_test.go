@@ -20,7 +20,6 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/kafka"
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/testdb"
@@ -162,7 +161,7 @@ type logged struct {
 	committed int64 // the partition's committed offset when delivered
 }
 
-func (l *callLog) wrap(sub **kafka.Subscriber, next kafka.DeliverFunc) kafka.DeliverFunc {
+func (l *callLog) wrap(sub **kafka.Subscriber, next broker.DeliverFunc) broker.DeliverFunc {
 	return func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
 		before := map[string]int64{}
 		if *sub != nil {
@@ -656,7 +655,7 @@ func TestRedeliverParkedRecord(t *testing.T) {
 	subscribe(t, c, "stock", []string{topic}, cons.DeliverBatch)
 	testsvc.WaitFor(t, 30*time.Second, "the record parked", func() bool { return count(t, pg, `SELECT count(*) FROM failed_message`) == 1 })
 	ctx := context.Background()
-	parked, err := cons.Failures().List(ctx, driver.FailedFilter{})
+	parked, err := cons.Failures().List(ctx, idem.FailedFilter{})
 	if err != nil || len(parked) != 1 {
 		t.Fatalf("failure store: %v, %v", parked, err)
 	}
@@ -671,4 +670,59 @@ func TestRedeliverParkedRecord(t *testing.T) {
 	}
 	testsvc.WaitFor(t, 30*time.Second, "the re-driven record applied", func() bool { return cons.Stats().Applied == 1 })
 	checkOnceInOrder(t, pg, "stock", evs)
+}
+
+// Two Stop calls at once both return only once the batch in progress has
+// ended.
+func TestConcurrentStopsWaitForTheBatch(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	c := newCluster(t, 1, topic)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	deliver := func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+		once.Do(func() { close(entered) })
+		<-release
+		disps := make([]broker.Disposition, len(ds))
+		for i := range disps {
+			disps[i] = broker.Disposition{Action: broker.Ack, Outcome: broker.Applied}
+		}
+		return disps, make([]error, len(ds))
+	}
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+		ClientConfig: kafka.ClientConfig{Brokers: c.ListenAddrs(), Logger: quietLogger(), Opts: fastGroup()},
+		Group:        "stop", Topics: []string{topic},
+	}, deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := newPublisher(t, c).Publish(context.Background(), messages(t, newEvents(t, 1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	var returned atomic.Int32
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if err := sub.Stop(context.Background()); err != nil {
+				t.Errorf("stop: %v", err)
+			}
+			returned.Add(1)
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := returned.Load(); n != 0 {
+		t.Fatalf("%d Stop call(s) returned while a batch was in progress", n)
+	}
+	close(release)
+	wg.Wait()
+	select {
+	case <-sub.Done():
+	default:
+		t.Fatal("Done not closed after Stop returned")
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/kafka"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/inbox"
@@ -171,7 +172,7 @@ func newPublisher(t testing.TB, c *kfake.Cluster, tweak ...func(*kafka.Publisher
 
 // subscribe starts a subscriber and stops it when the test ends (or when the
 // returned stop is called).
-func subscribe(t testing.TB, c *kfake.Cluster, group string, topics []string, deliver kafka.DeliverFunc, tweak ...func(*kafka.SubscriberConfig)) (*kafka.Subscriber, func()) {
+func subscribe(t testing.TB, c *kfake.Cluster, group string, topics []string, deliver broker.DeliverFunc, tweak ...func(*kafka.SubscriberConfig)) (*kafka.Subscriber, func()) {
 	t.Helper()
 	cfg := kafka.SubscriberConfig{
 		ClientConfig: kafka.ClientConfig{Brokers: c.ListenAddrs(), Logger: quietLogger(), Opts: fastGroup()},

@@ -17,8 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/internal/startstop"
 )
 
 // Subscriber defaults.
@@ -31,7 +32,7 @@ const (
 	RequeueDelayDefault = time.Second
 	// DeadLetterAfterDefault is the attempt after which a failing record goes
 	// to the dead-letter topic, when one is configured.
-	DeadLetterAfterDefault = inbox.MaxRetriesDefault
+	DeadLetterAfterDefault = 3
 	// MaxBufferedDefault is how many fetched records a partition may hold
 	// before its fetching pauses.
 	MaxBufferedDefault = 5000
@@ -54,12 +55,6 @@ const (
 	HeaderDLQOffset    = "idem-source-offset"
 	HeaderDLQAttempts  = "idem-attempts"
 )
-
-// DeliverFunc hands deliveries to an idempotent consumer and says what to do
-// with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
-// disposition and error are for ds[i]; a non-nil error means the record was
-// neither handled nor parked, and the partition does not move past it.
-type DeliverFunc func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -191,23 +186,24 @@ func (c SubscriberConfig) validate() error {
 // committed before the partitions are given up.
 type Subscriber struct {
 	cfg     SubscriberConfig
-	deliver DeliverFunc
+	deliver broker.DeliverFunc
 	log     *slog.Logger
 	cl      *kgo.Client
 
-	// deliverCtx is given to the DeliverFunc; it is canceled only when Stop
-	// runs out of time.
+	// base is the lifecycle. deliverCtx is given to the DeliverFunc; it is
+	// canceled only when Stop runs out of time. pollCtx ends at Stop.
+	base          startstop.Base
 	deliverCtx    context.Context
 	deliverCancel context.CancelFunc
 	pollCtx       context.Context
 	pollCancel    context.CancelFunc
 
-	mu      sync.Mutex
-	state   int // 0 new, 1 started, 2 stopped
-	workers map[tp]*partWorker
-	wg      sync.WaitGroup // partition goroutines
-	loops   sync.WaitGroup // poll loop and committer
-	stopErr error
+	mu        sync.Mutex
+	accepting bool // partitions get goroutines: started, not stopping
+	workers   map[tp]*partWorker
+	wg        sync.WaitGroup // partition goroutines
+	loops     sync.WaitGroup // poll loop and committer
+	stopErr   error          // the last commit's, at Stop
 
 	commitMu   sync.Mutex // serializes commits
 	dirtyMu    sync.Mutex
@@ -225,7 +221,7 @@ type tp struct {
 
 // NewSubscriber returns a subscriber that hands what it receives to deliver,
 // typically consumer.DeliverBatch.
-func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscriber, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -243,19 +239,20 @@ func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, erro
 		commitStop: make(chan struct{}),
 	}
 	s.st.init()
+	s.deliverCtx, s.deliverCancel = context.WithCancel(context.Background())
+	s.pollCtx, s.pollCancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
-// Start joins the group and starts consuming. It returns an error if no
-// broker can be reached.
+// Start joins the group and starts consuming. ctx bounds the start-up only
+// (reaching a broker); the subscriber then runs until Stop. It returns an
+// error if no broker can be reached.
 func (s *Subscriber) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch s.state {
-	case 1:
-		return errors.New("idem: kafka: Subscriber.Start called twice")
-	case 2:
-		return ErrClosed
+	if err := s.base.Starting(); err != nil {
+		if errors.Is(err, startstop.ErrStopped) {
+			return ErrClosed
+		}
+		return fmt.Errorf("idem: kafka: subscriber: %w", err)
 	}
 	opts := s.cfg.opts()
 	opts = append(opts,
@@ -276,65 +273,62 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		s.base.StartFailed()
 		return fmt.Errorf("idem: kafka: new subscriber: %w", err)
 	}
 	if err := cl.Ping(ctx); err != nil {
 		cl.Close()
+		s.base.StartFailed()
 		return fmt.Errorf("idem: kafka: subscriber %s: reach brokers %v: %w", s.cfg.Group, s.cfg.Brokers, err)
 	}
+	s.mu.Lock()
 	s.cl = cl
-	s.deliverCtx, s.deliverCancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.pollCtx, s.pollCancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.state = 1
+	s.accepting = true
+	s.mu.Unlock()
 	s.loops.Add(2)
 	go s.pollLoop()
 	go s.committer()
+	go s.finishAtStop()
+	s.base.Running() // a Stop during the start-up is seen by finishAtStop
 	return nil
 }
 
 // Stop stops fetching, lets every partition finish the batch in progress,
-// commits what is done, and leaves the group. If ctx ends first, batches in
-// progress are canceled (their transactions roll back) and Stop returns
-// ctx's error once they have returned. Stop is idempotent.
+// commits what is done, leaves the group, and returns once all that has
+// ended, with the final commit's error if it failed. If ctx ends first,
+// batches in progress are canceled (their transactions roll back) and Stop
+// returns ctx's error once they have returned. Stop is idempotent and safe
+// to call from several goroutines.
 func (s *Subscriber) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	if s.state != 1 {
-		s.state = 2
-		err := s.stopErr
-		s.mu.Unlock()
+	if err := s.base.Stop(ctx, nil, s.deliverCancel); err != nil {
 		return err
 	}
-	s.state = 2
-	s.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopErr
+}
 
+// finishAtStop waits for Stop, then stops the partitions, commits what they
+// did, and leaves the group.
+func (s *Subscriber) finishAtStop() {
+	<-s.base.Stopping()
+	s.mu.Lock()
+	s.accepting = false
+	s.mu.Unlock()
 	s.pollCancel()
-	done := make(chan struct{})
-	go func() {
-		s.stopAll()
-		s.loops.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		s.deliverCancel()
-		<-done
-	}
+	s.stopAll()
+	s.loops.Wait()
 	s.deliverCancel()
 	// The partitions' goroutines are gone: commit what is done, then leave.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	if cerr := s.commitNow(cctx, nil); cerr != nil && err == nil {
-		err = cerr
-	}
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := s.commitNow(cctx, nil)
 	cancel()
 	close(s.commitStop)
 	s.cl.Close()
 	s.mu.Lock()
 	s.stopErr = err
 	s.mu.Unlock()
-	return err
+	s.base.Finished()
 }
 
 // stopAll stops every partition goroutine and waits for them.
@@ -393,7 +387,7 @@ func (s *Subscriber) pollLoop() {
 func (s *Subscriber) worker(k tp) *partWorker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.state != 1 {
+	if !s.accepting {
 		return nil
 	}
 	w := s.workers[k]
@@ -624,7 +618,7 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 		pending[i] = i
 	}
 	prefix := 0 // records batch[:prefix] are done
-	ds := make([]inbox.Delivery, 0, n)
+	ds := make([]broker.Delivery, 0, n)
 	for {
 		ds = ds[:0]
 		for _, i := range pending {
@@ -634,7 +628,7 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 		now := time.Now()
 		var wait time.Duration
 		for k, i := range pending {
-			var disp inbox.Disposition
+			var disp broker.Disposition
 			var err error
 			if k < len(disps) {
 				disp = disps[k]
@@ -650,15 +644,15 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 				s.log.Warn("kafka record neither handled nor parked; the partition waits", "source", ds[k].Source,
 					"offset", batch[i].Offset, "error", err)
 				wait = max(wait, s.cfg.RequeueDelay)
-			case disp.Action == inbox.Ack:
+			case disp.Action == broker.Ack:
 				done[i] = true
-				if disp.Outcome == inbox.Parked {
+				if disp.Outcome == broker.Parked {
 					s.st.parked.Add(1)
 				} else {
 					s.st.handled.Add(1)
 				}
 				s.observe(now, batch[i], disp)
-			case disp.Action == inbox.Retry && s.cfg.DeadLetter && max(attempts[i], disp.Attempts) >= s.cfg.DeadLetterAfter:
+			case disp.Action == broker.Retry && s.cfg.DeadLetter && max(attempts[i], disp.Attempts) >= s.cfg.DeadLetterAfter:
 				if derr := s.deadLetter(batch[i], max(attempts[i], disp.Attempts), disp.Err); derr != nil {
 					s.log.Warn("kafka dead-letter produce failed; the partition waits", "offset", batch[i].Offset, "error", derr)
 					wait = max(wait, s.cfg.RequeueDelay)
@@ -666,13 +660,13 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 					done[i] = true
 					s.st.deadLettered.Add(1)
 				}
-			case disp.Action == inbox.Retry:
-				if disp.Outcome != inbox.Deferred {
+			case disp.Action == broker.Retry:
+				if disp.Outcome != broker.Deferred {
 					attempts[i]++
 					s.st.retries.Add(1)
 				}
 				wait = max(wait, disp.RetryAfter)
-			case disp.Action == inbox.Pause:
+			case disp.Action == broker.Pause:
 				s.st.paused.Add(1)
 				wait = max(wait, disp.RetryAfter)
 			default:
@@ -706,7 +700,7 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 	}
 }
 
-func (s *Subscriber) observe(now time.Time, r *kgo.Record, disp inbox.Disposition) {
+func (s *Subscriber) observe(now time.Time, r *kgo.Record, disp broker.Disposition) {
 	at := disp.Event.OccurredAt
 	if at.IsZero() {
 		at = r.Timestamp
@@ -725,7 +719,7 @@ func (s *Subscriber) observe(now time.Time, r *kgo.Record, disp inbox.Dispositio
 }
 
 // delivery turns a record into an inbox delivery.
-func (s *Subscriber) delivery(r *kgo.Record, attempt int) inbox.Delivery {
+func (s *Subscriber) delivery(r *kgo.Record, attempt int) broker.Delivery {
 	var headers map[string]string
 	if len(r.Headers) > 0 {
 		headers = make(map[string]string, len(r.Headers))
@@ -746,7 +740,7 @@ func (s *Subscriber) delivery(r *kgo.Record, attempt int) inbox.Delivery {
 	if at, ok := strings.CutPrefix(r.Topic, s.cfg.TopicPrefix); ok {
 		m.AggregateType = at
 	}
-	return inbox.Delivery{
+	return broker.Delivery{
 		Message: m,
 		Source:  r.Topic + "/" + strconv.Itoa(int(r.Partition)),
 		Attempt: attempt,
@@ -895,3 +889,11 @@ func (w *partWorker) resume(cl *kgo.Client) {
 		cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
 	}
 }
+
+var (
+	_ broker.Subscriber  = (*Subscriber)(nil)
+	_ broker.Redeliverer = (*Publisher)(nil)
+)
+
+// Done is closed when a started subscriber has stopped.
+func (s *Subscriber) Done() <-chan struct{} { return s.base.Done() }

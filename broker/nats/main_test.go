@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/nats"
 	"github.com/idem-go/idem/broker/nats/embedded"
 	"github.com/idem-go/idem/driver/postgres"
@@ -200,7 +201,7 @@ func newPublisher(t testing.TB, url string, stream nats.StreamConfig) *nats.Publ
 
 // subscribe starts a subscriber named consumer on the bundle's stream and
 // returns a function that stops it (also called at cleanup).
-func subscribe(t *testing.T, url string, stream nats.StreamConfig, consumer string, deliver nats.DeliverFunc, tweak ...func(*nats.SubscriberConfig)) func() {
+func subscribe(t *testing.T, url string, stream nats.StreamConfig, consumer string, deliver broker.DeliverFunc, tweak ...func(*nats.SubscriberConfig)) func() {
 	t.Helper()
 	cfg := nats.SubscriberConfig{
 		ConnConfig: nats.ConnConfig{URL: url, ReconnectWait: 50 * time.Millisecond},
@@ -218,7 +219,7 @@ func subscribe(t *testing.T, url string, stream nats.StreamConfig, consumer stri
 	return stop
 }
 
-func (b *bundle) subscribe(t *testing.T, consumer string, deliver nats.DeliverFunc, tweak ...func(*nats.SubscriberConfig)) func() {
+func (b *bundle) subscribe(t *testing.T, consumer string, deliver broker.DeliverFunc, tweak ...func(*nats.SubscriberConfig)) func() {
 	t.Helper()
 	return subscribe(t, b.srv.url(), b.names.stream, consumer, deliver, tweak...)
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/idem-go/idem/broker/brokertest"
 	"github.com/idem-go/idem/broker/nats"
 	"github.com/idem-go/idem/broker/nats/embedded"
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
@@ -39,8 +38,8 @@ func TestConformance(t *testing.T) {
 			consumer := "c" + randomHex(4)
 			return brokertest.Instance{
 				Publisher: pub,
-				Subscribe: func(t *testing.T, deliver brokertest.DeliverFunc) func() {
-					return subscribe(t, srv.url(), n.stream, consumer, nats.DeliverFunc(deliver),
+				Subscribe: func(t *testing.T, deliver broker.DeliverFunc) func() {
+					return subscribe(t, srv.url(), n.stream, consumer, broker.DeliverFunc(deliver),
 						func(c *nats.SubscriberConfig) { c.Workers = 1 })
 				},
 			}
@@ -276,7 +275,7 @@ func TestAlwaysFailingIsParkedThenRetriedToOneConsumer(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	fm, err := c.Failures().List(ctx, driver.FailedFilter{Consumer: "stock"})
+	fm, err := c.Failures().List(ctx, idem.FailedFilter{Consumer: "stock"})
 	if err != nil || len(fm) != 1 {
 		t.Fatalf("failed messages: %v %v", fm, err)
 	}
@@ -326,7 +325,7 @@ func TestMalformedBodiesAreParkedOnce(t *testing.T) {
 		s := c.Stats()
 		return s.Parked == 2 && s.Applied == 1
 	})
-	fm, err := c.Failures().List(ctx, driver.FailedFilter{Consumer: "stock"})
+	fm, err := c.Failures().List(ctx, idem.FailedFilter{Consumer: "stock"})
 	if err != nil || len(fm) != 2 {
 		t.Fatalf("failed messages: %d %v", len(fm), err)
 	}

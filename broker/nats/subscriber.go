@@ -16,9 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/internal/batch"
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/internal/startstop"
 )
 
 // Subscriber defaults.
@@ -46,12 +47,6 @@ const (
 // and before the messages are acknowledged: a process killed there leaves
 // committed effects whose messages JetStream delivers again.
 const FaultAfterHandleBeforeAck = "nats.after-handle-before-ack"
-
-// DeliverFunc hands deliveries to an idempotent consumer and says what to do
-// with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
-// disposition and error are for ds[i]; a non-nil error means the message was
-// neither handled nor parked and must not be acknowledged.
-type DeliverFunc func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -180,29 +175,28 @@ func (c SubscriberConfig) FilterSubjects() []string {
 // forever.
 type Subscriber struct {
 	cfg     SubscriberConfig
-	deliver DeliverFunc
+	deliver broker.DeliverFunc
 	log     *slog.Logger
 	seed    maphash.Seed
 
-	nc    *nats.Conn
-	owned bool
-	cons  jetstream.Consumer
-
+	// base is the lifecycle; workCtx, given to the consumer, ends when Stop
+	// runs out of time.
+	base       startstop.Base
 	workCtx    context.Context
 	workCancel context.CancelFunc
 
 	held atomic.Int64
 
-	mu     sync.Mutex
-	state  int // 0 new, 1 started, 2 stopping
-	iter   jetstream.MessagesContext
-	stopCh chan struct{}
-	done   chan struct{}
+	mu    sync.Mutex
+	nc    *nats.Conn
+	owned bool
+	cons  jetstream.Consumer
+	iter  jetstream.MessagesContext
 }
 
 // NewSubscriber returns a subscriber that hands what it receives to deliver,
 // typically consumer.DeliverBatch.
-func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscriber, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -210,14 +204,14 @@ func NewSubscriber(cfg SubscriberConfig, deliver DeliverFunc) (*Subscriber, erro
 	if deliver == nil {
 		return nil, errors.New("idem: nats: NewSubscriber: deliver is nil")
 	}
-	return &Subscriber{
+	s := &Subscriber{
 		cfg:     cfg,
 		deliver: deliver,
 		log:     cfg.Logger.With("stream", cfg.Stream.Name, "consumer", cfg.Consumer),
 		seed:    maphash.MakeSeed(),
-		stopCh:  make(chan struct{}),
-		done:    make(chan struct{}),
-	}, nil
+	}
+	s.workCtx, s.workCancel = context.WithCancel(context.Background())
+	return s, nil
 }
 
 // ConsumerConfig returns the JetStream configuration of the durable
@@ -240,28 +234,21 @@ func (c SubscriberConfig) ConsumerConfig() jetstream.ConsumerConfig {
 // and starts consuming. It returns an error if any of that fails; after
 // that, connection losses are handled by reconnecting.
 func (s *Subscriber) Start(ctx context.Context) error {
-	s.mu.Lock()
-	if s.state != 0 {
-		s.mu.Unlock()
-		return errors.New("idem: nats: Subscriber.Start called twice")
-	}
-	s.state = 1
-	s.mu.Unlock()
-	fail := func(err error) error {
-		if s.nc != nil && s.owned {
-			s.nc.Close()
-		}
-		s.mu.Lock()
-		s.state = 2
-		close(s.done)
-		s.mu.Unlock()
-		return err
+	if err := s.base.Starting(); err != nil {
+		return fmt.Errorf("idem: nats: subscriber: %w", err)
 	}
 	nc, owned, err := s.cfg.connect()
 	if err != nil {
-		return fail(err)
+		s.base.StartFailed()
+		return err
 	}
-	s.nc, s.owned = nc, owned
+	fail := func(err error) error {
+		if owned {
+			nc.Close()
+		}
+		s.base.StartFailed()
+		return err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fail(fmt.Errorf("idem: nats: %w", err))
@@ -271,102 +258,89 @@ func (s *Subscriber) Start(ctx context.Context) error {
 			return fail(err)
 		}
 	}
-	s.cons, err = js.CreateOrUpdateConsumer(ctx, s.cfg.Stream.Name, s.cfg.ConsumerConfig())
+	cons, err := js.CreateOrUpdateConsumer(ctx, s.cfg.Stream.Name, s.cfg.ConsumerConfig())
 	if err != nil {
 		return fail(fmt.Errorf("idem: nats: create or update consumer %s on stream %s: %w", s.cfg.Consumer, s.cfg.Stream.Name, err))
 	}
-	iter, err := s.messages()
+	iter, err := messages(cons, s.cfg)
 	if err != nil {
 		return fail(err)
 	}
-	s.workCtx, s.workCancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.mu.Lock()
-	s.iter = iter
-	if s.stopping() {
-		iter.Drain()
-	}
+	s.nc, s.owned, s.cons, s.iter = nc, owned, cons, iter
 	s.mu.Unlock()
 	go s.run(iter)
+	if !s.base.Running() {
+		iter.Drain() // stopped during the start-up
+	}
 	return nil
 }
 
-func (s *Subscriber) messages() (jetstream.MessagesContext, error) {
-	iter, err := s.cons.Messages(jetstream.PullMaxMessages(min(s.cfg.MaxAckPending, 2*s.cfg.Workers*s.cfg.BatchSize)))
+func messages(cons jetstream.Consumer, cfg SubscriberConfig) (jetstream.MessagesContext, error) {
+	iter, err := cons.Messages(jetstream.PullMaxMessages(min(cfg.MaxAckPending, 2*cfg.Workers*cfg.BatchSize)))
 	if err != nil {
-		return nil, fmt.Errorf("idem: nats: consume %s: %w", s.cfg.Consumer, err)
+		return nil, fmt.Errorf("idem: nats: consume %s: %w", cfg.Consumer, err)
 	}
 	return iter, nil
 }
 
 // Stop stops fetching, hands the messages already received to the consumer,
-// acknowledges them and closes the connection if the subscriber opened it.
-// If ctx ends first, work in progress is abandoned (its messages are
-// delivered again after AckWait) and ctx's error returned. Stop is
-// idempotent.
+// acknowledges them, closes the connection if the subscriber opened it, and
+// returns once all that has ended. If ctx ends first, work in progress is
+// abandoned (its messages are delivered again after AckWait) and ctx's error
+// returned. Stop is idempotent and safe to call from several goroutines.
 func (s *Subscriber) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	switch s.state {
-	case 0:
-		s.state = 2
-		close(s.done)
-		s.mu.Unlock()
-		return nil
-	case 1:
-		s.state = 2
-		close(s.stopCh)
+	err := s.base.Stop(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		if s.iter != nil {
 			s.iter.Drain()
 		}
-	}
-	s.mu.Unlock()
-	var err error
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		if s.workCancel != nil {
-			s.workCancel()
-		}
+	}, func() {
+		s.workCancel()
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		if s.iter != nil {
 			s.iter.Stop()
 		}
-		s.mu.Unlock()
-		<-s.done
-	}
-	if s.workCancel != nil {
-		s.workCancel()
-	}
-	if s.nc != nil {
-		// Send the last acknowledgements.
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if ferr := s.nc.FlushWithContext(fctx); ferr != nil && err == nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
-			s.log.Warn("nats subscriber: flush acknowledgements", "error", ferr)
-		}
-		cancel()
-		if s.owned {
-			s.nc.Close()
-		}
-	}
+	})
+	s.workCancel()
 	return err
 }
 
 // Done is closed when a started subscriber has stopped.
-func (s *Subscriber) Done() <-chan struct{} { return s.done }
+func (s *Subscriber) Done() <-chan struct{} { return s.base.Done() }
 
 func (s *Subscriber) stopping() bool {
 	select {
-	case <-s.stopCh:
+	case <-s.base.Stopping():
 		return true
 	default:
 		return false
 	}
 }
 
+// finish sends the last acknowledgements and closes the connection if the
+// subscriber opened it.
+func (s *Subscriber) finish() {
+	s.mu.Lock()
+	nc, owned := s.nc, s.owned
+	s.mu.Unlock()
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		s.log.Warn("nats subscriber: flush acknowledgements", "error", err)
+	}
+	cancel()
+	if owned {
+		nc.Close()
+	}
+}
+
 // run reads messages until Stop, making a new iterator if one ends on its
 // own (the consumer was deleted, the connection closed).
 func (s *Subscriber) run(iter jetstream.MessagesContext) {
-	defer close(s.done)
+	defer s.base.Finished()
+	defer s.finish()
 	for {
 		s.serve(iter)
 		if s.stopping() {
@@ -376,7 +350,7 @@ func (s *Subscriber) run(iter jetstream.MessagesContext) {
 		for {
 			t := time.NewTimer(wait)
 			select {
-			case <-s.stopCh:
+			case <-s.base.Stopping():
 				t.Stop()
 				return
 			case <-t.C:
@@ -403,10 +377,13 @@ func (s *Subscriber) run(iter jetstream.MessagesContext) {
 func (s *Subscriber) resume() (jetstream.MessagesContext, error) {
 	ctx, cancel := context.WithTimeout(s.workCtx, s.cfg.DialTimeout)
 	defer cancel()
-	if s.nc.IsClosed() {
+	s.mu.Lock()
+	nc := s.nc
+	s.mu.Unlock()
+	if nc.IsClosed() {
 		return nil, nats.ErrConnectionClosed
 	}
-	js, err := jetstream.New(s.nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
@@ -414,8 +391,10 @@ func (s *Subscriber) resume() (jetstream.MessagesContext, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
 	s.cons = cons
-	return s.messages()
+	s.mu.Unlock()
+	return messages(cons, s.cfg)
 }
 
 // serve dispatches the iterator's messages to the workers in batches until
@@ -456,7 +435,7 @@ func (s *Subscriber) serve(iter jetstream.MessagesContext) {
 				Logger:       s.log,
 				OnHeld:       func(n int) { s.held.Add(int64(n)) },
 			})
-			w.Run(batches, s.stopCh)
+			w.Run(batches, s.base.Stopping())
 		})
 }
 
@@ -481,7 +460,7 @@ func (s *Subscriber) worker(m jetstream.Msg, n int) int {
 
 // deliverBatch hands a batch to the consumer, then hits the fault point
 // between the consumer's commit and the acknowledgements.
-func (s *Subscriber) deliverBatch(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+func (s *Subscriber) deliverBatch(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
 	disps, errs := s.deliver(ctx, ds)
 	fault.Point(FaultAfterHandleBeforeAck)
 	return disps, errs
@@ -492,7 +471,7 @@ type msgTransport struct{ s *Subscriber }
 
 func (t msgTransport) Key(m jetstream.Msg) string { return m.Headers().Get(HeaderKey) }
 
-func (t msgTransport) Delivery(m jetstream.Msg, attempt int) inbox.Delivery {
+func (t msgTransport) Delivery(m jetstream.Msg, attempt int) broker.Delivery {
 	d := t.s.toDelivery(m)
 	d.Attempt += attempt - 1
 	return d
@@ -526,7 +505,7 @@ func (t msgTransport) Touch(ms []jetstream.Msg) {
 // Publisher.Redeliver takes, so that "idem failed retry" sends a parked
 // message back to this consumer), and the attempt from JetStream's delivery
 // count.
-func (s *Subscriber) toDelivery(m jetstream.Msg) inbox.Delivery {
+func (s *Subscriber) toDelivery(m jetstream.Msg) broker.Delivery {
 	msg := idem.Message{Body: m.Data()}
 	h := m.Headers()
 	if len(h) > 0 {
@@ -565,5 +544,10 @@ func (s *Subscriber) toDelivery(m jetstream.Msg) inbox.Delivery {
 	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
 		attempt = int(md.NumDelivered)
 	}
-	return inbox.Delivery{Message: msg, Source: s.cfg.Consumer, Attempt: attempt}
+	return broker.Delivery{Message: msg, Source: s.cfg.Consumer, Attempt: attempt}
 }
+
+var (
+	_ broker.Subscriber  = (*Subscriber)(nil)
+	_ broker.Redeliverer = (*Publisher)(nil)
+)

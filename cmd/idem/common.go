@@ -9,7 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-go/idem/driver"
+	idemmsg "github.com/idem-go/idem"
+
 	"github.com/idem-go/idem/internal/dbopen"
 )
 
@@ -33,7 +34,7 @@ func (f *dbFlags) open(ctx context.Context, e *env) (*dbopen.DB, error) {
 	if schema == "" {
 		schema = e.getenv("IDEM_SCHEMA")
 	}
-	return dbopen.Open(ctx, u, driver.Tables{Schema: schema})
+	return dbopen.Open(ctx, u, idemmsg.Tables{Schema: schema})
 }
 
 // newLogger returns a text or JSON slog logger on stderr at level.

@@ -15,17 +15,9 @@ import (
 
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/brokeropen"
 )
-
-// redeliverer is a publisher that can send a message back to the queue (or
-// stream) it was received from, rather than to every subscriber of its
-// event: broker/amqp's Publisher.
-type redeliverer interface {
-	Redeliver(ctx context.Context, source string, msgs []idemmsg.Message) error
-}
 
 func init() {
 	register(&command{
@@ -98,7 +90,7 @@ Examples:
 				if *heldBy < 0 {
 					return usagef("--held-by %d: want a message ID", *heldBy)
 				}
-				filter := driver.FailedFilter{Consumer: *consumer, EventName: *event, Since: sinceT, HeldBy: *heldBy}
+				filter := idemmsg.FailedFilter{Consumer: *consumer, EventName: *event, Since: sinceT, HeldBy: *heldBy}
 				var ids []int64
 				switch action {
 				case "list":
@@ -138,7 +130,7 @@ Examples:
 					return err
 				}
 				defer conn.Close()
-				store := inbox.NewFailureStore(conn.Dialect(), conn.SQL.Pool())
+				store := inbox.NewFailureStore(conn.SQL)
 
 				switch {
 				case action == "list":
@@ -146,10 +138,10 @@ Examples:
 				case *all:
 					return allFailed(ctx, e, store, filter, action, *yes, *brokerURL)
 				}
-				var msgs []driver.FailedMessage
+				var msgs []idemmsg.FailedMessage
 				for _, id := range ids {
 					m, err := store.Get(ctx, id)
-					if errors.Is(err, driver.ErrNotFound) {
+					if errors.Is(err, idemmsg.ErrNotFound) {
 						return fmt.Errorf("no failed message with ID %d", id)
 					}
 					if err != nil {
@@ -186,8 +178,8 @@ Examples:
 					done++
 					// Then the messages held behind it, in the order they
 					// were parked.
-					held := driver.FailedFilter{HeldBy: m.ID, Oldest: true, Limit: inbox.FailedPageSizeDefault}
-					err := store.Pages(ctx, held, func(page []driver.FailedMessage) error {
+					held := idemmsg.FailedFilter{HeldBy: m.ID, Oldest: true, Limit: inbox.FailedPageSizeDefault}
+					err := store.Pages(ctx, held, func(page []idemmsg.FailedMessage) error {
 						for _, h := range page {
 							if retryFailed(ctx, e, rd, h) {
 								done++
@@ -212,9 +204,9 @@ Examples:
 
 // listFailed prints the messages matching filter, newest first; filter.Limit
 // 0 lists them all, read a page at a time.
-func listFailed(ctx context.Context, w io.Writer, store *inbox.FailureStore, filter driver.FailedFilter) error {
+func listFailed(ctx context.Context, w io.Writer, store *inbox.FailureStore, filter idemmsg.FailedFilter) error {
 	var rows []failedRow
-	add := func(page []driver.FailedMessage) error {
+	add := func(page []idemmsg.FailedMessage) error {
 		for _, m := range page {
 			rows = append(rows, newFailedRow(m))
 		}
@@ -237,7 +229,7 @@ func listFailed(ctx context.Context, w io.Writer, store *inbox.FailureStore, fil
 // (so that one aggregate's messages go back in order), a page at a time.
 // Only the messages stored when it starts are concerned: a retried message
 // that fails again, or a new one, waits for the next run.
-func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter driver.FailedFilter, action string, yes bool, brokerURL string) error {
+func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter idemmsg.FailedFilter, action string, yes bool, brokerURL string) error {
 	newest := filter
 	newest.Limit = 1
 	last, err := store.List(ctx, newest)
@@ -265,7 +257,7 @@ func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter dr
 			return errors.New("not confirmed; nothing removed (pass --yes to skip the question)")
 		}
 	}
-	var rd redeliverer
+	var rd broker.Redeliverer
 	if action == "retry" {
 		var closePub func()
 		if rd, closePub, err = openRedeliverer(ctx, e, brokerURL); err != nil {
@@ -274,7 +266,7 @@ func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter dr
 		defer closePub()
 	}
 	var done, failed int
-	err = store.Pages(ctx, filter, func(page []driver.FailedMessage) error {
+	err = store.Pages(ctx, filter, func(page []idemmsg.FailedMessage) error {
 		for _, m := range page {
 			if action == "remove" {
 				if err := removeFailed(ctx, e, store, m); err != nil {
@@ -307,7 +299,7 @@ func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter dr
 
 // openRedeliverer opens the broker at brokerURL (default $IDEM_BROKER_URL),
 // which must be able to send a message back to one queue.
-func openRedeliverer(ctx context.Context, e *env, brokerURL string) (redeliverer, func(), error) {
+func openRedeliverer(ctx context.Context, e *env, brokerURL string) (broker.Redeliverer, func(), error) {
 	if brokerURL == "" {
 		brokerURL = e.getenv("IDEM_BROKER_URL")
 	}
@@ -315,10 +307,10 @@ func openRedeliverer(ctx context.Context, e *env, brokerURL string) (redeliverer
 	if err != nil {
 		return nil, nil, err
 	}
-	rd, ok := pub.(redeliverer)
+	rd, ok := pub.(broker.Redeliverer)
 	if !ok {
 		_ = pub.Close()
-		return nil, nil, fmt.Errorf("the broker at %s cannot send a message back to one queue", broker.RedactURL(brokerURL))
+		return nil, nil, fmt.Errorf("the broker at %s cannot re-drive a message to the one consumer it came from (its publisher is not a broker.Redeliverer); republish the message with your broker's tools, or use a transport that can", broker.RedactURL(brokerURL))
 	}
 	return rd, func() { _ = pub.Close() }, nil
 }
@@ -326,7 +318,7 @@ func openRedeliverer(ctx context.Context, e *env, brokerURL string) (redeliverer
 // retryFailed publishes m again to the queue it came from, marked with
 // idem.HeaderRedrive: the consumer removes it from the store once applied.
 // It reports false, after saying why on stderr, when m was not published.
-func retryFailed(ctx context.Context, e *env, rd redeliverer, m driver.FailedMessage) bool {
+func retryFailed(ctx context.Context, e *env, rd broker.Redeliverer, m idemmsg.FailedMessage) bool {
 	if m.Source == "" {
 		fmt.Fprintf(e.stderr, "idem failed retry: %d: the queue it came from is unknown; not retried\n", m.ID)
 		return false
@@ -345,12 +337,12 @@ func retryFailed(ctx context.Context, e *env, rd redeliverer, m driver.FailedMes
 	return true
 }
 
-func removeFailed(ctx context.Context, e *env, store *inbox.FailureStore, m driver.FailedMessage) error {
+func removeFailed(ctx context.Context, e *env, store *inbox.FailureStore, m idemmsg.FailedMessage) error {
 	if _, err := store.Remove(ctx, m.ID); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "Removed %d (%s %s)\n", m.ID, printable([]byte(m.EventName)), m.EventID)
-	if held, err := store.List(ctx, driver.FailedFilter{HeldBy: m.ID, Limit: 1}); err == nil && len(held) > 0 {
+	if held, err := store.List(ctx, idemmsg.FailedFilter{HeldBy: m.ID, Limit: 1}); err == nil && len(held) > 0 {
 		fmt.Fprintf(e.stdout, "  messages held behind %d stay in the store: idem failed list --held-by %d\n", m.ID, m.ID)
 	}
 	return nil
@@ -367,7 +359,7 @@ type failedRow struct {
 	err      string
 }
 
-func newFailedRow(m driver.FailedMessage) failedRow {
+func newFailedRow(m idemmsg.FailedMessage) failedRow {
 	return failedRow{id: m.ID, consumer: printable([]byte(m.Consumer)), event: orDash(printable([]byte(m.EventName))),
 		eventID: eventIDText(m), attempts: m.Attempts, failedAt: m.LastFailed, err: oneLine(printable([]byte(m.Error)), 100)}
 }
@@ -386,7 +378,7 @@ func printFailedList(w io.Writer, rows []failedRow) {
 	_ = tw.Flush()
 }
 
-func printFailed(w io.Writer, m driver.FailedMessage) {
+func printFailed(w io.Writer, m idemmsg.FailedMessage) {
 	text := func(s string) string { return printable([]byte(s)) }
 	fmt.Fprintf(w, "ID:            %d\n", m.ID)
 	fmt.Fprintf(w, "Consumer:      %s\n", text(m.Consumer))
@@ -426,7 +418,7 @@ func printFailed(w io.Writer, m driver.FailedMessage) {
 	fmt.Fprintf(w, "Body (%d bytes):\n%s\n", len(m.Body), printable(m.Body))
 }
 
-func eventIDText(m driver.FailedMessage) string {
+func eventIDText(m idemmsg.FailedMessage) string {
 	if m.EventID == [16]byte{} {
 		return "-"
 	}

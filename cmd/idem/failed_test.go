@@ -16,7 +16,6 @@ import (
 
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/amqp"
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
@@ -87,7 +86,7 @@ func TestFailedCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "No failed message") {
 		t.Fatalf("failed list with another event = %d\n%s", code, out)
 	}
-	stored, err := c.Failures().List(context.Background(), driver.FailedFilter{Consumer: "stock"})
+	stored, err := c.Failures().List(context.Background(), idemmsg.FailedFilter{Consumer: "stock"})
 	if err != nil || len(stored) != 1 {
 		t.Fatalf("stored: %v %v", stored, err)
 	}
@@ -125,7 +124,7 @@ func TestFailedCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the malformed message parked", func() bool { return c.Stats().Parked == 2 })
-	stored, err = c.Failures().List(context.Background(), driver.FailedFilter{Consumer: "stock"})
+	stored, err = c.Failures().List(context.Background(), idemmsg.FailedFilter{Consumer: "stock"})
 	if err != nil || len(stored) != 1 {
 		t.Fatalf("stored: %v %v", stored, err)
 	}
@@ -239,7 +238,7 @@ func TestFailedRetryAll(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = store.Save(ctx, driver.FailedMessage{
+			_, err = store.Save(ctx, idemmsg.FailedMessage{
 				Consumer: "stock", Source: queue, EventID: ev.ID, EventName: ev.Name, AggregateType: "order", AggregateID: ev.AggregateID,
 				Key: msg.Key, Headers: msg.Headers, Body: msg.Body, Error: "warehouse table locked", Attempts: 3,
 			})
@@ -279,7 +278,7 @@ func TestFailedRetryAll(t *testing.T) {
 
 	// remove --all, over more than a page, after confirmation.
 	for i := range 150 {
-		if _, err := store.Save(ctx, driver.FailedMessage{Consumer: "billing", Body: []byte(fmt.Sprint("garbage ", i)), Error: "undecodable", Attempts: 1}); err != nil {
+		if _, err := store.Save(ctx, idemmsg.FailedMessage{Consumer: "billing", Body: []byte(fmt.Sprint("garbage ", i)), Error: "undecodable", Attempts: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

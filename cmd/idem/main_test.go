@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idem-go/idem/driver"
+	idemmsg "github.com/idem-go/idem"
+
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/testdb"
 )
@@ -42,7 +43,7 @@ func TestMigrateCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `CREATE TABLE "outbox"`) {
 		t.Fatalf("migrate sql = %d %q", code, out)
 	}
-	migs := postgres.MustDialect(driver.Tables{}).Migrations()
+	migs := postgres.MustDialect(idemmsg.Tables{}).Migrations()
 	last := migs[len(migs)-1]
 	code, out, _ = idem(t, env, "", "migrate", "down", "--steps", "1")
 	if want := fmt.Sprintf("Reverted %04d_%s", last.Version, last.Name); code != 0 || !strings.Contains(out, want) || strings.Contains(out, "Reverted 0001") {

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	idemmsg "github.com/idem-go/idem"
+
 	"github.com/idem-go/idem/driver"
 )
 
@@ -199,7 +201,7 @@ func (q *quarantineFlags) run(ctx context.Context, e *env, args []string) error 
 	} else {
 		for _, seq := range seqs {
 			row, err := rd.GetQuarantined(ctx, ex, seq)
-			if errors.Is(err, driver.ErrNotFound) {
+			if errors.Is(err, idemmsg.ErrNotFound) {
 				return fmt.Errorf("no quarantined outbox row with seq %d (see \"idem failed list --relay\")", seq)
 			}
 			if err != nil {

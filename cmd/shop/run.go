@@ -92,6 +92,7 @@ type app struct {
 	subs []brokeropen.Subscriber
 
 	consumers []*inbox.Consumer[*sql.Tx]
+	purgers   []*inbox.Purger[*sql.Tx]
 	relays    map[string]store.Relay
 	pub       brokeropen.Publisher
 	server    *http.Server
@@ -229,7 +230,19 @@ func (a *app) start(ctx context.Context) error {
 		a.bg.Go(func() { a.order.Run(bgCtx) })
 	}
 	for _, c := range a.consumers {
-		a.bg.Go(func() { purgeLoop(bgCtx, c, a.log) })
+		// Markers older than the replay window (the relays' retention, 7
+		// days) plus a day go, every hour.
+		p, err := inbox.NewPurger(c.Driver(), inbox.PurgerConfig{
+			Markers: inbox.PurgeConfig{Consumer: c.Name(), Horizon: relay.RetentionDefault + 24*time.Hour, ReplayWindow: relay.RetentionDefault},
+			Logger:  a.log,
+		})
+		if err != nil {
+			return err
+		}
+		if err := p.Start(ctx); err != nil {
+			return err
+		}
+		a.purgers = append(a.purgers, p)
 	}
 	for _, s := range a.subs {
 		if err := s.Start(ctx); err != nil {
@@ -244,28 +257,6 @@ func (a *app) start(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// purgeLoop deletes processed_event markers older than the replay window
-// (the relays' retention, 7 days) plus a day, every hour.
-func purgeLoop(ctx context.Context, c *inbox.Consumer[*sql.Tx], log *slog.Logger) {
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		res, err := inbox.Purge(ctx, c.Driver(), inbox.PurgeConfig{
-			Consumer: c.Name(), Horizon: relay.RetentionDefault + 24*time.Hour, ReplayWindow: relay.RetentionDefault,
-		})
-		if err != nil && ctx.Err() == nil {
-			log.Warn("purge of processed_event failed", "consumer", c.Name(), "error", err)
-		} else if res.Deleted > 0 {
-			log.Info("processed_event purged", "consumer", c.Name(), "deleted", res.Deleted)
-		}
-	}
 }
 
 // close stops everything gracefully: HTTP (no new orders), relays,
@@ -288,6 +279,13 @@ func (a *app) close(ctx context.Context) {
 		wg.Go(func() {
 			if err := s.Stop(ctx); err != nil {
 				a.log.Warn("subscriber stop", "error", err)
+			}
+		})
+	}
+	for _, p := range a.purgers {
+		wg.Go(func() {
+			if err := p.Stop(ctx); err != nil {
+				a.log.Warn("purger stop", "error", err)
 			}
 		})
 	}

@@ -59,6 +59,15 @@ type Conn struct {
 	InTx func(ctx context.Context, fn func(ex driver.Executor) error) error
 }
 
+// poolOf is a dialect on one connection API's pool, for inbox.NewFailureStore.
+type poolOf struct {
+	dialect driver.Dialect
+	pool    driver.Executor
+}
+
+func (p poolOf) Dialect() driver.Dialect { return p.dialect }
+func (p poolOf) Pool() driver.Executor   { return p.pool }
+
 // ConnOf returns the Conn of drv.
 func ConnOf[TTx any](name string, drv driver.Driver[TTx]) Conn {
 	return Conn{

@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testsvc"
 )
@@ -57,7 +56,7 @@ func randomBytes(t *testing.T, n int) []byte {
 
 // sameFailed compares what a FailedMessage holds, byte for byte (History:
 // attempts and errors, not times).
-func sameFailed(got, want driver.FailedMessage) error {
+func sameFailed(got, want idem.FailedMessage) error {
 	var diffs []string
 	str := func(field, g, w string) {
 		if g != w {
@@ -119,39 +118,39 @@ func FailureStoreBytes(t *testing.T, setup Setup) {
 	for _, c := range db.conns() {
 		t.Run(c.Name, func(t *testing.T) {
 			ctx := testsvc.Ctx(t, 2*time.Minute)
-			fs := inbox.NewFailureStore(db.Driver.Dialect(), c.Pool)
+			fs := inbox.NewFailureStore(poolOf{db.Driver.Dialect(), c.Pool})
 			consumer := "stock-" + c.Name + "\x00\xff "
 			headers := map[string]string{}
 			for i, h := range hostile {
 				headers[h] = hostile[len(hostile)-1-i]
 			}
 			headers["long"] = hostileText(10_000)
-			first := driver.FailedMessage{
+			first := idem.FailedMessage{
 				Consumer: consumer, Source: `stock.events\` + "\x00\"", EventID: idem.NewEventID(),
 				EventName: "order.order.placed.v1\x00\xff", AggregateType: "ord\xffer", AggregateID: `42\ "x" ` + "\x00 ",
 				Key: []byte("\x00key\xff\\"), Headers: headers, Body: randomBytes(t, 1<<20),
 				Error: hostileText(100_000), Attempts: 3,
 			}
-			undecodable := driver.FailedMessage{
+			undecodable := idem.FailedMessage{
 				Consumer: consumer, Source: `{"a":1}`, Body: randomBytes(t, 1<<20), Error: `"\u0000"` + "\x00", Attempts: 1,
 			}
-			held := driver.FailedMessage{
+			held := idem.FailedMessage{
 				Consumer: consumer, EventID: idem.NewEventID(), EventName: `idem:quoted:"order.order.placed.v1"`,
 				AggregateType: first.AggregateType, AggregateID: first.AggregateID, Headers: map[string]string{"": ""},
 				Body: []byte{}, Error: "waits behind", Attempts: 0,
 			}
-			plain := driver.FailedMessage{Consumer: consumer + "-plain", EventID: idem.NewEventID(), EventName: "order.order.placed.v1",
+			plain := idem.FailedMessage{Consumer: consumer + "-plain", EventID: idem.NewEventID(), EventName: "order.order.placed.v1",
 				Body: []byte(`{"event_id":"x"}`), Error: "plain", Attempts: 1}
 
-			var want []driver.FailedMessage
-			for _, m := range []*driver.FailedMessage{&first, &undecodable, &held, &plain} {
+			var want []idem.FailedMessage
+			for _, m := range []*idem.FailedMessage{&first, &undecodable, &held, &plain} {
 				if m == &held {
 					m.HeldBy = first.ID
 				}
 				id, err := fs.Save(ctx, *m)
 				fatalIf(t, err, "save")
 				m.ID = id
-				m.History = []driver.FailureRecord{{Attempt: m.Attempts, Error: m.Error}}
+				m.History = []idem.FailureRecord{{Attempt: m.Attempts, Error: m.Error}}
 				want = append(want, *m)
 			}
 			check := func(step string) {
@@ -163,7 +162,7 @@ func FailureStoreBytes(t *testing.T, setup Setup) {
 						t.Errorf("%s: get %d:\n%v", step, w.ID, err)
 					}
 				}
-				list, err := fs.List(ctx, driver.FailedFilter{Consumer: consumer})
+				list, err := fs.List(ctx, idem.FailedFilter{Consumer: consumer})
 				fatalIf(t, err, "%s: list", step)
 				if len(list) != 3 {
 					t.Fatalf("%s: list of the hostile consumer = %d entries, want 3", step, len(list))
@@ -178,14 +177,14 @@ func FailureStoreBytes(t *testing.T, setup Setup) {
 					}
 				}
 				for _, f := range []struct {
-					filter driver.FailedFilter
+					filter idem.FailedFilter
 					want   int64
 				}{
-					{driver.FailedFilter{Consumer: consumer, EventName: first.EventName}, first.ID},
-					{driver.FailedFilter{Consumer: consumer, EventName: held.EventName}, held.ID},
-					{driver.FailedFilter{EventName: "order.order.placed.v1", Consumer: plain.Consumer}, plain.ID},
-					{driver.FailedFilter{Consumer: consumer, HeldBy: first.ID}, held.ID},
-					{driver.FailedFilter{Consumer: consumer, AggregateType: first.AggregateType, AggregateID: first.AggregateID, Oldest: true}, first.ID},
+					{idem.FailedFilter{Consumer: consumer, EventName: first.EventName}, first.ID},
+					{idem.FailedFilter{Consumer: consumer, EventName: held.EventName}, held.ID},
+					{idem.FailedFilter{EventName: "order.order.placed.v1", Consumer: plain.Consumer}, plain.ID},
+					{idem.FailedFilter{Consumer: consumer, HeldBy: first.ID}, held.ID},
+					{idem.FailedFilter{Consumer: consumer, AggregateType: first.AggregateType, AggregateID: first.AggregateID, Oldest: true}, first.ID},
 				} {
 					list, err := fs.List(ctx, f.filter)
 					fatalIf(t, err, "%s: list %+v", step, f.filter)
@@ -194,7 +193,7 @@ func FailureStoreBytes(t *testing.T, setup Setup) {
 					}
 				}
 				for _, name := range []string{"order.order.placed.v1\x00", "order.order.placed.v1 ", `"order.order.placed.v1"`, `idem:quoted:"order.order.placed.v1"`} {
-					list, err := fs.List(ctx, driver.FailedFilter{Consumer: plain.Consumer, EventName: name})
+					list, err := fs.List(ctx, idem.FailedFilter{Consumer: plain.Consumer, EventName: name})
 					fatalIf(t, err, "%s: list %q", step, name)
 					if len(list) != 0 {
 						t.Errorf("%s: list of event name %q = %d entries, want none", step, name, len(list))
@@ -216,7 +215,7 @@ func FailureStoreBytes(t *testing.T, setup Setup) {
 				t.Fatalf("saving the same event again made entry %d, want %d updated", id, first.ID)
 			}
 			again.Attempts = 6
-			again.History = []driver.FailureRecord{{Attempt: 3, Error: first.Error}, {Attempt: 3, Error: again.Error}}
+			again.History = []idem.FailureRecord{{Attempt: 3, Error: first.Error}, {Attempt: 3, Error: again.Error}}
 			want[0] = again
 			check("after a second save")
 		})
@@ -229,12 +228,12 @@ func FailureStoreBytes(t *testing.T, setup Setup) {
 func FailureStorePaging(t *testing.T, setup Setup) {
 	db := setup(t, Options{})
 	ctx := testsvc.Ctx(t, 2*time.Minute)
-	fs := inbox.NewFailureStore(db.Driver.Dialect(), db.Driver.Pool())
+	fs := inbox.NewFailureStore(db.Driver)
 	const n = 250
 	ids := make([]int64, n)
 	for i := range ids {
 		var err error
-		ids[i], err = fs.Save(ctx, driver.FailedMessage{
+		ids[i], err = fs.Save(ctx, idem.FailedMessage{
 			Consumer: "stock", EventID: idem.NewEventID(), EventName: fmt.Sprintf("order.order.e%d.v1", i%2),
 			AggregateType: "order", AggregateID: fmt.Sprint(i % 10), Body: []byte(fmt.Sprint(i)), Error: "boom", Attempts: 1,
 		})
@@ -243,10 +242,10 @@ func FailureStorePaging(t *testing.T, setup Setup) {
 			t.Fatalf("entry ids do not grow: %d after %d", ids[i], ids[i-1])
 		}
 	}
-	_, err := fs.Save(ctx, driver.FailedMessage{Consumer: "billing", Body: []byte("x"), Error: "other", Attempts: 1})
+	_, err := fs.Save(ctx, idem.FailedMessage{Consumer: "billing", Body: []byte("x"), Error: "other", Attempts: 1})
 	fatalIf(t, err, "save billing")
 
-	listIDs := func(f driver.FailedFilter) []int64 {
+	listIDs := func(f idem.FailedFilter) []int64 {
 		t.Helper()
 		list, err := fs.List(ctx, f)
 		fatalIf(t, err, "list %+v", f)
@@ -269,29 +268,29 @@ func FailureStorePaging(t *testing.T, setup Setup) {
 			t.Errorf("%s = %d entries %v, want %d entries", what, len(got), got, len(want))
 		}
 	}
-	equal("all, newest first", listIDs(driver.FailedFilter{Consumer: "stock"}), reversed(ids))
-	equal("all, oldest first", listIDs(driver.FailedFilter{Consumer: "stock", Oldest: true}), ids)
-	equal("limit 7", listIDs(driver.FailedFilter{Consumer: "stock", Limit: 7}), reversed(ids)[:7])
-	equal("before", listIDs(driver.FailedFilter{Consumer: "stock", BeforeID: ids[100], Limit: 3}), []int64{ids[99], ids[98], ids[97]})
-	equal("after", listIDs(driver.FailedFilter{Consumer: "stock", AfterID: ids[100], Oldest: true, Limit: 3}), []int64{ids[101], ids[102], ids[103]})
-	equal("between", listIDs(driver.FailedFilter{Consumer: "stock", AfterID: ids[10], BeforeID: ids[14], Oldest: true}), ids[11:14])
+	equal("all, newest first", listIDs(idem.FailedFilter{Consumer: "stock"}), reversed(ids))
+	equal("all, oldest first", listIDs(idem.FailedFilter{Consumer: "stock", Oldest: true}), ids)
+	equal("limit 7", listIDs(idem.FailedFilter{Consumer: "stock", Limit: 7}), reversed(ids)[:7])
+	equal("before", listIDs(idem.FailedFilter{Consumer: "stock", BeforeID: ids[100], Limit: 3}), []int64{ids[99], ids[98], ids[97]})
+	equal("after", listIDs(idem.FailedFilter{Consumer: "stock", AfterID: ids[100], Oldest: true, Limit: 3}), []int64{ids[101], ids[102], ids[103]})
+	equal("between", listIDs(idem.FailedFilter{Consumer: "stock", AfterID: ids[10], BeforeID: ids[14], Oldest: true}), ids[11:14])
 	var evens []int64
 	for i := 0; i < n; i += 2 {
 		evens = append(evens, ids[i])
 	}
-	equal("by event name, all", listIDs(driver.FailedFilter{EventName: "order.order.e0.v1", Oldest: true}), evens)
+	equal("by event name, all", listIDs(idem.FailedFilter{EventName: "order.order.e0.v1", Oldest: true}), evens)
 	var agg3 []int64
 	for i := 3; i < n; i += 10 {
 		agg3 = append(agg3, ids[i])
 	}
-	equal("by aggregate", listIDs(driver.FailedFilter{Consumer: "stock", AggregateType: "order", AggregateID: "3", Oldest: true}), agg3)
-	if got := listIDs(driver.FailedFilter{}); len(got) != n+1 {
+	equal("by aggregate", listIDs(idem.FailedFilter{Consumer: "stock", AggregateType: "order", AggregateID: "3", Oldest: true}), agg3)
+	if got := listIDs(idem.FailedFilter{}); len(got) != n+1 {
 		t.Errorf("every consumer = %d entries, want %d", len(got), n+1)
 	}
 
 	// Pages: removing the entries of each page does not disturb the next.
 	var seen []int64
-	err = fs.Pages(ctx, driver.FailedFilter{Consumer: "stock", Oldest: true, Limit: 40}, func(page []driver.FailedMessage) error {
+	err = fs.Pages(ctx, idem.FailedFilter{Consumer: "stock", Oldest: true, Limit: 40}, func(page []idem.FailedMessage) error {
 		if len(page) > 40 {
 			t.Errorf("page of %d entries, want at most 40", len(page))
 		}
@@ -305,10 +304,10 @@ func FailureStorePaging(t *testing.T, setup Setup) {
 	})
 	fatalIf(t, err, "pages")
 	equal("pages removing as they go", seen, ids)
-	if _, err := fs.List(ctx, driver.FailedFilter{Limit: -1}); err == nil {
+	if _, err := fs.List(ctx, idem.FailedFilter{Limit: -1}); err == nil {
 		t.Error("negative limit accepted")
 	}
-	if _, err := db.Driver.Dialect().ListFailed(ctx, db.Driver.Pool(), driver.FailedFilter{}); err == nil {
+	if _, err := db.Driver.Dialect().ListFailed(ctx, db.Driver.Pool(), idem.FailedFilter{}); err == nil {
 		t.Error("dialect ListFailed accepted a zero page size")
 	}
 }
@@ -322,7 +321,7 @@ func ParkedAggregates(t *testing.T, setup Setup) {
 	ex := db.Driver.Pool()
 	save := func(consumer, aggType, aggID string, heldBy int64) int64 {
 		t.Helper()
-		id, err := d.SaveFailed(ctx, ex, driver.FailedMessage{Consumer: consumer, EventID: idem.NewEventID(),
+		id, err := d.SaveFailed(ctx, ex, idem.FailedMessage{Consumer: consumer, EventID: idem.NewEventID(),
 			AggregateType: aggType, AggregateID: aggID, HeldBy: heldBy, Body: []byte("x"), Error: "boom", Attempts: 1})
 		fatalIf(t, err, "save")
 		return id
@@ -338,16 +337,16 @@ func ParkedAggregates(t *testing.T, setup Setup) {
 	headCustomer := save("stock", "customer", "1", 0)
 	save("billing", "order", "3", 0)
 
-	aggs := []driver.AggregateRef{
+	aggs := []idem.AggregateRef{
 		ref("order", "1"), ref("order", "2"), ref("order", ""), ref("order", "3"), ref("ord\xffer", hostileID),
 		ref("order", hostileID), ref("customer", "1"), ref("order", "1"), ref("order", "1 "), ref("order", "01"),
 	}
 	for i := range 2500 {
-		aggs = append(aggs, driver.AggregateRef{Type: "order", ID: fmt.Sprint("many-", i)})
+		aggs = append(aggs, idem.AggregateRef{Type: "order", ID: fmt.Sprint("many-", i)})
 	}
 	got, err := d.ParkedAggregates(ctx, ex, "stock", aggs)
 	fatalIf(t, err, "parked aggregates")
-	want := map[driver.AggregateRef]int64{
+	want := map[idem.AggregateRef]int64{
 		ref("order", "1"): head1, ref("ord\xffer", hostileID): headHostile, ref("customer", "1"): headCustomer,
 	}
 	if !maps.Equal(got, want) {
@@ -356,7 +355,7 @@ func ParkedAggregates(t *testing.T, setup Setup) {
 	if got, err := d.ParkedAggregates(ctx, ex, "stock", nil); err != nil || len(got) != 0 {
 		t.Errorf("parked aggregates of none = %v, %v", got, err)
 	}
-	if got, err := d.ParkedAggregates(ctx, ex, "billing", aggs[:4]); err != nil || len(got) != 1 || got[driver.AggregateRef{Type: "order", ID: "3"}] == 0 {
+	if got, err := d.ParkedAggregates(ctx, ex, "billing", aggs[:4]); err != nil || len(got) != 1 || got[idem.AggregateRef{Type: "order", ID: "3"}] == 0 {
 		t.Errorf("parked aggregates of billing = %v, %v; want order 3", got, err)
 	}
 
@@ -392,7 +391,7 @@ func ParkedAggregates(t *testing.T, setup Setup) {
 	}
 }
 
-func ref(typ, id string) driver.AggregateRef { return driver.AggregateRef{Type: typ, ID: id} }
+func ref(typ, id string) idem.AggregateRef { return idem.AggregateRef{Type: typ, ID: id} }
 
 // Attempts checks RecordAttempt (counts, concurrent calls, consumers
 // apart), ClearAttempts and PurgeAttempts.
@@ -503,7 +502,7 @@ func Attempts(t *testing.T, setup Setup) {
 func PurgeFailed(t *testing.T, setup Setup) {
 	db := setup(t, Options{})
 	ctx := testsvc.Ctx(t, time.Minute)
-	fs := inbox.NewFailureStore(db.Driver.Dialect(), db.Driver.Pool())
+	fs := inbox.NewFailureStore(db.Driver)
 	now := time.Now()
 	hostileName := "stock\x00\xff "
 	// 25 old messages of stock, 5 old of the hostile name, 3 recent of stock.
@@ -515,7 +514,7 @@ func PurgeFailed(t *testing.T, setup Setup) {
 		case i >= 25:
 			consumer = hostileName
 		}
-		id, err := fs.Save(ctx, driver.FailedMessage{Consumer: consumer, EventID: idem.NewEventID(), Body: []byte("x"), Error: "boom", Attempts: 1})
+		id, err := fs.Save(ctx, idem.FailedMessage{Consumer: consumer, EventID: idem.NewEventID(), Body: []byte("x"), Error: "boom", Attempts: 1})
 		fatalIf(t, err, "save")
 		db.exec(t, `UPDATE failed_message SET first_failed_at = ?, failed_at = ? WHERE id = ?`, db.timeArg(now.Add(-age)), db.timeArg(now.Add(-age)), id)
 	}
@@ -534,7 +533,7 @@ func PurgeFailed(t *testing.T, setup Setup) {
 	if res.Deleted != 25 || res.Batches != 3 {
 		t.Errorf("result = %+v, want 25 deleted in 3 batches of at most 10", res)
 	}
-	left, err := fs.List(ctx, driver.FailedFilter{})
+	left, err := fs.List(ctx, idem.FailedFilter{})
 	fatalIf(t, err, "list")
 	if len(left) != 8 {
 		t.Errorf("messages left = %d, want 8 (3 recent of stock, 5 of the other consumer)", len(left))

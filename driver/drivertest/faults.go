@@ -97,15 +97,15 @@ func ResultErrors(t *testing.T, setup Setup) {
 	// Three of everything.
 	var (
 		ids  []uuid.UUID
-		aggs []driver.AggregateRef
+		aggs []idem.AggregateRef
 	)
 	marks := make([]driver.Mark, 3)
 	for i := range marks {
 		marks[i] = driver.Mark{ID: idem.NewEventID(), Hash: int64(i + 1)}
 		ids = append(ids, marks[i].ID)
-		agg := driver.AggregateRef{Type: "order", ID: fmt.Sprint(i)}
+		agg := idem.AggregateRef{Type: "order", ID: fmt.Sprint(i)}
 		aggs = append(aggs, agg)
-		_, err := d.SaveFailed(ctx, pool, driver.FailedMessage{Consumer: "stock", EventID: idem.NewEventID(),
+		_, err := d.SaveFailed(ctx, pool, idem.FailedMessage{Consumer: "stock", EventID: idem.NewEventID(),
 			AggregateType: agg.Type, AggregateID: agg.ID, Body: []byte("x"), Error: "boom", Attempts: 1})
 		fatalIf(t, err, "save failed")
 	}
@@ -127,7 +127,7 @@ func ResultErrors(t *testing.T, setup Setup) {
 	fatalIf(t, err, "mark published")
 	insert(t, db, changed(t, "a", 1), changed(t, "b", 1), changed(t, "c", 1))
 
-	list, err := d.ListFailed(ctx, pool, driver.FailedFilter{Limit: 1})
+	list, err := d.ListFailed(ctx, pool, idem.FailedFilter{Limit: 1})
 	if err != nil || len(list) != 1 {
 		t.Fatalf("list = %d entries, %v", len(list), err)
 	}
@@ -141,7 +141,7 @@ func ResultErrors(t *testing.T, setup Setup) {
 	}
 	checks := []check{
 		{"ListFailed", func(ctx context.Context, ex driver.Executor) (int, error) {
-			l, err := d.ListFailed(ctx, ex, driver.FailedFilter{Consumer: "stock", Limit: 10})
+			l, err := d.ListFailed(ctx, ex, idem.FailedFilter{Consumer: "stock", Limit: 10})
 			return len(l), err
 		}},
 		{"GetFailed", func(ctx context.Context, ex driver.Executor) (int, error) {

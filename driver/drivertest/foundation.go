@@ -61,7 +61,7 @@ func Migrations(t *testing.T, setup Setup) {
 			t.Fatalf("down reverted %d migrations, want %d", len(reverted), len(known))
 		}
 		err = outbox.NewWriter(db.Driver).AddExec(ctx, db.Driver.Pool(), placed(t, "2"))
-		if !errors.Is(err, driver.ErrMissingTable) {
+		if !errors.Is(err, idem.ErrMissingTable) {
 			t.Fatalf("insert after down: err = %v, want ErrMissingTable", err)
 		}
 		st, err = m.Status(ctx)
@@ -79,7 +79,7 @@ func Migrations(t *testing.T, setup Setup) {
 		t.Parallel()
 		db := setup(t, Options{})
 		ctx := testsvc.Ctx(t, time.Minute)
-		db.exec(t, `INSERT INTO `+driver.MigrationTableDefault+` (version, name) VALUES (9999, 'from_the_future')`)
+		db.exec(t, `INSERT INTO `+idem.MigrationTableDefault+` (version, name) VALUES (9999, 'from_the_future')`)
 		_, err := migrate.New(db.Driver).Up(ctx)
 		if !errors.Is(err, migrate.ErrSchemaNewer) {
 			t.Fatalf("up on a newer schema: err = %v, want ErrSchemaNewer", err)
@@ -564,10 +564,10 @@ func concurrentDelivery(t *testing.T, setup Setup, firstCommits bool) {
 func FailureStore(t *testing.T, setup Setup) {
 	db := setup(t, Options{})
 	ctx := testsvc.Ctx(t, time.Minute)
-	fs := inbox.NewFailureStore(db.Driver.Dialect(), db.Driver.Pool())
+	fs := inbox.NewFailureStore(db.Driver)
 	evID := idem.NewEventID()
 	body := []byte{'{', 0x00, 0xff, 0xfe, '}'}
-	msg := driver.FailedMessage{
+	msg := idem.FailedMessage{
 		Consumer: "stock", Source: "stock.events", EventID: evID, EventName: "order.order.placed.v1",
 		Key: []byte("42"), Headers: map[string]string{"x-attempt": "3", "é": "ü"}, Body: body,
 		Error: "first failure", Attempts: 3,
@@ -580,12 +580,12 @@ func FailureStore(t *testing.T, setup Setup) {
 	if id2 != id {
 		t.Errorf("saving the same event again made entry %d, want %d updated", id2, id)
 	}
-	other, err := fs.Save(ctx, driver.FailedMessage{Consumer: "billing", Body: []byte("not json"), Error: "undecodable", Attempts: 1})
+	other, err := fs.Save(ctx, idem.FailedMessage{Consumer: "billing", Body: []byte("not json"), Error: "undecodable", Attempts: 1})
 	fatalIf(t, err, "save undecodable")
 	if other == id {
 		t.Fatal("a message without event id reused an entry")
 	}
-	third, err := fs.Save(ctx, driver.FailedMessage{Consumer: "billing", Body: []byte("still not json"), Error: "undecodable", Attempts: 1})
+	third, err := fs.Save(ctx, idem.FailedMessage{Consumer: "billing", Body: []byte("still not json"), Error: "undecodable", Attempts: 1})
 	fatalIf(t, err, "save a second undecodable")
 	if third == other {
 		t.Fatal("two messages without event id share an entry")
@@ -610,22 +610,22 @@ func FailureStore(t *testing.T, setup Setup) {
 		t.Errorf("last failed = %v, want about now (UTC)", got.LastFailed)
 	}
 
-	all, err := fs.List(ctx, driver.FailedFilter{})
+	all, err := fs.List(ctx, idem.FailedFilter{})
 	fatalIf(t, err, "list")
 	if len(all) != 3 {
 		t.Errorf("list = %d entries, want 3", len(all))
 	}
-	billing, err := fs.List(ctx, driver.FailedFilter{Consumer: "billing", Limit: 1})
+	billing, err := fs.List(ctx, idem.FailedFilter{Consumer: "billing", Limit: 1})
 	fatalIf(t, err, "list billing")
 	if len(billing) != 1 || billing[0].Consumer != "billing" || billing[0].EventID != uuid.Nil {
 		t.Errorf("billing list = %+v, want one entry", billing)
 	}
-	byName, err := fs.List(ctx, driver.FailedFilter{EventName: "order.order.placed.v1"})
+	byName, err := fs.List(ctx, idem.FailedFilter{EventName: "order.order.placed.v1"})
 	fatalIf(t, err, "list by name")
 	if len(byName) != 1 || byName[0].ID != id {
 		t.Errorf("list by event name = %d entries, want entry %d", len(byName), id)
 	}
-	future, err := fs.List(ctx, driver.FailedFilter{Since: time.Now().Add(time.Hour)})
+	future, err := fs.List(ctx, idem.FailedFilter{Since: time.Now().Add(time.Hour)})
 	fatalIf(t, err, "list since")
 	if len(future) != 0 {
 		t.Errorf("list since the future = %d entries, want 0", len(future))
@@ -644,7 +644,7 @@ func FailureStore(t *testing.T, setup Setup) {
 	if ok, _ := fs.Remove(ctx, id); ok {
 		t.Error("second remove reported an entry")
 	}
-	if _, err := fs.Get(ctx, id); !errors.Is(err, driver.ErrNotFound) {
+	if _, err := fs.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("get removed entry: err = %v, want ErrNotFound", err)
 	}
 }
@@ -711,8 +711,9 @@ func Purge(t *testing.T, setup Setup) {
 	}
 }
 
-// StateCopy checks versioned upserts: 1, 3, 2 leaves 3, with the gap from 1
-// to 3 reported and 2 stale.
+// StateCopy checks versioned upserts (Dialect.UpsertVersioned through
+// inbox.ApplyState): 1, 3, 2 leaves 3, with the gap from 1 to 3 reported, and
+// 2 stale with the stored version as Previous, on every dialect.
 func StateCopy(t *testing.T, setup Setup) {
 	db := setup(t, Options{})
 	db.exec(t, `CREATE TABLE order_status (order_id VARCHAR(64) NOT NULL PRIMARY KEY, status VARCHAR(64) NOT NULL, version BIGINT NOT NULL)`)
@@ -723,7 +724,7 @@ func StateCopy(t *testing.T, setup Setup) {
 		tx, err := db.Driver.Begin(ctx)
 		fatalIf(t, err, "begin")
 		defer rollback(tx)
-		res, err := copyOf.Apply(ctx, db.Driver.Dialect(), db.Driver.Tx(tx), "42", version, status)
+		res, err := inbox.ApplyState(ctx, db.Driver, tx, copyOf, "42", version, status)
 		fatalIf(t, err, "apply v%d", version)
 		fatalIf(t, db.Driver.Commit(ctx, tx), "commit")
 		return res
@@ -734,11 +735,11 @@ func StateCopy(t *testing.T, setup Setup) {
 	if r := apply(3, "cancelled"); !r.Applied || r.Previous != 1 || !r.Gap {
 		t.Errorf("v3 after v1 = %+v, want applied with a gap from 1", r)
 	}
-	if r := apply(2, "in preparation"); r.Applied || !r.Stale() {
-		t.Errorf("late v2 = %+v, want stale", r)
+	if r := apply(2, "in preparation"); r.Applied || !r.Stale() || r.Previous != 3 {
+		t.Errorf("late v2 = %+v, want stale with the stored version 3 as Previous", r)
 	}
-	if r := apply(3, "cancelled"); r.Applied {
-		t.Errorf("same version again = %+v, want stale", r)
+	if r := apply(3, "cancelled"); r.Applied || r.Previous != 3 {
+		t.Errorf("same version again = %+v, want stale with Previous 3", r)
 	}
 	var (
 		status  string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/testsvc"
 )
@@ -46,7 +47,7 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 		t.Parallel()
 		db := setup(t, Options{NoMigrate: true})
 		_, err := keysOf(t, db).InsertIdempotencyKey(testsvc.Ctx(t, time.Minute), db.Driver.Pool(), claim("", "k", "o"))
-		if !errors.Is(err, driver.ErrMissingTable) {
+		if !errors.Is(err, idem.ErrMissingTable) {
 			t.Fatalf("insert without migrations: %v, want ErrMissingTable", err)
 		}
 	})
@@ -78,7 +79,7 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 					!got.LockedUntil.Equal(p.LockedUntil) || !got.ExpiresAt.Equal(p.ExpiresAt) || !got.CreatedAt.Equal(now) || !got.CompletedAt.IsZero() {
 					t.Fatalf("get after insert: %+v, want the claim %+v", got, p)
 				}
-				if _, err := k.GetIdempotencyKey(ctx, c.Pool, driver.IdempotencyKeyRef{Key: "absent-" + c.Name}); !errors.Is(err, driver.ErrNotFound) {
+				if _, err := k.GetIdempotencyKey(ctx, c.Pool, driver.IdempotencyKeyRef{Key: "absent-" + c.Name}); !errors.Is(err, idem.ErrNotFound) {
 					t.Fatalf("get of an absent key: %v, want ErrNotFound", err)
 				}
 
@@ -267,7 +268,7 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 		if ok, err := k.ReleaseIdempotencyKey(ctx, pool, p.IdempotencyKeyRef, p.Owner); err != nil || !ok {
 			t.Fatalf("release by the owner: %v %v, want true", ok, err)
 		}
-		if _, err := k.GetIdempotencyKey(ctx, pool, p.IdempotencyKeyRef); !errors.Is(err, driver.ErrNotFound) {
+		if _, err := k.GetIdempotencyKey(ctx, pool, p.IdempotencyKeyRef); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("get after release: %v, want ErrNotFound", err)
 		}
 		if ok, err := k.InsertIdempotencyKey(ctx, pool, p); err != nil || !ok {

@@ -689,7 +689,7 @@ func quarantineOperations(t *testing.T, setup Setup) {
 		t.Errorf("get = %+v, want %+v", g, c)
 	}
 	for _, s := range []int64{seq[b1.ID], seq[c2.ID], 1 << 40} {
-		if _, err := rd.GetQuarantined(ctx, pool, s); !errors.Is(err, driver.ErrNotFound) {
+		if _, err := rd.GetQuarantined(ctx, pool, s); !errors.Is(err, idem.ErrNotFound) {
 			t.Errorf("get %d (not quarantined) = %v, want ErrNotFound", s, err)
 		}
 	}

@@ -13,7 +13,9 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/dialectkit"
 	"github.com/idem-go/idem/driver/internal/failrow"
 	"github.com/idem-go/idem/driver/internal/sqltime"
 )
@@ -30,7 +32,7 @@ const (
 
 // Dialect is the MySQL/MariaDB dialect bound to a set of table names.
 type Dialect struct {
-	tables     driver.Tables
+	tables     idem.Tables
 	q          queries
 	rq         relayQueries
 	migrations []driver.Migration
@@ -42,7 +44,7 @@ var _ driver.Dialect = (*Dialect)(nil)
 // NewDialect returns the MySQL dialect for tables (zero value: defaults).
 // Tables.Schema names the database holding the tables; empty means the
 // connection's current database.
-func NewDialect(tables driver.Tables) (*Dialect, error) {
+func NewDialect(tables idem.Tables) (*Dialect, error) {
 	if err := tables.Validate(); err != nil {
 		return nil, err
 	}
@@ -63,7 +65,7 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 		DeliveryAttemptName: t.DeliveryAttempt,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
-	migs, err := driver.LoadMigrations(migrationFiles, "migrations", names, funcs)
+	migs, err := dialectkit.LoadMigrations(migrationFiles, "migrations", names, funcs)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +94,7 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 }
 
 // MustDialect is NewDialect for table names known to be valid.
-func MustDialect(tables driver.Tables) *Dialect {
+func MustDialect(tables idem.Tables) *Dialect {
 	d, err := NewDialect(tables)
 	if err != nil {
 		panic(err)
@@ -103,11 +105,11 @@ func MustDialect(tables driver.Tables) *Dialect {
 // New returns a database/sql driver on db (opened with this package's Open or
 // with a DSN from DSN) with the default table names.
 func New(db *sql.DB) *driver.SQLDriver {
-	return driver.NewSQL(db, MustDialect(driver.Tables{}))
+	return driver.NewSQL(db, MustDialect(idem.Tables{}))
 }
 
 // NewTables is New with configured table names.
-func NewTables(db *sql.DB, tables driver.Tables) (*driver.SQLDriver, error) {
+func NewTables(db *sql.DB, tables idem.Tables) (*driver.SQLDriver, error) {
 	d, err := NewDialect(tables)
 	if err != nil {
 		return nil, err
@@ -131,7 +133,7 @@ func (d *Dialect) qualify(name string) string {
 func (d *Dialect) Name() string { return "mysql" }
 
 // Tables implements driver.Dialect.
-func (d *Dialect) Tables() driver.Tables { return d.tables }
+func (d *Dialect) Tables() idem.Tables { return d.tables }
 
 // Migrations implements driver.Dialect.
 func (d *Dialect) Migrations() []driver.Migration { return d.migrations }
@@ -144,7 +146,7 @@ func (d *Dialect) OutboxTable() string { return d.qualify(d.tables.Outbox) }
 
 // InsertOutbox implements driver.Dialect.
 func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
-	return d.wrap(driver.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
+	return d.wrap(dialectkit.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
 		return []any{r.ID.String(), r.AggregateType, r.AggregateID, r.Type, payload, sqltime.Format(r.OccurredAt), r.AggregateVersion, headers}
 	}))
 }
@@ -319,7 +321,7 @@ func (d *Dialect) PurgeAttempts(ctx context.Context, ex driver.Executor, consume
 
 // SaveFailed implements driver.Dialect. It needs the database/sql executor
 // of a driver.SQLDriver, whose result carries the row's id.
-func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.FailedMessage) (int64, error) {
+func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m idem.FailedMessage) (int64, error) {
 	se, ok := ex.(driver.SQLExecutor)
 	if !ok {
 		return 0, fmt.Errorf("idem: mysql: SaveFailed needs a database/sql executor, got %T", ex)
@@ -338,7 +340,7 @@ func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.F
 }
 
 // ListFailed implements driver.Dialect.
-func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.FailedFilter) ([]driver.FailedMessage, error) {
+func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f idem.FailedFilter) ([]idem.FailedMessage, error) {
 	if f.Limit <= 0 {
 		return nil, fmt.Errorf("idem: mysql: ListFailed: Limit %d: want a positive page size", f.Limit)
 	}
@@ -349,15 +351,15 @@ func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.F
 	if f.Oldest {
 		query = d.q.listFailedOldest
 	}
-	list, err := driver.QueryFailed(ctx, ex, query, []any{f.Consumer, f.Consumer, f.EventName, f.EventName,
+	list, err := dialectkit.QueryFailed(ctx, ex, query, []any{f.Consumer, f.Consumer, f.EventName, f.EventName,
 		f.AggregateType, f.AggregateType, f.AggregateID, f.AggregateID, heldBy, heldBy, since, since,
 		before, before, after, after, f.Limit}, sqltimeDest)
 	return list, d.wrap(err)
 }
 
 // GetFailed implements driver.Dialect.
-func (d *Dialect) GetFailed(ctx context.Context, ex driver.Executor, id int64) (driver.FailedMessage, error) {
-	m, err := driver.GetFailed(ctx, ex, d.q.getFailed, []any{id}, sqltimeDest)
+func (d *Dialect) GetFailed(ctx context.Context, ex driver.Executor, id int64) (idem.FailedMessage, error) {
+	m, err := dialectkit.GetFailed(ctx, ex, d.q.getFailed, []any{id}, sqltimeDest)
 	return m, d.wrap(err)
 }
 
@@ -376,7 +378,7 @@ func (d *Dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer 
 
 // ParkedAggregates implements driver.Dialect, in one statement per 1000
 // aggregates.
-func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []driver.AggregateRef) (map[driver.AggregateRef]int64, error) {
+func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []idem.AggregateRef) (map[idem.AggregateRef]int64, error) {
 	out, err := failrow.ParkedAggregates(ctx, ex, consumer, aggs, chunk, d.q.parkedAggregates)
 	return out, d.wrap(err)
 }
@@ -404,7 +406,7 @@ func (d *Dialect) wrap(err error) error {
 		return nil
 	}
 	if d.IsMissingTable(err) {
-		return fmt.Errorf("%w (%v)", driver.ErrMissingTable, err)
+		return fmt.Errorf("%w (%v)", idem.ErrMissingTable, err)
 	}
 	return err
 }

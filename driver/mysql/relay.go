@@ -27,7 +27,7 @@ type relayQueries = *sqlrelay.Relay
 // poll (relay.Config.PollInterval, jittered).
 func newRelayQueries(outbox, claimLock string) relayQueries {
 	// outbox is `schema`.`table` or `table`, of names without backquotes
-	// (driver.Tables.Validate).
+	// (idem.Tables.Validate).
 	table := strings.Trim(outbox[strings.LastIndex(outbox, ".")+1:], "`")
 	return sqlrelay.New(sqlrelay.Flavor{
 		Outbox:      outbox,

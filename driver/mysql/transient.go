@@ -5,8 +5,7 @@ import (
 	"errors"
 
 	gomysql "github.com/go-sql-driver/mysql"
-
-	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/dialectkit"
 )
 
 // transientErrors are the MySQL and MariaDB server error numbers that say
@@ -45,7 +44,7 @@ var transientErrors = map[uint16]bool{
 // (1290, 1836), disk or table full (1021, 1114), statement timeouts (1969,
 // 3024) and the others of transientErrors; and, without a server error,
 // go-sql-driver's ErrInvalidConn and every error of
-// driver.IsConnectionError. A context cancelled by the caller is not
+// dialectkit.IsConnectionError. A context cancelled by the caller is not
 // transient. Other server errors (duplicate key, syntax, constraint
 // violations...) are not.
 func IsTransient(err error) bool {
@@ -56,5 +55,5 @@ func IsTransient(err error) bool {
 	if errors.As(err, &myErr) {
 		return transientErrors[myErr.Number]
 	}
-	return errors.Is(err, gomysql.ErrInvalidConn) || driver.IsConnectionError(err)
+	return errors.Is(err, gomysql.ErrInvalidConn) || dialectkit.IsConnectionError(err)
 }

@@ -16,7 +16,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/dialectkit"
 	"github.com/idem-go/idem/driver/internal/failrow"
 )
 
@@ -25,7 +27,7 @@ var migrationFiles embed.FS
 
 // Dialect is the PostgreSQL dialect bound to a set of table names.
 type Dialect struct {
-	tables     driver.Tables
+	tables     idem.Tables
 	q          queries
 	rq         relayQueries
 	migrations []driver.Migration
@@ -35,7 +37,7 @@ type Dialect struct {
 var _ driver.Dialect = (*Dialect)(nil)
 
 // NewDialect returns the PostgreSQL dialect for tables (zero value: defaults).
-func NewDialect(tables driver.Tables) (*Dialect, error) {
+func NewDialect(tables idem.Tables) (*Dialect, error) {
 	if err := tables.Validate(); err != nil {
 		return nil, err
 	}
@@ -56,7 +58,7 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 		DeliveryAttemptName: t.DeliveryAttempt,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
-	migs, err := driver.LoadMigrations(migrationFiles, "migrations", names, funcs)
+	migs, err := dialectkit.LoadMigrations(migrationFiles, "migrations", names, funcs)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +83,7 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 }
 
 // MustDialect is NewDialect for table names known to be valid.
-func MustDialect(tables driver.Tables) *Dialect {
+func MustDialect(tables idem.Tables) *Dialect {
 	d, err := NewDialect(tables)
 	if err != nil {
 		panic(err)
@@ -105,7 +107,7 @@ func (d *Dialect) qualify(name string) string {
 func (d *Dialect) Name() string { return "postgres" }
 
 // Tables implements driver.Dialect.
-func (d *Dialect) Tables() driver.Tables { return d.tables }
+func (d *Dialect) Tables() idem.Tables { return d.tables }
 
 // Migrations implements driver.Dialect.
 func (d *Dialect) Migrations() []driver.Migration { return d.migrations }
@@ -129,7 +131,7 @@ func (d *Dialect) OutboxTable() string { return d.qualify(d.tables.Outbox) }
 
 // InsertOutbox implements driver.Dialect.
 func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
-	return d.wrap(driver.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
+	return d.wrap(dialectkit.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
 		return []any{r.ID, r.AggregateType, r.AggregateID, r.Type, payload, r.OccurredAt, r.AggregateVersion, headers}
 	}))
 }
@@ -224,7 +226,7 @@ func (d *Dialect) PurgeAttempts(ctx context.Context, ex driver.Executor, consume
 }
 
 // SaveFailed implements driver.Dialect.
-func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.FailedMessage) (int64, error) {
+func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m idem.FailedMessage) (int64, error) {
 	r, err := failrow.Encode(m, time.Now())
 	if err != nil {
 		return 0, err
@@ -238,7 +240,7 @@ func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.F
 }
 
 // ListFailed implements driver.Dialect.
-func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.FailedFilter) ([]driver.FailedMessage, error) {
+func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f idem.FailedFilter) ([]idem.FailedMessage, error) {
 	if f.Limit <= 0 {
 		return nil, fmt.Errorf("idem: postgres: ListFailed: Limit %d: want a positive page size", f.Limit)
 	}
@@ -251,14 +253,14 @@ func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.F
 	if f.Oldest {
 		query = d.q.listFailedOldest
 	}
-	list, err := driver.QueryFailed(ctx, ex, query, []any{f.Consumer, f.EventName, f.AggregateType, f.AggregateID,
+	list, err := dialectkit.QueryFailed(ctx, ex, query, []any{f.Consumer, f.EventName, f.AggregateType, f.AggregateID,
 		max(f.HeldBy, 0), since, max(f.BeforeID, 0), max(f.AfterID, 0), f.Limit}, nil)
 	return list, d.wrap(err)
 }
 
 // GetFailed implements driver.Dialect.
-func (d *Dialect) GetFailed(ctx context.Context, ex driver.Executor, id int64) (driver.FailedMessage, error) {
-	m, err := driver.GetFailed(ctx, ex, d.q.getFailed, []any{id}, nil)
+func (d *Dialect) GetFailed(ctx context.Context, ex driver.Executor, id int64) (idem.FailedMessage, error) {
+	m, err := dialectkit.GetFailed(ctx, ex, d.q.getFailed, []any{id}, nil)
 	return m, d.wrap(err)
 }
 
@@ -275,8 +277,8 @@ func (d *Dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer 
 }
 
 // ParkedAggregates implements driver.Dialect in one statement.
-func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []driver.AggregateRef) (map[driver.AggregateRef]int64, error) {
-	out := map[driver.AggregateRef]int64{}
+func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []idem.AggregateRef) (map[idem.AggregateRef]int64, error) {
+	out := map[idem.AggregateRef]int64{}
 	types, ids, back := failrow.Aggregates(aggs)
 	if len(types) == 0 {
 		return out, nil
@@ -318,7 +320,7 @@ func (d *Dialect) wrap(err error) error {
 		return nil
 	}
 	if d.IsMissingTable(err) {
-		return fmt.Errorf("%w (%v)", driver.ErrMissingTable, err)
+		return fmt.Errorf("%w (%v)", idem.ErrMissingTable, err)
 	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 )
 
@@ -22,11 +23,11 @@ var _ driver.Driver[pgx.Tx] = (*PgxDriver)(nil)
 
 // NewPgx returns a driver on pool using the default table names.
 func NewPgx(pool *pgxpool.Pool) *PgxDriver {
-	return &PgxDriver{pool: pool, dialect: MustDialect(driver.Tables{})}
+	return &PgxDriver{pool: pool, dialect: MustDialect(idem.Tables{})}
 }
 
 // NewPgxTables returns a driver on pool using tables.
-func NewPgxTables(pool *pgxpool.Pool, tables driver.Tables) (*PgxDriver, error) {
+func NewPgxTables(pool *pgxpool.Pool, tables idem.Tables) (*PgxDriver, error) {
 	d, err := NewDialect(tables)
 	if err != nil {
 		return nil, err
@@ -101,11 +102,11 @@ func (r pgxRows) Close() error {
 // driver (import _ "github.com/jackc/pgx/v5/stdlib", sql.Open("pgx", url)),
 // with the default table names.
 func NewSQL(db *sql.DB) *driver.SQLDriver {
-	return driver.NewSQL(db, MustDialect(driver.Tables{}))
+	return driver.NewSQL(db, MustDialect(idem.Tables{}))
 }
 
 // NewSQLTables is NewSQL with configured table names.
-func NewSQLTables(db *sql.DB, tables driver.Tables) (*driver.SQLDriver, error) {
+func NewSQLTables(db *sql.DB, tables idem.Tables) (*driver.SQLDriver, error) {
 	d, err := NewDialect(tables)
 	if err != nil {
 		return nil, err

@@ -9,7 +9,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/dialectkit"
 )
 
 var (
@@ -77,7 +79,7 @@ func (d *Dialect) scanClaimed(rows driver.Rows, limit int) ([]driver.ClaimedRow,
 	out := make([]driver.ClaimedRow, 0, min(limit, 256))
 	err := driver.ScanRows(rows, func(rows driver.Rows) error {
 		var c driver.ClaimedRow
-		if err := driver.ScanOutboxRecord(rows, &c.OutboxRecord, nil, &c.TakenOver); err != nil {
+		if err := dialectkit.ScanOutboxRecord(rows, &c.OutboxRecord, nil, &c.TakenOver); err != nil {
 			return err
 		}
 		out = append(out, c)
@@ -91,7 +93,7 @@ func (d *Dialect) scanClaimed(rows driver.Rows, limit int) ([]driver.ClaimedRow,
 
 // scanRecord scans the columns of relayColumns.
 func scanRecord(rows driver.Rows, r *driver.OutboxRecord) error {
-	return driver.ScanOutboxRecord(rows, r, nil)
+	return dialectkit.ScanOutboxRecord(rows, r, nil)
 }
 
 // MarkPublished implements driver.RelayDialect.
@@ -163,7 +165,7 @@ func (d *Dialect) GetQuarantined(ctx context.Context, ex driver.Executor, seq in
 		return driver.QuarantinedRow{}, d.wrap(err)
 	}
 	if len(out) == 0 {
-		return driver.QuarantinedRow{}, driver.ErrNotFound
+		return driver.QuarantinedRow{}, idem.ErrNotFound
 	}
 	return out[0], nil
 }
@@ -172,7 +174,7 @@ func queryQuarantined(ctx context.Context, ex driver.Executor, query string, arg
 	var out []driver.QuarantinedRow
 	err := driver.QueryRows(ctx, ex, query, args, func(rows driver.Rows) error {
 		var q driver.QuarantinedRow
-		if err := driver.ScanOutboxRecord(rows, &q.OutboxRecord, nil, &q.QuarantinedAt, &q.LastError); err != nil {
+		if err := dialectkit.ScanOutboxRecord(rows, &q.OutboxRecord, nil, &q.QuarantinedAt, &q.LastError); err != nil {
 			return err
 		}
 		out = append(out, q)

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/idem-go/idem/driver/internal/dialectkit"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/idem-go/idem/driver"
 )
 
 // IsTransient reports whether err says that PostgreSQL is away for now or
@@ -25,7 +24,7 @@ import (
 //
 // and, without a SQLSTATE, pgconn's connection errors, timeouts and errors
 // it reports safe to retry (nothing was sent), and every error of
-// driver.IsConnectionError. A context cancelled by the caller is not
+// dialectkit.IsConnectionError. A context cancelled by the caller is not
 // transient. Other server errors (constraint violations, syntax errors...)
 // are not.
 func IsTransient(err error) bool {
@@ -37,7 +36,7 @@ func IsTransient(err error) bool {
 		return transientCode(pgErr.Code)
 	}
 	var connErr *pgconn.ConnectError
-	return errors.As(err, &connErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) || driver.IsConnectionError(err)
+	return errors.As(err, &connErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) || dialectkit.IsConnectionError(err)
 }
 
 func transientCode(code string) bool {

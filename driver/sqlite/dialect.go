@@ -12,7 +12,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/dialectkit"
 	"github.com/idem-go/idem/driver/internal/failrow"
 	"github.com/idem-go/idem/driver/internal/sqlrelay"
 	"github.com/idem-go/idem/driver/internal/sqltime"
@@ -23,7 +25,7 @@ var migrationFiles embed.FS
 
 // Dialect is the SQLite dialect bound to a set of table names.
 type Dialect struct {
-	tables     driver.Tables
+	tables     idem.Tables
 	q          queries
 	rq         *sqlrelay.Relay
 	migrations []driver.Migration
@@ -34,7 +36,7 @@ var _ driver.Dialect = (*Dialect)(nil)
 
 // NewDialect returns the SQLite dialect for tables (zero value: defaults).
 // SQLite has no schemas: Tables.Schema must be empty.
-func NewDialect(tables driver.Tables) (*Dialect, error) {
+func NewDialect(tables idem.Tables) (*Dialect, error) {
 	if tables.Schema != "" {
 		return nil, fmt.Errorf("idem: sqlite: Tables.Schema %q: SQLite has no schemas; leave it empty and use one database file per schema", tables.Schema)
 	}
@@ -57,7 +59,7 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 		DeliveryAttemptName: t.DeliveryAttempt,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
-	migs, err := driver.LoadMigrations(migrationFiles, "migrations", names, funcs)
+	migs, err := dialectkit.LoadMigrations(migrationFiles, "migrations", names, funcs)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +85,7 @@ func NewDialect(tables driver.Tables) (*Dialect, error) {
 }
 
 // MustDialect is NewDialect for table names known to be valid.
-func MustDialect(tables driver.Tables) *Dialect {
+func MustDialect(tables idem.Tables) *Dialect {
 	d, err := NewDialect(tables)
 	if err != nil {
 		panic(err)
@@ -94,11 +96,11 @@ func MustDialect(tables driver.Tables) *Dialect {
 // New returns a database/sql driver on db (opened with Open) with the
 // default table names.
 func New(db *sql.DB) *driver.SQLDriver {
-	return driver.NewSQL(db, MustDialect(driver.Tables{}))
+	return driver.NewSQL(db, MustDialect(idem.Tables{}))
 }
 
 // NewTables is New with configured table names.
-func NewTables(db *sql.DB, tables driver.Tables) (*driver.SQLDriver, error) {
+func NewTables(db *sql.DB, tables idem.Tables) (*driver.SQLDriver, error) {
 	d, err := NewDialect(tables)
 	if err != nil {
 		return nil, err
@@ -115,7 +117,7 @@ func QuoteIdent(s string) string {
 func (d *Dialect) Name() string { return "sqlite" }
 
 // Tables implements driver.Dialect.
-func (d *Dialect) Tables() driver.Tables { return d.tables }
+func (d *Dialect) Tables() idem.Tables { return d.tables }
 
 // Migrations implements driver.Dialect.
 func (d *Dialect) Migrations() []driver.Migration { return d.migrations }
@@ -128,7 +130,7 @@ func (d *Dialect) OutboxTable() string { return QuoteIdent(d.tables.Outbox) }
 
 // InsertOutbox implements driver.Dialect.
 func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
-	return d.wrap(driver.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
+	return d.wrap(dialectkit.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
 		return []any{r.ID.String(), r.AggregateType, r.AggregateID, r.Type, payload, sqltime.Format(r.OccurredAt), r.AggregateVersion, headers}
 	}))
 }
@@ -251,7 +253,7 @@ func (d *Dialect) PurgeAttempts(ctx context.Context, ex driver.Executor, consume
 }
 
 // SaveFailed implements driver.Dialect.
-func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.FailedMessage) (int64, error) {
+func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m idem.FailedMessage) (int64, error) {
 	r, err := failrow.Encode(m, time.Now())
 	if err != nil {
 		return 0, err
@@ -265,7 +267,7 @@ func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m driver.F
 }
 
 // ListFailed implements driver.Dialect.
-func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.FailedFilter) ([]driver.FailedMessage, error) {
+func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f idem.FailedFilter) ([]idem.FailedMessage, error) {
 	if f.Limit <= 0 {
 		return nil, fmt.Errorf("idem: sqlite: ListFailed: Limit %d: want a positive page size", f.Limit)
 	}
@@ -276,15 +278,15 @@ func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f driver.F
 	if f.Oldest {
 		query = d.q.listFailedOldest
 	}
-	list, err := driver.QueryFailed(ctx, ex, query, []any{f.Consumer, f.Consumer, f.EventName, f.EventName,
+	list, err := dialectkit.QueryFailed(ctx, ex, query, []any{f.Consumer, f.Consumer, f.EventName, f.EventName,
 		f.AggregateType, f.AggregateType, f.AggregateID, f.AggregateID, heldBy, heldBy, since, since,
 		before, before, after, after, f.Limit}, sqltimeDest)
 	return list, d.wrap(err)
 }
 
 // GetFailed implements driver.Dialect.
-func (d *Dialect) GetFailed(ctx context.Context, ex driver.Executor, id int64) (driver.FailedMessage, error) {
-	m, err := driver.GetFailed(ctx, ex, d.q.getFailed, []any{id}, sqltimeDest)
+func (d *Dialect) GetFailed(ctx context.Context, ex driver.Executor, id int64) (idem.FailedMessage, error) {
+	m, err := dialectkit.GetFailed(ctx, ex, d.q.getFailed, []any{id}, sqltimeDest)
 	return m, d.wrap(err)
 }
 
@@ -303,7 +305,7 @@ func (d *Dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer 
 
 // ParkedAggregates implements driver.Dialect, in one statement per 1000
 // aggregates.
-func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []driver.AggregateRef) (map[driver.AggregateRef]int64, error) {
+func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []idem.AggregateRef) (map[idem.AggregateRef]int64, error) {
 	out, err := failrow.ParkedAggregates(ctx, ex, consumer, aggs, chunk, d.q.parkedAggregates)
 	return out, d.wrap(err)
 }
@@ -335,8 +337,8 @@ func (d *Dialect) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
-	if d.IsMissingTable(err) && !errors.Is(err, driver.ErrMissingTable) {
-		return fmt.Errorf("%w (%v)", driver.ErrMissingTable, err)
+	if d.IsMissingTable(err) && !errors.Is(err, idem.ErrMissingTable) {
+		return fmt.Errorf("%w (%v)", idem.ErrMissingTable, err)
 	}
 	return err
 }

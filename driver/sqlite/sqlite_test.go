@@ -39,7 +39,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestSchemaRefused(t *testing.T) {
-	_, err := sqlite.NewDialect(driver.Tables{Schema: "shop"})
+	_, err := sqlite.NewDialect(idem.Tables{Schema: "shop"})
 	if err == nil || !strings.Contains(err.Error(), "Schema") {
 		t.Fatalf("err = %v, want a Tables.Schema error", err)
 	}

@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 
+	"github.com/idem-go/idem/driver/internal/dialectkit"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
-
-	"github.com/idem-go/idem/driver"
 )
 
 // IsTransient reports whether err says that the database is busy or away
 // for now: a *sqlite.Error whose primary result code is SQLITE_BUSY (another
 // connection holds the write lock past the busy timeout), SQLITE_LOCKED,
 // SQLITE_FULL (disk full), SQLITE_IOERR, SQLITE_NOMEM or SQLITE_PROTOCOL;
-// or any error of driver.IsConnectionError. A context cancelled by the
+// or any error of dialectkit.IsConnectionError. A context cancelled by the
 // caller is not transient. Other errors (constraint violations, syntax
 // errors...) are not.
 func IsTransient(err error) bool {
@@ -30,5 +29,5 @@ func IsTransient(err error) bool {
 		}
 		return false
 	}
-	return driver.IsConnectionError(err)
+	return dialectkit.IsConnectionError(err)
 }

@@ -123,7 +123,7 @@ func openKafkaPrefixed(ctx context.Context, rawURL, prefix string) (Publisher, e
 // (<prefix>.<consumer> with a prefix) on the topics of the aggregate types
 // of cfg: Kafka routes by aggregate type, not by event name, and the
 // consumer ignores the event names it has no handler for.
-func subscribeKafka(rawURL string, cfg SubscribeConfig, names []string, deliver DeliverFunc) (Subscriber, error) {
+func subscribeKafka(rawURL string, cfg SubscribeConfig, names []string, deliver broker.DeliverFunc) (Subscriber, error) {
 	pc, err := kafkaConfig(rawURL)
 	if err != nil {
 		return nil, err

@@ -116,7 +116,7 @@ func (p *natsPublisher) Close() error {
 // The URL parameter ack_wait (a duration, such as 5s) sets how long
 // JetStream waits for an acknowledgement before delivering a message again
 // (default nats.AckWaitDefault).
-func subscribeNATS(u *url.URL, cfg SubscribeConfig, names []string, deliver DeliverFunc) (Subscriber, error) {
+func subscribeNATS(u *url.URL, cfg SubscribeConfig, names []string, deliver broker.DeliverFunc) (Subscriber, error) {
 	var ackWait time.Duration
 	if v := u.Query().Get("ack_wait"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -133,7 +133,7 @@ type natsSubscriber struct {
 	u       *url.URL
 	cfg     SubscribeConfig
 	names   []string
-	deliver DeliverFunc
+	deliver broker.DeliverFunc
 	ackWait time.Duration
 
 	sub     *nats.Subscriber

@@ -15,17 +15,8 @@ import (
 	"github.com/idem-go/idem/internal/fault"
 )
 
-// DeliverFunc hands deliveries to an idempotent consumer:
-// inbox.Consumer.DeliverBatch, for any transaction type.
-type DeliverFunc = func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
-
-// Subscriber is a running subscription.
-type Subscriber interface {
-	// Start connects and starts consuming.
-	Start(ctx context.Context) error
-	// Stop stops consuming and finishes the work in progress.
-	Stop(ctx context.Context) error
-}
+// Subscriber is a running subscription (broker.Subscriber).
+type Subscriber = broker.Subscriber
 
 // SubscribeConfig says what one consumer subscribes to.
 type SubscribeConfig struct {
@@ -62,7 +53,7 @@ func (cfg SubscribeConfig) Names() (exchange, queue string) {
 // messages of cfg.EventNames from the broker at rawURL. On RabbitMQ, the
 // query parameter queue_type=quorum declares quorum queues instead of
 // classic ones (a queue keeps the type it was declared with).
-func Subscribe(rawURL string, cfg SubscribeConfig, deliver DeliverFunc) (Subscriber, error) {
+func Subscribe(rawURL string, cfg SubscribeConfig, deliver broker.DeliverFunc) (Subscriber, error) {
 	if cfg.Consumer == "" || len(cfg.EventNames) == 0 {
 		return nil, errors.New("brokeropen: Subscribe needs a consumer name and event names")
 	}
@@ -102,8 +93,8 @@ func Subscribe(rawURL string, cfg SubscribeConfig, deliver DeliverFunc) (Subscri
 // deliver returns, before the transport acknowledges (or commits) what it
 // handled, as the RabbitMQ subscriber does itself: a process killed there
 // has its messages delivered again.
-func withAckFault(deliver DeliverFunc) DeliverFunc {
-	return func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
+func withAckFault(deliver broker.DeliverFunc) broker.DeliverFunc {
+	return func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
 		disps, errs := deliver(ctx, ds)
 		fault.Point(amqp.FaultAfterCommitBeforeAck)
 		return disps, errs

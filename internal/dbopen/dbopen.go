@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/mysql"
@@ -49,7 +50,7 @@ func (db *DB) Close() {
 }
 
 // Open opens rawURL with tables and checks that the server answers.
-func Open(ctx context.Context, rawURL string, tables driver.Tables) (*DB, error) {
+func Open(ctx context.Context, rawURL string, tables idem.Tables) (*DB, error) {
 	if rawURL == "" {
 		return nil, errors.New("no database URL: pass --db or set IDEM_DB_URL (for example postgres://user:pass@localhost:5432/app)")
 	}
@@ -100,7 +101,7 @@ func openSQL(ctx context.Context, rawURL string, db *sql.DB, bind func(*sql.DB) 
 	return &DB{URL: rawURL, SQL: drv}, nil
 }
 
-func openPostgres(ctx context.Context, rawURL string, tables driver.Tables) (*DB, error) {
+func openPostgres(ctx context.Context, rawURL string, tables idem.Tables) (*DB, error) {
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(rawURL), err)

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem"
 )
 
 func TestOpenSQLite(t *testing.T) {
@@ -15,7 +15,7 @@ func TestOpenSQLite(t *testing.T) {
 		"sqlite://" + filepath.Join(dir, "b.db"),
 		"file:" + filepath.Join(dir, "c.db") + "?_pragma=busy_timeout(5000)",
 	} {
-		db, err := Open(context.Background(), u, driver.Tables{})
+		db, err := Open(context.Background(), u, idem.Tables{})
 		if err != nil {
 			t.Fatalf("open %s: %v", u, err)
 		}
@@ -24,7 +24,7 @@ func TestOpenSQLite(t *testing.T) {
 		}
 		db.Close()
 	}
-	if _, err := Open(context.Background(), "sqlite:"+filepath.Join(dir, "d.db"), driver.Tables{Schema: "x"}); err == nil {
+	if _, err := Open(context.Background(), "sqlite:"+filepath.Join(dir, "d.db"), idem.Tables{Schema: "x"}); err == nil {
 		t.Error("sqlite with a schema: want an error")
 	}
 }

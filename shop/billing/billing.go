@@ -171,7 +171,7 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) 
 	if err != nil {
 		return err
 	}
-	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), p.OrderID, ev.AggregateVersion, "placed"); err != nil {
+	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "placed"); err != nil {
 		return err
 	}
 	var status string
@@ -240,7 +240,7 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 	if err != nil {
 		return err
 	}
-	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), p.OrderID, ev.AggregateVersion, "cancelled"); err != nil {
+	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "cancelled"); err != nil {
 		return err
 	}
 	res, err := tx.ExecContext(ctx, s.db.Q(qVoid), time.Now().UTC(), p.OrderID)

@@ -218,7 +218,7 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) 
 		return err
 	}
 	id := p.OrderID
-	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), id, ev.AggregateVersion, "placed"); err != nil {
+	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, id, ev.AggregateVersion, "placed"); err != nil {
 		return err
 	}
 	var status string
@@ -259,7 +259,7 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 		return err
 	}
 	id := p.OrderID
-	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), id, ev.AggregateVersion, "cancelled"); err != nil {
+	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, id, ev.AggregateVersion, "cancelled"); err != nil {
 		return err
 	}
 	// The lock waits for a pickup request in flight (onPreparationCreated

@@ -118,7 +118,7 @@ func (s *Service) reserve(ctx context.Context, tx *sql.Tx, ev idem.Event) error 
 	if err != nil {
 		return err
 	}
-	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), p.OrderID, ev.AggregateVersion, "placed"); err != nil {
+	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "placed"); err != nil {
 		return err
 	}
 	var status string
@@ -145,7 +145,7 @@ func (s *Service) release(ctx context.Context, tx *sql.Tx, ev idem.Event) error 
 	if err != nil {
 		return err
 	}
-	if _, err := statusCopy.Apply(ctx, s.db.Driver.Dialect(), s.db.Driver.Tx(tx), p.OrderID, ev.AggregateVersion, "cancelled"); err != nil {
+	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "cancelled"); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, s.db.Q(qRelease), time.Now().UTC(), p.OrderID); err != nil {

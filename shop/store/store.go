@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/mysql"
@@ -162,7 +163,7 @@ func openMySQL(ctx context.Context, service string, u *url.URL, schema string, o
 		return nil, fmt.Errorf("%s: database URL %s: %w", service, broker.RedactURL(own.String()), err)
 	}
 	db.SetMaxOpenConns(opts.MaxConns)
-	drv, err := mysql.NewTables(db, driver.Tables{Schema: schema})
+	drv, err := mysql.NewTables(db, idem.Tables{Schema: schema})
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -376,7 +377,7 @@ func (db *DB) applyMigrations(ctx context.Context, ex querier, scripts []string,
 		return fmt.Errorf("%s: database schema version %d is newer than this shop (%d)", db.Service, current, len(scripts))
 	}
 	for v := current + 1; v <= len(scripts); v++ {
-		for _, stmt := range driver.SplitStatements(scripts[v-1]) {
+		for _, stmt := range migrate.SplitStatements(scripts[v-1]) {
 			if _, err := ex.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("%s: migration %d: %w\n%s", db.Service, v, err, stmt)
 			}

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/broker"
 )
 
 // Transport is what a Worker needs from its broker, for messages of type T.
@@ -20,7 +20,7 @@ type Transport[T any] interface {
 	// Delivery turns m into what the consumer receives; attempt numbers the
 	// deliveries of m to the consumer by this worker, from 1 (a pause does
 	// not count).
-	Delivery(m T, attempt int) inbox.Delivery
+	Delivery(m T, attempt int) broker.Delivery
 	// Ack acknowledges messages that are done.
 	Ack(ms []T)
 	// Release gives messages back to the broker unhandled, for delivery
@@ -32,14 +32,10 @@ type Transport[T any] interface {
 	Touch(ms []T)
 }
 
-// DeliverFunc hands deliveries to an idempotent consumer:
-// inbox.Consumer.DeliverBatch.
-type DeliverFunc func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error)
-
 // WorkerConfig configures a Worker.
 type WorkerConfig struct {
 	// Deliver is the consumer. Required.
-	Deliver DeliverFunc
+	Deliver broker.DeliverFunc
 	// Context is given to Deliver; it ends when in-progress work must be
 	// abandoned. Required.
 	Context context.Context
@@ -209,7 +205,7 @@ func (w *Worker[T]) nextDue() (time.Time, bool) {
 // deliver gives entries to the consumer and settles each: acknowledged, or
 // held with its key.
 func (w *Worker[T]) deliver(entries []*entry[T]) {
-	ds := make([]inbox.Delivery, len(entries))
+	ds := make([]broker.Delivery, len(entries))
 	for i, e := range entries {
 		ds[i] = w.tr.Delivery(e.m, e.attempt)
 	}
@@ -222,7 +218,7 @@ func (w *Worker[T]) deliver(entries []*entry[T]) {
 	waiting := map[string]bool{}
 	for i, e := range entries {
 		var (
-			d   inbox.Disposition
+			d   broker.Disposition
 			err error
 		)
 		if i < len(disps) {
@@ -236,11 +232,11 @@ func (w *Worker[T]) deliver(entries []*entry[T]) {
 		}
 		k := w.tr.Key(e.m)
 		if k != "" && waiting[k] {
-			if err == nil && d.Action == inbox.Ack {
+			if err == nil && d.Action == broker.Ack {
 				acks = append(acks, e.m)
 				continue
 			}
-			if err == nil && d.Action == inbox.Retry && d.Outcome != inbox.Deferred {
+			if err == nil && d.Action == broker.Retry && d.Outcome != broker.Deferred {
 				e.attempt++
 			}
 			w.hold(k, e, time.Time{})
@@ -252,15 +248,15 @@ func (w *Worker[T]) deliver(entries []*entry[T]) {
 			w.cfg.Logger.Error("message neither handled nor parked; delivering it again later",
 				"event_id", ds[i].Message.EventID, "error", err)
 			due = now.Add(w.cfg.RequeueDelay)
-		case d.Action == inbox.Ack:
+		case d.Action == broker.Ack:
 			acks = append(acks, e.m)
 			continue
-		case d.Action == inbox.Retry:
-			if d.Outcome != inbox.Deferred {
+		case d.Action == broker.Retry:
+			if d.Outcome != broker.Deferred {
 				e.attempt++
 			}
 			due = now.Add(d.RetryAfter)
-		case d.Action == inbox.Pause:
+		case d.Action == broker.Pause:
 			due = now.Add(d.RetryAfter)
 			if due.After(w.pauseUntil) {
 				w.pauseUntil = due

@@ -1,6 +1,6 @@
-// Package failrow turns a driver.FailedMessage into the values the dialects
-// store in failed_message, and a driver.FailedFilter into the values they
-// compare with, with every text encoded by textenc. driver.QueryFailed
+// Package failrow turns a idem.FailedMessage into the values the dialects
+// store in failed_message, and a idem.FailedFilter into the values they
+// compare with, with every text encoded by textenc. dialectkit.QueryFailed
 // reads the rows back.
 package failrow
 
@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/textenc"
 )
@@ -39,7 +40,7 @@ type Row struct {
 }
 
 // Encode returns m as stored, its history record dated now.
-func Encode(m driver.FailedMessage, now time.Time) (Row, error) {
+func Encode(m idem.FailedMessage, now time.Time) (Row, error) {
 	r := Row{
 		Consumer:      textenc.Encode(m.Consumer),
 		Source:        textenc.Encode(m.Source),
@@ -55,7 +56,7 @@ func Encode(m driver.FailedMessage, now time.Time) (Row, error) {
 	if r.Headers, err = textenc.EncodeMap(m.Headers); err != nil {
 		return Row{}, err
 	}
-	entry, err := json.Marshal(driver.FailureRecord{At: now.UTC(), Attempt: m.Attempts, Error: r.Error})
+	entry, err := json.Marshal(idem.FailureRecord{At: now.UTC(), Attempt: m.Attempts, Error: r.Error})
 	if err != nil {
 		return Row{}, err
 	}
@@ -74,7 +75,7 @@ func Encode(m driver.FailedMessage, now time.Time) (Row, error) {
 
 // Filter returns f with its text fields encoded, so that they compare
 // equal with the stored values.
-func Filter(f driver.FailedFilter) driver.FailedFilter {
+func Filter(f idem.FailedFilter) idem.FailedFilter {
 	f.Consumer = textenc.Encode(f.Consumer)
 	f.EventName = textenc.Encode(f.EventName)
 	f.AggregateType = textenc.Encode(f.AggregateType)
@@ -84,15 +85,15 @@ func Filter(f driver.FailedFilter) driver.FailedFilter {
 
 // Aggregates returns the encoded type and id of each of aggs with an id
 // (once each), and a map from an encoded pair back to its AggregateRef.
-func Aggregates(aggs []driver.AggregateRef) (types, ids []string, back map[driver.AggregateRef]driver.AggregateRef) {
+func Aggregates(aggs []idem.AggregateRef) (types, ids []string, back map[idem.AggregateRef]idem.AggregateRef) {
 	types = make([]string, 0, len(aggs))
 	ids = make([]string, 0, len(aggs))
-	back = make(map[driver.AggregateRef]driver.AggregateRef, len(aggs))
+	back = make(map[idem.AggregateRef]idem.AggregateRef, len(aggs))
 	for _, a := range aggs {
 		if a.ID == "" {
 			continue
 		}
-		enc := driver.AggregateRef{Type: textenc.Encode(a.Type), ID: textenc.Encode(a.ID)}
+		enc := idem.AggregateRef{Type: textenc.Encode(a.Type), ID: textenc.Encode(a.ID)}
 		if _, dup := back[enc]; dup {
 			continue
 		}
@@ -110,10 +111,10 @@ func Text(s string) string { return textenc.Encode(s) }
 // ScanParked returns a scan function for driver.QueryRows over rows of
 // (encoded aggregate type, encoded aggregate id, failed_message id), which
 // records each id in out under the AggregateRef back maps its pair to.
-func ScanParked(out map[driver.AggregateRef]int64, back map[driver.AggregateRef]driver.AggregateRef) func(driver.Rows) error {
+func ScanParked(out map[idem.AggregateRef]int64, back map[idem.AggregateRef]idem.AggregateRef) func(driver.Rows) error {
 	return func(rows driver.Rows) error {
 		var (
-			enc driver.AggregateRef
+			enc idem.AggregateRef
 			id  int64
 		)
 		if err := rows.Scan(&enc.Type, &enc.ID, &id); err != nil {
@@ -130,8 +131,8 @@ func ScanParked(out map[driver.AggregateRef]int64, back map[driver.AggregateRef]
 // whose statement takes the encoded consumer, then a type and an id per
 // aggregate: query(n) is the statement for n aggregates, run once per chunk
 // of at most chunk aggregates.
-func ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []driver.AggregateRef, chunk int, query func(n int) string) (map[driver.AggregateRef]int64, error) {
-	out := map[driver.AggregateRef]int64{}
+func ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []idem.AggregateRef, chunk int, query func(n int) string) (map[idem.AggregateRef]int64, error) {
+	out := map[idem.AggregateRef]int64{}
 	types, ids, back := Aggregates(aggs)
 	for start := 0; start < len(types); start += chunk {
 		end := min(len(types), start+chunk)

@@ -18,7 +18,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/dialectkit"
 	"github.com/idem-go/idem/driver/internal/sqltime"
 )
 
@@ -293,7 +295,7 @@ ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 
 // scanRecord scans the columns of relayColumns.
 func scanRecord(rows driver.Rows, r *driver.OutboxRecord) error {
-	return driver.ScanOutboxRecord(rows, r, timeDest)
+	return dialectkit.ScanOutboxRecord(rows, r, timeDest)
 }
 
 // timeDest reads a timestamp column as sqltime stores it. It is a
@@ -398,7 +400,7 @@ func (r *Relay) GetQuarantined(ctx context.Context, ex driver.Executor, seq int6
 		return driver.QuarantinedRow{}, r.f.Wrap(err)
 	}
 	if len(out) == 0 {
-		return driver.QuarantinedRow{}, driver.ErrNotFound
+		return driver.QuarantinedRow{}, idem.ErrNotFound
 	}
 	return out[0], nil
 }
@@ -407,7 +409,7 @@ func (r *Relay) queryQuarantined(ctx context.Context, ex driver.Executor, query 
 	var out []driver.QuarantinedRow
 	err := driver.QueryRows(ctx, ex, query, args, func(rows driver.Rows) error {
 		var q driver.QuarantinedRow
-		if err := driver.ScanOutboxRecord(rows, &q.OutboxRecord, timeDest, sqltime.Scanner(&q.QuarantinedAt), &q.LastError); err != nil {
+		if err := dialectkit.ScanOutboxRecord(rows, &q.OutboxRecord, timeDest, sqltime.Scanner(&q.QuarantinedAt), &q.LastError); err != nil {
 			return err
 		}
 		out = append(out, q)

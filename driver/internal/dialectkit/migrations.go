@@ -1,4 +1,4 @@
-package driver
+package dialectkit
 
 import (
 	"fmt"
@@ -8,17 +8,19 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+
+	"github.com/idem-go/idem/driver"
 )
 
 // LoadMigrations reads NNNN_name.up.sql and NNNN_name.down.sql files from dir
 // in fsys, renders them as text/template with data and funcs, and returns them
 // in version order. Dialect packages call it on their embedded files.
-func LoadMigrations(fsys fs.FS, dir string, data any, funcs template.FuncMap) ([]Migration, error) {
+func LoadMigrations(fsys fs.FS, dir string, data any, funcs template.FuncMap) ([]driver.Migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, err
 	}
-	byVersion := map[int]*Migration{}
+	byVersion := map[int]*driver.Migration{}
 	for _, e := range entries {
 		name := e.Name()
 		var up bool
@@ -48,7 +50,7 @@ func LoadMigrations(fsys fs.FS, dir string, data any, funcs template.FuncMap) ([
 		}
 		m := byVersion[version]
 		if m == nil {
-			m = &Migration{Version: version}
+			m = &driver.Migration{Version: version}
 			byVersion[version] = m
 		}
 		m.Name = strings.TrimSuffix(strings.TrimSuffix(rest, ".up.sql"), ".down.sql")
@@ -58,7 +60,7 @@ func LoadMigrations(fsys fs.FS, dir string, data any, funcs template.FuncMap) ([
 			m.Down = b.String()
 		}
 	}
-	out := make([]Migration, 0, len(byVersion))
+	out := make([]driver.Migration, 0, len(byVersion))
 	for _, m := range byVersion {
 		if m.Up == "" || m.Down == "" {
 			return nil, fmt.Errorf("idem: migration %04d_%s needs both an .up.sql and a .down.sql file", m.Version, m.Name)
@@ -67,34 +69,4 @@ func LoadMigrations(fsys fs.FS, dir string, data any, funcs template.FuncMap) ([
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
-}
-
-// SplitStatements splits a migration script into its statements: a statement
-// ends with a semicolon at the end of a line. Lines holding only a "--"
-// comment are dropped. Scripts of dialects without transactional DDL are run
-// one statement at a time with it, since their drivers do not run several
-// statements in one call by default.
-func SplitStatements(script string) []string {
-	var (
-		out []string
-		cur strings.Builder
-	)
-	for line := range strings.SplitSeq(script, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
-			continue
-		}
-		cur.WriteString(line)
-		cur.WriteByte('\n')
-		if strings.HasSuffix(trimmed, ";") {
-			if stmt := strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"); stmt != "" {
-				out = append(out, stmt)
-			}
-			cur.Reset()
-		}
-	}
-	if stmt := strings.TrimSpace(cur.String()); stmt != "" {
-		out = append(out, stmt)
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package driver
+package dialectkit
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/textenc"
 )
 
@@ -21,14 +23,14 @@ import (
 // it); plain text, as older rows hold, reads as it is. timeDest adapts the
 // two timestamps to the dialect's representation; nil scans them into
 // time.Time directly.
-func QueryFailed(ctx context.Context, ex Executor, query string, args []any, timeDest func(*time.Time) any) ([]FailedMessage, error) {
+func QueryFailed(ctx context.Context, ex driver.Executor, query string, args []any, timeDest func(*time.Time) any) ([]idem.FailedMessage, error) {
 	if timeDest == nil {
 		timeDest = func(t *time.Time) any { return t }
 	}
-	var out []FailedMessage
-	err := QueryRows(ctx, ex, query, args, func(rows Rows) error {
+	var out []idem.FailedMessage
+	err := driver.QueryRows(ctx, ex, query, args, func(rows driver.Rows) error {
 		var (
-			m               FailedMessage
+			m               idem.FailedMessage
 			eventID         *string
 			heldBy          *int64
 			headers, errors []byte
@@ -73,14 +75,14 @@ func QueryFailed(ctx context.Context, ex Executor, query string, args []any, tim
 }
 
 // GetFailed runs QueryFailed for a query selecting one entry and returns
-// it, or ErrNotFound.
-func GetFailed(ctx context.Context, ex Executor, query string, args []any, timeDest func(*time.Time) any) (FailedMessage, error) {
+// it, or idem.ErrNotFound.
+func GetFailed(ctx context.Context, ex driver.Executor, query string, args []any, timeDest func(*time.Time) any) (idem.FailedMessage, error) {
 	list, err := QueryFailed(ctx, ex, query, args, timeDest)
 	if err != nil {
-		return FailedMessage{}, err
+		return idem.FailedMessage{}, err
 	}
 	if len(list) == 0 {
-		return FailedMessage{}, ErrNotFound
+		return idem.FailedMessage{}, idem.ErrNotFound
 	}
 	return list[0], nil
 }

@@ -1,8 +1,10 @@
-package driver
+package dialectkit
 
 import (
 	"context"
 	"encoding/json"
+
+	"github.com/idem-go/idem/driver"
 )
 
 // outboxChunk is the most rows one multi-row insert takes (8 parameters a
@@ -13,8 +15,8 @@ const outboxChunk = 1000
 // query returns the statement for n rows; rowArgs returns one row's
 // arguments, given its payload (nil when empty, else the JSON text) and its
 // headers as a JSON object. Dialects call it from InsertOutbox.
-func InsertOutboxRows(ctx context.Context, ex Executor, rows []OutboxRow, query func(n int) string,
-	rowArgs func(r OutboxRow, payload any, headers string) []any) error {
+func InsertOutboxRows(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow, query func(n int) string,
+	rowArgs func(r driver.OutboxRow, payload any, headers string) []any) error {
 	for len(rows) > 0 {
 		n := min(len(rows), outboxChunk)
 		chunk := rows[:n]

@@ -1,0 +1,156 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// Subscriber consumes messages from a broker and hands them to a
+// DeliverFunc: the subscribers of broker/amqp, broker/kafka and broker/nats.
+type Subscriber interface {
+	// Start connects and starts consuming. Its context bounds the start-up
+	// only (connecting, declaring): once Start has returned, the subscriber
+	// runs until Stop.
+	Start(ctx context.Context) error
+	// Stop stops consuming, lets the work in progress finish and
+	// acknowledges it, and returns when everything has ended. When ctx ends
+	// first, the work in progress is abandoned (its messages come back
+	// later) and Stop returns ctx's error once it has ended. Stop is
+	// idempotent and safe to call from several goroutines.
+	Stop(ctx context.Context) error
+}
+
+// DeliverFunc hands deliveries to an idempotent consumer and says what to do
+// with each: inbox.Consumer.DeliverBatch, for any transaction type. The i-th
+// disposition and error are for ds[i]; a non-nil error means the message was
+// neither handled nor parked, and must not be acknowledged.
+type DeliverFunc func(ctx context.Context, ds []Delivery) ([]Disposition, []error)
+
+// Delivery is a message as a transport received it.
+type Delivery struct {
+	// Message is the message exactly as received.
+	Message idem.Message
+	// Source names where it came from: queue, topic/partition or durable
+	// consumer. "idem failed retry" sends a parked message back to it
+	// (Redeliverer).
+	Source string
+	// Attempt numbers the deliveries of the message to the consumer, from 1,
+	// as far as the transport knows (a header it carries, the broker's
+	// delivery count, its own retries), for information: the consumer
+	// counts failed attempts in its database.
+	Attempt int
+}
+
+// Action tells a transport what to do with a delivery.
+type Action int
+
+// Actions.
+const (
+	// Ack: the message is done (applied, duplicate, ignored, or parked in the
+	// failure store). Acknowledge it or commit past it.
+	Ack Action = iota + 1
+	// Retry: keep the message unacknowledged and deliver it again after
+	// Disposition.RetryAfter. Until then, later messages of its aggregate
+	// wait behind it (deliver them with it, after it, in order); other
+	// messages go on.
+	Retry
+	// Pause: the consumer cannot work for now (its database or a dependency
+	// is away: a transient failure). Keep the message unacknowledged, take no
+	// new message until Disposition.RetryAfter has passed, then deliver it
+	// again. A pause costs no attempt.
+	Pause
+)
+
+// String returns the action in lower case ("ack", "retry", "pause").
+func (a Action) String() string {
+	switch a {
+	case Ack:
+		return "ack"
+	case Retry:
+		return "retry"
+	case Pause:
+		return "pause"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Outcome says what a consumer did with an event.
+type Outcome int
+
+// Outcomes.
+const (
+	// Applied: the handlers ran and their effects committed with the marker.
+	Applied Outcome = iota + 1
+	// Duplicate: the event was already applied by this consumer; no handler
+	// ran.
+	Duplicate
+	// Ignored: no handler is registered for the event name; nothing was
+	// written.
+	Ignored
+	// Failed: a handler or the database failed; nothing was committed.
+	Failed
+	// Parked: the message was stored in the failure store.
+	Parked
+	// Deferred: the event was not attempted because an earlier event of its
+	// aggregate in the same delivery failed and waits for a retry. It is
+	// delivered again after that one.
+	Deferred
+	// Paused: the event was not attempted, or failed transiently, because a
+	// dependency of the consumer is away. It is delivered again when the
+	// consumer resumes.
+	Paused
+)
+
+// String returns the outcome in lower case ("applied", "duplicate", ...).
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case Duplicate:
+		return "duplicate"
+	case Ignored:
+		return "ignored"
+	case Failed:
+		return "failed"
+	case Parked:
+		return "parked"
+	case Deferred:
+		return "deferred"
+	case Paused:
+		return "paused"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Disposition is the consumer's verdict on a delivery.
+type Disposition struct {
+	Action  Action
+	Outcome Outcome
+	// RetryAfter is how long to wait before delivering the message again
+	// (Retry and Pause).
+	RetryAfter time.Duration
+	// Attempts is the number of failed attempts of the event counted so far
+	// by the consumer (in its database, so it survives restarts and
+	// rebalances); 0 when none failed or the count is unknown.
+	Attempts int
+	// Err is the decoding or handling error, if any.
+	Err error
+	// Event is the decoded event (zero if undecodable).
+	Event idem.Event
+}
+
+// Redeliverer is implemented by publishers that can send a message back to
+// the one consumer it was received from (Delivery.Source), rather than to
+// every subscriber of its event: what "idem failed retry" needs to re-drive
+// a parked message. broker/amqp (to the queue), broker/nats (to the durable
+// consumer's retry subject) and broker/kafka (to the topic; every group
+// reading it receives the record again, and those that applied it skip it)
+// implement it.
+type Redeliverer interface {
+	// Redeliver publishes msgs, as they are, to source only, and returns
+	// when each is confirmed (a *BatchError for those refused).
+	Redeliver(ctx context.Context, source string, msgs []idem.Message) error
+}

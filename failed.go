@@ -1,0 +1,100 @@
+package idem
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// AggregateRef names one aggregate: its type and id, as in the outbox's
+// aggregatetype and aggregateid.
+type AggregateRef struct {
+	// Type is the aggregate type ("order").
+	Type string
+	// ID is the aggregate id ("42").
+	ID string
+}
+
+// FailedMessage is an entry of the failure store: a received message kept
+// exactly as it arrived, with why and how often it failed. Every field reads
+// back byte for byte as it was saved, whatever bytes it holds.
+type FailedMessage struct {
+	// ID identifies the entry; ids grow in the order entries are created.
+	ID int64
+	// Consumer is the consumer name.
+	Consumer string
+	// Source is the queue, topic or subject the message came from.
+	Source string
+	// EventID is the event id; uuid.Nil when the message was undecodable.
+	EventID uuid.UUID
+	// EventName is the event name, when known.
+	EventName string
+	// AggregateType and AggregateID name the event's aggregate, when
+	// known. Messages of one aggregate are handled in order: a later one
+	// waits behind a parked one (see HeldBy).
+	AggregateType string
+	AggregateID   string
+	// HeldBy is the id of the parked message of the same aggregate that
+	// this one waits behind; 0 for a message parked for its own failure.
+	HeldBy int64
+	// Key is the message key (Kafka), as received.
+	Key []byte
+	// Headers are the message headers, as received.
+	Headers map[string]string
+	// Body is the message body, as received.
+	Body []byte
+	// Error is the last error.
+	Error string
+	// History lists every failure saved for the entry, oldest first.
+	History []FailureRecord
+	// Attempts is the number of failed attempts, over every save.
+	Attempts int
+	// FirstFailed and LastFailed are when the entry was created and last
+	// saved.
+	FirstFailed time.Time
+	LastFailed  time.Time
+}
+
+// FailureRecord is one failed attempt in a FailedMessage's history.
+type FailureRecord struct {
+	At      time.Time `json:"at"`
+	Attempt int       `json:"attempt"`
+	Error   string    `json:"error"`
+}
+
+// FailedFilter selects entries of the failure store. Zero fields match all.
+type FailedFilter struct {
+	// Consumer matches the consumer name exactly.
+	Consumer string
+	// EventName matches the event name exactly.
+	EventName string
+	// AggregateType and AggregateID match the aggregate exactly (each
+	// when not empty).
+	AggregateType string
+	AggregateID   string
+	// HeldBy, when positive, matches the messages waiting behind that
+	// parked message.
+	HeldBy int64
+	// Since matches messages that last failed at or after it.
+	Since time.Time
+	// BeforeID and AfterID, when positive, match ids below and above them:
+	// the cursor of the next page (the last id of the previous one).
+	BeforeID, AfterID int64
+	// Oldest lists oldest first (ascending ids) instead of newest first.
+	Oldest bool
+	// Limit is the most entries returned. For inbox.FailureStore.List, 0
+	// means all (it pages through them); dialects always receive a
+	// positive page size.
+	Limit int
+}
+
+// NextPage returns f with the cursor set past last, the last entry of a page
+// listed with f: the filter of the next page.
+func (f FailedFilter) NextPage(last FailedMessage) FailedFilter {
+	if f.Oldest {
+		f.AfterID = last.ID
+	} else {
+		f.BeforeID = last.ID
+	}
+	return f
+}

@@ -1,0 +1,135 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/startstop"
+)
+
+// PurgeIntervalDefault is how often a Purger purges.
+const PurgeIntervalDefault = time.Hour
+
+// PurgerConfig configures a Purger.
+type PurgerConfig struct {
+	// Markers configures the purge of processed_event markers and
+	// delivery_attempt counts (Purge). Required: Horizon and ReplayWindow.
+	Markers PurgeConfig
+	// FailedHorizon, when positive, also deletes parked messages last failed
+	// more than FailedHorizon ago (PurgeFailed, with Markers' consumer,
+	// replay window and batch size). Zero keeps them until an operator
+	// removes them.
+	FailedHorizon time.Duration
+	// Interval is how often the purges run, with 10% jitter. Defaults to 1h.
+	Interval time.Duration
+	// Logger receives a line per purge that deleted something, and errors.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Purger runs Purge (and PurgeFailed) every Interval, as a long-running
+// service with Start and Stop, so that processed_event stays small without a
+// cron job.
+type Purger[TTx any] struct {
+	drv    driver.Driver[TTx]
+	cfg    PurgerConfig
+	log    *slog.Logger
+	base   startstop.Base
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// NewPurger returns a purger of drv's tables. It checks the configuration
+// as Purge would (a horizon under the replay window is refused).
+func NewPurger[TTx any](drv driver.Driver[TTx], cfg PurgerConfig) (*Purger[TTx], error) {
+	if err := cfg.Markers.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.FailedHorizon < 0 {
+		return nil, errors.New("idem: purger: FailedHorizon is negative")
+	}
+	if cfg.FailedHorizon > 0 {
+		failed := cfg.Markers
+		failed.Horizon = cfg.FailedHorizon
+		if err := failed.Validate(); err != nil {
+			return nil, fmt.Errorf("idem: purger: FailedHorizon: %w", err)
+		}
+	}
+	if cfg.Interval < 0 {
+		return nil, errors.New("idem: purger: Interval is negative")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = PurgeIntervalDefault
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	p := &Purger[TTx]{drv: drv, cfg: cfg, log: log.With("component", "purger", "consumer", cfg.Markers.Consumer)}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p, nil
+}
+
+// Start starts purging in the background, the first time one Interval from
+// now. ctx is not used after Start returns: the purger runs until Stop.
+func (p *Purger[TTx]) Start(ctx context.Context) error {
+	if err := p.base.Starting(); err != nil {
+		return fmt.Errorf("idem: purger: %w", err)
+	}
+	go func() {
+		defer p.base.Finished()
+		for {
+			d := time.Duration(float64(p.cfg.Interval) * (0.9 + 0.2*rand.Float64()))
+			t := time.NewTimer(d)
+			select {
+			case <-p.base.Stopping():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			p.RunOnce(p.ctx)
+		}
+	}()
+	p.base.Running()
+	return nil
+}
+
+// RunOnce purges once, now, and logs what it did.
+func (p *Purger[TTx]) RunOnce(ctx context.Context) {
+	res, err := Purge(ctx, p.drv, p.cfg.Markers)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		p.log.Warn("purge of processed_event failed", "error", err)
+	case res.Deleted+res.Attempts > 0:
+		p.log.Info("processed_event purged", "deleted", res.Deleted, "attempts", res.Attempts, "before", res.Before)
+	}
+	if p.cfg.FailedHorizon <= 0 {
+		return
+	}
+	failed := p.cfg.Markers
+	failed.Horizon = p.cfg.FailedHorizon
+	res, err = PurgeFailed(ctx, p.drv, failed)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		p.log.Warn("purge of failed_message failed", "error", err)
+	case res.Deleted > 0:
+		p.log.Info("failed_message purged", "deleted", res.Deleted, "before", res.Before)
+	}
+}
+
+// Stop stops purging; a purge in progress finishes, unless ctx ends first,
+// which cancels it. Stop returns when the purger has stopped; it is
+// idempotent and safe to call from several goroutines.
+func (p *Purger[TTx]) Stop(ctx context.Context) error {
+	err := p.base.Stop(ctx, nil, p.cancel)
+	p.cancel()
+	return err
+}
+
+// Done is closed when a started purger has stopped.
+func (p *Purger[TTx]) Done() <-chan struct{} { return p.base.Done() }

@@ -1,0 +1,76 @@
+package idem
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// Default table names.
+const (
+	OutboxTableDefault          = "outbox"
+	ProcessedEventTableDefault  = "processed_event"
+	FailedMessageTableDefault   = "failed_message"
+	DeliveryAttemptTableDefault = "delivery_attempt"
+	MigrationTableDefault       = "idem_schema_migration"
+)
+
+// Tables names the tables idem uses. Every name is optional; the zero value
+// means the defaults in the connection's default schema.
+type Tables struct {
+	// Schema is the schema (PostgreSQL) or database (MySQL) holding the
+	// tables. Empty means the connection's current one (search_path).
+	Schema string
+	// Outbox defaults to "outbox".
+	Outbox string
+	// ProcessedEvent defaults to "processed_event".
+	ProcessedEvent string
+	// FailedMessage defaults to "failed_message".
+	FailedMessage string
+	// DeliveryAttempt is the table counting the failed attempts of events
+	// not yet applied nor parked. Defaults to "delivery_attempt".
+	DeliveryAttempt string
+	// Migrations is the table recording applied migrations. Defaults to
+	// "idem_schema_migration".
+	Migrations string
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+
+// WithDefaults returns t with empty names replaced by the defaults.
+func (t Tables) WithDefaults() Tables {
+	if t.Outbox == "" {
+		t.Outbox = OutboxTableDefault
+	}
+	if t.ProcessedEvent == "" {
+		t.ProcessedEvent = ProcessedEventTableDefault
+	}
+	if t.FailedMessage == "" {
+		t.FailedMessage = FailedMessageTableDefault
+	}
+	if t.DeliveryAttempt == "" {
+		t.DeliveryAttempt = DeliveryAttemptTableDefault
+	}
+	if t.Migrations == "" {
+		t.Migrations = MigrationTableDefault
+	}
+	return t
+}
+
+// Validate checks that every name is a plain SQL identifier (letters, digits,
+// underscores, at most 63 characters). Names are quoted in SQL anyway; the rule
+// keeps them portable across dialects and safe in index and channel names.
+func (t Tables) Validate() error {
+	t = t.WithDefaults()
+	for _, f := range []struct{ field, v string }{
+		{"Schema", t.Schema}, {"Outbox", t.Outbox}, {"ProcessedEvent", t.ProcessedEvent},
+		{"FailedMessage", t.FailedMessage}, {"DeliveryAttempt", t.DeliveryAttempt}, {"Migrations", t.Migrations},
+	} {
+		if f.field == "Schema" && f.v == "" {
+			continue
+		}
+		if !identRE.MatchString(f.v) {
+			return fmt.Errorf("idem: Tables.%s %q is not a valid identifier (letters, digits and _; at most 63 characters; not starting with a digit)", f.field, f.v)
+		}
+	}
+	return nil
+}
