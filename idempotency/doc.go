@@ -14,7 +14,9 @@
 //
 //	keys, err := idempotency.New(drv, idempotency.Config{TTL: 24 * time.Hour})
 //	mux.Handle("POST /orders", keys.Middleware(http.HandlerFunc(placeOrder)))
-//	go keys.RunPurge(ctx) // deletes expired keys
+//	purger := keys.NewPurger() // deletes expired keys, every 10 minutes
+//	err = purger.Start(ctx)
+//	defer purger.Stop(ctx)
 //
 // The middleware claims the key before the handler runs, in a statement
 // committed at once, so that a concurrent retry sees it: that retry gets

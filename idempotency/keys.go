@@ -32,7 +32,7 @@ const (
 	// runs. A retry meanwhile gets 409 Conflict; after it, a retry takes
 	// the key over (the request that held it is taken to have crashed).
 	LockTimeoutDefault = 10 * time.Second
-	// PurgeIntervalDefault is how often RunPurge deletes expired keys.
+	// PurgeIntervalDefault is how often a Purger deletes expired keys.
 	PurgeIntervalDefault = 10 * time.Minute
 	// PurgeBatchSizeDefault is how many keys one purge statement deletes
 	// at most.
@@ -69,8 +69,8 @@ type Config struct {
 	// above the longest time a request may run. Defaults to
 	// LockTimeoutDefault (10s).
 	LockTimeout time.Duration
-	// PurgeInterval is how often RunPurge deletes expired keys. Defaults
-	// to PurgeIntervalDefault (10m).
+	// PurgeInterval is how often a Purger deletes expired keys, with 10%
+	// jitter. Defaults to PurgeIntervalDefault (10m).
 	PurgeInterval time.Duration
 	// PurgeBatchSize is how many keys one purge statement deletes at most.
 	// Defaults to PurgeBatchSizeDefault (1000).
@@ -427,25 +427,6 @@ func (k *Keys[TTx]) Purge(ctx context.Context) (int64, error) {
 		}
 		if n < int64(k.cfg.PurgeBatchSize) || ctx.Err() != nil {
 			return total, nil
-		}
-	}
-}
-
-// RunPurge calls Purge at once, then every Config.PurgeInterval, until ctx
-// ends. Failures are logged and the next round tries again.
-func (k *Keys[TTx]) RunPurge(ctx context.Context) {
-	t := time.NewTicker(k.cfg.PurgeInterval)
-	defer t.Stop()
-	for {
-		if n, err := k.Purge(ctx); err != nil && ctx.Err() == nil {
-			k.log.Warn("purge of expired idempotency keys failed; next attempt in "+k.cfg.PurgeInterval.String(), "error", err)
-		} else if n > 0 {
-			k.log.Info("expired idempotency keys purged", "deleted", n)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
 		}
 	}
 }

@@ -155,9 +155,19 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
-// Run deletes expired Idempotency-Keys every Config.KeyPurgeInterval until
-// ctx ends.
-func (s *Service) Run(ctx context.Context) { s.keys.RunPurge(ctx) }
+// Run deletes expired Idempotency-Keys at once, then every
+// Config.KeyPurgeInterval (an idempotency.Purger), until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	p := s.keys.NewPurger()
+	if err := p.Start(ctx); err != nil {
+		s.log.Error("purger of expired idempotency keys not started", "error", err)
+		return
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = p.Stop(stopCtx)
+}
 
 // PlaceRequest is the body of POST /orders.
 type PlaceRequest struct {
