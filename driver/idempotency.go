@@ -7,7 +7,7 @@ import (
 
 // IdempotencyTable is the table of the idempotency keys of incoming
 // requests (package idempotency), created by migration 0004. Its name is
-// fixed: Tables has no field for it. It lives beside the outbox, in
+// fixed: idem.Tables has no field for it. It lives beside the outbox, in
 // Tables.Schema when one is set. It is not "idempotency_key", the name
 // applications that wrote their own key store (as idem's shop did) tend to
 // use, so that the migration never collides with such a table.
