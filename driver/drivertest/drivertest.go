@@ -109,6 +109,7 @@ func Run(t *testing.T, setup Setup) {
 	t.Run("ResultErrors", func(t *testing.T) { t.Parallel(); ResultErrors(t, setup) })
 	t.Run("StateCopy", func(t *testing.T) { t.Parallel(); StateCopy(t, setup) })
 	t.Run("Relay", func(t *testing.T) { t.Parallel(); Relay(t, setup) })
+	t.Run("IdempotencyKeys", func(t *testing.T) { t.Parallel(); IdempotencyKeys(t, setup) })
 }
 
 // --- helpers ---

@@ -24,17 +24,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idempotency"
 	"github.com/idem-go/idem/shop/store"
 )
 
@@ -377,13 +375,14 @@ func httpError(w http.ResponseWriter, status int, msg string) {
 var ErrNoPickup = errors.New("carrier: no pickup with this reference")
 
 // Client calls the carrier. Its errors say what a retry can do, as a
-// consumer's handler must: a failure of the carrier of the moment (a 5xx,
-// 408, 409 or 429 answer, a refused, reset or dropped connection, a
+// consumer's handler must (idempotency.ClassifyStatus and
+// ClassifyTransport): a failure of the carrier of the moment (a 5xx, 408,
+// 409, 425 or 429 answer, a refused, reset or dropped connection, a
 // timeout) is wrapped with idem.Transient, so that the consumer waits and
 // tries again without counting attempts; an answer that refuses the request
 // (any other 4xx) is wrapped with idem.Permanent, so that the message is
-// parked. Every call sends the same idempotency key at every attempt, so a
-// retry never does the work twice.
+// parked. Every call sends the same idempotency key at every attempt
+// (idempotency.Do), so a retry never does the work twice.
 type Client struct {
 	// BaseURL is the carrier's address, such as http://127.0.0.1:8080/carrier.
 	BaseURL string
@@ -415,17 +414,18 @@ func (c *Client) post(ctx context.Context, path, key string, body, out any) erro
 }
 
 // do sends req and decodes a 200 or 201 answer into out. Its errors say
-// what retrying can do (see Client).
+// what retrying can do (see Client), as package idempotency classifies
+// them.
 func (c *Client) do(req *http.Request, out any) error {
 	what := "carrier: " + req.Method + " " + strings.TrimPrefix(req.URL.Path, c.basePath())
 	resp, err := c.http().Do(req)
 	if err != nil {
-		return transportError(req.Context(), fmt.Errorf("%s: %w", what, err))
+		return idempotency.ClassifyTransport(req.Context(), fmt.Errorf("%s: %w", what, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return statusError(resp, fmt.Errorf("%s: %s: %s", what, resp.Status, bytes.TrimSpace(msg)))
+		return idempotency.ClassifyStatus(resp.StatusCode, fmt.Errorf("%s: %s: %s", what, resp.Status, bytes.TrimSpace(msg)))
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		err = fmt.Errorf("%s: read the answer: %w", what, err)
@@ -434,7 +434,7 @@ func (c *Client) do(req *http.Request, out any) error {
 		}
 		// A body cut short (unexpected EOF, reset) is a connection lost
 		// mid-answer.
-		return transportError(req.Context(), err)
+		return idempotency.ClassifyTransport(req.Context(), err)
 	}
 	return nil
 }
@@ -446,67 +446,30 @@ func (c *Client) basePath() string {
 	return ""
 }
 
-// statusError classifies an HTTP error status: 408, 409 (a request with
-// the same key still running), 429 and 5xx say that the carrier cannot
-// answer now, and are transient; any other 4xx says that this request will
-// never succeed, and is permanent.
-func statusError(resp *http.Response, err error) error {
-	switch code := resp.StatusCode; {
-	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooManyRequests, code >= 500:
-		return idem.Transient(err)
-	case code >= 400:
-		return idem.Permanent(err)
-	}
-	return err // 1xx, 3xx: not an answer this client understands
-}
-
-// transportError classifies an error of the HTTP exchange itself: a
-// refused, reset or dropped connection, a timeout or a name that does not
-// resolve mean that the carrier is away for now (transient). When ctx is
-// done, the caller gave up: err is returned as it is.
-func transportError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return err
-	}
-	var (
-		netErr net.Error
-		opErr  *net.OpError
-		dnsErr *net.DNSError
-	)
-	switch {
-	case errors.As(err, &netErr) && netErr.Timeout(),
-		errors.As(err, &opErr), errors.As(err, &dnsErr),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return idem.Transient(err)
-	}
-	return err
-}
-
 // RequestPickup asks the carrier to pick up the parcel of reference, with
 // the stable idempotency key key (shipment:<order id>:initial): every
 // attempt of this operation sends the same key, so the carrier creates one
 // pickup whatever the number of attempts. When the answer is lost (or the
 // carrier failed to give one), the client first looks the pickup up by
 // reference, and asks again (with the same key) only if the carrier has
-// none. An answer that refuses the request (a 4xx) is returned at once.
+// none (idempotency.Do). An answer that refuses the request (a 4xx) is
+// returned at once.
 func (c *Client) RequestPickup(ctx context.Context, reference, key string) (Pickup, error) {
-	var p Pickup
-	err := c.post(ctx, "/pickups", key, map[string]string{"reference": reference}, &p)
-	if err == nil || ctx.Err() != nil || idem.IsPermanent(err) {
-		return p, err
-	}
-	found, ferr := c.FindPickup(ctx, reference)
-	if ferr == nil {
-		c.logger().Info("carrier answer lost; pickup found by reference", "reference", reference, "pickup_id", found.ID, "error", err)
-		return found, nil
-	}
-	if !errors.Is(ferr, ErrNoPickup) {
-		return p, fmt.Errorf("carrier answer lost (%v) and lookup by reference failed: %w", err, ferr)
-	}
-	err = c.post(ctx, "/pickups", key, map[string]string{"reference": reference}, &p)
-	return p, err
+	return idempotency.Do(ctx, idempotency.Call[Pickup]{
+		Key: key,
+		Send: func(ctx context.Context, key string) (Pickup, error) {
+			var p Pickup
+			return p, c.post(ctx, "/pickups", key, map[string]string{"reference": reference}, &p)
+		},
+		Lookup: func(ctx context.Context) (Pickup, bool, error) {
+			p, err := c.FindPickup(ctx, reference)
+			if errors.Is(err, ErrNoPickup) {
+				return Pickup{}, false, nil
+			}
+			return p, err == nil, err
+		},
+		Logger: c.logger().With("service", "carrier client", "reference", reference),
+	})
 }
 
 // FindPickup returns the pickup with reference, or ErrNoPickup.
@@ -527,29 +490,31 @@ func (c *Client) FindPickup(ctx context.Context, reference string) (Pickup, erro
 
 // CancelPickup asks the carrier to cancel the pickup id, with the stable
 // idempotency key key (shipment:<order id>:cancel). Cancelling is
-// idempotent at the carrier, so a lost answer is met by asking again; the
-// carrier answers a pickup cancelled already as it is.
+// idempotent at the carrier, so a lost answer is met by asking again with
+// the same key; the carrier answers a pickup cancelled already as it is.
 func (c *Client) CancelPickup(ctx context.Context, id, key string) (Pickup, error) {
-	var p Pickup
 	path := "/pickups/" + url.PathEscape(id) + "/cancel"
-	err := c.post(ctx, path, key, struct{}{}, &p)
-	if idem.IsTransient(err) {
-		err = c.post(ctx, path, key, struct{}{}, &p)
-	}
-	return p, err
+	return idempotency.Do(ctx, idempotency.Call[Pickup]{
+		Key: key,
+		Send: func(ctx context.Context, key string) (Pickup, error) {
+			var p Pickup
+			return p, c.post(ctx, path, key, struct{}{}, &p)
+		},
+	})
 }
 
-// SendEmail asks the mail service to send an e-mail once per key.
+// SendEmail asks the mail service to send an e-mail once per key. A lost
+// answer, or a failure of the moment, is met by asking again with the same
+// key, which makes the second attempt safe.
 func (c *Client) SendEmail(ctx context.Context, key, to, subject string) (Email, error) {
-	var e Email
 	body := map[string]string{"to": to, "subject": subject}
-	err := c.post(ctx, "/emails", key, body, &e)
-	if idem.IsTransient(err) {
-		// Lost answer or a failure of the moment: the same key makes a
-		// second attempt safe.
-		err = c.post(ctx, "/emails", key, body, &e)
-	}
-	return e, err
+	return idempotency.Do(ctx, idempotency.Call[Email]{
+		Key: key,
+		Send: func(ctx context.Context, key string) (Email, error) {
+			var e Email
+			return e, c.post(ctx, "/emails", key, body, &e)
+		},
+	})
 }
 
 func (c *Client) logger() *slog.Logger {

@@ -6,7 +6,12 @@
 // outbox event in one transaction, and answers 201 Created with the order:
 // status "confirmed", fulfilment "awaiting preparation" until shipping's
 // events say more. The request may carry an Idempotency-Key header (see
-// the IETF httpapi draft "The Idempotency-Key HTTP Header Field"):
+// the IETF httpapi draft "The Idempotency-Key HTTP Header Field"), handled
+// by idem's package idempotency: its middleware claims the key, and the
+// order's transaction completes it, so that the order, its event and the
+// response to replay commit together. Keys live in idem's
+// idempotent_request table (version 2 of the service's migrations moved
+// them there from its own idempotency_key table):
 //
 //   - the same key with the same body replays the stored response, with the
 //     header Idempotent-Replayed: true;

@@ -13,10 +13,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idempotency"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/outbox"
@@ -51,6 +50,22 @@ const (
 // MaxLines is the largest number of lines an order may have.
 const MaxLines = shop.MaxLines
 
+// Idempotency-Key defaults (see package idempotency).
+const (
+	// KeyTTLDefault is how long an Idempotency-Key is remembered: a request
+	// repeated within it with the same key and body gets the first response;
+	// after it, the key is forgotten and may be used again.
+	KeyTTLDefault = idempotency.TTLDefault
+	// KeyLockTimeoutDefault is how long a request holds its key while it
+	// runs. A retry meanwhile gets 409 Conflict. A request that crashed
+	// leaves its key locked until then; a retry after it takes the key over.
+	KeyLockTimeoutDefault = idempotency.LockTimeoutDefault
+	// KeyPurgeIntervalDefault is how often expired keys are deleted.
+	KeyPurgeIntervalDefault = idempotency.PurgeIntervalDefault
+	// MaxKeyLength is the longest Idempotency-Key accepted.
+	MaxKeyLength = idempotency.MaxKeyLength
+)
+
 // Migrations returns the order service's own migrations.
 func Migrations() store.Migrations { return migrations }
 
@@ -73,7 +88,7 @@ type Config struct {
 type Service struct {
 	db       *store.DB
 	outbox   *outbox.Writer[*sql.Tx]
-	keys     *keyStore
+	keys     *idempotency.Keys[*sql.Tx]
 	consumer *inbox.Consumer[*sql.Tx]
 	cfg      Config
 	log      *slog.Logger
@@ -97,10 +112,18 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	keys, err := idempotency.New(db.Driver, idempotency.Config{
+		TTL: cfg.KeyTTL, LockTimeout: cfg.KeyLockTimeout, PurgeInterval: cfg.KeyPurgeInterval,
+		MaxBodyBytes: MaxBodyBytes, Logger: cfg.Logger.With("service", "order"),
+		Error: func(w http.ResponseWriter, _ *http.Request, status int, detail string) { problem(w, status, detail) },
+	})
+	if err != nil {
+		return nil, err
+	}
 	s := &Service{
 		db:       db,
 		outbox:   outbox.NewWriter(db.Driver),
-		keys:     &keyStore{db: db, ttl: cfg.KeyTTL, lockTimeout: cfg.KeyLockTimeout, now: time.Now},
+		keys:     keys,
 		consumer: c,
 		cfg:      cfg,
 		log:      cfg.Logger.With("service", "order"),
@@ -118,29 +141,28 @@ func (s *Service) Consumer() *inbox.Consumer[*sql.Tx] { return s.consumer }
 // Handler returns the HTTP API.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /orders", s.place)
+	// The middleware claims the Idempotency-Key (400 for an unusable one,
+	// 409 while a request with it runs, 422 for another body, the stored
+	// response for a retry); place completes it in the order's
+	// transaction.
+	mux.Handle("POST /orders", s.keys.Middleware(http.HandlerFunc(s.place)))
 	mux.HandleFunc("POST /orders/{id}/cancel", s.cancel)
 	mux.HandleFunc("GET /orders/{id}", s.get)
 	return mux
 }
 
-// Run deletes expired Idempotency-Keys every Config.KeyPurgeInterval until
-// ctx ends.
+// Run deletes expired Idempotency-Keys at once, then every
+// Config.KeyPurgeInterval (an idempotency.Purger), until ctx ends.
 func (s *Service) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.KeyPurgeInterval)
-	defer t.Stop()
-	for {
-		if n, err := s.keys.purge(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("purge of expired idempotency keys failed", "error", err)
-		} else if n > 0 {
-			s.log.Info("expired idempotency keys purged", "deleted", n)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	p := s.keys.NewPurger()
+	if err := p.Start(ctx); err != nil {
+		s.log.Error("purger of expired idempotency keys not started", "error", err)
+		return
 	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = p.Stop(stopCtx)
 }
 
 // PlaceRequest is the body of POST /orders.
@@ -232,43 +254,11 @@ func jsonContentType(r *http.Request) error {
 	return nil
 }
 
-// idempotencyKey returns the request's Idempotency-Key and whether it has
-// one, or why the header cannot be used: present but empty, sent twice,
-// too long, not UTF-8, or with control characters. Such a request is
-// refused rather than run without a key: its client expects a retry to be
-// safe.
-func idempotencyKey(h http.Header) (string, bool, error) {
-	vals, ok := h[http.CanonicalHeaderKey("Idempotency-Key")]
-	if !ok {
-		return "", false, nil
-	}
-	hint := "; send a unique value such as a UUID, the same at every retry of this order"
-	switch key := vals[0]; {
-	case len(vals) > 1:
-		return "", true, errors.New("the request has several Idempotency-Key headers" + hint)
-	case key == "":
-		return "", true, errors.New("Idempotency-Key is empty" + hint)
-	case len(key) > MaxKeyLength:
-		return "", true, fmt.Errorf("Idempotency-Key is longer than %d bytes%s", MaxKeyLength, hint)
-	case !utf8.ValidString(key):
-		return "", true, errors.New("Idempotency-Key is not valid UTF-8" + hint)
-	case strings.ContainsFunc(key, unicode.IsControl):
-		return "", true, errors.New("Idempotency-Key contains control characters" + hint)
-	default:
-		return key, true, nil
-	}
-}
-
 func (s *Service) place(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if err := jsonContentType(r); err != nil {
 		w.Header().Set("Accept-Post", "application/json")
 		problem(w, http.StatusUnsupportedMediaType, err.Error())
-		return
-	}
-	key, hasKey, err := idempotencyKey(r.Header)
-	if err != nil {
-		problem(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
@@ -286,40 +276,13 @@ func (s *Service) place(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if !hasKey {
-		status, resp, err := s.create(ctx, req, nil)
-		s.respond(w, status, resp, err)
+	// With an Idempotency-Key, the middleware claimed it: the order
+	// completes it in its transaction. A failure answers an error, and the
+	// middleware releases the key, so that a retry runs at once.
+	status, resp, err := s.create(ctx, req, idempotency.ClaimFrom(ctx))
+	if errors.Is(err, idempotency.ErrClaimLost) {
+		problem(w, http.StatusConflict, "a retry with this Idempotency-Key took over this request; retry later")
 		return
-	}
-	// The fingerprint is over the exact bytes of the body: a retry must send
-	// the same bytes, not the same order written another way.
-	c, err := s.keys.begin(ctx, key, requestHash(r.Method, r.URL.Path, body))
-	if err != nil {
-		s.respond(w, 0, nil, err)
-		return
-	}
-	switch c.kind {
-	case claimReplay:
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Idempotent-Replayed", "true")
-		w.WriteHeader(c.status)
-		_, _ = io.WriteString(w, c.body)
-		return
-	case claimBusy:
-		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later")
-		return
-	case claimMismatch:
-		problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was already used with a different request body (the fingerprint covers the exact bytes); use a new key for a new order")
-		return
-	}
-	status, resp, err := s.create(ctx, req, &c)
-	if err != nil {
-		s.keys.release(ctx, c)
-		if errors.Is(err, errKeyLost) {
-			problem(w, http.StatusConflict, "a retry with this Idempotency-Key took over this request; retry later")
-			return
-		}
 	}
 	s.respond(w, status, resp, err)
 }
@@ -335,9 +298,9 @@ func (s *Service) respond(w http.ResponseWriter, status int, body []byte, err er
 	_, _ = w.Write(body)
 }
 
-// create writes the order, its lines, its event and (with a key) the key's
-// completion in one transaction.
-func (s *Service) create(ctx context.Context, req PlaceRequest, c *claim) (int, []byte, error) {
+// create writes the order, its lines, its event and (with a key, c not
+// nil) the key's completion in one transaction.
+func (s *Service) create(ctx context.Context, req PlaceRequest, c *idempotency.Claim) (int, []byte, error) {
 	id := idem.NewEventID().String() // a UUIDv7: unique and time-ordered
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	payload := shop.OrderPlacedV1{OrderID: id, CustomerID: req.CustomerID}
@@ -372,10 +335,9 @@ func (s *Service) create(ctx context.Context, req PlaceRequest, c *claim) (int, 
 	if err := s.outbox.Add(ctx, tx, ev); err != nil {
 		return 0, nil, err
 	}
-	if c != nil {
-		if err := s.keys.complete(ctx, tx, *c, http.StatusCreated, body); err != nil {
-			return 0, nil, err
-		}
+	replay := idempotency.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
+	if err := s.keys.Complete(ctx, tx, c, replay); err != nil {
+		return 0, nil, err
 	}
 	fault.Point(fault.OrderBeforeCommit)
 	if err := tx.Commit(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/idempotency"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/shop/store"
 )
@@ -130,8 +132,8 @@ func TestIdempotencyKeyConflictWhileRunningThenTakeover(t *testing.T) {
 	t.Parallel()
 	s, srv, db := setup(t, Config{KeyLockTimeout: 300 * time.Millisecond})
 	// A request with the key is running (or crashed before its commit).
-	c, err := s.keys.begin(context.Background(), "key-2", requestHash(http.MethodPost, "/orders", []byte(body1)))
-	if err != nil || c.kind != claimNew {
+	c, err := s.keys.Claim(context.Background(), idempotency.Request{Key: "key-2", Fingerprint: idempotency.Fingerprint(http.MethodPost, "/orders", []byte(body1))})
+	if err != nil || c.Outcome != idempotency.Claimed {
 		t.Fatalf("begin: %+v %v", c, err)
 	}
 	if r := post(t, srv.URL, "key-2", body1); r.status != http.StatusConflict {
@@ -155,8 +157,8 @@ func TestIdempotencyKeyConflictWhileRunningThenTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if err := s.keys.complete(context.Background(), tx, c, 201, []byte("{}")); err != errKeyLost {
-		t.Fatalf("completion by the taken-over request: %v, want errKeyLost", err)
+	if err := s.keys.Complete(context.Background(), tx, c, idempotency.Response{Status: 201, Body: []byte("{}")}); !errors.Is(err, idempotency.ErrClaimLost) {
+		t.Fatalf("completion by the taken-over request: %v, want ErrClaimLost", err)
 	}
 	if n := countOrders(t, db); n != 1 {
 		t.Fatalf("%d orders, want 1", n)
@@ -186,10 +188,10 @@ func TestIdempotencyKeyExpires(t *testing.T) {
 	// Purge removes expired keys.
 	deadline = time.Now().Add(10 * time.Second)
 	for {
-		if _, err := s.keys.purge(context.Background()); err != nil {
+		if _, err := s.keys.Purge(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		n, err := db.Count(context.Background(), `SELECT count(*) FROM idempotency_key`)
+		n, err := db.Count(context.Background(), `SELECT count(*) FROM idempotent_request`)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,9 @@ package order
 import "github.com/idem-go/idem/shop/store"
 
 // migrations are the order service's own tables, per dialect. The outbox,
-// processed_event and failed_message tables are idem's (migrate.Up).
+// processed_event, failed_message and idempotent_request tables are idem's
+// (migrate.Up). Version 1 kept Idempotency-Keys in a table of the service's
+// own; version 2 moves them to idem's idempotent_request.
 var migrations = store.Migrations{
 	store.Postgres: {`
 CREATE TABLE orders (
@@ -36,6 +38,20 @@ CREATE TABLE idempotency_key (
     created_at      timestamptz  NOT NULL
 );
 CREATE INDEX idempotency_key_expires_idx ON idempotency_key (expires_at);
+`, `
+-- Idempotency-Keys move to idem's table (package idempotency, idem
+-- migration 0004, applied before this one): keys still remembered are
+-- copied, with the Content-Type the service replayed them with, so that a
+-- retry of a request answered before the upgrade still gets its response.
+INSERT INTO idempotent_request (scope, idem_key, fingerprint, state, owner, response_status, response_headers,
+    response_body, locked_until, expires_at, created_at, completed_at)
+SELECT '', k.idem_key, k.request_hash, k.state, k.owner, k.response_status,
+    CASE WHEN k.state = 'done' THEN '{"Content-Type":["application/json"]}' END,
+    convert_to(k.response_body, 'UTF8'), k.locked_until, k.expires_at, k.created_at,
+    CASE WHEN k.state = 'done' THEN k.created_at END
+FROM idempotency_key k
+WHERE NOT EXISTS (SELECT 1 FROM idempotent_request r WHERE r.scope = '' AND r.idem_key = k.idem_key);
+DROP TABLE idempotency_key;
 `},
 	store.MySQL: {`
 CREATE TABLE orders (
@@ -69,6 +85,17 @@ CREATE TABLE idempotency_key (
     created_at      DATETIME(6)  NOT NULL,
     INDEX idempotency_key_expires_idx (expires_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+`, `
+-- Idempotency-Keys move to idem's table (see the PostgreSQL version).
+INSERT INTO idempotent_request (scope, idem_key, fingerprint, state, owner, response_status, response_headers,
+    response_body, locked_until, expires_at, created_at, completed_at)
+SELECT '', k.idem_key, k.request_hash, k.state, k.owner, k.response_status,
+    CASE WHEN k.state = 'done' THEN '{"Content-Type":["application/json"]}' END,
+    CAST(k.response_body AS BINARY), k.locked_until, k.expires_at, k.created_at,
+    CASE WHEN k.state = 'done' THEN k.created_at END
+FROM idempotency_key k
+WHERE NOT EXISTS (SELECT 1 FROM idempotent_request r WHERE r.scope = '' AND r.idem_key = k.idem_key);
+DROP TABLE idempotency_key;
 `},
 	// SQLite: times in "timestamp" columns (read back as time.Time), written
 	// in UTC as text that sorts like the times; quantities as text, exactly
@@ -104,6 +131,20 @@ CREATE TABLE idempotency_key (
     created_at      timestamp NOT NULL
 );
 CREATE INDEX idempotency_key_expires_idx ON idempotency_key (expires_at);
+`, `
+-- Idempotency-Keys move to idem's table (see the PostgreSQL version). idem
+-- keeps SQLite times as UTC text 'YYYY-MM-DD HH:MM:SS.fff...'.
+INSERT INTO idempotent_request (scope, idem_key, fingerprint, state, owner, response_status, response_headers,
+    response_body, locked_until, expires_at, created_at, completed_at)
+SELECT '', k.idem_key, k.request_hash, k.state, k.owner, k.response_status,
+    CASE WHEN k.state = 'done' THEN '{"Content-Type":["application/json"]}' END,
+    CAST(k.response_body AS BLOB),
+    strftime('%Y-%m-%d %H:%M:%f', k.locked_until), strftime('%Y-%m-%d %H:%M:%f', k.expires_at),
+    strftime('%Y-%m-%d %H:%M:%f', k.created_at),
+    CASE WHEN k.state = 'done' THEN strftime('%Y-%m-%d %H:%M:%f', k.created_at) END
+FROM idempotency_key k
+WHERE NOT EXISTS (SELECT 1 FROM idempotent_request r WHERE r.scope = '' AND r.idem_key = k.idem_key);
+DROP TABLE idempotency_key;
 `},
 }
 
@@ -118,17 +159,4 @@ VALUES ($1, $2, $3, $4, 0, 1, $5, $6)`
 	qCancel     = `UPDATE orders SET status = $1, version = $2, updated_at = $3 WHERE id = $4`
 	qFulfilment = `UPDATE orders SET fulfilment = $1, fulfilment_rank = $2, pickup_id = COALESCE($3, pickup_id), updated_at = $4
 WHERE id = $5 AND fulfilment_rank < $6`
-
-	qKeyInsert = `INSERT INTO idempotency_key (idem_key, request_hash, state, owner, locked_until, expires_at, created_at)
-VALUES ($1, $2, 'processing', $3, $4, $5, $6) ON CONFLICT (idem_key) DO NOTHING`
-	qKeyGet = `SELECT request_hash, state, COALESCE(response_status, 0), COALESCE(response_body, ''), locked_until, expires_at
-FROM idempotency_key WHERE idem_key = $1`
-	qKeyRestart = `UPDATE idempotency_key SET request_hash = $1, state = 'processing', owner = $2, response_status = NULL,
-response_body = NULL, locked_until = $3, expires_at = $4, created_at = $5 WHERE idem_key = $6 AND expires_at <= $7`
-	qKeyTakeOver = `UPDATE idempotency_key SET owner = $1, locked_until = $2
-WHERE idem_key = $3 AND state = 'processing' AND locked_until <= $4`
-	qKeyComplete = `UPDATE idempotency_key SET state = 'done', response_status = $1, response_body = $2
-WHERE idem_key = $3 AND owner = $4 AND state = 'processing'`
-	qKeyRelease = `DELETE FROM idempotency_key WHERE idem_key = $1 AND owner = $2 AND state = 'processing'`
-	qKeyPurge   = `DELETE FROM idempotency_key WHERE expires_at <= $1`
 )

@@ -1,0 +1,95 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem/driver"
+)
+
+var _ driver.IdempotencyKeys = (*Dialect)(nil)
+
+// idempotencyQueries are the statements on the idempotency key table
+// (migration 0004), rendered once per qualified table name.
+type idempotencyQueries struct {
+	insert, get, reclaim, complete, release, purge string
+}
+
+var idempotencyQueryCache sync.Map // qualified table name -> *idempotencyQueries
+
+func (d *Dialect) idempotencyQueries() *idempotencyQueries {
+	table := d.qualify(driver.IdempotencyTable)
+	if q, ok := idempotencyQueryCache.Load(table); ok {
+		return q.(*idempotencyQueries)
+	}
+	q := &idempotencyQueries{
+		insert: `INSERT INTO ` + table + ` (scope, idem_key, fingerprint, state, owner, locked_until, expires_at, created_at)
+VALUES ($1, $2, $3, 'processing', $4, $5, $6, $7)
+ON CONFLICT (scope, idem_key) DO NOTHING`,
+		get: `SELECT fingerprint, state = 'done', owner, COALESCE(response_status, 0), COALESCE(response_headers, ''),
+       response_body, locked_until, expires_at, created_at, completed_at
+FROM ` + table + ` WHERE scope = $1 AND idem_key = $2`,
+		reclaim: `UPDATE ` + table + ` SET fingerprint = $3, state = 'processing', owner = $4, response_status = NULL,
+    response_headers = NULL, response_body = NULL, locked_until = $5, expires_at = $6, created_at = $7, completed_at = NULL
+WHERE scope = $1 AND idem_key = $2 AND owner = $8
+  AND (expires_at <= $7 OR (state = 'processing' AND locked_until <= $7))`,
+		complete: `UPDATE ` + table + ` SET state = 'done', response_status = $4, response_headers = $5, response_body = $6, completed_at = $7
+WHERE scope = $1 AND idem_key = $2 AND owner = $3 AND state = 'processing'`,
+		release: `DELETE FROM ` + table + ` WHERE scope = $1 AND idem_key = $2 AND owner = $3 AND state = 'processing'`,
+		purge: `DELETE FROM ` + table + ` WHERE (scope, idem_key) IN (
+    SELECT scope, idem_key FROM ` + table + ` WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)`,
+	}
+	actual, _ := idempotencyQueryCache.LoadOrStore(table, q)
+	return actual.(*idempotencyQueries)
+}
+
+// InsertIdempotencyKey implements driver.IdempotencyKeys.
+func (d *Dialect) InsertIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (bool, error) {
+	n, err := ex.Exec(ctx, d.idempotencyQueries().insert, p.Scope, p.Key, p.Fingerprint, p.Owner, p.LockedUntil, p.ExpiresAt, p.Now)
+	return n == 1, d.wrap(err)
+}
+
+// GetIdempotencyKey implements driver.IdempotencyKeys.
+func (d *Dialect) GetIdempotencyKey(ctx context.Context, ex driver.Executor, ref driver.IdempotencyKeyRef) (driver.IdempotencyKey, error) {
+	k := driver.IdempotencyKey{IdempotencyKeyRef: ref}
+	var completedAt *time.Time
+	err := driver.QueryRow(ctx, ex, d.idempotencyQueries().get, []any{ref.Scope, ref.Key},
+		&k.Fingerprint, &k.Completed, &k.Owner, &k.Status, &k.Headers, &k.Body, &k.LockedUntil, &k.ExpiresAt, &k.CreatedAt, &completedAt)
+	if err != nil {
+		return driver.IdempotencyKey{}, d.wrap(err)
+	}
+	if completedAt != nil {
+		k.CompletedAt = completedAt.UTC()
+	}
+	k.LockedUntil, k.ExpiresAt, k.CreatedAt = k.LockedUntil.UTC(), k.ExpiresAt.UTC(), k.CreatedAt.UTC()
+	return k, nil
+}
+
+// ReclaimIdempotencyKey implements driver.IdempotencyKeys.
+func (d *Dialect) ReclaimIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (bool, error) {
+	n, err := ex.Exec(ctx, d.idempotencyQueries().reclaim, p.Scope, p.Key, p.Fingerprint, p.Owner, p.LockedUntil, p.ExpiresAt, p.Now, p.PreviousOwner)
+	return n == 1, d.wrap(err)
+}
+
+// CompleteIdempotencyKey implements driver.IdempotencyKeys.
+func (d *Dialect) CompleteIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyCompleteParams) (bool, error) {
+	body := p.Body
+	if body == nil {
+		body = []byte{} // an empty body, not an unknown one
+	}
+	n, err := ex.Exec(ctx, d.idempotencyQueries().complete, p.Scope, p.Key, p.Owner, p.Status, p.Headers, body, p.Now)
+	return n == 1, d.wrap(err)
+}
+
+// ReleaseIdempotencyKey implements driver.IdempotencyKeys.
+func (d *Dialect) ReleaseIdempotencyKey(ctx context.Context, ex driver.Executor, ref driver.IdempotencyKeyRef, owner string) (bool, error) {
+	n, err := ex.Exec(ctx, d.idempotencyQueries().release, ref.Scope, ref.Key, owner)
+	return n == 1, d.wrap(err)
+}
+
+// PurgeIdempotencyKeys implements driver.IdempotencyKeys.
+func (d *Dialect) PurgeIdempotencyKeys(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyPurgeParams) (int64, error) {
+	n, err := ex.Exec(ctx, d.idempotencyQueries().purge, p.Before, p.Limit)
+	return n, d.wrap(err)
+}
