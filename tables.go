@@ -12,6 +12,10 @@ const (
 	FailedMessageTableDefault   = "failed_message"
 	DeliveryAttemptTableDefault = "delivery_attempt"
 	MigrationTableDefault       = "idem_schema_migration"
+	// IdempotentRequestTableDefault is not "idempotency_key", the name
+	// applications that wrote their own key store tend to use, so that
+	// migration 0004 never collides with such a table.
+	IdempotentRequestTableDefault = "idempotent_request"
 )
 
 // Tables names the tables idem uses. Every name is optional; the zero value
@@ -32,6 +36,9 @@ type Tables struct {
 	// Migrations is the table recording applied migrations. Defaults to
 	// "idem_schema_migration".
 	Migrations string
+	// IdempotentRequest is the table of the idempotency keys of incoming
+	// requests (package idempotency). Defaults to "idempotent_request".
+	IdempotentRequest string
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
@@ -53,6 +60,9 @@ func (t Tables) WithDefaults() Tables {
 	if t.Migrations == "" {
 		t.Migrations = MigrationTableDefault
 	}
+	if t.IdempotentRequest == "" {
+		t.IdempotentRequest = IdempotentRequestTableDefault
+	}
 	return t
 }
 
@@ -64,6 +74,7 @@ func (t Tables) Validate() error {
 	for _, f := range []struct{ field, v string }{
 		{"Schema", t.Schema}, {"Outbox", t.Outbox}, {"ProcessedEvent", t.ProcessedEvent},
 		{"FailedMessage", t.FailedMessage}, {"DeliveryAttempt", t.DeliveryAttempt}, {"Migrations", t.Migrations},
+		{"IdempotentRequest", t.IdempotentRequest},
 	} {
 		if f.field == "Schema" && f.v == "" {
 			continue

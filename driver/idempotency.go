@@ -5,14 +5,6 @@ import (
 	"time"
 )
 
-// IdempotencyTable is the table of the idempotency keys of incoming
-// requests (package idempotency), created by migration 0004. Its name is
-// fixed: idem.Tables has no field for it. It lives beside the outbox, in
-// Tables.Schema when one is set. It is not "idempotency_key", the name
-// applications that wrote their own key store (as idem's shop did) tend to
-// use, so that the migration never collides with such a table.
-const IdempotencyTable = "idempotent_request"
-
 // IdempotencyKeys is an optional ability of a Dialect: storing the
 // idempotency keys of incoming requests, each claimed by one request at a
 // time, then completed with the response to replay. Package idempotency

@@ -180,7 +180,7 @@ func TestSchemaQualifiedTables(t *testing.T) {
 	if err == nil {
 		t.Fatal("a schema name with a space must be refused, it is not a portable identifier")
 	}
-	drv, err := postgres.NewPgxTables(pg.Pool, idem.Tables{Schema: pg.Schema + "_x", Outbox: "order_outbox", ProcessedEvent: "stock_processed"})
+	drv, err := postgres.NewPgxTables(pg.Pool, idem.Tables{Schema: pg.Schema + "_x", Outbox: "order_outbox", ProcessedEvent: "stock_processed", IdempotentRequest: "order_keys"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,12 @@ func TestSchemaQualifiedTables(t *testing.T) {
 	if n := pg.Count(t, postgres.QuoteIdent(pg.Schema+"_x")+".order_outbox"); n != 1 {
 		t.Fatalf("rows in the configured table = %d, want 1", n)
 	}
-	if n := pg.Count(t, "pg_tables WHERE schemaname = $1 AND tablename = 'outbox'", pg.Schema+"_x"); n != 0 {
-		t.Fatal("the default table name was created too")
+	for _, name := range []string{"outbox", "processed_event", "idempotent_request"} {
+		if n := pg.Count(t, "pg_tables WHERE schemaname = $1 AND tablename = $2", pg.Schema+"_x", name); n != 0 {
+			t.Fatalf("the default table name %s was created too", name)
+		}
+	}
+	if n := pg.Count(t, "pg_tables WHERE schemaname = $1 AND tablename = 'order_keys'", pg.Schema+"_x"); n != 1 {
+		t.Fatal("the configured idempotency key table was not created")
 	}
 }

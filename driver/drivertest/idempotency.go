@@ -305,8 +305,8 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 				break
 			}
 		}
-		if total != 21 || db.count(t, driver.IdempotencyTable) != 4 {
-			t.Fatalf("purged %d, %d left; want 21 purged, the 4 keys not expired left", total, db.count(t, driver.IdempotencyTable))
+		if total != 21 || db.count(t, idem.IdempotentRequestTableDefault) != 4 {
+			t.Fatalf("purged %d, %d left; want 21 purged, the 4 keys not expired left", total, db.count(t, idem.IdempotentRequestTableDefault))
 		}
 	})
 

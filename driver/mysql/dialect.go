@@ -53,16 +53,19 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 	names := struct {
 		Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt, ClaimLock      string
 		OutboxName, ProcessedEventName, FailedMessageName, DeliveryAttemptName string
+		IdempotentRequest, IdempotentRequestName                               string
 	}{
-		Outbox:              d.qualify(t.Outbox),
-		ProcessedEvent:      d.qualify(t.ProcessedEvent),
-		FailedMessage:       d.qualify(t.FailedMessage),
-		DeliveryAttempt:     d.qualify(t.DeliveryAttempt),
-		ClaimLock:           d.qualify(t.Outbox + "_claim_lock"),
-		OutboxName:          t.Outbox,
-		ProcessedEventName:  t.ProcessedEvent,
-		FailedMessageName:   t.FailedMessage,
-		DeliveryAttemptName: t.DeliveryAttempt,
+		Outbox:                d.qualify(t.Outbox),
+		ProcessedEvent:        d.qualify(t.ProcessedEvent),
+		FailedMessage:         d.qualify(t.FailedMessage),
+		DeliveryAttempt:       d.qualify(t.DeliveryAttempt),
+		ClaimLock:             d.qualify(t.Outbox + "_claim_lock"),
+		OutboxName:            t.Outbox,
+		ProcessedEventName:    t.ProcessedEvent,
+		FailedMessageName:     t.FailedMessage,
+		DeliveryAttemptName:   t.DeliveryAttempt,
+		IdempotentRequest:     d.qualify(t.IdempotentRequest),
+		IdempotentRequestName: t.IdempotentRequest,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
 	migs, err := dialectkit.LoadMigrations(migrationFiles, "migrations", names, funcs)

@@ -19,7 +19,7 @@ type idempotencyQueries struct {
 var idempotencyQueryCache sync.Map // qualified table name -> *idempotencyQueries
 
 func (d *Dialect) idempotencyQueries() *idempotencyQueries {
-	table := d.qualify(driver.IdempotencyTable)
+	table := d.qualify(d.tables.IdempotentRequest)
 	if q, ok := idempotencyQueryCache.Load(table); ok {
 		return q.(*idempotencyQueries)
 	}
@@ -48,7 +48,7 @@ WHERE scope = ? AND idem_key = ? AND owner = ? AND state = 'processing'`,
 func (d *Dialect) InsertIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (bool, error) {
 	n, err := ex.Exec(ctx, d.idempotencyQueries().insert, p.Scope, p.Key, p.Fingerprint, p.Owner,
 		sqltime.Format(p.LockedUntil), sqltime.Format(p.ExpiresAt), sqltime.Format(p.Now))
-	if IsDuplicateKey(err, driver.IdempotencyTable, "PRIMARY") {
+	if IsDuplicateKey(err, d.tables.IdempotentRequest, "PRIMARY") {
 		return false, nil
 	}
 	return n == 1, d.wrap(err)

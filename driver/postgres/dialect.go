@@ -46,16 +46,19 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 	names := struct {
 		Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt, NotifyFunc     string
 		OutboxName, ProcessedEventName, FailedMessageName, DeliveryAttemptName string
+		IdempotentRequest, IdempotentRequestName                               string
 	}{
-		Outbox:              d.qualify(t.Outbox),
-		ProcessedEvent:      d.qualify(t.ProcessedEvent),
-		FailedMessage:       d.qualify(t.FailedMessage),
-		DeliveryAttempt:     d.qualify(t.DeliveryAttempt),
-		NotifyFunc:          d.qualify(t.Outbox + "_notify"),
-		OutboxName:          t.Outbox,
-		ProcessedEventName:  t.ProcessedEvent,
-		FailedMessageName:   t.FailedMessage,
-		DeliveryAttemptName: t.DeliveryAttempt,
+		Outbox:                d.qualify(t.Outbox),
+		ProcessedEvent:        d.qualify(t.ProcessedEvent),
+		FailedMessage:         d.qualify(t.FailedMessage),
+		DeliveryAttempt:       d.qualify(t.DeliveryAttempt),
+		NotifyFunc:            d.qualify(t.Outbox + "_notify"),
+		OutboxName:            t.Outbox,
+		ProcessedEventName:    t.ProcessedEvent,
+		FailedMessageName:     t.FailedMessage,
+		DeliveryAttemptName:   t.DeliveryAttempt,
+		IdempotentRequest:     d.qualify(t.IdempotentRequest),
+		IdempotentRequestName: t.IdempotentRequest,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
 	migs, err := dialectkit.LoadMigrations(migrationFiles, "migrations", names, funcs)

@@ -19,7 +19,7 @@ type idempotencyQueries struct {
 var idempotencyQueryCache sync.Map // qualified table name -> *idempotencyQueries
 
 func (d *Dialect) idempotencyQueries() *idempotencyQueries {
-	table := d.qualify(driver.IdempotencyTable)
+	table := d.qualify(d.tables.IdempotentRequest)
 	if q, ok := idempotencyQueryCache.Load(table); ok {
 		return q.(*idempotencyQueries)
 	}

@@ -48,15 +48,18 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 	names := struct {
 		Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt                 string
 		OutboxName, ProcessedEventName, FailedMessageName, DeliveryAttemptName string
+		IdempotentRequest, IdempotentRequestName                               string
 	}{
-		Outbox:              QuoteIdent(t.Outbox),
-		ProcessedEvent:      QuoteIdent(t.ProcessedEvent),
-		FailedMessage:       QuoteIdent(t.FailedMessage),
-		DeliveryAttempt:     QuoteIdent(t.DeliveryAttempt),
-		OutboxName:          t.Outbox,
-		ProcessedEventName:  t.ProcessedEvent,
-		FailedMessageName:   t.FailedMessage,
-		DeliveryAttemptName: t.DeliveryAttempt,
+		Outbox:                QuoteIdent(t.Outbox),
+		ProcessedEvent:        QuoteIdent(t.ProcessedEvent),
+		FailedMessage:         QuoteIdent(t.FailedMessage),
+		DeliveryAttempt:       QuoteIdent(t.DeliveryAttempt),
+		OutboxName:            t.Outbox,
+		ProcessedEventName:    t.ProcessedEvent,
+		FailedMessageName:     t.FailedMessage,
+		DeliveryAttemptName:   t.DeliveryAttempt,
+		IdempotentRequest:     QuoteIdent(t.IdempotentRequest),
+		IdempotentRequestName: t.IdempotentRequest,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
 	migs, err := dialectkit.LoadMigrations(migrationFiles, "migrations", names, funcs)

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"sync"
 
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/sqltime"
@@ -10,10 +11,19 @@ import (
 var _ driver.IdempotencyKeys = (*Dialect)(nil)
 
 // idempotencyQueries are the statements on the idempotency key table
-// (migration 0004). SQLite has no schemas: the name is always the same.
-var idempotencyQueries = func() struct{ insert, get, reclaim, complete, release, purge string } {
-	table := QuoteIdent(driver.IdempotencyTable)
-	return struct{ insert, get, reclaim, complete, release, purge string }{
+// (migration 0004), rendered once per table name.
+type idempotencyQueries struct {
+	insert, get, reclaim, complete, release, purge string
+}
+
+var idempotencyQueryCache sync.Map // quoted table name -> *idempotencyQueries
+
+func (d *Dialect) idempotencyQueries() *idempotencyQueries {
+	table := QuoteIdent(d.tables.IdempotentRequest)
+	if q, ok := idempotencyQueryCache.Load(table); ok {
+		return q.(*idempotencyQueries)
+	}
+	q := &idempotencyQueries{
 		insert: `INSERT INTO ` + table + ` (scope, idem_key, fingerprint, state, owner, locked_until, expires_at, created_at)
 VALUES (?1, ?2, ?3, 'processing', ?4, ?5, ?6, ?7)
 ON CONFLICT (scope, idem_key) DO NOTHING`,
@@ -30,11 +40,13 @@ WHERE scope = ?1 AND idem_key = ?2 AND owner = ?3 AND state = 'processing'`,
 		purge: `DELETE FROM ` + table + ` WHERE (scope, idem_key) IN (
     SELECT scope, idem_key FROM ` + table + ` WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)`,
 	}
-}()
+	actual, _ := idempotencyQueryCache.LoadOrStore(table, q)
+	return actual.(*idempotencyQueries)
+}
 
 // InsertIdempotencyKey implements driver.IdempotencyKeys.
 func (d *Dialect) InsertIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (bool, error) {
-	n, err := ex.Exec(ctx, idempotencyQueries.insert, p.Scope, p.Key, p.Fingerprint, p.Owner,
+	n, err := ex.Exec(ctx, d.idempotencyQueries().insert, p.Scope, p.Key, p.Fingerprint, p.Owner,
 		sqltime.Format(p.LockedUntil), sqltime.Format(p.ExpiresAt), sqltime.Format(p.Now))
 	return n == 1, d.wrap(err)
 }
@@ -42,7 +54,7 @@ func (d *Dialect) InsertIdempotencyKey(ctx context.Context, ex driver.Executor, 
 // GetIdempotencyKey implements driver.IdempotencyKeys.
 func (d *Dialect) GetIdempotencyKey(ctx context.Context, ex driver.Executor, ref driver.IdempotencyKeyRef) (driver.IdempotencyKey, error) {
 	k := driver.IdempotencyKey{IdempotencyKeyRef: ref}
-	err := driver.QueryRow(ctx, ex, idempotencyQueries.get, []any{ref.Scope, ref.Key},
+	err := driver.QueryRow(ctx, ex, d.idempotencyQueries().get, []any{ref.Scope, ref.Key},
 		&k.Fingerprint, &k.Completed, &k.Owner, &k.Status, &k.Headers, &k.Body,
 		sqltime.Scanner(&k.LockedUntil), sqltime.Scanner(&k.ExpiresAt), sqltime.Scanner(&k.CreatedAt), sqltime.Scanner(&k.CompletedAt))
 	if err != nil {
@@ -53,7 +65,7 @@ func (d *Dialect) GetIdempotencyKey(ctx context.Context, ex driver.Executor, ref
 
 // ReclaimIdempotencyKey implements driver.IdempotencyKeys.
 func (d *Dialect) ReclaimIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (bool, error) {
-	n, err := ex.Exec(ctx, idempotencyQueries.reclaim, p.Scope, p.Key, p.Fingerprint, p.Owner,
+	n, err := ex.Exec(ctx, d.idempotencyQueries().reclaim, p.Scope, p.Key, p.Fingerprint, p.Owner,
 		sqltime.Format(p.LockedUntil), sqltime.Format(p.ExpiresAt), sqltime.Format(p.Now), p.PreviousOwner)
 	return n == 1, d.wrap(err)
 }
@@ -64,18 +76,18 @@ func (d *Dialect) CompleteIdempotencyKey(ctx context.Context, ex driver.Executor
 	if body == nil {
 		body = []byte{} // an empty body, not an unknown one
 	}
-	n, err := ex.Exec(ctx, idempotencyQueries.complete, p.Scope, p.Key, p.Owner, p.Status, p.Headers, body, sqltime.Format(p.Now))
+	n, err := ex.Exec(ctx, d.idempotencyQueries().complete, p.Scope, p.Key, p.Owner, p.Status, p.Headers, body, sqltime.Format(p.Now))
 	return n == 1, d.wrap(err)
 }
 
 // ReleaseIdempotencyKey implements driver.IdempotencyKeys.
 func (d *Dialect) ReleaseIdempotencyKey(ctx context.Context, ex driver.Executor, ref driver.IdempotencyKeyRef, owner string) (bool, error) {
-	n, err := ex.Exec(ctx, idempotencyQueries.release, ref.Scope, ref.Key, owner)
+	n, err := ex.Exec(ctx, d.idempotencyQueries().release, ref.Scope, ref.Key, owner)
 	return n == 1, d.wrap(err)
 }
 
 // PurgeIdempotencyKeys implements driver.IdempotencyKeys.
 func (d *Dialect) PurgeIdempotencyKeys(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyPurgeParams) (int64, error) {
-	n, err := ex.Exec(ctx, idempotencyQueries.purge, sqltime.Format(p.Before), p.Limit)
+	n, err := ex.Exec(ctx, d.idempotencyQueries().purge, sqltime.Format(p.Before), p.Limit)
 	return n, d.wrap(err)
 }

@@ -5,13 +5,11 @@
 -- and outbox events. A retry takes a processing key over once locked_until
 -- has passed (its request crashed); keys are purged after expires_at.
 --
--- The table's name is fixed (driver.IdempotencyTable). It lives in the
--- outbox's database: $table is the outbox's qualified name with its last
--- part replaced. Keys and scopes never end with a space (package
+-- Its name is Tables.IdempotentRequest, in Tables.Schema beside the
+-- other tables. Keys and scopes never end with a space (package
 -- idempotency refuses them), so the PAD SPACE collation compares them
 -- exactly.
-{{- $table := print (slice .Outbox 0 (len (slice .Outbox (len (ident .OutboxName))))) (ident "idempotent_request") }}
-CREATE TABLE {{$table}} (
+CREATE TABLE {{.IdempotentRequest}} (
     scope            VARCHAR(255) NOT NULL DEFAULT '',
     idem_key         VARCHAR(255) NOT NULL,
     fingerprint      VARCHAR(255) NOT NULL,
@@ -26,5 +24,5 @@ CREATE TABLE {{$table}} (
     created_at       DATETIME(6)  NOT NULL,
     completed_at     DATETIME(6)  NULL,
     PRIMARY KEY (scope, idem_key),
-    KEY `idempotent_request_expires_at_idx` (expires_at)
+    KEY {{ident .IdempotentRequestName "expires_at_idx"}} (expires_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

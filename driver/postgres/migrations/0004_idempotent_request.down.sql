@@ -1,3 +1,3 @@
 -- Forgets every idempotency key: a retry of a request answered before runs
 -- again.
-DROP TABLE {{print (slice .Outbox 0 (len (slice .Outbox (len (ident .OutboxName))))) (ident "idempotent_request")}};
+DROP TABLE {{.IdempotentRequest}};

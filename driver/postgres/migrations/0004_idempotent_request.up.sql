@@ -5,11 +5,9 @@
 -- and outbox events. A retry takes a processing key over once locked_until
 -- has passed (its request crashed); keys are purged after expires_at.
 --
--- The table's name is fixed (driver.IdempotencyTable). It lives in the
--- outbox's schema: $table is the outbox's qualified name with its last part
--- replaced.
-{{- $table := print (slice .Outbox 0 (len (slice .Outbox (len (ident .OutboxName))))) (ident "idempotent_request") }}
-CREATE TABLE {{$table}} (
+-- Its name is Tables.IdempotentRequest, in Tables.Schema beside the
+-- other tables.
+CREATE TABLE {{.IdempotentRequest}} (
     -- Who the key belongs to ('' when keys are shared by every client),
     -- and the client's key: text without control characters.
     scope            text        NOT NULL DEFAULT '',
@@ -28,7 +26,7 @@ CREATE TABLE {{$table}} (
     expires_at       timestamptz NOT NULL,
     created_at       timestamptz NOT NULL,
     completed_at     timestamptz,
-    CONSTRAINT "idempotent_request_pkey" PRIMARY KEY (scope, idem_key),
-    CONSTRAINT "idempotent_request_state_check" CHECK (state IN ('processing', 'done'))
+    CONSTRAINT {{ident .IdempotentRequestName "pkey"}} PRIMARY KEY (scope, idem_key),
+    CONSTRAINT {{ident .IdempotentRequestName "state_check"}} CHECK (state IN ('processing', 'done'))
 );
-CREATE INDEX "idempotent_request_expires_at_idx" ON {{$table}} (expires_at);
+CREATE INDEX {{ident .IdempotentRequestName "expires_at_idx"}} ON {{.IdempotentRequest}} (expires_at);

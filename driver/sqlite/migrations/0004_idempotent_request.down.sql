@@ -1,3 +1,3 @@
 -- Forgets every idempotency key: a retry of a request answered before runs
 -- again.
-DROP TABLE {{ident "idempotent_request"}};
+DROP TABLE {{.IdempotentRequest}};

@@ -4,9 +4,9 @@
 -- stored ("done") in the application's transaction, with its business rows
 -- and outbox events. A retry takes a processing key over once locked_until
 -- has passed (its request crashed); keys are purged after expires_at.
--- The table's name is fixed (driver.IdempotencyTable). Timestamps are UTC
+-- Its name is Tables.IdempotentRequest. Timestamps are UTC
 -- text, 'YYYY-MM-DD HH:MM:SS.ffffff'.
-CREATE TABLE {{ident "idempotent_request"}} (
+CREATE TABLE {{.IdempotentRequest}} (
     scope            TEXT    NOT NULL DEFAULT '',
     idem_key         TEXT    NOT NULL,
     fingerprint      TEXT    NOT NULL,
@@ -22,4 +22,4 @@ CREATE TABLE {{ident "idempotent_request"}} (
     completed_at     TEXT,
     PRIMARY KEY (scope, idem_key)
 ) WITHOUT ROWID;
-CREATE INDEX {{ident "idempotent_request_expires_at_idx"}} ON {{ident "idempotent_request"}} (expires_at);
+CREATE INDEX {{ident .IdempotentRequestName "expires_at_idx"}} ON {{.IdempotentRequest}} (expires_at);
