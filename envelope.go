@@ -147,12 +147,13 @@ func (d Decoder) Decode(msg Message) (Event, error) {
 	}
 	var fields map[string]json.RawMessage
 	isObject := body[0] == '{' && json.Unmarshal(body, &fields) == nil
+	id, hasID := msg.Headers[HeaderEventID]
 	if isObject {
-		if _, ok := fields["event_id"]; ok {
+		if _, ok := fields["event_id"]; ok && (!hasID || hasEnvelopeShape(fields)) {
 			return decodeEnvelope(fields, msg.Headers)
 		}
 	}
-	if id, ok := msg.Headers[HeaderEventID]; ok {
+	if hasID {
 		return decodeDebezium(msg, id, body)
 	}
 	if !json.Valid(body) {
@@ -162,6 +163,17 @@ func (d Decoder) Decode(msg Message) (Event, error) {
 		return Event{}, decodeErr("body", "is not a JSON object and there is no \"id\" header")
 	}
 	return Event{}, decodeErr("event_id", "is missing")
+}
+
+// hasEnvelopeShape reports whether fields, an object with an "event_id",
+// also have the envelope's "event_name" and "payload". A Debezium record's
+// bare payload may hold an "event_id" of its own (an application's field):
+// with an "id" header and without that shape, the record is read by its
+// headers, as Debezium wrote it. A whole envelope wins over the headers.
+func hasEnvelopeShape(fields map[string]json.RawMessage) bool {
+	_, name := fields["event_name"]
+	_, payload := fields["payload"]
+	return name && payload
 }
 
 func decodeErr(field, problem string) error {
@@ -292,7 +304,11 @@ func debeziumPayload(value []byte) (json.RawMessage, error) {
 			}
 			inner := bytes.TrimSpace([]byte(s))
 			if len(inner) == 0 || !json.Valid(inner) {
-				return nil, decodeErr("payload", "is a string that does not hold JSON")
+				// A payload that is a JSON string: Debezium's JSON
+				// converter quotes the text of a payload column, which
+				// holds JSON; a relay writing the bare payload writes the
+				// string itself.
+				return append(json.RawMessage(nil), value...), nil
 			}
 			value = inner
 			continue
