@@ -21,7 +21,7 @@ type dbFlags struct {
 }
 
 func (f *dbFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "db", "", "database URL (default $IDEM_DB_URL): "+registry.DatabaseURLHelp)
+	fs.StringVar(&f.url, "db", "", "database URL (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
 	fs.StringVar(&f.schema, "schema", "", "schema holding idem's tables (default $IDEM_SCHEMA, else the connection's search_path)")
 }
 

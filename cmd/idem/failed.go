@@ -67,7 +67,7 @@ Examples:
 			var db dbFlags
 			db.register(fs)
 			quarantine := registerQuarantineFlags(fs, &db)
-			brokerURL := fs.String("broker", "", "with retry: broker URL, e.g. amqp://user:pass@localhost:5672/ (default $IDEM_BROKER_URL)")
+			brokerURL := fs.String("broker", "", "with retry: broker URL (default $IDEM_BROKER_URL):\n"+registry.BrokerURLHelp())
 			consumer := fs.String("consumer", "", "only messages of this consumer name")
 			event := fs.String("event", "", "only messages of this event name")
 			since := fs.String("since", "", "only messages failed since this time or duration back (24h)")

@@ -40,7 +40,7 @@ Examples:
 			db.register(fs)
 			steps := fs.Int("steps", 1, "with down: how many migrations to revert (0: all)")
 			down := fs.Bool("down", false, "with sql: print the down migrations")
-			dialect := fs.String("dialect", "", "with sql: print the SQL of this dialect ("+strings.Join(registry.DialectNames, ", ")+") without connecting to a database")
+			dialect := fs.String("dialect", "", "with sql: print the SQL of this dialect ("+strings.Join(registry.DialectNames(), ", ")+") without connecting to a database")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) != 1 {
 					return usagef("want one of up, down, status, sql")
@@ -131,7 +131,7 @@ func printSQL(ctx context.Context, e *env, db *dbFlags, dialect string, down boo
 		}
 	} else {
 		if db.url == "" && e.getenv("IDEM_DB_URL") == "" {
-			return usagef("pass --dialect %s to print its SQL, or --db (or IDEM_DB_URL) for the database's", strings.Join(registry.DialectNames, "|"))
+			return usagef("pass --dialect %s to print its SQL, or --db (or IDEM_DB_URL) for the database's", strings.Join(registry.DialectNames(), "|"))
 		}
 		conn, err := db.open(ctx, e)
 		if err != nil {

@@ -25,7 +25,7 @@ import (
 type brokerFlags struct{ url string }
 
 func (f *brokerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "broker", "", "broker URL: amqp://…, kafka://host:port, nats://… (or nats://embedded?dir=…), or http(s)://… to POST batches as JSON (default $IDEM_BROKER_URL)")
+	fs.StringVar(&f.url, "broker", "", "broker URL (default $IDEM_BROKER_URL):\n"+registry.BrokerURLHelp())
 }
 
 func (f *brokerFlags) open(ctx context.Context, e *env) (registry.Publisher, string, error) {

@@ -27,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/idem-go/idem/internal/registry"
 )
 
 func main() {
@@ -118,7 +120,8 @@ func usageWithEnv(fs *flag.FlagSet, env map[string]string, head, tail string) fu
 			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" {
 				def = " (default " + f.DefValue + ")"
 			}
-			fmt.Fprintf(w, "  --%s\n        %s%s", f.Name, f.Usage, def)
+			usage := strings.ReplaceAll(f.Usage, "\n", "\n        ")
+			fmt.Fprintf(w, "  --%s\n        %s%s", f.Name, usage, def)
 			if e := env[f.Name]; e != "" {
 				fmt.Fprintf(w, " [$%s]", e)
 			}
@@ -188,8 +191,8 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	fs.SetOutput(stderr)
 	var cfg runConfig
 	services := fs.String("services", "all", "comma-separated services to run: order, stock, shipping, billing, carrier, relay, or all")
-	fs.StringVar(&cfg.DB, "db", "", "database URL for every service: postgres://..., mysql://..., sqlite:DIR (default: SQLite files under --data-dir)")
-	fs.StringVar(&cfg.Broker, "broker", "", "broker URL: amqp://... (add ?queue_type=quorum for quorum queues), kafka://host:port, nats://... (default: embedded NATS JetStream under --data-dir)")
+	fs.StringVar(&cfg.DB, "db", "", "database URL for every service (default: SQLite files under --data-dir); each service's tables in a schema, database or file of its own:\n"+registry.DatabaseURLHelp())
+	fs.StringVar(&cfg.Broker, "broker", "", "broker URL (default: embedded NATS JetStream under --data-dir):\n"+registry.BrokerURLHelp())
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "address of the order API and the fake carrier")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the embedded defaults' data")
 	fs.StringVar(&cfg.Namespace, "namespace", namespaceDefault, "prefix of the services' schemas (<namespace>_order...) and, when not \"shop\", of the broker's exchange and queues, so several shops can share servers")

@@ -11,6 +11,9 @@ import (
 	"github.com/idem-go/idem/broker/amqp"
 )
 
+// amqpURLHelp describes the transport's URLs (BrokerURLHelp).
+const amqpURLHelp = `amqp://user:pass@host:5672/ or amqps://...?cacertfile=ca.pem&certfile=c.pem&keyfile=k.pem (?queue_type=quorum, ?exchange=)`
+
 // amqpParams reads idem's own query parameters of a RabbitMQ URL, exchange
 // and queue_type (a subscriber's), and returns the URL without them for
 // amqp091-go, which reads the TLS ones (cacertfile, certfile, keyfile,

@@ -23,8 +23,12 @@ type Publisher interface {
 	Close() error
 }
 
-// brokerScheme is what a transport provides to the registry.
-type brokerScheme struct {
+// transport is what a transport provides to the registry.
+type transport struct {
+	// schemes are the URL schemes it answers to.
+	schemes []string
+	// help describes its URLs, for --help texts (BrokerURLHelp).
+	help string
 	// publish opens a publisher of rawURL; prefix, when set, prefixes the
 	// broker's names (see OpenPrefixed).
 	publish func(ctx context.Context, rawURL, prefix string) (Publisher, error)
@@ -34,23 +38,35 @@ type brokerScheme struct {
 	subscribe func(rawURL string, cfg SubscribeConfig, names []string, deliver broker.DeliverFunc) (broker.Subscriber, error)
 }
 
-// brokerSchemes maps each broker URL scheme to its transport: adding a
-// transport adds its opener file and a line here.
-var brokerSchemes = map[string]brokerScheme{
-	"amqp":  {publishAMQP, subscribeAMQP},
-	"amqps": {publishAMQP, subscribeAMQP},
-	"kafka": {publishKafka, subscribeKafka},
-	"nats":  {publishNATS, subscribeNATS},
-	"tls":   {publishNATS, subscribeNATS}, // NATS over TLS
-	"http":  {publishWebhook, nil},
-	"https": {publishWebhook, nil},
+// transports are the broker transports, in the order --help lists them:
+// adding a transport adds its file (its openers and help) and a line here.
+var transports = []transport{
+	{[]string{"amqp", "amqps"}, amqpURLHelp, publishAMQP, subscribeAMQP},
+	{[]string{"kafka"}, kafkaURLHelp, publishKafka, subscribeKafka},
+	{[]string{"nats", "tls"}, natsURLHelp, publishNATS, subscribeNATS},
+	{[]string{"http", "https"}, "http(s)://... (POST batches as JSON)", publishWebhook, nil},
 }
 
-// BrokerURLHelp describes the broker URLs, for --help texts.
-const BrokerURLHelp = `amqp://user:pass@host:5672/ or amqps://...?cacertfile=ca.pem&certfile=c.pem&keyfile=k.pem (?queue_type=quorum, ?exchange=),
-kafka://host:9092[,host2:9092]?tls=true&tls_ca=ca.pem&sasl=scram-sha-256&sasl_user=u&sasl_password=p (or $IDEM_KAFKA_SASL_PASSWORD),
-nats://user:pass@host:4222 or tls://host:4222?ca=ca.pem&cert=c.pem&key=k.pem&creds=user.creds, embedded (a NATS server in the process: ?dir=, ?listen=, ?sync=interval),
-http(s)://... (POST batches as JSON)`
+// brokerSchemes maps each broker URL scheme to its transport.
+var brokerSchemes = func() map[string]transport {
+	m := map[string]transport{}
+	for _, t := range transports {
+		for _, s := range t.schemes {
+			m[s] = t
+		}
+	}
+	return m
+}()
+
+// BrokerURLHelp describes the broker URLs, one transport per line, for
+// --help texts.
+func BrokerURLHelp() string {
+	lines := make([]string, len(transports))
+	for i, t := range transports {
+		lines[i] = t.help
+	}
+	return strings.Join(lines, ",\n")
+}
 
 // BrokerSchemes returns the supported broker URL schemes, sorted.
 func BrokerSchemes() []string {
@@ -65,20 +81,20 @@ func BrokerSchemes() []string {
 // brokerSchemeOf returns the transport of rawURL, whose scheme is read
 // without url.Parse: Kafka URLs list several hosts (kafka://a:9092,b:9092),
 // which url.Parse rejects. "embedded" is the embedded NATS server.
-func brokerSchemeOf(rawURL string) (brokerScheme, error) {
+func brokerSchemeOf(rawURL string) (transport, error) {
 	if rawURL == "" {
-		return brokerScheme{}, errors.New("no broker URL: pass --broker or set IDEM_BROKER_URL (for example amqp://guest:guest@localhost:5672/)")
+		return transport{}, errors.New("no broker URL: pass --broker or set IDEM_BROKER_URL (for example amqp://guest:guest@localhost:5672/)")
 	}
 	if rawURL == "embedded" || strings.HasPrefix(rawURL, "embedded?") {
 		return brokerSchemes["nats"], nil
 	}
 	scheme, _, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return brokerScheme{}, fmt.Errorf("broker URL %s has no scheme: want one of %s", broker.RedactURL(rawURL), strings.Join(BrokerSchemes(), ", "))
+		return transport{}, fmt.Errorf("broker URL %s has no scheme: want one of %s", broker.RedactURL(rawURL), strings.Join(BrokerSchemes(), ", "))
 	}
 	t, ok := brokerSchemes[strings.ToLower(scheme)]
 	if !ok {
-		return brokerScheme{}, fmt.Errorf("broker URL %s: scheme %q is not supported: want one of %s", broker.RedactURL(rawURL), scheme, strings.Join(BrokerSchemes(), ", "))
+		return transport{}, fmt.Errorf("broker URL %s: scheme %q is not supported: want one of %s", broker.RedactURL(rawURL), scheme, strings.Join(BrokerSchemes(), ", "))
 	}
 	return t, nil
 }

@@ -36,48 +36,74 @@ const (
 // databaseOpener opens a database of one scheme.
 type databaseOpener func(ctx context.Context, raw string, u *url.URL, o DatabaseOptions) (*Database, error)
 
-// databaseScheme is one database URL scheme: its dialect, how to open it,
-// and how to build its SQL without a database.
-type databaseScheme struct {
-	dialect string
-	open    databaseOpener
-	sql     func(idem.Tables) (driver.Dialect, error)
+// dialect is what a dialect provides to the registry.
+type dialect struct {
+	// name is Database.Dialect.
+	name string
+	// schemes are the URL schemes it answers to.
+	schemes []string
+	// help describes its URLs, for --help texts (DatabaseURLHelp).
+	help string
+	// open opens a database.
+	open databaseOpener
+	// sql builds the dialect without a database.
+	sql func(idem.Tables) (driver.Dialect, error)
 }
 
-var (
-	postgresScheme = databaseScheme{Postgres, openPostgres, func(t idem.Tables) (driver.Dialect, error) { return postgres.NewDialect(t) }}
-	mysqlScheme    = databaseScheme{MySQL, openMySQL, func(t idem.Tables) (driver.Dialect, error) { return mysql.NewDialect(t) }}
-	sqliteScheme   = databaseScheme{SQLite, openSQLite, func(t idem.Tables) (driver.Dialect, error) { return sqlite.NewDialect(t) }}
-)
-
-// databaseSchemes maps each database URL scheme to its dialect: adding a
-// dialect adds a line here.
-var databaseSchemes = map[string]databaseScheme{
-	"postgres":   postgresScheme,
-	"postgresql": postgresScheme,
-	"mysql":      mysqlScheme,
-	"mariadb":    mysqlScheme,
-	"sqlite":     sqliteScheme,
-	"file":       sqliteScheme,
+// dialects are the database dialects, in the order --help lists them:
+// adding a dialect adds its opener and a line here.
+var dialects = []dialect{
+	{Postgres, []string{"postgres", "postgresql"},
+		"postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem (every libpq parameter pgx reads)",
+		openPostgres, func(t idem.Tables) (driver.Dialect, error) { return postgres.NewDialect(t) }},
+	{MySQL, []string{"mysql", "mariadb"},
+		"mysql://user:pass@host:3306/db?tls=true (or mariadb://)",
+		openMySQL, func(t idem.Tables) (driver.Dialect, error) { return mysql.NewDialect(t) }},
+	{SQLite, []string{"sqlite", "file"},
+		"sqlite:FILE (sqlite:DIR with a database name: DIR/<name>.db)",
+		openSQLite, func(t idem.Tables) (driver.Dialect, error) { return sqlite.NewDialect(t) }},
 }
 
-// DialectNames are the dialect names NewDialect accepts, one per dialect
-// (it also takes the other URL schemes: postgresql, mariadb).
-var DialectNames = []string{Postgres, MySQL, SQLite}
+// databaseSchemes maps each database URL scheme to its dialect.
+var databaseSchemes = func() map[string]dialect {
+	m := map[string]dialect{}
+	for _, d := range dialects {
+		for _, s := range d.schemes {
+			m[s] = d
+		}
+	}
+	return m
+}()
+
+// DialectNames returns the dialect names NewDialect accepts, one per
+// dialect (it also takes the other URL schemes: postgresql, mariadb).
+func DialectNames() []string {
+	out := make([]string, len(dialects))
+	for i, d := range dialects {
+		out[i] = d.name
+	}
+	return out
+}
 
 // NewDialect returns the dialect called name bound to tables, without a
 // database: for what needs only the SQL, such as printing the migrations.
 func NewDialect(name string, tables idem.Tables) (driver.Dialect, error) {
-	s, ok := databaseSchemes[strings.ToLower(name)]
+	d, ok := databaseSchemes[strings.ToLower(name)]
 	if !ok {
-		return nil, fmt.Errorf("dialect %q: want %s", name, strings.Join(DialectNames, ", "))
+		return nil, fmt.Errorf("dialect %q: want %s", name, strings.Join(DialectNames(), ", "))
 	}
-	return s.sql(tables)
+	return d.sql(tables)
 }
 
-// DatabaseURLHelp describes the database URLs, for --help texts.
-const DatabaseURLHelp = `postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem (every libpq parameter pgx reads),
-mysql://user:pass@host:3306/db?tls=true (or mariadb://), sqlite:FILE (sqlite:DIR with a database name: DIR/<name>.db)`
+// DatabaseURLHelp describes the database URLs, one dialect per line, for
+// --help texts.
+func DatabaseURLHelp() string {
+	lines := make([]string, len(dialects))
+	for i, d := range dialects {
+		lines[i] = d.help
+	}
+	return strings.Join(lines, ",\n")
+}
 
 // DatabaseOptions say how to open a database.
 type DatabaseOptions struct {

@@ -25,6 +25,9 @@ import (
 	"github.com/idem-go/idem/broker/kafka"
 )
 
+// kafkaURLHelp describes the transport's URLs (BrokerURLHelp).
+const kafkaURLHelp = `kafka://host:9092[,host2:9092]?tls=true&tls_ca=ca.pem&sasl=scram-sha-256&sasl_user=u&sasl_password=p (or $IDEM_KAFKA_SASL_PASSWORD)`
+
 // kafkaConfig parses kafka://host:port[,host2:port][?params] into a
 // publisher configuration. Parameters:
 //

@@ -18,6 +18,9 @@ import (
 	"github.com/idem-go/idem/broker/nats/embedded"
 )
 
+// natsURLHelp describes the transport's URLs (BrokerURLHelp).
+const natsURLHelp = `nats://user:pass@host:4222 or tls://host:4222?ca=ca.pem&cert=c.pem&key=k.pem&creds=user.creds, embedded (a NATS server in the process: ?dir=, ?listen=, ?sync=interval)`
+
 // EmbeddedDirDefault is where an embedded NATS server keeps its data when the
 // URL gives no dir.
 const EmbeddedDirDefault = "idem-data/nats"
