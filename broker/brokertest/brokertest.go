@@ -20,8 +20,9 @@
 // inbox.Consumer.DeliverBatch. A few tests put a stand-in consumer behind
 // the subscriber, to see each delivery: published messages are confirmed
 // and received intact, the messages of a key arrive in publishing order and
-// wait behind one the consumer retries, and a pause holds messages back
-// without losing or spinning on them.
+// wait behind one the consumer retries, a pause holds messages back without
+// losing or spinning on them, and two Stop calls at once wait for the batch
+// in progress.
 //
 // The others run a real idempotent consumer (inbox.Consumer on a PostgreSQL
 // schema of its own, internal/testdb) whose handler writes one row per
@@ -176,6 +177,7 @@ func Run(t *testing.T, tr Transport) {
 	}{
 		{"PublishConfirm", testPublishConfirm, true},
 		{"Pause", testPause, true},
+		{"ConcurrentStops", testConcurrentStops, true},
 		{"OrderPerKey", testOrderPerKey, f.PerKeyOrder},
 		{"OrderThroughRetries", testOrderThroughRetries, f.PerKeyOrder},
 		{"DeliveredOnce", testDeliveredOnce, true},

@@ -242,3 +242,51 @@ func testPause(t *testing.T, tr Transport) {
 		}
 	}
 }
+
+// testConcurrentStops: two Stop calls at once both return only once the
+// batch in progress has ended, and the subscriber is done then.
+func testConcurrentStops(t *testing.T, tr Transport) {
+	name := "test.thing.stopped.v1"
+	inst := newInstance(t, tr, Options{EventNames: []string{name}, Consumers: []string{standInName}})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	sub := inst.NewSubscriber(t, standInName, func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+		once.Do(func() { close(entered) })
+		<-release
+		disps := make([]broker.Disposition, len(ds))
+		for i := range disps {
+			disps[i] = broker.Disposition{Action: broker.Ack, Outcome: broker.Applied}
+		}
+		return disps, make([]error, len(ds))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sub.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	Publish(t, inst.Publisher, NewMessage(t, name, "1", 1))
+	<-entered
+	var returned atomic.Int32
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if err := sub.Stop(ctx); err != nil {
+				t.Errorf("Stop: %v", err)
+			}
+			returned.Add(1)
+		})
+	}
+	time.Sleep(100 * time.Millisecond) // leave the Stop calls time to return too early
+	if n := returned.Load(); n != 0 {
+		t.Fatalf("%d Stop call(s) returned while a batch was in progress", n)
+	}
+	close(release)
+	wg.Wait()
+	if d, ok := sub.(interface{ Done() <-chan struct{} }); ok {
+		select {
+		case <-d.Done():
+		default:
+			t.Fatal("Done not closed after Stop returned")
+		}
+	}
+}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
-	"github.com/idem-go/idem/broker/brokertest"
 	"github.com/idem-go/idem/broker/kafka"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
@@ -416,59 +415,4 @@ func TestRebalanceWhileHandling(t *testing.T) {
 	}
 	testsvc.WaitFor(t, 60*time.Second, "every event applied", func() bool { return applied() >= len(evs) })
 	checkOnceInOrder(t, pg, "rebalance", evs)
-}
-
-// Two Stop calls at once both return only once the batch in progress has
-// ended.
-func TestConcurrentStopsWaitForTheBatch(t *testing.T) {
-	t.Parallel()
-	const topic = "outbox.event.order"
-	c := newCluster(t, 1, topic)
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	deliver := func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
-		once.Do(func() { close(entered) })
-		<-release
-		disps := make([]broker.Disposition, len(ds))
-		for i := range disps {
-			disps[i] = broker.Disposition{Action: broker.Ack, Outcome: broker.Applied}
-		}
-		return disps, make([]error, len(ds))
-	}
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		ClientConfig: kafka.ClientConfig{Brokers: c.ListenAddrs(), Logger: brokertest.Logger(), Opts: fastGroup()},
-		Group:        "stop", Topics: []string{topic},
-	}, deliver)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := newPublisher(t, c).Publish(context.Background(), messages(t, newEvents(t, 1, 1))); err != nil {
-		t.Fatal(err)
-	}
-	<-entered
-	var returned atomic.Int32
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Go(func() {
-			if err := sub.Stop(context.Background()); err != nil {
-				t.Errorf("stop: %v", err)
-			}
-			returned.Add(1)
-		})
-	}
-	time.Sleep(100 * time.Millisecond)
-	if n := returned.Load(); n != 0 {
-		t.Fatalf("%d Stop call(s) returned while a batch was in progress", n)
-	}
-	close(release)
-	wg.Wait()
-	select {
-	case <-sub.Done():
-	default:
-		t.Fatal("Done not closed after Stop returned")
-	}
 }
