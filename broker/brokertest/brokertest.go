@@ -31,8 +31,8 @@
 // with Redeliver, is applied once; a handler failing a few times is
 // retried, to this consumer only, and applied once; attempts counted
 // survive a new subscriber; bodies published by a producer that knows
-// nothing of idem are parked once, byte for byte, and the queue flows on;
-// a message that keeps failing is
+// nothing of idem are parked once, byte for byte, and the queue flows on,
+// while Debezium's messages are applied; a message that keeps failing is
 // parked after its retries, holding the later messages of its aggregate,
 // while the others flow, and is applied once re-driven with Redeliver, as
 // "idem failed retry" does; a message still failing goes to the
@@ -184,6 +184,7 @@ func Run(t *testing.T, tr Transport) {
 		{"RetryThenSuccess", testRetryThenSuccess, true},
 		{"AttemptsSurviveNewSubscriber", testAttemptsSurvive, true},
 		{"ParkMalformed", testParkMalformed, true},
+		{"DebeziumInput", testDebeziumInput, true},
 		{"ParkedThenRedriven", testParkedThenRedriven, true},
 		{"DeadLetter", testDeadLetter, f.DeadLetter},
 		{"KillBetweenCommitAndAck", testKillBetweenCommitAndAck, f.ProcessKill != ""},

@@ -303,6 +303,23 @@ func testParkMalformed(t *testing.T, tr Transport) {
 	CheckOnceInOrder(t, b.pg, "stock", []idem.Message{good})
 }
 
+// testDebeziumInput: a message as Debezium's Outbox Event Router sends it,
+// the event id and name in headers and the bare payload as body, is
+// applied like an envelope.
+func testDebeziumInput(t *testing.T, tr Transport) {
+	name := "test.order.placed.v1"
+	b := setup(t, tr, Options{EventNames: []string{name}, Consumers: []string{"stock"}})
+	c := b.consumer(t, "stock", fastRetry, nil)
+	b.subscribe(t, "stock", c)
+	id := idem.NewEventID()
+	b.inst.PublishRaw(t, name, []byte(`{"orderId":"42"}`), map[string]string{idem.HeaderEventID: id.String(), idem.HeaderEventType: name})
+	b.waitFor(t, "the event applied", func() bool { return c.Stats().Applied == 1 })
+	b.drained(t, "stock")
+	if n := b.pg.Count(t, "effect WHERE event_id = $1", id); n != 1 {
+		t.Errorf("effects of %s: %d, want 1", id, n)
+	}
+}
+
 // testParkedThenRedriven: a message failing on every attempt is parked
 // after the retry policy's attempts, as received, with its source; a later
 // message of its aggregate is parked behind it (held by it); the other
