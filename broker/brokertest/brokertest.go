@@ -46,6 +46,9 @@
 // the transport lacks either checks the documented limitation (a publisher
 // that is no broker.Redeliverer) or is not part of its contract. No test is
 // ever skipped: a missing server, hook or build tag fails.
+//
+// CheckDelivery and CheckRoundTrip are for each transport's fuzz test of
+// its conversion of received messages.
 package brokertest
 
 import (
