@@ -1,9 +1,6 @@
 package amqp
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -12,10 +9,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/broker/brokertest"
 )
-
-const fuzzEnvelope = `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"order.order.placed.v1","occurred_at":"2026-12-02T08:00:00.123456Z","aggregate_type":"order","aggregate_id":"42","aggregate_version":3,"payload":{"orderId":"42"}}`
 
 // FuzzToDelivery feeds toDelivery AMQP deliveries with any body, properties
 // and headers (of the types AMQP tables hold): it must not panic, must keep
@@ -25,7 +20,7 @@ const fuzzEnvelope = `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_
 // it back as the envelope says.
 func FuzzToDelivery(f *testing.F) {
 	id := "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
-	f.Add([]byte(fuzzEnvelope), "order.order.placed.v1", "events", "order.order.placed.v1", id, "", "42", "1", "v", int64(0))
+	f.Add([]byte(brokertest.FuzzEnvelope), "order.order.placed.v1", "events", "order.order.placed.v1", id, "", "42", "1", "v", int64(0))
 	f.Add([]byte(`{"orderId":42}`), "OrderCreated", "", "stock.events", "", id, "42", "", "", int64(3))
 	f.Add([]byte(`"{\"orderId\":42}"`), "", "events", "order.order.placed.v1", id, id, `{"schema":{},"payload":"42"}`, "x", "\xff", int64(-1))
 	f.Add([]byte("\xff\xfe"), "\x00", "\xff", "", "not-a-uuid", "{"+id+"}", "", "-3", "\x00", int64(1<<40))
@@ -58,7 +53,7 @@ func FuzzToDelivery(f *testing.F) {
 		}
 		d := amqp091.Delivery{Body: body, Type: typ, Exchange: exchange, RoutingKey: routingKey, MessageId: messageID, Headers: headers}
 		got := toDelivery(d, "stock.events")
-		checkDelivery(t, got, body)
+		brokertest.CheckDelivery(t, got, body)
 		if got.Source != "stock.events" {
 			t.Fatalf("source %q", got.Source)
 		}
@@ -92,62 +87,9 @@ func FuzzToDelivery(f *testing.F) {
 			MessageId: pub.MessageId, Type: pub.Type, Body: pub.Body,
 			Exchange: "events", RoutingKey: msg.EventName,
 		}, "stock.events")
-		checkRoundTrip(t, msg, got)
+		brokertest.CheckRoundTrip(t, msg, got)
 		if got.Attempt != 1 {
 			t.Fatalf("a first delivery has attempt %d", got.Attempt)
 		}
 	})
-}
-
-// checkDelivery checks what every conversion must give: the body as
-// received, an attempt of at least 1, and a message that decodes or is
-// undecodable.
-func checkDelivery(t *testing.T, d inbox.Delivery, body []byte) {
-	t.Helper()
-	if !bytes.Equal(d.Message.Body, body) {
-		t.Fatalf("body %q came out as %q", body, d.Message.Body)
-	}
-	if d.Attempt < 1 {
-		t.Fatalf("attempt %d", d.Attempt)
-	}
-	ev, err := idem.Decode(d.Message)
-	if err != nil {
-		if !errors.Is(err, idem.ErrUndecodable) {
-			t.Fatalf("decode error %v is not idem.ErrUndecodable", err)
-		}
-		return
-	}
-	if ev.ID == uuid.Nil || ev.Name == "" {
-		t.Fatalf("decoded an event without id or name: %+v", ev)
-	}
-}
-
-// checkRoundTrip checks that the delivery of a published msg decodes to the
-// event its envelope holds, with the message's headers.
-func checkRoundTrip(t *testing.T, msg idem.Message, d inbox.Delivery) {
-	t.Helper()
-	want, err := idem.Decode(idem.Message{Body: msg.Body})
-	if err != nil {
-		t.Fatalf("the envelope %s does not decode: %v", msg.Body, err)
-	}
-	got, err := idem.Decode(d.Message)
-	if err != nil {
-		t.Fatalf("published %+v, received %+v: %v", msg, d.Message, err)
-	}
-	if got.ID != want.ID || got.Name != want.Name || !got.OccurredAt.Equal(want.OccurredAt) ||
-		got.AggregateType != want.AggregateType || got.AggregateID != want.AggregateID ||
-		got.AggregateVersion != want.AggregateVersion || !bytes.Equal(got.Payload, want.Payload) {
-		t.Fatalf("received\n%+v\nwant\n%+v", got, want)
-	}
-	for k, v := range msg.Headers {
-		if got.Headers[k] != v {
-			t.Fatalf("header %q: received %q, want %q", k, got.Headers[k], v)
-		}
-	}
-	if d.Message.EventID != msg.EventID || !bytes.Equal(d.Message.Key, msg.Key) {
-		t.Fatalf("id %s key %q received as %s %q", msg.EventID, msg.Key, d.Message.EventID, d.Message.Key)
-	}
-	if !json.Valid(got.Payload) {
-		t.Fatalf("payload %q is not JSON", got.Payload)
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem/broker/amqp"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 )
@@ -84,14 +85,11 @@ func TestEndToEndThroughRelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.declareQueue(t)
-	c, err := newEffectConsumer(b.pg.Driver, "stock", fastRetry, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := b.consumer(t, nil)
 	b.subscribe(t, c.DeliverBatch)
 	startRelay(t, b.pg, b.pub)
 	evs := writeOutbox(t, b.pg, 3)
-	eventually(t, 30*time.Second, "three events applied", func() bool { return c.Stats().Applied == 3 })
+	testsvc.WaitFor(t, 30*time.Second, "three events applied", func() bool { return c.Stats().Applied == 3 })
 	for _, ev := range evs {
 		if n := b.pg.Count(t, "effect WHERE event_id = $1", ev.ID); n != 1 {
 			t.Errorf("effects of %s: %d, want 1", ev.ID, n)
@@ -105,26 +103,20 @@ func TestEndToEndThroughRelay(t *testing.T) {
 // TestBrokerRestartDuringRun restarts RabbitMQ in the middle of a 10,000
 // event run through the relay: every event is applied exactly once.
 func TestBrokerRestartDuringRun(t *testing.T) {
-	url := testamqp.Exclusive(t)
-	b := &bundle{url: url, exchange: testamqp.Name("idem_t_"), pg: testdb.NewPostgres(t)}
-	b.queue = b.exchange + ".events"
-	b.pub = newPublisher(t, url, b.exchange)
+	b := newBundle(t, testamqp.Exclusive(t))
 	b.declareQueue(t)
-	c, err := newEffectConsumer(b.pg.Driver, "stock", fastRetry, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := b.consumer(t, nil)
 	b.subscribe(t, c.DeliverBatch, func(cfg *amqp.SubscriberConfig) { cfg.Logger = quiet })
 	const n = 10000
 	writeOutbox(t, b.pg, n)
 	r := startRelay(t, b.pg, b.pub)
-	eventually(t, 60*time.Second, "a first part applied", func() bool { return c.Stats().Applied >= 1500 })
+	testsvc.WaitFor(t, 60*time.Second, "a first part applied", func() bool { return c.Stats().Applied >= 1500 })
 	testamqp.Restart(t)
 	applied := c.Stats().Applied
 	if applied >= n {
 		t.Fatalf("all %d events applied before the restart finished; the test proves nothing", n)
 	}
-	eventually(t, 3*time.Minute, "every event applied", func() bool {
+	testsvc.WaitFor(t, 3*time.Minute, "every event applied", func() bool {
 		return b.pg.Count(t, "processed_event WHERE consumer_name = 'stock'") == n
 	})
 	if got := b.pg.Count(t, "effect"); got != n {
@@ -133,7 +125,7 @@ func TestBrokerRestartDuringRun(t *testing.T) {
 	if got := b.pg.Count(t, "(SELECT DISTINCT event_id FROM effect) d"); got != n {
 		t.Fatalf("distinct events with an effect: %d, want %d", got, n)
 	}
-	eventually(t, 30*time.Second, "outbox fully published", func() bool {
+	testsvc.WaitFor(t, 30*time.Second, "outbox fully published", func() bool {
 		return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	s := c.Stats()

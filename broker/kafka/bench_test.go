@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker/brokertest"
 	"github.com/idem-go/idem/broker/kafka"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
@@ -148,7 +149,7 @@ func benchRelay(b *testing.B) {
 	if err := pub.Ping(ctx); err != nil {
 		b.Fatal(err)
 	}
-	r, err := relay.New[pgx.Tx](pg.Driver, pub, relay.Config{StatsInterval: -1, Retention: -1, Logger: quietLogger()})
+	r, err := relay.New[pgx.Tx](pg.Driver, pub, relay.Config{StatsInterval: -1, Retention: -1, Logger: brokertest.Logger()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -170,13 +171,13 @@ func benchConsume(b *testing.B) {
 	c := newCluster(b, benchPartitions, benchTopic)
 	pg := testdb.NewPostgres(b, testdb.Options{MaxConns: 20})
 	rawProduce(b, c.ListenAddrs(), benchMessages(b, benchEvents))
-	cons, err := inbox.New[pgx.Tx](pg.Driver, inbox.Config{Name: "stock", Logger: quietLogger()})
+	cons, err := inbox.New[pgx.Tx](pg.Driver, inbox.Config{Name: "stock", Logger: brokertest.Logger()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	cons.Handle("order.order.placed.v1", func(context.Context, pgx.Tx, idem.Event) error { return nil })
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		ClientConfig: kafka.ClientConfig{Brokers: c.ListenAddrs(), Logger: quietLogger()},
+		ClientConfig: kafka.ClientConfig{Brokers: c.ListenAddrs(), Logger: brokertest.Logger()},
 		Group:        "stock",
 		Topics:       []string{benchTopic},
 	}, cons.DeliverBatch)

@@ -3,7 +3,6 @@ package kafka
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -12,10 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/broker/brokertest"
 )
-
-const fuzzEnvelope = `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"order.order.placed.v1","occurred_at":"2026-12-02T08:00:00.123456Z","aggregate_type":"order","aggregate_id":"42","aggregate_version":3,"payload":{"orderId":"42"}}`
 
 // FuzzDelivery feeds Subscriber.delivery Kafka records with any value, key,
 // topic and headers (repeated ones too): it must not panic, must keep the
@@ -26,7 +23,7 @@ const fuzzEnvelope = `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_
 // decode or be undecodable.
 func FuzzDelivery(f *testing.F) {
 	id := "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
-	f.Add([]byte(fuzzEnvelope), []byte("42"), "outbox.event.order", id, "order.order.placed.v1", "x-h", "v", int32(0), uint8(0))
+	f.Add([]byte(brokertest.FuzzEnvelope), []byte("42"), "outbox.event.order", id, "order.order.placed.v1", "x-h", "v", int32(0), uint8(0))
 	f.Add([]byte(`{"orderId":42}`), []byte(`"42"`), "outbox.event.order", id, "", "", "", int32(3), uint8(2))
 	f.Add([]byte(`"{\"orderId\":42}"`), []byte(`{"schema":{},"payload":"42"}`), "legacy", id, "OrderCreated", "id", "not-a-uuid", int32(-1), uint8(9))
 	f.Add([]byte(`{"schema":{},"payload":"\"x\""}`), []byte{}, "outbox.event.", "", "", "eventType", "", int32(1), uint8(255))
@@ -47,7 +44,7 @@ func FuzzDelivery(f *testing.F) {
 		}
 		r := &kgo.Record{Topic: topic, Partition: partition, Key: key, Value: value, Headers: headers}
 		got := s.delivery(r, int(attempt)+1)
-		checkDelivery(t, got, value)
+		brokertest.CheckDelivery(t, got, value)
 		if !bytes.Equal(got.Message.Key, key) {
 			t.Fatalf("key %q came out as %q", key, got.Message.Key)
 		}
@@ -81,10 +78,10 @@ func FuzzDelivery(f *testing.F) {
 			}
 			got := s.delivery(rec, 1)
 			if format == Envelope {
-				checkRoundTrip(t, msg, got)
+				brokertest.CheckRoundTrip(t, msg, got)
 				continue
 			}
-			checkDelivery(t, got, rec.Value)
+			brokertest.CheckDelivery(t, got, rec.Value)
 			// A bare payload that is an object with an "event_id" field
 			// reads as an envelope: idem.Decoder tries the envelope first.
 			var fields map[string]json.RawMessage
@@ -96,54 +93,4 @@ func FuzzDelivery(f *testing.F) {
 			}
 		}
 	})
-}
-
-// checkDelivery checks what every conversion must give: the value as
-// received, an attempt of at least 1, and a message that decodes or is
-// undecodable.
-func checkDelivery(t *testing.T, d inbox.Delivery, value []byte) {
-	t.Helper()
-	if !bytes.Equal(d.Message.Body, value) {
-		t.Fatalf("value %q came out as %q", value, d.Message.Body)
-	}
-	if d.Attempt < 1 {
-		t.Fatalf("attempt %d", d.Attempt)
-	}
-	ev, err := idem.Decode(d.Message)
-	if err != nil {
-		if !errors.Is(err, idem.ErrUndecodable) {
-			t.Fatalf("decode error %v is not idem.ErrUndecodable", err)
-		}
-		return
-	}
-	if ev.ID == uuid.Nil || ev.Name == "" {
-		t.Fatalf("decoded an event without id or name: %+v", ev)
-	}
-}
-
-// checkRoundTrip checks that the delivery of a produced msg decodes to the
-// event its envelope holds, with the message's headers.
-func checkRoundTrip(t *testing.T, msg idem.Message, d inbox.Delivery) {
-	t.Helper()
-	want, err := idem.Decode(idem.Message{Body: msg.Body})
-	if err != nil {
-		t.Fatalf("the envelope %s does not decode: %v", msg.Body, err)
-	}
-	got, err := idem.Decode(d.Message)
-	if err != nil {
-		t.Fatalf("produced %+v, received %+v: %v", msg, d.Message, err)
-	}
-	if got.ID != want.ID || got.Name != want.Name || !got.OccurredAt.Equal(want.OccurredAt) ||
-		got.AggregateType != want.AggregateType || got.AggregateID != want.AggregateID ||
-		got.AggregateVersion != want.AggregateVersion || !bytes.Equal(got.Payload, want.Payload) {
-		t.Fatalf("received\n%+v\nwant\n%+v", got, want)
-	}
-	for k, v := range msg.Headers {
-		if got.Headers[k] != v {
-			t.Fatalf("header %q: received %q, want %q", k, got.Headers[k], v)
-		}
-	}
-	if d.Message.EventID != msg.EventID || !bytes.Equal(d.Message.Key, msg.Key) {
-		t.Fatalf("id %s key %q received as %s %q", msg.EventID, msg.Key, d.Message.EventID, d.Message.Key)
-	}
 }

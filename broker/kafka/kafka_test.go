@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +19,6 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/kafka"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testsvc"
 )
@@ -222,7 +219,7 @@ func TestFailingMidPartition(t *testing.T) {
 	}
 	var othersDone atomic.Int64
 	var badDeliveries atomic.Int64
-	cons, err := newEffectConsumer(pg.Driver, "mid", inbox.RetryPolicy{MaxRetries: 1000, InitialDelay: 20 * time.Millisecond, Multiplier: 1, Jitter: -1},
+	cons := effectConsumer(t, pg, "mid", inbox.RetryPolicy{MaxRetries: 1000, InitialDelay: 20 * time.Millisecond, Multiplier: 1, Jitter: -1},
 		func(ev idem.Event) error {
 			if ev.ID != bad.ID {
 				return nil
@@ -236,9 +233,6 @@ func TestFailingMidPartition(t *testing.T) {
 			}
 			return errors.New("not yet")
 		})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var log callLog
 	var sub *kafka.Subscriber
 	logged := log.wrap(&sub, cons.DeliverBatch)
@@ -270,7 +264,7 @@ func TestFailingMidPartition(t *testing.T) {
 		}
 	}
 	testsvc.WaitFor(t, 30*time.Second, "every event applied or parked", func() bool {
-		return count(t, pg, `SELECT count(*) FROM effect`) == len(applied) && cons.Stats().Parked == uint64(1+len(held))
+		return pg.Count(t, "effect") == len(applied) && cons.Stats().Parked == uint64(1+len(held))
 	})
 	testsvc.WaitFor(t, 10*time.Second, "offsets committed to the end", func() bool {
 		var lag int64
@@ -311,9 +305,8 @@ func TestFailingMidPartition(t *testing.T) {
 			}
 		}
 	}
-	var parked int
-	if err := pg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM failed_message WHERE event_id = $1`, bad.ID).Scan(&parked); err != nil || parked != 1 {
-		t.Errorf("failed_message rows for the failing record: %d, %v", parked, err)
+	if n := pg.Count(t, "failed_message WHERE event_id = $1", bad.ID); n != 1 {
+		t.Errorf("failed_message rows for the failing record: %d", n)
 	}
 	ends := map[int32]int64{}
 	for _, ev := range evs {
@@ -325,117 +318,10 @@ func TestFailingMidPartition(t *testing.T) {
 			t.Errorf("partition %d: committed %d, end %d", p, off, ends[p])
 		}
 	}
-	if n := count(t, pg, `SELECT count(*) FROM failed_message WHERE held_by IS NOT NULL`); n != len(held) {
+	if n := pg.Count(t, "failed_message WHERE held_by IS NOT NULL"); n != len(held) {
 		t.Errorf("%d records parked behind the failing one, want %d", n, len(held))
 	}
 	checkOnceInOrder(t, pg, "mid", applied)
-}
-
-// A consumer killed after its database commit and before its offset commit
-// gets the records again when it restarts, and skips them as duplicates.
-func TestCrashBeforeOffsetCommit(t *testing.T) {
-	t.Parallel()
-	fault.RequireEnabled(t)
-	const topic = "outbox.event.order"
-	port := freePort(t)
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	pg := testdb.NewPostgres(t)
-	evs := newEvents(t, 5, 5)
-	if err := newPublisher(t, c).Publish(context.Background(), messages(t, evs)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pg.Pool.Exec(context.Background(), effectTable); err != nil {
-		t.Fatal(err)
-	}
-	child := func(faultSpec string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(),
-			childEnv+"=1",
-			"CHILD_PG_URL="+pg.URL,
-			"CHILD_BROKERS="+strings.Join(c.ListenAddrs(), ","),
-			"CHILD_GROUP=crash",
-			"CHILD_TOPIC="+topic,
-			fault.EnvVar+"="+faultSpec,
-		)
-		return cmd
-	}
-
-	// First run: killed at the fault point, after the effects committed.
-	first := child(fault.KafkaAfterHandleBeforeCommit)
-	var stderr strings.Builder
-	first.Stderr = &stderr
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- first.Wait() }()
-	select {
-	case err := <-waitErr:
-		if !strings.Contains(stderr.String(), "fault point "+fault.KafkaAfterHandleBeforeCommit) {
-			t.Fatalf("child ended without reaching the fault point: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		_ = first.Process.Kill()
-		<-waitErr
-		t.Fatalf("child not killed by the fault point\n%s", stderr.String())
-	}
-	applied := count(t, pg, `SELECT count(*) FROM effect`)
-	if applied == 0 {
-		t.Fatal("no effect committed before the crash")
-	}
-	if off := committed(t, c, "crash", topic); len(off) != 0 {
-		t.Fatalf("offsets committed before the crash: %v", off)
-	}
-
-	// Second run: the same records come back and are skipped.
-	second := child("")
-	out, err := second.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	second.Stderr = &stderr
-	if err := second.Start(); err != nil {
-		t.Fatal(err)
-	}
-	testsvc.WaitFor(t, 60*time.Second, "every event applied and the offset committed", func() bool {
-		return count(t, pg, `SELECT count(*) FROM effect`) == len(evs) && committed(t, c, "crash", topic)[0] == int64(len(evs))
-	})
-	if err := second.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	buf := new(strings.Builder)
-	readDone := make(chan struct{})
-	go func() {
-		b := make([]byte, 4096)
-		for {
-			n, err := out.Read(b)
-			buf.Write(b[:n])
-			if err != nil {
-				close(readDone)
-				return
-			}
-		}
-	}()
-	<-readDone
-	if err := second.Wait(); err != nil {
-		t.Fatalf("second child: %v\n%s", err, stderr.String())
-	}
-	var a, d int
-	for _, line := range strings.Split(buf.String(), "\n") {
-		if strings.HasPrefix(line, "applied=") {
-			if _, err := fmt.Sscanf(line, "applied=%d duplicates=%d", &a, &d); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if a != len(evs)-applied || d != applied {
-		t.Errorf("second run applied %d and skipped %d duplicates; want %d and %d", a, d, len(evs)-applied, applied)
-	}
-	checkOnceInOrder(t, pg, "crash", evs)
 }
 
 // Debezium Outbox Event Router records (header id, key, bare payload or a
@@ -447,34 +333,24 @@ func TestDebeziumInput(t *testing.T) {
 	pg := testdb.NewPostgres(t)
 	var mu sync.Mutex
 	got := map[uuid.UUID]idem.Event{}
-	cons, err := newEffectConsumer(pg.Driver, "debezium", inbox.RetryPolicy{}, func(ev idem.Event) error {
+	cons := effectConsumer(t, pg, "debezium", inbox.RetryPolicy{}, func(ev idem.Event) error {
 		mu.Lock()
 		got[ev.ID] = ev
 		mu.Unlock()
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ids := []uuid.UUID{idem.NewEventID(), idem.NewEventID(), idem.NewEventID()}
 	recs := []*kgo.Record{
 		{Topic: topic, Key: []byte("42"), Value: []byte(`{"orderId":42}`), Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(ids[0].String())}, {Key: "eventType", Value: []byte("OrderCreated")}}},
 		{Topic: topic, Key: []byte(`"43"`), Value: []byte(`"{\"orderId\":43}"`), Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(ids[1].String())}, {Key: "eventType", Value: []byte("OrderCreated")}}},
 		{Topic: topic, Key: []byte("44"), Value: []byte(`{"schema":{"type":"string"},"payload":"{\"orderId\":44}"}`), Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(ids[2].String())}}},
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	produce(t, c.ListenAddrs(), recs...)
 	// The third record has no eventType header: it is parked, with its id and
 	// aggregate, never acknowledged as ignored.
 	subscribe(t, c, "debezium", []string{topic}, cons.DeliverBatch)
 	testsvc.WaitFor(t, 30*time.Second, "two Debezium records applied and one parked", func() bool {
-		return count(t, pg, `SELECT count(*) FROM effect`) == 2 && count(t, pg, `SELECT count(*) FROM failed_message`) == 1
+		return pg.Count(t, "effect") == 2 && pg.Count(t, "failed_message") == 1
 	})
 	var parkedID, parkedErr, parkedKey string
 	if err := pg.DB.QueryRow(`SELECT event_id::text, error, convert_from(message_key, 'UTF8') FROM failed_message`).Scan(&parkedID, &parkedErr, &parkedKey); err != nil {
@@ -497,10 +373,7 @@ func TestDebeziumInput(t *testing.T) {
 
 	// With a default event name for the topic, a record without eventType
 	// takes it.
-	other, err := newEffectConsumer(pg.Driver, "debezium-default", inbox.RetryPolicy{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := effectConsumer(t, pg, "debezium-default", inbox.RetryPolicy{}, nil)
 	subscribe(t, c, "debezium-default", []string{topic}, other.DeliverBatch, func(cfg *kafka.SubscriberConfig) {
 		cfg.DefaultEventNames = map[string]string{topic: "OrderCreated"}
 	})
@@ -517,10 +390,7 @@ func TestRebalanceWhileHandling(t *testing.T) {
 	c := newCluster(t, 6, topic)
 	pg := testdb.NewPostgres(t)
 	evs := newEvents(t, 3000, 60)
-	cons, err := newEffectConsumer(pg.Driver, "rebalance", inbox.RetryPolicy{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons := effectConsumer(t, pg, "rebalance", inbox.RetryPolicy{}, nil)
 	tweak := func(cfg *kafka.SubscriberConfig) { cfg.BatchSize = 20 }
 	_, stopA := subscribe(t, c, "rebalance", []string{topic}, cons.DeliverBatch, tweak)
 	pub := newPublisher(t, c)
@@ -535,7 +405,7 @@ func TestRebalanceWhileHandling(t *testing.T) {
 		}
 		pubErr <- nil
 	}()
-	applied := func() int { return count(t, pg, `SELECT count(*) FROM effect`) }
+	applied := func() int { return pg.Count(t, "effect") }
 	testsvc.WaitFor(t, 30*time.Second, "some events applied", func() bool { return applied() >= 300 })
 	subscribe(t, c, "rebalance", []string{topic}, cons.DeliverBatch, tweak) // B joins
 	testsvc.WaitFor(t, 30*time.Second, "more events applied", func() bool { return applied() >= 1500 })
@@ -545,185 +415,4 @@ func TestRebalanceWhileHandling(t *testing.T) {
 	}
 	testsvc.WaitFor(t, 60*time.Second, "every event applied", func() bool { return applied() >= len(evs) })
 	checkOnceInOrder(t, pg, "rebalance", evs)
-}
-
-// With DeadLetter, a record still failing after DeadLetterAfter attempts
-// goes to the dead-letter topic and the partition moves on.
-func TestDeadLetterTopic(t *testing.T) {
-	t.Parallel()
-	const topic = "outbox.event.order"
-	c := newCluster(t, 1, topic, topic+".dlq")
-	pg := testdb.NewPostgres(t)
-	evs := newEvents(t, 5, 5)
-	cons, err := newEffectConsumer(pg.Driver, "dlq", inbox.RetryPolicy{MaxRetries: 10, InitialDelay: time.Millisecond, Jitter: -1}, func(ev idem.Event) error {
-		if ev.ID == evs[2].ID {
-			return errors.New("always failing")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, _ := subscribe(t, c, "dlq", []string{topic}, cons.DeliverBatch, func(cfg *kafka.SubscriberConfig) {
-		cfg.DeadLetter = true
-		cfg.DeadLetterAfter = 2
-	})
-	if err := newPublisher(t, c).Publish(context.Background(), messages(t, evs)); err != nil {
-		t.Fatal(err)
-	}
-	r := readAll(t, c, topic+".dlq", 1)[0]
-	if header(r, "id") != evs[2].ID.String() || header(r, kafka.HeaderDLQError) == "" || header(r, kafka.HeaderDLQAttempts) != "2" {
-		t.Errorf("dead-letter record headers %v", r.Headers)
-	}
-	testsvc.WaitFor(t, 10*time.Second, "the other events applied and the offset at the end", func() bool {
-		st := sub.Stats()
-		return count(t, pg, `SELECT count(*) FROM effect`) == 4 && len(st.Partitions) == 1 && st.Partitions[0].Committed == 5
-	})
-	if st := sub.Stats(); st.DeadLettered != 1 || st.Retries != 1 {
-		t.Errorf("stats: %+v", st)
-	}
-}
-
-// Failed attempts are counted in the consumer's database: a subscriber that
-// restarts (or takes the partition over in a rebalance) goes on counting,
-// and the record is parked at the retry policy's last attempt instead of
-// starting again at 1.
-func TestAttemptsSurviveARestart(t *testing.T) {
-	t.Parallel()
-	const topic = "outbox.event.order"
-	c := newCluster(t, 1, topic)
-	pg := testdb.NewPostgres(t)
-	retry := inbox.RetryPolicy{MaxRetries: 3, InitialDelay: 50 * time.Millisecond, Jitter: -1}
-	var calls atomic.Int32
-	cons, err := newEffectConsumer(pg.Driver, "stock", retry, func(idem.Event) error {
-		calls.Add(1)
-		return errors.New("no such warehouse")
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := newEvents(t, 1, 1)
-	if err := newPublisher(t, c).Publish(context.Background(), messages(t, evs)); err != nil {
-		t.Fatal(err)
-	}
-	_, stop := subscribe(t, c, "stock", []string{topic}, cons.DeliverBatch)
-	testsvc.WaitFor(t, 30*time.Second, "two failed attempts", func() bool { return calls.Load() >= 2 })
-	stop()
-	// A new subscriber and consumer, as after a crash: two attempts left.
-	again, err := newEffectConsumer(pg.Driver, "stock", retry, func(idem.Event) error {
-		calls.Add(1)
-		return errors.New("no such warehouse")
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	subscribe(t, c, "stock", []string{topic}, again.DeliverBatch)
-	testsvc.WaitFor(t, 30*time.Second, "the record parked", func() bool { return count(t, pg, `SELECT count(*) FROM failed_message`) == 1 })
-	if n := calls.Load(); n != 4 {
-		t.Errorf("handler called %d times, want 4 (MaxRetries 3) across the restart", n)
-	}
-	if n := count(t, pg, `SELECT attempts FROM failed_message`); n != 4 {
-		t.Errorf("parked with %d attempts, want 4", n)
-	}
-}
-
-// "idem failed retry" re-drives a record parked from Kafka: the publisher
-// produces it again to its topic, with its key and headers, and the
-// consumer applies it once its cause is fixed.
-func TestRedeliverParkedRecord(t *testing.T) {
-	t.Parallel()
-	const topic = "outbox.event.order"
-	c := newCluster(t, 2, topic)
-	pg := testdb.NewPostgres(t)
-	var broken atomic.Bool
-	broken.Store(true)
-	cons, err := newEffectConsumer(pg.Driver, "stock", inbox.RetryPolicy{}, func(idem.Event) error {
-		if broken.Load() {
-			return idem.Permanent(errors.New("unknown product"))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := newEvents(t, 1, 1)
-	msgs := messages(t, evs)
-	msgs[0].Headers = map[string]string{"traceparent": "00-abc-def-01"}
-	pub := newPublisher(t, c)
-	if err := pub.Publish(context.Background(), msgs); err != nil {
-		t.Fatal(err)
-	}
-	subscribe(t, c, "stock", []string{topic}, cons.DeliverBatch)
-	testsvc.WaitFor(t, 30*time.Second, "the record parked", func() bool { return count(t, pg, `SELECT count(*) FROM failed_message`) == 1 })
-	ctx := context.Background()
-	parked, err := cons.Failures().List(ctx, idem.FailedFilter{})
-	if err != nil || len(parked) != 1 {
-		t.Fatalf("failure store: %v, %v", parked, err)
-	}
-	m := parked[0]
-	if !strings.HasPrefix(m.Source, topic+"/") || string(m.Key) != evs[0].AggregateID || m.Headers["traceparent"] != "00-abc-def-01" {
-		t.Fatalf("parked record %+v: want its topic/partition, key and headers", m)
-	}
-	broken.Store(false)
-	err = pub.Redeliver(ctx, m.Source, []idem.Message{{EventID: m.EventID, EventName: m.EventName, Key: m.Key, Headers: m.Headers, Body: m.Body}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testsvc.WaitFor(t, 30*time.Second, "the re-driven record applied", func() bool { return cons.Stats().Applied == 1 })
-	checkOnceInOrder(t, pg, "stock", evs)
-}
-
-// Two Stop calls at once both return only once the batch in progress has
-// ended.
-func TestConcurrentStopsWaitForTheBatch(t *testing.T) {
-	t.Parallel()
-	const topic = "outbox.event.order"
-	c := newCluster(t, 1, topic)
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	deliver := func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
-		once.Do(func() { close(entered) })
-		<-release
-		disps := make([]broker.Disposition, len(ds))
-		for i := range disps {
-			disps[i] = broker.Disposition{Action: broker.Ack, Outcome: broker.Applied}
-		}
-		return disps, make([]error, len(ds))
-	}
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		ClientConfig: kafka.ClientConfig{Brokers: c.ListenAddrs(), Logger: quietLogger(), Opts: fastGroup()},
-		Group:        "stop", Topics: []string{topic},
-	}, deliver)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := newPublisher(t, c).Publish(context.Background(), messages(t, newEvents(t, 1, 1))); err != nil {
-		t.Fatal(err)
-	}
-	<-entered
-	var returned atomic.Int32
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Go(func() {
-			if err := sub.Stop(context.Background()); err != nil {
-				t.Errorf("stop: %v", err)
-			}
-			returned.Add(1)
-		})
-	}
-	time.Sleep(100 * time.Millisecond)
-	if n := returned.Load(); n != 0 {
-		t.Fatalf("%d Stop call(s) returned while a batch was in progress", n)
-	}
-	close(release)
-	wg.Wait()
-	select {
-	case <-sub.Done():
-	default:
-		t.Fatal("Done not closed after Stop returned")
-	}
 }

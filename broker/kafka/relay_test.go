@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idem-go/idem/broker/brokertest"
 	"github.com/idem-go/idem/broker/kafka"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
@@ -27,10 +28,7 @@ func TestRelayEndToEnd(t *testing.T) {
 	dst := testdb.NewPostgres(t) // the consuming service's database
 	evs := newEvents(t, 2000, 100)
 
-	cons, err := newEffectConsumer(dst.Driver, "e2e", inbox.RetryPolicy{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons := effectConsumer(t, dst, "e2e", inbox.RetryPolicy{}, nil)
 	for range 4 {
 		subscribe(t, c, "e2e", []string{topic}, cons.DeliverBatch, func(cfg *kafka.SubscriberConfig) { cfg.BatchSize = 50 })
 	}
@@ -39,7 +37,7 @@ func TestRelayEndToEnd(t *testing.T) {
 		Workers:       2,
 		PollInterval:  50 * time.Millisecond,
 		StatsInterval: -1,
-		Logger:        quietLogger(),
+		Logger:        brokertest.Logger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +73,7 @@ func TestRelayEndToEnd(t *testing.T) {
 		}
 	}
 	testsvc.WaitFor(t, 90*time.Second, "every event applied", func() bool {
-		return count(t, dst, `SELECT count(*) FROM effect`) >= len(evs)
+		return dst.Count(t, "effect") >= len(evs)
 	})
 	stopRelay()
 	checkOnceInOrder(t, dst, "e2e", evs)
