@@ -124,6 +124,7 @@ func Run[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("Migrations", func(t *testing.T) { t.Parallel(); Migrations(t, setup) })
 	t.Run("Outbox", func(t *testing.T) { t.Parallel(); Outbox(t, setup) })
 	t.Run("Inbox", func(t *testing.T) { t.Parallel(); Inbox(t, setup) })
+	t.Run("Consumer", func(t *testing.T) { t.Parallel(); Consumer(t, setup) })
 	t.Run("FailureStore", func(t *testing.T) { t.Parallel(); FailureStore(t, setup) })
 	t.Run("FailureStoreBytes", func(t *testing.T) { t.Parallel(); FailureStoreBytes(t, setup) })
 	t.Run("FailureStorePaging", func(t *testing.T) { t.Parallel(); FailureStorePaging(t, setup) })
