@@ -1,13 +1,8 @@
 package inbox_test
 
 import (
-	"cmp"
 	"context"
-	"database/sql"
 	"errors"
-	"slices"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -164,35 +159,6 @@ func TestDatabaseDownPauses(t *testing.T) {
 	}
 }
 
-// Failed attempts are counted in the database: a consumer that restarts
-// (a new Consumer value, as after a crash or a Kafka rebalance) goes on
-// counting, and parks at the policy's last attempt.
-func TestAttemptsSurviveARestart(t *testing.T) {
-	t.Parallel()
-	pg := testdb.NewPostgres(t)
-	cfg := inbox.Config{Retry: inbox.RetryPolicy{MaxRetries: 2, InitialDelay: time.Millisecond, Jitter: -1}}
-	fail := func(context.Context, idem.Event) error { return errors.New("no such warehouse") }
-	d := delivery(t, placed(t, "1"))
-	for attempt := 1; attempt <= 3; attempt++ {
-		c := effectConsumer(t, pg, cfg, fail) // a fresh process each time
-		got := deliver(t, c, d)[0]
-		want := inbox.Retry
-		if attempt == 3 {
-			want = inbox.Ack
-		}
-		if got.Action != want || got.Attempts != attempt {
-			t.Fatalf("attempt %d: %+v; want %v with %d attempts counted", attempt, got, want, attempt)
-		}
-	}
-	list, err := effectConsumer(t, pg, cfg, fail).Failures().List(context.Background(), idem.FailedFilter{})
-	if err != nil || len(list) != 1 || list[0].Attempts != 3 {
-		t.Fatalf("failure store: %+v, %v; want one entry after 3 attempts", list, err)
-	}
-	if n := pg.Count(t, "delivery_attempt"); n != 0 {
-		t.Errorf("delivery_attempt rows after parking: %d, want 0 (a retry from the store starts again)", n)
-	}
-}
-
 // Within one delivery, once an event of an aggregate waits for a retry, the
 // later events of that aggregate are not attempted; other aggregates go on.
 func TestLaterEventsOfAnAggregateWaitBehindARetry(t *testing.T) {
@@ -238,116 +204,6 @@ func TestLaterEventsOfAnAggregateWaitBehindARetry(t *testing.T) {
 	}
 }
 
-// A parked event holds its aggregate: the later events of that aggregate
-// are parked behind it, in the same delivery and in later ones, until it is
-// re-driven; re-driving it is not held by itself. With ReleaseAggregate
-// they are applied.
-func TestParkedEventHoldsItsAggregate(t *testing.T) {
-	t.Parallel()
-	pg := testdb.NewPostgres(t)
-	a1, a2, a3, b1 := placed(t, "A"), placed(t, "A"), placed(t, "A"), placed(t, "B")
-	var bad atomic.Bool
-	bad.Store(true)
-	fail := func(ctx context.Context, ev idem.Event) error {
-		if ev.ID == a1.ID && bad.Load() {
-			return idem.Permanent(errors.New("unknown product"))
-		}
-		return nil
-	}
-	c := effectConsumer(t, pg, inbox.Config{}, fail)
-	got := deliver(t, c, delivery(t, a1), delivery(t, b1), delivery(t, a2))
-	if got[0].Outcome != inbox.Parked || got[1].Outcome != inbox.Applied || got[2].Outcome != inbox.Parked {
-		t.Fatalf("dispositions %v, %v, %v; want parked, applied, parked behind", got[0].Outcome, got[1].Outcome, got[2].Outcome)
-	}
-	if got := deliver(t, c, delivery(t, a3))[0]; got.Outcome != inbox.Parked {
-		t.Fatalf("a later delivery of the held aggregate: %+v; want parked behind the first", got)
-	}
-	ctx := context.Background()
-	list, err := c.Failures().List(ctx, idem.FailedFilter{Consumer: "stock"})
-	if err != nil || len(list) != 3 {
-		t.Fatalf("failure store: %d entries, %v; want 3", len(list), err)
-	}
-	var root int64
-	for _, m := range list {
-		if m.EventID == a1.ID {
-			root = m.ID
-			if m.HeldBy != 0 || m.AggregateID != "A" || m.AggregateType != "order" {
-				t.Errorf("root entry %+v; want aggregate order A, held by nothing", m)
-			}
-		}
-	}
-	for _, m := range list {
-		if m.EventID != a1.ID && m.HeldBy != root {
-			t.Errorf("entry of %s held by %d, want %d", m.EventID, m.HeldBy, root)
-		}
-	}
-	if st := c.Stats(); st.HeldBack != 2 {
-		t.Errorf("Stats().HeldBack = %d, want 2", st.HeldBack)
-	}
-
-	// The operator fixes the cause and re-drives them, oldest first (idem
-	// failed retry marks each copy with its failure store id): the first is
-	// not held behind itself, and each applied copy leaves the store.
-	bad.Store(false)
-	redrive := func(m idem.FailedMessage) inbox.Delivery {
-		d := inbox.Delivery{Message: idem.Message{EventID: m.EventID, EventName: m.EventName, Key: m.Key,
-			Headers: map[string]string{idem.HeaderRedrive: strconv.FormatInt(m.ID, 10)}, Body: m.Body}, Source: m.Source}
-		for k, v := range m.Headers {
-			d.Message.Headers[k] = v
-		}
-		return d
-	}
-	slices.SortFunc(list, func(a, b idem.FailedMessage) int { return cmp.Compare(a.ID, b.ID) })
-	// A later event re-driven before the first is still held.
-	if got := deliver(t, c, redrive(list[2]))[0]; got.Outcome != inbox.Parked {
-		t.Fatalf("re-driven later event while the first is parked: %+v; want parked again", got)
-	}
-	for _, m := range list {
-		if got := deliver(t, c, redrive(m))[0]; got.Outcome != inbox.Applied {
-			t.Fatalf("re-driven %s: %+v; want applied", m.EventID, got)
-		}
-	}
-	if n := pg.Count(t, "failed_message"); n != 0 {
-		t.Errorf("failure store after the re-drive: %d entries, want 0", n)
-	}
-	if n := pg.Count(t, "effect WHERE aggregate = 'A'"); n != 3 {
-		t.Errorf("effects of aggregate A: %d, want 3", n)
-	}
-
-	// With ReleaseAggregate, a parked event holds nothing back.
-	pg2 := testdb.NewPostgres(t)
-	bad.Store(true)
-	r := effectConsumer(t, pg2, inbox.Config{Parked: inbox.ReleaseAggregate}, fail)
-	got = deliver(t, r, delivery(t, a1), delivery(t, a2))
-	if got[0].Outcome != inbox.Parked || got[1].Outcome != inbox.Applied {
-		t.Fatalf("ReleaseAggregate: %v, %v; want parked, applied", got[0].Outcome, got[1].Outcome)
-	}
-}
-
-// An event id that comes back with other content is still a duplicate, but
-// the consumer says so and counts it.
-func TestDuplicateWithOtherContentIsCounted(t *testing.T) {
-	t.Parallel()
-	pg := testdb.NewPostgres(t)
-	c := effectConsumer(t, pg, inbox.Config{}, nil)
-	ctx := context.Background()
-	ev := placed(t, "1")
-	o, err := c.Process(ctx, ev)
-	must(t, o, err, inbox.Applied)
-	o, err = c.Process(ctx, ev)
-	must(t, o, err, inbox.Duplicate)
-	if n := c.Stats().Conflicts; n != 0 {
-		t.Fatalf("conflicts after an identical copy: %d, want 0", n)
-	}
-	other := ev
-	other.Payload = []byte(`{"orderId":"1","lines":[{"productId":"p-1","quantity":"-7"}]}`)
-	o, err = c.Process(ctx, other)
-	must(t, o, err, inbox.Duplicate)
-	if n := c.Stats().Conflicts; n != 1 {
-		t.Errorf("conflicts after a copy with another payload: %d, want 1", n)
-	}
-}
-
 // A handler that outlives the delivery timeout is cancelled; the failure is
 // transient (a dependency that hangs): no attempt is counted.
 func TestDeliveryTimeout(t *testing.T) {
@@ -366,41 +222,5 @@ func TestDeliveryTimeout(t *testing.T) {
 	}
 	if n := pg.Count(t, "delivery_attempt"); n != 0 {
 		t.Errorf("delivery_attempt rows: %d, want 0", n)
-	}
-}
-
-// A message whose event name and aggregate are too long or not printable
-// for the failure store's name columns (VARCHAR(255) on MySQL) is still
-// parked, with its raw bytes, and still holds its aggregate.
-func TestHostileNamesAreParked(t *testing.T) {
-	t.Parallel()
-	my := testdb.NewMariaDB(t)
-	c, err := inbox.New(my.Driver, inbox.Config{Name: "stock"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Handle(inbox.AnyEvent, func(context.Context, *sql.Tx, idem.Event) error {
-		return idem.Permanent(errors.New("rejected"))
-	})
-	long := strings.Repeat("\xffé\x01", 400)
-	body := []byte(`{"orderId":1}`)
-	headers := map[string]string{idem.HeaderEventID: idem.NewEventID().String(), idem.HeaderEventType: long}
-	d := inbox.Delivery{Message: idem.Message{AggregateType: long, Key: []byte(long), Headers: headers, Body: body}, Source: "stock.events"}
-	got, err := c.Deliver(context.Background(), d)
-	if err != nil || got.Outcome != inbox.Parked {
-		t.Fatalf("message with long, binary names: %+v, %v; want parked", got, err)
-	}
-	list, err := c.Failures().List(context.Background(), idem.FailedFilter{})
-	if err != nil || len(list) != 1 {
-		t.Fatalf("failure store: %v, %v", list, err)
-	}
-	if m := list[0]; m.Headers[idem.HeaderEventType] != long || string(m.Key) != long || string(m.Body) != string(body) {
-		t.Errorf("the raw message did not read back byte for byte")
-	}
-	// The next message of that aggregate is held behind it.
-	headers2 := map[string]string{idem.HeaderEventID: idem.NewEventID().String(), idem.HeaderEventType: long}
-	d2 := inbox.Delivery{Message: idem.Message{AggregateType: long, Key: []byte(long), Headers: headers2, Body: body}, Source: "stock.events"}
-	if got, err := c.Deliver(context.Background(), d2); err != nil || got.Outcome != inbox.Parked || !strings.Contains(got.Err.Error(), "held behind") {
-		t.Fatalf("next message of the aggregate: %+v, %v; want parked behind the first", got, err)
 	}
 }

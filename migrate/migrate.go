@@ -241,6 +241,12 @@ func (m *Migrator[TTx]) run(ctx context.Context, allowNewer bool, fn func(driver
 		}
 	}
 	if err := m.drv.Commit(ctx, tx); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			// database/sql rolls back a transaction whose context ends, and
+			// its Commit then reports only that the transaction is done:
+			// say why.
+			return fmt.Errorf("idem: migrate: %w (commit: %v)", cerr, err)
+		}
 		return fmt.Errorf("idem: migrate: commit: %w", err)
 	}
 	return nil

@@ -2,16 +2,13 @@ package migrate_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
 
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/migrate"
 )
@@ -139,51 +136,5 @@ func TestSQL(t *testing.T) {
 	pg.Exec(t, down)
 	if _, err := migrate.SQL(pg.Driver.Dialect(), "sideways"); err == nil {
 		t.Fatal("want an error for an unknown direction")
-	}
-}
-
-// cancelAfter cancels a migration's context after its n-th statement, as a
-// signal to "idem migrate up" would.
-type cancelAfter struct {
-	*driver.SQLDriver
-	n      int
-	seen   atomic.Int32
-	cancel context.CancelFunc
-}
-
-func (c *cancelAfter) Tx(tx *sql.Tx) driver.Executor { return cancelExec{c.SQLDriver.Tx(tx), c} }
-
-type cancelExec struct {
-	driver.Executor
-	c *cancelAfter
-}
-
-func (e cancelExec) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	n, err := e.Executor.Exec(ctx, query, args...)
-	if int(e.c.seen.Add(1)) == e.c.n {
-		e.c.cancel()
-	}
-	return n, err
-}
-
-// On MariaDB, where DDL commits at once, a "migrate up" cancelled between two
-// statements of a version finishes that version: the versions recorded are
-// the versions applied, and the next "migrate up" succeeds.
-func TestCancelledUpLeavesNoHalfVersion(t *testing.T) {
-	t.Parallel()
-	my := testdb.NewMariaDB(t, testdb.Options{NoMigrate: true})
-	for n := 1; n <= 12; n++ {
-		ctx, cancel := context.WithCancel(context.Background())
-		_, err := migrate.New[*sql.Tx](&cancelAfter{SQLDriver: my.Driver, n: n, cancel: cancel}).Up(ctx)
-		cancel()
-		if err != nil && !errors.Is(err, context.Canceled) {
-			t.Fatalf("up cancelled after statement %d: %v; want a clean stop", n, err)
-		}
-		if _, err := migrate.New(my.Driver).Up(context.Background()); err != nil {
-			t.Fatalf("up after a run cancelled after statement %d: %v (a version was left half applied)", n, err)
-		}
-		if _, err := migrate.New(my.Driver).Down(context.Background(), 0); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

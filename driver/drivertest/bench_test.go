@@ -39,14 +39,17 @@ func BenchmarkDatabasesSideBySide(b *testing.B) {
 	type target struct {
 		name string
 		drv  *driver.SQLDriver
+		// insert is the handler's statement, in the database's placeholders.
+		insert string
 	}
 	pg := testdb.NewPostgres(b)
 	maria := testdb.NewMariaDB(b)
 	lite := testdb.NewSQLite(b)
+	const insert = `INSERT INTO effect (event_id, order_id) VALUES (?, ?)`
 	targets := []target{
-		{"postgres", postgres.NewSQL(pg.DB)},
-		{"mariadb", maria.Driver},
-		{"sqlite", lite.Driver},
+		{"postgres", postgres.NewSQL(pg.DB), `INSERT INTO effect (event_id, order_id) VALUES ($1, $2)`},
+		{"mariadb", maria.Driver, insert},
+		{"sqlite", lite.Driver, insert},
 	}
 	for _, tg := range targets {
 		if _, err := tg.drv.DB().Exec(`CREATE TABLE effect (event_id VARCHAR(36) NOT NULL PRIMARY KEY, order_id VARCHAR(64) NOT NULL)`); err != nil {
@@ -69,20 +72,12 @@ func BenchmarkDatabasesSideBySide(b *testing.B) {
 		run++
 		for _, tg := range targets {
 			evs := makeEvents()
-			ph := "?"
-			if tg.drv.Dialect().Name() == "postgres" {
-				ph = "$"
-			}
 			c, err := inbox.New(tg.drv, inbox.Config{Name: fmt.Sprint("bench-", run)})
 			if err != nil {
 				b.Fatal(err)
 			}
 			c.Handle("order.order.placed.v1", func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-				q := `INSERT INTO effect (event_id, order_id) VALUES (?, ?)`
-				if ph == "$" {
-					q = `INSERT INTO effect (event_id, order_id) VALUES ($1, $2)`
-				}
-				_, err := tx.ExecContext(ctx, q, ev.ID.String(), ev.AggregateID)
+				_, err := tx.ExecContext(ctx, tg.insert, ev.ID.String(), ev.AggregateID)
 				return err
 			})
 			ctx := context.Background()

@@ -1,25 +1,44 @@
 // Package drivertest is the conformance suite of idem's database dialects.
-// Every dialect package runs it from a test against a real database:
+// A dialect package runs it from a test against a real database, once per
+// connection API the dialect has, with the driver of that API:
 //
 //	func TestConformance(t *testing.T) {
-//		drivertest.Run(t, func(t *testing.T, o drivertest.Options) *drivertest.DB {
+//		drivertest.Run(t, func(t *testing.T, o drivertest.Options) *drivertest.DB[*sql.Tx] {
 //			db := testdb.NewMariaDB(t, testdb.Options{NoMigrate: o.NoMigrate})
-//			return &drivertest.DB{Driver: db.Driver, ...}
+//			return &drivertest.DB[*sql.Tx]{Driver: db.Driver, Schema: db.Name, ...,
+//				Features: drivertest.Features{TimeArg: sqltime.Arg}}
 //		})
 //	}
 //
-// The suite drives the real code paths (migrate.Migrator, outbox.Writer,
-// inbox.Consumer over driver.SQLDriver, the relay dialect operations and a
-// running relay.Relay) and checks the guarantees every dialect gives:
-// migrations up, no-op, status, down and refusal of a newer schema; outbox
-// rows that exist if and only if their transaction committed; deduplication
-// on the processed_event key only, with concurrent deliveries of one event
-// applied once; payload hashes; the failure store, byte for byte whatever
-// the bytes, with paging, aggregates and held messages; attempt counts; the
-// purges; which errors are transient; errors in the middle of a result
-// reaching the caller (FaultExecutor); versioned state copies; and the
-// relay's claims (aggregate heads only, fencing, retry delays, retention)
-// and per-aggregate order.
+// driver/postgres runs it twice (pgx.Tx on the pgx driver, *sql.Tx on the
+// pgx stdlib driver), driver/mysql and driver/sqlite once each.
+//
+// Every check runs through the driver under test: its Pool for the
+// statements the suite writes itself, its transactions for the real code
+// paths it drives (migrate.Migrator, outbox.Writer, inbox.Consumer, the
+// relay dialect operations and a running relay.Relay). It checks the
+// guarantees every dialect gives: migrations up, no-op, status, down,
+// concurrent, cancelled, and refusal of a newer schema; outbox rows that
+// exist if and only if their transaction committed; deduplication on the
+// processed_event key only, with concurrent deliveries of one event applied
+// once; payload hashes; the consumer's failure model (attempts counted in
+// the database, retries then parking, messages parked at once, a parked
+// event holding its aggregate, re-drives); the failure store, byte for byte
+// whatever the bytes, with paging, aggregates and held messages; attempt
+// counts; the purges; which errors are transient; errors in the middle of a
+// result reaching the caller (FaultExecutor); versioned state copies; the
+// relay's claims (aggregate heads only, fencing, retry delays, retention,
+// quarantine), per-aggregate order and wake-ups; and the idempotency key
+// store.
+//
+// The suite has no branch on a dialect's name. What differs between
+// databases is either asked of the driver (a driver.OutboxListener is
+// checked waking a relay, a driver.OutboxClaimer claims in the relay
+// checks, MigrationSupport.TransactionalDDL is checked against the
+// database) or declared in Features (placeholders, how a time is passed,
+// typed UUID columns, dynamic typing, a single writer), which CheckFeatures
+// tests against the database: a wrong declaration fails, it never leaves
+// checks out.
 //
 // A Setup makes a fresh database for each test; the tests run in parallel.
 package drivertest

@@ -2,7 +2,6 @@ package drivertest
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -22,82 +21,110 @@ type Options struct {
 	NoMigrate bool
 }
 
-// DB is a fresh database for one test, made by a Setup.
-type DB struct {
-	// Driver is a database/sql driver on the database with the default
-	// table names; migrated unless Options.NoMigrate.
-	Driver *driver.SQLDriver
-	// IsUniqueViolation reports whether err is a unique-key violation, on
-	// any key. Required.
-	IsUniqueViolation func(err error) bool
+// DB is a fresh database for one test, on the connection API under test,
+// made by a Setup.
+type DB[TTx any] struct {
+	// Driver is the driver under test, on the database, with the default
+	// table names; migrated unless Options.NoMigrate. The suite runs every
+	// check through it: its Pool for the statements it writes itself, its
+	// transactions for the consumers, outbox writers, relays and migrators
+	// it runs. Required.
+	Driver driver.Driver[TTx]
+	// Schema is the schema (PostgreSQL), database (MySQL) or attached
+	// database (SQLite: "main") that holds the test's tables. The suite
+	// qualifies table names with it. Required.
+	Schema string
+	// IsUniqueViolation reports whether err is a violation of the unique
+	// key named key of table (the suite's own table and key). A database
+	// whose errors name the key's columns rather than the key (SQLite) may
+	// check the table alone. Required.
+	IsUniqueViolation func(err error, table, key string) bool
 	// Session returns an identifier of the connection behind ex (a backend
-	// pid or connection id). Nil when locks cannot be observed (SQLite,
-	// where a second writer waits for the database's single write lock).
+	// pid, a connection id). Required unless Features.SingleWriter.
 	Session func(ctx context.Context, ex driver.Executor) (int64, error)
 	// Blocking reports whether some connection waits for a lock held by the
-	// session. Required with Session.
+	// session. Required unless Features.SingleWriter.
 	Blocking func(ctx context.Context, session int64) (bool, error)
-	// Claimer, when set, is the driver.OutboxClaimer the relay checks claim
-	// through, as a relay on that driver does, instead of
-	// RelayDialect.ClaimOutbox in a transaction of Driver's.
-	Claimer driver.OutboxClaimer
-	// Conns are other connection APIs on the same database (PostgreSQL:
-	// the pgx driver). The failure store's byte-for-byte checks and the
-	// checks of how results are read run on each of them too.
-	Conns []Conn
+	// Features say how the database takes and types values.
+	Features Features
 }
 
-// Conn is one connection API on the test database: its executors, for the
-// checks that run on every connection API.
-type Conn struct {
-	// Name names the connection API in subtest names ("pgx").
-	Name string
-	// Pool runs each statement outside any transaction.
-	Pool driver.Executor
-	// InTx runs fn with the executor of a new transaction, then rolls the
-	// transaction back.
-	InTx func(ctx context.Context, fn func(ex driver.Executor) error) error
+// Features are what the suite cannot learn from the driver: how the
+// database takes arguments and types its columns. CheckFeatures tests each
+// one against the database, so that a wrong value fails the suite instead
+// of leaving checks out.
+//
+// What the driver says for itself, the suite asks it: a driver that
+// implements driver.OutboxListener has its wake-ups checked (and a relay
+// woken by them), one that implements driver.OutboxClaimer claims through
+// it in the relay checks (as a relay on it does), and the dialect's
+// MigrationSupport.TransactionalDDL is checked against the database.
+type Features struct {
+	// Placeholders is how the suite's statements refer to their
+	// arguments. Defaults to QuestionMarks.
+	Placeholders Placeholders
+	// TimeArg turns a time into a query argument that the timestamp
+	// columns store and compare as that time: the dialect's own form
+	// (MySQL and SQLite: UTC text, sqltime.Format). Nil passes the
+	// time.Time as it is.
+	TimeArg func(time.Time) any
+	// UUIDColumns is true when the event id columns have a UUID type that
+	// refuses any other value (PostgreSQL). When false they are text: the
+	// suite writes outbox rows whose id is not a UUID, as another program
+	// may, and checks that the relay quarantines them.
+	UUIDColumns bool
+	// DynamicTyping is true when a column takes a value of any type
+	// (SQLite): the suite writes outbox rows whose timestamp, version and
+	// headers hold text that is none of these, and checks that a claim
+	// reports them unreadable.
+	DynamicTyping bool
+	// SingleWriter is true when the database runs one write transaction at
+	// a time (SQLite): a second writer waits until the first ends, whatever
+	// rows they write. There are no row locks to observe, so DB.Session and
+	// DB.Blocking are not needed, and the checks of lock waits, lock
+	// timeouts and deadlocks do not apply.
+	SingleWriter bool
 }
 
-// poolOf is a dialect on one connection API's pool, for inbox.NewFailureStore.
-type poolOf struct {
-	dialect driver.Dialect
-	pool    driver.Executor
-}
+// Placeholders says how statements refer to their arguments.
+type Placeholders int
 
-func (p poolOf) Dialect() driver.Dialect { return p.dialect }
-func (p poolOf) Pool() driver.Executor   { return p.pool }
-
-// ConnOf returns the Conn of drv.
-func ConnOf[TTx any](name string, drv driver.Driver[TTx]) Conn {
-	return Conn{
-		Name: name,
-		Pool: drv.Pool(),
-		InTx: func(ctx context.Context, fn func(ex driver.Executor) error) error {
-			tx, err := drv.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = drv.Rollback(context.WithoutCancel(ctx), tx) }()
-			return fn(drv.Tx(tx))
-		},
-	}
-}
-
-// conns returns the database/sql connection of db, then db.Conns.
-func (db *DB) conns() []Conn {
-	return append([]Conn{ConnOf("database/sql", db.Driver)}, db.Conns...)
-}
+const (
+	// QuestionMarks: ? for each argument, in order (MySQL, SQLite).
+	QuestionMarks Placeholders = iota
+	// DollarNumbers: $1, $2, ... (PostgreSQL).
+	DollarNumbers
+)
 
 // Setup makes a fresh database for t; it must clean it up when t ends and
 // fail t (never skip) when its server is missing.
-type Setup func(t *testing.T, o Options) *DB
+type Setup[TTx any] func(t *testing.T, o Options) *DB[TTx]
 
-// Run runs the whole suite against the databases setup makes.
-func Run(t *testing.T, setup Setup) {
+// open calls s and checks that the DB it returns has what the suite needs.
+func (s Setup[TTx]) open(t *testing.T, o Options) *DB[TTx] {
+	t.Helper()
+	db := s(t, o)
+	switch {
+	case db == nil || db.Driver == nil:
+		t.Fatal("drivertest: the setup returned no DB.Driver")
+	case db.Schema == "":
+		t.Fatal("drivertest: DB.Schema is required (the schema, database or attached database of the test's tables)")
+	case db.IsUniqueViolation == nil:
+		t.Fatal("drivertest: DB.IsUniqueViolation is required")
+	case !db.Features.SingleWriter && (db.Session == nil || db.Blocking == nil):
+		t.Fatal("drivertest: DB.Session and DB.Blocking are required unless Features.SingleWriter")
+	}
+	return db
+}
+
+// Run runs the whole suite against the databases setup makes. Run it once
+// per connection API of a dialect (PostgreSQL: pgx and database/sql).
+func Run[TTx any](t *testing.T, setup Setup[TTx]) {
+	t.Run("Features", func(t *testing.T) { t.Parallel(); CheckFeatures(t, setup) })
 	t.Run("Migrations", func(t *testing.T) { t.Parallel(); Migrations(t, setup) })
 	t.Run("Outbox", func(t *testing.T) { t.Parallel(); Outbox(t, setup) })
 	t.Run("Inbox", func(t *testing.T) { t.Parallel(); Inbox(t, setup) })
+	t.Run("Consumer", func(t *testing.T) { t.Parallel(); Consumer(t, setup) })
 	t.Run("FailureStore", func(t *testing.T) { t.Parallel(); FailureStore(t, setup) })
 	t.Run("FailureStoreBytes", func(t *testing.T) { t.Parallel(); FailureStoreBytes(t, setup) })
 	t.Run("FailureStorePaging", func(t *testing.T) { t.Parallel(); FailureStorePaging(t, setup) })
@@ -114,11 +141,10 @@ func Run(t *testing.T, setup Setup) {
 
 // --- helpers ---
 
-func (db *DB) dialect() string { return db.Driver.Dialect().Name() }
-
-// bind rewrites ? placeholders as $n for PostgreSQL.
-func (db *DB) bind(query string) string {
-	if db.dialect() != "postgres" {
+// bind rewrites a statement written with ? placeholders in the database's
+// placeholders.
+func (db *DB[TTx]) bind(query string) string {
+	if db.Features.Placeholders != DollarNumbers {
 		return query
 	}
 	var b strings.Builder
@@ -134,30 +160,63 @@ func (db *DB) bind(query string) string {
 	return b.String()
 }
 
-// exec runs a statement outside transactions or fails the test.
-func (db *DB) exec(t testing.TB, query string, args ...any) {
+// exec runs a statement (? placeholders) on the pool or fails the test.
+func (db *DB[TTx]) exec(t testing.TB, query string, args ...any) {
 	t.Helper()
-	if _, err := db.Driver.DB().ExecContext(context.Background(), db.bind(query), args...); err != nil {
+	if _, err := db.Driver.Pool().Exec(context.Background(), db.bind(query), args...); err != nil {
 		t.Fatalf("exec %q: %v", query, err)
 	}
 }
 
+// queryRow runs a query (? placeholders) on the pool and scans its one row
+// into dest, or fails the test.
+func (db *DB[TTx]) queryRow(t testing.TB, query string, args []any, dest ...any) {
+	t.Helper()
+	if err := driver.QueryRow(context.Background(), db.Driver.Pool(), db.bind(query), args, dest...); err != nil {
+		t.Fatalf("query %q: %v", query, err)
+	}
+}
+
 // count returns SELECT COUNT(*) FROM fromWhere.
-func (db *DB) count(t testing.TB, fromWhere string, args ...any) int {
+func (db *DB[TTx]) count(t testing.TB, fromWhere string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := db.Driver.DB().QueryRowContext(context.Background(), db.bind("SELECT COUNT(*) FROM "+fromWhere), args...).Scan(&n); err != nil {
-		t.Fatalf("count %q: %v", fromWhere, err)
-	}
+	db.queryRow(t, "SELECT COUNT(*) FROM "+fromWhere, args, &n)
 	return n
 }
 
 // timeArg is t as a query argument comparable with the timestamp columns.
-func (db *DB) timeArg(t time.Time) any {
-	if db.dialect() == "postgres" {
+func (db *DB[TTx]) timeArg(t time.Time) any {
+	if db.Features.TimeArg == nil {
 		return t
 	}
-	return sqltime.Format(t)
+	return db.Features.TimeArg(t)
+}
+
+// inTx runs fn with the executor of a new transaction, then rolls the
+// transaction back.
+func (db *DB[TTx]) inTx(ctx context.Context, fn func(ex driver.Executor) error) error {
+	tx, err := db.Driver.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.rollback(ctx, tx)
+	return fn(db.Driver.Tx(tx))
+}
+
+// rollback rolls tx back, whatever ctx says.
+func (db *DB[TTx]) rollback(ctx context.Context, tx TTx) {
+	_ = db.Driver.Rollback(context.WithoutCancel(ctx), tx)
+}
+
+// begin starts a transaction or fails the test; it is rolled back when the
+// test ends, unless committed before.
+func (db *DB[TTx]) begin(t testing.TB, ctx context.Context) TTx {
+	t.Helper()
+	tx, err := db.Driver.Begin(ctx)
+	fatalIf(t, err, "begin")
+	t.Cleanup(func() { db.rollback(ctx, tx) })
+	return tx
 }
 
 // timeScanner scans a timestamp column of any dialect into t (UTC).
@@ -205,8 +264,6 @@ func jsonEqual(a, b []byte) bool {
 	}
 	return reflect.DeepEqual(x, y)
 }
-
-func rollback(tx *sql.Tx) { _ = tx.Rollback() }
 
 func fatalIf(t testing.TB, err error, what string, args ...any) {
 	t.Helper()

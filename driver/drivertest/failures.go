@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testsvc"
 )
@@ -110,123 +111,119 @@ func sameFailed(got, want idem.FailedMessage) error {
 // FailureStoreBytes saves messages with hostile content (backslashes,
 // quotes, NUL, invalid UTF-8, JSON-looking text, a 100 kB error, 1 MB
 // bodies, headers holding all of these) and reads them back with List and
-// Get, byte for byte, on every connection API; then saves the first again
-// (an update that appends to its history) and reads it back again. Filters
-// on hostile consumer and event names find exactly their entries.
-func FailureStoreBytes(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
-	for _, c := range db.conns() {
-		t.Run(c.Name, func(t *testing.T) {
-			ctx := testsvc.Ctx(t, 2*time.Minute)
-			fs := inbox.NewFailureStore(poolOf{db.Driver.Dialect(), c.Pool})
-			consumer := "stock-" + c.Name + "\x00\xff "
-			headers := map[string]string{}
-			for i, h := range hostile {
-				headers[h] = hostile[len(hostile)-1-i]
-			}
-			headers["long"] = hostileText(10_000)
-			first := idem.FailedMessage{
-				Consumer: consumer, Source: `stock.events\` + "\x00\"", EventID: idem.NewEventID(),
-				EventName: "order.order.placed.v1\x00\xff", AggregateType: "ord\xffer", AggregateID: `42\ "x" ` + "\x00 ",
-				Key: []byte("\x00key\xff\\"), Headers: headers, Body: randomBytes(t, 1<<20),
-				Error: hostileText(100_000), Attempts: 3,
-			}
-			undecodable := idem.FailedMessage{
-				Consumer: consumer, Source: `{"a":1}`, Body: randomBytes(t, 1<<20), Error: `"\u0000"` + "\x00", Attempts: 1,
-			}
-			held := idem.FailedMessage{
-				Consumer: consumer, EventID: idem.NewEventID(), EventName: `idem:quoted:"order.order.placed.v1"`,
-				AggregateType: first.AggregateType, AggregateID: first.AggregateID, Headers: map[string]string{"": ""},
-				Body: []byte{}, Error: "waits behind", Attempts: 0,
-			}
-			plain := idem.FailedMessage{Consumer: consumer + "-plain", EventID: idem.NewEventID(), EventName: "order.order.placed.v1",
-				Body: []byte(`{"event_id":"x"}`), Error: "plain", Attempts: 1}
-
-			var want []idem.FailedMessage
-			for _, m := range []*idem.FailedMessage{&first, &undecodable, &held, &plain} {
-				if m == &held {
-					m.HeldBy = first.ID
-				}
-				id, err := fs.Save(ctx, *m)
-				fatalIf(t, err, "save")
-				m.ID = id
-				m.History = []idem.FailureRecord{{Attempt: m.Attempts, Error: m.Error}}
-				want = append(want, *m)
-			}
-			check := func(step string) {
-				t.Helper()
-				for _, w := range want {
-					got, err := fs.Get(ctx, w.ID)
-					fatalIf(t, err, "%s: get %d", step, w.ID)
-					if err := sameFailed(got, w); err != nil {
-						t.Errorf("%s: get %d:\n%v", step, w.ID, err)
-					}
-				}
-				list, err := fs.List(ctx, idem.FailedFilter{Consumer: consumer})
-				fatalIf(t, err, "%s: list", step)
-				if len(list) != 3 {
-					t.Fatalf("%s: list of the hostile consumer = %d entries, want 3", step, len(list))
-				}
-				for i, got := range list {
-					w := want[2-i] // newest first
-					if got.ID != w.ID {
-						t.Fatalf("%s: list[%d] = entry %d, want %d", step, i, got.ID, w.ID)
-					}
-					if err := sameFailed(got, w); err != nil {
-						t.Errorf("%s: list[%d]:\n%v", step, i, err)
-					}
-				}
-				for _, f := range []struct {
-					filter idem.FailedFilter
-					want   int64
-				}{
-					{idem.FailedFilter{Consumer: consumer, EventName: first.EventName}, first.ID},
-					{idem.FailedFilter{Consumer: consumer, EventName: held.EventName}, held.ID},
-					{idem.FailedFilter{EventName: "order.order.placed.v1", Consumer: plain.Consumer}, plain.ID},
-					{idem.FailedFilter{Consumer: consumer, HeldBy: first.ID}, held.ID},
-					{idem.FailedFilter{Consumer: consumer, AggregateType: first.AggregateType, AggregateID: first.AggregateID, Oldest: true}, first.ID},
-				} {
-					list, err := fs.List(ctx, f.filter)
-					fatalIf(t, err, "%s: list %+v", step, f.filter)
-					if len(list) == 0 || list[0].ID != f.want {
-						t.Errorf("%s: list %q = %d entries, want entry %d first", step, fmt.Sprintf("%+v", f.filter), len(list), f.want)
-					}
-				}
-				for _, name := range []string{"order.order.placed.v1\x00", "order.order.placed.v1 ", `"order.order.placed.v1"`, `idem:quoted:"order.order.placed.v1"`} {
-					list, err := fs.List(ctx, idem.FailedFilter{Consumer: plain.Consumer, EventName: name})
-					fatalIf(t, err, "%s: list %q", step, name)
-					if len(list) != 0 {
-						t.Errorf("%s: list of event name %q = %d entries, want none", step, name, len(list))
-					}
-				}
-			}
-			check("after save")
-
-			// Saved again: the entry is updated and its history appended.
-			again := first
-			again.Error = hostileText(50_000) + "\xff"
-			again.Headers = map[string]string{"\x00": "\xff", "x-attempt": "6"}
-			again.Body = randomBytes(t, 1<<20)
-			again.Key = nil
-			again.Attempts = 3
-			id, err := fs.Save(ctx, again)
-			fatalIf(t, err, "save again")
-			if id != first.ID {
-				t.Fatalf("saving the same event again made entry %d, want %d updated", id, first.ID)
-			}
-			again.Attempts = 6
-			again.History = []idem.FailureRecord{{Attempt: 3, Error: first.Error}, {Attempt: 3, Error: again.Error}}
-			want[0] = again
-			check("after a second save")
-		})
+// Get, byte for byte; then saves the first again (an update that appends to
+// its history) and reads it back again. Filters on hostile consumer and
+// event names find exactly their entries.
+func FailureStoreBytes[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
+	ctx := testsvc.Ctx(t, 2*time.Minute)
+	fs := inbox.NewFailureStore(db.Driver)
+	consumer := "stock\x00\xff "
+	headers := map[string]string{}
+	for i, h := range hostile {
+		headers[h] = hostile[len(hostile)-1-i]
 	}
+	headers["long"] = hostileText(10_000)
+	first := idem.FailedMessage{
+		Consumer: consumer, Source: `stock.events\` + "\x00\"", EventID: idem.NewEventID(),
+		EventName: "order.order.placed.v1\x00\xff", AggregateType: "ord\xffer", AggregateID: `42\ "x" ` + "\x00 ",
+		Key: []byte("\x00key\xff\\"), Headers: headers, Body: randomBytes(t, 1<<20),
+		Error: hostileText(100_000), Attempts: 3,
+	}
+	undecodable := idem.FailedMessage{
+		Consumer: consumer, Source: `{"a":1}`, Body: randomBytes(t, 1<<20), Error: `"\u0000"` + "\x00", Attempts: 1,
+	}
+	held := idem.FailedMessage{
+		Consumer: consumer, EventID: idem.NewEventID(), EventName: `idem:quoted:"order.order.placed.v1"`,
+		AggregateType: first.AggregateType, AggregateID: first.AggregateID, Headers: map[string]string{"": ""},
+		Body: []byte{}, Error: "waits behind", Attempts: 0,
+	}
+	plain := idem.FailedMessage{Consumer: consumer + "-plain", EventID: idem.NewEventID(), EventName: "order.order.placed.v1",
+		Body: []byte(`{"event_id":"x"}`), Error: "plain", Attempts: 1}
+
+	var want []idem.FailedMessage
+	for _, m := range []*idem.FailedMessage{&first, &undecodable, &held, &plain} {
+		if m == &held {
+			m.HeldBy = first.ID
+		}
+		id, err := fs.Save(ctx, *m)
+		fatalIf(t, err, "save")
+		m.ID = id
+		m.History = []idem.FailureRecord{{Attempt: m.Attempts, Error: m.Error}}
+		want = append(want, *m)
+	}
+	check := func(step string) {
+		t.Helper()
+		for _, w := range want {
+			got, err := fs.Get(ctx, w.ID)
+			fatalIf(t, err, "%s: get %d", step, w.ID)
+			if err := sameFailed(got, w); err != nil {
+				t.Errorf("%s: get %d:\n%v", step, w.ID, err)
+			}
+		}
+		list, err := fs.List(ctx, idem.FailedFilter{Consumer: consumer})
+		fatalIf(t, err, "%s: list", step)
+		if len(list) != 3 {
+			t.Fatalf("%s: list of the hostile consumer = %d entries, want 3", step, len(list))
+		}
+		for i, got := range list {
+			w := want[2-i] // newest first
+			if got.ID != w.ID {
+				t.Fatalf("%s: list[%d] = entry %d, want %d", step, i, got.ID, w.ID)
+			}
+			if err := sameFailed(got, w); err != nil {
+				t.Errorf("%s: list[%d]:\n%v", step, i, err)
+			}
+		}
+		for _, f := range []struct {
+			filter idem.FailedFilter
+			want   int64
+		}{
+			{idem.FailedFilter{Consumer: consumer, EventName: first.EventName}, first.ID},
+			{idem.FailedFilter{Consumer: consumer, EventName: held.EventName}, held.ID},
+			{idem.FailedFilter{EventName: "order.order.placed.v1", Consumer: plain.Consumer}, plain.ID},
+			{idem.FailedFilter{Consumer: consumer, HeldBy: first.ID}, held.ID},
+			{idem.FailedFilter{Consumer: consumer, AggregateType: first.AggregateType, AggregateID: first.AggregateID, Oldest: true}, first.ID},
+		} {
+			list, err := fs.List(ctx, f.filter)
+			fatalIf(t, err, "%s: list %+v", step, f.filter)
+			if len(list) == 0 || list[0].ID != f.want {
+				t.Errorf("%s: list %q = %d entries, want entry %d first", step, fmt.Sprintf("%+v", f.filter), len(list), f.want)
+			}
+		}
+		for _, name := range []string{"order.order.placed.v1\x00", "order.order.placed.v1 ", `"order.order.placed.v1"`, `idem:quoted:"order.order.placed.v1"`} {
+			list, err := fs.List(ctx, idem.FailedFilter{Consumer: plain.Consumer, EventName: name})
+			fatalIf(t, err, "%s: list %q", step, name)
+			if len(list) != 0 {
+				t.Errorf("%s: list of event name %q = %d entries, want none", step, name, len(list))
+			}
+		}
+	}
+	check("after save")
+
+	// Saved again: the entry is updated and its history appended.
+	again := first
+	again.Error = hostileText(50_000) + "\xff"
+	again.Headers = map[string]string{"\x00": "\xff", "x-attempt": "6"}
+	again.Body = randomBytes(t, 1<<20)
+	again.Key = nil
+	again.Attempts = 3
+	id, err := fs.Save(ctx, again)
+	fatalIf(t, err, "save again")
+	if id != first.ID {
+		t.Fatalf("saving the same event again made entry %d, want %d updated", id, first.ID)
+	}
+	again.Attempts = 6
+	again.History = []idem.FailureRecord{{Attempt: 3, Error: first.Error}, {Attempt: 3, Error: again.Error}}
+	want[0] = again
+	check("after a second save")
 }
 
 // FailureStorePaging checks that List with Limit 0 returns every match (250
 // entries, more than a page), newest or oldest first, that a Limit is a
 // page size, and the keyset cursor.
-func FailureStorePaging(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func FailureStorePaging[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, 2*time.Minute)
 	fs := inbox.NewFailureStore(db.Driver)
 	const n = 250
@@ -314,8 +311,8 @@ func FailureStorePaging(t *testing.T, setup Setup) {
 
 // ParkedAggregates checks the aggregates that have a message parked for its
 // own failure, their oldest one, and HasParkedAggregates.
-func ParkedAggregates(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func ParkedAggregates[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, 2*time.Minute)
 	d := db.Driver.Dialect()
 	ex := db.Driver.Pool()
@@ -359,19 +356,8 @@ func ParkedAggregates(t *testing.T, setup Setup) {
 		t.Errorf("parked aggregates of billing = %v, %v; want order 3", got, err)
 	}
 
-	for _, c := range db.conns()[1:] {
-		got, err := d.ParkedAggregates(ctx, c.Pool, "stock", aggs)
-		fatalIf(t, err, "%s: parked aggregates", c.Name)
-		if !maps.Equal(got, want) {
-			t.Errorf("%s: parked aggregates = %+v, want %+v", c.Name, got, want)
-		}
-		if has, err := d.HasParkedAggregates(ctx, c.Pool, "stock"); err != nil || !has {
-			t.Errorf("%s: HasParkedAggregates = %v, %v; want true", c.Name, has, err)
-		}
-		n, err := d.PurgeFailed(ctx, c.Pool, "nobody", time.Now(), 10)
-		if err != nil || n != 0 {
-			t.Errorf("%s: PurgeFailed of nobody = %d, %v", c.Name, n, err)
-		}
+	if n, err := d.PurgeFailed(ctx, ex, "nobody", time.Now(), 10); err != nil || n != 0 {
+		t.Errorf("PurgeFailed of nobody = %d, %v", n, err)
 	}
 	for _, c := range []struct {
 		consumer string
@@ -395,8 +381,8 @@ func ref(typ, id string) idem.AggregateRef { return idem.AggregateRef{Type: typ,
 
 // Attempts checks RecordAttempt (counts, concurrent calls, consumers
 // apart), ClearAttempts and PurgeAttempts.
-func Attempts(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func Attempts[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, 2*time.Minute)
 	d := db.Driver.Dialect()
 	ex := db.Driver.Pool()
@@ -412,23 +398,27 @@ func Attempts(t *testing.T, setup Setup) {
 		t.Errorf("first attempt of another consumer = %d, %v; want 1", n, err)
 	}
 
-	// The same on every connection API.
-	for _, c := range db.conns() {
-		consumer := "stock-" + c.Name
+	// In a transaction, with a NUL in the error; cleared, nothing is left
+	// to purge.
+	fatalIf(t, db.inTx(ctx, func(ex driver.Executor) error {
 		for want := 1; want <= 3; want++ {
-			n, err := d.RecordAttempt(ctx, c.Pool, consumer, id, "\x00"+c.Name)
-			fatalIf(t, err, "%s: record attempt", c.Name)
+			n, err := d.RecordAttempt(ctx, ex, "stock-tx", id, "\x00 in a transaction")
+			if err != nil {
+				return err
+			}
 			if n != want {
-				t.Errorf("%s: attempt %d counted %d", c.Name, want, n)
+				t.Errorf("in a transaction: attempt %d counted %d", want, n)
 			}
 		}
-		fatalIf(t, d.ClearAttempts(ctx, c.Pool, consumer, []uuid.UUID{id}), "%s: clear", c.Name)
-		n, err := d.PurgeAttempts(ctx, c.Pool, consumer, time.Now().Add(time.Hour), 10)
-		fatalIf(t, err, "%s: purge attempts", c.Name)
-		if n != 0 {
-			t.Errorf("%s: purge after clear deleted %d rows", c.Name, n)
+		if err := d.ClearAttempts(ctx, ex, "stock-tx", []uuid.UUID{id}); err != nil {
+			return err
 		}
-	}
+		n, err := d.PurgeAttempts(ctx, ex, "stock-tx", time.Now().Add(time.Hour), 10)
+		if err == nil && n != 0 {
+			t.Errorf("purge after clear deleted %d rows", n)
+		}
+		return err
+	}), "attempts in a transaction")
 
 	// Concurrent calls each count once.
 	const workers, each = 8, 10
@@ -458,7 +448,7 @@ func Attempts(t *testing.T, setup Setup) {
 		}
 	}
 	var attempts int
-	fatalIf(t, db.Driver.DB().QueryRowContext(ctx, db.bind(`SELECT attempts FROM delivery_attempt WHERE consumer_name = 'stock' AND event_id = ?`), other.String()).Scan(&attempts), "read attempts")
+	db.queryRow(t, `SELECT attempts FROM delivery_attempt WHERE consumer_name = 'stock' AND event_id = ?`, []any{other.String()}, &attempts)
 	if attempts != workers*each {
 		t.Errorf("attempts = %d, want %d", attempts, workers*each)
 	}
@@ -499,8 +489,8 @@ func Attempts(t *testing.T, setup Setup) {
 
 // PurgeFailed checks inbox.PurgeFailed: the replay-window guard, batches,
 // the consumer filter (also a hostile name) and the horizon.
-func PurgeFailed(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func PurgeFailed[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, time.Minute)
 	fs := inbox.NewFailureStore(db.Driver)
 	now := time.Now()

@@ -81,14 +81,14 @@ func (r *faultRows) Close() error {
 // errBroken is the error the broken results report.
 var errBroken = errors.New("drivertest: result broken in the middle (injected)")
 
-// ResultErrors checks, on every connection API, that an error in the middle
-// of a result reaches the caller of every operation that reads rows,
-// instead of a shorter result: ListFailed, GetFailed, ProcessedHashes,
-// ParkedAggregates, HasParkedAggregates, MarkProcessed of many ids, and the
-// relay's ReplayRows, ReplayCounts and ClaimOutbox. Each result has three
-// rows and breaks after 0, 1 and 2 of them.
-func ResultErrors(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+// ResultErrors checks that an error in the middle of a result reaches the
+// caller of every operation that reads rows, instead of a shorter result:
+// ListFailed, GetFailed, ProcessedHashes, ParkedAggregates,
+// HasParkedAggregates, MarkProcessed of many ids, and the relay's
+// ReplayRows, ReplayCounts and ClaimOutbox. Each result has three rows and
+// breaks after 0, 1 and 2 of them.
+func ResultErrors[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, 2*time.Minute)
 	d := db.Driver.Dialect()
 	rd := relayDialect(t, db)
@@ -190,38 +190,36 @@ func ResultErrors(t *testing.T, setup Setup) {
 			return len(rows), err
 		}},
 	}
-	for _, conn := range db.conns() {
-		for _, c := range checks {
-			t.Run(conn.Name+"/"+c.name, func(t *testing.T) {
-				// Every check runs in a transaction rolled back at its end,
-				// so that each sees the same rows.
-				err := conn.InTx(ctx, func(ex driver.Executor) error {
-					n, err := c.run(ctx, ex)
-					if err != nil || n != 3 {
-						return fmt.Errorf("without faults: %d items, %v; want 3", n, err)
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			// Every check runs in a transaction rolled back at its end, so
+			// that each sees the same rows.
+			err := db.inTx(ctx, func(ex driver.Executor) error {
+				n, err := c.run(ctx, ex)
+				if err != nil || n != 3 {
+					return fmt.Errorf("without faults: %d items, %v; want 3", n, err)
+				}
+				return nil
+			})
+			fatalIf(t, err, "%s", c.name)
+			for after := range 3 {
+				err := db.inTx(ctx, func(ex driver.Executor) error {
+					fx := &FaultExecutor{Executor: ex, After: after, Err: errBroken}
+					n, err := c.run(ctx, fx)
+					switch {
+					case fx.Cut() > 0 && !errors.Is(err, errBroken):
+						return fmt.Errorf("a result broken after %d rows gave %d items and error %v, want the injected error", after, n, err)
+					case fx.Cut() == 0 && (err != nil || n != 3):
+						// The operation read no result (MySQL's
+						// MarkProcessed only inserts): it must succeed.
+						return fmt.Errorf("without a broken result: %d items, %v; want 3", n, err)
 					}
 					return nil
 				})
-				fatalIf(t, err, "%s", c.name)
-				for after := range 3 {
-					err := conn.InTx(ctx, func(ex driver.Executor) error {
-						fx := &FaultExecutor{Executor: ex, After: after, Err: errBroken}
-						n, err := c.run(ctx, fx)
-						switch {
-						case fx.Cut() > 0 && !errors.Is(err, errBroken):
-							return fmt.Errorf("a result broken after %d rows gave %d items and error %v, want the injected error", after, n, err)
-						case fx.Cut() == 0 && (err != nil || n != 3):
-							// The operation read no result (MySQL's
-							// MarkProcessed only inserts): it must succeed.
-							return fmt.Errorf("without a broken result: %d items, %v; want 3", n, err)
-						}
-						return nil
-					})
-					if err != nil {
-						t.Error(err)
-					}
+				if err != nil {
+					t.Error(err)
 				}
-			})
-		}
+			}
+		})
 	}
 }

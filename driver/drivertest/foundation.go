@@ -3,7 +3,6 @@ package drivertest
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -24,10 +23,10 @@ import (
 
 // Migrations checks up, no-op, status, down, concurrent up, and the refusal
 // of a schema newer than the migrations known.
-func Migrations(t *testing.T, setup Setup) {
+func Migrations[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("UpStatusDown", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{NoMigrate: true})
+		db := setup.open(t, Options{NoMigrate: true})
 		ctx := testsvc.Ctx(t, time.Minute)
 		m := migrate.New(db.Driver)
 		known := db.Driver.Dialect().Migrations()
@@ -77,7 +76,7 @@ func Migrations(t *testing.T, setup Setup) {
 
 	t.Run("RefusesNewerSchema", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		ctx := testsvc.Ctx(t, time.Minute)
 		db.exec(t, `INSERT INTO `+idem.MigrationTableDefault+` (version, name) VALUES (9999, 'from_the_future')`)
 		_, err := migrate.New(db.Driver).Up(ctx)
@@ -97,7 +96,7 @@ func Migrations(t *testing.T, setup Setup) {
 
 	t.Run("ConcurrentUpAppliesOnce", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{NoMigrate: true})
+		db := setup.open(t, Options{NoMigrate: true})
 		ctx := testsvc.Ctx(t, time.Minute)
 		var (
 			wg    sync.WaitGroup
@@ -123,15 +122,84 @@ func Migrations(t *testing.T, setup Setup) {
 			t.Errorf("concurrent ups applied %d migrations in all, want each once (%d)", n, len(db.Driver.Dialect().Migrations()))
 		}
 	})
+
+	t.Run("CancelledUpLeavesNoHalfVersion", func(t *testing.T) {
+		t.Parallel()
+		cancelledUp(t, setup)
+	})
+}
+
+// cancelledUp cancels "migrate up" after each of its first statements in
+// turn, as a signal to "idem migrate up" would. Where DDL is transactional
+// the cancelled run applies nothing; where it is not (MySQL), it finishes
+// the version in progress. Either way the versions recorded are the
+// versions applied: the next "migrate up" succeeds, and "migrate down"
+// reverts every version.
+func cancelledUp[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{NoMigrate: true})
+	transactional := db.Driver.Dialect().MigrationSupport().TransactionalDDL
+	for n := 1; n <= 12; n++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := migrate.New[TTx](&cancelAfter[TTx]{Driver: db.Driver, n: n, cancel: cancel}).Up(ctx)
+		cancel()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("up cancelled after statement %d: %v; want a clean stop", n, err)
+		}
+		ctx = testsvc.Ctx(t, time.Minute)
+		if err != nil && transactional {
+			st, err := migrate.New(db.Driver).Status(ctx)
+			fatalIf(t, err, "status after a cancelled up")
+			for _, s := range st {
+				if s.Applied {
+					t.Fatalf("up cancelled after statement %d left version %d applied; with transactional DDL it rolls back", n, s.Version)
+				}
+			}
+		}
+		_, err = migrate.New(db.Driver).Up(ctx)
+		fatalIf(t, err, "up after a run cancelled after statement %d (a version was left half applied)", n)
+		reverted, err := migrate.New(db.Driver).Down(ctx, 0)
+		fatalIf(t, err, "down after a run cancelled after statement %d", n)
+		if len(reverted) != len(db.Driver.Dialect().Migrations()) {
+			t.Fatalf("down after a run cancelled after statement %d reverted %d versions, want %d", n, len(reverted), len(db.Driver.Dialect().Migrations()))
+		}
+	}
+}
+
+// cancelAfter is a driver that cancels a context after the n-th statement
+// run in its transactions.
+type cancelAfter[TTx any] struct {
+	driver.Driver[TTx]
+	n      int
+	seen   atomic.Int32
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter[TTx]) Tx(tx TTx) driver.Executor { return cancelExec{c.Driver.Tx(tx), c.count} }
+
+func (c *cancelAfter[TTx]) count() {
+	if int(c.seen.Add(1)) == c.n {
+		c.cancel()
+	}
+}
+
+type cancelExec struct {
+	driver.Executor
+	count func()
+}
+
+func (e cancelExec) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	n, err := e.Executor.Exec(ctx, query, args...)
+	e.count()
+	return n, err
 }
 
 // Outbox checks that rows exist if and only if their transaction committed,
 // with exactly the columns written, and that rows written with the five
 // Debezium columns only get defaults.
-func Outbox(t *testing.T, setup Setup) {
+func Outbox[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("CommitAndRollback", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		ctx := testsvc.Ctx(t, time.Minute)
 		w := outbox.NewWriter(db.Driver)
 
@@ -160,9 +228,8 @@ func Outbox(t *testing.T, setup Setup) {
 			at                      time.Time
 			version                 int64
 		)
-		err = db.Driver.DB().QueryRowContext(ctx, `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers FROM outbox`).
-			Scan(&id, &aggType, &aggID, &typ, &payload, timeScanner{&at}, &version, &headers)
-		fatalIf(t, err, "read row")
+		db.queryRow(t, `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers FROM outbox`, nil,
+			&id, &aggType, &aggID, &typ, &payload, timeScanner{&at}, &version, &headers)
 		if id != kept.ID.String() || aggType != "order" || aggID != "42" || typ != kept.Name || version != 3 {
 			t.Errorf("row = (%s, %s, %s, %s, v%d), want (%s, order, 42, %s, v3)", id, aggType, aggID, typ, version, kept.ID, kept.Name)
 		}
@@ -192,7 +259,7 @@ func Outbox(t *testing.T, setup Setup) {
 
 	t.Run("DebeziumColumnsOnly", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		id := idem.NewEventID()
 		db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (?, 'order', '42', 'OrderCreated', '{"orderId":42}')`, id.String())
 		rd, ok := db.Driver.Dialect().(driver.RelayDialect)
@@ -216,19 +283,31 @@ func Outbox(t *testing.T, setup Setup) {
 	})
 }
 
-// consumer returns a consumer whose handler reserves stock in the
-// reservation table, then calls hook (if any) with the transaction.
-func consumer(t *testing.T, db *DB, name string, hook func(ctx context.Context, tx *sql.Tx, ev idem.Event) error) *inbox.Consumer[*sql.Tx] {
+// hook is what a test adds to a consumer's handler: it runs in the
+// handler's transaction, whose executor is ex.
+type hook func(ctx context.Context, ex driver.Executor, ev idem.Event) error
+
+// consumer returns a consumer named name whose handler, for every event,
+// reserves stock in the reservation table (order: the aggregate id,
+// product: the event id), then calls h (if any).
+func consumer[TTx any](t *testing.T, db *DB[TTx], name string, h hook) *inbox.Consumer[TTx] {
 	t.Helper()
-	c, err := inbox.New(db.Driver, inbox.Config{Name: name})
+	return consumerWith(t, db, inbox.Config{Name: name}, h)
+}
+
+// consumerWith is consumer with a configuration.
+func consumerWith[TTx any](t *testing.T, db *DB[TTx], cfg inbox.Config, h hook) *inbox.Consumer[TTx] {
+	t.Helper()
+	c, err := inbox.New(db.Driver, cfg)
 	fatalIf(t, err, "new consumer")
-	c.Handle("order.order.placed.v1", func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-		if _, err := tx.ExecContext(ctx, db.bind(`INSERT INTO reservation (order_id, product_id, quantity) VALUES (?, ?, 1)`),
+	c.Handle(inbox.AnyEvent, func(ctx context.Context, tx TTx, ev idem.Event) error {
+		ex := db.Driver.Tx(tx)
+		if _, err := ex.Exec(ctx, db.bind(`INSERT INTO reservation (order_id, product_id, quantity) VALUES (?, ?, 1)`),
 			ev.AggregateID, "p-"+ev.ID.String()); err != nil {
 			return err
 		}
-		if hook != nil {
-			return hook(ctx, tx, ev)
+		if h != nil {
+			return h(ctx, ex, ev)
 		}
 		return nil
 	})
@@ -245,10 +324,10 @@ func must(t *testing.T, o inbox.Outcome, err error, want inbox.Outcome) {
 // Inbox checks deduplication: duplicates skipped, consumer names apart,
 // concurrent deliveries applied once, only the processed_event key counts
 // as a duplicate, and batches.
-func Inbox(t *testing.T, setup Setup) {
+func Inbox[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("DuplicateSkipped", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		db.exec(t, reservationTable)
 		ctx := testsvc.Ctx(t, time.Minute)
 		c := consumer(t, db, "stock", nil)
@@ -269,32 +348,39 @@ func Inbox(t *testing.T, setup Setup) {
 
 	t.Run("FailureLeavesNoMarker", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		db.exec(t, reservationTable)
 		ctx := testsvc.Ctx(t, time.Minute)
 		var fail atomic.Bool
 		fail.Store(true)
-		c := consumer(t, db, "stock", func(context.Context, *sql.Tx, idem.Event) error {
+		boom := errors.New("carrier down")
+		// The handler writes its effect, then fails: both roll back.
+		c := consumer(t, db, "stock", func(context.Context, driver.Executor, idem.Event) error {
 			if fail.Load() {
-				return errors.New("carrier down")
+				return boom
 			}
 			return nil
 		})
 		ev := placed(t, "42")
-		if o, err := c.Process(ctx, ev); o != inbox.Failed || err == nil {
-			t.Fatalf("outcome = %v, %v; want Failed", o, err)
+		o, err := c.Process(ctx, ev)
+		var he *inbox.HandlerError
+		if o != inbox.Failed || !errors.As(err, &he) || !errors.Is(err, boom) || he.EventID != ev.ID {
+			t.Fatalf("outcome = %v, %v; want Failed with a *inbox.HandlerError of the handler's error", o, err)
 		}
 		if n := db.count(t, "reservation") + db.count(t, "processed_event"); n != 0 {
 			t.Fatalf("rows after a failed attempt = %d, want 0", n)
 		}
 		fail.Store(false)
-		o, err := c.Process(ctx, ev)
+		o, err = c.Process(ctx, ev)
 		must(t, o, err, inbox.Applied)
+		if n := db.count(t, "reservation WHERE order_id = '42'"); n != 1 {
+			t.Errorf("reservations after the retry = %d, want 1", n)
+		}
 	})
 
 	t.Run("TwoConsumerNames", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		db.exec(t, `CREATE TABLE reservation (order_id VARCHAR(64) NOT NULL, product_id VARCHAR(100) NOT NULL, quantity INTEGER NOT NULL)`)
 		ctx := testsvc.Ctx(t, time.Minute)
 		stock := consumer(t, db, "stock", nil)
@@ -318,7 +404,7 @@ func Inbox(t *testing.T, setup Setup) {
 
 	t.Run("UnrelatedUniqueViolationIsAnError", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		db.exec(t, reservationTable)
 		ctx := testsvc.Ctx(t, time.Minute)
 		ev := placed(t, "42")
@@ -326,7 +412,7 @@ func Inbox(t *testing.T, setup Setup) {
 		db.exec(t, `INSERT INTO reservation (order_id, product_id, quantity) VALUES ('42', ?, 1)`, "p-"+ev.ID.String())
 		c := consumer(t, db, "stock", nil)
 		o, err := c.Process(ctx, ev)
-		if o != inbox.Failed || !db.IsUniqueViolation(err) {
+		if o != inbox.Failed || !db.IsUniqueViolation(err, "reservation", "reservation_order_product") {
 			t.Fatalf("outcome = %v, %v; want Failed with the reservation's unique violation", o, err)
 		}
 		if n := db.count(t, "processed_event"); n != 0 {
@@ -334,7 +420,7 @@ func Inbox(t *testing.T, setup Setup) {
 		}
 		// Also in a batch.
 		res := c.ProcessBatch(ctx, []idem.Event{ev, placed(t, "43")})
-		if res[0].Outcome != inbox.Failed || !db.IsUniqueViolation(res[0].Err) || res[1].Outcome != inbox.Applied {
+		if res[0].Outcome != inbox.Failed || !db.IsUniqueViolation(res[0].Err, "reservation", "reservation_order_product") || res[1].Outcome != inbox.Applied {
 			t.Errorf("batch = %+v, want Failed (unique violation) then Applied", res)
 		}
 	})
@@ -348,7 +434,7 @@ func Inbox(t *testing.T, setup Setup) {
 
 	t.Run("MarkProcessedMany", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		ctx := testsvc.Ctx(t, time.Minute)
 		d := db.Driver.Dialect()
 		ids := []uuid.UUID{idem.NewEventID(), idem.NewEventID(), idem.NewEventID(), idem.NewEventID()}
@@ -361,9 +447,7 @@ func Inbox(t *testing.T, setup Setup) {
 		if !got[0] {
 			t.Fatal("first marker not inserted")
 		}
-		tx, err := db.Driver.Begin(ctx)
-		fatalIf(t, err, "begin")
-		defer rollback(tx)
+		tx := db.begin(t, ctx)
 		other := marks[1]
 		other.Hash = 42
 		got, err = d.MarkProcessed(ctx, db.Driver.Tx(tx), "stock", []driver.Mark{marks[0], other, marks[2], marks[3]})
@@ -404,7 +488,7 @@ func Inbox(t *testing.T, setup Setup) {
 
 	t.Run("MarkProcessedThousands", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		ctx := testsvc.Ctx(t, time.Minute)
 		d := db.Driver.Dialect()
 		marks := make([]driver.Mark, 2500)
@@ -431,12 +515,12 @@ func Inbox(t *testing.T, setup Setup) {
 
 	t.Run("Batch", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		db.exec(t, reservationTable)
 		ctx := testsvc.Ctx(t, time.Minute)
 		var bad atomic.Value
 		bad.Store("")
-		c := consumer(t, db, "stock", func(_ context.Context, _ *sql.Tx, ev idem.Event) error {
+		c := consumer(t, db, "stock", func(_ context.Context, _ driver.Executor, ev idem.Event) error {
 			if ev.AggregateID == bad.Load().(string) {
 				return errors.New("bad event")
 			}
@@ -487,21 +571,21 @@ func Inbox(t *testing.T, setup Setup) {
 // second delivery of the same event, waits until it blocks on the first
 // one's marker (where locks can be observed), then lets the first commit or
 // roll back: exactly one applies.
-func concurrentDelivery(t *testing.T, setup Setup, firstCommits bool) {
-	db := setup(t, Options{})
+func concurrentDelivery[TTx any](t *testing.T, setup Setup[TTx], firstCommits bool) {
+	db := setup.open(t, Options{})
 	db.exec(t, reservationTable)
 	ctx := testsvc.Ctx(t, time.Minute)
 	entered := make(chan int64, 1)
 	release := make(chan struct{})
 	var calls atomic.Int32
-	c := consumer(t, db, "stock", func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
+	c := consumer(t, db, "stock", func(ctx context.Context, ex driver.Executor, ev idem.Event) error {
 		if calls.Add(1) > 1 {
 			return nil
 		}
 		var session int64
-		if db.Session != nil {
+		if !db.Features.SingleWriter {
 			var err error
-			if session, err = db.Session(ctx, db.Driver.Tx(tx)); err != nil {
+			if session, err = db.Session(ctx, ex); err != nil {
 				return err
 			}
 		}
@@ -521,7 +605,7 @@ func concurrentDelivery(t *testing.T, setup Setup, firstCommits bool) {
 	go func() { o, err := c.Process(ctx, ev); first <- res{o, err} }()
 	session := <-entered
 	go func() { o, err := c.Process(ctx, ev); second <- res{o, err} }()
-	if db.Session != nil {
+	if !db.Features.SingleWriter {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			blocked, err := db.Blocking(ctx, session)
@@ -561,8 +645,8 @@ func concurrentDelivery(t *testing.T, setup Setup, firstCommits bool) {
 
 // FailureStore checks save (and save again: one entry, history appended),
 // list with filters, get, and remove.
-func FailureStore(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func FailureStore[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, time.Minute)
 	fs := inbox.NewFailureStore(db.Driver)
 	evID := idem.NewEventID()
@@ -651,8 +735,8 @@ func FailureStore(t *testing.T, setup Setup) {
 
 // Purge checks batches, the consumer filter and the replay-window check,
 // for markers and attempt counts.
-func Purge(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func Purge[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, time.Minute)
 	now := time.Now()
 	// 25 old markers of stock, 5 old of billing, 3 recent of stock.
@@ -687,6 +771,9 @@ func Purge(t *testing.T, setup Setup) {
 	if n := db.count(t, "processed_event"); n != 33 {
 		t.Fatalf("refused purge deleted rows: %d left, want 33", n)
 	}
+	if _, err := inbox.Purge(ctx, db.Driver, inbox.PurgeConfig{Horizon: 7 * 24 * time.Hour}); err == nil {
+		t.Fatal("purge without a replay window: want an error")
+	}
 	res, err := inbox.Purge(ctx, db.Driver, inbox.PurgeConfig{
 		Consumer: "stock", Horizon: 31 * 24 * time.Hour, ReplayWindow: 30 * 24 * time.Hour, BatchSize: 10,
 		Now: func() time.Time { return now },
@@ -712,18 +799,18 @@ func Purge(t *testing.T, setup Setup) {
 }
 
 // StateCopy checks versioned upserts (Dialect.UpsertVersioned through
-// inbox.ApplyState): 1, 3, 2 leaves 3, with the gap from 1 to 3 reported, and
-// 2 stale with the stored version as Previous, on every dialect.
-func StateCopy(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+// inbox.ApplyState), on a schema-qualified table name: 1, 3, 2 leaves 3,
+// with the gap from 1 to 3 reported, and 2 stale with the stored version as
+// Previous. Then the same in a consumer's handler, on the bare table name:
+// events of versions 1, 3, 2 leave the state of version 3.
+func StateCopy[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	db.exec(t, `CREATE TABLE order_status (order_id VARCHAR(64) NOT NULL PRIMARY KEY, status VARCHAR(64) NOT NULL, version BIGINT NOT NULL)`)
 	ctx := testsvc.Ctx(t, time.Minute)
-	copyOf := inbox.StateCopy{Table: "order_status", Key: "order_id", Columns: []string{"status"}}
+	copyOf := inbox.StateCopy{Table: db.Schema + ".order_status", Key: "order_id", Columns: []string{"status"}}
 	apply := func(version int64, status string) inbox.VersionResult {
 		t.Helper()
-		tx, err := db.Driver.Begin(ctx)
-		fatalIf(t, err, "begin")
-		defer rollback(tx)
+		tx := db.begin(t, ctx)
 		res, err := inbox.ApplyState(ctx, db.Driver, tx, copyOf, "42", version, status)
 		fatalIf(t, err, "apply v%d", version)
 		fatalIf(t, db.Driver.Commit(ctx, tx), "commit")
@@ -745,11 +832,30 @@ func StateCopy(t *testing.T, setup Setup) {
 		status  string
 		version int64
 	)
-	fatalIf(t, db.Driver.DB().QueryRowContext(ctx, `SELECT status, version FROM order_status WHERE order_id = '42'`).Scan(&status, &version), "read state")
+	db.queryRow(t, `SELECT status, version FROM order_status WHERE order_id = '42'`, nil, &status, &version)
 	if version != 3 || status != "cancelled" {
 		t.Errorf("state = %q v%d, want cancelled v3", status, version)
 	}
 	if r := apply(4, "shipped"); !r.Applied || r.Gap || r.Previous != 3 {
 		t.Errorf("v4 = %+v, want applied without gap", r)
+	}
+
+	// In a handler, through the consumer's driver.
+	c, err := inbox.New(db.Driver, inbox.Config{Name: "shipping"})
+	fatalIf(t, err, "new consumer")
+	byHandler := inbox.StateCopy{Table: "order_status", Key: "order_id", Columns: []string{"status"}}
+	c.Handle(inbox.AnyEvent, func(ctx context.Context, tx TTx, ev idem.Event) error {
+		_, err := inbox.ApplyState(ctx, c.Driver(), tx, byHandler, ev.AggregateID, ev.AggregateVersion, ev.Name)
+		return err
+	})
+	for _, v := range []int{1, 3, 2} {
+		ev := changed(t, "43", v)
+		ev.Name = []string{"", "order.order.placed.v1", "order.order.paid.v1", "order.order.cancelled.v1"}[v]
+		o, err := c.Process(ctx, ev)
+		must(t, o, err, inbox.Applied)
+	}
+	db.queryRow(t, `SELECT status, version FROM order_status WHERE order_id = '43'`, nil, &status, &version)
+	if version != 3 || status != "order.order.cancelled.v1" {
+		t.Errorf("state after events 1, 3, 2 = %q v%d, want the state of v3", status, version)
 	}
 }

@@ -24,13 +24,13 @@ import (
 // back byte for byte; a key is reclaimed only when expired or when its
 // lock expired, and only from the owner the caller read; a release leaves
 // completed and taken-over keys alone; the purge deletes expired keys only,
-// at most its limit. Run by Run, on every connection API of the database.
-func IdempotencyKeys(t *testing.T, setup Setup) {
-	keysOf := func(t *testing.T, db *DB) driver.IdempotencyKeys {
+// at most its limit.
+func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
+	keysOf := func(t *testing.T, db *DB[TTx]) driver.IdempotencyKeys {
 		t.Helper()
 		k, ok := db.Driver.Dialect().(driver.IdempotencyKeys)
 		if !ok {
-			t.Fatalf("dialect %s does not implement driver.IdempotencyKeys: package idempotency cannot store keys on it", db.dialect())
+			t.Fatalf("dialect %T does not implement driver.IdempotencyKeys: package idempotency cannot store keys on it", db.Driver.Dialect())
 		}
 		return k
 	}
@@ -45,7 +45,7 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 
 	t.Run("MissingTable", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{NoMigrate: true})
+		db := setup.open(t, Options{NoMigrate: true})
 		_, err := keysOf(t, db).InsertIdempotencyKey(testsvc.Ctx(t, time.Minute), db.Driver.Pool(), claim("", "k", "o"))
 		if !errors.Is(err, idem.ErrMissingTable) {
 			t.Fatalf("insert without migrations: %v, want ErrMissingTable", err)
@@ -54,109 +54,104 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 
 	t.Run("ClaimGetComplete", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		k := keysOf(t, db)
 		ctx := testsvc.Ctx(t, time.Minute)
-		for _, c := range db.conns() {
-			t.Run(c.Name, func(t *testing.T) {
-				key := "clé-" + c.Name
-				p := claim("", key, uuid.NewString())
-				ok, err := k.InsertIdempotencyKey(ctx, c.Pool, p)
-				fatalIf(t, err, "insert")
-				if !ok {
-					t.Fatal("first insert of a key: not inserted")
-				}
-				again := p
-				again.Owner, again.Fingerprint = uuid.NewString(), "other"
-				ok, err = k.InsertIdempotencyKey(ctx, c.Pool, again)
-				fatalIf(t, err, "second insert")
-				if ok {
-					t.Fatal("second insert of a key: inserted, want the conflict reported as false")
-				}
-				got, err := k.GetIdempotencyKey(ctx, c.Pool, p.IdempotencyKeyRef)
-				fatalIf(t, err, "get")
-				if got.Scope != "" || got.Key != key || got.Fingerprint != p.Fingerprint || got.Owner != p.Owner || got.Completed ||
-					!got.LockedUntil.Equal(p.LockedUntil) || !got.ExpiresAt.Equal(p.ExpiresAt) || !got.CreatedAt.Equal(now) || !got.CompletedAt.IsZero() {
-					t.Fatalf("get after insert: %+v, want the claim %+v", got, p)
-				}
-				if _, err := k.GetIdempotencyKey(ctx, c.Pool, driver.IdempotencyKeyRef{Key: "absent-" + c.Name}); !errors.Is(err, idem.ErrNotFound) {
-					t.Fatalf("get of an absent key: %v, want ErrNotFound", err)
-				}
+		pool := db.Driver.Pool()
+		key := "clé"
+		p := claim("", key, uuid.NewString())
+		ok, err := k.InsertIdempotencyKey(ctx, pool, p)
+		fatalIf(t, err, "insert")
+		if !ok {
+			t.Fatal("first insert of a key: not inserted")
+		}
+		again := p
+		again.Owner, again.Fingerprint = uuid.NewString(), "other"
+		ok, err = k.InsertIdempotencyKey(ctx, pool, again)
+		fatalIf(t, err, "second insert")
+		if ok {
+			t.Fatal("second insert of a key: inserted, want the conflict reported as false")
+		}
+		got, err := k.GetIdempotencyKey(ctx, pool, p.IdempotencyKeyRef)
+		fatalIf(t, err, "get")
+		if got.Scope != "" || got.Key != key || got.Fingerprint != p.Fingerprint || got.Owner != p.Owner || got.Completed ||
+			!got.LockedUntil.Equal(p.LockedUntil) || !got.ExpiresAt.Equal(p.ExpiresAt) || !got.CreatedAt.Equal(now) || !got.CompletedAt.IsZero() {
+			t.Fatalf("get after insert: %+v, want the claim %+v", got, p)
+		}
+		if _, err := k.GetIdempotencyKey(ctx, pool, driver.IdempotencyKeyRef{Key: "absent"}); !errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("get of an absent key: %v, want ErrNotFound", err)
+		}
 
-				body := randomBytes(t, 1<<20)
-				done := driver.IdempotencyKeyCompleteParams{IdempotencyKeyRef: p.IdempotencyKeyRef, Owner: "someone else",
-					Status: 201, Headers: `{"Content-Type":["application/json"],"X":["` + strings.Repeat("v", 300) + `"]}`, Body: body, Now: now.Add(time.Second)}
-				ok, err = k.CompleteIdempotencyKey(ctx, c.Pool, done)
-				fatalIf(t, err, "complete by another owner")
-				if ok {
-					t.Fatal("completed by an owner that does not hold the key")
-				}
-				// In a transaction rolled back: still processing.
-				fatalIf(t, c.InTx(ctx, func(ex driver.Executor) error {
-					done.Owner = p.Owner
-					ok, err := k.CompleteIdempotencyKey(ctx, ex, done)
-					if err == nil && !ok {
-						t.Error("complete by the owner, in a transaction: not completed")
-					}
-					return err
-				}), "complete in a transaction")
-				if got, err := k.GetIdempotencyKey(ctx, c.Pool, p.IdempotencyKeyRef); err != nil || got.Completed {
-					t.Fatalf("after a rolled back completion: %+v %v, want still processing", got, err)
-				}
-				ok, err = k.CompleteIdempotencyKey(ctx, c.Pool, done)
-				fatalIf(t, err, "complete")
-				if !ok {
-					t.Fatal("complete by the owner: not completed")
-				}
-				got, err = k.GetIdempotencyKey(ctx, c.Pool, p.IdempotencyKeyRef)
-				fatalIf(t, err, "get after complete")
-				if !got.Completed || got.Status != 201 || got.Headers != done.Headers || !bytes.Equal(got.Body, body) || !got.CompletedAt.Equal(done.Now) {
-					t.Fatalf("after complete: completed=%v status=%d headers=%q body %d bytes (equal: %v) completed at %v, want the response of %v",
-						got.Completed, got.Status, got.Headers, len(got.Body), bytes.Equal(got.Body, body), got.CompletedAt, done.Now)
-				}
-				ok, err = k.CompleteIdempotencyKey(ctx, c.Pool, done)
-				fatalIf(t, err, "second complete")
-				if ok {
-					t.Fatal("a completed key was completed again")
-				}
-				ok, err = k.ReleaseIdempotencyKey(ctx, c.Pool, p.IdempotencyKeyRef, p.Owner)
-				fatalIf(t, err, "release of a completed key")
-				if ok {
-					t.Fatal("a completed key was released")
-				}
+		body := randomBytes(t, 1<<20)
+		done := driver.IdempotencyKeyCompleteParams{IdempotencyKeyRef: p.IdempotencyKeyRef, Owner: "someone else",
+			Status: 201, Headers: `{"Content-Type":["application/json"],"X":["` + strings.Repeat("v", 300) + `"]}`, Body: body, Now: now.Add(time.Second)}
+		ok, err = k.CompleteIdempotencyKey(ctx, pool, done)
+		fatalIf(t, err, "complete by another owner")
+		if ok {
+			t.Fatal("completed by an owner that does not hold the key")
+		}
+		// In a transaction rolled back: still processing.
+		fatalIf(t, db.inTx(ctx, func(ex driver.Executor) error {
+			done.Owner = p.Owner
+			ok, err := k.CompleteIdempotencyKey(ctx, ex, done)
+			if err == nil && !ok {
+				t.Error("complete by the owner, in a transaction: not completed")
+			}
+			return err
+		}), "complete in a transaction")
+		if got, err := k.GetIdempotencyKey(ctx, pool, p.IdempotencyKeyRef); err != nil || got.Completed {
+			t.Fatalf("after a rolled back completion: %+v %v, want still processing", got, err)
+		}
+		ok, err = k.CompleteIdempotencyKey(ctx, pool, done)
+		fatalIf(t, err, "complete")
+		if !ok {
+			t.Fatal("complete by the owner: not completed")
+		}
+		got, err = k.GetIdempotencyKey(ctx, pool, p.IdempotencyKeyRef)
+		fatalIf(t, err, "get after complete")
+		if !got.Completed || got.Status != 201 || got.Headers != done.Headers || !bytes.Equal(got.Body, body) || !got.CompletedAt.Equal(done.Now) {
+			t.Fatalf("after complete: completed=%v status=%d headers=%q body %d bytes (equal: %v) completed at %v, want the response of %v",
+				got.Completed, got.Status, got.Headers, len(got.Body), bytes.Equal(got.Body, body), got.CompletedAt, done.Now)
+		}
+		ok, err = k.CompleteIdempotencyKey(ctx, pool, done)
+		fatalIf(t, err, "second complete")
+		if ok {
+			t.Fatal("a completed key was completed again")
+		}
+		ok, err = k.ReleaseIdempotencyKey(ctx, pool, p.IdempotencyKeyRef, p.Owner)
+		fatalIf(t, err, "release of a completed key")
+		if ok {
+			t.Fatal("a completed key was released")
+		}
 
-				// An empty response body is stored as empty.
-				e := claim("", "empty-"+c.Name, uuid.NewString())
-				_, err = k.InsertIdempotencyKey(ctx, c.Pool, e)
-				fatalIf(t, err, "insert")
-				_, err = k.CompleteIdempotencyKey(ctx, c.Pool, driver.IdempotencyKeyCompleteParams{IdempotencyKeyRef: e.IdempotencyKeyRef, Owner: e.Owner, Status: 204, Now: now})
-				fatalIf(t, err, "complete with no body")
-				if got, err := k.GetIdempotencyKey(ctx, c.Pool, e.IdempotencyKeyRef); err != nil || !got.Completed || got.Status != 204 || len(got.Body) != 0 || got.Headers != "" {
-					t.Fatalf("completed with no body: %+v %v", got, err)
-				}
-			})
+		// An empty response body is stored as empty.
+		e := claim("", "empty", uuid.NewString())
+		_, err = k.InsertIdempotencyKey(ctx, pool, e)
+		fatalIf(t, err, "insert")
+		_, err = k.CompleteIdempotencyKey(ctx, pool, driver.IdempotencyKeyCompleteParams{IdempotencyKeyRef: e.IdempotencyKeyRef, Owner: e.Owner, Status: 204, Now: now})
+		fatalIf(t, err, "complete with no body")
+		if got, err := k.GetIdempotencyKey(ctx, pool, e.IdempotencyKeyRef); err != nil || !got.Completed || got.Status != 204 || len(got.Body) != 0 || got.Headers != "" {
+			t.Fatalf("completed with no body: %+v %v", got, err)
 		}
 	})
 
 	t.Run("CommitsWithTheTransaction", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		k := keysOf(t, db)
 		ctx := testsvc.Ctx(t, time.Minute)
 		db.exec(t, reservationTable)
 		p := claim("", "tx", uuid.NewString())
 		_, err := k.InsertIdempotencyKey(ctx, db.Driver.Pool(), p)
 		fatalIf(t, err, "insert")
-		tx, err := db.Driver.Begin(ctx)
-		fatalIf(t, err, "begin")
-		defer rollback(tx)
-		_, err = tx.ExecContext(ctx, db.bind(`INSERT INTO reservation (order_id, product_id, quantity) VALUES (?, ?, ?)`), "o-1", "p-1", 2)
+		tx := db.begin(t, ctx)
+		_, err = db.Driver.Tx(tx).Exec(ctx, db.bind(`INSERT INTO reservation (order_id, product_id, quantity) VALUES (?, ?, ?)`), "o-1", "p-1", 2)
 		fatalIf(t, err, "business row")
 		ok, err := k.CompleteIdempotencyKey(ctx, db.Driver.Tx(tx), driver.IdempotencyKeyCompleteParams{IdempotencyKeyRef: p.IdempotencyKeyRef, Owner: p.Owner, Status: 201, Body: []byte("{}"), Now: now})
 		if err != nil || !ok {
 			t.Fatalf("complete in the transaction: %v %v", ok, err)
 		}
-		fatalIf(t, tx.Commit(), "commit")
+		fatalIf(t, db.Driver.Commit(ctx, tx), "commit")
 		if got, err := k.GetIdempotencyKey(ctx, db.Driver.Pool(), p.IdempotencyKeyRef); err != nil || !got.Completed || db.count(t, "reservation") != 1 {
 			t.Fatalf("after commit: %+v %v, want completed with the business row", got, err)
 		}
@@ -164,7 +159,7 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 
 	t.Run("KeysCompareExactly", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		k := keysOf(t, db)
 		ctx := testsvc.Ctx(t, time.Minute)
 		// Each is another key: case, Unicode normalisation (é composed and
@@ -191,7 +186,7 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 
 	t.Run("Reclaim", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		k := keysOf(t, db)
 		ctx := testsvc.Ctx(t, time.Minute)
 		pool := db.Driver.Pool()
@@ -254,7 +249,7 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 
 	t.Run("Release", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		k := keysOf(t, db)
 		ctx := testsvc.Ctx(t, time.Minute)
 		pool := db.Driver.Pool()
@@ -278,7 +273,7 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 
 	t.Run("Purge", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		k := keysOf(t, db)
 		ctx := testsvc.Ctx(t, time.Minute)
 		pool := db.Driver.Pool()
@@ -312,34 +307,31 @@ func IdempotencyKeys(t *testing.T, setup Setup) {
 
 	t.Run("ConcurrentClaims", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		k := keysOf(t, db)
 		ctx := testsvc.Ctx(t, time.Minute)
-		for _, c := range db.conns() {
-			t.Run(c.Name, func(t *testing.T) {
-				var (
-					wg       sync.WaitGroup
-					inserted atomic.Int32
-					start    = make(chan struct{})
-				)
-				for range 8 {
-					wg.Go(func() {
-						<-start
-						ok, err := k.InsertIdempotencyKey(ctx, c.Pool, claim("", "race-"+c.Name, uuid.NewString()))
-						if err != nil {
-							t.Error(err)
-						}
-						if ok {
-							inserted.Add(1)
-						}
-					})
+		pool := db.Driver.Pool()
+		var (
+			wg       sync.WaitGroup
+			inserted atomic.Int32
+			start    = make(chan struct{})
+		)
+		for range 8 {
+			wg.Go(func() {
+				<-start
+				ok, err := k.InsertIdempotencyKey(ctx, pool, claim("", "race", uuid.NewString()))
+				if err != nil {
+					t.Error(err)
 				}
-				close(start)
-				wg.Wait()
-				if n := inserted.Load(); n != 1 {
-					t.Fatalf("8 concurrent claims of one key: %d inserted, want 1", n)
+				if ok {
+					inserted.Add(1)
 				}
 			})
+		}
+		close(start)
+		wg.Wait()
+		if n := inserted.Load(); n != 1 {
+			t.Fatalf("8 concurrent claims of one key: %d inserted, want 1", n)
 		}
 	})
 }

@@ -3,7 +3,6 @@ package drivertest
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +25,7 @@ import (
 	"github.com/idem-go/idem/relay"
 )
 
-func relayDialect(t *testing.T, db *DB) driver.RelayDialect {
+func relayDialect[TTx any](t *testing.T, db *DB[TTx]) driver.RelayDialect {
 	t.Helper()
 	rd, ok := db.Driver.Dialect().(driver.RelayDialect)
 	if !ok {
@@ -35,31 +34,29 @@ func relayDialect(t *testing.T, db *DB) driver.RelayDialect {
 	return rd
 }
 
-// claim runs ClaimOutbox in its own transaction and commits, or claims
-// through db.Claimer.
-func claim(t *testing.T, db *DB, rd driver.RelayDialect, owner uuid.UUID, lease time.Duration, limit, perAggregate int) []driver.ClaimedRow {
+// claim claims as a relay on the driver does: through its
+// driver.OutboxClaimer, or with ClaimOutbox in a transaction of its own.
+func claim[TTx any](t *testing.T, db *DB[TTx], rd driver.RelayDialect, owner uuid.UUID, lease time.Duration, limit, perAggregate int) []driver.ClaimedRow {
 	t.Helper()
 	return claimWith(t, db, rd, driver.ClaimParams{Owner: owner, Lease: lease, Limit: limit, MaxPerAggregate: perAggregate})
 }
 
-func claimWith(t *testing.T, db *DB, rd driver.RelayDialect, p driver.ClaimParams) []driver.ClaimedRow {
+func claimWith[TTx any](t *testing.T, db *DB[TTx], rd driver.RelayDialect, p driver.ClaimParams) []driver.ClaimedRow {
 	t.Helper()
 	ctx := testsvc.Ctx(t, 30*time.Second)
-	if db.Claimer != nil {
-		rows, err := db.Claimer.ClaimOutbox(ctx, p)
+	if c := db.claimer(); c != nil {
+		rows, err := c.ClaimOutbox(ctx, p)
 		fatalIf(t, err, "claim")
 		return rows
 	}
-	tx, err := db.Driver.Begin(ctx)
-	fatalIf(t, err, "begin")
-	defer rollback(tx)
+	tx := db.begin(t, ctx)
 	rows, err := rd.ClaimOutbox(ctx, db.Driver.Tx(tx), p)
 	fatalIf(t, err, "claim")
 	fatalIf(t, db.Driver.Commit(ctx, tx), "commit claim")
 	return rows
 }
 
-func insert(t *testing.T, db *DB, events ...idem.Event) {
+func insert[TTx any](t *testing.T, db *DB[TTx], events ...idem.Event) {
 	t.Helper()
 	fatalIf(t, outbox.NewWriter(db.Driver).AddExec(context.Background(), db.Driver.Pool(), events...), "insert")
 }
@@ -93,10 +90,10 @@ func sameIDs(got []uuid.UUID, want ...idem.Event) bool {
 }
 
 // Relay checks the relay's dialect operations and a running relay.
-func Relay(t *testing.T, setup Setup) {
+func Relay[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("ClaimHeadsOnly", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		rd := relayDialect(t, db)
 		a1, a2, a3, b1 := changed(t, "a", 1), changed(t, "a", 2), changed(t, "a", 3), changed(t, "b", 1)
 		insert(t, db, a1, a2, a3, b1)
@@ -119,7 +116,7 @@ func Relay(t *testing.T, setup Setup) {
 
 	t.Run("ClaimFollowersAndLimit", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		rd := relayDialect(t, db)
 		a1, a2, a3, b1, b2 := changed(t, "a", 1), changed(t, "a", 2), changed(t, "a", 3), changed(t, "b", 1), changed(t, "b", 2)
 		insert(t, db, a1, b1, a2, b2, a3)
@@ -140,7 +137,7 @@ func Relay(t *testing.T, setup Setup) {
 
 	t.Run("ClaimMaxHeads", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		rd := relayDialect(t, db)
 		a1, a2, b1, b2, c1, c2 := changed(t, "a", 1), changed(t, "a", 2), changed(t, "b", 1), changed(t, "b", 2), changed(t, "c", 1), changed(t, "c", 2)
 		insert(t, db, a1, b1, c1, a2, b2, c2)
@@ -158,7 +155,7 @@ func Relay(t *testing.T, setup Setup) {
 
 	t.Run("FencingAndTakeover", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		rd := relayDialect(t, db)
 		ctx := testsvc.Ctx(t, 30*time.Second)
 		insert(t, db, changed(t, "1", 1), changed(t, "1", 2), changed(t, "2", 1))
@@ -198,7 +195,7 @@ func Relay(t *testing.T, setup Setup) {
 
 	t.Run("ReleaseWithBackoff", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		rd := relayDialect(t, db)
 		ctx := testsvc.Ctx(t, 30*time.Second)
 		a1, a2, b1, c1 := changed(t, "a", 1), changed(t, "a", 2), changed(t, "b", 1), changed(t, "c", 1)
@@ -251,7 +248,7 @@ func Relay(t *testing.T, setup Setup) {
 
 	t.Run("DeletePublishedAndReplay", func(t *testing.T) {
 		t.Parallel()
-		db := setup(t, Options{})
+		db := setup.open(t, Options{})
 		rd := relayDialect(t, db)
 		ctx := testsvc.Ctx(t, 30*time.Second)
 		var evs []idem.Event
@@ -350,35 +347,77 @@ func Relay(t *testing.T, setup Setup) {
 		t.Parallel()
 		relayBrokerAway(t, setup)
 	})
+	t.Run("WakeUps", func(t *testing.T) {
+		t.Parallel()
+		wakeUps(t, setup)
+	})
+}
+
+// wakeUps checks how a relay on the driver learns of new rows. A
+// driver.OutboxListener calls notify once it listens, then after a
+// committed insert, until its context ends; a relay that would poll once an
+// hour publishes each row as it is inserted. A relay on a driver without
+// one polls every PollIntervalNoListenDefault and publishes each row
+// within a few polls.
+func wakeUps[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
+	pub := memory.New()
+	cfg := quarantineConfig()
+	cfg.Workers = 1
+	l, listens := any(db.Driver).(driver.OutboxListener)
+	if listens {
+		ctx, cancel := context.WithCancel(testsvc.Ctx(t, time.Minute))
+		notes := make(chan struct{}, 100)
+		done := make(chan error, 1)
+		go func() { done <- l.ListenOutbox(ctx, func() { notes <- struct{}{} }) }()
+		waitNote := func(what string) {
+			t.Helper()
+			select {
+			case <-notes:
+			case err := <-done:
+				t.Fatalf("ListenOutbox ended (%v) before %s", err, what)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no notification %s", what)
+			}
+		}
+		waitNote("once listening")
+		insert(t, db, changed(t, "l", 1))
+		waitNote("after an insert")
+		cancel()
+		if err := <-done; err == nil {
+			t.Error("ListenOutbox returned nil when its context ended, want why it stopped")
+		}
+		cfg.PollInterval = time.Hour // after its first claim, only a notification wakes the relay
+	} else {
+		r, err := relay.New(db.Driver, pub, relay.Config{})
+		fatalIf(t, err, "new relay")
+		if got := r.Config().PollInterval; got != relay.PollIntervalNoListenDefault {
+			t.Errorf("PollInterval of a relay without a listener = %v, want %v", got, relay.PollIntervalNoListenDefault)
+		}
+		cfg.PollInterval = 0 // the default
+	}
+	startRelay(t, db, pub, cfg)
+	ctx := testsvc.Ctx(t, time.Minute)
+	fatalIf(t, pub.WaitLen(ctx, db.count(t, "outbox")), "the rows there at the start published")
+	for i := range 3 {
+		before := pub.Len()
+		insert(t, db, changed(t, fmt.Sprint("w", i), 1))
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := pub.WaitLen(wctx, before+1)
+		cancel()
+		fatalIf(t, err, "row %d published as it was inserted", i)
+	}
 }
 
 // relayOrder runs a relay with several workers while producers write events
 // of a few aggregates concurrently, and checks that every event is published
 // and each aggregate's events in version order.
-func relayOrder(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func relayOrder[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	pub := memory.New()
-	r, err := relay.New(db.Driver, pub, relay.Config{
-		Workers:         3,
-		BatchSize:       20,
-		MaxPerAggregate: 5,
-		Lease:           5 * time.Second,
-		PublishTimeout:  2 * time.Second,
-		PollInterval:    20 * time.Millisecond,
-		RetryBackoff:    10 * time.Millisecond,
-		MaxRetryBackoff: 50 * time.Millisecond,
-		StatsInterval:   -1,
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	fatalIf(t, err, "new relay")
-	fatalIf(t, r.Start(context.Background()), "start relay")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := r.Stop(ctx); err != nil {
-			t.Errorf("stop relay: %v", err)
-		}
-	})
+	cfg := quarantineConfig()
+	cfg.Workers, cfg.BatchSize, cfg.MaxPerAggregate, cfg.StatsInterval = 3, 20, 5, -1
+	startRelay(t, db, pub, cfg)
 	const aggregates, versions = 4, 30
 	w := outbox.NewWriter(db.Driver)
 	var wg sync.WaitGroup
@@ -393,7 +432,7 @@ func relayOrder(t *testing.T, setup Setup) {
 					return
 				}
 				if err := w.Add(ctx, tx, changed(t, fmt.Sprint("agg-", a), v)); err != nil {
-					rollback(tx)
+					db.rollback(ctx, tx)
 					errs <- err
 					return
 				}
@@ -435,31 +474,35 @@ func relayOrder(t *testing.T, setup Setup) {
 
 // foreignRow inserts, with plain SQL as another program would, a row of
 // aggregate order/aggregate that an idem relay cannot publish: its id is not
-// a UUID (PostgreSQL's uuid column refuses such ids: there its headers are
-// not a JSON object). It returns the row's seq.
-func foreignRow(t *testing.T, db *DB, aggregate string) int64 {
+// a UUID (where Features.UUIDColumns refuse such ids, its headers are not a
+// JSON object). It returns the row's seq.
+func foreignRow[TTx any](t *testing.T, db *DB[TTx], aggregate string) int64 {
 	t.Helper()
 	id, headers := "E-"+aggregate, "{}"
-	if db.dialect() == "postgres" {
+	if db.Features.UUIDColumns {
 		id, headers = uuid.NewString(), `"not an object"`
 	}
 	db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers)
 VALUES (?, 'order', ?, 'OrderCreated', '{"orderId": 42}', ?)`, id, aggregate, headers)
+	return seqOf(t, db, aggregate)
+}
+
+// seqOf returns the seq of the last outbox row of order/aggregate.
+func seqOf[TTx any](t *testing.T, db *DB[TTx], aggregate string) int64 {
+	t.Helper()
 	var seq int64
-	err := db.Driver.DB().QueryRowContext(context.Background(), db.bind(`SELECT seq FROM outbox WHERE aggregateid = ? ORDER BY seq DESC LIMIT 1`), aggregate).Scan(&seq)
-	fatalIf(t, err, "seq of the foreign row")
+	db.queryRow(t, `SELECT seq FROM outbox WHERE aggregateid = ? ORDER BY seq DESC LIMIT 1`, []any{aggregate}, &seq)
 	return seq
 }
 
 // repair makes a row written by foreignRow publishable, as an operator
 // would with SQL, and returns its event id.
-func repair(t *testing.T, db *DB, seq int64) uuid.UUID {
+func repair[TTx any](t *testing.T, db *DB[TTx], seq int64) uuid.UUID {
 	t.Helper()
-	if db.dialect() == "postgres" {
+	if db.Features.UUIDColumns {
 		db.exec(t, `UPDATE outbox SET headers = '{}' WHERE seq = ?`, seq)
 		var id string
-		err := db.Driver.DB().QueryRowContext(context.Background(), db.bind(`SELECT id FROM outbox WHERE seq = ?`), seq).Scan(&id)
-		fatalIf(t, err, "id of the repaired row")
+		db.queryRow(t, `SELECT id FROM outbox WHERE seq = ?`, []any{seq}, &id)
 		return uuid.MustParse(id)
 	}
 	id := idem.NewEventID()
@@ -479,36 +522,35 @@ func findSeq(rows []driver.ClaimedRow, seq int64) *driver.ClaimedRow {
 // claimUnreadable: a claim never fails on a row's content. A row that cannot
 // become a message comes back marked Unreadable, with the reason; the other
 // rows come back as usual, and rows are marked published by seq.
-func claimUnreadable(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func claimUnreadable[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	rd := relayDialect(t, db)
 	ctx := testsvc.Ctx(t, 30*time.Second)
 	a1, b1 := changed(t, "a", 1), changed(t, "b", 1)
 	insert(t, db, a1)
 	foreign := foreignRow(t, db, "f")
 	insert(t, db, b1)
-	var loose, upper int64
-	if db.dialect() == "sqlite" {
-		// SQLite columns take any type: a timestamp and a version that are
+	var loose int64
+	if db.Features.DynamicTyping {
+		// Columns that take any type: a timestamp and a version that are
 		// not, and headers that are not JSON.
 		db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers)
 VALUES (?, 'order', 'g', 'OrderCreated', '{}', 'yesterday', 'v1', 'not json')`, uuid.NewString())
-		fatalIf(t, db.Driver.DB().QueryRowContext(ctx, `SELECT seq FROM outbox WHERE aggregateid = 'g'`).Scan(&loose), "seq")
+		loose = seqOf(t, db, "g")
 	}
-	if db.dialect() != "postgres" {
-		// Another spelling of a UUID: readable, and marked by seq.
-		db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (?, 'order', 'u', 'OrderCreated', '{}')`,
-			strings.ToUpper(uuid.NewString()))
-		fatalIf(t, db.Driver.DB().QueryRowContext(ctx, `SELECT seq FROM outbox WHERE aggregateid = 'u'`).Scan(&upper), "seq")
-	}
+	// Headers that are JSON but not an object.
+	db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers) VALUES (?, 'order', 'h', 'OrderCreated', '{}', ?)`,
+		uuid.NewString(), `["not", "an", "object"]`)
+	notObject := seqOf(t, db, "h")
+	// Another spelling of a UUID: readable, and marked by seq.
+	db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (?, 'order', 'u', 'OrderCreated', '{}')`,
+		strings.ToUpper(uuid.NewString()))
+	upper := seqOf(t, db, "u")
 
 	owner := uuid.New()
 	rows := claim(t, db, rd, owner, time.Minute, 10, 10)
-	want := 3
+	want := 5
 	if loose != 0 {
-		want++
-	}
-	if upper != 0 {
 		want++
 	}
 	if len(rows) != want {
@@ -522,7 +564,7 @@ VALUES (?, 'order', 'g', 'OrderCreated', '{}', 'yesterday', 'v1', 'not json')`, 
 	if !errors.As(f.Unreadable, &ue) || ue.Seq != foreign {
 		t.Errorf("Unreadable = %#v, want a *driver.UnreadableError for seq %d", f.Unreadable, foreign)
 	}
-	if db.dialect() == "postgres" {
+	if db.Features.UUIDColumns {
 		if !strings.Contains(f.Unreadable.Error(), "headers") || string(f.RawHeaders) != `"not an object"` {
 			t.Errorf("unreadable headers: %v (raw %q)", f.Unreadable, f.RawHeaders)
 		}
@@ -552,10 +594,11 @@ VALUES (?, 'order', 'g', 'OrderCreated', '{}', 'yesterday', 'v1', 'not json')`, 
 			}
 		}
 	}
-	if upper != 0 {
-		if u := findSeq(rows, upper); u == nil || u.Unreadable != nil || u.ID == uuid.Nil {
-			t.Errorf("row with an upper-case UUID: %+v", u)
-		}
+	if u := findSeq(rows, upper); u == nil || u.Unreadable != nil || u.ID == uuid.Nil {
+		t.Errorf("row with an upper-case UUID: %+v", u)
+	}
+	if h := findSeq(rows, notObject); h == nil || h.Unreadable == nil || !strings.Contains(h.Unreadable.Error(), "headers") {
+		t.Errorf("row whose headers are not an object: %+v, want unreadable", h)
 	}
 	n, err := rd.MarkPublished(ctx, db.Driver.Pool(), owner, readable)
 	fatalIf(t, err, "mark")
@@ -567,8 +610,8 @@ VALUES (?, 'order', 'g', 'OrderCreated', '{}', 'yesterday', 'v1', 'not json')`, 
 // quarantineHolds: a quarantined row is never claimed, and holds the later
 // rows of its aggregate behind it, as a head or after an unpublished head;
 // other aggregates are claimed.
-func quarantineHolds(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func quarantineHolds[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	rd := relayDialect(t, db)
 	ctx := testsvc.Ctx(t, 30*time.Second)
 	pool := db.Driver.Pool()
@@ -623,8 +666,8 @@ func quarantineHolds(t *testing.T, setup Setup) {
 
 // quarantineOperations: list with filters and pages, get, requeue and
 // delete, each only on quarantined rows.
-func quarantineOperations(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func quarantineOperations[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	rd := relayDialect(t, db)
 	ctx := testsvc.Ctx(t, 30*time.Second)
 	pool := db.Driver.Pool()
@@ -755,7 +798,7 @@ func quarantineConfig() relay.Config {
 	}
 }
 
-func startRelay(t *testing.T, db *DB, pub *memory.Publisher, cfg relay.Config) *relay.Relay[*sql.Tx] {
+func startRelay[TTx any](t *testing.T, db *DB[TTx], pub *memory.Publisher, cfg relay.Config) *relay.Relay[TTx] {
 	t.Helper()
 	r, err := relay.New(db.Driver, pub, cfg)
 	fatalIf(t, err, "new relay")
@@ -789,8 +832,8 @@ func byAggregate(msgs []idem.Message, aggregate string) []uuid.UUID {
 // published; each unreadable row is quarantined at its first claim; the
 // later row of its aggregate waits until the row is removed, or repaired
 // and re-driven, then goes, in order.
-func relayUnreadable(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func relayUnreadable[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	rd := relayDialect(t, db)
 	ctx := testsvc.Ctx(t, 2*time.Minute)
 	pool := db.Driver.Pool()
@@ -868,8 +911,8 @@ func relayUnreadable(t *testing.T, setup Setup) {
 // exactly QuarantineAfter attempts while the other aggregates flow; the row
 // behind it waits; re-driven once the broker takes it, it is published, then
 // the row behind it, in order.
-func relayRefused(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func relayRefused[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	rd := relayDialect(t, db)
 	ctx := testsvc.Ctx(t, 2*time.Minute)
 	bad1, bad2 := changed(t, "bad", 1), changed(t, "bad", 2)
@@ -937,8 +980,8 @@ func relayRefused(t *testing.T, setup Setup) {
 // no message in time (per-message deadlines, as Kafka reports a broker
 // away), for far more attempts than QuarantineAfter: nothing is quarantined
 // and no attempt counted; once it is back, everything is published in order.
-func relayBrokerAway(t *testing.T, setup Setup) {
-	db := setup(t, Options{})
+func relayBrokerAway[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, 2*time.Minute)
 	var evs []idem.Event
 	for v := 1; v <= 3; v++ {

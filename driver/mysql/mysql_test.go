@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/drivertest"
+	"github.com/idem-go/idem/driver/internal/sqltime"
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/internal/testdb"
 )
@@ -18,36 +20,36 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func setup(t *testing.T, o drivertest.Options) *drivertest.DB {
-	db := testdb.NewMariaDB(t, testdb.Options{NoMigrate: o.NoMigrate})
-	return &drivertest.DB{
-		Driver:            db.Driver,
-		IsUniqueViolation: func(err error) bool { return mysql.IsDuplicateKey(err, "", "") },
-		Session: func(ctx context.Context, ex driver.Executor) (int64, error) {
-			var id int64
-			err := driver.QueryRow(ctx, ex, "SELECT CONNECTION_ID()", nil, &id)
-			return id, err
-		},
-		// Each test has its own database: a lock wait in it, or a marker
-		// insert still running on another session while the first worker
-		// holds its transaction open, is the second worker waiting for the
-		// first. (MariaDB does not always list a transaction blocked on a
-		// duplicate-key check in INNODB_TRX, so both are looked at.)
-		Blocking: func(ctx context.Context, first int64) (bool, error) {
-			n, err := mysql.LockWaits(ctx, db.DB, db.Name)
-			if err != nil || n > 0 {
-				return n > 0, err
-			}
-			var inserting int
-			err = db.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
-WHERE DB = ? AND ID <> ? AND ID <> CONNECTION_ID() AND INFO LIKE 'INSERT INTO %processed_event%'`, db.Name, first).Scan(&inserting)
-			return inserting > 0, err
-		},
-	}
-}
-
 func TestConformance(t *testing.T) {
-	drivertest.Run(t, setup)
+	drivertest.Run(t, func(t *testing.T, o drivertest.Options) *drivertest.DB[*sql.Tx] {
+		db := testdb.NewMariaDB(t, testdb.Options{NoMigrate: o.NoMigrate})
+		return &drivertest.DB[*sql.Tx]{
+			Driver:            db.Driver,
+			Schema:            db.Name,
+			IsUniqueViolation: mysql.IsDuplicateKey,
+			Session: func(ctx context.Context, ex driver.Executor) (int64, error) {
+				var id int64
+				err := driver.QueryRow(ctx, ex, "SELECT CONNECTION_ID()", nil, &id)
+				return id, err
+			},
+			// Each test has its own database: a lock wait in it, or a marker
+			// insert still running on another session while the first worker
+			// holds its transaction open, is the second worker waiting for the
+			// first. (MariaDB does not always list a transaction blocked on a
+			// duplicate-key check in INNODB_TRX, so both are looked at.)
+			Blocking: func(ctx context.Context, first int64) (bool, error) {
+				n, err := mysql.LockWaits(ctx, db.DB, db.Name)
+				if err != nil || n > 0 {
+					return n > 0, err
+				}
+				var inserting int
+				err = db.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+WHERE DB = ? AND ID <> ? AND ID <> CONNECTION_ID() AND INFO LIKE 'INSERT INTO %processed_event%'`, db.Name, first).Scan(&inserting)
+				return inserting > 0, err
+			},
+			Features: drivertest.Features{TimeArg: sqltime.Arg},
+		}
+	})
 }
 
 func TestIsDuplicateKey(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/drivertest"
+	"github.com/idem-go/idem/driver/internal/sqltime"
 	"github.com/idem-go/idem/driver/sqlite"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
@@ -24,18 +25,23 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func setup(t *testing.T, o drivertest.Options) *drivertest.DB {
-	db := testdb.NewSQLite(t, testdb.Options{NoMigrate: o.NoMigrate})
-	return &drivertest.DB{
-		Driver: db.Driver,
-		IsUniqueViolation: func(err error) bool {
-			return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
-		},
-	}
-}
-
 func TestConformance(t *testing.T) {
-	drivertest.Run(t, setup)
+	drivertest.Run(t, func(t *testing.T, o drivertest.Options) *drivertest.DB[*sql.Tx] {
+		db := testdb.NewSQLite(t, testdb.Options{NoMigrate: o.NoMigrate})
+		return &drivertest.DB[*sql.Tx]{
+			Driver: db.Driver,
+			Schema: "main",
+			// SQLite names the key's columns, not the key.
+			IsUniqueViolation: func(err error, table, _ string) bool {
+				return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: "+table+".")
+			},
+			Features: drivertest.Features{
+				TimeArg:       sqltime.Arg,
+				DynamicTyping: true,
+				SingleWriter:  true,
+			},
+		}
+	})
 }
 
 func TestSchemaRefused(t *testing.T) {
