@@ -154,3 +154,27 @@ type Redeliverer interface {
 	// when each is confirmed (a *BatchError for those refused).
 	Redeliver(ctx context.Context, source string, msgs []idem.Message) error
 }
+
+// Inspector is implemented by transports that can tell what waits in the
+// broker for a consumer ("idem status", the dashboard).
+type Inspector interface {
+	// Inspect returns the figures of each consumer's queue, durable
+	// consumer or group. A consumer the broker does not know is left out.
+	Inspect(ctx context.Context, consumers []string) ([]QueueStats, error)
+}
+
+// QueueStats is what waits in the broker for one consumer. A figure the
+// transport cannot tell is -1.
+type QueueStats struct {
+	// Consumer is the consumer's name.
+	Consumer string
+	// Queue names the queue, durable consumer or consumer group.
+	Queue string
+	// Ready counts messages waiting to be delivered.
+	Ready int64
+	// Unacked counts messages delivered and not yet acknowledged.
+	Unacked int64
+	// Lag counts records between the group's committed offsets and the
+	// ends of its partitions (Kafka).
+	Lag int64
+}
