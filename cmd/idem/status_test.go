@@ -174,6 +174,7 @@ func TestStatusCommandErrors(t *testing.T) {
 		{[]string{"status", "--db", "sqlite:" + t.TempDir() + "/none.db"}, "no such file or directory (give the file of a database idem migrated)", 1},
 		{[]string{"status", "--db", empty.URL}, `run "idem migrate up"`, 1},
 		{[]string{"status", "--db", empty.URL, "--broker", "https://example.com/hook"}, "cannot tell what waits for a consumer", 1},
+		{[]string{"status", "--db", empty.URL, "--broker", "embedded?dir=" + t.TempDir()}, "only reachable from its own process", 1},
 		{[]string{"status", "--db", empty.URL, "--watch", "soon"}, `unexpected argument "soon"`, 2},
 		{[]string{"status", "--db", empty.URL, "--watch=1ms"}, "at least 100ms", 2},
 	} {

@@ -129,6 +129,11 @@ func inspectNATS(ctx context.Context, rawURL, prefix string) (Inspector, error) 
 	if err != nil {
 		return nil, err
 	}
+	if u.Host == "embedded" {
+		// A second server on the data of the process that runs it would
+		// read, and write, files that process owns.
+		return nil, fmt.Errorf("broker URL %s: an embedded NATS server is only reachable from its own process; start it with ?listen=127.0.0.1:4222 and give nats://127.0.0.1:4222", broker.RedactURL(rawURL))
+	}
 	cc, release, err := natsConn(ctx, u, "idem status", slog.Default())
 	if err != nil {
 		return nil, err
