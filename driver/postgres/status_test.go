@@ -3,6 +3,9 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,19 +15,27 @@ import (
 	"github.com/idem-go/idem/internal/testdb"
 )
 
-// TestStatusReadsIndexesOnly: on a processed_event of 300,000 markers of
-// three consumers, spread over the last days, the status statements read a
-// few hundred pages at most (the table and its primary key are thousands):
-// the names come from skipping through the primary key, each consumer's
-// figures from its range of the (consumer_name, processed_at) index.
+// TestStatusReadsIndexesOnly: on a processed_event of 300,000 markers
+// (IDEM_TEST_STATUS_MARKERS for another size) of three consumers, spread
+// over the last days, the status statements read a few hundred pages at
+// most (the table and its primary key are thousands): the names come from
+// skipping through the primary key, each consumer's figures from its range
+// of the (consumer_name, processed_at) index.
 func TestStatusReadsIndexesOnly(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	markers := 300000
+	if v := os.Getenv("IDEM_TEST_STATUS_MARKERS"); v != "" { // a bigger table for a measurement
+		var err error
+		if markers, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("IDEM_TEST_STATUS_MARKERS=%q: %v", v, err)
+		}
+	}
 	pg := testdb.NewPostgres(t)
 	pg.Exec(t, `INSERT INTO processed_event (consumer_name, event_id, processed_at)
 SELECT (ARRAY['billing', 'shipping', 'stock'])[1 + s % 3], gen_random_uuid(), now() - s * interval '1 second'
-FROM generate_series(1, 300000) AS s`)
+FROM generate_series(1, $1::integer) AS s`, markers)
 	pg.Exec(t, `INSERT INTO failed_message (consumer_name, source, body, error) VALUES ('billing', 'billing.events', 'x', 'boom')`)
 	pg.Exec(t, `ANALYZE processed_event`)
 	pg.Exec(t, `ANALYZE failed_message`)
@@ -60,6 +71,24 @@ FROM generate_series(1, 300000) AS s`)
 		}
 		pages := doc[0].Plan.SharedHit + doc[0].Plan.SharedRead
 		t.Logf("%s: %d pages (processed_event has %d), %.2f ms", tc.name, pages, tablePages, doc[0].ExecutionTime)
+		if testing.Verbose() {
+			var lines []string
+			rows, err := pg.Pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+tc.sql, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				lines = append(lines, line)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s:\n%s", tc.name, strings.Join(lines, "\n"))
+		}
 		if pages > 300 {
 			t.Errorf("%s reads %d pages (processed_event has %d): it scans the table or a whole index\n%s", tc.name, pages, tablePages, plan)
 		}
