@@ -154,3 +154,47 @@ type Redeliverer interface {
 	// when each is confirmed (a *BatchError for those refused).
 	Redeliver(ctx context.Context, source string, msgs []idem.Message) error
 }
+
+// Inspector is implemented by transports that can tell what waits in the
+// broker for a consumer ("idem status", the dashboard). Each transport's
+// Publisher implements it: RabbitMQ (the consumer's queue, by a passive
+// declare), Kafka (the consumer group's lag), NATS JetStream (the durable
+// consumer's pending and unacknowledged messages).
+type Inspector interface {
+	// Inspect returns the figures of each consumer's queue, durable
+	// consumer or group. A consumer the broker does not know is left out.
+	Inspect(ctx context.Context, consumers []string) ([]QueueStats, error)
+}
+
+// QueueStats is what waits in the broker for one consumer. A figure the
+// transport cannot tell is -1.
+type QueueStats struct {
+	// Consumer is the consumer's name.
+	Consumer string
+	// Queue names the queue, durable consumer or consumer group.
+	Queue string
+	// Ready counts messages waiting to be delivered.
+	Ready int64
+	// Unacked counts messages delivered and not yet acknowledged.
+	Unacked int64
+	// Lag counts records between the group's committed offsets and the
+	// ends of its partitions (Kafka).
+	Lag int64
+	// Consumers counts the clients consuming from the queue, durable
+	// consumer or group (RabbitMQ: its consumers; Kafka: the group's
+	// members; NATS: the pull requests waiting).
+	Consumers int64
+}
+
+// Waiting is what waits for the consumer, delivered or not: Lag when the
+// transport tells it, else Ready plus Unacked (each when known); -1 when
+// the transport tells none of them.
+func (q QueueStats) Waiting() int64 {
+	if q.Lag >= 0 {
+		return q.Lag
+	}
+	if q.Ready < 0 && q.Unacked < 0 {
+		return -1
+	}
+	return max(q.Ready, 0) + max(q.Unacked, 0)
+}

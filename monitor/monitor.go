@@ -1,0 +1,213 @@
+// Package monitor reads what an operator watches, from a database and
+// optionally a broker: per outbox its backlog, the age of its oldest
+// unpublished row and its last publish; per consumer its last processed
+// event, how many it processed in the last minute, and its parked messages;
+// per consumer on the broker, the messages waiting for it.
+//
+// "idem status" prints a Snapshot; package dashboard shows them over time.
+//
+//	src := monitor.New(postgres.NewPgx(pool), monitor.Options{Name: "orders"})
+//	snap, err := src.Snapshot(ctx)
+package monitor
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/driver"
+)
+
+// Database is what a Source reads: any driver (postgres.NewPgx(pool),
+// postgres.NewSQL(db), mysql.New(db), sqlite.New(db)).
+type Database interface {
+	Dialect() driver.Dialect
+	Pool() driver.Executor
+}
+
+// Options configures a Source.
+type Options struct {
+	// Name labels the database in reports (a service name); may be empty.
+	Name string
+	// Broker, when set, is asked for the messages waiting for each
+	// consumer.
+	Broker broker.Inspector
+	// Consumers lists the consumers to report on besides those found in
+	// the database (a consumer that has processed nothing yet).
+	Consumers []string
+	// BrokerTimeout bounds the broker's answer, so that a broker that
+	// hangs does not hold the database's figures back (Snapshot.BrokerError
+	// says so). Defaults to BrokerTimeoutDefault.
+	BrokerTimeout time.Duration
+}
+
+// BrokerTimeoutDefault is Options.BrokerTimeout when it is zero.
+const BrokerTimeoutDefault = 5 * time.Second
+
+// Source takes snapshots of one database (and broker).
+type Source struct {
+	db   Database
+	opts Options
+}
+
+// New returns a Source over db.
+func New(db Database, opts Options) *Source {
+	return &Source{db: db, opts: opts}
+}
+
+// Name returns Options.Name.
+func (s *Source) Name() string { return s.opts.Name }
+
+// Snapshot is the state of one database (and broker) at one time.
+type Snapshot struct {
+	// Database is the Source's name.
+	Database string
+	// Taken is when the snapshot was read (the database's clock).
+	Taken time.Time
+	// Outbox is the outbox table's state; Outbox.Present is false when the
+	// database has none (a consumer-only database).
+	Outbox OutboxStatus
+	// Consumers are the consumers found in the database or named in
+	// Options.Consumers, by name.
+	Consumers []ConsumerStatus
+	// Queues are the broker's figures per consumer; empty without a broker.
+	Queues []broker.QueueStats
+	// BrokerError says why Queues is empty although a broker was given.
+	BrokerError string
+}
+
+// OutboxStatus is an outbox table's state.
+type OutboxStatus struct {
+	// Table is the table's qualified name.
+	Table string
+	// Present is false when the database has no outbox table.
+	Present bool
+	// Backlog counts unpublished rows that are not quarantined.
+	Backlog int64
+	// Quarantined counts quarantined rows ("idem failed list --relay").
+	Quarantined int64
+	// OldestUnpublished is when the oldest unpublished row was written;
+	// zero when there is none.
+	OldestUnpublished time.Time
+	// LastPublished is the latest publication time; zero when nothing was
+	// published (or published rows were all deleted by retention).
+	LastPublished time.Time
+}
+
+// ConsumerStatus is one consumer's state in its database.
+type ConsumerStatus struct {
+	// Name is the consumer's name (its processed_event.consumer_name).
+	Name string
+	// LastProcessed is when it last processed an event; zero when never
+	// (or its markers were purged).
+	LastProcessed time.Time
+	// ProcessedLastMinute counts the events it processed in the minute
+	// before Snapshot.Taken.
+	ProcessedLastMinute int64
+	// Parked counts its messages in the failure store.
+	Parked int64
+	// OldestParked is when its oldest parked message first failed; zero
+	// when none.
+	OldestParked time.Time
+	// Retrying counts its events with failed attempts recorded and neither
+	// applied nor parked yet: waiting for a retry.
+	Retrying int64
+}
+
+// Snapshot reads the database (and broker) now. The database's dialect
+// must implement driver.StatusReader (every idem dialect does). A database
+// without idem's consumer tables gives an error wrapping
+// idem.ErrMissingTable, which says to run "idem migrate up"; one without an
+// outbox table (a consumer-only database) has Outbox.Present false. A
+// broker that fails leaves Queues empty and says why in BrokerError: the
+// database's figures are still worth showing.
+func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
+	d := s.db.Dialect()
+	sr, ok := d.(driver.StatusReader)
+	if !ok {
+		return Snapshot{}, fmt.Errorf("monitor: the %s dialect cannot read status figures (driver.StatusReader)", d.Name())
+	}
+	st, err := sr.ReadStatus(ctx, s.db.Pool(), driver.StatusParams{Consumers: s.opts.Consumers, Window: time.Minute})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("monitor: %s: %w", cmp.Or(s.opts.Name, d.Name()), err)
+	}
+	t := d.Tables()
+	snap := Snapshot{
+		Database: s.opts.Name,
+		Taken:    st.Now,
+		Outbox: OutboxStatus{
+			Table:             qualified(t.Schema, t.Outbox),
+			Present:           st.Outbox.Present,
+			Backlog:           st.Outbox.Backlog,
+			Quarantined:       st.Outbox.Quarantined,
+			OldestUnpublished: st.Outbox.OldestUnpublished,
+			LastPublished:     st.Outbox.LastPublished,
+		},
+		Consumers: make([]ConsumerStatus, len(st.Consumers)),
+	}
+	names := make([]string, len(st.Consumers))
+	for i, c := range st.Consumers {
+		names[i] = c.Name
+		snap.Consumers[i] = ConsumerStatus{
+			Name:                c.Name,
+			LastProcessed:       c.LastProcessed,
+			ProcessedLastMinute: c.Processed,
+			Parked:              c.Parked,
+			OldestParked:        c.OldestParked,
+			Retrying:            c.Retrying,
+		}
+	}
+	if s.opts.Broker != nil && len(names) > 0 {
+		bctx, cancel := context.WithTimeout(ctx, cmp.Or(s.opts.BrokerTimeout, BrokerTimeoutDefault))
+		qs, err := s.opts.Broker.Inspect(bctx, names)
+		cancel()
+		if err != nil {
+			snap.BrokerError = err.Error()
+		} else {
+			snap.Queues = qs
+		}
+	}
+	return snap, nil
+}
+
+// Consumer returns the status of the consumer called name.
+func (s Snapshot) Consumer(name string) (ConsumerStatus, bool) {
+	for _, c := range s.Consumers {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return ConsumerStatus{}, false
+}
+
+// Queue returns the broker's figures of the consumer called name.
+func (s Snapshot) Queue(name string) (broker.QueueStats, bool) {
+	for _, q := range s.Queues {
+		if q.Consumer == name {
+			return q, true
+		}
+	}
+	return broker.QueueStats{}, false
+}
+
+// OldestUnpublishedAge is how long the oldest unpublished row has waited
+// at Taken; zero when there is none.
+func (s Snapshot) OldestUnpublishedAge() time.Duration {
+	return age(s.Taken, s.Outbox.OldestUnpublished)
+}
+
+func age(now, t time.Time) time.Duration {
+	if t.IsZero() || now.Before(t) {
+		return 0
+	}
+	return now.Sub(t)
+}
+
+func qualified(schema, table string) string {
+	if schema == "" {
+		return table
+	}
+	return schema + "." + table
+}
