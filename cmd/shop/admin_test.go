@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
@@ -92,6 +94,30 @@ func TestAdminMetricsEmbedded(t *testing.T) {
 	}
 	t.Cleanup(in.close)
 	adminMetrics(t, &cluster{binary: shopBinary, dataDir: dir, logDir: t.TempDir()}, in, namespaceDefault)
+}
+
+// TestAdminMetricsKafka is TestAdminMetrics on PostgreSQL + Kafka (kfake,
+// on a TCP port for the shop process).
+func TestAdminMetricsKafka(t *testing.T) {
+	t.Parallel()
+	pg := testdb.PostgresURL(t)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns := "admk_" + randomSuffix()
+	in, err := openInspector(context.Background(), pg, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dropNamespace(in); in.close() })
+	adminMetrics(t, &cluster{binary: shopBinary, db: pg, broker: "kafka://" + c.ListenAddrs()[0] + "?session_timeout=6s",
+		namespace: ns, logDir: t.TempDir()}, in, ns)
 }
 
 func adminMetrics(t *testing.T, cl *cluster, in *inspector, ns string) {
