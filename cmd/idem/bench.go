@@ -16,12 +16,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/relay/relaymetrics"
 )
 
 func init() {
@@ -29,7 +31,7 @@ func init() {
 		name:    "bench",
 		summary: "measure the relay on a database (idem bench relay)",
 		usage: `Usage:
-  idem bench relay [--db URL] [--rows N] [--aggregates N] [--runs N] [--workers N] [--rate R] [--duration D]
+  idem bench relay [--db URL] [--rows N] [--aggregates N] [--runs N] [--workers N] [--rate R] [--duration D] [--metrics]
 
 Runs in a scratch schema (idem_bench_<random>, dropped at the end) on the
 database, with an in-process publisher that accepts everything at once, so
@@ -46,6 +48,11 @@ that what is measured is the relay and the database:
 
 Steps 1 and 2 alternate --runs times; medians are reported.
 
+With --metrics the relay runs with its Prometheus metrics on (relaymetrics:
+every histogram fed, the collector gathered after each drain, as a scrape
+would), to measure what they cost: compare the ratios of runs with and
+without it.
+
 Example:
   idem bench relay --db postgres://localhost/bench --runs 3`,
 		setup: func(fs *flag.FlagSet) runFunc {
@@ -58,6 +65,7 @@ Example:
 			batch := fs.Int("batch-size", relay.BatchSizeDefault, "rows per claim")
 			rate := fs.Int("rate", 1000, "events per second in the latency test; 0 skips it")
 			duration := fs.Duration("duration", 10*time.Second, "length of the latency test")
+			metrics := fs.Bool("metrics", false, "run the relay with its Prometheus metrics on")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) != 1 || args[0] != "relay" {
 					return usagef("want: idem bench relay")
@@ -74,6 +82,11 @@ Example:
 					return fmt.Errorf("bench relay needs PostgreSQL")
 				}
 				b := &bench{e: e, rows: *rows, aggregates: *aggregates, workers: *workers, batch: *batch}
+				if *metrics {
+					b.metrics = relaymetrics.New()
+					b.registry = prometheus.NewRegistry()
+					b.registry.MustRegister(b.metrics)
+				}
 				if err := b.setup(ctx, conn.Pgx.Pgx()); err != nil {
 					return err
 				}
@@ -90,6 +103,9 @@ type bench struct {
 	admin, pool                      *pgxpool.Pool
 	schema                           string
 	drv                              *postgres.PgxDriver
+	// metrics, when set, instrument the relay; registry holds them.
+	metrics  *relaymetrics.Metrics
+	registry *prometheus.Registry
 }
 
 func (b *bench) setup(ctx context.Context, base *pgxpool.Pool) error {
@@ -164,7 +180,8 @@ FROM generate_series(0, $1 - 1) AS g`, b.rows, b.aggregates)
 
 func (b *bench) run(ctx context.Context, runs, rate int, duration time.Duration) error {
 	out := b.e.stdout
-	fmt.Fprintf(out, "idem bench relay: %d rows over %d aggregates, %d workers, batch %d\n", b.rows, b.aggregates, b.workers, b.batch)
+	fmt.Fprintf(out, "idem bench relay: %d rows over %d aggregates, %d workers, batch %d, metrics %v\n",
+		b.rows, b.aggregates, b.workers, b.batch, map[bool]string{true: "on", false: "off"}[b.metrics != nil])
 	var relayRates, bareRates []float64
 	for i := 1; i <= runs; i++ {
 		if err := b.fill(ctx); err != nil {
@@ -227,13 +244,33 @@ func (p *countingPublisher) Publish(_ context.Context, msgs []idemmsg.Message) e
 }
 
 func (b *bench) relayConfig() relay.Config {
-	return relay.Config{
+	cfg := relay.Config{
 		Workers:       b.workers,
 		BatchSize:     b.batch,
 		StatsInterval: -1,
 		Retention:     -1,
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
+	if b.metrics != nil {
+		cfg = b.metrics.Instrument(cfg)
+	}
+	return cfg
+}
+
+// watch exports r's metrics, when they are on.
+func (b *bench) watch(r relaymetrics.StatsSource) {
+	if b.metrics != nil {
+		b.metrics.Watch(r)
+	}
+}
+
+// scrape gathers the metrics, when they are on, as Prometheus would.
+func (b *bench) scrape() error {
+	if b.registry == nil {
+		return nil
+	}
+	_, err := b.registry.Gather()
+	return err
 }
 
 func (b *bench) drainRelay(ctx context.Context) (time.Duration, error) {
@@ -242,6 +279,7 @@ func (b *bench) drainRelay(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	b.watch(r)
 	start := time.Now()
 	if err := r.Start(ctx); err != nil {
 		return 0, err
@@ -253,7 +291,7 @@ func (b *bench) drainRelay(ctx context.Context) (time.Duration, error) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return time.Since(start), nil
+	return time.Since(start), b.scrape()
 }
 
 // drainBare claims and marks as the relay does (the same statements, the
@@ -301,6 +339,7 @@ func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) (
 	if err != nil {
 		return nil, err
 	}
+	b.watch(r)
 	if err := r.Start(ctx); err != nil {
 		return nil, err
 	}

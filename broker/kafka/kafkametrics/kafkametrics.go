@@ -16,6 +16,14 @@
 //	idem_kafka_commits_total                     counter
 //	idem_kafka_commit_errors_total               counter
 //	idem_kafka_handle_delay_seconds              histogram: event occurrence to end of handling
+//
+// The consumer itself has metrics on every transport (inbox/inboxmetrics:
+// idem_consumer_* by outcome, handler durations, commit-to-handle delay,
+// parked messages, retry backlog, paused state); these add what only Kafka
+// tells: the lag and committed offset of each partition, and the
+// subscriber's own counters (dead letters, offset commits). Alert on a lag
+// that keeps growing. docs/OPERATIONS.md lists every metric of idem and the
+// alerts to set.
 package kafkametrics
 
 import (
