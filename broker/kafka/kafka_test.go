@@ -158,11 +158,13 @@ type logged struct {
 	committed int64 // the partition's committed offset when delivered
 }
 
-func (l *callLog) wrap(sub **kafka.Subscriber, next broker.DeliverFunc) broker.DeliverFunc {
+// wrap logs the calls to next. sub is set once the subscriber is started:
+// until then the committed offsets are not read.
+func (l *callLog) wrap(sub *atomic.Pointer[kafka.Subscriber], next broker.DeliverFunc) broker.DeliverFunc {
 	return func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
 		before := map[string]int64{}
-		if *sub != nil {
-			for _, p := range (*sub).Stats().Partitions {
+		if s := sub.Load(); s != nil {
+			for _, p := range s.Stats().Partitions {
 				before[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] = p.Committed
 			}
 		}
@@ -234,7 +236,7 @@ func TestFailingMidPartition(t *testing.T) {
 			return errors.New("not yet")
 		})
 	var log callLog
-	var sub *kafka.Subscriber
+	var sub atomic.Pointer[kafka.Subscriber]
 	logged := log.wrap(&sub, cons.DeliverBatch)
 	deliver := func(ctx context.Context, ds []inbox.Delivery) ([]inbox.Disposition, []error) {
 		for _, d := range ds {
@@ -250,7 +252,8 @@ func TestFailingMidPartition(t *testing.T) {
 		}
 		return disps, errs
 	}
-	sub, _ = subscribe(t, c, "mid", []string{topic}, deliver, func(cfg *kafka.SubscriberConfig) { cfg.BatchSize = 10 })
+	started, _ := subscribe(t, c, "mid", []string{topic}, deliver, func(cfg *kafka.SubscriberConfig) { cfg.BatchSize = 10 })
+	sub.Store(started)
 	// The later records of the failing record's aggregate are parked
 	// behind it (it holds its aggregate), the others applied.
 	var applied, held []idem.Event
@@ -268,7 +271,7 @@ func TestFailingMidPartition(t *testing.T) {
 	})
 	testsvc.WaitFor(t, 10*time.Second, "offsets committed to the end", func() bool {
 		var lag int64
-		st := sub.Stats()
+		st := started.Stats()
 		for _, p := range st.Partitions {
 			lag += max(p.Lag, 0)
 		}
