@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/internal/registry"
+	"github.com/idem-go/idem/internal/telemetry"
 )
 
 func main() {
@@ -148,7 +149,7 @@ start-up too: in-flight work finishes and the exit status is 0.
 Flags (each also read from the environment variable in brackets):
 `
 
-const runHelpTail = `
+var runHelpTail = `
 Services: order (HTTP API + consumer "order"), stock (consumer "stock"),
 shipping (consumers "shipping-preparation-v1", "shipping-carrier-v1"),
 billing (consumers "billing", "billing-mailer"), carrier (fake carrier and
@@ -174,7 +175,12 @@ Order API:
                            pickup) and billing compensate; the fulfilment
                            ends "cancelled" or "shipment cancelled".
   GET  /orders/{id}
-`
+
+Each order request runs in a trace span (a traceparent header makes it a
+child of the caller's), and its events carry the trace through the relay to
+every consumer; the spans are exported when tracing is configured.
+
+` + fmt.Sprintf(telemetry.Help, "shop") + "\n"
 
 var runEnv = map[string]string{
 	"services": "SHOP_SERVICES", "db": "SHOP_DB_URL", "broker": "SHOP_BROKER_URL", "http": "SHOP_HTTP",
@@ -281,6 +287,14 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 	// What logs to the default logger (the embedded NATS server) logs to
 	// the shop's.
 	slog.SetDefault(log)
+	tracing, err := telemetry.Setup(ctx, "shop", log)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer tracing.Close(log)
+	if tracing.Enabled() {
+		log.Info("tracing on", "exporter", tracing.Exporter)
+	}
 	if err := embeddedDefaults(&cfg); err != nil {
 		return err
 	}
