@@ -42,6 +42,31 @@ type Delivery struct {
 	// delivery count, its own retries), for information: the consumer
 	// counts failed attempts in its database.
 	Attempt int
+	// System names the transport the message came from, as OpenTelemetry's
+	// messaging.system attribute spells it (SystemRabbitMQ, SystemKafka,
+	// SystemNATS); empty when unknown. The consumer's trace spans carry it.
+	System string
+}
+
+// Messaging systems, as OpenTelemetry's messaging.system attribute spells
+// them: the values of Delivery.System and Describer.MessagingSystem.
+const (
+	SystemRabbitMQ = "rabbitmq"
+	SystemKafka    = "kafka"
+	SystemNATS     = "nats"
+)
+
+// Describer is implemented by publishers that say, for trace spans, which
+// messaging system they publish to and where each message goes: the relay's
+// spans carry them as OpenTelemetry's messaging.system and
+// messaging.destination.name. broker/amqp (the exchange), broker/kafka (the
+// topic) and broker/nats (the subject) implement it.
+type Describer interface {
+	// MessagingSystem returns the messaging system (SystemRabbitMQ...).
+	MessagingSystem() string
+	// Destination returns where msg is published, or "" when it cannot be
+	// routed.
+	Destination(msg idem.Message) string
 }
 
 // Action tells a transport what to do with a delivery.

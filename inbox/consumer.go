@@ -56,6 +56,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
@@ -153,6 +155,15 @@ type Config struct {
 	// Observer is told what the consumer does, for metrics
 	// (inbox/inboxmetrics). The zero value observes nothing.
 	Observer Observer
+	// TracerProvider gives the tracer of the spans DeliverBatch starts: one
+	// consumer span per delivery, child of the producer's span found in the
+	// message's headers, around its handlers. Defaults to the global one
+	// (otel.GetTracerProvider), which records nothing until the application
+	// installs an OpenTelemetry SDK.
+	TracerProvider trace.TracerProvider
+	// Propagator extracts the producer's trace context from the messages'
+	// headers. Defaults to the global one (otel.GetTextMapPropagator).
+	Propagator propagation.TextMapPropagator
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -207,7 +218,8 @@ type Consumer[TTx any] struct {
 	attempted eventTimes // events with failed attempts counted in the database
 	parked    parkedCache
 
-	stats stats
+	stats   stats
+	tracing tracing
 }
 
 // New returns a consumer named cfg.Name on drv.
@@ -222,6 +234,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 		failures: NewFailureStore(drv),
 		log:      cfg.Logger.With("consumer", cfg.Name),
 		handlers: map[string][]HandlerFunc[TTx]{},
+		tracing:  newTracing(cfg),
 	}
 	c.gate.min, c.gate.max = cfg.PauseMin, cfg.PauseMax
 	return c, nil
@@ -374,7 +387,7 @@ func (c *Consumer[TTx]) ProcessBatch(ctx context.Context, events []idem.Event) [
 		c.countResults(events, results)
 		return results
 	}
-	err := c.batch(ctx, events, results)
+	err := c.batch(ctx, events, results, nil)
 	if err != nil {
 		for i, ev := range events {
 			o, err := c.process(ctx, ev)
@@ -386,8 +399,10 @@ func (c *Consumer[TTx]) ProcessBatch(ctx context.Context, events []idem.Event) [
 }
 
 // batch tries the whole batch in one transaction. It fills results and
-// returns nil on commit; on any error results are meaningless.
-func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results []Result) (err error) {
+// returns nil on commit; on any error results are meaningless. items, when
+// not nil, are the deliveries of the events, whose trace spans the
+// handlers' contexts carry.
+func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results []Result, items []item) (err error) {
 	marks := make([]driver.Mark, 0, len(events))
 	pos := make([]int, 0, len(events))
 	seen := make(map[uuid.UUID]bool, len(events))
@@ -433,7 +448,11 @@ func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results 
 			dupHashes = append(dupHashes, marks[k].Hash)
 			continue
 		}
-		if err := c.runHandlers(ctx, tx, events[i], handlers[i]); err != nil {
+		hctx := ctx
+		if items != nil {
+			hctx = itemContext(ctx, &items[i])
+		}
+		if err := c.runHandlers(hctx, tx, events[i], handlers[i]); err != nil {
 			return err
 		}
 		results[i] = Result{Outcome: Applied}

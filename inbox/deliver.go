@@ -11,6 +11,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 )
@@ -50,6 +53,10 @@ type item struct {
 	// redrive is the failure store id of the parked message this one
 	// re-drives (idem.HeaderRedrive), 0 for a plain delivery.
 	redrive int64
+	// span is the delivery's consumer span, nil when there is no trace;
+	// baggage the baggage that came with the message.
+	span    trace.Span
+	baggage baggage.Baggage
 }
 
 // block is why the later events of an aggregate wait in one DeliverBatch
@@ -106,6 +113,8 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 	for i, d := range ds {
 		items[i] = c.decode(d)
 	}
+	c.startSpans(ctx, ds, items)
+	defer endSpans(items, disps, errs)
 	if wait := c.gate.wait(); wait > 0 {
 		for i := range items {
 			disps[i] = Disposition{Action: Pause, Outcome: Paused, RetryAfter: wait, Event: items[i].ev}
@@ -149,7 +158,7 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 				disps[i] = Disposition{Action: Pause, Outcome: Paused, RetryAfter: wait, Event: it.ev}
 				break
 			}
-			pctx, cancel := context.WithTimeout(ctx, c.cfg.DeliveryTimeout)
+			pctx, cancel := context.WithTimeout(itemContext(ctx, it), c.cfg.DeliveryTimeout)
 			o, err := c.process(pctx, it.ev)
 			cancel()
 			disps[i], parkedID, errs[i] = c.settle(ctx, ds[i], it, o, err)
@@ -207,7 +216,7 @@ func (c *Consumer[TTx]) tryBatch(ctx context.Context, items []item, disps []Disp
 	}
 	results := make([]Result, len(items))
 	bctx, cancel := context.WithTimeout(ctx, c.cfg.DeliveryTimeout)
-	err := c.batch(bctx, events, results)
+	err := c.batch(bctx, events, results, items)
 	cancel()
 	if err == nil {
 		c.resumed()

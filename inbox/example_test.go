@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver/postgres"
@@ -67,4 +69,44 @@ func Example() {
 	// applied
 	// duplicate
 	// reservations: 1
+}
+
+// A delivery whose headers carry a traceparent (the relay sends the one the
+// producer's outbox.Writer wrote) is handled within a consumer span, child
+// of the producer's: the handler's ctx carries it, so what the handler
+// writes to its own outbox, or sends with an instrumented client, continues
+// the trace. Without an OpenTelemetry SDK installed the span records
+// nothing, but the trace context still passes through.
+func ExampleConfig_tracing() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	shipping, err := inbox.New(postgres.NewPgx(pool), inbox.Config{
+		Name: "shipping-example",
+		// Usually set once for the process: otel.SetTextMapPropagator(...).
+		Propagator: propagation.TraceContext{},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	shipping.Handle("order.order.placed.v1", func(ctx context.Context, tx pgx.Tx, ev idem.Event) error {
+		fmt.Println("handled in trace", trace.SpanContextFromContext(ctx).TraceID())
+		return nil
+	})
+
+	ev, _ := idem.NewEvent("order.order.placed.v1", "order", "44", map[string]any{"orderId": "44"})
+	msg, _ := idem.NewMessage(ev)
+	msg.Headers = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	disp, err := shipping.Deliver(ctx, inbox.Delivery{Message: msg, Source: "shipping.events", Attempt: 1, System: "rabbitmq"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(disp.Outcome)
+	// Output:
+	// handled in trace 4bf92f3577b34da6a3ce929d0e0e4736
+	// applied
 }

@@ -8,12 +8,24 @@
 //	ev, _ := idem.NewEvent("order.order.placed.v1", "order", orderID, payload)
 //	if err := writer.Add(ctx, tx, ev); err != nil { ... }
 //	err = tx.Commit(ctx)
+//
+// When ctx carries an OpenTelemetry span (an HTTP request's server span,
+// say), Add writes its W3C trace context (traceparent, tracestate) and
+// baggage into each event's headers, through the global propagator
+// (otel.SetTextMapPropagator) or the one given to WithPropagator. The row
+// carries them, the relay publishes them as message headers, and the
+// consumers' spans become children of the producer's span: one trace from
+// the request to every consumer. Headers the caller wrote itself are kept.
+// Package outbox uses the OpenTelemetry API only; the application chooses
+// the SDK and exporter, if any.
 package outbox
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
@@ -24,6 +36,9 @@ import (
 type Writer[TTx any] struct {
 	drv driver.Driver[TTx]
 	now func() time.Time
+	// prop injects trace context into the events' headers; nil: the
+	// global propagator.
+	prop propagation.TextMapPropagator
 }
 
 // NewWriter returns a Writer using drv's dialect and tables.
@@ -31,10 +46,22 @@ func NewWriter[TTx any](drv driver.Driver[TTx]) *Writer[TTx] {
 	return &Writer[TTx]{drv: drv, now: time.Now}
 }
 
+// WithPropagator returns a copy of w that injects the trace context of Add's
+// ctx into the events' headers with p rather than with the global propagator
+// (otel.GetTextMapPropagator, which injects nothing until the application
+// sets one).
+func (w *Writer[TTx]) WithPropagator(p propagation.TextMapPropagator) *Writer[TTx] {
+	c := *w
+	c.prop = p
+	return &c
+}
+
 // Add inserts events into the outbox in tx. They become visible to the relay
 // when tx commits, and never exist if it rolls back. Every event needs an id
 // (idem.NewEventID), a name, an aggregate type and id, and a JSON payload; an
-// event with no OccurredAt gets the current time.
+// event with no OccurredAt gets the current time. When ctx carries a trace
+// span, its trace context and baggage are added to each event's headers
+// (see the package documentation); ev.Headers itself is not modified.
 func (w *Writer[TTx]) Add(ctx context.Context, tx TTx, events ...idem.Event) error {
 	return w.AddExec(ctx, w.drv.Tx(tx), events...)
 }
@@ -47,6 +74,7 @@ func (w *Writer[TTx]) AddExec(ctx context.Context, ex driver.Executor, events ..
 	}
 	rows := make([]driver.OutboxRow, len(events))
 	now := w.now().UTC()
+	trace := w.traceHeaders(ctx)
 	for i, ev := range events {
 		if err := ev.Validate(); err != nil {
 			return fmt.Errorf("idem: outbox: event %d (%s): %w", i, ev.Name, err)
@@ -63,7 +91,7 @@ func (w *Writer[TTx]) AddExec(ctx context.Context, ex driver.Executor, events ..
 			Payload:          ev.Payload,
 			OccurredAt:       at.UTC().Truncate(time.Microsecond),
 			AggregateVersion: ev.AggregateVersion,
-			Headers:          ev.Headers,
+			Headers:          withTrace(ev.Headers, trace),
 		}
 	}
 	if err := w.drv.Dialect().InsertOutbox(ctx, ex, rows); err != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem/driver"
 )
@@ -133,6 +135,16 @@ type Config struct {
 	// (retries included). Like ObserveDelay they must be fast and safe for
 	// concurrent use; relaymetrics uses them for its histograms.
 	ObserveClaim, ObservePublish, ObserveMark func(time.Duration)
+	// TracerProvider gives the tracer of the relay's spans: one producer
+	// span per published message, child of the producer's span whose
+	// trace context outbox.Writer wrote in the row's headers. Defaults to
+	// the global one (otel.GetTracerProvider), which records nothing until
+	// the application installs an OpenTelemetry SDK.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the producer's trace context from the rows' headers,
+	// and writes the relay span's into the messages of rows that have none.
+	// Defaults to the global one (otel.GetTextMapPropagator).
+	Propagator propagation.TextMapPropagator
 }
 
 // ClaimParams returns the parameters of the claims that a relay configured

@@ -69,7 +69,8 @@ type Relay[TTx any] struct {
 	brokerFailures atomic.Int64
 	claimFailures  atomic.Int64
 
-	stats counters
+	stats   counters
+	tracing tracing
 }
 
 type counters struct {
@@ -151,6 +152,7 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "relay"),
 		wake:    make(chan struct{}, 1),
+		tracing: newTracing(cfg, pub),
 	}, nil
 }
 
@@ -463,9 +465,11 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 			continue
 		}
 		ctx, cancel := context.WithTimeout(r.workCtx, r.cfg.PublishTimeout)
+		spans := r.tracing.startSpans(ctx, items, batch, msgs)
 		err := r.publish(ctx, msgs)
 		cancel()
 		now := time.Now()
+		endSpans(spans, err)
 		var batchErr *broker.BatchError
 		whole := err != nil && !errors.As(err, &batchErr)
 		var accepted, faults int

@@ -157,6 +157,13 @@ func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
 	return p.publish(ctx, targets)
 }
 
+// MessagingSystem implements broker.Describer: "rabbitmq".
+func (p *Publisher) MessagingSystem() string { return broker.SystemRabbitMQ }
+
+// Destination implements broker.Describer: the exchange every message is
+// published to (its routing key is the event name).
+func (p *Publisher) Destination(idem.Message) string { return p.cfg.Exchange }
+
 // Redeliver publishes msgs, through the default exchange, to queue only
 // (not to the topic exchange, where every service bound to the event would
 // receive them again). The failure-store commands use it to send a stored

@@ -460,7 +460,7 @@ func toDelivery(d amqp091.Delivery, queue string) broker.Delivery {
 			msg.Headers[k] = s
 		}
 	}
-	return broker.Delivery{Message: msg, Source: queue, Attempt: attempt}
+	return broker.Delivery{Message: msg, Source: queue, Attempt: attempt, System: broker.SystemRabbitMQ}
 }
 
 // headerString returns a header value as text, for the value types that have
@@ -504,6 +504,7 @@ func headerString(v any) (string, bool) {
 var (
 	_ broker.Subscriber  = (*Subscriber)(nil)
 	_ broker.Redeliverer = (*Publisher)(nil)
+	_ broker.Describer   = (*Publisher)(nil)
 )
 
 // Done is closed when a started subscriber has stopped.

@@ -172,6 +172,16 @@ func (p *Publisher) Topic(m idem.Message) (string, error) {
 	return topic, nil
 }
 
+// MessagingSystem implements broker.Describer: "kafka".
+func (p *Publisher) MessagingSystem() string { return broker.SystemKafka }
+
+// Destination implements broker.Describer: the topic m is routed to, "" when
+// it cannot be routed.
+func (p *Publisher) Destination(m idem.Message) string {
+	topic, _ := p.Topic(m)
+	return topic
+}
+
 // Publish implements broker.Publisher: it produces every message and returns
 // once each is acknowledged by all in-sync replicas or has failed. Messages
 // of one key are produced in the order given, to one partition.

@@ -738,6 +738,7 @@ func (s *Subscriber) delivery(r *kgo.Record, attempt int) broker.Delivery {
 		Message: m,
 		Source:  r.Topic + "/" + strconv.Itoa(int(r.Partition)),
 		Attempt: attempt,
+		System:  broker.SystemKafka,
 	}
 }
 
@@ -887,6 +888,7 @@ func (w *partWorker) resume(cl *kgo.Client) {
 var (
 	_ broker.Subscriber  = (*Subscriber)(nil)
 	_ broker.Redeliverer = (*Publisher)(nil)
+	_ broker.Describer   = (*Publisher)(nil)
 )
 
 // Done is closed when a started subscriber has stopped.

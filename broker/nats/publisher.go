@@ -167,6 +167,16 @@ func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
 	return p.publish(ctx, outs, errs)
 }
 
+// MessagingSystem implements broker.Describer: "nats".
+func (p *Publisher) MessagingSystem() string { return broker.SystemNATS }
+
+// Destination implements broker.Describer: the subject m is published on, ""
+// when its event name cannot be one.
+func (p *Publisher) Destination(m idem.Message) string {
+	subject, _ := p.cfg.Stream.Subject(m.EventName)
+	return subject
+}
+
 // Redeliver publishes msgs for one consumer only, on
 // <prefix>-retry.<consumer>.<event name>, which every idem subscriber named
 // consumer also reads. The failure-store commands use it to send a stored

@@ -538,10 +538,11 @@ func (s *Subscriber) toDelivery(m jetstream.Msg) broker.Delivery {
 	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
 		attempt = int(md.NumDelivered)
 	}
-	return broker.Delivery{Message: msg, Source: s.cfg.Consumer, Attempt: attempt}
+	return broker.Delivery{Message: msg, Source: s.cfg.Consumer, Attempt: attempt, System: broker.SystemNATS}
 }
 
 var (
 	_ broker.Subscriber  = (*Subscriber)(nil)
 	_ broker.Redeliverer = (*Publisher)(nil)
+	_ broker.Describer   = (*Publisher)(nil)
 )

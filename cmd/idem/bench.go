@@ -17,6 +17,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver/postgres"
@@ -53,6 +57,11 @@ every histogram fed, the collector gathered after each drain, as a scrape
 would), to measure what they cost: compare the ratios of runs with and
 without it.
 
+With IDEM_BENCH_TRACING=sdk, the relay traces with the OpenTelemetry SDK,
+every span sampled and dropped by a no-op exporter, and every row carries a
+traceparent as a traced producer's do: the cost of tracing. Unset, the
+relay runs with OpenTelemetry's no-op tracer, as when tracing is off.
+
 Example:
   idem bench relay --db postgres://localhost/bench --runs 3`,
 		setup: func(fs *flag.FlagSet) runFunc {
@@ -87,6 +96,14 @@ Example:
 					b.registry = prometheus.NewRegistry()
 					b.registry.MustRegister(b.metrics)
 				}
+				switch mode := e.getenv("IDEM_BENCH_TRACING"); mode {
+				case "":
+				case "sdk":
+					b.traced = true
+					defer benchTracing()()
+				default:
+					return usagef("IDEM_BENCH_TRACING=%q: want sdk, or unset", mode)
+				}
 				if err := b.setup(ctx, conn.Pgx.Pgx()); err != nil {
 					return err
 				}
@@ -106,7 +123,30 @@ type bench struct {
 	// metrics, when set, instrument the relay; registry holds them.
 	metrics  *relaymetrics.Metrics
 	registry *prometheus.Registry
+	// traced: the relay traces with the SDK (IDEM_BENCH_TRACING=sdk), and
+	// rows carry a traceparent.
+	traced bool
 }
+
+// benchTracing installs the OpenTelemetry SDK as the global tracer
+// provider, sampling every span, with a batching processor whose exporter
+// drops them, and returns the function that removes it.
+func benchTracing() func() {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	return func() {
+		otel.SetTracerProvider(prev)
+		_ = tp.Shutdown(context.Background())
+	}
+}
+
+// discardExporter drops every span.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
 func (b *bench) setup(ctx context.Context, base *pgxpool.Pool) error {
 	raw := make([]byte, 4)
@@ -166,11 +206,13 @@ func (b *bench) fill(ctx context.Context) error {
 	if _, err := b.pool.Exec(ctx, "TRUNCATE outbox"); err != nil {
 		return err
 	}
-	_, err := b.pool.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version)
+	_, err := b.pool.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers)
 SELECT gen_random_uuid(), 'order', (g % $2)::text, 'order.order.changed.v1',
        jsonb_build_object('order_id', g % $2, 'lines', 3, 'total_cents', 4299, 'currency', 'EUR'),
-       now(), g / $2 + 1
-FROM generate_series(0, $1 - 1) AS g`, b.rows, b.aggregates)
+       now(), g / $2 + 1,
+       CASE WHEN $3 THEN jsonb_build_object('traceparent', '00-' || md5(g::text) || '-' || left(md5('s' || g), 16) || '-01')
+            ELSE '{}' END
+FROM generate_series(0, $1 - 1) AS g`, b.rows, b.aggregates, b.traced)
 	if err != nil {
 		return err
 	}
@@ -182,6 +224,9 @@ func (b *bench) run(ctx context.Context, runs, rate int, duration time.Duration)
 	out := b.e.stdout
 	fmt.Fprintf(out, "idem bench relay: %d rows over %d aggregates, %d workers, batch %d, metrics %v\n",
 		b.rows, b.aggregates, b.workers, b.batch, map[bool]string{true: "on", false: "off"}[b.metrics != nil])
+	if b.traced {
+		fmt.Fprintln(out, "tracing: OpenTelemetry SDK, every span sampled, dropped by a no-op exporter; every row carries a traceparent")
+	}
 	var relayRates, bareRates []float64
 	for i := 1; i <= runs; i++ {
 		if err := b.fill(ctx); err != nil {
@@ -360,8 +405,15 @@ func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) (
 					errs <- err
 					return
 				}
-				err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, ev) })
+				pctx, span := ctx, trace.Span(nil)
+				if b.traced {
+					pctx, span = otel.Tracer("idem-bench").Start(ctx, "produce")
+				}
+				err = pgx.BeginFunc(pctx, b.pool, func(tx pgx.Tx) error { return w.Add(pctx, tx, ev) })
 				at := time.Now()
+				if span != nil {
+					span.End()
+				}
 				if err != nil {
 					errs <- err
 					return

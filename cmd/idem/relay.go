@@ -18,6 +18,7 @@ import (
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/pprofhttp"
 	"github.com/idem-go/idem/internal/registry"
+	"github.com/idem-go/idem/internal/telemetry"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/relaymetrics"
 )
@@ -37,6 +38,9 @@ func (f *brokerFlags) open(ctx context.Context, e *env) (registry.Publisher, str
 	pub, err := registry.Open(ctx, u)
 	return pub, broker.RedactURL(u), err
 }
+
+// relayServiceName is the default service name of the relay's spans.
+const relayServiceName = "idem-relay"
 
 func init() {
 	register(&command{
@@ -73,9 +77,17 @@ from the database) and the Go profiles on /debug/pprof/ (go tool pprof
 http://ADDR/debug/pprof/profile?seconds=30). Profiles show the program's
 internals: keep the address on loopback or a private network.
 
+With tracing on (OTEL_* variables below), each published message has a
+producer span, child of the span whose trace context the row's headers carry
+(outbox.Writer writes it), so one trace runs from the request that wrote the
+row through the relay to every consumer.
+
 Examples:
   IDEM_DB_URL=postgres://app@localhost/shop IDEM_BROKER_URL=amqp://localhost/ idem relay
-  idem relay --workers 4 --metrics-addr :9464 --log-format json`,
+  idem relay --workers 4 --metrics-addr :9464 --log-format json
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 idem relay
+
+` + fmt.Sprintf(telemetry.Help, relayServiceName),
 		setup: func(fs *flag.FlagSet) runFunc {
 			var db dbFlags
 			var br brokerFlags
@@ -101,6 +113,14 @@ Examples:
 				log, err := newLogger(e, *logFormat, *logLevel)
 				if err != nil {
 					return err
+				}
+				tracing, err := telemetry.Setup(ctx, relayServiceName, log)
+				if err != nil {
+					return fmt.Errorf("tracing: %w", err)
+				}
+				defer tracing.Close(log)
+				if tracing.Enabled() {
+					log.Info("tracing on", "exporter", tracing.Exporter)
 				}
 				conn, err := db.open(ctx, e)
 				if err != nil {

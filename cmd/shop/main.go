@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/internal/registry"
+	"github.com/idem-go/idem/internal/telemetry"
 )
 
 func main() {
@@ -148,7 +149,7 @@ start-up too: in-flight work finishes and the exit status is 0.
 Flags (each also read from the environment variable in brackets):
 `
 
-const runHelpTail = `
+var runHelpTail = `
 Metrics: with --admin-addr 127.0.0.1:9464, curl -s http://127.0.0.1:9464/metrics;
 docs/OPERATIONS.md says what each metric means and which alerts to set.
 
@@ -177,7 +178,12 @@ Order API:
                            pickup) and billing compensate; the fulfilment
                            ends "cancelled" or "shipment cancelled".
   GET  /orders/{id}
-`
+
+Each order request runs in a trace span (a traceparent header makes it a
+child of the caller's), and its events carry the trace through the relay to
+every consumer; the spans are exported when tracing is configured.
+
+` + fmt.Sprintf(telemetry.Help, "shop") + "\n"
 
 var runEnv = map[string]string{
 	"services": "SHOP_SERVICES", "db": "SHOP_DB_URL", "broker": "SHOP_BROKER_URL", "http": "SHOP_HTTP", "admin-addr": "SHOP_ADMIN_ADDR",
@@ -285,6 +291,14 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 	// What logs to the default logger (the embedded NATS server) logs to
 	// the shop's.
 	slog.SetDefault(log)
+	tracing, err := telemetry.Setup(ctx, "shop", log)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer tracing.Close(log)
+	if tracing.Enabled() {
+		log.Info("tracing on", "exporter", tracing.Exporter)
+	}
 	if err := embeddedDefaults(&cfg); err != nil {
 		return err
 	}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idempotency"
 	"github.com/idem-go/idem/inbox"
@@ -138,7 +140,11 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 // Consumer returns the consumer of shipping's events.
 func (s *Service) Consumer() *inbox.Consumer[*sql.Tx] { return s.consumer }
 
-// Handler returns the HTTP API.
+// Handler returns the HTTP API. Each request runs in an OpenTelemetry
+// server span (named after its route, "POST /orders"), child of the
+// client's span when the request carries a traceparent header: the events
+// an order writes to the outbox carry that span's trace context, so the
+// relay's and the consumers' spans join the request's trace.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// The middleware claims the Idempotency-Key (400 for an unusable one,
@@ -148,7 +154,7 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("POST /orders", s.keys.Middleware(http.HandlerFunc(s.place)))
 	mux.HandleFunc("POST /orders/{id}/cancel", s.cancel)
 	mux.HandleFunc("GET /orders/{id}", s.get)
-	return mux
+	return otelhttp.NewHandler(mux, "order")
 }
 
 // Run deletes expired Idempotency-Keys at once, then every
