@@ -156,7 +156,10 @@ type Redeliverer interface {
 }
 
 // Inspector is implemented by transports that can tell what waits in the
-// broker for a consumer ("idem status", the dashboard).
+// broker for a consumer ("idem status", the dashboard). Each transport's
+// Publisher implements it: RabbitMQ (the consumer's queue, by a passive
+// declare), Kafka (the consumer group's lag), NATS JetStream (the durable
+// consumer's pending and unacknowledged messages).
 type Inspector interface {
 	// Inspect returns the figures of each consumer's queue, durable
 	// consumer or group. A consumer the broker does not know is left out.
@@ -177,4 +180,21 @@ type QueueStats struct {
 	// Lag counts records between the group's committed offsets and the
 	// ends of its partitions (Kafka).
 	Lag int64
+	// Consumers counts the clients consuming from the queue, durable
+	// consumer or group (RabbitMQ: its consumers; Kafka: the group's
+	// members; NATS: the pull requests waiting).
+	Consumers int64
+}
+
+// Waiting is what waits for the consumer, delivered or not: Lag when the
+// transport tells it, else Ready plus Unacked (each when known); -1 when
+// the transport tells none of them.
+func (q QueueStats) Waiting() int64 {
+	if q.Lag >= 0 {
+		return q.Lag
+	}
+	if q.Ready < 0 && q.Unacked < 0 {
+		return -1
+	}
+	return max(q.Ready, 0) + max(q.Unacked, 0)
 }

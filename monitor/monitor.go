@@ -11,8 +11,9 @@
 package monitor
 
 import (
+	"cmp"
 	"context"
-	"errors"
+	"fmt"
 	"time"
 
 	"github.com/idem-go/idem/broker"
@@ -103,9 +104,101 @@ type ConsumerStatus struct {
 	// OldestParked is when its oldest parked message first failed; zero
 	// when none.
 	OldestParked time.Time
+	// Retrying counts its events with failed attempts recorded and neither
+	// applied nor parked yet: waiting for a retry.
+	Retrying int64
 }
 
-// Snapshot reads the database (and broker) now.
+// Snapshot reads the database (and broker) now. The database's dialect
+// must implement driver.StatusReader (every idem dialect does). A database
+// without idem's consumer tables gives an error wrapping
+// idem.ErrMissingTable, which says to run "idem migrate up"; one without an
+// outbox table (a consumer-only database) has Outbox.Present false. A
+// broker that fails leaves Queues empty and says why in BrokerError: the
+// database's figures are still worth showing.
 func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
-	return Snapshot{}, errors.New("monitor: not written yet")
+	d := s.db.Dialect()
+	sr, ok := d.(driver.StatusReader)
+	if !ok {
+		return Snapshot{}, fmt.Errorf("monitor: the %s dialect cannot read status figures (driver.StatusReader)", d.Name())
+	}
+	st, err := sr.ReadStatus(ctx, s.db.Pool(), driver.StatusParams{Consumers: s.opts.Consumers, Window: time.Minute})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("monitor: %s: %w", cmp.Or(s.opts.Name, d.Name()), err)
+	}
+	t := d.Tables()
+	snap := Snapshot{
+		Database: s.opts.Name,
+		Taken:    st.Now,
+		Outbox: OutboxStatus{
+			Table:             qualified(t.Schema, t.Outbox),
+			Present:           st.Outbox.Present,
+			Backlog:           st.Outbox.Backlog,
+			Quarantined:       st.Outbox.Quarantined,
+			OldestUnpublished: st.Outbox.OldestUnpublished,
+			LastPublished:     st.Outbox.LastPublished,
+		},
+		Consumers: make([]ConsumerStatus, len(st.Consumers)),
+	}
+	names := make([]string, len(st.Consumers))
+	for i, c := range st.Consumers {
+		names[i] = c.Name
+		snap.Consumers[i] = ConsumerStatus{
+			Name:                c.Name,
+			LastProcessed:       c.LastProcessed,
+			ProcessedLastMinute: c.Processed,
+			Parked:              c.Parked,
+			OldestParked:        c.OldestParked,
+			Retrying:            c.Retrying,
+		}
+	}
+	if s.opts.Broker != nil && len(names) > 0 {
+		qs, err := s.opts.Broker.Inspect(ctx, names)
+		if err != nil {
+			snap.BrokerError = err.Error()
+		} else {
+			snap.Queues = qs
+		}
+	}
+	return snap, nil
+}
+
+// Consumer returns the status of the consumer called name.
+func (s Snapshot) Consumer(name string) (ConsumerStatus, bool) {
+	for _, c := range s.Consumers {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return ConsumerStatus{}, false
+}
+
+// Queue returns the broker's figures of the consumer called name.
+func (s Snapshot) Queue(name string) (broker.QueueStats, bool) {
+	for _, q := range s.Queues {
+		if q.Consumer == name {
+			return q, true
+		}
+	}
+	return broker.QueueStats{}, false
+}
+
+// OldestUnpublishedAge is how long the oldest unpublished row has waited
+// at Taken; zero when there is none.
+func (s Snapshot) OldestUnpublishedAge() time.Duration {
+	return age(s.Taken, s.Outbox.OldestUnpublished)
+}
+
+func age(now, t time.Time) time.Duration {
+	if t.IsZero() || now.Before(t) {
+		return 0
+	}
+	return now.Sub(t)
+}
+
+func qualified(schema, table string) string {
+	if schema == "" {
+		return table
+	}
+	return schema + "." + table
 }

@@ -21,6 +21,7 @@ func TestConformance(t *testing.T) {
 		Features: brokertest.Features{
 			PerKeyOrder: true,
 			Redeliver:   true,
+			Inspect:     true,
 			Restart:     func(t *testing.T) { testamqp.Restart(t) },
 			Exclusive:   func(t *testing.T) { testamqp.Exclusive(t) },
 			ProcessKill: fault.InboxAfterCommitBeforeAck,
@@ -40,7 +41,7 @@ func newConformanceInstance(t *testing.T, o brokertest.Options) brokertest.Insta
 	}
 	declare(t, url, exchange, queues, o.EventNames)
 	return brokertest.Instance{
-		Publisher: newPublisher(t, url, exchange),
+		Publisher: newInspectingPublisher(t, url, exchange, queue),
 		NewSubscriber: func(t *testing.T, consumer string, deliver broker.DeliverFunc) broker.Subscriber {
 			return newSubscriber(t, subscriberConfig(url, exchange, queue(consumer), o.EventNames...), deliver)
 		},
@@ -88,4 +89,16 @@ func newChildSubscriber(spec json.RawMessage, deliver broker.DeliverFunc) (broke
 		return nil, err
 	}
 	return amqp.NewSubscriber(subscriberConfig(s.URL, s.Exchange, s.Queue, s.Bindings...), deliver)
+}
+
+// newInspectingPublisher is newPublisher whose Inspect finds each
+// consumer's queue with queueOf.
+func newInspectingPublisher(t *testing.T, url, exchange string, queueOf func(string) string) *amqp.Publisher {
+	t.Helper()
+	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqp.ConnConfig{URL: url}, Exchange: exchange, QueueOf: queueOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
 }

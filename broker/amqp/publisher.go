@@ -29,7 +29,14 @@ type PublisherConfig struct {
 	// Channels is how many Publish calls run at once, each on its own AMQP
 	// channel with publisher confirms; further calls wait. Defaults to 4.
 	Channels int
+	// QueueOf returns the queue a consumer reads, for Inspect. Defaults to
+	// QueueName ("<consumer>.events", the queues of "idem" and the shop).
+	QueueOf func(consumer string) string
 }
+
+// QueueName returns "<consumer>.events", the queue of a consumer when
+// nothing else is configured (PublisherConfig.QueueOf).
+func QueueName(consumer string) string { return consumer + ".events" }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c PublisherConfig) WithDefaults() PublisherConfig {
@@ -39,6 +46,9 @@ func (c PublisherConfig) WithDefaults() PublisherConfig {
 	}
 	if c.Channels == 0 {
 		c.Channels = ChannelsDefault
+	}
+	if c.QueueOf == nil {
+		c.QueueOf = QueueName
 	}
 	return c
 }
@@ -77,7 +87,10 @@ type Publisher struct {
 	lastErr  error
 }
 
-var _ broker.Publisher = (*Publisher)(nil)
+var (
+	_ broker.Publisher = (*Publisher)(nil)
+	_ broker.Inspector = (*Publisher)(nil)
+)
 
 // pubChannel is a channel in confirm mode with its return listener.
 type pubChannel struct {

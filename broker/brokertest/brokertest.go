@@ -36,7 +36,9 @@
 // parked after its retries, holding the later messages of its aggregate,
 // while the others flow, and is applied once re-driven with Redeliver, as
 // "idem failed retry" does; a message still failing goes to the
-// dead-letter destination; messages survive a broker restart and a running
+// dead-letter destination; messages published while a consumer is away
+// show up as waiting for it (broker.Inspector) until it handles them;
+// messages survive a broker restart and a running
 // subscriber resumes by itself; and a consumer process killed between its
 // commit and its acknowledgement (a fault point, internal/fault) leaves its
 // effects once, the broker delivers the messages again, and a new consumer
@@ -133,6 +135,10 @@ type Features struct {
 	// delivered again after a consumer process died comes with Attempt 2
 	// (JetStream). Otherwise its attempt may start again at 1.
 	DeliveryCount bool
+	// Inspect: the publisher is a broker.Inspector, which tells what waits
+	// in the broker for each consumer ("idem status"). Without it, the
+	// suite checks that it is not one.
+	Inspect bool
 	// DeadLetter: the subscriber can move a message that keeps failing to a
 	// dead-letter destination (Options.DeadLetterAfter,
 	// Instance.DeadLetters) instead of the consumer's failure store.
@@ -181,6 +187,7 @@ func Run(t *testing.T, tr Transport) {
 		{"PublishConfirm", testPublishConfirm, true},
 		{"Pause", testPause, true},
 		{"ConcurrentStops", testConcurrentStops, true},
+		{"Inspect", testInspect, true},
 		{"OrderPerKey", testOrderPerKey, f.PerKeyOrder},
 		{"OrderThroughRetries", testOrderThroughRetries, f.PerKeyOrder},
 		{"DeliveredOnce", testDeliveredOnce, true},

@@ -290,3 +290,67 @@ func testConcurrentStops(t *testing.T, tr Transport) {
 		}
 	}
 }
+
+// testInspect: messages published while a consumer is away show up as
+// waiting for it in the publisher's broker.Inspector, a consumer the
+// broker does not know is left out, and once a subscriber has handled
+// them nothing waits. Without Features.Inspect, the publisher must not be
+// an Inspector.
+func testInspect(t *testing.T, tr Transport) {
+	name := "test.thing.created.v1"
+	inst := newInstance(t, tr, Options{EventNames: []string{name}, Consumers: []string{standInName}})
+	ins, ok := inst.Publisher.(broker.Inspector)
+	if !tr.Features.Inspect {
+		if ok {
+			t.Fatalf("publisher %T is a broker.Inspector, but Features.Inspect is false", inst.Publisher)
+		}
+		return
+	}
+	if !ok {
+		t.Fatalf("publisher %T is not a broker.Inspector (Features.Inspect)", inst.Publisher)
+	}
+	// The consumer handles one message, so that every broker knows it (a
+	// Kafka group has committed offsets), then goes away.
+	first := &standIn{wake: make(chan struct{}, 1)}
+	stop := start(t, inst.NewSubscriber(t, standInName, first.deliver))
+	Publish(t, inst.Publisher, NewMessage(t, name, "k0", 0))
+	first.waitAcked(t, tr.Features.Timeout, 1)
+	stop()
+
+	const n = 5
+	var msgs []idem.Message
+	for i := range n {
+		msgs = append(msgs, NewMessage(t, name, "k"+strconv.Itoa(i), i+1))
+	}
+	Publish(t, inst.Publisher, msgs...)
+	waitWaiting := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(tr.Features.Timeout)
+		var last []broker.QueueStats
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			qs, err := ins.Inspect(ctx, []string{"nobody-" + standInName, standInName})
+			cancel()
+			if err != nil {
+				t.Fatalf("Inspect: %v", err)
+			}
+			if len(qs) == 1 && qs[0].Consumer == standInName && qs[0].Waiting() == want {
+				if qs[0].Queue == "" {
+					t.Errorf("Inspect: %+v: no queue, durable or group named", qs[0])
+				}
+				return
+			}
+			last = qs
+			if time.Now().After(deadline) {
+				t.Fatalf("Inspect: %+v after %v; want only %s, with %d waiting (a consumer the broker does not know left out)", last, tr.Features.Timeout, standInName, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitWaiting(n)
+
+	second := &standIn{wake: make(chan struct{}, 1)}
+	start(t, inst.NewSubscriber(t, standInName, second.deliver))
+	second.waitAcked(t, tr.Features.Timeout, n)
+	waitWaiting(0)
+}

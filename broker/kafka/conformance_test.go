@@ -59,6 +59,7 @@ func TestConformance(t *testing.T) {
 			Redeliver:           true,
 			RedeliverReachesAll: true,
 			DeadLetter:          true,
+			Inspect:             true,
 			Restart: func(t *testing.T) {
 				r.cluster().Close()
 				r.start(t)
@@ -92,7 +93,10 @@ func newConformanceInstance(t *testing.T, r *restartable, o brokertest.Options) 
 		subs = map[string]*kafka.Subscriber{}
 	)
 	return brokertest.Instance{
-		Publisher: newPublisher(t, r.cluster(), func(cfg *kafka.PublisherConfig) { cfg.TopicReplacement = prefix + kafka.RoutedByValue }),
+		Publisher: newPublisher(t, r.cluster(), func(cfg *kafka.PublisherConfig) {
+			cfg.TopicReplacement = prefix + kafka.RoutedByValue
+			cfg.GroupOf = func(consumer string) string { return prefix + consumer }
+		}),
 		NewSubscriber: func(t *testing.T, consumer string, deliver broker.DeliverFunc) broker.Subscriber {
 			sub := newSubscriber(t, r.cluster(), prefix+consumer, []string{topic}, deliver, func(cfg *kafka.SubscriberConfig) {
 				cfg.TopicPrefix = prefix

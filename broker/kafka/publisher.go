@@ -61,6 +61,9 @@ type PublisherConfig struct {
 	TopicReplacement string
 	// ValueFormat is Envelope (the default) or DebeziumPayload.
 	ValueFormat ValueFormat
+	// GroupOf returns the consumer group of a consumer, for Inspect.
+	// Defaults to the consumer's name.
+	GroupOf func(consumer string) string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -71,6 +74,9 @@ func (c PublisherConfig) WithDefaults() PublisherConfig {
 	}
 	if c.TopicReplacement == "" {
 		c.TopicReplacement = TopicPrefixDefault + RoutedByValue
+	}
+	if c.GroupOf == nil {
+		c.GroupOf = func(consumer string) string { return consumer }
 	}
 	return c
 }

@@ -28,6 +28,7 @@ func TestConformance(t *testing.T) {
 			Redeliver:           true,
 			PublishDeduplicates: true,
 			DeliveryCount:       true,
+			Inspect:             true,
 			Restart:             func(t *testing.T) { srv.restart(t) },
 			ProcessKill:         fault.NATSAfterHandleBeforeAck,
 		},

@@ -28,8 +28,10 @@
 // counts; the purges; which errors are transient; errors in the middle of a
 // result reaching the caller (FaultExecutor); versioned state copies; the
 // relay's claims (aggregate heads only, fencing, retry delays, retention,
-// quarantine), per-aggregate order and wake-ups; and the idempotency key
-// store.
+// quarantine), per-aggregate order and wake-ups; the idempotency key
+// store; and the status figures (driver.StatusReader: backlog, last
+// publish, each consumer's last processed time, recent markers, parked
+// messages and retries).
 //
 // The suite has no branch on a dialect's name. What differs between
 // databases is either asked of the driver (a driver.OutboxListener is

@@ -137,6 +137,7 @@ func Run[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("StateCopy", func(t *testing.T) { t.Parallel(); StateCopy(t, setup) })
 	t.Run("Relay", func(t *testing.T) { t.Parallel(); Relay(t, setup) })
 	t.Run("IdempotencyKeys", func(t *testing.T) { t.Parallel(); IdempotencyKeys(t, setup) })
+	t.Run("Status", func(t *testing.T) { t.Parallel(); Status(t, setup) })
 }
 
 // --- helpers ---

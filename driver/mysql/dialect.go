@@ -35,6 +35,7 @@ type Dialect struct {
 	tables     idem.Tables
 	q          queries
 	rq         relayQueries
+	status     dialectkit.StatusSQL
 	migrations []driver.Migration
 	support    driver.MigrationSupport
 }
@@ -75,6 +76,7 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 	d.migrations = migs
 	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	d.rq = newRelayQueries(names.Outbox, names.ClaimLock)
+	d.status = newStatusSQL(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	mt := d.qualify(t.Migrations)
 	// One lock per database holding the tables (lock names are at most 64
 	// characters: hash the database's name).

@@ -30,6 +30,7 @@ type Dialect struct {
 	tables     idem.Tables
 	q          queries
 	rq         relayQueries
+	status     dialectkit.StatusSQL
 	migrations []driver.Migration
 	support    driver.MigrationSupport
 }
@@ -68,6 +69,7 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 	d.migrations = migs
 	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	d.rq = newRelayQueries(names.Outbox)
+	d.status = newStatusSQL(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	mt := d.qualify(t.Migrations)
 	d.support = driver.MigrationSupport{
 		CreateTable: "CREATE TABLE IF NOT EXISTS " + mt + ` (

@@ -28,6 +28,7 @@ type Dialect struct {
 	tables     idem.Tables
 	q          queries
 	rq         *sqlrelay.Relay
+	status     dialectkit.StatusSQL
 	migrations []driver.Migration
 	support    driver.MigrationSupport
 }
@@ -69,6 +70,7 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 	d.migrations = migs
 	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	d.rq = newRelay(names.Outbox, d.wrap)
+	d.status = newStatusSQL(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	mt := QuoteIdent(t.Migrations)
 	d.support = driver.MigrationSupport{
 		CreateTable: "CREATE TABLE IF NOT EXISTS " + mt + ` (

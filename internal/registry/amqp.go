@@ -48,7 +48,11 @@ func publishAMQP(ctx context.Context, rawURL, prefix string) (Publisher, error) 
 	}
 	connURL, exchange, _ := amqpParams(u)
 	named, _ := SubscribeConfig{Prefix: prefix}.Names()
-	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqpConn(connURL, u, "idem"), Exchange: cmp.Or(exchange, named)})
+	queueOf := func(consumer string) string {
+		_, q := SubscribeConfig{Consumer: consumer, Prefix: prefix}.Names()
+		return q
+	}
+	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqpConn(connURL, u, "idem"), Exchange: cmp.Or(exchange, named), QueueOf: queueOf})
 	if err != nil {
 		return nil, err
 	}

@@ -176,6 +176,7 @@ func publishKafka(ctx context.Context, rawURL, prefix string) (Publisher, error)
 		return nil, err
 	}
 	cfg.TopicReplacement = kafkaTopicPrefix(cfg, prefix) + kafka.RoutedByValue
+	cfg.GroupOf = func(consumer string) string { return kafkaGroup(consumer, prefix) }
 	p, err := kafka.NewPublisher(cfg)
 	if err != nil {
 		return nil, err
@@ -185,6 +186,15 @@ func publishKafka(ctx context.Context, rawURL, prefix string) (Publisher, error)
 		return nil, fmt.Errorf("broker URL %s: %w", broker.RedactURL(rawURL), err)
 	}
 	return p, nil
+}
+
+// kafkaGroup returns the consumer group of consumer: its name, or
+// <prefix>.<consumer> with a prefix.
+func kafkaGroup(consumer, prefix string) string {
+	if prefix != "" {
+		return prefix + "." + consumer
+	}
+	return consumer
 }
 
 // subscribeKafka returns a subscriber in the consumer group cfg.Consumer
@@ -215,10 +225,7 @@ func subscribeKafka(rawURL string, cfg SubscribeConfig, names []string, deliver 
 	for i, t := range types {
 		topics[i] = prefix + t
 	}
-	group := cfg.Consumer
-	if cfg.Prefix != "" {
-		group = cfg.Prefix + "." + group
-	}
+	group := kafkaGroup(cfg.Consumer, cfg.Prefix)
 	cc := kafka.ClientConfig{Brokers: pc.Brokers, ClientID: cmp.Or(pc.ClientID, group), TLS: pc.TLS, Logger: cfg.Logger, Opts: pc.Opts}
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 		ClientConfig: cc, Group: group, Topics: topics, TopicPrefix: prefix, BatchSize: cfg.BatchSize,

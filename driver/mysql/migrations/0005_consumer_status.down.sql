@@ -1,0 +1,1 @@
+ALTER TABLE {{.ProcessedEvent}} DROP INDEX {{ident .ProcessedEventName "consumer_idx"}};
