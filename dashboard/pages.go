@@ -147,15 +147,15 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		for _, q := range res.snap.Queues {
 			queues[q.Consumer] = q
 		}
-		latest, _ := d.hist.latest()
 		for _, c := range res.snap.Consumers {
 			oc := overviewConsumer{ConsumerStatus: c, Known: true, P50: "–", P99: "–"}
 			if q, ok := queues[c.Name]; ok {
 				oc.Broker, oc.Ready, oc.Unacked, oc.Lag = true, q.Ready, q.Unacked, q.Lag
 				delete(queues, c.Name)
 			}
-			if cs, ok := latest.dbs[db.Name].consumers[c.Name]; ok {
-				oc.P50, oc.P99 = formatSeconds(cs.p50), formatSeconds(cs.p99)
+			if d.cfg.Gatherer != nil {
+				p50, p99 := d.hist.recentQuantiles(db.Name, c.Name)
+				oc.P50, oc.P99 = formatSeconds(p50), formatSeconds(p99)
 			}
 			oc.Sparkline = d.consumerSparkline(db.Name, c.Name, hist)
 			o.Consumers = append(o.Consumers, oc)
@@ -410,7 +410,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	if dur, err := time.ParseDuration(s); err == nil && dur >= 0 {
 		return now.Add(-dur), nil
 	}
-	return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time (2026-12-02T08:00:00Z), a date (2026-12-02) or a duration back from now (90m).", s)
+	return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time (2026-12-02T08:00:00Z), a date (2026-12-02) or a duration back from now (90m)", s)
 }
 
 // notice is the message shown after an action, rebuilt from the redirect's

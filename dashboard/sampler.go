@@ -37,11 +37,17 @@ type dbSample struct {
 	p50, p99 float64
 }
 
+// quantileWindow is how far back the overview's p50 and p99 go: the
+// observations of the samples of the last five minutes (or History).
+const quantileWindow = 5 * time.Minute
+
 // consumerSample is one consumer's figures in a sample.
 type consumerSample struct {
 	processed int64
 	parked    int64
 	p50, p99  float64
+	// h holds the commit-to-handle observations of the interval.
+	h histogram
 }
 
 // history keeps the samples of the last Config.History.
@@ -72,14 +78,21 @@ func (h *history) snapshot() []sample {
 	return slices.Clone(h.samples)
 }
 
-// latest returns the newest sample, if any.
-func (h *history) latest() (sample, bool) {
+// recentQuantiles returns a consumer's p50 and p99 over the samples of the
+// last quantileWindow (NaN when none has observations).
+func (h *history) recentQuantiles(db, consumer string) (p50, p99 float64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.samples) == 0 {
-		return sample{}, false
+	var sum histogram
+	if n := len(h.samples); n > 0 {
+		from := h.samples[n-1].at.Add(-quantileWindow)
+		for _, s := range h.samples {
+			if s.at.After(from) {
+				sum = sum.plus(s.dbs[db].consumers[consumer].h)
+			}
+		}
 	}
-	return h.samples[len(h.samples)-1], true
+	return sum.quantile(0.5), sum.quantile(0.99)
 }
 
 // run samples every interval until ctx ends.
@@ -113,7 +126,7 @@ func (d *Dashboard) sampleOnce(ctx context.Context) {
 		for _, c := range r.snap.Consumers {
 			cs := consumerSample{processed: c.ProcessedLastMinute, parked: c.Parked, p50: math.NaN(), p99: math.NaN()}
 			if q, ok := quantiles[c.Name]; ok {
-				cs.p50, cs.p99 = q.quantile(0.5), q.quantile(0.99)
+				cs.p50, cs.p99, cs.h = q.quantile(0.5), q.quantile(0.99), q
 				sum = sum.plus(q)
 			}
 			ds.processed += c.ProcessedLastMinute

@@ -30,7 +30,7 @@ func init() {
 		summary: "serve the web dashboard: status, charts of the last hour, parked messages to retry or remove",
 		usage: `Usage:
   idem dashboard --db [NAME=]URL [--db [NAME=]URL ...] [--broker URL] [--http 127.0.0.1:8090]
-                 [--read-only] [--token T | --basic-auth USER:PASS] [--sample 10s]
+                 [--read-only] [--token T | --basic-auth USER:PASS] [--sample 10s] [--metrics URL ...]
 
 Serves a web dashboard over one or more databases (a service's database
 each: its outbox, its consumers' markers and failure store):
@@ -56,7 +56,10 @@ the result). --read-only hides and refuses them.
 Name each database with NAME= (default: the URL's database name, or the
 SQLite file name). On PostgreSQL, tables in another schema are found with
 ?search_path=SCHEMA in the URL (or --schema, for every database). Pages work
-without --broker: the figures then come from the databases only.
+without --broker: the figures then come from the databases only. With
+--metrics pointing at the consumers' Prometheus endpoints, the overview adds
+each consumer's commit-to-handle p50 and p99
+(idem_consumer_commit_to_handle_seconds).
 
 The dashboard listens on loopback by default. Anything else needs --token
 (sent as "Authorization: Bearer T", or as the password of the browser's
@@ -67,7 +70,7 @@ Examples:
   idem dashboard --db postgres://app@localhost/shop
   idem dashboard --db orders=postgres://localhost/shop?search_path=shop_order \
                  --db stock=postgres://localhost/shop?search_path=shop_stock \
-                 --broker amqp://guest:guest@localhost:5672/
+                 --broker amqp://guest:guest@localhost:5672/ --metrics http://127.0.0.1:9090/metrics
   IDEM_DASHBOARD_TOKEN=s3cret idem dashboard --db $IDEM_DB_URL --http :8090 --read-only`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			var dbs dbList
@@ -80,6 +83,8 @@ Examples:
 			token := fs.String("token", "", "require this bearer token on every request (default $IDEM_DASHBOARD_TOKEN)")
 			basic := fs.String("basic-auth", "", "require HTTP basic authentication USER:PASS on every request (default $IDEM_DASHBOARD_BASIC_AUTH)")
 			noAuth := fs.Bool("insecure-no-auth", false, "listen beyond loopback without authentication")
+			var metricsURLs dbList
+			fs.Var(&metricsURLs, "metrics", "URL of a Prometheus endpoint of the consumers (their /metrics), repeatable: the overview and charts show each consumer's commit-to-handle p50 and p99")
 			sample := fs.Duration("sample", dashboard.SampleIntervalDefault, "how often the databases are sampled for the charts (and the overview reloads)")
 			history := fs.Duration("history", dashboard.HistoryDefault, "how far back the charts go (kept in memory)")
 			logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -139,6 +144,9 @@ Examples:
 				}
 				cfg := dashboard.Config{Redeliverer: rd, ReadOnly: *readOnly, Token: *token, BasicAuth: auth, Path: *path,
 					Logger: log, SampleInterval: *sample, History: *history}
+				if len(metricsURLs) > 0 {
+					cfg.Gatherer = dashboard.Scrape(nil, metricsURLs...)
+				}
 				for _, spec := range dbs {
 					name, rawURL := splitNamedURL(spec)
 					conn, err := registry.OpenDatabase(ctx, rawURL, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: *schema}})
@@ -148,6 +156,11 @@ Examples:
 					defer conn.Close()
 					if name == "" {
 						name = databaseName(conn)
+					}
+					for _, db := range cfg.Databases {
+						if db.Name == name {
+							return usagef("two databases are named %q: name them with --db NAME=URL", name)
+						}
 					}
 					cfg.Databases = append(cfg.Databases, dashboard.Database{Name: name, Store: conn.SQL,
 						Source: monitor.New(conn.SQL, monitor.Options{Name: name, Broker: inspector})})
