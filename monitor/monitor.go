@@ -37,7 +37,14 @@ type Options struct {
 	// Consumers lists the consumers to report on besides those found in
 	// the database (a consumer that has processed nothing yet).
 	Consumers []string
+	// BrokerTimeout bounds the broker's answer, so that a broker that
+	// hangs does not hold the database's figures back (Snapshot.BrokerError
+	// says so). Defaults to BrokerTimeoutDefault.
+	BrokerTimeout time.Duration
 }
+
+// BrokerTimeoutDefault is Options.BrokerTimeout when it is zero.
+const BrokerTimeoutDefault = 5 * time.Second
 
 // Source takes snapshots of one database (and broker).
 type Source struct {
@@ -153,7 +160,9 @@ func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
 		}
 	}
 	if s.opts.Broker != nil && len(names) > 0 {
-		qs, err := s.opts.Broker.Inspect(ctx, names)
+		bctx, cancel := context.WithTimeout(ctx, cmp.Or(s.opts.BrokerTimeout, BrokerTimeoutDefault))
+		qs, err := s.opts.Broker.Inspect(bctx, names)
+		cancel()
 		if err != nil {
 			snap.BrokerError = err.Error()
 		} else {

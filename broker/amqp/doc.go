@@ -48,6 +48,9 @@
 // queue. "idem failed retry" sends a stored message back to its queue with
 // Publisher.Redeliver.
 //
+// Publisher.Inspect (broker.Inspector, for "idem status") tells the messages
+// ready in each consumer's queue and its consumers, by a passive declare.
+//
 // When the consumer pauses (its own database, or a dependency a handler
 // reports with idem.Transient, is away), the subscriber stops taking
 // messages and delivers the held ones again when the pause ends: the

@@ -57,5 +57,6 @@
 // records, commits, a histogram of the delay from an event's occurrence to
 // the end of its handling, and each partition's committed offset, end offset
 // and lag. SubscriberConfig.ObserveDelay feeds the same delays to a metrics
-// system of your choice.
+// system of your choice. Publisher.Inspect (broker.Inspector, for "idem
+// status") tells each consumer group's lag from outside the consumers.
 package kafka

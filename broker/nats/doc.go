@@ -54,6 +54,9 @@
 // Messages with the same key go to the same worker, so one aggregate's
 // events are handled in stream order, retries included.
 //
+// Publisher.Inspect (broker.Inspector, for "idem status") tells each
+// durable consumer's pending and unacknowledged messages.
+//
 // # Retries from the failure store, and replays
 //
 // A parked message is retried with Publisher.Redeliver(ctx, consumer, msgs),

@@ -48,11 +48,35 @@ func publishAMQP(ctx context.Context, rawURL, prefix string) (Publisher, error) 
 	}
 	connURL, exchange, _ := amqpParams(u)
 	named, _ := SubscribeConfig{Prefix: prefix}.Names()
-	queueOf := func(consumer string) string {
+	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqpConn(connURL, u, "idem"), Exchange: cmp.Or(exchange, named), QueueOf: amqpQueueOf(prefix)})
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Connect(ctx); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// amqpQueueOf returns the function that names a consumer's queue, as
+// SubscribeConfig.Names does.
+func amqpQueueOf(prefix string) func(string) string {
+	return func(consumer string) string {
 		_, q := SubscribeConfig{Consumer: consumer, Prefix: prefix}.Names()
 		return q
 	}
-	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqpConn(connURL, u, "idem"), Exchange: cmp.Or(exchange, named), QueueOf: queueOf})
+}
+
+// inspectAMQP opens a RabbitMQ publisher that declares nothing, for its
+// Inspect.
+func inspectAMQP(ctx context.Context, rawURL, prefix string) (Inspector, error) {
+	u, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	connURL, _, _ := amqpParams(u)
+	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqpConn(connURL, u, "idem status"), NoDeclare: true, QueueOf: amqpQueueOf(prefix)})
 	if err != nil {
 		return nil, err
 	}

@@ -36,15 +36,18 @@ type transport struct {
 	// names, without AnyEvent) for cfg. Nil when the transport cannot
 	// subscribe.
 	subscribe func(rawURL string, cfg SubscribeConfig, names []string, deliver broker.DeliverFunc) (broker.Subscriber, error)
+	// inspect opens an inspector of rawURL that declares nothing (see
+	// OpenInspector). Nil when the transport cannot tell what waits.
+	inspect func(ctx context.Context, rawURL, prefix string) (Inspector, error)
 }
 
 // transports are the broker transports, in the order --help lists them:
 // adding a transport adds its file (its openers and help) and a line here.
 var transports = []transport{
-	{[]string{"amqp", "amqps"}, amqpURLHelp, publishAMQP, subscribeAMQP},
-	{[]string{"kafka"}, kafkaURLHelp, publishKafka, subscribeKafka},
-	{[]string{"nats", "tls"}, natsURLHelp, publishNATS, subscribeNATS},
-	{[]string{"http", "https"}, "http(s)://... (POST batches as JSON)", publishWebhook, nil},
+	{[]string{"amqp", "amqps"}, amqpURLHelp, publishAMQP, subscribeAMQP, inspectAMQP},
+	{[]string{"kafka"}, kafkaURLHelp, publishKafka, subscribeKafka, inspectKafka},
+	{[]string{"nats", "tls"}, natsURLHelp, publishNATS, subscribeNATS, inspectNATS},
+	{[]string{"http", "https"}, "http(s)://... (POST batches as JSON)", publishWebhook, nil, nil},
 }
 
 // brokerSchemes maps each broker URL scheme to its transport.
@@ -114,6 +117,27 @@ func OpenPrefixed(ctx context.Context, rawURL, prefix string) (Publisher, error)
 		return nil, err
 	}
 	return t.publish(ctx, rawURL, prefix)
+}
+
+// Inspector is a broker.Inspector that must be closed.
+type Inspector interface {
+	broker.Inspector
+	Close() error
+}
+
+// OpenInspector returns an inspector of the broker at rawURL, which tells
+// what waits for each consumer ("idem status", the dashboard), finding
+// consumers' queues and groups by the names of SubscribeConfig with prefix.
+// Unlike Open, it declares nothing: no exchange, no stream.
+func OpenInspector(ctx context.Context, rawURL, prefix string) (Inspector, error) {
+	t, err := brokerSchemeOf(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if t.inspect == nil {
+		return nil, fmt.Errorf("broker URL %s: this transport cannot tell what waits for a consumer; give an amqp://, kafka:// or nats:// URL", broker.RedactURL(rawURL))
+	}
+	return t.inspect(ctx, rawURL, prefix)
 }
 
 // parseURL parses a broker URL that url.Parse accepts.

@@ -188,6 +188,16 @@ func publishKafka(ctx context.Context, rawURL, prefix string) (Publisher, error)
 	return p, nil
 }
 
+// inspectKafka opens a Kafka publisher, which declares nothing, for its
+// Inspect.
+func inspectKafka(ctx context.Context, rawURL, prefix string) (Inspector, error) {
+	p, err := publishKafka(ctx, rawURL, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return p.(*kafka.Publisher), nil
+}
+
 // kafkaGroup returns the consumer group of consumer: its name, or
 // <prefix>.<consumer> with a prefix.
 func kafkaGroup(consumer, prefix string) string {

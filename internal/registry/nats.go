@@ -122,6 +122,29 @@ func publishNATS(ctx context.Context, rawURL, prefix string) (Publisher, error) 
 	return &natsPublisher{Publisher: p, release: release}, nil
 }
 
+// inspectNATS opens a JetStream publisher that leaves the stream as it is,
+// for its Inspect.
+func inspectNATS(ctx context.Context, rawURL, prefix string) (Inspector, error) {
+	u, err := parseURL(natsURL(rawURL))
+	if err != nil {
+		return nil, err
+	}
+	if u.Host == "embedded" {
+		// A second server on the data of the process that runs it would
+		// read, and write, files that process owns.
+		return nil, fmt.Errorf("broker URL %s: an embedded NATS server is only reachable from its own process; start it with ?listen=127.0.0.1:4222 and give nats://127.0.0.1:4222", broker.RedactURL(rawURL))
+	}
+	cc, release, err := natsConn(ctx, u, "idem status", slog.Default())
+	if err != nil {
+		return nil, err
+	}
+	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: natsStream(u, prefix), NoDeclare: true})
+	if err != nil {
+		return nil, errors.Join(err, release())
+	}
+	return &natsPublisher{Publisher: p, release: release}, nil
+}
+
 // natsPublisher is a publisher with what it must release on Close.
 type natsPublisher struct {
 	*nats.Publisher

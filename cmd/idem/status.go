@@ -1,0 +1,506 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	idemmsg "github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/internal/registry"
+	"github.com/idem-go/idem/monitor"
+)
+
+// watchDefault is the refresh interval of a bare --watch.
+const watchDefault = 2 * time.Second
+
+func init() {
+	register(&command{
+		name:    "status",
+		summary: "one screen of what to watch: outbox backlog, consumers' progress, parked messages, broker queues",
+		usage: `Usage:
+  idem status [--db URL ...] [--schema NAME,...] [--broker URL] [--consumer NAME ...] [--json] [--watch [INTERVAL]]
+
+Reads each database given with --db (default $IDEM_DB_URL) and prints:
+
+  - its outbox: the backlog (rows not yet published, quarantined ones
+    apart), how long the oldest of them has waited, when the relay last
+    published, and how many rows it quarantined ("idem failed list --relay");
+  - one line per consumer found in its tables (processed_event,
+    failed_message, delivery_attempt) or named with --consumer: when it last
+    processed an event, how many it processed in the last minute, how many
+    messages it parked ("idem failed list --consumer NAME") and since when,
+    and how many events wait for a retry;
+  - with --broker, what waits for each consumer in the broker: the messages
+    ready in its queue and its consumers (RabbitMQ), the lag of its consumer
+    group (Kafka), the pending and unacknowledged messages of its durable
+    consumer (NATS JetStream). The broker is only read: nothing is declared.
+
+Ages are measured on the database's clock. A database without an outbox
+table (a consumer-only database) shows "no outbox table". Reading is
+cheap: no statement reads all of processed_event (see docs/OPERATIONS.md).
+
+--schema reads idem's tables in each of the named PostgreSQL schemas or
+MySQL databases of every --db (the shop keeps one per service); SQLite has
+one file per database: give each with --db.
+
+--json prints one JSON document per database and refresh, on one line:
+
+  {"database": "...", "taken_at": "RFC 3339", "outbox": {"table", "present",
+   "backlog", "quarantined", "oldest_unpublished_at", "oldest_unpublished_age_seconds",
+   "last_published_at", "last_published_age_seconds"}, "consumers": [{"name",
+   "last_processed_at", "last_processed_age_seconds", "processed_last_minute",
+   "parked", "oldest_parked_at", "oldest_parked_age_seconds", "retrying",
+   "broker": {"queue", "ready", "unacked", "lag", "consumers"}}], "broker_error"}
+
+Times and ages are null when there is none (no row waiting, nothing
+published...), and so are the broker's figures it cannot tell and "broker"
+without --broker or when the broker does not know the consumer. Field names
+are stable; new fields may be added.
+
+--watch refreshes every INTERVAL (default 2s; --watch 5s or --watch=5s)
+until interrupted (Ctrl-C or SIGTERM, exit status 0). A failed read is shown
+and retried at the next refresh; a failure of the first read ends the
+command (a wrong URL, tables missing: run "idem migrate up").
+
+Examples:
+  idem status --db postgres://user:pass@localhost/app
+  idem status --db postgres://localhost/shop --schema order,stock,shipping,billing --broker amqp://guest:guest@localhost:5672/
+  idem status --db sqlite:shop-data/shop_order.db --db sqlite:shop-data/shop_stock.db --watch
+  idem status --db mysql://u:p@localhost:3306/stock --broker kafka://localhost:9092 --consumer stock --json | jq .consumers`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			var (
+				dbs       listFlag
+				schemas   listFlag
+				consumers listFlag
+				br        brokerFlags
+				watch     watchFlag
+			)
+			fs.Var(&dbs, "db", "database URL, repeatable (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
+			fs.Var(&schemas, "schema", "schemas (PostgreSQL) or databases (MySQL) holding idem's tables, comma-separated or repeated (default $IDEM_SCHEMA, else the connection's)")
+			fs.Var(&consumers, "consumer", "a consumer to report on besides those found in the tables (one that processed nothing yet), repeatable")
+			br.register(fs)
+			prefix := fs.String("prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
+			asJSON := fs.Bool("json", false, "print one JSON document per database and refresh, for scripts")
+			fs.Var(&watch, "watch", "refresh every INTERVAL until interrupted (default 2s when given without a value)")
+			return func(ctx context.Context, e *env, args []string) error {
+				if watch.on && len(args) > 0 {
+					// "--watch 5s": the flag package gives a boolean flag no value.
+					d, err := time.ParseDuration(args[0])
+					if err != nil {
+						return usagef("unexpected argument %q (--watch INTERVAL takes a duration such as 5s)", args[0])
+					}
+					if err := watch.Set(d.String()); err != nil {
+						return err
+					}
+					args = args[1:]
+				}
+				if len(args) > 0 {
+					return usagef("unexpected argument %q", args[0])
+				}
+				st := &statusCmd{e: e, json: *asJSON}
+				if err := st.open(ctx, dbs, schemas, consumers, br.url, *prefix); err != nil {
+					st.close()
+					return err
+				}
+				defer st.close()
+				if !watch.on {
+					return st.once(ctx)
+				}
+				return st.watch(ctx, watch.every)
+			}
+		},
+	})
+}
+
+// listFlag is a repeatable flag whose values may also be comma-separated.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// watchFlag is --watch, with an optional interval.
+type watchFlag struct {
+	on    bool
+	every time.Duration
+}
+
+func (w *watchFlag) String() string {
+	if w == nil || !w.on {
+		return ""
+	}
+	return w.every.String()
+}
+
+func (w *watchFlag) Set(v string) error {
+	w.on = true
+	if v == "" || v == "true" {
+		w.every = watchDefault
+		return nil
+	}
+	if v == "false" {
+		w.on = false
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 100*time.Millisecond {
+		return fmt.Errorf("want a duration of at least 100ms, such as 5s")
+	}
+	w.every = d
+	return nil
+}
+
+func (w *watchFlag) IsBoolFlag() bool { return true }
+
+// statusCmd is one run of "idem status".
+type statusCmd struct {
+	e       *env
+	json    bool
+	sources []*monitor.Source
+	closers []func()
+}
+
+func (s *statusCmd) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// open opens every database (each schema of each) and the broker.
+func (s *statusCmd) open(ctx context.Context, dbs, schemas, consumers []string, brokerURL, prefix string) error {
+	if len(dbs) == 0 {
+		dbs = []string{s.e.getenv("IDEM_DB_URL")}
+	}
+	if len(schemas) == 0 {
+		if v := s.e.getenv("IDEM_SCHEMA"); v != "" {
+			schemas = []string{v}
+		} else {
+			schemas = []string{""}
+		}
+	}
+	if brokerURL == "" {
+		brokerURL = s.e.getenv("IDEM_BROKER_URL")
+	}
+	var ins broker.Inspector
+	if brokerURL != "" {
+		i, err := registry.OpenInspector(ctx, brokerURL, prefix)
+		if err != nil {
+			return err
+		}
+		s.closers = append(s.closers, func() { _ = i.Close() })
+		ins = i
+	}
+	for _, u := range dbs {
+		if path := sqliteFile(u); path != "" {
+			// Opening a SQLite file that does not exist would create it.
+			if _, err := os.Stat(path); err != nil {
+				return fmt.Errorf("database %s: %w (give the file of a database idem migrated)", u, err)
+			}
+		}
+		for _, schema := range schemas {
+			conn, err := registry.OpenDatabase(ctx, u, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: schema}, MaxConns: 2})
+			if err != nil {
+				return err
+			}
+			s.closers = append(s.closers, conn.Close)
+			name := conn.Redacted()
+			if schema != "" {
+				name += " schema " + schema
+			}
+			s.sources = append(s.sources, monitor.New(conn.SQL, monitor.Options{Name: name, Broker: ins, Consumers: consumers}))
+		}
+	}
+	return nil
+}
+
+// sqliteFile returns the file a sqlite: URL names, or "" for other URLs.
+func sqliteFile(u string) string {
+	scheme, _, ok := strings.Cut(u, ":")
+	if !ok || (!strings.EqualFold(scheme, "sqlite") && !strings.EqualFold(scheme, "file")) {
+		return ""
+	}
+	path, _, _ := strings.Cut(strings.TrimPrefix(registry.SQLitePath(u), "file:"), "?")
+	return path
+}
+
+// snapshots reads every source; the error of a source is returned with the
+// snapshots read before it.
+func (s *statusCmd) snapshots(ctx context.Context) ([]monitor.Snapshot, error) {
+	out := make([]monitor.Snapshot, 0, len(s.sources))
+	for _, src := range s.sources {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		snap, err := src.Snapshot(rctx)
+		cancel()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, snap)
+	}
+	return out, nil
+}
+
+func (s *statusCmd) once(ctx context.Context) error {
+	snaps, err := s.snapshots(ctx)
+	if err != nil {
+		return statusErr(err)
+	}
+	return s.print(s.e.stdout, snaps)
+}
+
+// statusErr adds what to do to a missing table.
+func statusErr(err error) error {
+	if errors.Is(err, idemmsg.ErrMissingTable) {
+		return fmt.Errorf("%w\nidem status reads the tables \"idem migrate up\" creates (outbox, processed_event, failed_message, delivery_attempt)", err)
+	}
+	return err
+}
+
+// watch prints a snapshot every interval until ctx ends.
+func (s *statusCmd) watch(ctx context.Context, every time.Duration) error {
+	f, _ := s.e.stdout.(*os.File)
+	clear := !s.json && f != nil && isTerminal(f)
+	first := true
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		snaps, err := s.snapshots(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && first {
+			return statusErr(err)
+		}
+		first = false
+		switch {
+		case s.json:
+			if perr := s.print(s.e.stdout, snaps); perr != nil {
+				return perr
+			}
+			if err != nil {
+				fmt.Fprintf(s.e.stderr, "idem status: %v (retrying in %v)\n", err, every)
+			}
+		default:
+			var b strings.Builder
+			if clear {
+				b.WriteString("\033[H\033[2J")
+			} else {
+				b.WriteString("\n")
+			}
+			fmt.Fprintf(&b, "Every %v, until interrupted. %s\n\n", every, time.Now().UTC().Format("2006-01-02 15:04:05 MST"))
+			if perr := s.print(&b, snaps); perr != nil {
+				return perr
+			}
+			if err != nil {
+				fmt.Fprintf(&b, "\nerror: %v (retrying in %v)\n", err, every)
+			}
+			if _, err := io.WriteString(s.e.stdout, b.String()); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func (s *statusCmd) print(w io.Writer, snaps []monitor.Snapshot) error {
+	if s.json {
+		enc := json.NewEncoder(w)
+		for _, snap := range snaps {
+			if err := enc.Encode(statusJSON(snap)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i, snap := range snaps {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		if err := printSnapshot(w, snap); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printSnapshot prints one database's screen.
+func printSnapshot(w io.Writer, snap monitor.Snapshot) error {
+	now := snap.Taken
+	fmt.Fprintf(w, "%s  (at %s)\n", snap.Database, now.UTC().Format("2006-01-02 15:04:05 MST"))
+	o := snap.Outbox
+	table := "outbox"
+	if o.Table != "outbox" {
+		table += " " + o.Table
+	}
+	switch {
+	case !o.Present:
+		fmt.Fprintf(w, "  %s: no outbox table (a consumer-only database)\n", table)
+	case o.Backlog > 0:
+		fmt.Fprintf(w, "  %s: backlog %d, the oldest waiting for %s; last publish %s; quarantined %d\n",
+			table, o.Backlog, humanDuration(snap.OldestUnpublishedAge()), ago(now, o.LastPublished, "never"), o.Quarantined)
+	default:
+		fmt.Fprintf(w, "  %s: backlog 0; last publish %s; quarantined %d\n", table, ago(now, o.LastPublished, "never"), o.Quarantined)
+	}
+	if snap.BrokerError != "" {
+		fmt.Fprintf(w, "  broker: %s\n", snap.BrokerError)
+	}
+	if len(snap.Consumers) == 0 {
+		fmt.Fprintln(w, "  consumers: none has processed, parked or retried anything here yet")
+		return nil
+	}
+	withBroker := snap.Queues != nil || snap.BrokerError != ""
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := "  CONSUMER\tLAST PROCESSED\tPER MIN\tPARKED\tOLDEST PARKED\tRETRYING"
+	if withBroker {
+		header += "\tQUEUE\tREADY\tUNACKED\tLAG\tCONSUMERS"
+	}
+	fmt.Fprintln(tw, header)
+	for _, c := range snap.Consumers {
+		line := fmt.Sprintf("  %s\t%s\t%d\t%d\t%s\t%d", c.Name, ago(now, c.LastProcessed, "never"), c.ProcessedLastMinute,
+			c.Parked, ago(now, c.OldestParked, "-"), c.Retrying)
+		if withBroker {
+			if q, ok := snap.Queue(c.Name); ok {
+				line += fmt.Sprintf("\t%s\t%s\t%s\t%s\t%s", q.Queue, figure(q.Ready), figure(q.Unacked), figure(q.Lag), figure(q.Consumers))
+			} else {
+				line += "\t(unknown to the broker)"
+			}
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}
+
+// figure prints a broker figure, "-" when the transport cannot tell it.
+func figure(n int64) string {
+	if n < 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// ago prints how long before now t was, or none when t is zero.
+func ago(now, t time.Time, none string) string {
+	if t.IsZero() {
+		return none
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	return humanDuration(d) + " ago"
+}
+
+// humanDuration prints d with two units at most: 850ms, 42s, 3m20s, 5h02m,
+// 3d04h.
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int64(d/time.Minute), int64(d%time.Minute/time.Second))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int64(d/time.Hour), int64(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%02dh", int64(d/(24*time.Hour)), int64(d%(24*time.Hour)/time.Hour))
+}
+
+// The JSON document of --json; its field names are stable (documented in
+// the command's help and docs/OPERATIONS.md).
+type (
+	statusDoc struct {
+		Database    string        `json:"database"`
+		TakenAt     time.Time     `json:"taken_at"`
+		Outbox      outboxDoc     `json:"outbox"`
+		Consumers   []consumerDoc `json:"consumers"`
+		BrokerError string        `json:"broker_error,omitempty"`
+	}
+	outboxDoc struct {
+		Table                 string     `json:"table"`
+		Present               bool       `json:"present"`
+		Backlog               int64      `json:"backlog"`
+		Quarantined           int64      `json:"quarantined"`
+		OldestUnpublishedAt   *time.Time `json:"oldest_unpublished_at"`
+		OldestUnpublishedAgeS *float64   `json:"oldest_unpublished_age_seconds"`
+		LastPublishedAt       *time.Time `json:"last_published_at"`
+		LastPublishedAgeS     *float64   `json:"last_published_age_seconds"`
+	}
+	consumerDoc struct {
+		Name                string     `json:"name"`
+		LastProcessedAt     *time.Time `json:"last_processed_at"`
+		LastProcessedAgeS   *float64   `json:"last_processed_age_seconds"`
+		ProcessedLastMinute int64      `json:"processed_last_minute"`
+		Parked              int64      `json:"parked"`
+		OldestParkedAt      *time.Time `json:"oldest_parked_at"`
+		OldestParkedAgeS    *float64   `json:"oldest_parked_age_seconds"`
+		Retrying            int64      `json:"retrying"`
+		Broker              *queueDoc  `json:"broker"`
+	}
+	queueDoc struct {
+		Queue     string `json:"queue"`
+		Ready     *int64 `json:"ready"`
+		Unacked   *int64 `json:"unacked"`
+		Lag       *int64 `json:"lag"`
+		Consumers *int64 `json:"consumers"`
+	}
+)
+
+func statusJSON(snap monitor.Snapshot) statusDoc {
+	now := snap.Taken
+	at := func(t time.Time) (*time.Time, *float64) {
+		if t.IsZero() {
+			return nil, nil
+		}
+		u := t.UTC()
+		age := max(now.Sub(t), 0).Seconds()
+		return &u, &age
+	}
+	known := func(n int64) *int64 {
+		if n < 0 {
+			return nil
+		}
+		return &n
+	}
+	doc := statusDoc{Database: snap.Database, TakenAt: now.UTC(), BrokerError: snap.BrokerError, Consumers: []consumerDoc{}}
+	o := snap.Outbox
+	doc.Outbox = outboxDoc{Table: o.Table, Present: o.Present, Backlog: o.Backlog, Quarantined: o.Quarantined}
+	doc.Outbox.OldestUnpublishedAt, doc.Outbox.OldestUnpublishedAgeS = at(o.OldestUnpublished)
+	doc.Outbox.LastPublishedAt, doc.Outbox.LastPublishedAgeS = at(o.LastPublished)
+	for _, c := range snap.Consumers {
+		cd := consumerDoc{Name: c.Name, ProcessedLastMinute: c.ProcessedLastMinute, Parked: c.Parked, Retrying: c.Retrying}
+		cd.LastProcessedAt, cd.LastProcessedAgeS = at(c.LastProcessed)
+		cd.OldestParkedAt, cd.OldestParkedAgeS = at(c.OldestParked)
+		if q, ok := snap.Queue(c.Name); ok {
+			cd.Broker = &queueDoc{Queue: q.Queue, Ready: known(q.Ready), Unacked: known(q.Unacked), Lag: known(q.Lag), Consumers: known(q.Consumers)}
+		}
+		doc.Consumers = append(doc.Consumers, cd)
+	}
+	return doc
+}
