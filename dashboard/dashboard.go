@@ -62,6 +62,8 @@ func New(cfg Config) (*Dashboard, error) {
 		return nil, err
 	}
 	d.origin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.log.Warn("dashboard: action refused", "method", r.Method, "path", r.URL.Path, "user", user(r), "remote", r.RemoteAddr,
+			"result", "refused: cross-origin request")
 		d.refuse(w, r, http.StatusForbidden, "This request comes from another site: the dashboard refuses it. Use the dashboard's own pages.")
 	}))
 	d.handler = http.StripPrefix(strings.TrimSuffix(cfg.Path, "/"), d.routes())

@@ -540,6 +540,9 @@ func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 		Nav: "messages", CSRF: d.csrfToken(w, r), Data: data})
 }
 
+// actionTimeout bounds a retry or a remove.
+const actionTimeout = time.Minute
+
 // act runs a confirmed action, audits it and redirects to what follows.
 func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 	action := r.PathValue("action")
@@ -565,11 +568,14 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := data.M
+	// An action runs to its end and is audited, even if the browser goes.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
+	defer cancel()
 	audit = append(audit, "consumer", printable(m.Consumer), "event", printable(m.EventName), "event_id", m.EventID.String())
 	dbPath := url.PathEscape(data.DB)
 	switch action {
 	case "remove":
-		removed, err := store.Remove(r.Context(), m.ID)
+		removed, err := store.Remove(ctx, m.ID)
 		if err != nil {
 			d.log.Error("dashboard: remove", append(audit, "result", "error", "error", err)...)
 			d.refuse(w, r, http.StatusInternalServerError, "Not removed: "+explain(err))
@@ -584,7 +590,7 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var failures []string
-		sent, failed, err := store.Retry(r.Context(), d.cfg.Redeliverer, m, func(h idem.FailedMessage, err error) {
+		sent, failed, err := store.Retry(ctx, d.cfg.Redeliverer, m, func(h idem.FailedMessage, err error) {
 			if err != nil {
 				failures = append(failures, fmt.Sprintf("%d: %v", h.ID, err))
 			}
