@@ -53,9 +53,11 @@ asks for confirmation, is a POST carrying a CSRF token, is refused from
 another site, and is logged on stderr (who, from where, what, which message,
 the result). --read-only hides and refuses them.
 
-Name each database with NAME= (default: the URL's database name, or the
-SQLite file name). On PostgreSQL, tables in another schema are found with
-?search_path=SCHEMA in the URL (or --schema, for every database). Pages work
+Name each database with NAME= (default: the schema, else the URL's database
+name or the SQLite file name). --schema lists the PostgreSQL schemas (MySQL
+databases) holding idem's tables, one dashboard database each, as
+"idem status --schema" does; ?search_path=SCHEMA in a PostgreSQL URL works
+too. Pages work
 without --broker: the figures then come from the databases only. With
 --metrics pointing at the consumers' Prometheus endpoints, the overview adds
 each consumer's commit-to-handle p50 and p99
@@ -68,15 +70,17 @@ Stop it with Ctrl-C or SIGTERM.
 
 Examples:
   idem dashboard --db postgres://app@localhost/shop
-  idem dashboard --db orders=postgres://localhost/shop?search_path=shop_order \
-                 --db stock=postgres://localhost/shop?search_path=shop_stock \
-                 --broker amqp://guest:guest@localhost:5672/ --metrics http://127.0.0.1:9090/metrics
+  idem dashboard --db postgres://localhost/shop --schema shop_order,shop_stock,shop_shipping,shop_billing \
+                 --broker amqp://guest:guest@localhost:5672/ --metrics http://127.0.0.1:9464/metrics
+  idem dashboard --db orders=postgres://db1/orders --db stock=mysql://u:p@db2:3306/stock
   IDEM_DASHBOARD_TOKEN=s3cret idem dashboard --db $IDEM_DB_URL --http :8090 --read-only`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			var dbs dbList
 			fs.Var(&dbs, "db", "[NAME=]database URL, repeatable (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
-			schema := fs.String("schema", "", "schema holding idem's tables, in every database (default $IDEM_SCHEMA, else the connection's search_path)")
+			var schemas listFlag
+			fs.Var(&schemas, "schema", "schemas (PostgreSQL) or databases (MySQL) holding idem's tables, comma-separated or repeated: one dashboard database per schema of each --db (default $IDEM_SCHEMA, else the connection's)")
 			brokerURL := fs.String("broker", "", "broker URL, to retry messages and read queue depths (default $IDEM_BROKER_URL; none: database figures only, no retry):\n"+registry.BrokerURLHelp())
+			prefix := fs.String("prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
 			addr := fs.String("http", "127.0.0.1:8090", "address to listen on")
 			path := fs.String("path", "/", "URL path the pages are served under (behind a proxy that keeps the prefix)")
 			readOnly := fs.Bool("read-only", false, "show everything, retry and remove nothing")
@@ -121,8 +125,11 @@ Examples:
 				if *token == "" && auth == nil && !*noAuth && !loopback(*addr) {
 					return usagef("--http %s listens beyond loopback: give --token or --basic-auth (or --insecure-no-auth if a proxy in front authenticates)", *addr)
 				}
-				if *schema == "" {
-					*schema = e.getenv("IDEM_SCHEMA")
+				if len(schemas) == 0 {
+					_ = schemas.Set(e.getenv("IDEM_SCHEMA"))
+				}
+				if len(schemas) == 0 {
+					schemas = listFlag{""}
 				}
 				if *brokerURL == "" {
 					*brokerURL = e.getenv("IDEM_BROKER_URL")
@@ -130,8 +137,9 @@ Examples:
 
 				var rd broker.Redeliverer
 				var inspector broker.Inspector
-				if *brokerURL != "" {
-					pub, err := registry.Open(ctx, *brokerURL)
+				if *brokerURL != "" && !*readOnly {
+					// A publisher re-drives; it also tells queue depths.
+					pub, err := registry.OpenPrefixed(ctx, *brokerURL, *prefix)
 					if err != nil {
 						return err
 					}
@@ -142,28 +150,47 @@ Examples:
 						log.Warn("this broker cannot send a message back to one queue: retry is disabled", "broker", broker.RedactURL(*brokerURL))
 					}
 				}
+				if *brokerURL != "" && inspector == nil {
+					// Read-only: an inspector declares nothing in the broker.
+					ins, err := registry.OpenInspector(ctx, *brokerURL, *prefix)
+					if err != nil && *readOnly {
+						return err
+					}
+					if err == nil {
+						defer ins.Close()
+						inspector = ins
+					}
+				}
 				cfg := dashboard.Config{Redeliverer: rd, ReadOnly: *readOnly, Token: *token, BasicAuth: auth, Path: *path,
 					Logger: log, SampleInterval: *sample, History: *history}
 				if len(metricsURLs) > 0 {
 					cfg.Gatherer = dashboard.Scrape(nil, metricsURLs...)
 				}
 				for _, spec := range dbs {
-					name, rawURL := splitNamedURL(spec)
-					conn, err := registry.OpenDatabase(ctx, rawURL, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: *schema}})
-					if err != nil {
-						return err
-					}
-					defer conn.Close()
-					if name == "" {
-						name = databaseName(conn)
-					}
-					for _, db := range cfg.Databases {
-						if db.Name == name {
-							return usagef("two databases are named %q: name them with --db NAME=URL", name)
+					given, rawURL := splitNamedURL(spec)
+					for _, schema := range schemas {
+						conn, err := registry.OpenDatabase(ctx, rawURL, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: schema}, MaxConns: 4})
+						if err != nil {
+							return err
 						}
+						defer conn.Close()
+						name := given
+						switch {
+						case name == "" && schema != "":
+							name = schema
+						case name == "":
+							name = databaseName(conn)
+						case len(schemas) > 1:
+							name += "." + schema
+						}
+						for _, db := range cfg.Databases {
+							if db.Name == name {
+								return usagef("two databases are named %q: name them with --db NAME=URL", name)
+							}
+						}
+						cfg.Databases = append(cfg.Databases, dashboard.Database{Name: name, Store: conn.SQL,
+							Source: monitor.New(conn.SQL, monitor.Options{Name: name, Broker: inspector})})
 					}
-					cfg.Databases = append(cfg.Databases, dashboard.Database{Name: name, Store: conn.SQL,
-						Source: monitor.New(conn.SQL, monitor.Options{Name: name, Broker: inspector})})
 				}
 				d, err := dashboard.New(cfg)
 				if err != nil {
