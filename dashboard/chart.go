@@ -136,6 +136,9 @@ func formatSeconds(v float64) string {
 }
 
 func roundSpan(d time.Duration) string {
+	if d < time.Minute {
+		return d.Round(time.Second).String()
+	}
 	s := d.Round(time.Minute).String()
 	s = strings.TrimSuffix(s, "0s")
 	return strings.TrimSuffix(s, "0m")

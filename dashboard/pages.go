@@ -64,11 +64,24 @@ var funcs = template.FuncMap{
 		}
 		return m.EventID.String()
 	},
-	"count": func(n int64) string {
-		if n < 0 {
+	"waiting": func(c overviewConsumer) string {
+		if !c.Broker {
 			return "–"
 		}
-		return strconv.FormatInt(n, 10)
+		var parts []string
+		if c.Lag >= 0 {
+			parts = append(parts, fmt.Sprintf("lag %d", c.Lag))
+		}
+		if c.Ready >= 0 {
+			parts = append(parts, fmt.Sprintf("%d ready", c.Ready))
+		}
+		if c.Unacked >= 0 {
+			parts = append(parts, fmt.Sprintf("%d unacked", c.Unacked))
+		}
+		if len(parts) == 0 {
+			return "–"
+		}
+		return strings.Join(parts, ", ")
 	},
 }
 
