@@ -150,6 +150,9 @@ type Config struct {
 	// Logger receives warnings (parked messages, pauses, version gaps).
 	// Defaults to slog.Default().
 	Logger *slog.Logger
+	// Observer is told what the consumer does, for metrics
+	// (inbox/inboxmetrics). The zero value observes nothing.
+	Observer Observer
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -289,7 +292,7 @@ func (e *HandlerError) Unwrap() error { return e.Err }
 // *HandlerError when a handler failed).
 func (c *Consumer[TTx]) Process(ctx context.Context, ev idem.Event) (Outcome, error) {
 	o, err := c.process(ctx, ev)
-	c.stats.count(o)
+	c.countResults([]idem.Event{ev}, []Result{{Outcome: o}})
 	return o, err
 }
 
@@ -334,6 +337,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, ev idem.Event) (_ Outcome, 
 }
 
 func (c *Consumer[TTx]) runHandlers(ctx context.Context, tx TTx, ev idem.Event, hs []HandlerFunc[TTx]) (err error) {
+	defer c.timeHandlers()()
 	defer func() {
 		if r := recover(); r != nil {
 			err = &HandlerError{EventID: ev.ID, EventName: ev.Name, Err: fmt.Errorf("panic: %v", r)}
@@ -363,10 +367,11 @@ func (c *Consumer[TTx]) ProcessBatch(ctx context.Context, events []idem.Event) [
 	if len(events) == 0 {
 		return results
 	}
+	c.observeBatch(len(events))
 	if len(events) == 1 {
 		o, err := c.process(ctx, events[0])
 		results[0] = Result{o, err}
-		c.stats.count(o)
+		c.countResults(events, results)
 		return results
 	}
 	err := c.batch(ctx, events, results)
@@ -376,9 +381,7 @@ func (c *Consumer[TTx]) ProcessBatch(ctx context.Context, events []idem.Event) [
 			results[i] = Result{o, err}
 		}
 	}
-	for _, r := range results {
-		c.stats.count(r.Outcome)
-	}
+	c.countResults(events, results)
 	return results
 }
 

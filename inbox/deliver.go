@@ -100,11 +100,8 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 	if len(ds) == 0 {
 		return disps, errs
 	}
-	defer func() {
-		for _, d := range disps {
-			c.stats.count(d.Outcome)
-		}
-	}()
+	c.observeBatch(len(ds))
+	defer c.countDispositions(disps)
 	items := make([]item, len(ds))
 	for i, d := range ds {
 		items[i] = c.decode(d)

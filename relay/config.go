@@ -125,6 +125,14 @@ type Config struct {
 	// broker's confirmation. It must be fast and safe for concurrent use;
 	// relaymetrics uses it for its histogram.
 	ObserveDelay func(time.Duration)
+	// ObserveClaim, ObservePublish and ObserveMark, when set, are called
+	// with the duration of each claim (its transaction or statement,
+	// claims that find nothing included), of each Publish call (one round
+	// of a batch, until the broker confirmed or refused every message),
+	// and of each marking of a batch's confirmed rows as published
+	// (retries included). Like ObserveDelay they must be fast and safe for
+	// concurrent use; relaymetrics uses them for its histograms.
+	ObserveClaim, ObservePublish, ObserveMark func(time.Duration)
 }
 
 // ClaimParams returns the parameters of the claims that a relay configured

@@ -77,6 +77,7 @@ type counters struct {
 	takeovers, leasesLost, released, deleted  atomic.Int64
 	quarantined                               atomic.Int64
 	backlog, oldest, measuredAt, inQuarantine atomic.Int64
+	inFlight                                  atomic.Int64
 }
 
 // Stats is a snapshot of a relay's counters since it was created, and of the
@@ -120,6 +121,9 @@ type Stats struct {
 	// BrokerPausedUntil is set while the relay waits before trying a
 	// failing broker again.
 	BrokerPausedUntil time.Time
+	// InFlight is the number of messages handed to the broker whose
+	// Publish call has not returned yet.
+	InFlight int64
 }
 
 // New returns a relay that publishes drv's outbox rows through pub.
@@ -234,6 +238,7 @@ func (r *Relay[TTx]) Stats() Stats {
 		Released:      r.stats.released.Load(),
 		Deleted:       r.stats.deleted.Load(),
 		Backlog:       r.stats.backlog.Load(),
+		InFlight:      r.stats.inFlight.Load(),
 
 		QuarantinedRows: r.stats.inQuarantine.Load(),
 	}
@@ -360,6 +365,7 @@ func (r *Relay[TTx]) runOnce(log *slog.Logger) (more bool, err error) {
 }
 
 func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error) {
+	defer observeSince(r.cfg.ObserveClaim, time.Now())
 	ctx, cancel := context.WithTimeout(r.claimCtx, r.cfg.QueryTimeout)
 	defer cancel()
 	if r.claimer != nil {
@@ -457,7 +463,7 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 			continue
 		}
 		ctx, cancel := context.WithTimeout(r.workCtx, r.cfg.PublishTimeout)
-		err := r.pub.Publish(ctx, msgs)
+		err := r.publish(ctx, msgs)
 		cancel()
 		now := time.Now()
 		var batchErr *broker.BatchError
@@ -610,6 +616,7 @@ func (r *Relay[TTx]) quarantine(log *slog.Logger, owner uuid.UUID, items []item,
 
 // mark marks the rows of seqs published, retrying while the lease lasts.
 func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, seqs []int64) (int64, error) {
+	defer observeSince(r.cfg.ObserveMark, time.Now())
 	var err error
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), r.cfg.QueryTimeout)

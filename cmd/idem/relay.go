@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/pprofhttp"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/relaymetrics"
@@ -64,8 +65,13 @@ idem_relay_quarantined_rows gauge counts them.
 On SIGTERM or SIGINT the relay stops claiming, finishes or releases the
 batches in flight (up to --stop-timeout) and exits.
 
-It serves Prometheus metrics on /metrics and a health check on /healthz
-(200 while it can claim from the database) at --metrics-addr.
+It serves, at --metrics-addr, Prometheus metrics on /metrics (idem_relay_*:
+backlog, oldest unpublished age, quarantined rows, claim, publish and mark
+durations, commit-to-publish delay, messages in flight; see
+docs/OPERATIONS.md), a health check on /healthz (200 while it can claim
+from the database) and the Go profiles on /debug/pprof/ (go tool pprof
+http://ADDR/debug/pprof/profile?seconds=30). Profiles show the program's
+internals: keep the address on loopback or a private network.
 
 Examples:
   IDEM_DB_URL=postgres://app@localhost/shop IDEM_BROKER_URL=amqp://localhost/ idem relay
@@ -84,7 +90,7 @@ Examples:
 			noListen := fs.Bool("no-listen", false, "do not LISTEN for notifications; only poll")
 			retention := fs.Duration("retention", relay.RetentionDefault, "keep published rows this long (the replay window); negative: forever")
 			quarantineAfter := fs.Int("quarantine-after", relay.QuarantineAfterDefault, "quarantine a row the broker refused on this many attempts (negative: retry forever)")
-			metricsAddr := fs.String("metrics-addr", ":9464", "address of the /metrics and /healthz endpoints; empty: none")
+			metricsAddr := fs.String("metrics-addr", ":9464", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
 			stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long in-flight batches may take to finish")
 			logFormat := fs.String("log-format", "text", "log format: text or json")
 			logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -124,7 +130,7 @@ Examples:
 				defer pub.Close()
 
 				metrics := relaymetrics.New()
-				r, err := relay.New(drv, pub, relay.Config{
+				r, err := relay.New(drv, pub, metrics.Instrument(relay.Config{
 					Workers:         *workers,
 					BatchSize:       *batch,
 					MaxPerAggregate: *perAgg,
@@ -135,8 +141,7 @@ Examples:
 					Retention:       *retention,
 					QuarantineAfter: *quarantineAfter,
 					Logger:          log,
-					ObserveDelay:    metrics.ObserveDelay,
-				})
+				}))
 				if err != nil {
 					return err
 				}
@@ -148,6 +153,7 @@ Examples:
 					reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 					mux := http.NewServeMux()
 					mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+					pprofhttp.Register(mux)
 					mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 						if err := r.Healthy(); err != nil {
 							http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -165,7 +171,7 @@ Examples:
 							log.Error("metrics server failed", "error", err)
 						}
 					}()
-					log.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
+					log.Info("serving /metrics, /healthz and /debug/pprof/", "addr", ln.Addr().String())
 				}
 
 				if err := r.Start(ctx); err != nil {

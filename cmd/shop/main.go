@@ -149,6 +149,9 @@ Flags (each also read from the environment variable in brackets):
 `
 
 const runHelpTail = `
+Metrics: with --admin-addr 127.0.0.1:9464, curl -s http://127.0.0.1:9464/metrics;
+docs/OPERATIONS.md says what each metric means and which alerts to set.
+
 Services: order (HTTP API + consumer "order"), stock (consumer "stock"),
 shipping (consumers "shipping-preparation-v1", "shipping-carrier-v1"),
 billing (consumers "billing", "billing-mailer"), carrier (fake carrier and
@@ -177,7 +180,7 @@ Order API:
 `
 
 var runEnv = map[string]string{
-	"services": "SHOP_SERVICES", "db": "SHOP_DB_URL", "broker": "SHOP_BROKER_URL", "http": "SHOP_HTTP",
+	"services": "SHOP_SERVICES", "db": "SHOP_DB_URL", "broker": "SHOP_BROKER_URL", "http": "SHOP_HTTP", "admin-addr": "SHOP_ADMIN_ADDR",
 	"data-dir": "SHOP_DATA_DIR", "namespace": "SHOP_NAMESPACE", "carrier-url": "SHOP_CARRIER_URL",
 	"summary": "SHOP_SUMMARY_INTERVAL", "key-lock-timeout": "SHOP_KEY_LOCK_TIMEOUT",
 	"relay-lease": "SHOP_RELAY_LEASE", "relay-workers": "SHOP_RELAY_WORKERS", "workers": "SHOP_WORKERS",
@@ -194,6 +197,7 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	fs.StringVar(&cfg.DB, "db", "", "database URL for every service (default: SQLite files under --data-dir); each service's tables in a schema, database or file of its own:\n"+registry.DatabaseURLHelp())
 	fs.StringVar(&cfg.Broker, "broker", "", "broker URL (default: embedded NATS JetStream under --data-dir):\n"+registry.BrokerURLHelp())
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "address of the order API and the fake carrier")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", "", "admin address (off when empty; keep it on loopback, e.g. 127.0.0.1:9464):\n/metrics (Prometheus: idem_relay_* and idem_consumer_* of every relay and consumer\nof the process, Go and process metrics) and /debug/pprof/ (Go profiles)")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the embedded defaults' data")
 	fs.StringVar(&cfg.Namespace, "namespace", namespaceDefault, "prefix of the services' schemas (<namespace>_order...) and, when not \"shop\", of the broker's exchange and queues, so several shops can share servers")
 	fs.StringVar(&cfg.CarrierURL, "carrier-url", "", "carrier base URL for shipping and billing (default: http://<--http>/carrier)")

@@ -43,6 +43,7 @@ type runConfig struct {
 	ServiceDB    map[string]string
 	Broker       string
 	HTTP         string
+	AdminAddr    string
 	DataDir      string
 	Namespace    string
 	CarrierURL   string
@@ -102,6 +103,11 @@ type app struct {
 	carrier   *carrier.Server
 	bg        sync.WaitGroup
 	cancelBg  context.CancelFunc
+
+	// metrics is nil without --admin-addr; admin serves them.
+	metrics       *metrics
+	admin         *http.Server
+	adminListener net.Listener
 }
 
 // openApp opens the databases (applying their migrations), the HTTP
@@ -114,6 +120,12 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 			closeApp(a)
 		}
 	}()
+	if cfg.AdminAddr != "" {
+		a.metrics = newMetrics()
+		if err := a.listenAdmin(); err != nil {
+			return nil, err
+		}
+	}
 	migrations := map[string]store.Migrations{
 		"order": order.Migrations(), "stock": stock.Migrations(), "shipping": shipping.Migrations(),
 		"billing": billing.Migrations(), "carrier": carrier.Migrations(),
@@ -122,7 +134,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		if !cfg.needsDB(s) {
 			continue
 		}
-		db, err := store.Open(ctx, s, cfg.dbURL(s), cfg.Namespace+"_"+s, store.Options{MaxConns: cfg.MaxConns})
+		db, err := store.Open(ctx, s, cfg.dbURL(s), cfg.Namespace+"_"+s, store.Options{MaxConns: cfg.MaxConns, Observer: a.metrics.observer})
 		if err != nil {
 			return nil, err
 		}
@@ -184,6 +196,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 	}
 
 	for _, c := range a.consumers {
+		a.metrics.watchConsumer(c)
 		sub, err := registry.Subscribe(cfg.Broker, registry.SubscribeConfig{
 			Consumer: c.Name(), EventNames: c.EventNames(), AggregateTypes: shop.AggregateTypes(c.EventNames()),
 			Prefix:  cfg.brokerPrefix(),
@@ -200,14 +213,16 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 			return nil, fmt.Errorf("broker %s: %w", broker.RedactURL(cfg.Broker), err)
 		}
 		for _, s := range []string{"order", "shipping", "billing"} {
-			r, err := a.dbs[s].NewRelay(a.pub, relay.Config{
+			rcfg, watch := a.metrics.instrumentRelay(cfg.Namespace+"_"+s+".outbox", relay.Config{
 				Workers: cfg.RelayWorkers, Lease: cfg.RelayLease, Logger: log.With("outbox", s),
 				RetryBackoff: 100 * time.Millisecond, MaxRetryBackoff: 5 * time.Second,
 				StatsInterval: 2 * time.Second,
 			})
+			r, err := a.dbs[s].NewRelay(a.pub, rcfg)
 			if err != nil {
 				return nil, fmt.Errorf("relay of %s: %w", s, err)
 			}
+			watch(r)
 			a.relays[s] = r
 		}
 	}
@@ -220,6 +235,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 func (a *app) start(ctx context.Context) error {
 	bgCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelBg = cancel
+	a.serveAdmin()
 	if a.server != nil {
 		a.bg.Go(func() {
 			if err := a.server.Serve(a.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -269,6 +285,13 @@ func (a *app) close(ctx context.Context) {
 		}
 	} else if a.listener != nil {
 		_ = a.listener.Close()
+	}
+	if a.admin != nil {
+		if err := a.admin.Shutdown(ctx); err != nil {
+			a.log.Warn("admin HTTP shutdown", "error", err)
+		}
+	} else if a.adminListener != nil {
+		_ = a.adminListener.Close()
 	}
 	for name, r := range a.relays {
 		if err := r.Stop(ctx); err != nil {
@@ -323,6 +346,9 @@ func (a *app) banner(w io.Writer) {
 		if a.carrier != nil {
 			fmt.Fprintf(w, "shop:   carrier   http://%s/carrier/stats\n", a.cfg.HTTP)
 		}
+	}
+	if a.admin != nil {
+		fmt.Fprintf(w, "shop:   admin     http://%s/metrics  http://%[1]s/debug/pprof/\n", a.adminListener.Addr())
 	}
 	if a.order != nil {
 		fmt.Fprint(w, orderHowTo(a.cfg.HTTP, uuid.NewString()))

@@ -130,6 +130,7 @@ func Run[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("FailureStorePaging", func(t *testing.T) { t.Parallel(); FailureStorePaging(t, setup) })
 	t.Run("ParkedAggregates", func(t *testing.T) { t.Parallel(); ParkedAggregates(t, setup) })
 	t.Run("Attempts", func(t *testing.T) { t.Parallel(); Attempts(t, setup) })
+	t.Run("ConsumerCounts", func(t *testing.T) { t.Parallel(); ConsumerCounts(t, setup) })
 	t.Run("Purge", func(t *testing.T) { t.Parallel(); Purge(t, setup) })
 	t.Run("PurgeFailed", func(t *testing.T) { t.Parallel(); PurgeFailed(t, setup) })
 	t.Run("Transient", func(t *testing.T) { t.Parallel(); Transient(t, setup) })

@@ -1,11 +1,15 @@
 // Package relaymetrics exports a relay's statistics to Prometheus.
 //
 //	m := relaymetrics.New()
-//	cfg.ObserveDelay = m.ObserveDelay // feeds the commit-to-publish histogram
+//	cfg = m.Instrument(cfg) // sets the Observe* hooks that feed the histograms
 //	r, err := relay.New(drv, pub, cfg)
 //	...
 //	m.Watch(r)
 //	registry.MustRegister(m)
+//
+// Several relays (one per outbox table) share a registry when each has its
+// own const label: relaymetrics.NewWith(relaymetrics.Options{Table: "order"})
+// labels every metric table="order".
 //
 // Metrics (all prefixed idem_relay_):
 //
@@ -20,11 +24,19 @@
 //	claims_total, claimed_rows_total    counter   claims that returned rows, and their rows
 //	released_total, deleted_total       counter   rows released unpublished; published rows deleted
 //	broker_paused                       gauge     1 while the relay waits for a failing broker
+//	inflight_publishes                  gauge     messages handed to the broker, not yet confirmed or refused
 //	commit_to_publish_seconds           histogram insertion to broker confirm
+//	claim_duration_seconds              histogram one claim (empty ones included)
+//	publish_duration_seconds            histogram one Publish call (one round of a batch)
+//	mark_duration_seconds               histogram marking a batch's confirmed rows published
 //
-// The backlog gauges are as fresh as relay.Config.StatsInterval. Alert on
-// quarantined_rows above zero: each quarantined row holds the later rows of
-// its aggregate back until an operator re-drives or removes it.
+// The backlog gauges are as fresh as relay.Config.StatsInterval; the
+// others are read when Prometheus scrapes. Alert on quarantined_rows above
+// zero (each quarantined row holds the later rows of its aggregate back
+// until an operator re-drives or removes it), on
+// oldest_unpublished_age_seconds above what the consumers can wait, and on
+// broker_paused staying 1. docs/OPERATIONS.md lists every metric of idem
+// and the alerts to set.
 package relaymetrics
 
 import (
@@ -44,9 +56,24 @@ type StatsSource interface {
 // DelayBuckets are the commit-to-publish histogram's buckets, in seconds.
 var DelayBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 
+// DurationBuckets are the buckets of the claim, publish and mark
+// histograms, in seconds.
+var DurationBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// Options configures Metrics. The zero value is valid.
+type Options struct {
+	// Table, when set, labels every metric table="<Table>", so that the
+	// relays of several outbox tables can share a registry.
+	Table string
+	// ConstLabels are more labels set on every metric.
+	ConstLabels prometheus.Labels
+}
+
 // Metrics is a prometheus.Collector for one relay.
 type Metrics struct {
-	delay prometheus.Histogram
+	delay                prometheus.Histogram
+	claim, publish, mark prometheus.Histogram
+	inFlight             *prometheus.Desc
 
 	mu  sync.Mutex
 	src StatsSource
@@ -59,17 +86,37 @@ type Metrics struct {
 
 var _ prometheus.Collector = (*Metrics)(nil)
 
-// New returns metrics with no relay to watch yet.
-func New() *Metrics {
+// New returns metrics with no relay to watch yet, without labels.
+func New() *Metrics { return NewWith(Options{}) }
+
+// NewWith returns metrics with no relay to watch yet, labelled as o says.
+func NewWith(o Options) *Metrics {
+	var cl prometheus.Labels
+	if o.Table != "" || len(o.ConstLabels) > 0 {
+		cl = prometheus.Labels{}
+		for k, v := range o.ConstLabels {
+			cl[k] = v
+		}
+		if o.Table != "" {
+			cl["table"] = o.Table
+		}
+	}
 	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("idem_relay_"+name, help, nil, nil)
+		return prometheus.NewDesc("idem_relay_"+name, help, nil, cl)
+	}
+	h := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "idem_relay_" + name, Help: help, Buckets: buckets, ConstLabels: cl})
 	}
 	return &Metrics{
-		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "idem_relay_commit_to_publish_seconds",
-			Help:    "Time from the insertion of an outbox row (start of its transaction) to the broker's confirm.",
-			Buckets: DelayBuckets,
-		}),
+		delay: h("commit_to_publish_seconds",
+			"Time from the insertion of an outbox row (start of its transaction) to the broker's confirm.", DelayBuckets),
+		claim: h("claim_duration_seconds",
+			"Time of one claim of outbox rows (its transaction or statement), claims that find nothing included.", DurationBuckets),
+		publish: h("publish_duration_seconds",
+			"Time of one Publish call: one round of a batch, until the broker confirmed or refused every message.", DurationBuckets),
+		mark: h("mark_duration_seconds",
+			"Time to mark a batch's confirmed rows published, retries included.", DurationBuckets),
+		inFlight:      d("inflight_publishes", "Messages handed to the broker whose Publish call has not returned."),
 		backlog:       d("backlog_rows", "Unpublished outbox rows, quarantined ones excluded."),
 		inQuarantine:  d("quarantined_rows", "Quarantined outbox rows: unpublished, holding the later rows of their aggregates back until re-driven or removed."),
 		quarantined:   d("quarantined_total", "Rows this relay quarantined: unreadable, or refused by the broker on every allowed attempt."),
@@ -90,6 +137,16 @@ func New() *Metrics {
 // relay.Config.ObserveDelay.
 func (m *Metrics) ObserveDelay(d time.Duration) { m.delay.Observe(d.Seconds()) }
 
+// Instrument returns cfg with its Observe hooks set to feed m's
+// histograms (ObserveDelay, ObserveClaim, ObservePublish, ObserveMark).
+func (m *Metrics) Instrument(cfg relay.Config) relay.Config {
+	cfg.ObserveDelay = m.ObserveDelay
+	cfg.ObserveClaim = func(d time.Duration) { m.claim.Observe(d.Seconds()) }
+	cfg.ObservePublish = func(d time.Duration) { m.publish.Observe(d.Seconds()) }
+	cfg.ObserveMark = func(d time.Duration) { m.mark.Observe(d.Seconds()) }
+	return cfg
+}
+
 // Watch sets the relay whose Stats are exported.
 func (m *Metrics) Watch(src StatsSource) {
 	m.mu.Lock()
@@ -99,8 +156,10 @@ func (m *Metrics) Watch(src StatsSource) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.delay.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.backlog, m.oldest, m.paused, m.inQuarantine, m.published, m.publishErrors,
+	for _, h := range []prometheus.Histogram{m.delay, m.claim, m.publish, m.mark} {
+		h.Describe(ch)
+	}
+	for _, d := range []*prometheus.Desc{m.inFlight, m.backlog, m.oldest, m.paused, m.inQuarantine, m.published, m.publishErrors,
 		m.takeovers, m.lost, m.claims, m.claimed, m.released, m.deleted, m.quarantined} {
 		ch <- d
 	}
@@ -108,7 +167,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	m.delay.Collect(ch)
+	for _, h := range []prometheus.Histogram{m.delay, m.claim, m.publish, m.mark} {
+		h.Collect(ch)
+	}
 	m.mu.Lock()
 	src := m.src
 	m.mu.Unlock()
@@ -129,6 +190,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v int64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
+	gauge(m.inFlight, float64(s.InFlight))
 	gauge(m.backlog, float64(s.Backlog))
 	gauge(m.oldest, age)
 	gauge(m.paused, paused)

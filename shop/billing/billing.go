@@ -145,11 +145,11 @@ type Service struct {
 // New returns the billing service on db, whose migrations must be applied,
 // sending e-mails through mail.
 func New(db *store.DB, mail *carrier.Client, log *slog.Logger) (*Service, error) {
-	inv, err := inbox.New(db.Driver, inbox.Config{Name: InvoiceConsumer, Logger: log})
+	inv, err := db.NewConsumer(inbox.Config{Name: InvoiceConsumer, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	mailer, err := inbox.New(db.Driver, inbox.Config{Name: MailerConsumer, Logger: log})
+	mailer, err := db.NewConsumer(inbox.Config{Name: MailerConsumer, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,7 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c, err := inbox.New(db.Driver, inbox.Config{Name: ConsumerName, Logger: cfg.Logger})
+	c, err := db.NewConsumer(inbox.Config{Name: ConsumerName, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

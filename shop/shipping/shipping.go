@@ -174,11 +174,11 @@ func New(db *store.DB, c *carrier.Client, log *slog.Logger) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	prep, err := inbox.New(db.Driver, inbox.Config{Name: PreparationConsumer, Logger: log})
+	prep, err := db.NewConsumer(inbox.Config{Name: PreparationConsumer, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	pickup, err := inbox.New(db.Driver, inbox.Config{Name: CarrierConsumer, Logger: log})
+	pickup, err := db.NewConsumer(inbox.Config{Name: CarrierConsumer, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -100,7 +100,7 @@ type Service struct {
 
 // New returns the stock service on db, whose migrations must be applied.
 func New(db *store.DB, log *slog.Logger) (*Service, error) {
-	c, err := inbox.New(db.Driver, inbox.Config{Name: ConsumerName, Logger: log})
+	c, err := db.NewConsumer(inbox.Config{Name: ConsumerName, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/relay"
@@ -53,13 +54,17 @@ type DB struct {
 	// consumers.
 	Driver *driver.SQLDriver
 
-	db *registry.Database // nil in tests that build a DB by hand
+	db       *registry.Database // nil in tests that build a DB by hand
+	observer func(consumer string) inbox.Observer
 }
 
 // Options adjust Open.
 type Options struct {
 	// MaxConns is the connection pool size. Defaults to MaxConnsDefault.
 	MaxConns int
+	// Observer, when set, gives the observer (metrics) of each consumer
+	// that NewConsumer creates, by consumer name.
+	Observer func(consumer string) inbox.Observer
 }
 
 // Open opens the database of service at rawURL, its tables isolated by
@@ -82,7 +87,7 @@ func Open(ctx context.Context, service, rawURL, schema string, opts Options) (*D
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", service, err)
 	}
-	out := &DB{Service: service, Dialect: db.Dialect, File: db.File, SQL: db.DB, Driver: db.SQL, db: db}
+	out := &DB{Service: service, Dialect: db.Dialect, File: db.File, SQL: db.DB, Driver: db.SQL, db: db, observer: opts.Observer}
 	if db.Dialect != SQLite {
 		out.Schema = schema
 	}
@@ -163,6 +168,15 @@ func (db *DB) Pick(byDialect map[string]string) string {
 		return db.Q(q)
 	}
 	return db.Q(byDialect[Postgres])
+}
+
+// NewConsumer returns an idempotent consumer on the service's database,
+// with the observer that Options.Observer gives for cfg.Name.
+func (db *DB) NewConsumer(cfg inbox.Config) (*inbox.Consumer[*sql.Tx], error) {
+	if db.observer != nil {
+		cfg.Observer = db.observer(cfg.Name)
+	}
+	return inbox.New(db.Driver, cfg)
 }
 
 // Relay is a running outbox relay.
