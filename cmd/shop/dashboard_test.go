@@ -63,14 +63,26 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dropNamespace(in); in.close() })
-	cl := &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir()}
+	admin, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir(),
+		extraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}
 	t.Cleanup(cl.stopAll)
 	shop, err := cl.start(ctx, procSpec{name: "shop", services: "all"})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	// The dashboard over the shop's databases, as the shop mounts it.
+	if out := shop.stdout.String(); !strings.Contains(out, "http://"+admin+dashboardPath) {
+		t.Errorf("the banner does not give the dashboard's address:\n%s", out)
+	}
+
+	// The dashboard over the shop's databases, as the shop mounts it, in
+	// the test's process: its samples come every second, for the charts
+	// of the picture, and its audit lines are the test's to read. The
+	// shop's own, on its admin address, is checked at the end.
 	pub, err := registry.OpenPrefixed(ctx, amqpURL, ns)
 	if err != nil {
 		t.Fatal(err)
@@ -270,6 +282,20 @@ VALUES ('stock', 'stock.events', decode('00016e6f74206a736f6e', 'hex'), 'undecod
 		t.Errorf("binary body not shown as a hex dump: %q", hex)
 	}
 	shot("read-only")
+
+	// The shop's own dashboard, on its admin address: the same figures,
+	// and the commit-to-handle quantiles from the shop's metrics.
+	const stockDelay = `tr[data-consumer="stock"] [data-figure="delay"]`
+	testsvc.WaitFor(t, time.Minute, "the shop's dashboard to show stock's commit-to-handle delay", func() bool {
+		if err := chromedp.Do(browser, chromedp.Navigate("http://"+admin+dashboardPath)); err != nil {
+			t.Fatal(err)
+		}
+		s, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(stockDelay)))
+		return err == nil && !strings.Contains(s, "–")
+	})
+	if got := text(t, browser, stockProcessed); got == "0" {
+		t.Errorf("the shop's dashboard shows stock processed %s", got)
+	}
 	t.Logf("screenshots in %s", shots)
 }
 
