@@ -103,7 +103,7 @@ func serveDashboard(t *testing.T, environ map[string]string, args ...string) (ba
 	return base, stop
 }
 
-func get(t *testing.T, url, token string) (int, string) {
+func getPage(t *testing.T, url, token string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	if token != "" {
@@ -127,14 +127,14 @@ func TestDashboardServes(t *testing.T) {
 VALUES ('stock', 'stock.events', 'not json', 'undecodable', 1, now(), now())`)
 	base, stop := serveDashboard(t, map[string]string{"IDEM_DASHBOARD_TOKEN": "s3cret"},
 		"--db", "stock="+stock.URL, "--db", billing.URL, "--read-only")
-	if code, _ := get(t, base+"messages", ""); code != http.StatusUnauthorized {
+	if code, _ := getPage(t, base+"messages", ""); code != http.StatusUnauthorized {
 		t.Errorf("without the token ($IDEM_DASHBOARD_TOKEN): %d, want 401", code)
 	}
-	code, page := get(t, base+"messages?db=stock", "s3cret")
+	code, page := getPage(t, base+"messages?db=stock", "s3cret")
 	if code != http.StatusOK || !strings.Contains(page, "undecodable") || strings.Contains(page, `id="remove"`) {
 		t.Errorf("messages: %d\n%s", code, page)
 	}
-	code, page = get(t, base, "s3cret")
+	code, page = getPage(t, base, "s3cret")
 	// The second database is named after its URL: database and schema.
 	if code != http.StatusOK || !strings.Contains(page, `id="db-stock"`) || !strings.Contains(page, "."+billing.Schema) || !strings.Contains(page, "read-only") {
 		t.Errorf("overview: %d\n%s", code, page)
@@ -143,11 +143,11 @@ VALUES ('stock', 'stock.events', 'not json', 'undecodable', 1, now(), now())`)
 
 	// One URL, two schemas: a dashboard database each, named after them.
 	base, _ = serveDashboard(t, nil, "--db", testdb.PostgresURL(t), "--schema", stock.Schema+","+billing.Schema)
-	code, page = get(t, base, "")
+	code, page = getPage(t, base, "")
 	if code != http.StatusOK || !strings.Contains(page, `id="db-`+stock.Schema+`"`) || !strings.Contains(page, `id="db-`+billing.Schema+`"`) {
 		t.Errorf("overview with --schema: %d\n%s", code, page)
 	}
-	code, page = get(t, base+"messages?db="+stock.Schema, "")
+	code, page = getPage(t, base+"messages?db="+stock.Schema, "")
 	if code != http.StatusOK || !strings.Contains(page, "undecodable") || !strings.Contains(page, "data-id=") {
 		t.Errorf("messages with --schema: %d\n%s", code, page)
 	}
