@@ -135,6 +135,11 @@ Examples:
 					*brokerURL = e.getenv("IDEM_BROKER_URL")
 				}
 
+				if u, err := url.Parse(*brokerURL); err == nil && (u.Host == "embedded" || strings.HasPrefix(*brokerURL, "embedded")) {
+					// A second embedded server would open the files of the
+					// process that owns them.
+					return usagef("--broker %s: an embedded NATS server is only reachable from its own process; start it with ?listen=127.0.0.1:4222 and give nats://127.0.0.1:4222 (the shop serves its own dashboard: shop --admin-addr)", broker.RedactURL(*brokerURL))
+				}
 				var rd broker.Redeliverer
 				var inspector broker.Inspector
 				if *brokerURL != "" && !*readOnly {

@@ -43,6 +43,7 @@ func TestDashboardUsage(t *testing.T) {
 		{[]string{"dashboard", "--db", "postgres://x", "--http", ":8090"}, "listens beyond loopback"},
 		{[]string{"dashboard", "--db", "postgres://x", "--basic-auth", "nopass"}, "--basic-auth: want USER:PASS"},
 		{[]string{"dashboard", "--db", "postgres://x", "extra"}, "unexpected arguments"},
+		{[]string{"dashboard", "--db", "postgres://x", "--broker", "nats://embedded?dir=/tmp/x"}, "only reachable from its own process"},
 	} {
 		code, _, errOut := idem(t, nil, "", tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
