@@ -73,7 +73,7 @@ command (a wrong URL, tables missing: run "idem migrate up").
 
 Examples:
   idem status --db postgres://user:pass@localhost/app
-  idem status --db postgres://localhost/shop --schema order,stock,shipping,billing --broker amqp://guest:guest@localhost:5672/
+  idem status --db postgres://localhost/shop --schema shop_order,shop_stock,shop_shipping,shop_billing --broker amqp://guest:guest@localhost:5672/
   idem status --db sqlite:shop-data/shop_order.db --db sqlite:shop-data/shop_stock.db --watch
   idem status --db mysql://u:p@localhost:3306/stock --broker kafka://localhost:9092 --consumer stock --json | jq .consumers`,
 		setup: func(fs *flag.FlagSet) runFunc {

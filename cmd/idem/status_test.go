@@ -102,6 +102,7 @@ func TestStatusCommand(t *testing.T) {
 			LastProcessedS      *float64   `json:"last_processed_age_seconds"`
 			ProcessedLastMinute int64      `json:"processed_last_minute"`
 			Parked              int64      `json:"parked"`
+			OldestParkedAt      *time.Time `json:"oldest_parked_at"`
 			OldestParkedS       *float64   `json:"oldest_parked_age_seconds"`
 			Retrying            int64      `json:"retrying"`
 			Broker              *struct {
@@ -144,7 +145,7 @@ func TestStatusCommand(t *testing.T) {
 	if audit.Name != "audit" || audit.LastProcessedAt != nil || audit.LastProcessedS != nil || audit.Parked != 0 || audit.Broker != nil {
 		t.Errorf("audit, named with --consumer only: %+v", audit)
 	}
-	if billing.Name != "billing" || billing.Parked != 1 || billing.LastProcessedAt != nil || billing.Broker != nil {
+	if billing.Name != "billing" || billing.Parked != 1 || billing.OldestParkedAt == nil || billing.LastProcessedAt != nil || billing.Broker != nil {
 		t.Errorf("billing: %+v", billing)
 	}
 	between("billing oldest parked age", billing.OldestParkedS, 3600, 3660)
