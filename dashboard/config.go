@@ -46,7 +46,9 @@ type Database struct {
 
 // BasicAuth is a user name and password that every request must carry.
 type BasicAuth struct {
-	User     string
+	// User is the user name; the audit lines name it.
+	User string
+	// Password is compared in constant time.
 	Password string
 }
 
