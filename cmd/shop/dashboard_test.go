@@ -212,12 +212,23 @@ WHEN (NEW.product_id = 'p-blocked') EXECUTE FUNCTION refuse_blocked()`)
 		t.Fatal(err)
 	}
 	shot("confirm")
-	err = chromedp.Do(browser,
-		chromedp.Click(chromedp.CSS(`#confirm`)),
-		chromedp.WaitVisible(chromedp.CSS(`.notice`)),
-	)
-	if err != nil {
+	if err := chromedp.Do(browser, chromedp.Click(chromedp.CSS(`#confirm`))); err != nil {
 		t.Fatal(err)
+	}
+	// The message's page with a notice, or an error page that says why.
+	var landed string
+	testsvc.WaitFor(t, time.Minute, "the page after the confirmed retry", func() bool {
+		s, err := chromedp.Run(browser, chromedp.Evaluate[string](`(document.querySelector('.notice, #error') || {}).className || (document.querySelector('#error') ? 'error' : '')`))
+		if err == nil && s == "" {
+			if loc, err := chromedp.Run(browser, chromedp.Location()); err == nil {
+				landed = loc
+			}
+		}
+		return err == nil && s != ""
+	})
+	if n, _ := chromedp.Run(browser, chromedp.Evaluate[int](`document.querySelectorAll('#error').length`)); n > 0 {
+		loc, _ := chromedp.Run(browser, chromedp.Location())
+		t.Fatalf("the confirmed retry ended on %s: %s (last page before: %s)", loc, text(t, browser, `#error`), landed)
 	}
 	notice := text(t, browser, `.notice`)
 	if !strings.Contains(notice, "sent back to its queue") {
