@@ -19,7 +19,9 @@
 #
 # Environment:
 #   IDEM_TEST_SERVERS  servers to start, among: postgres mariadb rabbitmq
-#                      (default: all three; "" for none)
+#                      chromium (default: all four; "" for none; chromium is
+#                      the headless browser of the dashboard's test, nothing
+#                      to start: it is installed and its path exported)
 #   IDEM_TEST_DIR      the directory for the servers' data, logs and helper
 #                      scripts (default: a new /tmp/idem-test.XXXXXX)
 #   IDEM_TEST_KEEP=1   keep IDEM_TEST_DIR (logs...) after the run
@@ -43,6 +45,7 @@
 #   mariadb:  IDEM_TEST_MARIADB_URL (mysql://idem:idem@127.0.0.1:PORT/idem_test),
 #             IDEM_TEST_MARIADB_DSN (idem:idem@tcp(127.0.0.1:PORT)/idem_test),
 #             IDEM_TEST_MARIADB_STOP, IDEM_TEST_MARIADB_START (scripts)
+#   chromium: IDEM_TEST_CHROMIUM (/usr/bin/chromium)
 #   rabbitmq: IDEM_TEST_AMQP_URL (amqp://guest:guest@127.0.0.1:PORT/),
 #             IDEM_TEST_RABBITMQ_NODE, IDEM_TEST_RABBITMQCTL (rabbitmqctl
 #             wrapper for the node), IDEM_TEST_RABBITMQ_ENV (file to source),
@@ -61,14 +64,16 @@ LIB=$ROOT/scripts/lib
 . "$LIB/mariadb.sh"
 # shellcheck source=scripts/lib/rabbitmq.sh
 . "$LIB/rabbitmq.sh"
+# shellcheck source=scripts/lib/chromium.sh
+. "$LIB/chromium.sh"
 
-ALL_SERVERS="postgres mariadb rabbitmq"
+ALL_SERVERS="postgres mariadb rabbitmq chromium"
 export PATH="/usr/local/go/bin${HOME:+:$HOME/go/bin}:$PATH:/usr/sbin:/sbin"
 
 # ---------------------------------------------------------------------------
 # Which servers
 
-read -r -a SERVERS <<<"${IDEM_TEST_SERVERS-postgres mariadb rabbitmq}"
+read -r -a SERVERS <<<"${IDEM_TEST_SERVERS-postgres mariadb rabbitmq chromium}"
 for s in "${SERVERS[@]}"; do
 	case " $ALL_SERVERS " in
 	*" $s "*) ;;

@@ -171,24 +171,10 @@ Examples:
 				defer closePub()
 				var done, failed int
 				for _, m := range msgs {
-					if !retryFailed(ctx, e, rd, m) {
-						failed++
-						continue
-					}
-					done++
-					// Then the messages held behind it, in the order they
-					// were parked.
-					held := idemmsg.FailedFilter{HeldBy: m.ID, Oldest: true, Limit: inbox.FailedPageSizeDefault}
-					err := store.Pages(ctx, held, func(page []idemmsg.FailedMessage) error {
-						for _, h := range page {
-							if retryFailed(ctx, e, rd, h) {
-								done++
-							} else {
-								failed++
-							}
-						}
-						return nil
-					})
+					// The message, then the messages held behind it, in the
+					// order they were parked.
+					sent, notSent, err := store.Retry(ctx, rd, m, func(m idemmsg.FailedMessage, err error) { reportRetry(e, m, err) })
+					done, failed = done+sent, failed+notSent
 					if err != nil {
 						return err
 					}
@@ -319,22 +305,21 @@ func openRedeliverer(ctx context.Context, e *env, brokerURL string) (broker.Rede
 // idem.HeaderRedrive: the consumer removes it from the store once applied.
 // It reports false, after saying why on stderr, when m was not published.
 func retryFailed(ctx context.Context, e *env, rd broker.Redeliverer, m idemmsg.FailedMessage) bool {
-	if m.Source == "" {
+	err := inbox.Redrive(ctx, rd, m)
+	reportRetry(e, m, err)
+	return err == nil
+}
+
+// reportRetry says what became of the re-drive of m.
+func reportRetry(e *env, m idemmsg.FailedMessage, err error) {
+	switch {
+	case errors.Is(err, inbox.ErrUnknownSource):
 		fmt.Fprintf(e.stderr, "idem failed retry: %d: the queue it came from is unknown; not retried\n", m.ID)
-		return false
-	}
-	headers := make(map[string]string, len(m.Headers)+1)
-	for k, v := range m.Headers {
-		headers[k] = v
-	}
-	headers[idemmsg.HeaderRedrive] = strconv.FormatInt(m.ID, 10)
-	msg := idemmsg.Message{EventID: m.EventID, EventName: m.EventName, Key: m.Key, Headers: headers, Body: m.Body}
-	if err := rd.Redeliver(ctx, m.Source, []idemmsg.Message{msg}); err != nil {
+	case err != nil:
 		fmt.Fprintf(e.stderr, "idem failed retry: %d: %v\n", m.ID, err)
-		return false
+	default:
+		fmt.Fprintf(e.stdout, "Retried %d (%s %s) to %s\n", m.ID, printable([]byte(m.EventName)), m.EventID, printable([]byte(m.Source)))
 	}
-	fmt.Fprintf(e.stdout, "Retried %d (%s %s) to %s\n", m.ID, printable([]byte(m.EventName)), m.EventID, printable([]byte(m.Source)))
-	return true
 }
 
 func removeFailed(ctx context.Context, e *env, store *inbox.FailureStore, m idemmsg.FailedMessage) error {

@@ -299,3 +299,61 @@ func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n") + "\n"
 }
+
+// TestFailedRetryHeld retries a parked message: it goes back to its queue
+// marked with its failure-store id, then the message held behind it, in
+// that order (inbox.FailureStore.Retry, which the dashboard uses too).
+func TestFailedRetryHeld(t *testing.T) {
+	t.Parallel()
+	url := testamqp.URL(t)
+	pg := testdb.NewPostgres(t)
+	queue := testamqp.Name("idem_t_held_")
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(queue, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	store := inbox.NewFailureStore(pg.Driver)
+	ctx := context.Background()
+	save := func(body string, heldBy int64) int64 {
+		ev := idemmsg.NewEventID()
+		id, err := store.Save(ctx, idemmsg.FailedMessage{Consumer: "stock", Source: queue, EventID: ev, EventName: "order.order.placed.v1",
+			AggregateType: "order", AggregateID: "42", HeldBy: heldBy, Body: []byte(body), Error: "boom", Attempts: 1,
+			Headers: map[string]string{"x-trace": body}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	first := save("first", 0)
+	held := save("held", first)
+	code, out, errOut := idem(t, map[string]string{"IDEM_DB_URL": pg.URL, "IDEM_BROKER_URL": url}, "", "failed", "retry", strconv.FormatInt(first, 10))
+	if code != 0 || strings.Count(out, "Retried ") != 2 {
+		t.Fatalf("failed retry = %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []struct {
+		id   int64
+		body string
+	}{{first, "first"}, {held, "held"}} {
+		var d amqp091.Delivery
+		waitFor(t, "a re-driven message in the queue", func() bool {
+			var ok bool
+			d, ok, err = ch.Get(queue, true)
+			return err == nil && ok
+		})
+		if string(d.Body) != want.body || d.Headers[idemmsg.HeaderRedrive] != strconv.FormatInt(want.id, 10) || d.Headers["x-trace"] != want.body {
+			t.Errorf("re-driven %q with headers %v; want %q with %s=%d", d.Body, d.Headers, want.body, idemmsg.HeaderRedrive, want.id)
+		}
+	}
+	// The entries stay until the consumer applies the messages.
+	if n := pg.Count(t, "failed_message"); n != 2 {
+		t.Errorf("%d entries after the retry, want 2", n)
+	}
+}

@@ -93,9 +93,10 @@ func (a *app) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}))
 	pprofhttp.Register(mux)
+	mux.Handle(dashboardPath, a.dashboardHandler())
 	mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprint(w, "shop admin: /metrics (Prometheus), /debug/pprof/ (Go profiles)\n")
+		fmt.Fprint(w, "shop admin: /metrics (Prometheus), /debug/pprof/ (Go profiles), /dashboard/ (status and parked messages)\n")
 	})
 	return mux
 }

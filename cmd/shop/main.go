@@ -203,7 +203,7 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	fs.StringVar(&cfg.DB, "db", "", "database URL for every service (default: SQLite files under --data-dir); each service's tables in a schema, database or file of its own:\n"+registry.DatabaseURLHelp())
 	fs.StringVar(&cfg.Broker, "broker", "", "broker URL (default: embedded NATS JetStream under --data-dir):\n"+registry.BrokerURLHelp())
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "address of the order API and the fake carrier")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", "", "admin address (off when empty; keep it on loopback, e.g. 127.0.0.1:9464):\n/metrics (Prometheus: idem_relay_* and idem_consumer_* of every relay and consumer\nof the process, Go and process metrics) and /debug/pprof/ (Go profiles)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", "", "admin address (off when empty; keep it on loopback, e.g. 127.0.0.1:9464):\n/metrics (Prometheus: idem_relay_* and idem_consumer_* of every relay and consumer\nof the process, Go and process metrics), /debug/pprof/ (Go profiles) and /dashboard/\n(status, charts, parked messages to retry or remove: docs/OPERATIONS.md)")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the embedded defaults' data")
 	fs.StringVar(&cfg.Namespace, "namespace", namespaceDefault, "prefix of the services' schemas (<namespace>_order...) and, when not \"shop\", of the broker's exchange and queues, so several shops can share servers")
 	fs.StringVar(&cfg.CarrierURL, "carrier-url", "", "carrier base URL for shipping and billing (default: http://<--http>/carrier)")

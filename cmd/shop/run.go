@@ -108,6 +108,8 @@ type app struct {
 	metrics       *metrics
 	admin         *http.Server
 	adminListener net.Listener
+	// dash is the dashboard on the admin address (dashboard.go).
+	dash *adminDashboard
 }
 
 // openApp opens the databases (applying their migrations), the HTTP
@@ -226,6 +228,11 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 			a.relays[s] = r
 		}
 	}
+	if a.admin != nil {
+		if err := a.openDashboard(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -235,6 +242,9 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 func (a *app) start(ctx context.Context) error {
 	bgCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelBg = cancel
+	if err := a.startDashboard(ctx); err != nil {
+		return err
+	}
 	a.serveAdmin()
 	if a.server != nil {
 		a.bg.Go(func() {
@@ -293,6 +303,7 @@ func (a *app) close(ctx context.Context) {
 	} else if a.adminListener != nil {
 		_ = a.adminListener.Close()
 	}
+	a.closeDashboard(ctx)
 	for name, r := range a.relays {
 		if err := r.Stop(ctx); err != nil {
 			a.log.Warn("relay stop", "outbox", name, "error", err)
@@ -349,6 +360,9 @@ func (a *app) banner(w io.Writer) {
 	}
 	if a.admin != nil {
 		fmt.Fprintf(w, "shop:   admin     http://%s/metrics  http://%[1]s/debug/pprof/\n", a.adminListener.Addr())
+		if a.dash != nil {
+			fmt.Fprintf(w, "shop:   dashboard http://%s%s\n", a.adminListener.Addr(), dashboardPath)
+		}
 	}
 	if a.order != nil {
 		fmt.Fprint(w, orderHowTo(a.cfg.HTTP, uuid.NewString()))

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	idemmsg "github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/dashboard"
+	"github.com/idem-go/idem/internal/registry"
+	"github.com/idem-go/idem/monitor"
+)
+
+// dbList is a repeatable --db flag: [NAME=]URL.
+type dbList []string
+
+func (l *dbList) String() string     { return strings.Join(*l, " ") }
+func (l *dbList) Set(v string) error { *l = append(*l, v); return nil }
+
+func init() {
+	register(&command{
+		name:    "dashboard",
+		summary: "serve the web dashboard: status, charts of the last hour, parked messages to retry or remove",
+		usage: `Usage:
+  idem dashboard --db [NAME=]URL [--db [NAME=]URL ...] [--broker URL] [--http 127.0.0.1:8090]
+                 [--read-only] [--token T | --basic-auth USER:PASS] [--sample 10s] [--metrics URL ...]
+
+Serves a web dashboard over one or more databases (a service's database
+each: its outbox, its consumers' markers and failure store):
+
+  /            per database: outbox backlog, age of the oldest unpublished
+               row, last publish, quarantined rows; per consumer: last
+               processed, processed in the last minute, parked messages,
+               oldest parked, and what waits in the broker when it can tell;
+               charts of the last hour (--history), sampled every --sample
+  /messages    the parked messages, with filters (database, consumer, event,
+               source, since, held by)
+  /messages/DB/ID   one message: body (text, or a hex dump), headers, error
+               history, attempts, aggregate; retry or remove it
+  /status.json the figures of the overview, for scripts
+
+Retry publishes the message again, unchanged, to the queue it came from, as
+"idem failed retry" does (with the messages held behind it); it needs
+--broker, and without one the page says so. Remove deletes it. Each action
+asks for confirmation, is a POST carrying a CSRF token, is refused from
+another site, and is logged on stderr (who, from where, what, which message,
+the result). --read-only hides and refuses them.
+
+Name each database with NAME= (default: the schema, else the URL's database
+name or the SQLite file name). --schema lists the PostgreSQL schemas (MySQL
+databases) holding idem's tables, one dashboard database each, as
+"idem status --schema" does; ?search_path=SCHEMA in a PostgreSQL URL works
+too. Pages work
+without --broker: the figures then come from the databases only. With
+--metrics pointing at the consumers' Prometheus endpoints, the overview adds
+each consumer's commit-to-handle p50 and p99
+(idem_consumer_commit_to_handle_seconds).
+
+The dashboard listens on loopback by default. Anything else needs --token
+(sent as "Authorization: Bearer T", or as the password of the browser's
+login prompt) or --basic-auth, or --insecure-no-auth to say you mean it.
+Stop it with Ctrl-C or SIGTERM.
+
+Examples:
+  idem dashboard --db postgres://app@localhost/shop
+  idem dashboard --db postgres://localhost/shop --schema shop_order,shop_stock,shop_shipping,shop_billing \
+                 --broker amqp://guest:guest@localhost:5672/ --metrics http://127.0.0.1:9464/metrics
+  idem dashboard --db orders=postgres://db1/orders --db stock=mysql://u:p@db2:3306/stock
+  IDEM_DASHBOARD_TOKEN=s3cret idem dashboard --db $IDEM_DB_URL --http :8090 --read-only`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			var dbs dbList
+			fs.Var(&dbs, "db", "[NAME=]database URL, repeatable (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
+			var schemas listFlag
+			fs.Var(&schemas, "schema", "schemas (PostgreSQL) or databases (MySQL) holding idem's tables, comma-separated or repeated: one dashboard database per schema of each --db (default $IDEM_SCHEMA, else the connection's)")
+			brokerURL := fs.String("broker", "", "broker URL, to retry messages and read queue depths (default $IDEM_BROKER_URL; none: database figures only, no retry):\n"+registry.BrokerURLHelp())
+			prefix := fs.String("prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
+			addr := fs.String("http", "127.0.0.1:8090", "address to listen on")
+			path := fs.String("path", "/", "URL path the pages are served under (behind a proxy that keeps the prefix)")
+			readOnly := fs.Bool("read-only", false, "show everything, retry and remove nothing")
+			token := fs.String("token", "", "require this bearer token on every request (default $IDEM_DASHBOARD_TOKEN)")
+			basic := fs.String("basic-auth", "", "require HTTP basic authentication USER:PASS on every request (default $IDEM_DASHBOARD_BASIC_AUTH)")
+			noAuth := fs.Bool("insecure-no-auth", false, "listen beyond loopback without authentication")
+			var metricsURLs dbList
+			fs.Var(&metricsURLs, "metrics", "URL of a Prometheus endpoint of the consumers (their /metrics), repeatable: the overview and charts show each consumer's commit-to-handle p50 and p99")
+			sample := fs.Duration("sample", dashboard.SampleIntervalDefault, "how often the databases are sampled for the charts (and the overview reloads)")
+			history := fs.Duration("history", dashboard.HistoryDefault, "how far back the charts go (kept in memory)")
+			logFormat := fs.String("log-format", "text", "log format: text or json")
+			logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) != 0 {
+					return usagef("unexpected arguments %q", args)
+				}
+				log, err := newLogger(e, *logFormat, *logLevel)
+				if err != nil {
+					return err
+				}
+				if len(dbs) == 0 {
+					if u := e.getenv("IDEM_DB_URL"); u != "" {
+						dbs = dbList{u}
+					} else {
+						return usagef("no database: pass --db URL (or set IDEM_DB_URL)")
+					}
+				}
+				if *token == "" {
+					*token = e.getenv("IDEM_DASHBOARD_TOKEN")
+				}
+				if *basic == "" {
+					*basic = e.getenv("IDEM_DASHBOARD_BASIC_AUTH")
+				}
+				var auth *dashboard.BasicAuth
+				if *basic != "" {
+					u, p, ok := strings.Cut(*basic, ":")
+					if !ok || u == "" || p == "" {
+						return usagef("--basic-auth: want USER:PASS")
+					}
+					auth = &dashboard.BasicAuth{User: u, Password: p}
+				}
+				if *token == "" && auth == nil && !*noAuth && !loopback(*addr) {
+					return usagef("--http %s listens beyond loopback: give --token or --basic-auth (or --insecure-no-auth if a proxy in front authenticates)", *addr)
+				}
+				if len(schemas) == 0 {
+					_ = schemas.Set(e.getenv("IDEM_SCHEMA"))
+				}
+				if len(schemas) == 0 {
+					schemas = listFlag{""}
+				}
+				if *brokerURL == "" {
+					*brokerURL = e.getenv("IDEM_BROKER_URL")
+				}
+
+				if u, err := url.Parse(*brokerURL); err == nil && (u.Host == "embedded" || strings.HasPrefix(*brokerURL, "embedded")) {
+					// A second embedded server would open the files of the
+					// process that owns them.
+					return usagef("--broker %s: an embedded NATS server is only reachable from its own process; start it with ?listen=127.0.0.1:4222 and give nats://127.0.0.1:4222 (the shop serves its own dashboard: shop --admin-addr)", broker.RedactURL(*brokerURL))
+				}
+				var rd broker.Redeliverer
+				var inspector broker.Inspector
+				if *brokerURL != "" && !*readOnly {
+					// A publisher re-drives; it also tells queue depths.
+					pub, err := registry.OpenPrefixed(ctx, *brokerURL, *prefix)
+					if err != nil {
+						return err
+					}
+					defer pub.Close()
+					rd, _ = pub.(broker.Redeliverer)
+					inspector, _ = pub.(broker.Inspector)
+					if rd == nil {
+						log.Warn("this broker cannot send a message back to one queue: retry is disabled", "broker", broker.RedactURL(*brokerURL))
+					}
+				}
+				if *brokerURL != "" && inspector == nil {
+					// Read-only: an inspector declares nothing in the broker.
+					ins, err := registry.OpenInspector(ctx, *brokerURL, *prefix)
+					if err != nil && *readOnly {
+						return err
+					}
+					if err == nil {
+						defer ins.Close()
+						inspector = ins
+					}
+				}
+				cfg := dashboard.Config{Redeliverer: rd, ReadOnly: *readOnly, Token: *token, BasicAuth: auth, Path: *path,
+					Logger: log, SampleInterval: *sample, History: *history}
+				if len(metricsURLs) > 0 {
+					cfg.Gatherer = dashboard.Scrape(nil, metricsURLs...)
+				}
+				for _, spec := range dbs {
+					given, rawURL := splitNamedURL(spec)
+					for _, schema := range schemas {
+						conn, err := registry.OpenDatabase(ctx, rawURL, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: schema}, MaxConns: 4})
+						if err != nil {
+							return err
+						}
+						defer conn.Close()
+						name := given
+						switch {
+						case name == "" && schema != "":
+							name = schema
+						case name == "":
+							name = databaseName(conn)
+						case len(schemas) > 1:
+							name += "." + schema
+						}
+						for _, db := range cfg.Databases {
+							if db.Name == name {
+								return usagef("two databases are named %q: name them with --db NAME=URL", name)
+							}
+						}
+						cfg.Databases = append(cfg.Databases, dashboard.Database{Name: name, Store: conn.SQL,
+							Source: monitor.New(conn.SQL, monitor.Options{Name: name, Broker: inspector})})
+					}
+				}
+				d, err := dashboard.New(cfg)
+				if err != nil {
+					return err
+				}
+				ln, err := net.Listen("tcp", *addr)
+				if err != nil {
+					return fmt.Errorf("--http: %w", err)
+				}
+				if err := d.Start(ctx); err != nil {
+					_ = ln.Close()
+					return err
+				}
+				mux := http.NewServeMux()
+				mux.Handle(cfg.WithDefaults().Path, d)
+				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				served := make(chan error, 1)
+				go func() { served <- srv.Serve(ln) }()
+				where := "http://" + ln.Addr().String() + cfg.WithDefaults().Path
+				fmt.Fprintf(e.stdout, "idem dashboard: serving %s (%d database(s)%s%s)\n", where, len(cfg.Databases),
+					map[bool]string{true: ", read-only"}[*readOnly], map[bool]string{true: ", no broker: no retry"}[rd == nil && !*readOnly])
+				log.Info("dashboard serving", "url", where, "databases", len(cfg.Databases), "read_only", *readOnly,
+					"auth", *token != "" || auth != nil, "broker", broker.RedactURL(*brokerURL))
+				var serveErr error
+				select {
+				case <-ctx.Done():
+				case serveErr = <-served:
+				}
+				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(stopCtx)
+				_ = d.Stop(stopCtx)
+				if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+					return serveErr
+				}
+				log.Info("dashboard stopped")
+				return nil
+			}
+		},
+	})
+}
+
+// splitNamedURL splits "NAME=URL" into its name and URL; a spec whose part
+// before "=" is not a plain name is a URL alone.
+func splitNamedURL(spec string) (name, rawURL string) {
+	n, u, ok := strings.Cut(spec, "=")
+	if !ok || n == "" || strings.ContainsAny(n, ":/?&@") {
+		return "", spec
+	}
+	return n, u
+}
+
+// databaseName names a database after its URL: the SQLite file, or the
+// database (and search_path schema) of the URL.
+func databaseName(db *registry.Database) string {
+	if db.File != "" {
+		base := db.File[strings.LastIndex(db.File, "/")+1:]
+		return strings.TrimSuffix(base, ".db")
+	}
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		return db.Dialect
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if sp := u.Query().Get("search_path"); sp != "" {
+		name += "." + sp
+	}
+	if name == "" {
+		return u.Host
+	}
+	return name
+}
+
+// loopback reports whether addr listens on a loopback address only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
