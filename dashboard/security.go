@@ -18,7 +18,7 @@ const csrfCookie = "idem_dashboard_csrf"
 // csrfField is the form field of the token.
 const csrfField = "csrf"
 
-// errForbidden is what a refused POST says.
+// errCSRF is what a POST without the right CSRF token is refused with.
 var errCSRF = errors.New("the form's CSRF token is missing or does not match this browser's cookie: reload the page and try again")
 
 // authenticate checks the request's credentials when Config.Token or
