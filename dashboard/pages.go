@@ -15,11 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/textshow"
 	"github.com/idem-go/idem/monitor"
 )
 
@@ -54,8 +54,8 @@ var funcs = template.FuncMap{
 		}
 		return ago(time.Since(t))
 	},
-	"text":  printable,
-	"short": func(s string, n int) string { return oneLine(printable(s), n) },
+	"text":  func(s string) string { return textshow.Printable([]byte(s)) },
+	"short": func(s string, n int) string { return textshow.OneLine(textshow.Printable([]byte(s)), n) },
 	"path":  url.PathEscape,
 	"query": url.QueryEscape,
 	"eventID": func(m idem.FailedMessage) string {
@@ -515,7 +515,7 @@ func (d *Dashboard) message(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := data.M
-	if isText(m.Body) {
+	if textshow.IsText(m.Body) {
 		data.BodyText = string(m.Body)
 	} else {
 		data.BodyHex = hex.Dump(m.Body)
@@ -584,7 +584,7 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 	// An action runs to its end and is audited, even if the browser goes.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
 	defer cancel()
-	audit = append(audit, "consumer", printable(m.Consumer), "event", printable(m.EventName), "event_id", m.EventID.String())
+	audit = append(audit, "consumer", textshow.Printable([]byte(m.Consumer)), "event", textshow.Printable([]byte(m.EventName)), "event_id", m.EventID.String())
 	dbPath := url.PathEscape(data.DB)
 	switch action {
 	case "remove":
@@ -616,41 +616,9 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 			d.refuse(w, r, http.StatusBadGateway, "Retry failed: "+err.Error())
 			return
 		}
-		d.log.Info("dashboard: retry", append(audit, "result", "sent", "sent", sent, "source", printable(m.Source))...)
+		d.log.Info("dashboard: retry", append(audit, "result", "sent", "sent", sent, "source", textshow.Printable([]byte(m.Source)))...)
 		http.Redirect(w, r, fmt.Sprintf("%smessages/%s/%d?notice=retried&id=%d&sent=%d", d.cfg.Path, dbPath, m.ID, m.ID, sent), http.StatusSeeOther)
 	}
 }
 
 // ---------------------------------------------------------------- text
-
-// isText reports whether b reads as text: valid UTF-8 without control
-// characters other than whitespace.
-func isText(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if (r < 0x20 && r != '\n' && r != '\r' && r != '\t') || r == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// printable returns s as it is when it reads as text, else Go-quoted, as
-// "idem failed show" prints it.
-func printable(s string) string {
-	if isText([]byte(s)) {
-		return s
-	}
-	return strconv.Quote(s)
-}
-
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
-}

@@ -14,6 +14,7 @@ import (
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/dashboard"
+	"github.com/idem-go/idem/internal/netaddr"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/monitor"
 )
@@ -122,7 +123,7 @@ Examples:
 					}
 					auth = &dashboard.BasicAuth{User: u, Password: p}
 				}
-				if *token == "" && auth == nil && !*noAuth && !loopback(*addr) {
+				if *token == "" && auth == nil && !*noAuth && !netaddr.IsLoopback(*addr) {
 					return usagef("--http %s listens beyond loopback: give --token or --basic-auth (or --insecure-no-auth if a proxy in front authenticates)", *addr)
 				}
 				if len(schemas) == 0 {
@@ -267,17 +268,4 @@ func databaseName(db *registry.Database) string {
 		return u.Host
 	}
 	return name
-}
-
-// loopback reports whether addr listens on a loopback address only.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -8,15 +8,14 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/registry"
+	"github.com/idem-go/idem/internal/textshow"
 )
 
 func init() {
@@ -318,7 +317,7 @@ func reportRetry(e *env, m idemmsg.FailedMessage, err error) {
 	case err != nil:
 		fmt.Fprintf(e.stderr, "idem failed retry: %d: %v\n", m.ID, err)
 	default:
-		fmt.Fprintf(e.stdout, "Retried %d (%s %s) to %s\n", m.ID, printable([]byte(m.EventName)), m.EventID, printable([]byte(m.Source)))
+		fmt.Fprintf(e.stdout, "Retried %d (%s %s) to %s\n", m.ID, textshow.Printable([]byte(m.EventName)), m.EventID, textshow.Printable([]byte(m.Source)))
 	}
 }
 
@@ -326,7 +325,7 @@ func removeFailed(ctx context.Context, e *env, store *inbox.FailureStore, m idem
 	if _, err := store.Remove(ctx, m.ID); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "Removed %d (%s %s)\n", m.ID, printable([]byte(m.EventName)), m.EventID)
+	fmt.Fprintf(e.stdout, "Removed %d (%s %s)\n", m.ID, textshow.Printable([]byte(m.EventName)), m.EventID)
 	if held, err := store.List(ctx, idemmsg.FailedFilter{HeldBy: m.ID, Limit: 1}); err == nil && len(held) > 0 {
 		fmt.Fprintf(e.stdout, "  messages held behind %d stay in the store: idem failed list --held-by %d\n", m.ID, m.ID)
 	}
@@ -345,8 +344,8 @@ type failedRow struct {
 }
 
 func newFailedRow(m idemmsg.FailedMessage) failedRow {
-	return failedRow{id: m.ID, consumer: printable([]byte(m.Consumer)), event: orDash(printable([]byte(m.EventName))),
-		eventID: eventIDText(m), attempts: m.Attempts, failedAt: m.LastFailed, err: oneLine(printable([]byte(m.Error)), 100)}
+	return failedRow{id: m.ID, consumer: textshow.Printable([]byte(m.Consumer)), event: orDash(textshow.Printable([]byte(m.EventName))),
+		eventID: eventIDText(m), attempts: m.Attempts, failedAt: m.LastFailed, err: textshow.OneLine(textshow.Printable([]byte(m.Error)), 100)}
 }
 
 func printFailedList(w io.Writer, rows []failedRow) {
@@ -364,7 +363,7 @@ func printFailedList(w io.Writer, rows []failedRow) {
 }
 
 func printFailed(w io.Writer, m idemmsg.FailedMessage) {
-	text := func(s string) string { return printable([]byte(s)) }
+	text := func(s string) string { return textshow.Printable([]byte(s)) }
 	fmt.Fprintf(w, "ID:            %d\n", m.ID)
 	fmt.Fprintf(w, "Consumer:      %s\n", text(m.Consumer))
 	fmt.Fprintf(w, "Source:        %s\n", orDash(text(m.Source)))
@@ -377,7 +376,7 @@ func printFailed(w io.Writer, m idemmsg.FailedMessage) {
 		fmt.Fprintf(w, "Held by:       %d (waits behind that message of its aggregate)\n", m.HeldBy)
 	}
 	if len(m.Key) > 0 {
-		fmt.Fprintf(w, "Key:           %s\n", printable(m.Key))
+		fmt.Fprintf(w, "Key:           %s\n", textshow.Printable(m.Key))
 	}
 	fmt.Fprintf(w, "Attempts:      %d\n", m.Attempts)
 	fmt.Fprintf(w, "First failed:  %s\n", m.FirstFailed.UTC().Format(time.RFC3339Nano))
@@ -400,7 +399,7 @@ func printFailed(w io.Writer, m idemmsg.FailedMessage) {
 			fmt.Fprintf(w, "  %s: %s\n", text(k), text(m.Headers[k]))
 		}
 	}
-	fmt.Fprintf(w, "Body (%d bytes):\n%s\n", len(m.Body), printable(m.Body))
+	fmt.Fprintf(w, "Body (%d bytes):\n%s\n", len(m.Body), textshow.Printable(m.Body))
 }
 
 func eventIDText(m idemmsg.FailedMessage) string {
@@ -415,31 +414,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// printable returns b as text when it is valid UTF-8 without control
-// characters other than whitespace, else as a Go-quoted string.
-func printable(b []byte) string {
-	if utf8.Valid(b) {
-		ok := true
-		for _, r := range string(b) {
-			if r < 0x20 && r != '\n' && r != '\r' && r != '\t' {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return string(b)
-		}
-	}
-	return strconv.Quote(string(b))
-}
-
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }

@@ -13,6 +13,7 @@ import (
 	idemmsg "github.com/idem-go/idem"
 
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/textshow"
 )
 
 // quarantineUsage is the part of "idem help failed" about --relay.
@@ -267,8 +268,8 @@ func withLimit(f driver.QuarantineFilter, limit int) driver.QuarantineFilter {
 // rowSummary names a row on one line: aggregate, event name and id, quoted
 // where they are not printable.
 func rowSummary(r driver.QuarantinedRow) string {
-	return fmt.Sprintf("%s/%s %s %s", printable([]byte(r.AggregateType)), printable([]byte(r.AggregateID)),
-		orDash(printable([]byte(r.Type))), printable([]byte(r.RawID)))
+	return fmt.Sprintf("%s/%s %s %s", textshow.Printable([]byte(r.AggregateType)), textshow.Printable([]byte(r.AggregateID)),
+		orDash(textshow.Printable([]byte(r.Type))), textshow.Printable([]byte(r.RawID)))
 }
 
 func printQuarantineList(w io.Writer, rows []driver.QuarantinedRow, more bool) {
@@ -279,10 +280,10 @@ func printQuarantineList(w io.Writer, rows []driver.QuarantinedRow, more bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tID\tAGGREGATE\tEVENT\tATTEMPTS\tQUARANTINED AT\tERROR")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%d\t%s\t%s\n", r.Seq, oneLine(printable([]byte(r.RawID)), 40),
-			oneLine(printable([]byte(r.AggregateType)), 30), oneLine(printable([]byte(r.AggregateID)), 40),
-			orDash(oneLine(printable([]byte(r.Type)), 60)), r.Attempts, r.QuarantinedAt.UTC().Format(time.RFC3339),
-			oneLine(r.LastError, 100))
+		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%d\t%s\t%s\n", r.Seq, textshow.OneLine(textshow.Printable([]byte(r.RawID)), 40),
+			textshow.OneLine(textshow.Printable([]byte(r.AggregateType)), 30), textshow.OneLine(textshow.Printable([]byte(r.AggregateID)), 40),
+			orDash(textshow.OneLine(textshow.Printable([]byte(r.Type)), 60)), r.Attempts, r.QuarantinedAt.UTC().Format(time.RFC3339),
+			textshow.OneLine(r.LastError, 100))
 	}
 	_ = tw.Flush()
 	if more {
@@ -292,10 +293,10 @@ func printQuarantineList(w io.Writer, rows []driver.QuarantinedRow, more bool) {
 
 func printQuarantined(w io.Writer, r driver.QuarantinedRow) {
 	fmt.Fprintf(w, "Seq:             %d\n", r.Seq)
-	fmt.Fprintf(w, "ID:              %s\n", printable([]byte(r.RawID)))
-	fmt.Fprintf(w, "Aggregate type:  %s\n", printable([]byte(r.AggregateType)))
-	fmt.Fprintf(w, "Aggregate ID:    %s\n", printable([]byte(r.AggregateID)))
-	fmt.Fprintf(w, "Event:           %s\n", orDash(printable([]byte(r.Type))))
+	fmt.Fprintf(w, "ID:              %s\n", textshow.Printable([]byte(r.RawID)))
+	fmt.Fprintf(w, "Aggregate type:  %s\n", textshow.Printable([]byte(r.AggregateType)))
+	fmt.Fprintf(w, "Aggregate ID:    %s\n", textshow.Printable([]byte(r.AggregateID)))
+	fmt.Fprintf(w, "Event:           %s\n", orDash(textshow.Printable([]byte(r.Type))))
 	fmt.Fprintf(w, "Version:         %d\n", r.AggregateVersion)
 	if !r.OccurredAt.IsZero() {
 		fmt.Fprintf(w, "Occurred at:     %s\n", r.OccurredAt.UTC().Format(time.RFC3339Nano))
@@ -309,10 +310,10 @@ func printQuarantined(w io.Writer, r driver.QuarantinedRow) {
 	if r.Unreadable != nil && r.Unreadable.Error() != r.LastError {
 		fmt.Fprintf(w, "Unreadable:      %v\n", r.Unreadable)
 	}
-	fmt.Fprintf(w, "Headers (%d bytes):\n%s\n", len(r.RawHeaders), printable(r.RawHeaders))
+	fmt.Fprintf(w, "Headers (%d bytes):\n%s\n", len(r.RawHeaders), textshow.Printable(r.RawHeaders))
 	if r.Payload == nil {
 		fmt.Fprintln(w, "Payload:         NULL")
 		return
 	}
-	fmt.Fprintf(w, "Payload (%d bytes):\n%s\n", len(r.Payload), printable(r.Payload))
+	fmt.Fprintf(w, "Payload (%d bytes):\n%s\n", len(r.Payload), textshow.Printable(r.Payload))
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/inbox/inboxmetrics"
+	"github.com/idem-go/idem/internal/netaddr"
 	"github.com/idem-go/idem/internal/pprofhttp"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/relaymetrics"
@@ -105,7 +106,7 @@ func (a *app) adminMux() *http.ServeMux {
 // beyond this machine.
 func (a *app) listenAdmin() error {
 	addr := a.cfg.AdminAddr
-	if !isLoopback(addr) {
+	if !netaddr.IsLoopback(addr) {
 		a.log.Warn("--admin-addr is not a loopback address: /metrics and /debug/pprof/ (which shows the program's memory and command line) are served to anyone who can reach it; prefer 127.0.0.1:PORT behind your own access control",
 			"admin_addr", addr)
 	}
@@ -128,18 +129,4 @@ func (a *app) serveAdmin() {
 			a.log.Error("admin server stopped", "error", err)
 		}
 	})
-}
-
-// isLoopback reports whether the host of addr is a loopback address or
-// "localhost" (an empty host listens on every interface).
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

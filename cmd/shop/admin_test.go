@@ -204,19 +204,6 @@ func adminMetrics(t *testing.T, cl *cluster, in *inspector, ns string) {
 	}
 }
 
-// TestAdminAddrLoopback: only loopback addresses pass without a warning.
-func TestAdminAddrLoopback(t *testing.T) {
-	t.Parallel()
-	for addr, want := range map[string]bool{
-		"127.0.0.1:9464": true, "localhost:9464": true, "[::1]:9464": true, "127.0.0.2:1": true,
-		":9464": false, "0.0.0.0:9464": false, "192.168.1.4:9464": false, "example.com:80": false, "junk": false,
-	} {
-		if got := isLoopback(addr); got != want {
-			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
-		}
-	}
-}
-
 // adminProblems compares a scrape of the shop's /metrics with its
 // databases, and says what differs.
 func adminProblems(ctx context.Context, t *testing.T, in *inspector, ns, scrape string) []string {
