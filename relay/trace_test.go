@@ -20,6 +20,7 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/internal/telemetry/telemetrytest"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/relay"
 )
 
@@ -91,17 +92,25 @@ func TestRelaySpans(t *testing.T) {
 	for _, m := range b.pub.Messages() {
 		msgs[m.EventID.String()] = m
 	}
-	spans := map[string][]tracetest.SpanStub{}
-	for _, s := range exporter.GetSpans() {
-		if s.InstrumentationScope.Name != relay.TracerName {
-			continue
-		}
-		for _, kv := range s.Attributes {
-			if kv.Key == "messaging.message.id" {
-				spans[kv.Value.AsString()] = append(spans[kv.Value.AsString()], s)
+	// A span ends after its Publish call returned, a moment after the
+	// publisher recorded the message: wait for the four spans.
+	var spans map[string][]tracetest.SpanStub
+	testsvc.WaitFor(t, 10*time.Second, "the relay's four send spans", func() bool {
+		spans = map[string][]tracetest.SpanStub{}
+		n := 0
+		for _, s := range exporter.GetSpans() {
+			if s.InstrumentationScope.Name != relay.TracerName {
+				continue
+			}
+			for _, kv := range s.Attributes {
+				if kv.Key == "messaging.message.id" {
+					spans[kv.Value.AsString()] = append(spans[kv.Value.AsString()], s)
+					n++
+				}
 			}
 		}
-	}
+		return n >= 4
+	})
 
 	// The traced row: a child of the producer's span; the message carries
 	// the producer's traceparent, unchanged.
