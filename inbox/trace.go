@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idem-go/idem/internal/otelconv"
 )
 
 // TracerName is the instrumentation scope of the consumer's spans.
@@ -23,19 +25,11 @@ const (
 	// names, with "retried" for a failure the transport delivers again).
 	AttrOutcome = attribute.Key("idem.outcome")
 	// AttrEventName is the event name.
-	AttrEventName = attribute.Key("idem.event.name")
+	AttrEventName = otelconv.EventName
 )
 
-// Keys of OpenTelemetry's messaging semantic conventions (v1.27 and later).
-const (
-	attrSystem        = attribute.Key("messaging.system")
-	attrDestination   = attribute.Key("messaging.destination.name")
-	attrOperationType = attribute.Key("messaging.operation.type")
-	attrOperationName = attribute.Key("messaging.operation.name")
-	attrMessageID     = attribute.Key("messaging.message.id")
-	attrConsumerGroup = attribute.Key("messaging.consumer.group.name")
-	attrAttempt       = attribute.Key("idem.delivery.attempt")
-)
+// attrAttempt numbers the deliveries of the message to the consumer.
+const attrAttempt = attribute.Key("idem.delivery.attempt")
 
 // tracing is the consumer's OpenTelemetry instrumentation.
 type tracing struct {
@@ -84,17 +78,17 @@ func (c *Consumer[TTx]) startSpans(ctx context.Context, ds []Delivery, items []i
 				id = d.Message.EventID
 			}
 			attrs := []attribute.KeyValue{
-				attrOperationType.String("process"),
-				attrOperationName.String("process"),
-				attrConsumerGroup.String(c.cfg.Name),
-				attrDestination.String(d.Source),
+				otelconv.OperationType.String("process"),
+				otelconv.OperationName.String("process"),
+				otelconv.ConsumerGroup.String(c.cfg.Name),
+				otelconv.Destination.String(d.Source),
 				attrAttempt.Int(d.Attempt),
 			}
 			if d.System != "" {
-				attrs = append(attrs, attrSystem.String(d.System))
+				attrs = append(attrs, otelconv.System.String(d.System))
 			}
 			if id != uuid.Nil {
-				attrs = append(attrs, attrMessageID.String(id.String()))
+				attrs = append(attrs, otelconv.MessageID.String(id.String()))
 			}
 			if name := it.ev.Name; name != "" {
 				attrs = append(attrs, AttrEventName.String(name))

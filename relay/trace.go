@@ -11,22 +11,16 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/internal/otelconv"
 )
 
 // TracerName is the instrumentation scope of the relay's spans.
 const TracerName = "github.com/idem-go/idem/relay"
 
-// Keys of OpenTelemetry's messaging semantic conventions (v1.27 and later),
-// and the relay's own.
+// The relay's own span attributes; the others are in internal/otelconv.
 const (
-	attrSystem        = attribute.Key("messaging.system")
-	attrDestination   = attribute.Key("messaging.destination.name")
-	attrOperationType = attribute.Key("messaging.operation.type")
-	attrOperationName = attribute.Key("messaging.operation.name")
-	attrMessageID     = attribute.Key("messaging.message.id")
-	attrEventName     = attribute.Key("idem.event.name")
-	attrOutboxSeq     = attribute.Key("idem.outbox.seq")
-	attrAttempt       = attribute.Key("idem.outbox.attempt")
+	attrOutboxSeq = attribute.Key("idem.outbox.seq")
+	attrAttempt   = attribute.Key("idem.outbox.attempt")
 )
 
 // tracing is the relay's OpenTelemetry instrumentation.
@@ -88,19 +82,19 @@ func (t *tracing) startSpans(ctx context.Context, items []item, batch []int, msg
 		if span.IsRecording() {
 			row := items[batch[j]].row
 			attrs := []attribute.KeyValue{
-				attrOperationType.String("send"),
-				attrOperationName.String("send"),
-				attrMessageID.String(m.EventID.String()),
-				attrEventName.String(m.EventName),
+				otelconv.OperationType.String("send"),
+				otelconv.OperationName.String("send"),
+				otelconv.MessageID.String(m.EventID.String()),
+				otelconv.EventName.String(m.EventName),
 				attrOutboxSeq.Int64(row.Seq),
 				attrAttempt.Int(row.Attempts + 1),
 			}
 			if t.system != "" {
-				attrs = append(attrs, attrSystem.String(t.system))
+				attrs = append(attrs, otelconv.System.String(t.system))
 			}
 			if t.desc != nil {
 				if dest := t.desc.Destination(*m); dest != "" {
-					attrs = append(attrs, attrDestination.String(dest))
+					attrs = append(attrs, otelconv.Destination.String(dest))
 					span.SetName("send " + dest)
 				}
 			}
