@@ -5,20 +5,14 @@ import (
 
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/failrow"
+	"github.com/idem-go/idem/driver/internal/sqlrelay"
 )
 
 var _ driver.ConsumerCounter = (*Dialect)(nil)
 
-// consumerCountsQuery counts a consumer's parked messages and the events it
-// retries (driver.ConsumerCounter): two range scans of the primary keys,
-// one probe of processed_event per attempt row.
+// consumerCountsQuery is the statement of ConsumerCounts (sqlrelay).
 func (d *Dialect) consumerCountsQuery() string {
-	failed, attempts, processed := d.qualify(d.tables.FailedMessage), d.qualify(d.tables.DeliveryAttempt), d.qualify(d.tables.ProcessedEvent)
-	return `SELECT
-    (SELECT count(*) FROM ` + failed + ` WHERE consumer_name = ?),
-    (SELECT count(*) FROM ` + attempts + ` a WHERE a.consumer_name = ?
-        AND NOT EXISTS (SELECT 1 FROM ` + processed + ` p
-                        WHERE p.consumer_name = a.consumer_name AND p.event_id = a.event_id))`
+	return sqlrelay.ConsumerCountsQuery(d.qualify(d.tables.FailedMessage), d.qualify(d.tables.DeliveryAttempt), d.qualify(d.tables.ProcessedEvent))
 }
 
 // ConsumerCounts implements driver.ConsumerCounter.

@@ -2,17 +2,17 @@ package mysql
 
 import (
 	"context"
-	"time"
 
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/dialectkit"
-	"github.com/idem-go/idem/driver/internal/sqltime"
+	"github.com/idem-go/idem/driver/internal/sqlrelay"
 )
 
 var _ driver.StatusReader = (*Dialect)(nil)
 
 // newStatusSQL returns the statements of ReadStatus.
 func newStatusSQL(outbox, processed, failed, attempts string) dialectkit.StatusSQL {
+	consumer, consumerArgs := sqlrelay.StatusConsumer(processed, failed, attempts)
 	return dialectkit.StatusSQL{
 		Now: `SELECT UTC_TIMESTAMP(6)`,
 		// pending_idx (published_at, quarantined_at, seq) answers each part:
@@ -27,20 +27,9 @@ func newStatusSQL(outbox, processed, failed, attempts string) dialectkit.StatusS
 		Names: `SELECT 0, consumer_name FROM ` + processed + ` GROUP BY consumer_name
 UNION ALL SELECT 0, consumer_name FROM ` + attempts + ` GROUP BY consumer_name
 UNION ALL SELECT 1, consumer_name FROM ` + failed + ` GROUP BY consumer_name`,
-		// consumer_idx (consumer_name, processed_at) gives the latest marker
-		// in one probe and the window's markers as a range; failed_message's
-		// event_key and delivery_attempt's primary key start with
-		// consumer_name.
-		Consumer: `SELECT
-    (SELECT MAX(processed_at) FROM ` + processed + ` WHERE consumer_name = ?),
-    (SELECT COUNT(*) FROM ` + processed + ` WHERE consumer_name = ? AND processed_at > ?),
-    (SELECT COUNT(*) FROM ` + failed + ` WHERE consumer_name = ?),
-    (SELECT MIN(first_failed_at) FROM ` + failed + ` WHERE consumer_name = ?),
-    (SELECT COUNT(*) FROM ` + attempts + ` WHERE consumer_name = ?)`,
-		ConsumerArgs: func(name, encoded string, since time.Time) []any {
-			return []any{name, name, sqltime.Format(since), encoded, encoded, name}
-		},
-		Time: sqltimeDest,
+		Consumer:     consumer,
+		ConsumerArgs: consumerArgs,
+		Time:         sqltimeDest,
 	}
 }
 

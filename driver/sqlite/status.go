@@ -2,11 +2,10 @@ package sqlite
 
 import (
 	"context"
-	"time"
 
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/dialectkit"
-	"github.com/idem-go/idem/driver/internal/sqltime"
+	"github.com/idem-go/idem/driver/internal/sqlrelay"
 )
 
 var _ driver.StatusReader = (*Dialect)(nil)
@@ -25,6 +24,7 @@ SELECT ` + source + `, consumer_name FROM n WHERE consumer_name IS NOT NULL)`
 
 // newStatusSQL returns the statements of ReadStatus.
 func newStatusSQL(outbox, processed, failed, attempts string) dialectkit.StatusSQL {
+	consumer, consumerArgs := sqlrelay.StatusConsumer(processed, failed, attempts)
 	return dialectkit.StatusSQL{
 		Now: `SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')`,
 		// pending_idx, quarantined_idx and published_at_idx each answer
@@ -37,20 +37,9 @@ func newStatusSQL(outbox, processed, failed, attempts string) dialectkit.StatusS
 		Names: looseNames("0", processed) + `
 UNION ALL ` + looseNames("0", attempts) + `
 UNION ALL ` + looseNames("1", failed),
-		// consumer_idx (consumer_name, processed_at) gives the latest marker
-		// in one probe and the window's markers as a range; failed_message's
-		// unique key and delivery_attempt's primary key start with
-		// consumer_name.
-		Consumer: `SELECT
-    (SELECT MAX(processed_at) FROM ` + processed + ` WHERE consumer_name = ?),
-    (SELECT COUNT(*) FROM ` + processed + ` WHERE consumer_name = ? AND processed_at > ?),
-    (SELECT COUNT(*) FROM ` + failed + ` WHERE consumer_name = ?),
-    (SELECT MIN(first_failed_at) FROM ` + failed + ` WHERE consumer_name = ?),
-    (SELECT COUNT(*) FROM ` + attempts + ` WHERE consumer_name = ?)`,
-		ConsumerArgs: func(name, encoded string, since time.Time) []any {
-			return []any{name, name, sqltime.Format(since), encoded, encoded, name}
-		},
-		Time: sqltimeDest,
+		Consumer:     consumer,
+		ConsumerArgs: consumerArgs,
+		Time:         sqltimeDest,
 	}
 }
 
