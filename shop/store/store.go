@@ -19,12 +19,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/relay/cdc"
 )
 
 // Dialect names.
@@ -179,7 +181,9 @@ func (db *DB) NewConsumer(cfg inbox.Config) (*inbox.Consumer[*sql.Tx], error) {
 	return inbox.New(db.Driver, cfg)
 }
 
-// Relay is a running outbox relay.
+// Relay is a running outbox relay: the polling relay (NewRelay) or the CDC
+// relay (NewCDCRelay). Stats gives the figures of the polling relay's
+// relay.Stats that the relay has (the CDC relay's are mapped onto them).
 type Relay interface {
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
@@ -193,6 +197,78 @@ func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
 		return relay.New(db.db.Pgx, pub, cfg)
 	}
 	return relay.New(db.Driver, pub, cfg)
+}
+
+// CDCSlot is the logical replication slot (and publication) of the
+// service's CDC relay: idem_<schema>_outbox, one per service outbox, so that
+// several shops (namespaces) on one server never share one.
+func (db *DB) CDCSlot() string { return "idem_" + db.Schema + "_outbox" }
+
+// NewCDCRelay returns a relay that reads the service's outbox from
+// PostgreSQL's logical replication stream (package relay/cdc) through the
+// slot CDCSlot, and publishes through pub. cfg.Tables, cfg.Slot and
+// cfg.Publication are set here. Other dialects have no CDC relay: the error
+// says to run the polling relay.
+func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (Relay, error) {
+	if db.Dialect != Postgres || db.db == nil {
+		return nil, fmt.Errorf("%s: the CDC relay reads PostgreSQL's logical replication stream, and this database is %s: run the polling relay (--relay poll)", db.Service, db.Dialect)
+	}
+	cfg.Tables = idem.Tables{Schema: db.Schema}
+	cfg.Slot = db.CDCSlot()
+	cfg.Publication = db.CDCSlot()
+	r, err := cdc.New(db.db.URL, pub, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return cdcRelay{r}, nil
+}
+
+// DropCDCSlot drops the replication slot and the publication of the
+// service's CDC relay, when they exist: a slot nobody reads keeps its WAL
+// on the server forever. Call it when retiring the service's database, once
+// its relay has stopped (an active slot cannot be dropped).
+func (db *DB) DropCDCSlot(ctx context.Context) error {
+	if db.Dialect != Postgres || db.db == nil {
+		return nil
+	}
+	var n int
+	if err := db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, db.CDCSlot()).Scan(&n); err != nil {
+		return fmt.Errorf("%s: replication slots: %w", db.Service, err)
+	}
+	if n > 0 {
+		if err := cdc.DropSlot(ctx, db.db.URL, db.CDCSlot()); err != nil {
+			return fmt.Errorf("%s: drop slot %s: %w", db.Service, db.CDCSlot(), err)
+		}
+	}
+	if _, err := db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS "`+db.CDCSlot()+`"`); err != nil {
+		return fmt.Errorf("%s: drop publication %s: %w", db.Service, db.CDCSlot(), err)
+	}
+	return nil
+}
+
+// cdcRelay is a CDC relay seen as a Relay.
+type cdcRelay struct{ *cdc.Relay }
+
+// Stats maps the CDC relay's figures onto relay.Stats: what it published,
+// its failed publish calls, the messages read and not yet confirmed as the
+// backlog (and in flight), the oldest of their commits, and what it
+// quarantined.
+func (r cdcRelay) Stats() relay.Stats {
+	s := r.Relay.Stats()
+	out := relay.Stats{
+		Published:         s.Published,
+		PublishErrors:     s.PublishFailures,
+		Quarantined:       s.Quarantined,
+		QuarantinedRows:   s.Quarantined,
+		Deleted:           s.Deleted,
+		Backlog:           s.InFlight,
+		InFlight:          s.InFlight,
+		BacklogMeasuredAt: time.Now(),
+	}
+	if s.Lag > 0 {
+		out.OldestUnpublished = out.BacklogMeasuredAt.Add(-s.Lag)
+	}
+	return out
 }
 
 // Migrations are a service's own schema changes, per dialect: element i is
