@@ -21,6 +21,7 @@ import (
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/billing"
 	"github.com/idem-go/idem/shop/carrier"
@@ -38,17 +39,19 @@ var databases = []string{"order", "stock", "shipping", "billing", "carrier"}
 
 // runConfig is the configuration of "shop" (run).
 type runConfig struct {
-	Services     []string
-	DB           string
-	ServiceDB    map[string]string
-	Broker       string
-	HTTP         string
-	AdminAddr    string
-	DataDir      string
-	Namespace    string
-	CarrierURL   string
-	Summary      time.Duration
-	KeyLock      time.Duration
+	Services   []string
+	DB         string
+	ServiceDB  map[string]string
+	Broker     string
+	HTTP       string
+	AdminAddr  string
+	DataDir    string
+	Namespace  string
+	CarrierURL string
+	Summary    time.Duration
+	KeyLock    time.Duration
+	// Relay is relayPoll or relayCDC.
+	Relay        string
 	RelayLease   time.Duration
 	RelayWorkers int
 	Workers      int
@@ -85,6 +88,14 @@ func (c runConfig) brokerPrefix() string {
 }
 
 const namespaceDefault = "shop"
+
+// The relays of --relay.
+const (
+	// relayPoll is the polling relay (package relay), on every dialect.
+	relayPoll = "poll"
+	// relayCDC is the CDC relay (package relay/cdc), on PostgreSQL.
+	relayCDC = "cdc"
+)
 
 // app is a running shop process.
 type app struct {
@@ -215,6 +226,16 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 			return nil, fmt.Errorf("broker %s: %w", broker.RedactURL(cfg.Broker), err)
 		}
 		for _, s := range []string{"order", "shipping", "billing"} {
+			if cfg.Relay == relayCDC {
+				r, err := a.dbs[s].NewCDCRelay(a.pub, cdc.Config{Logger: log.With("outbox", s)})
+				if err != nil {
+					return nil, fmt.Errorf("relay of %s (--relay cdc): %w", s, err)
+				}
+				_, watch := a.metrics.instrumentRelay(cfg.Namespace+"_"+s+".outbox", relay.Config{})
+				watch(r)
+				a.relays[s] = r
+				continue
+			}
 			rcfg, watch := a.metrics.instrumentRelay(cfg.Namespace+"_"+s+".outbox", relay.Config{
 				Workers: cfg.RelayWorkers, Lease: cfg.RelayLease, Logger: log.With("outbox", s),
 				RetryBackoff: 100 * time.Millisecond, MaxRetryBackoff: 5 * time.Second,
@@ -349,6 +370,13 @@ func (a *app) banner(w io.Writer) {
 		fmt.Fprintf(w, "shop:   broker   embedded NATS JetStream, data in %s\n", dir)
 	} else {
 		fmt.Fprintf(w, "shop:   broker   %s\n", broker.RedactURL(a.cfg.Broker))
+	}
+	if len(a.relays) > 0 {
+		if a.cfg.Relay == relayCDC {
+			fmt.Fprintf(w, "shop:   relays   CDC (logical replication slots %s...)\n", a.dbs["order"].CDCSlot())
+		} else {
+			fmt.Fprintln(w, "shop:   relays   polling")
+		}
 	}
 	if a.server != nil {
 		if a.order != nil {
