@@ -17,8 +17,19 @@ import (
 // slots, and dropping the namespace drops them.
 func TestEndToEndCDC(t *testing.T) {
 	t.Parallel()
+	endToEndCDC(t, outboxRows)
+}
+
+// TestEndToEndCDCWALMessages runs the shop with the CDC relay and its
+// events written as WAL messages (--outbox log): no outbox row ever.
+func TestEndToEndCDCWALMessages(t *testing.T) {
+	t.Parallel()
+	endToEndCDC(t, outboxLog)
+}
+
+func endToEndCDC(t *testing.T, outboxMode string) {
 	pg, amqpURL := testdb.PostgresURL(t), testamqp.URL(t)
-	ns := "e2ecdc_" + randomSuffix()
+	ns := "e2ecdc_" + outboxMode + "_" + randomSuffix()
 	in, err := openInspector(context.Background(), pg, ns)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +45,20 @@ func TestEndToEndCDC(t *testing.T) {
 		}
 		in.close()
 	})
-	banner := endToEnd(t, &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir(), relay: relayCDC}, in)
+	banner := endToEnd(t, &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir(), relay: relayCDC, outbox: outboxMode}, in)
+	if outboxMode == outboxLog {
+		var rows int
+		for _, s := range []string{"order", "shipping", "billing"} {
+			n, err := in.dbs[s].Count(context.Background(), `SELECT count(*) FROM outbox`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows += int(n)
+		}
+		if rows != 0 || !strings.Contains(banner, "WAL messages") {
+			t.Errorf("--outbox log: %d outbox rows, banner:\n%s", rows, banner)
+		}
+	}
 	if !strings.Contains(banner, "CDC") || !strings.Contains(banner, "idem_"+ns+"_order_outbox") {
 		t.Errorf("the banner does not name the CDC relay and its slots:\n%s", banner)
 	}
@@ -66,8 +90,17 @@ func TestRelayCDCNeedsPostgres(t *testing.T) {
 			t.Errorf("the error does not mention %q:\n%s", want, out)
 		}
 	}
-	out, err = exec.Command(shopBinary, "--relay", "kafka-connect", "--data-dir", t.TempDir()).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), `--relay "kafka-connect": want poll or cdc`) {
-		t.Errorf("shop --relay kafka-connect: %v\n%s", err, out)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--relay", "kafka-connect"}, `--relay "kafka-connect": want poll or cdc`},
+		{[]string{"--outbox", "log"}, "--outbox log needs --relay cdc"},
+		{[]string{"--outbox", "table"}, `--outbox "table": want rows or log`},
+	} {
+		out, err := exec.Command(shopBinary, append(tc.args, "--data-dir", t.TempDir())...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("shop %v: %v\n%s", tc.args, err, out)
+		}
 	}
 }

@@ -31,7 +31,9 @@ type chaosCase struct {
 	// Relay, when set, is the --relay of every process of the case; the
 	// CDC relay's cases run only on PostgreSQL.
 	Relay string
-	run   func(ctx context.Context, r *chaosRun) (string, error)
+	// Outbox, when set, is the --outbox of every process of the case.
+	Outbox string
+	run    func(ctx context.Context, r *chaosRun) (string, error)
 }
 
 // applies reports whether the case runs on the database at dbURL.
@@ -216,6 +218,13 @@ var chaosCases = []chaosCase{
 		run:      crashAndRecover("relay", fault.CDCAfterConfirm, 3),
 	},
 	{
+		Name:     fault.CDCAfterPublishBeforeConfirm + " (WAL messages)",
+		Expected: "events written as WAL messages (--outbox log), no outbox row: republished, consumers skip the copies",
+		Relay:    relayCDC,
+		Outbox:   outboxLog,
+		run:      crashAndRecover("relay", fault.CDCAfterPublishBeforeConfirm, 3),
+	},
+	{
 		Name:     fault.ShippingBeforeCommit,
 		Expected: "marker and preparation rolled back; the event is processed again",
 		run:      crashAndRecover("shipping", fault.ShippingBeforeCommit, 3),
@@ -392,7 +401,7 @@ func runChaos(ctx context.Context, o chaosOptions) []chaosResult {
 		ns := "chaos_" + randomSuffix()
 		res := chaosResult{Case: c}
 		func() {
-			cl := &cluster{binary: o.Binary, db: o.DB, broker: o.Broker, namespace: ns, logDir: o.LogDir, relay: c.Relay}
+			cl := &cluster{binary: o.Binary, db: o.DB, broker: o.Broker, namespace: ns, logDir: o.LogDir, relay: c.Relay, outbox: c.Outbox}
 			defer cl.stopAll()
 			in, err := openInspector(ctx, o.DB, ns)
 			if err != nil {

@@ -51,7 +51,9 @@ type runConfig struct {
 	Summary    time.Duration
 	KeyLock    time.Duration
 	// Relay is relayPoll or relayCDC.
-	Relay        string
+	Relay string
+	// Outbox is outboxRows or outboxLog.
+	Outbox       string
 	RelayLease   time.Duration
 	RelayWorkers int
 	Workers      int
@@ -95,6 +97,15 @@ const (
 	relayPoll = "poll"
 	// relayCDC is the CDC relay (package relay/cdc), on PostgreSQL.
 	relayCDC = "cdc"
+)
+
+// The event writers of --outbox.
+const (
+	// outboxRows writes outbox rows.
+	outboxRows = "rows"
+	// outboxLog writes WAL messages (outbox.NewLogWriter), for the CDC
+	// relay.
+	outboxLog = "log"
 )
 
 // app is a running shop process.
@@ -147,7 +158,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		if !cfg.needsDB(s) {
 			continue
 		}
-		db, err := store.Open(ctx, s, cfg.dbURL(s), cfg.Namespace+"_"+s, store.Options{MaxConns: cfg.MaxConns, Observer: a.metrics.observer})
+		db, err := store.Open(ctx, s, cfg.dbURL(s), cfg.Namespace+"_"+s, store.Options{MaxConns: cfg.MaxConns, Observer: a.metrics.observer, OutboxLog: cfg.Outbox == outboxLog})
 		if err != nil {
 			return nil, err
 		}
@@ -373,7 +384,8 @@ func (a *app) banner(w io.Writer) {
 	}
 	if len(a.relays) > 0 {
 		if a.cfg.Relay == relayCDC {
-			fmt.Fprintf(w, "shop:   relays   CDC (logical replication slots %s...)\n", a.dbs["order"].CDCSlot())
+			fmt.Fprintf(w, "shop:   relays   CDC (logical replication slots %s...), events as %s\n", a.dbs["order"].CDCSlot(),
+				map[string]string{outboxRows: "outbox rows", outboxLog: "WAL messages"}[a.cfg.Outbox])
 		} else {
 			fmt.Fprintln(w, "shop:   relays   polling")
 		}

@@ -153,7 +153,7 @@ func New(db *store.DB, mail *carrier.Client, log *slog.Logger) (*Service, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{db: db, outbox: outbox.NewWriter(db.Driver), mail: mail, invoice: inv, mailer: mailer}
+	s := &Service{db: db, outbox: db.OutboxWriter(), mail: mail, invoice: inv, mailer: mailer}
 	inv.Handle(shop.OrderPlaced, s.onOrderPlaced)
 	inv.Handle(shop.OrderCancelled, s.onOrderCancelled)
 	mailer.Handle(shop.InvoiceCreated, s.onInvoiceCreated)

@@ -124,7 +124,7 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		db:       db,
-		outbox:   outbox.NewWriter(db.Driver),
+		outbox:   db.OutboxWriter(),
 		keys:     keys,
 		consumer: c,
 		cfg:      cfg,

@@ -182,7 +182,7 @@ func New(db *store.DB, c *carrier.Client, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{db: db, outbox: outbox.NewWriter(db.Driver), carrier: c, preparation: prep, pickup: pickup,
+	s := &Service{db: db, outbox: db.OutboxWriter(), carrier: c, preparation: prep, pickup: pickup,
 		log: log.With("service", "shipping")}
 	prep.Handle(shop.OrderPlaced, beforeCommit(s.onOrderPlaced))
 	prep.Handle(shop.OrderCancelled, beforeCommit(s.onOrderCancelled))

@@ -25,6 +25,7 @@ import (
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/migrate"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/cdc"
 )
@@ -56,8 +57,9 @@ type DB struct {
 	// consumers.
 	Driver *driver.SQLDriver
 
-	db       *registry.Database // nil in tests that build a DB by hand
-	observer func(consumer string) inbox.Observer
+	db        *registry.Database // nil in tests that build a DB by hand
+	observer  func(consumer string) inbox.Observer
+	outboxLog bool
 }
 
 // Options adjust Open.
@@ -67,6 +69,10 @@ type Options struct {
 	// Observer, when set, gives the observer (metrics) of each consumer
 	// that NewConsumer creates, by consumer name.
 	Observer func(consumer string) inbox.Observer
+	// OutboxLog has OutboxWriter write events as WAL messages
+	// (outbox.NewLogWriter) instead of outbox rows: PostgreSQL only, and
+	// only a CDC relay (NewCDCRelay) publishes them.
+	OutboxLog bool
 }
 
 // Open opens the database of service at rawURL, its tables isolated by
@@ -89,7 +95,11 @@ func Open(ctx context.Context, service, rawURL, schema string, opts Options) (*D
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", service, err)
 	}
-	out := &DB{Service: service, Dialect: db.Dialect, File: db.File, SQL: db.DB, Driver: db.SQL, db: db, observer: opts.Observer}
+	if opts.OutboxLog && db.Dialect != Postgres {
+		db.Close()
+		return nil, fmt.Errorf("%s: events as WAL messages need PostgreSQL (pg_logical_emit_message), and this database is %s: keep the outbox table", service, db.Dialect)
+	}
+	out := &DB{Service: service, Dialect: db.Dialect, File: db.File, SQL: db.DB, Driver: db.SQL, db: db, observer: opts.Observer, outboxLog: opts.OutboxLog}
 	if db.Dialect != SQLite {
 		out.Schema = schema
 	}
@@ -197,6 +207,18 @@ func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
 		return relay.New(db.db.Pgx, pub, cfg)
 	}
 	return relay.New(db.Driver, pub, cfg)
+}
+
+// OutboxWriter returns the writer of the service's events: outbox rows, or
+// with Options.OutboxLog WAL messages in the caller's transaction.
+func (db *DB) OutboxWriter() *outbox.Writer[*sql.Tx] {
+	if db.outboxLog {
+		// Open checked the dialect: NewLogWriter cannot fail on PostgreSQL.
+		if w, err := outbox.NewLogWriter(db.Driver, ""); err == nil {
+			return w
+		}
+	}
+	return outbox.NewWriter(db.Driver)
 }
 
 // CDCSlot is the logical replication slot (and publication) of the
