@@ -227,9 +227,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// dropSlotWait is how long DropSlot waits for the server process of a
+// relay that stopped.
+const dropSlotWait = 3 * time.Second
+
 // DropSlot drops the replication slot of a relay being retired, in the
 // database of dbURL, so that the server stops keeping WAL for it. It fails
-// while a relay reads the slot (stop it first), and with an error wrapping
+// while a relay reads the slot (stop it first; DropSlot waits 3s for a
+// relay that just stopped), and with an error wrapping
 // idem.ErrNotFound when there is no such slot. The publication stays (DROP
 // PUBLICATION removes it).
 func DropSlot(ctx context.Context, dbURL, slot string) error {
@@ -242,6 +247,14 @@ func DropSlot(ctx context.Context, dbURL, slot string) error {
 		return fmt.Errorf("idem: cdc: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	_, err = conn.ExecParams(ctx, dropSlotSQL, [][]byte{[]byte(slot)}, nil, nil, nil).Close()
-	return slotError(err, slot, cmp.Or(cfg.User, "the relay's user"))
+	// A relay that just stopped leaves its server process for a moment:
+	// wait for it a little.
+	deadline := time.Now().Add(dropSlotWait)
+	for {
+		_, err = conn.ExecParams(ctx, dropSlotSQL, [][]byte{[]byte(slot)}, nil, nil, nil).Close()
+		err = slotError(err, slot, cmp.Or(cfg.User, "the relay's user"))
+		if !errors.Is(err, ErrSlotActive) || time.Now().After(deadline) || !sleep(ctx, 50*time.Millisecond) {
+			return err
+		}
+	}
 }

@@ -42,14 +42,14 @@ type pipeline struct {
 	ctx      context.Context // the session's: publishing stops with it
 	maxCalls int
 
-	mu        sync.Mutex
-	entries   []*entry // log order; the confirmed ones leave from the front
-	first     int      // no pending entry before this index
-	keys      map[string]bool
-	calls     int
-	unsent    int // messages read and not confirmed by the broker
-	progress  chan struct{}
-	wg        sync.WaitGroup
+	mu       sync.Mutex
+	entries  []*entry // log order; the confirmed ones leave from the front
+	first    int      // no pending entry before this index
+	keys     map[string]bool
+	calls    int
+	unsent   int // messages read and not confirmed by the broker
+	progress chan struct{}
+	wg       sync.WaitGroup
 }
 
 func newPipeline(ctx context.Context, r *Relay) *pipeline {
