@@ -33,7 +33,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench",
-		summary: "measure the relay on a database (idem bench relay)",
+		summary: "measure the relay on a database (idem bench relay), the CDC relay against RabbitMQ (idem bench cdc)",
 		usage: `Usage:
   idem bench relay [--db URL] [--rows N] [--aggregates N] [--runs N] [--workers N] [--rate R] [--duration D] [--metrics]
 
@@ -62,8 +62,10 @@ every span sampled and dropped by a no-op exporter, and every row carries a
 traceparent as a traced producer's do: the cost of tracing. Unset, the
 relay runs with OpenTelemetry's no-op tracer, as when tracing is off.
 
-Example:
-  idem bench relay --db postgres://localhost/bench --runs 3`,
+` + benchCDCUsage + `
+Examples:
+  idem bench relay --db postgres://localhost/bench --runs 3
+  idem bench cdc --db postgres://localhost/bench --broker amqp://guest:guest@localhost:5672/`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			var db dbFlags
 			db.register(fs)
@@ -75,9 +77,13 @@ Example:
 			rate := fs.Int("rate", 1000, "events per second in the latency test; 0 skips it")
 			duration := fs.Duration("duration", 10*time.Second, "length of the latency test")
 			metrics := fs.Bool("metrics", false, "run the relay with its Prometheus metrics on")
+			cdcFlags := registerBenchCDC(fs)
 			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) == 1 && args[0] == "cdc" {
+					return runBenchCDC(ctx, e, &db, cdcFlags, *rows, *aggregates, *runs)
+				}
 				if len(args) != 1 || args[0] != "relay" {
-					return usagef("want: idem bench relay")
+					return usagef("want: idem bench relay, or idem bench cdc")
 				}
 				if *rows <= 0 || *aggregates <= 0 || *runs <= 0 || *workers <= 0 || *batch <= 0 || *rate < 0 {
 					return usagef("--rows, --aggregates, --runs, --workers and --batch-size must be positive")
