@@ -129,13 +129,13 @@ func TestLogWriter(t *testing.T) {
 	commit(false, func(tx pgx.Tx) { add(tw, tx, false, event(t, "d", 1)) })
 	commit(true, func(tx pgx.Tx) { add(lw, tx, true, event(t, "b", 2)) })
 
-	msgs := waitLen(t, pub, len(want), 20*time.Second)
+	waitLen(t, pub, len(want), 20*time.Second)
 	// Let anything extra arrive before checking there is nothing extra.
 	eventually(t, 10*time.Second, "everything confirmed", func() bool {
 		s := r.Stats()
 		return s.InFlight == 0 && pg.Count(t, "outbox") == 0
 	})
-	msgs = pub.Messages()
+	msgs := pub.Messages()
 	if len(msgs) != len(want) {
 		t.Fatalf("%d messages published, want %d", len(msgs), len(want))
 	}
