@@ -43,6 +43,7 @@ const (
 	createSlotSQL   = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
 	dropSlotSQL     = `SELECT pg_drop_replication_slot($1)`
 	currentDBSQL    = `SELECT current_database()`
+	canDeleteSQL    = `SELECT has_table_privilege($1, 'DELETE')`
 	slotPositionSQL = `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
 	coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
 	FROM pg_replication_slots WHERE slot_name = $1`
@@ -93,6 +94,16 @@ func (r *Relay) setup(ctx context.Context) error {
 	}
 	if !exists {
 		return fmt.Errorf("%w: %s (run idem migrate)", idem.ErrMissingTable, r.sql.table)
+	}
+	if r.cfg.Delete == DeletePublished {
+		var can bool
+		if err := pool.QueryRow(ctx, canDeleteSQL, r.sql.table).Scan(&can); err != nil {
+			return fmt.Errorf("idem: cdc: read privileges on %s: %w", r.sql.table, err)
+		}
+		if !can {
+			// Without it the slot's position could never move.
+			return fmt.Errorf("idem: cdc: the relay's role cannot delete from %s, which it does once rows are published: GRANT DELETE ON %s TO %s, or leave the rows to their writer (Config.Delete = KeepRows, idem cdc --keep-rows)", r.sql.table, r.sql.table, postgres.QuoteIdent(r.replCfg.User))
+		}
 	}
 	if err := r.ensurePublication(ctx); err != nil {
 		return err
