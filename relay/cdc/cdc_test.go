@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,13 +130,13 @@ func TestLogWriter(t *testing.T) {
 	commit(false, func(tx pgx.Tx) { add(tw, tx, false, event(t, "d", 1)) })
 	commit(true, func(tx pgx.Tx) { add(lw, tx, true, event(t, "b", 2)) })
 
-	msgs := waitLen(t, pub, len(want), 20*time.Second)
+	waitLen(t, pub, len(want), 20*time.Second)
 	// Let anything extra arrive before checking there is nothing extra.
 	eventually(t, 10*time.Second, "everything confirmed", func() bool {
 		s := r.Stats()
 		return s.InFlight == 0 && pg.Count(t, "outbox") == 0
 	})
-	msgs = pub.Messages()
+	msgs := pub.Messages()
 	if len(msgs) != len(want) {
 		t.Fatalf("%d messages published, want %d", len(msgs), len(want))
 	}
@@ -499,4 +500,59 @@ func TestStartErrors(t *testing.T) {
 	if !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("drop a missing slot: %v", err)
 	}
+}
+
+// A role without the privileges the relay needs gets errors that say what
+// to grant.
+func TestPrivilegeErrors(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	role := "idem_t_role_" + strings.TrimPrefix(pg.Schema, "idem_t_")
+	pg.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = pg.Pool.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = pg.Pool.Exec(ctx, "DROP ROLE "+role)
+	})
+	pg.Exec(t, "GRANT USAGE ON SCHEMA "+pg.Schema+" TO "+role)
+	pg.Exec(t, "GRANT SELECT, UPDATE ON outbox TO "+role)
+	u, err := url.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	startErr := func() error {
+		r, err := cdc.New(u.String(), memory.New(), cdc.Config{Tables: idem.Tables{Schema: pg.Schema}, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Start(context.Background())
+	}
+	if err := startErr(); err == nil || !strings.Contains(err.Error(), "GRANT DELETE ON") || !strings.Contains(err.Error(), "--keep-rows") {
+		t.Fatalf("without DELETE: %v", err)
+	}
+	pg.Exec(t, "GRANT DELETE ON outbox TO "+role)
+	if err := startErr(); err == nil || !strings.Contains(err.Error(), "CREATE PUBLICATION") || !strings.Contains(err.Error(), "ownership") {
+		t.Fatalf("not the table's owner: %v", err)
+	}
+	slot := cdc.SlotName(idem.Tables{Schema: pg.Schema})
+	pg.Exec(t, "CREATE PUBLICATION "+slot+" FOR TABLE outbox WITH (publish = 'insert')")
+	if err := startErr(); err == nil || !strings.Contains(err.Error(), "ALTER ROLE "+role+" REPLICATION") {
+		t.Fatalf("without REPLICATION: %v", err)
+	}
+	pg.Exec(t, "ALTER ROLE "+role+" REPLICATION")
+	pub := memory.New()
+	r, err := cdc.New(u.String(), pub, cdc.Config{Tables: idem.Tables{Schema: pg.Schema}, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatalf("with every privilege: %v", err)
+	}
+	defer stop(t, r)
+	ev := event(t, "1", 1)
+	if err := outbox.NewWriter(pg.Driver).AddExec(context.Background(), pg.Driver.Pool(), ev); err != nil {
+		t.Fatal(err)
+	}
+	waitLen(t, pub, 1, 20*time.Second)
 }

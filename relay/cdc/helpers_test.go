@@ -20,15 +20,15 @@ import (
 	"github.com/idem-go/idem/relay/cdc"
 )
 
-func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
+func testLogger(t testing.TB) *slog.Logger {
+	if t != nil && testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 // fastConfig returns a configuration with short delays for tests.
-func fastConfig(t *testing.T) cdc.Config {
+func fastConfig(t testing.TB) cdc.Config {
 	return cdc.Config{
 		StandbyInterval: time.Second,
 		FlushInterval:   20 * time.Millisecond,
@@ -41,7 +41,7 @@ func fastConfig(t *testing.T) cdc.Config {
 
 // newDB returns a fresh schema whose slot and publication are dropped when
 // the test ends (a slot keeps WAL for ever).
-func newDB(t *testing.T) *testdb.PG {
+func newDB(t testing.TB) *testdb.PG {
 	t.Helper()
 	pg := testdb.NewPostgres(t, testdb.Options{MaxConns: 20})
 	slot := cdc.SlotName(idem.Tables{Schema: pg.Schema})
@@ -59,7 +59,7 @@ func newDB(t *testing.T) *testdb.PG {
 }
 
 // start starts a relay on pg and pub and stops it when the test ends.
-func start(t *testing.T, pg *testdb.PG, pub broker.Publisher, cfg cdc.Config) *cdc.Relay {
+func start(t testing.TB, pg *testdb.PG, pub broker.Publisher, cfg cdc.Config) *cdc.Relay {
 	t.Helper()
 	if cfg.Tables.Schema == "" {
 		cfg.Tables.Schema = pg.Schema
@@ -82,7 +82,7 @@ func start(t *testing.T, pg *testdb.PG, pub broker.Publisher, cfg cdc.Config) *c
 	return r
 }
 
-func stop(t *testing.T, r *cdc.Relay) {
+func stop(t testing.TB, r *cdc.Relay) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

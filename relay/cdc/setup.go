@@ -39,10 +39,11 @@ const (
 	tableExistsSQL  = `SELECT to_regclass($1) IS NOT NULL`
 	pubExistsSQL    = `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`
 	pubHasTableSQL  = `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`
-	slotSQL         = `SELECT plugin, database FROM pg_replication_slots WHERE slot_name = $1 AND slot_type = 'logical'`
+	slotSQL         = `SELECT plugin, database, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1 AND slot_type = 'logical'`
 	createSlotSQL   = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
 	dropSlotSQL     = `SELECT pg_drop_replication_slot($1)`
 	currentDBSQL    = `SELECT current_database()`
+	canDeleteSQL    = `SELECT has_table_privilege($1, 'DELETE')`
 	slotPositionSQL = `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
 	coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
 	FROM pg_replication_slots WHERE slot_name = $1`
@@ -94,6 +95,16 @@ func (r *Relay) setup(ctx context.Context) error {
 	if !exists {
 		return fmt.Errorf("%w: %s (run idem migrate)", idem.ErrMissingTable, r.sql.table)
 	}
+	if r.cfg.Delete == DeletePublished {
+		var can bool
+		if err := pool.QueryRow(ctx, canDeleteSQL, r.sql.table).Scan(&can); err != nil {
+			return fmt.Errorf("idem: cdc: read privileges on %s: %w", r.sql.table, err)
+		}
+		if !can {
+			// Without it the slot's position could never move.
+			return fmt.Errorf("idem: cdc: the relay's role cannot delete from %s, which it does once rows are published: GRANT DELETE ON %s TO %s, or leave the rows to their writer (Config.Delete = KeepRows, idem cdc --keep-rows)", r.sql.table, r.sql.table, postgres.QuoteIdent(r.replCfg.User))
+		}
+	}
 	if err := r.ensurePublication(ctx); err != nil {
 		return err
 	}
@@ -140,8 +151,11 @@ func (r *Relay) ensurePublication(ctx context.Context) error {
 }
 
 func (r *Relay) ensureSlot(ctx context.Context) error {
-	var plugin, db, current string
-	err := r.pool.QueryRow(ctx, slotSQL, r.cfg.Slot).Scan(&plugin, &db)
+	var plugin, db, walStatus, current string
+	err := r.pool.QueryRow(ctx, slotSQL, r.cfg.Slot).Scan(&plugin, &db, &walStatus)
+	if err == nil && walStatus == "lost" {
+		return fmt.Errorf("idem: cdc: slot %s was invalidated: the WAL it kept exceeded max_slot_wal_keep_size, and the events written past it are lost to it; drop it (idem cdc drop-slot), start the relay again, and replay what was missed from your own records", r.cfg.Slot)
+	}
 	if err == nil {
 		if err := r.pool.QueryRow(ctx, currentDBSQL).Scan(&current); err != nil {
 			return fmt.Errorf("idem: cdc: current database: %w", err)
