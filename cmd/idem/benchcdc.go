@@ -311,6 +311,10 @@ func (b *benchCDC) run(ctx context.Context, rates []int) error {
 	return nil
 }
 
+// prefix is the prefix of the bench's WAL messages: its own, since every
+// slot of the database reads every WAL message.
+func (b *benchCDC) prefix() string { return outbox.LogPrefixDefault + "." + b.schema }
+
 // notifyTrigger enables or disables the outbox's NOTIFY trigger.
 func (b *benchCDC) notifyTrigger(ctx context.Context, on bool) error {
 	what := "DISABLE"
@@ -446,7 +450,7 @@ func (b *benchCDC) publisher(ctx context.Context) (*amqp.Publisher, error) {
 func (b *benchCDC) newCDC(pub *amqp.Publisher, slot string) (*cdc.Relay, error) {
 	return cdc.New(b.dbURL, pub, cdc.Config{
 		Tables: idemmsg.Tables{Schema: b.schema}, Slot: slot, Publication: slot,
-		Window: *b.f.window, Logger: b.log,
+		Window: *b.f.window, Logger: b.log, MessagePrefix: b.prefix(),
 	})
 }
 
@@ -507,7 +511,7 @@ func (b *benchCDC) fill(ctx context.Context, logMessages bool) error {
 	w := outbox.NewWriter(b.drv)
 	if logMessages {
 		var err error
-		if w, err = outbox.NewLogWriter(b.drv, ""); err != nil {
+		if w, err = outbox.NewLogWriter(b.drv, b.prefix()); err != nil {
 			return err
 		}
 	}
@@ -530,7 +534,7 @@ func (b *benchCDC) producers(ctx context.Context, table string, logMessages bool
 	var w *outbox.Writer[pgx.Tx]
 	if logMessages {
 		var err error
-		if w, err = outbox.NewLogWriter(b.drv, ""); err != nil {
+		if w, err = outbox.NewLogWriter(b.drv, b.prefix()); err != nil {
 			return 0, err
 		}
 	} else {

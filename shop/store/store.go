@@ -214,12 +214,18 @@ func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
 func (db *DB) OutboxWriter() *outbox.Writer[*sql.Tx] {
 	if db.outboxLog {
 		// Open checked the dialect: NewLogWriter cannot fail on PostgreSQL.
-		if w, err := outbox.NewLogWriter(db.Driver, ""); err == nil {
+		if w, err := outbox.NewLogWriter(db.Driver, db.CDCPrefix()); err == nil {
 			return w
 		}
 	}
 	return outbox.NewWriter(db.Driver)
 }
+
+// CDCPrefix is the prefix of the service's events written as WAL messages
+// (Options.OutboxLog): idem.outbox.<schema>. Every slot of a database reads
+// every WAL message, whatever its publication: with one prefix for all,
+// each service's CDC relay would publish the events of the others too.
+func (db *DB) CDCPrefix() string { return outbox.LogPrefixDefault + "." + db.Schema }
 
 // CDCSlot is the logical replication slot (and publication) of the
 // service's CDC relay: idem_<schema>_outbox, one per service outbox, so that
@@ -228,8 +234,8 @@ func (db *DB) CDCSlot() string { return "idem_" + db.Schema + "_outbox" }
 
 // NewCDCRelay returns a relay that reads the service's outbox from
 // PostgreSQL's logical replication stream (package relay/cdc) through the
-// slot CDCSlot, and publishes through pub. cfg.Tables, cfg.Slot and
-// cfg.Publication are set here. Other dialects have no CDC relay: the error
+// slot CDCSlot, and publishes through pub. cfg.Tables, cfg.Slot,
+// cfg.Publication and cfg.MessagePrefix (CDCPrefix) are set here. Other dialects have no CDC relay: the error
 // says to run the polling relay.
 func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (Relay, error) {
 	if db.Dialect != Postgres || db.db == nil {
@@ -238,6 +244,7 @@ func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (Relay, error) {
 	cfg.Tables = idem.Tables{Schema: db.Schema}
 	cfg.Slot = db.CDCSlot()
 	cfg.Publication = db.CDCSlot()
+	cfg.MessagePrefix = db.CDCPrefix()
 	r, err := cdc.New(db.db.URL, pub, cfg)
 	if err != nil {
 		return nil, err
