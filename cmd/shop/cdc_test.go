@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -45,7 +47,26 @@ func endToEndCDC(t *testing.T, outboxMode string) {
 		}
 		in.close()
 	})
-	banner := endToEnd(t, &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir(), relay: relayCDC, outbox: outboxMode}, in)
+	admin, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	banner := endToEnd(t, &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir(), relay: relayCDC, outbox: outboxMode,
+		extraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}, in)
+	// The running shop's admin address serves each CDC relay's metrics.
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, s := range []string{"order", "shipping", "billing"} {
+		for _, m := range []string{"idem_cdc_slot_lag_bytes", "idem_cdc_streaming", "idem_cdc_published_total"} {
+			if want := m + `{slot="idem_` + ns + "_" + s + `_outbox"}`; !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	}
 	if outboxMode == outboxLog {
 		var rows int
 		for _, s := range []string{"order", "shipping", "billing"} {

@@ -238,12 +238,12 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		}
 		for _, s := range []string{"order", "shipping", "billing"} {
 			if cfg.Relay == relayCDC {
-				r, err := a.dbs[s].NewCDCRelay(a.pub, cdc.Config{Logger: log.With("outbox", s)})
+				ccfg, watch := a.metrics.instrumentCDC(a.dbs[s].CDCSlot(), cdc.Config{Logger: log.With("outbox", s)})
+				r, err := a.dbs[s].NewCDCRelay(a.pub, ccfg)
 				if err != nil {
 					return nil, fmt.Errorf("relay of %s (--relay cdc): %w", s, err)
 				}
-				_, watch := a.metrics.instrumentRelay(cfg.Namespace+"_"+s+".outbox", relay.Config{})
-				watch(r)
+				watch(r.Relay)
 				a.relays[s] = r
 				continue
 			}

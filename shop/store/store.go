@@ -237,7 +237,7 @@ func (db *DB) CDCSlot() string { return "idem_" + db.Schema + "_outbox" }
 // slot CDCSlot, and publishes through pub. cfg.Tables, cfg.Slot,
 // cfg.Publication and cfg.MessagePrefix (CDCPrefix) are set here. Other dialects have no CDC relay: the error
 // says to run the polling relay.
-func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (Relay, error) {
+func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (*CDCRelay, error) {
 	if db.Dialect != Postgres || db.db == nil {
 		return nil, fmt.Errorf("%s: the CDC relay reads PostgreSQL's logical replication stream, and this database is %s: run the polling relay (--relay poll)", db.Service, db.Dialect)
 	}
@@ -249,7 +249,7 @@ func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cdcRelay{r}, nil
+	return &CDCRelay{r}, nil
 }
 
 // DropCDCSlot drops the replication slot and the publication of the
@@ -275,14 +275,21 @@ func (db *DB) DropCDCSlot(ctx context.Context) error {
 	return nil
 }
 
-// cdcRelay is a CDC relay seen as a Relay.
-type cdcRelay struct{ *cdc.Relay }
+// CDCRelay is a CDC relay seen as a Relay; Relay is the CDC relay itself,
+// with its own Stats (for its metrics: relay/cdc/cdcmetrics).
+type CDCRelay struct{ Relay *cdc.Relay }
+
+// Start starts the relay (cdc.Relay.Start).
+func (r *CDCRelay) Start(ctx context.Context) error { return r.Relay.Start(ctx) }
+
+// Stop stops the relay (cdc.Relay.Stop).
+func (r *CDCRelay) Stop(ctx context.Context) error { return r.Relay.Stop(ctx) }
 
 // Stats maps the CDC relay's figures onto relay.Stats: what it published,
 // its failed publish calls, the messages read and not yet confirmed as the
 // backlog (and in flight), the oldest of their commits, and what it
 // quarantined.
-func (r cdcRelay) Stats() relay.Stats {
+func (r *CDCRelay) Stats() relay.Stats {
 	s := r.Relay.Stats()
 	out := relay.Stats{
 		Published:         s.Published,
