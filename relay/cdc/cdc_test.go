@@ -556,3 +556,41 @@ func TestPrivilegeErrors(t *testing.T) {
 	}
 	waitLen(t, pub, 1, 20*time.Second)
 }
+
+// Stop waits for the broker; past its context it abandons the messages in
+// flight, and the next relay on the slot publishes them.
+func TestStopAbandonsThenNextRelayPublishes(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	hung := memory.New()
+	hang := make(chan struct{})
+	defer close(hang)
+	hung.SetFunc(func(int, []idem.Message) memory.Action { return memory.Action{Hang: hang} })
+	cfg := fastConfig(t)
+	cfg.PublishTimeout = time.Minute
+	r := start(t, pg, hung, cfg)
+	ev := event(t, "1", 1)
+	if err := outbox.NewWriter(pg.Driver).AddExec(context.Background(), pg.Driver.Pool(), ev); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the message handed to the broker", func() bool { return r.Stats().InFlight == 1 && hung.Calls() > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := r.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("stop: %v", err)
+	}
+	select {
+	case <-r.Done():
+	default:
+		t.Fatal("Stop returned before the relay ended")
+	}
+	if pg.Count(t, "outbox") != 1 {
+		t.Fatal("the unconfirmed row was deleted")
+	}
+	pub := memory.New()
+	start(t, pg, pub, cfg)
+	msgs := waitLen(t, pub, 1, 20*time.Second)
+	if msgs[0].EventID != ev.ID {
+		t.Fatalf("published %s", msgs[0].EventID)
+	}
+}
