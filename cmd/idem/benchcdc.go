@@ -108,6 +108,13 @@ func runBenchCDC(ctx context.Context, e *env, db *dbFlags, f *benchCDCFlags, row
 	if err != nil {
 		return err
 	}
+	amqpURL := f.broker.url
+	if amqpURL == "" {
+		amqpURL = e.getenv("IDEM_BROKER_URL")
+	}
+	if !strings.HasPrefix(amqpURL, "amqp://") && !strings.HasPrefix(amqpURL, "amqps://") {
+		return usagef("bench cdc measures against RabbitMQ: --broker amqp://user:pass@host:5672/ (got %q)", redactedOrEmpty(amqpURL))
+	}
 	conn, err := db.open(ctx, e)
 	if err != nil {
 		return err
@@ -115,13 +122,6 @@ func runBenchCDC(ctx context.Context, e *env, db *dbFlags, f *benchCDCFlags, row
 	defer conn.Close()
 	if conn.Pgx == nil {
 		return errors.New("bench cdc needs PostgreSQL (logical replication)")
-	}
-	amqpURL := f.broker.url
-	if amqpURL == "" {
-		amqpURL = e.getenv("IDEM_BROKER_URL")
-	}
-	if !strings.HasPrefix(amqpURL, "amqp://") && !strings.HasPrefix(amqpURL, "amqps://") {
-		return usagef("bench cdc measures against RabbitMQ: --broker amqp://user:pass@host:5672/ (got %q)", redactedOrEmpty(amqpURL))
 	}
 	b := &benchCDC{e: e, f: f, rows: rows, aggregates: aggregates, runs: runs, amqpURL: amqpURL,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}

@@ -558,6 +558,12 @@ func TestCDCSurvivesPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	testsvc.WaitFor(t, 60*time.Second, "the first 1,000 events applied", func() bool { return applied(t, pg) >= len(first) })
+	// Stopped while the relay still has published rows to delete, the
+	// server does not shut down: its fast shutdown waits for the walsender
+	// to see everything sent confirmed, and the relay confirms a position
+	// only once its rows are deleted, which the stopping server refuses.
+	// The stop waits until the relay has deleted what it published.
+	checkEmptied(t, pg, rb)
 
 	testdb.StopPostgres(t)
 	// The relay meets a server that is away: its stream drops, its
