@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -593,4 +594,51 @@ func TestStopAbandonsThenNextRelayPublishes(t *testing.T) {
 	if msgs[0].EventID != ev.ID {
 		t.Fatalf("published %s", msgs[0].EventID)
 	}
+}
+
+// recorder keeps the messages logged at warn level or above.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Level >= slog.LevelWarn {
+		r.mu.Lock()
+		r.msgs = append(r.msgs, rec.Message)
+		r.mu.Unlock()
+	}
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+func (r *recorder) has(s string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.msgs {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// The slot's lag is measured, and a warning logged when it retains more WAL
+// than LagWarnBytes.
+func TestLagWarning(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	rec := &recorder{}
+	cfg := fastConfig(t)
+	cfg.Logger = slog.New(rec)
+	cfg.StandbyInterval = 100 * time.Millisecond
+	cfg.LagWarnBytes = 1
+	r := start(t, pg, memory.New(), cfg)
+	if err := outbox.NewWriter(pg.Driver).AddExec(context.Background(), pg.Driver.Pool(), event(t, "1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the retained WAL measured and warned about", func() bool {
+		return r.Stats().RetainedBytes > 1 && rec.has("retains more WAL than LagWarnBytes")
+	})
 }

@@ -79,7 +79,8 @@ type Config struct {
 	// replaced by _. A slot keeps the WAL from its confirmed position on:
 	// drop it (DropSlot, "idem cdc drop-slot") when retiring a relay.
 	Slot string
-	// Publication is the publication the slot reads. Defaults to Slot. The
+	// Publication is the publication the slot reads (1 to 63 characters
+	// among a-z, 0-9 and _). Defaults to Slot. The
 	// relay creates it at start, for inserts into the outbox only, when it
 	// does not exist (which needs the ownership of the table); a DBA may
 	// create it beforehand instead.

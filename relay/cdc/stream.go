@@ -349,14 +349,16 @@ func (s *session) flush(ctx context.Context, force bool) error {
 	if lsn > s.ready {
 		s.ready = lsn
 	}
+	pos := s.ready
 	if len(s.toDelete) > 0 {
 		if err := s.deleteRows(ctx); err != nil {
+			// The position waits for the rows (s.ready stays: the next
+			// flush tries again).
 			r.log.Warn("deleting published rows failed; their position waits", "rows", len(s.toDelete), "error", err)
-			s.ready = min(s.ready, s.flushed)
+			pos = s.flushed
 			lsn = 0
 		}
 	}
-	pos := s.ready
 	if s.tx == nil && s.walEnd > pos && s.pipe.empty() && len(s.toDelete) == 0 {
 		// Nothing read waits: everything the server sent is done.
 		pos = s.walEnd
