@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,13 +11,24 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 )
 
-// LogPrefixDefault is the prefix of the WAL messages written by a Writer of
-// NewLogWriter, and read by the CDC relay (package relay/cdc), when none is
-// given.
+// LogPrefixDefault is the start of the default prefix of the WAL messages
+// written by a Writer of NewLogWriter and read by the CDC relay (package
+// relay/cdc): see LogPrefix.
 const LogPrefixDefault = "idem.outbox"
+
+// LogPrefix returns the default prefix of the WAL messages of an outbox:
+// "idem.outbox:<schema>.<table>", schema "public" when t.Schema is empty.
+// WAL messages reach every replication slot of the database, so each outbox
+// needs a prefix of its own: with one shared prefix, the relay of every
+// outbox would publish the events of all of them.
+func LogPrefix(t idem.Tables) string {
+	t = t.WithDefaults()
+	return LogPrefixDefault + ":" + cmp.Or(t.Schema, "public") + "." + t.Outbox
+}
 
 // ErrNotSupported is returned (wrapped) by NewLogWriter for a driver whose
 // dialect cannot write events into the database's log.
@@ -30,7 +42,7 @@ var ErrNotSupported = errors.New("idem: outbox: not supported by this database")
 // vacuum. Only a CDC relay (package relay/cdc, "idem cdc") reading the same
 // prefix publishes these events: the polling relay never sees them.
 //
-// prefix "" means LogPrefixDefault. NewLogWriter returns an error wrapping
+// prefix "" means LogPrefix of drv's tables. NewLogWriter returns an error wrapping
 // ErrNotSupported when drv's dialect does not implement
 // driver.LogMessageEmitter (only PostgreSQL does).
 func NewLogWriter[TTx any](drv driver.Driver[TTx], prefix string) (*Writer[TTx], error) {
@@ -39,7 +51,7 @@ func NewLogWriter[TTx any](drv driver.Driver[TTx], prefix string) (*Writer[TTx],
 		return nil, fmt.Errorf("%w: the %s dialect cannot write events into its log (PostgreSQL's pg_logical_emit_message); use NewWriter and a relay", ErrNotSupported, drv.Dialect().Name())
 	}
 	if prefix == "" {
-		prefix = LogPrefixDefault
+		prefix = LogPrefix(drv.Dialect().Tables())
 	}
 	w := NewWriter(drv)
 	w.emitter = em

@@ -313,7 +313,7 @@ func (b *benchCDC) run(ctx context.Context, rates []int) error {
 
 // prefix is the prefix of the bench's WAL messages: its own, since every
 // slot of the database reads every WAL message.
-func (b *benchCDC) prefix() string { return outbox.LogPrefixDefault + "." + b.schema }
+func (b *benchCDC) prefix() string { return outbox.LogPrefix(idemmsg.Tables{Schema: b.schema}) }
 
 // notifyTrigger enables or disables the outbox's NOTIFY trigger.
 func (b *benchCDC) notifyTrigger(ctx context.Context, on bool) error {

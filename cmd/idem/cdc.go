@@ -16,7 +16,6 @@ import (
 
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/pprofhttp"
-	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
 )
@@ -71,9 +70,10 @@ holds more than --lag-warn. When you retire a relay, drop its slot:
 
 (DROP PUBLICATION <slot name> removes the publication too.)
 
-WAL messages are seen by every slot of the database: when several outboxes
-share one database, give each its own --prefix (and the same prefix to its
-outbox.NewLogWriter).
+WAL messages are seen by every slot of the database, so each outbox has a
+prefix of its own: idem.outbox:<schema>.<table> by default, the default of
+outbox.NewLogWriter for the same tables. A writer given another prefix needs
+the same --prefix here.
 
 A row that cannot become a message (an id that is not a UUID, headers that
 are not a JSON object, no event name...) is quarantined in the table, as the
@@ -104,7 +104,7 @@ Examples:
 			table := fs.String("table", idemmsg.OutboxTableDefault, "outbox table")
 			slot := fs.String("slot", "", "replication slot (default idem_<schema>_<table>)")
 			publication := fs.String("publication", "", "publication (default: the slot's name)")
-			prefix := fs.String("prefix", outbox.LogPrefixDefault, "prefix of the WAL messages to publish")
+			prefix := fs.String("prefix", "", "prefix of the WAL messages to publish (default idem.outbox:<schema>.<table>, the default of outbox.NewLogWriter)")
 			window := fs.Int("window", cdc.WindowDefault, "messages handed to the broker and not yet confirmed")
 			batch := fs.Int("batch-size", cdc.BatchSizeDefault, "maximum messages per publish call")
 			keepRows := fs.Bool("keep-rows", false, "leave published rows in the table (the writer deletes them)")

@@ -86,8 +86,9 @@ type Config struct {
 	// create it beforehand instead.
 	Publication string
 	// MessagePrefix is the prefix of the WAL messages the relay reads
-	// (outbox.NewLogWriter). Defaults to "idem.outbox"
-	// (outbox.LogPrefixDefault).
+	// (outbox.NewLogWriter). Defaults to outbox.LogPrefix(Tables),
+	// "idem.outbox:<schema>.<table>", which is also the default of
+	// outbox.NewLogWriter for the same tables.
 	MessagePrefix string
 	// Window is the largest number of messages handed to the broker and not
 	// yet confirmed. Defaults to 1000.
@@ -155,7 +156,7 @@ func (c Config) WithDefaults() Config {
 	c.Tables = c.Tables.WithDefaults()
 	c.Slot = cmp.Or(c.Slot, SlotName(c.Tables))
 	c.Publication = cmp.Or(c.Publication, c.Slot)
-	c.MessagePrefix = cmp.Or(c.MessagePrefix, outbox.LogPrefixDefault)
+	c.MessagePrefix = cmp.Or(c.MessagePrefix, outbox.LogPrefix(c.Tables))
 	c.Window = cmp.Or(c.Window, WindowDefault)
 	c.BatchSize = min(cmp.Or(c.BatchSize, BatchSizeDefault), c.Window)
 	c.StandbyInterval = cmp.Or(c.StandbyInterval, StandbyIntervalDefault)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -114,11 +115,15 @@ type session struct {
 	relations map[uint32]*pglogrepl.RelationMessage
 	tx        *txState
 
-	flushed    pglogrepl.LSN // confirmed to the server
-	walEnd     pglogrepl.LSN // the server's position in its last keepalive
-	toDelete   []string
-	ready      pglogrepl.LSN // published, and its rows deleted: to confirm
-	lastStatus time.Time
+	flushed  pglogrepl.LSN // confirmed to the server
+	walEnd   pglogrepl.LSN // the server's position in its last keepalive
+	toDelete []string
+	ready    pglogrepl.LSN // published, and its rows deleted: to confirm
+	// deleteFailures counts the failed deletes in a row; none is tried
+	// before deleteAfter.
+	deleteFailures int
+	deleteAfter    time.Time
+	lastStatus     time.Time
 }
 
 func (s *session) loop(ctx context.Context) error {
@@ -351,10 +356,28 @@ func (s *session) flush(ctx context.Context, force bool) error {
 	}
 	pos := s.ready
 	if len(s.toDelete) > 0 {
-		if err := s.deleteRows(ctx); err != nil {
-			// The position waits for the rows (s.ready stays: the next
-			// flush tries again).
-			r.log.Warn("deleting published rows failed; their position waits", "rows", len(s.toDelete), "error", err)
+		err := errDeleteLater
+		if !time.Now().Before(s.deleteAfter) {
+			err = s.deleteRows(ctx)
+		}
+		switch {
+		case err == nil:
+			s.deleteFailures = 0
+		case serverGoing(err):
+			// A server shutting down waits for its walsenders to see
+			// everything they sent confirmed, and refuses the deletes the
+			// position waits for: leave, and resume from the slot.
+			return fmt.Errorf("idem: cdc: delete published rows: %w", err)
+		default:
+			// The position waits for the rows (s.ready stays): try again
+			// after a backoff.
+			if err != errDeleteLater {
+				s.deleteFailures++
+				d := r.backoff(s.deleteFailures)
+				s.deleteAfter = time.Now().Add(d)
+				r.log.Warn("deleting published rows failed; their position waits", "rows", len(s.toDelete),
+					"retry_in", d.Round(time.Millisecond), "error", err)
+			}
 			pos = s.flushed
 			lsn = 0
 		}
@@ -388,6 +411,20 @@ func (s *session) flush(ctx context.Context, force bool) error {
 		}
 	}
 	return nil
+}
+
+// errDeleteLater says that a delete waits for its backoff.
+var errDeleteLater = errors.New("idem: cdc: delete waits for its backoff")
+
+// serverGoing reports whether err says that the server is shutting down or
+// the connection is gone (SQLSTATE classes 57 and 08, a failed connection).
+func serverGoing(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "57") || strings.HasPrefix(pgErr.Code, "08")
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr) || pgconn.SafeToRetry(err)
 }
 
 func (s *session) deleteRows(ctx context.Context) error {

@@ -222,10 +222,11 @@ func (db *DB) OutboxWriter() *outbox.Writer[*sql.Tx] {
 }
 
 // CDCPrefix is the prefix of the service's events written as WAL messages
-// (Options.OutboxLog): idem.outbox.<schema>. Every slot of a database reads
-// every WAL message, whatever its publication: with one prefix for all,
-// each service's CDC relay would publish the events of the others too.
-func (db *DB) CDCPrefix() string { return outbox.LogPrefixDefault + "." + db.Schema }
+// (Options.OutboxLog): outbox.LogPrefix of its outbox,
+// idem.outbox:<schema>.outbox. Every slot of a database reads every WAL
+// message, whatever its publication: with one prefix for all, each
+// service's CDC relay would publish the events of the others too.
+func (db *DB) CDCPrefix() string { return outbox.LogPrefix(idem.Tables{Schema: db.Schema}) }
 
 // CDCSlot is the logical replication slot (and publication) of the
 // service's CDC relay: idem_<schema>_outbox, one per service outbox, so that
