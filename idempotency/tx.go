@@ -195,6 +195,11 @@ func (k *Keys[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req *Request
 		return
 	}
 	if err := k.Complete(ctx, tx, c, resp); err != nil {
+		if errors.Is(err, ErrClaimLost) { // a Claim of another server's middleware took it over
+			w.Header().Set("Retry-After", "1")
+			k.cfg.Error(w, r, http.StatusConflict, "a retry with this "+HeaderKey+" took over this request; retry later with the same key")
+			return
+		}
 		fail("idempotency key not completed", err)
 		return
 	}
