@@ -157,6 +157,44 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 		}
 	})
 
+	// A dialect without driver.IdempotencyKeyLocker relies on its insert's
+	// row lock or its database lock, which package idempotency's
+	// TestTxConcurrentRequests checks on every dialect.
+	t.Run("LockedUntilTheTransactionEnds", func(t *testing.T) {
+		t.Parallel()
+		db := setup.open(t, Options{})
+		locker, ok := db.Driver.Dialect().(driver.IdempotencyKeyLocker)
+		if !ok {
+			return
+		}
+		ctx := testsvc.Ctx(t, time.Minute)
+		ref := driver.IdempotencyKeyRef{Scope: "s", Key: "locked"}
+		try := func(tx TTx, ref driver.IdempotencyKeyRef) bool {
+			t.Helper()
+			ok, err := locker.TryLockIdempotencyKey(ctx, db.Driver.Tx(tx), ref)
+			fatalIf(t, err, "try lock")
+			return ok
+		}
+		tx1, tx2 := db.begin(t, ctx), db.begin(t, ctx)
+		if !try(tx1, ref) {
+			t.Fatal("first lock of a key: not taken")
+		}
+		if !try(tx1, ref) {
+			t.Fatal("the same transaction again: not taken")
+		}
+		if try(tx2, ref) {
+			t.Fatal("a second transaction took the key the first holds")
+		}
+		if !try(tx2, driver.IdempotencyKeyRef{Scope: "s", Key: "other"}) || !try(tx2, driver.IdempotencyKeyRef{Scope: "t", Key: "locked"}) {
+			t.Fatal("another key, or the key in another scope, is held up")
+		}
+		fatalIf(t, db.Driver.Commit(ctx, tx1), "commit")
+		if !try(tx2, ref) {
+			t.Fatal("the key is still locked after the holder committed")
+		}
+		fatalIf(t, db.Driver.Rollback(ctx, tx2), "rollback")
+	})
+
 	t.Run("KeysCompareExactly", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{})
