@@ -125,6 +125,28 @@ func (p *costProbe) sample(ctx context.Context) costSample {
 	return s
 }
 
+// waitDrained waits, at most wait, until the shop's relays have published
+// nothing for a second: the orders' events have all left.
+func (p *costProbe) waitDrained(ctx context.Context, wait time.Duration) {
+	deadline := time.Now().Add(wait)
+	last, still := -1.0, 0
+	for time.Now().Before(deadline) && still < 4 {
+		m, err := p.scrape(ctx)
+		if err != nil {
+			return
+		}
+		if v := m["idem_relay_published_total"]; v == last {
+			still++
+		} else {
+			last, still = v, 0
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if still < 4 {
+		p.note = append(p.note, fmt.Sprintf("the relays were still publishing after --wait %v: the figures leave out what was left", wait))
+	}
+}
+
 // scrape reads the admin endpoint's /metrics and sums each metric over its
 // labels.
 func (p *costProbe) scrape(ctx context.Context) (map[string]float64, error) {

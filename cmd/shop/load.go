@@ -53,7 +53,7 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.Wait, "wait", 2*time.Minute, "with --db, how long to wait for the preparations")
 	pids := fs.String("pids", "", "process ids whose CPU time per order to report, each with its child processes (PostgreSQL's postmaster, RabbitMQ's beam.smp, the shop), separated by commas")
 	fs.StringVar(&o.Admin, "admin", "", "the shop's admin address (its --admin-addr): report its CPU per order (process_cpu_seconds_total) and the broker messages its relays published per order")
-	fs.DurationVar(&o.Settle, "settle", 3*time.Second, "with --pids or --admin, how long to go on measuring after the last order (and, with --db, its preparation), so that the consumers' work is counted")
+	fs.DurationVar(&o.Settle, "settle", 3*time.Second, "with --pids or --admin, how long to go on measuring after the last order (with --db, after its preparation; with --admin, after the relays stopped publishing), so that the consumers' work is counted")
 	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
 	fs.Usage = usageWithEnv(fs, loadEnv, `Usage: shop load [flags]
 
@@ -248,6 +248,9 @@ func runLoad(ctx context.Context, o loadOptions) (loadReport, error) {
 		rep.ToPreparation = d
 	}
 	if probe != nil {
+		if o.Admin != "" {
+			probe.waitDrained(ctx, o.Wait)
+		}
 		if len(o.Pids) > 0 || o.Admin != "" {
 			time.Sleep(o.Settle)
 		}
