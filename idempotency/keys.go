@@ -77,8 +77,11 @@ type Config struct {
 	// request with the same key, whose transaction holds it, to commit or
 	// roll back: then it finds the response to replay, or runs. After it,
 	// the outcome is InProgress (409). On MySQL/MariaDB the wait is
-	// InnoDB's (innodb_lock_wait_timeout), and its end an error. Defaults
-	// to LockWaitDefault (5s).
+	// InnoDB's (innodb_lock_wait_timeout, 50s by default), and its end an
+	// error (TxHandler: 503 with Retry-After); on SQLite it is the wait for
+	// the database's write lock (the busy timeout) or, with the idem SQLite
+	// driver's single connection, for the pool. Defaults to
+	// LockWaitDefault (5s).
 	LockWait time.Duration
 	// PurgeInterval is how often a Purger deletes expired keys, with 10%
 	// jitter. Defaults to PurgeIntervalDefault (10m).
