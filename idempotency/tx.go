@@ -141,7 +141,9 @@ func (k *Keys[TTx]) TxHandler(fn TxHandlerFunc[TTx]) http.Handler {
 
 func (k *Keys[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req *Request, fn TxHandlerFunc[TTx]) {
 	ctx := r.Context()
+	rollback := func() {} // set once the transaction has begun
 	fail := func(what string, err error) {
+		rollback() // before the answer, so that the key is not held while it is sent
 		k.log.Error(what, "error", err)
 		if k.drv.Dialect().IsTransient(err) {
 			w.Header().Set("Retry-After", "1")
@@ -156,17 +158,22 @@ func (k *Keys[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req *Request
 		return
 	}
 	done := false
-	defer func() {
-		if !done { // an answer without commit, or a panic
+	rollback = func() {
+		if !done {
+			done = true
 			_ = k.drv.Rollback(context.WithoutCancel(ctx), tx)
 		}
-	}()
+	}
+	defer rollback() // an error, or a panic
 	var c *Claim
 	if req != nil {
 		c, err = k.ClaimTx(ctx, tx, *req)
 		if err != nil {
 			fail("idempotency key not claimed", err)
 			return
+		}
+		if c.Outcome != Claimed {
+			rollback() // before the answer, so that the key is not held while it is sent
 		}
 		switch c.Outcome {
 		case Replay:
@@ -191,7 +198,8 @@ func (k *Keys[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req *Request
 		resp.Header = http.Header{}
 	}
 	if resp.Status < 200 || resp.Status > 299 {
-		resp.Send(w) // rolled back by the deferred call
+		rollback() // before the answer: a retry finds the key free
+		resp.Send(w)
 		return
 	}
 	if err := k.Complete(ctx, tx, c, resp); err != nil {
