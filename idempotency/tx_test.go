@@ -260,3 +260,38 @@ func testTxCrashed(t *testing.T, db testDB[*sql.Tx]) {
 		t.Fatalf("%d widgets, %d events; want 1 of each", n, e)
 	}
 }
+
+// TestTxExpiry: with the claim in the request's transaction, a key is
+// remembered for the TTL (another body is 422, the same is replayed), then
+// forgotten: the key with another body runs, and its response is replayed.
+func TestTxExpiry(t *testing.T) {
+	t.Parallel()
+	eachDB(t, testTxExpiry[*sql.Tx], testTxExpiry[pgx.Tx])
+}
+
+func testTxExpiry[TTx any](t *testing.T, db testDB[TTx]) {
+	var clk clock
+	url := newWidgets(t, db, idempotency.Config{TTL: time.Hour, Now: clk.now}).serveTx(t)
+	first := post(t, url, "k-old", bodyA)
+	if first.status != http.StatusCreated {
+		t.Fatalf("first: %v", first)
+	}
+	clk.advance(59 * time.Minute)
+	if r := post(t, url, "k-old", bodyB); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("before the TTL, another body: %v, want 422", r)
+	}
+	if r := post(t, url, "k-old", bodyA); !r.replayed || r.widget.ID != first.widget.ID {
+		t.Fatalf("before the TTL: %v, want the replay", r)
+	}
+	clk.advance(time.Minute)
+	again := post(t, url, "k-old", bodyB)
+	if again.status != http.StatusCreated || again.replayed || again.widget.Name != "bellows" {
+		t.Fatalf("after the TTL, another body: %v, want it run", again)
+	}
+	if r := post(t, url, "k-old", bodyB); !r.replayed || r.widget.ID != again.widget.ID {
+		t.Fatalf("its retry: %v, want its replay", r)
+	}
+	if n := db.count(t, "widget"); n != 2 {
+		t.Fatalf("%d widgets, want 2", n)
+	}
+}
