@@ -139,4 +139,9 @@ type IdempotencyKeyLocker interface {
 	// and reports whether it did: false, at once, when another
 	// transaction holds it.
 	TryLockIdempotencyKey(ctx context.Context, ex Executor, ref IdempotencyKeyRef) (bool, error)
+	// TryLockInsertIdempotencyKey is TryLockIdempotencyKey, then, when
+	// the lock was taken, InsertIdempotencyKey, in one round trip: the
+	// first step of a request's claim in its own transaction. inserted is
+	// false when the lock was not taken or the key exists.
+	TryLockInsertIdempotencyKey(ctx context.Context, ex Executor, p IdempotencyKeyClaimParams) (locked, inserted bool, err error)
 }

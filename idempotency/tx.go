@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/idem-go/idem/driver"
 )
 
@@ -36,12 +38,26 @@ func (k *Keys[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request) (*Claim, e
 	}
 	ex := k.drv.Tx(tx)
 	if locker, ok := k.store.(driver.IdempotencyKeyLocker); ok {
-		locked, err := k.lock(ctx, locker, ex, driver.IdempotencyKeyRef{Scope: req.Scope, Key: req.Key})
+		// The common case, a new key, in one round trip.
+		owner, now := uuid.NewString(), k.now()
+		p := driver.IdempotencyKeyClaimParams{
+			IdempotencyKeyRef: driver.IdempotencyKeyRef{Scope: req.Scope, Key: req.Key}, Fingerprint: req.Fingerprint,
+			Owner: owner, Now: now, LockedUntil: now.Add(k.cfg.LockTimeout), ExpiresAt: now.Add(k.cfg.TTL),
+		}
+		locked, inserted, err := locker.TryLockInsertIdempotencyKey(ctx, ex, p)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("idempotency: claim key: %w", err)
+		}
+		if inserted {
+			return &Claim{Request: req, Outcome: Claimed, owner: owner, LockedUntil: p.LockedUntil}, nil
 		}
 		if !locked {
-			return &Claim{Request: req, Outcome: InProgress, LockedUntil: k.now().Add(time.Second)}, nil
+			if locked, err = k.lock(ctx, locker, ex, p.IdempotencyKeyRef); err != nil {
+				return nil, err
+			}
+			if !locked {
+				return &Claim{Request: req, Outcome: InProgress, LockedUntil: k.now().Add(time.Second)}, nil
+			}
 		}
 	}
 	return k.claim(ctx, ex, req)

@@ -193,6 +193,31 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 			t.Fatal("the key is still locked after the holder committed")
 		}
 		fatalIf(t, db.Driver.Rollback(ctx, tx2), "rollback")
+
+		// The lock and the insert in one step.
+		k := keysOf(t, db)
+		p := claim("s", "lock-insert", uuid.NewString())
+		tx1, tx2 = db.begin(t, ctx), db.begin(t, ctx)
+		lockInsert := func(tx TTx, p driver.IdempotencyKeyClaimParams) (bool, bool) {
+			t.Helper()
+			locked, inserted, err := locker.TryLockInsertIdempotencyKey(ctx, db.Driver.Tx(tx), p)
+			fatalIf(t, err, "try lock and insert")
+			return locked, inserted
+		}
+		if locked, inserted := lockInsert(tx1, p); !locked || !inserted {
+			t.Fatalf("a new key: locked %v, inserted %v; want both", locked, inserted)
+		}
+		if locked, inserted := lockInsert(tx2, claim("s", "lock-insert", uuid.NewString())); locked || inserted {
+			t.Fatalf("the key another transaction holds: locked %v, inserted %v; want neither, at once", locked, inserted)
+		}
+		fatalIf(t, db.Driver.Commit(ctx, tx1), "commit")
+		if locked, inserted := lockInsert(tx2, claim("s", "lock-insert", uuid.NewString())); !locked || inserted {
+			t.Fatalf("the key once committed: locked %v, inserted %v; want locked, not inserted", locked, inserted)
+		}
+		if got, err := k.GetIdempotencyKey(ctx, db.Driver.Tx(tx2), p.IdempotencyKeyRef); err != nil || got.Owner != p.Owner {
+			t.Fatalf("the committed key: %+v %v, want the first owner's", got, err)
+		}
+		fatalIf(t, db.Driver.Rollback(ctx, tx2), "rollback")
 	})
 
 	t.Run("KeysCompareExactly", func(t *testing.T) {

@@ -17,7 +17,7 @@ var (
 // idempotencyQueries are the statements on the idempotency key table
 // (migration 0004), rendered once per qualified table name.
 type idempotencyQueries struct {
-	insert, get, reclaim, complete, release, purge, tryLock string
+	insert, get, reclaim, complete, release, purge, tryLock, tryLockInsert string
 }
 
 var idempotencyQueryCache sync.Map // qualified table name -> *idempotencyQueries
@@ -48,6 +48,20 @@ WHERE scope = $1 AND idem_key = $2 AND owner = $3 AND state = 'processing'`,
 		// bigint). The table's name is in the hash, so that two schemas'
 		// keys seldom meet.
 		tryLock: `SELECT pg_try_advisory_xact_lock(7194, hashtext(` + `'` + strings.ReplaceAll(table, "'", "''") + `'` + ` || chr(10) || $1::text || chr(10) || $2::text))`,
+		// The lock, then the insert only if it was taken. The CTE l runs
+		// once (a volatile function is never inlined), before the insert
+		// reads it. ON CONFLICT sees a key committed after the statement's
+		// snapshot (read committed), so a holder that committed just
+		// before the lock was taken is never missed.
+		tryLockInsert: `WITH l AS (
+    SELECT pg_try_advisory_xact_lock(7194, hashtext(` + `'` + strings.ReplaceAll(table, "'", "''") + `'` + ` || chr(10) || $1::text || chr(10) || $2::text)) AS ok
+), ins AS (
+    INSERT INTO ` + table + ` (scope, idem_key, fingerprint, state, owner, locked_until, expires_at, created_at)
+    SELECT $1, $2, $3, 'processing', $4, $5, $6, $7 FROM l WHERE l.ok
+    ON CONFLICT (scope, idem_key) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM ins)`,
 	}
 	actual, _ := idempotencyQueryCache.LoadOrStore(table, q)
 	return actual.(*idempotencyQueries)
@@ -108,4 +122,11 @@ func (d *Dialect) TryLockIdempotencyKey(ctx context.Context, ex driver.Executor,
 	var ok bool
 	err := driver.QueryRow(ctx, ex, d.idempotencyQueries().tryLock, []any{ref.Scope, ref.Key}, &ok)
 	return ok, d.wrap(err)
+}
+
+// TryLockInsertIdempotencyKey implements driver.IdempotencyKeyLocker.
+func (d *Dialect) TryLockInsertIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (locked, inserted bool, err error) {
+	err = driver.QueryRow(ctx, ex, d.idempotencyQueries().tryLockInsert,
+		[]any{p.Scope, p.Key, p.Fingerprint, p.Owner, p.LockedUntil, p.ExpiresAt, p.Now}, &locked, &inserted)
+	return locked, inserted, d.wrap(err)
 }
