@@ -161,8 +161,10 @@ var chaosCases = []chaosCase{
 			if _, err := r.start(ctx, procSpec{name: "app", services: appServices + ",relay", http: app.http}); err != nil {
 				return "", err
 			}
-			// The crashed request left its key "processing": 409 until the
-			// lock timeout (1s here), then the retry takes it over.
+			// The key's claim was in the crashed request's transaction: it
+			// rolled back with the order, and the retry runs at once. (A
+			// claim left "processing" by an older binary answers 409 until
+			// the lock timeout, 1s here, then the retry takes it over.)
 			conflicts := 0
 			deadline := time.Now().Add(15 * time.Second)
 			for {

@@ -173,7 +173,8 @@ Examples:
 Order API:
   POST /orders             {"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}
                            header Idempotency-Key: same key + same body replays the response,
-                           another body is 422, a retry while the first runs is 409;
+                           another body is 422, a retry while the first runs waits
+                           for its response (409 after 5 s);
                            keys are kept 24 hours; the body must be sent with
                            Content-Type: application/json (415 otherwise).
   POST /orders/{id}/cancel always accepted: stock, shipping (and the carrier's

@@ -58,6 +58,10 @@ postgres_start() {
 		fsync = on
 		logging_collector = off
 	EOF
+	# pg_stat_statements where installed: shop load counts statements per order.
+	if [ -f "$bin/../lib/pg_stat_statements.so" ]; then
+		echo "shared_preload_libraries = 'pg_stat_statements'" >>"$dir/data/postgresql.conf"
+	fi
 
 	gen_script "$IDEM_TEST_DIR/postgres-start" BIN="$bin" DATA="$dir/data" DIR="$dir" \
 		LOGFILE="$dir/postgres.log" PORT="$port" RUNAS="$user" \
