@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -38,6 +39,12 @@ type Relay struct {
 	wg     sync.WaitGroup
 
 	stats stats
+
+	// swept holds the seqs of the rows published at start (sweep), which
+	// the stream skips until the confirmed position reaches sweptUntil.
+	// Only the reading goroutine uses them.
+	swept      map[int64]struct{}
+	sweptUntil pglogrepl.LSN
 }
 
 // stats are the counters behind Stats.

@@ -436,8 +436,11 @@ func TestTwoRelaysOneSlot(t *testing.T) {
 			t.Fatalf("the second relay published %s again", m.EventID)
 		}
 	}
-	if !r2.Stats().Streaming {
-		t.Fatal("the second relay is not streaming")
+	// The second relay published the rows it found at start, then reads
+	// the slot.
+	eventually(t, 10*time.Second, "the second relay streaming", func() bool { return r2.Stats().Streaming })
+	if pub2.Len() != len(second) {
+		t.Fatalf("the second relay published %d messages, want %d", pub2.Len(), len(second))
 	}
 }
 
@@ -641,4 +644,50 @@ func TestLagWarning(t *testing.T) {
 	eventually(t, 20*time.Second, "the retained WAL measured and warned about", func() bool {
 		return r.Stats().RetainedBytes > 1 && rec.has("retains more WAL than LagWarnBytes")
 	})
+}
+
+// Rows already in the outbox when the relay starts for the first time (a
+// table the polling relay served, rows written before the slot existed)
+// are in no stream of the slot: the relay publishes them at start, in order
+// per aggregate, once each, and deletes them.
+func TestRowsBeforeTheSlotArePublished(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	w := outbox.NewWriter(pg.Driver)
+	var before []idem.Event
+	for v := 1; v <= 10; v++ {
+		for a := range 5 {
+			before = append(before, event(t, fmt.Sprint(a), v))
+		}
+	}
+	if err := w.AddExec(context.Background(), pg.Driver.Pool(), before...); err != nil {
+		t.Fatal(err)
+	}
+	// A row the polling relay published and kept for its retention is not
+	// published again.
+	pg.Exec(t, `UPDATE outbox SET published_at = now() WHERE seq = (SELECT min(seq) FROM outbox)`)
+	pub := memory.New()
+	r := start(t, pg, pub, fastConfig(t))
+	after := event(t, "0", 11)
+	if err := w.AddExec(context.Background(), pg.Driver.Pool(), after); err != nil {
+		t.Fatal(err)
+	}
+	waitLen(t, pub, len(before), 20*time.Second)
+	eventually(t, 10*time.Second, "the outbox emptied but for the published row", func() bool { return pg.Count(t, "outbox") == 1 })
+	time.Sleep(300 * time.Millisecond) // a copy from the stream would come now
+	msgs := pub.Messages()
+	if len(msgs) != len(before) {
+		t.Fatalf("published %d messages, want %d (49 found at start, 1 written after): %+v", len(msgs), len(before), r.Stats())
+	}
+	last := map[string]int64{}
+	for _, m := range msgs {
+		ev := decode(t, m)
+		if ev.AggregateVersion <= last[ev.AggregateID] {
+			t.Fatalf("aggregate %s: version %d after %d", ev.AggregateID, ev.AggregateVersion, last[ev.AggregateID])
+		}
+		last[ev.AggregateID] = ev.AggregateVersion
+	}
+	if last["0"] != 11 {
+		t.Fatalf("the event written after the start was not published last: %v", last)
+	}
 }

@@ -31,6 +31,14 @@
 // were deleted (Config.Delete): after a crash, the server sends again what
 // was not confirmed (at least once; consumers deduplicate).
 //
+// Rows waiting at start. A slot streams what was committed after its
+// creation only. At each start, once it may read the slot, the relay
+// publishes the rows waiting in the table (published_at and quarantined_at
+// empty: rows written before the slot existed, a table the polling relay
+// served), in seq order, deletes them and skips their inserts in the
+// stream. It needs idem's seq, published_at and quarantined_at columns and
+// Config.Delete = DeletePublished.
+//
 // Unreadable input. A row that cannot become a message (an id that is not a
 // UUID, headers that are not a JSON object, no event name, a payload that is
 // not JSON) is quarantined in the table as the polling relay does

@@ -24,11 +24,35 @@ import (
 func (r *Relay) run() {
 	failures := 0
 	stopping := r.base.Stopping()
+	swept := false
 	for {
 		select {
 		case <-stopping:
 			return
 		default:
+		}
+		if !swept {
+			var n int64
+			var err error
+			swept, n, err = r.sweepUntilStop()
+			if n > 0 {
+				r.log.Info("published the rows already in the outbox at start", "rows", n)
+			}
+			if err != nil {
+				select {
+				case <-stopping:
+					return
+				default:
+				}
+				failures++
+				r.setErr(err)
+				d := r.backoff(failures)
+				r.log.Warn("publishing the rows already in the outbox failed; trying again", "retry_in", d.Round(time.Millisecond), "error", err)
+				if !sleep(r.ctx, d) {
+					return
+				}
+				continue
+			}
 		}
 		read, err := r.session()
 		select {
@@ -60,6 +84,12 @@ func (r *Relay) run() {
 			return
 		}
 	}
+}
+
+// sweepUntilStop runs sweep: Stop lets the Publish call in progress end
+// (or abandons it when its context ends first) and publishes nothing more.
+func (r *Relay) sweepUntilStop() (bool, int64, error) {
+	return r.sweep(r.ctx)
 }
 
 // txState is the transaction being read.
@@ -240,6 +270,9 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 		if err != nil {
 			return err
 		}
+		if _, done := r.swept[rec.Seq]; done && rec.Seq != 0 {
+			return nil // published and deleted at start
+		}
 		s.add(ctx, rec, true, "")
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix != r.cfg.MessagePrefix {
@@ -400,6 +433,9 @@ func (s *session) flush(ctx context.Context, force bool) error {
 	s.lastStatus = time.Now()
 	if moved {
 		s.flushed = pos
+		if r.swept != nil && pos >= r.sweptUntil {
+			r.swept = nil
+		}
 		r.stats.confirmed.Store(uint64(pos))
 		if lsn != 0 && fault.Enabled {
 			fault.Point(fault.CDCAfterConfirm)
