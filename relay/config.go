@@ -26,7 +26,7 @@ const (
 	// DisableListen): polling is then the only wake-up.
 	PollIntervalNoListenDefault = 50 * time.Millisecond
 	DebounceDefault             = 2 * time.Millisecond
-	BusyPollIntervalDefault     = 5 * time.Millisecond
+	BusyPollIntervalDefault     = 2 * time.Millisecond
 	RetryBackoffDefault         = time.Second
 	QuarantineAfterDefault      = 10
 	MaxRetryBackoffDefault      = time.Minute
@@ -81,7 +81,8 @@ type Config struct {
 	// at this pace, and on PostgreSQL its producers do not notify at all
 	// (the outbox trigger notifies only while a relay waits). It bounds
 	// the delay of such a stream's rows, at the cost of one claim that
-	// finds nothing after each burst. Defaults to 5ms; negative turns it
+	// finds nothing after each burst. Defaults to 2ms (Debounce: the pace of
+	// a notified relay); negative turns it
 	// off.
 	BusyPollInterval time.Duration
 	// Debounce is how long a worker woken by a notification waits before

@@ -59,6 +59,9 @@ type Relay[TTx any] struct {
 	signals atomic.Uint64
 	// idle tells a driver.OutboxWaitListener that a claim found nothing.
 	idle chan struct{}
+	// lingering is held by the one worker that polls at
+	// Config.BusyPollInterval after a round that found rows.
+	lingering atomic.Bool
 
 	// base is the lifecycle. claimCtx ends at Stop: no new claim; workCtx
 	// ends when Stop runs out of time: in-flight publications are
@@ -329,6 +332,13 @@ func (r *Relay[TTx]) worker(n int) {
 	// it waits for a poll or a wake-up.
 	var held atomic.Int32
 	var waiting atomic.Bool
+	// lingers: this worker holds r.lingering, polling at BusyPollInterval.
+	lingers := false
+	defer func() {
+		if lingers {
+			r.lingering.Store(false)
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -395,7 +405,7 @@ func (r *Relay[TTx]) worker(n int) {
 					// Its aggregates are free again: a claim that found
 					// nothing while they were leased would now find rows.
 					r.nudge()
-				case left == 0 && waiting.Load():
+				case left == 0 && waiting.Load() && !r.lingering.Load():
 					r.declareIdle()
 				}
 			})
@@ -410,20 +420,32 @@ func (r *Relay[TTx]) worker(n int) {
 			r.nudge()
 		}
 		if found && r.cfg.BusyPollInterval > 0 {
-			// Rows came in this round: claim again shortly, without
-			// waiting for a notification. A relay that keeps up with a
-			// steady stream polls at this pace, and producers, whose
-			// inserts notify only while it waits, do not notify at all.
 			idle = r.cfg.PollInterval
-			timer.Reset(r.cfg.BusyPollInterval)
-			continue
+			if !lingers && r.lingering.CompareAndSwap(false, true) {
+				lingers = true
+			}
+			if lingers {
+				// Rows came in this round: claim again shortly, without
+				// waiting for a notification. A relay that keeps up with
+				// a steady stream polls at this pace (one worker does),
+				// and producers, whose inserts notify only while it
+				// waits, do not notify at all.
+				timer.Reset(r.cfg.BusyPollInterval)
+				continue
+			}
 		}
-		// About to wait: once this worker holds no batch, a listener that
-		// makes the database notify only while the relay waits declares it
-		// waiting, then wakes it once more for the rows committed until
-		// then. A batch still in flight declares it when it ends.
+		if lingers {
+			lingers = false
+			r.lingering.Store(false)
+		}
+		// About to wait: once this worker holds no batch, and unless
+		// another worker polls at BusyPollInterval (it declares it when
+		// its round finds nothing), a listener that makes the database
+		// notify only while the relay waits declares it waiting, then
+		// wakes it once more for the rows committed until then. A batch
+		// still in flight declares it when it ends.
 		waiting.Store(true)
-		if held.Load() == 0 {
+		if held.Load() == 0 && !r.lingering.Load() {
 			r.declareIdle()
 		}
 		switch {

@@ -97,6 +97,7 @@ Example:
 			curve := fs.String("workers-curve", "", "comma-separated worker counts to drain with (e.g. 1,2,4,8); empty skips it")
 			producers := fs.Int("producers", 16, "clients committing in the producer test")
 			producerDuration := fs.Duration("producer-duration", 0, "length of each producer commits/s measure; 0 skips it")
+			busyPoll := fs.Duration("busy-poll", relay.BusyPollIntervalDefault, "the relay's BusyPollInterval (negative: off)")
 			triggers := fs.String("triggers", "waiting,always,none", "outbox triggers to measure the producers and the latency with")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) != 1 || args[0] != "relay" {
@@ -122,7 +123,7 @@ Example:
 					return fmt.Errorf("bench relay needs PostgreSQL")
 				}
 				b := &bench{e: e, rows: *rows, aggregates: *aggregates, workers: *workers, batch: *batch,
-					curve: counts, producers: *producers, producerDuration: *producerDuration, triggers: designs}
+					busyPoll: *busyPoll, curve: counts, producers: *producers, producerDuration: *producerDuration, triggers: designs}
 				if *metrics {
 					b.metrics = relaymetrics.New()
 					b.registry = prometheus.NewRegistry()
@@ -153,6 +154,7 @@ type bench struct {
 	// producerDuration: the producer commits/s test; triggers: the outbox
 	// triggers it and the latency test run with.
 	curve            []int
+	busyPoll         time.Duration
 	producers        int
 	producerDuration time.Duration
 	triggers         []string
@@ -529,11 +531,12 @@ func (p *countingPublisher) Publish(_ context.Context, msgs []idemmsg.Message) e
 
 func (b *bench) relayConfig() relay.Config {
 	cfg := relay.Config{
-		Workers:       b.workers,
-		BatchSize:     b.batch,
-		StatsInterval: -1,
-		Retention:     -1,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Workers:          b.workers,
+		BatchSize:        b.batch,
+		StatsInterval:    -1,
+		Retention:        -1,
+		BusyPollInterval: b.busyPoll,
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if b.metrics != nil {
 		cfg = b.metrics.Instrument(cfg)
