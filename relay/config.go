@@ -26,6 +26,7 @@ const (
 	// DisableListen): polling is then the only wake-up.
 	PollIntervalNoListenDefault = 50 * time.Millisecond
 	DebounceDefault             = 2 * time.Millisecond
+	BusyPollIntervalDefault     = 2 * time.Millisecond
 	RetryBackoffDefault         = time.Second
 	QuarantineAfterDefault      = 10
 	MaxRetryBackoffDefault      = time.Minute
@@ -43,9 +44,9 @@ type Config struct {
 	// concurrently. Defaults to 2.
 	Workers int
 	// BatchSize is the maximum number of rows claimed at once. Defaults to
-	// 1000. A claim takes at most BatchSize/Workers aggregates and fills
-	// the rest of the batch with the rows that follow theirs, so that
-	// with many aggregates every worker has some to publish.
+	// 1000. A claim takes at most BatchSize/2 aggregates (all of them with
+	// one worker) and fills the rest of the batch with the rows that follow
+	// theirs, so that with many aggregates another claim finds some too.
 	BatchSize int
 	// MaxPerAggregate is the maximum number of rows of one aggregate in a
 	// claim. They are published one per Publish call, each after the
@@ -64,6 +65,26 @@ type Config struct {
 	// by a notification, with ±20% jitter. Defaults to 1s when the driver
 	// supports LISTEN/NOTIFY (pgx on PostgreSQL), 50ms otherwise.
 	PollInterval time.Duration
+	// MaxPollInterval, when set, makes idle workers back off: after a
+	// claim that finds nothing, the next poll waits twice as long as the
+	// previous one, up to MaxPollInterval; a claim that finds rows, a
+	// notification from the database or Relay.Notify brings it back to
+	// PollInterval. Processes that write their outbox rows themselves call
+	// Relay.Notify after committing, so that a relay idle for a while picks
+	// their rows up at once. Zero (the default) polls every PollInterval.
+	// It must not be shorter than PollInterval.
+	MaxPollInterval time.Duration
+	// BusyPollInterval is how soon a worker whose last round of claims
+	// found rows claims again, notified or not; a round that finds nothing
+	// sends the worker back to waiting for a notification or
+	// PollInterval. A relay that keeps up with a steady stream thus polls
+	// at this pace, and on PostgreSQL its producers do not notify at all
+	// (the outbox trigger notifies only while a relay waits). It bounds
+	// the delay of such a stream's rows, at the cost of one claim that
+	// finds nothing after each burst. Defaults to 2ms (Debounce: the pace of
+	// a notified relay); negative turns it
+	// off.
+	BusyPollInterval time.Duration
 	// Debounce is how long a worker woken by a notification waits before
 	// claiming, so that a burst of inserts is one claim. Defaults to 2ms.
 	Debounce time.Duration
@@ -72,10 +93,14 @@ type Config struct {
 	// On PostgreSQL the outbox's insert trigger sends the notifications,
 	// and every commit that sends one takes a lock global to the server
 	// until its WAL flush is done, so such commits run one at a time (about
-	// 2,000/s on the reference machine, against 5,000/s without). Writers
-	// that need more can disable the trigger
+	// 2,000/s on the reference machine, against 5,000/s without). Since
+	// migration 0006 the trigger notifies only while a relay waits for
+	// rows (see the package documentation); with DisableListen no relay
+	// waits, and inserts never notify. Writers that want no trigger at all
+	// on a table can disable it
 	// (ALTER TABLE outbox DISABLE TRIGGER outbox_notify) and run their
-	// relays with DisableListen and a short PollInterval.
+	// relays with DisableListen and a short PollInterval, or use the CDC
+	// relay.
 	DisableListen bool
 	// RetryBackoff is the delay before a row whose publication failed is
 	// tried again, doubled at each further failure, with jitter, up to
@@ -155,10 +180,12 @@ func (c Config) ClaimParams(owner uuid.UUID) driver.ClaimParams {
 		Lease:           c.Lease,
 		Limit:           c.BatchSize,
 		MaxPerAggregate: c.MaxPerAggregate,
-		// Half the batch's aggregates with two workers, and so on: with
-		// many aggregates, one claim would otherwise take every head and
-		// leave the other workers nothing to publish until it is marked.
-		MaxHeads: (c.BatchSize + c.Workers - 1) / c.Workers,
+		// Half the batch's aggregates with two workers or more: with many
+		// aggregates, one claim would otherwise take every head and leave
+		// the next claim nothing to publish until it is marked. Not less:
+		// smaller claims meant longer chains per aggregate and workers
+		// slower the more of them there were.
+		MaxHeads: (c.BatchSize + min(c.Workers, 2) - 1) / min(c.Workers, 2),
 	}
 }
 
@@ -175,6 +202,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.Debounce = cmp.Or(c.Debounce, DebounceDefault)
+	c.BusyPollInterval = cmp.Or(c.BusyPollInterval, BusyPollIntervalDefault)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
 	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, max(MaxRetryBackoffDefault, c.RetryBackoff))
 	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, QuarantineAfterDefault)
@@ -211,6 +239,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("idem: relay: Config.PublishTimeout %v must be shorter than 90%% of Config.Lease %v, or a slow publish would outlive its lease", c.PublishTimeout, c.Lease)
 	case c.MaxRetryBackoff < c.RetryBackoff:
 		return fmt.Errorf("idem: relay: Config.MaxRetryBackoff %v is shorter than Config.RetryBackoff %v", c.MaxRetryBackoff, c.RetryBackoff)
+	case c.MaxPollInterval < 0:
+		return fmt.Errorf("idem: relay: Config.MaxPollInterval is %v; want zero (no backoff) or a duration not shorter than Config.PollInterval", c.MaxPollInterval)
+	case c.MaxPollInterval > 0 && c.MaxPollInterval < c.PollInterval:
+		return fmt.Errorf("idem: relay: Config.MaxPollInterval %v is shorter than Config.PollInterval %v", c.MaxPollInterval, c.PollInterval)
 	case c.MaxPerAggregate > c.BatchSize:
 		return fmt.Errorf("idem: relay: Config.MaxPerAggregate %d is larger than Config.BatchSize %d", c.MaxPerAggregate, c.BatchSize)
 	}

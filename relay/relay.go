@@ -53,6 +53,15 @@ type Relay[TTx any] struct {
 	log     *slog.Logger
 
 	wake chan struct{}
+	// signals counts the wake-ups from outside (notifications, Notify),
+	// so that a worker whose claim found nothing can tell whether one came
+	// during the claim.
+	signals atomic.Uint64
+	// idle tells a driver.OutboxWaitListener that a claim found nothing.
+	idle chan struct{}
+	// lingering is held by the one worker that polls at
+	// Config.BusyPollInterval after a round that found rows.
+	lingering atomic.Bool
 
 	// base is the lifecycle. claimCtx ends at Stop: no new claim; workCtx
 	// ends when Stop runs out of time: in-flight publications are
@@ -100,9 +109,10 @@ type Stats struct {
 	// Takeovers is the number of rows claimed from a worker whose lease had
 	// expired.
 	Takeovers int64
-	// LeasesLost is the number of confirmed rows this relay could not mark
-	// because its lease had been taken over; their new owner publishes them
-	// again.
+	// LeasesLost is the number of confirmed rows this relay did not mark
+	// because its lease had ended first (taken over by another worker, or
+	// expired: a mark is never sent after the lease); their next owner
+	// publishes them again.
 	LeasesLost int64
 	// Released is the number of rows given back unpublished.
 	Released int64
@@ -152,6 +162,7 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "relay"),
 		wake:    make(chan struct{}, 1),
+		idle:    make(chan struct{}, 1),
 		tracing: newTracing(cfg, pub),
 	}, nil
 }
@@ -270,10 +281,19 @@ func (r *Relay[TTx]) Healthy() error {
 }
 
 // Notify wakes an idle worker to claim now, as a notification from the
-// database would. Producers in the same process can call it after
-// committing outbox rows, on databases without LISTEN/NOTIFY. It never
-// blocks.
-func (r *Relay[TTx]) Notify() { r.nudge() }
+// database would, and brings a backing-off relay (Config.MaxPollInterval)
+// back to Config.PollInterval. Producers in the same process call it after
+// committing outbox rows. A Notify that arrives while a worker is claiming
+// is not lost: when that claim finds nothing, the worker claims again. It
+// never blocks.
+func (r *Relay[TTx]) Notify() { r.signal() }
+
+// signal records a wake-up from outside (a notification, Notify) and wakes
+// one idle worker.
+func (r *Relay[TTx]) signal() {
+	r.signals.Add(1)
+	r.nudge()
+}
 
 // nudge wakes one idle worker.
 func (r *Relay[TTx]) nudge() {
@@ -283,29 +303,71 @@ func (r *Relay[TTx]) nudge() {
 	}
 }
 
+// batchesPerWorker returns how many claimed batches a worker holds at
+// once. With a driver.OutboxClaimer (a claim in one round trip, on a pool of
+// connections) two: one being published while the next is claimed. Claims
+// in a transaction of their own (database/sql drivers; SQLite's one
+// connection) would make marks wait behind claims, and a mark that waits
+// past the lease is lost: one.
+func (r *Relay[TTx]) batchesPerWorker() int {
+	if r.claimer != nil {
+		return 2
+	}
+	return 1
+}
+
 func (r *Relay[TTx]) worker(n int) {
 	log := r.log.With("worker", n)
 	ctx := r.claimCtx
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	// slots bounds the batches this worker holds; inflight waits for
+	// them when the worker ends.
+	slots := make(chan struct{}, r.batchesPerWorker())
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
 	var failures int
+	idle := r.cfg.PollInterval
+	// held counts this worker's batches in flight; waiting is set while
+	// it waits for a poll or a wake-up.
+	var held atomic.Int32
+	var waiting atomic.Bool
+	// lingers: this worker holds r.lingering, polling at BusyPollInterval.
+	lingers := false
+	defer func() {
+		if lingers {
+			r.lingering.Store(false)
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		case <-r.wake:
+			idle = r.cfg.PollInterval
 			if !sleep(ctx, r.cfg.Debounce) {
 				return
 			}
 		}
+		waiting.Store(false)
+		found := false
 		for ctx.Err() == nil {
 			if d := time.Until(time.Unix(0, r.pauseUntil.Load())); d > 0 {
 				if !sleep(ctx, d) {
 					return
 				}
 			}
-			more, err := r.runOnce(log)
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			signals := r.signals.Load()
+			b, err := r.claimBatch(log)
+			if err != nil || b == nil {
+				<-slots
+			}
 			if err != nil && ctx.Err() != nil {
 				return // stopping: the claim was cancelled, nothing failed
 			}
@@ -323,29 +385,107 @@ func (r *Relay[TTx]) worker(n int) {
 			}
 			failures = 0
 			r.claimFailures.Store(0)
-			if !more {
+			if b == nil {
+				if r.signals.Load() != signals {
+					// Woken while claiming: the rows may have committed
+					// after the claim's snapshot.
+					found = true
+					continue
+				}
 				break
 			}
-			// A full batch, or an aggregate with more rows than a claim
-			// takes: claim again at once and let an idle worker help.
+			found = true
+			held.Add(1)
+			inflight.Go(func() {
+				r.process(log, b)
+				left := held.Add(-1)
+				<-slots
+				switch {
+				case b.more:
+					// Its aggregates are free again: a claim that found
+					// nothing while they were leased would now find rows.
+					r.nudge()
+				case left == 0 && waiting.Load() && !r.lingering.Load():
+					r.declareIdle()
+				}
+			})
+			if !b.moreHeads {
+				// Every head there was is in this batch: another claim
+				// would find nothing until it is marked (and then, if it
+				// was full, its end wakes a worker).
+				break
+			}
+			// More aggregates wait: claim the next batch while this one is
+			// published, and let an idle worker help.
 			r.nudge()
 		}
-		timer.Reset(jitter(r.cfg.PollInterval, pollJitter))
+		if found && r.cfg.BusyPollInterval > 0 {
+			idle = r.cfg.PollInterval
+			if !lingers && r.lingering.CompareAndSwap(false, true) {
+				lingers = true
+			}
+			if lingers {
+				// Rows came in this round: claim again shortly, without
+				// waiting for a notification. A relay that keeps up with
+				// a steady stream polls at this pace (one worker does),
+				// and producers, whose inserts notify only while it
+				// waits, do not notify at all.
+				timer.Reset(r.cfg.BusyPollInterval)
+				continue
+			}
+		}
+		if lingers {
+			lingers = false
+			r.lingering.Store(false)
+		}
+		// About to wait: once this worker holds no batch, and unless
+		// another worker polls at BusyPollInterval (it declares it when
+		// its round finds nothing), a listener that makes the database
+		// notify only while the relay waits declares it waiting, then
+		// wakes it once more for the rows committed until then. A batch
+		// still in flight declares it when it ends.
+		waiting.Store(true)
+		if held.Load() == 0 && !r.lingering.Load() {
+			r.declareIdle()
+		}
+		switch {
+		case found || r.cfg.MaxPollInterval == 0:
+			idle = r.cfg.PollInterval
+		default:
+			idle = min(2*idle, r.cfg.MaxPollInterval)
+		}
+		timer.Reset(jitter(idle, pollJitter))
 	}
 }
 
-// runOnce claims one batch and publishes it. It reports whether more rows
-// are probably waiting: the batch was full, or an aggregate had as many rows
-// as a claim takes.
-func (r *Relay[TTx]) runOnce(log *slog.Logger) (more bool, err error) {
-	owner := uuid.New()
-	start := time.Now()
-	rows, err := r.claim(owner)
-	if err != nil {
-		return false, err
+// declareIdle tells a driver.OutboxWaitListener that the relay is about to
+// wait.
+func (r *Relay[TTx]) declareIdle() {
+	select {
+	case r.idle <- struct{}{}:
+	default:
 	}
-	if len(rows) == 0 {
-		return false, nil
+}
+
+// claimed is a batch on its way to the broker.
+type claimed struct {
+	owner    uuid.UUID
+	deadline time.Time
+	rows     []driver.ClaimedRow
+	// more says that more rows are probably waiting: the batch was full,
+	// or an aggregate had as many rows as a claim takes. moreHeads says
+	// that more aggregates probably wait: the claim took as many as it may.
+	more, moreHeads bool
+}
+
+// claimBatch claims one batch, or returns nil when there is nothing to
+// claim.
+func (r *Relay[TTx]) claimBatch(log *slog.Logger) (*claimed, error) {
+	owner := uuid.New()
+	params := r.cfg.ClaimParams(owner)
+	rows, start, err := r.claim(params)
+	if err != nil || len(rows) == 0 {
+		return nil, err
 	}
 	if fault.Enabled {
 		fault.Point(fault.RelayAfterClaim)
@@ -353,43 +493,56 @@ func (r *Relay[TTx]) runOnce(log *slog.Logger) (more bool, err error) {
 	r.stats.claims.Add(1)
 	r.stats.claimed.Add(int64(len(rows)))
 	var taken int64
+	per := make(map[aggregateKey]int, len(rows))
+	longest := 0
 	for _, row := range rows {
 		if row.TakenOver {
 			taken++
 		}
+		k := aggregateKey{row.AggregateType, row.AggregateID}
+		per[k]++
+		longest = max(longest, per[k])
 	}
 	if taken > 0 {
 		r.stats.takeovers.Add(taken)
 		log.Warn("took over expired leases", "rows", taken)
 	}
-	rounds := r.process(log, owner, start.Add(r.cfg.Lease), rows)
-	return len(rows) == r.cfg.BatchSize || rounds == r.cfg.MaxPerAggregate, nil
+	return &claimed{owner: owner, deadline: start.Add(r.cfg.Lease), rows: rows,
+		more:      len(rows) == r.cfg.BatchSize || longest == r.cfg.MaxPerAggregate,
+		moreHeads: len(per) >= params.HeadLimit()}, nil
 }
 
-func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error) {
-	defer observeSince(r.cfg.ObserveClaim, time.Now())
+// claim claims a batch. It returns when the lease started at the latest:
+// before the call with a driver.OutboxClaimer, else once the claim's
+// transaction holds its connection (waiting for a connection of a busy
+// pool must not eat the lease).
+func (r *Relay[TTx]) claim(params driver.ClaimParams) (rows []driver.ClaimedRow, start time.Time, err error) {
+	start = time.Now()
+	defer observeSince(r.cfg.ObserveClaim, start)
 	ctx, cancel := context.WithTimeout(r.claimCtx, r.cfg.QueryTimeout)
 	defer cancel()
 	if r.claimer != nil {
-		return r.claimer.ClaimOutbox(ctx, r.cfg.ClaimParams(owner))
+		rows, err = r.claimer.ClaimOutbox(ctx, params)
+		return rows, start, err
 	}
 	tx, err := r.drv.Begin(ctx)
 	if err != nil {
-		return nil, err
+		return nil, start, err
 	}
+	start = time.Now()
 	defer func() {
 		if err != nil {
 			_ = r.drv.Rollback(context.WithoutCancel(ctx), tx)
 		}
 	}()
-	rows, err = r.dialect.ClaimOutbox(ctx, r.drv.Tx(tx), r.cfg.ClaimParams(owner))
+	rows, err = r.dialect.ClaimOutbox(ctx, r.drv.Tx(tx), params)
 	if err != nil {
-		return nil, err
+		return nil, start, err
 	}
 	if err := r.drv.Commit(ctx, tx); err != nil {
-		return nil, err
+		return nil, start, err
 	}
-	return rows, nil
+	return rows, start, nil
 }
 
 type aggregateKey struct{ typ, id string }
@@ -407,92 +560,137 @@ type item struct {
 	confirmed         time.Time
 }
 
-// process publishes a claimed batch in rounds: round k holds the k-th row of
-// each aggregate, and goes to the broker only once round k-1 was confirmed.
-// When a row fails, the later rows of its aggregate are not published. Then
-// it marks what was confirmed, quarantines the rows that cannot be read or
-// that the broker refused on their last allowed attempt, and releases the
-// rest, all fenced by owner. It returns the number of rounds.
-func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Time, rows []driver.ClaimedRow) int {
+// Publish calls per batch: a batch keeps up to publishCalls calls in flight,
+// each carrying at least minCallSize messages when that many are ready.
+const (
+	publishCalls = 4
+	minCallSize  = 64
+)
+
+// process publishes a claimed batch. The rows of one aggregate form a chain
+// published one after the other: row k+1 goes to the broker only once row k
+// was confirmed. Chains advance independently, in up to publishCalls
+// concurrent Publish calls, each holding the next row of the aggregates
+// that are ready. When a row fails, the later rows of its aggregate are not
+// published. Then it marks what was confirmed, quarantines the rows that
+// cannot be read or that the broker refused on their last allowed attempt,
+// and releases the rest, all fenced by the batch's owner.
+func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
+	owner, deadline, rows := b.owner, b.deadline, b.rows
 	items := make([]item, len(rows))
-	var rounds [][]int
-	position := make(map[aggregateKey]int, len(rows))
+	var chains [][]int
+	chainOf := make(map[aggregateKey]int, len(rows))
 	for i := range rows {
 		items[i].row = &rows[i]
 		k := aggregateKey{rows[i].AggregateType, rows[i].AggregateID}
-		p := position[k]
-		position[k] = p + 1
-		if p == len(rounds) {
-			rounds = append(rounds, nil)
+		c, ok := chainOf[k]
+		if !ok {
+			c = len(chains)
+			chainOf[k] = c
+			chains = append(chains, nil)
 		}
-		rounds[p] = append(rounds[p], i)
+		chains[c] = append(chains[c], i)
 	}
+	// ready holds the chains whose next row can be published; next[c] is
+	// the position of chain c's next row.
+	ready := make([]int, len(chains))
+	for c := range chains {
+		ready[c] = c
+	}
+	next := make([]int, len(chains))
 
-	failed := map[aggregateKey]bool{}
-	var batch []int
-	var msgs []idem.Message
+	type result struct {
+		batch []int
+		msgs  []idem.Message
+		err   error
+		at    time.Time
+	}
+	results := make(chan result, publishCalls)
+	var inFlight, calls int
 	// faultDelay is how long rows the broker did not answer for wait;
-	// paused says that brokerFailed logged why.
+	// paused says that brokerFailed logged why; halted that no more calls
+	// start.
 	faultDelay := backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, 1)
-	paused := false
-	for n, round := range rounds {
-		if n > 0 && r.claimCtx.Err() != nil {
-			break // Stopping: release what is left.
+	paused, halted := false, false
+	for {
+		for !halted && len(ready) > 0 && inFlight < publishCalls {
+			if calls > 0 && r.claimCtx.Err() != nil {
+				halted = true // Stopping: release what is left.
+				break
+			}
+			if time.Until(deadline) < r.cfg.PublishTimeout+r.cfg.leaseMargin() {
+				log.Warn("lease about to expire; releasing the rest of the batch", "aggregates_left", len(ready)+inFlight)
+				halted = true
+				break
+			}
+			size := max(minCallSize, (len(ready)+publishCalls-inFlight-1)/(publishCalls-inFlight))
+			take := ready[:min(size, len(ready))]
+			var batch []int
+			var msgs []idem.Message
+			for _, c := range take {
+				i := chains[c][next[c]]
+				it := &items[i]
+				msg, err := toMessage(it.row.OutboxRecord)
+				if err != nil {
+					// Retrying cannot fix the row: quarantine it at once;
+					// the rest of its chain waits.
+					it.err, it.unreadable = err, true
+					continue
+				}
+				it.msg = msg
+				batch = append(batch, i)
+				msgs = append(msgs, msg)
+			}
+			ready = ready[len(take):]
+			if len(msgs) == 0 {
+				continue
+			}
+			calls++
+			inFlight++
+			go func() {
+				ctx, cancel := context.WithTimeout(r.workCtx, r.cfg.PublishTimeout)
+				spans := r.tracing.startSpans(ctx, items, batch, msgs)
+				err := r.publish(ctx, msgs)
+				cancel()
+				endSpans(spans, err)
+				results <- result{batch: batch, msgs: msgs, err: err, at: time.Now()}
+			}()
 		}
-		if time.Until(deadline) < r.cfg.PublishTimeout+r.cfg.leaseMargin() {
-			log.Warn("lease about to expire; releasing the rest of the batch", "rounds_left", len(rounds)-n)
+		if inFlight == 0 {
 			break
 		}
-		batch, msgs = batch[:0], msgs[:0]
-		for _, i := range round {
-			it := &items[i]
-			k := aggregateKey{it.row.AggregateType, it.row.AggregateID}
-			if failed[k] {
-				continue
-			}
-			msg, err := toMessage(it.row.OutboxRecord)
-			if err != nil {
-				// Retrying cannot fix the row: quarantine it at once.
-				it.err, it.unreadable = err, true
-				failed[k] = true
-				continue
-			}
-			it.msg = msg
-			batch = append(batch, i)
-			msgs = append(msgs, msg)
-		}
-		if len(msgs) == 0 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(r.workCtx, r.cfg.PublishTimeout)
-		spans := r.tracing.startSpans(ctx, items, batch, msgs)
-		err := r.publish(ctx, msgs)
-		cancel()
-		now := time.Now()
-		endSpans(spans, err)
+		res := <-results
+		inFlight--
 		var batchErr *broker.BatchError
-		whole := err != nil && !errors.As(err, &batchErr)
+		whole := res.err != nil && !errors.As(res.err, &batchErr)
 		var accepted, faults int
 		var firstFault error
-		for j, res := range broker.Results(err, len(msgs)) {
-			it := &items[batch[j]]
-			if res == nil {
-				it.published, it.confirmed = true, now
+		for j, e := range broker.Results(res.err, len(res.msgs)) {
+			i := res.batch[j]
+			it := &items[i]
+			if e == nil {
+				it.published, it.confirmed = true, res.at
 				accepted++
+				c := chainOf[aggregateKey{it.row.AggregateType, it.row.AggregateID}]
+				if next[c]++; next[c] < len(chains[c]) {
+					ready = append(ready, c)
+				}
 				continue
 			}
-			it.err = res
-			it.fault = whole || isFault(res)
+			it.err = e
+			it.fault = whole || isFault(e)
 			if it.fault {
 				faults++
-				firstFault = cmp.Or(firstFault, res)
+				firstFault = cmp.Or(firstFault, e)
 			}
-			failed[aggregateKey{it.row.AggregateType, it.row.AggregateID}] = true
 		}
-		if whole || (accepted == 0 && faults == len(msgs)) {
+		if whole || (accepted == 0 && faults == len(res.msgs)) {
 			// The broker is away: pause every worker, and count no attempt.
-			faultDelay, paused = r.brokerFailed(log, cmp.Or(err, firstFault)), true
-			break
+			if !paused {
+				faultDelay, paused = r.brokerFailed(log, cmp.Or(res.err, firstFault)), true
+			}
+			halted = true
+			continue
 		}
 		r.brokerFailures.Store(0)
 	}
@@ -508,7 +706,10 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 			fault.Point(fault.RelayAfterPublishBeforeMark)
 		}
 		marked, err := r.mark(owner, deadline, seqs)
-		if err != nil {
+		if errors.Is(err, errLeaseExpired) {
+			r.stats.leasesLost.Add(int64(len(seqs)))
+			log.Warn("lease expired before the mark: the rows will be published again by their next owner", "rows", len(seqs))
+		} else if err != nil {
 			log.Error("mark published failed; the rows will be published again after the lease", "rows", len(seqs), "error", err)
 		} else {
 			r.stats.published.Add(marked)
@@ -584,7 +785,6 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 			r.stats.released.Add(n)
 		}
 	}
-	return len(rounds)
 }
 
 // quarantine sets rows aside and logs each of them.
@@ -618,12 +818,20 @@ func (r *Relay[TTx]) quarantine(log *slog.Logger, owner uuid.UUID, items []item,
 	}
 }
 
-// mark marks the rows of seqs published, retrying while the lease lasts.
+// errLeaseExpired is why a mark is not sent once its lease has ended.
+var errLeaseExpired = errors.New("the lease expired before the mark")
+
+// mark marks the rows of seqs published, retrying while the lease lasts. It
+// sends no mark once deadline, the lease's end as measured from before the
+// claim, has passed: the rows may be another owner's by then.
 func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, seqs []int64) (int64, error) {
 	defer observeSince(r.cfg.ObserveMark, time.Now())
 	var err error
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), r.cfg.QueryTimeout)
+		if !time.Now().Before(deadline) {
+			return 0, cmp.Or(err, errLeaseExpired)
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), min(r.cfg.QueryTimeout, time.Until(deadline)))
 		var n int64
 		n, err = r.dialect.MarkPublished(ctx, r.drv.Pool(), owner, seqs)
 		cancel()
@@ -711,15 +919,21 @@ func (r *Relay[TTx]) listen(l driver.OutboxListener) {
 	ctx := r.claimCtx
 	var failures int
 	for {
-		connected := false
-		err := l.ListenOutbox(ctx, func() {
-			connected = true
-			r.nudge()
-		})
+		var connected atomic.Bool // notify runs on the listener's goroutines
+		notify := func() {
+			connected.Store(true)
+			r.signal()
+		}
+		var err error
+		if wl, ok := l.(driver.OutboxWaitListener); ok {
+			err = wl.ListenOutboxWaiting(ctx, notify, r.idle)
+		} else {
+			err = l.ListenOutbox(ctx, notify)
+		}
 		if ctx.Err() != nil {
 			return
 		}
-		if connected {
+		if connected.Load() {
 			failures = 0
 		}
 		failures++
