@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -40,11 +39,10 @@ type Relay struct {
 
 	stats stats
 
-	// swept holds the seqs of the rows published at start (sweep), which
-	// the stream skips until the confirmed position reaches sweptUntil.
-	// Only the reading goroutine uses them.
-	swept      map[int64]struct{}
-	sweptUntil pglogrepl.LSN
+	// initial holds, from the creation of the slot until the reading
+	// goroutine published them, the rows that were waiting in the outbox
+	// then (sweep.go).
+	initial *initialRows
 }
 
 // stats are the counters behind Stats.
@@ -126,6 +124,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		return err
 	}
 	if err := r.setup(ctx); err != nil {
+		r.dropInitial()
 		if r.pool != nil {
 			r.pool.Close()
 		}

@@ -31,13 +31,14 @@
 // were deleted (Config.Delete): after a crash, the server sends again what
 // was not confirmed (at least once; consumers deduplicate).
 //
-// Rows waiting at start. A slot streams what was committed after its
-// creation only. At each start, once it may read the slot, the relay
-// publishes the rows waiting in the table (published_at and quarantined_at
-// empty: rows written before the slot existed, a table the polling relay
-// served), in seq order, deletes them and skips their inserts in the
+// Rows waiting when the slot is created. A slot streams what commits after
+// its creation only. The relay creates it with an exported snapshot, reads
+// the rows waiting in the table in it (published_at and quarantined_at
+// empty: rows written before the first start, a table the polling relay
+// served), publishes them in seq order and deletes them before reading the
 // stream. It needs idem's seq, published_at and quarantined_at columns and
-// Config.Delete = DeletePublished.
+// Config.Delete = DeletePublished; a stop or crash before the end leaves the
+// rest in the table (drop the slot and start again).
 //
 // Unreadable input. A row that cannot become a message (an id that is not a
 // UUID, headers that are not a JSON object, no event name, a payload that is

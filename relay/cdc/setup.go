@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,7 +42,6 @@ const (
 	pubExistsSQL    = `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`
 	pubHasTableSQL  = `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`
 	slotSQL         = `SELECT plugin, database, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1 AND slot_type = 'logical'`
-	createSlotSQL   = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
 	dropSlotSQL     = `SELECT pg_drop_replication_slot($1)`
 	currentDBSQL    = `SELECT current_database()`
 	canDeleteSQL    = `SELECT has_table_privilege($1, 'DELETE')`
@@ -168,8 +169,22 @@ func (r *Relay) ensureSlot(ctx context.Context) error {
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("idem: cdc: look for slot %s: %w", r.cfg.Slot, err)
 	}
-	var lsn string
-	err = r.pool.QueryRow(ctx, createSlotSQL, r.cfg.Slot).Scan(&lsn)
+	return r.createSlot(ctx)
+}
+
+// createSlot creates the slot over a replication connection, exporting the
+// snapshot of its consistent point: the rows visible in it are exactly those
+// the slot will never stream. When the outbox may hold waiting rows
+// (initialRowsQuery), a transaction of the pool imports the snapshot, kept
+// in r.initial for the reading goroutine to publish those rows first.
+func (r *Relay) createSlot(ctx context.Context) error {
+	conn, err := pgconn.ConnectConfig(ctx, r.replCfg)
+	if err != nil {
+		return replicationError(err, r.replCfg.User)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, r.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42710" { // created meanwhile by another relay
 		return nil
@@ -177,7 +192,22 @@ func (r *Relay) ensureSlot(ctx context.Context) error {
 	if err != nil {
 		return slotError(err, r.cfg.Slot, r.replCfg.User)
 	}
-	r.log.Info("created replication slot; it keeps the WAL from here on until it is dropped (idem cdc drop-slot)", "lsn", lsn)
+	r.log.Info("created replication slot; it keeps the WAL from here on until it is dropped (idem cdc drop-slot)", "lsn", res.ConsistentPoint)
+	sel, err := r.initialRowsQuery(ctx)
+	if err != nil || sel == "" {
+		return err
+	}
+	// The snapshot lives while the replication connection is open and idle:
+	// import it now.
+	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("idem: cdc: read the rows waiting in the outbox: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(res.SnapshotName, "'", "''")+"'"); err != nil {
+		_ = tx.Rollback(context.Background())
+		return fmt.Errorf("idem: cdc: read the rows waiting in the outbox: import the slot's snapshot: %w", err)
+	}
+	r.initial = &initialRows{tx: tx, sel: sel}
 	return nil
 }
 

@@ -22,37 +22,17 @@ import (
 // run reads the slot until Stop, reconnecting after failures with capped
 // backoff; while another process holds the slot it waits.
 func (r *Relay) run() {
+	defer r.dropInitial()
 	failures := 0
 	stopping := r.base.Stopping()
-	swept := false
 	for {
 		select {
 		case <-stopping:
 			return
 		default:
 		}
-		if !swept {
-			var n int64
-			var err error
-			swept, n, err = r.sweepUntilStop()
-			if n > 0 {
-				r.log.Info("published the rows already in the outbox at start", "rows", n)
-			}
-			if err != nil {
-				select {
-				case <-stopping:
-					return
-				default:
-				}
-				failures++
-				r.setErr(err)
-				d := r.backoff(failures)
-				r.log.Warn("publishing the rows already in the outbox failed; trying again", "retry_in", d.Round(time.Millisecond), "error", err)
-				if !sleep(r.ctx, d) {
-					return
-				}
-				continue
-			}
+		if r.initial != nil {
+			r.publishInitial()
 		}
 		read, err := r.session()
 		select {
@@ -84,12 +64,6 @@ func (r *Relay) run() {
 			return
 		}
 	}
-}
-
-// sweepUntilStop runs sweep: Stop lets the Publish call in progress end
-// (or abandons it when its context ends first) and publishes nothing more.
-func (r *Relay) sweepUntilStop() (bool, int64, error) {
-	return r.sweep(r.ctx)
 }
 
 // txState is the transaction being read.
@@ -270,9 +244,6 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 		if err != nil {
 			return err
 		}
-		if _, done := r.swept[rec.Seq]; done && rec.Seq != 0 {
-			return nil // published and deleted at start
-		}
 		s.add(ctx, rec, true, "")
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix != r.cfg.MessagePrefix {
@@ -433,9 +404,6 @@ func (s *session) flush(ctx context.Context, force bool) error {
 	s.lastStatus = time.Now()
 	if moved {
 		s.flushed = pos
-		if r.swept != nil && pos >= r.sweptUntil {
-			r.swept = nil
-		}
 		r.stats.confirmed.Store(uint64(pos))
 		if lsn != 0 && fault.Enabled {
 			fault.Point(fault.CDCAfterConfirm)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-go/idem"
@@ -16,103 +15,111 @@ import (
 	"github.com/idem-go/idem/relay"
 )
 
-// sweepPage is the number of rows a sweep reads, publishes and deletes at a
-// time.
+// sweepPage is the number of rows read, published and deleted at a time
+// among those waiting when the slot was created.
 const sweepPage = 1000
 
-// sweepColumnsSQL counts the columns a sweep needs: seq for the order,
-// published_at and quarantined_at to skip the rows a polling relay published
-// or set aside.
+// sweepColumnsSQL counts the columns the initial rows need: seq for their
+// order, published_at and quarantined_at to skip the rows a polling relay
+// published or set aside.
 const sweepColumnsSQL = `SELECT count(*) FROM pg_attribute
 	WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped
 	AND attname IN ('seq', 'published_at', 'quarantined_at')`
 
-// slotActiveSQL says whether a process reads the slot.
-const slotActiveSQL = `SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), false)`
+// initialRows are the rows waiting in the outbox when the slot was created:
+// a slot streams only what commits after its creation, so they are read in
+// the snapshot of its consistent point (exactly those the stream will not
+// send) and published before the stream.
+type initialRows struct {
+	tx    pgx.Tx // repeatable read, in the slot's snapshot
+	sel   string
+	after int64 // the last seq read
+}
 
-// sweep publishes the rows that are in the outbox when the relay starts, in
-// seq order, and deletes them: rows committed before the slot existed (a
-// table the polling relay served, rows written before the first start) are
-// in no stream the slot sends. Rows the slot sends as well are published
-// once: the relay remembers what it swept and skips those inserts in the
-// stream until its position passes the end of the sweep (a crash in
-// between publishes them twice, which at-least-once allows), and a crash
-// during the sweep leaves its unpublished rows for the next start's sweep. It returns the number of rows published; it does nothing when the
-// relay keeps rows (Config.Delete = KeepRows: rows in the table are not
-// waiting then), when the table lacks idem's seq, published_at and
-// quarantined_at columns, or when another process reads the slot (the
-// relay sweeps once it holds it).
-func (r *Relay) sweep(ctx context.Context) (swept bool, n int64, err error) {
+// initialRowsQuery returns the statement reading a page of the rows waiting
+// in the outbox, or "" when there are none to look for: with Config.Delete
+// = KeepRows (the table holds what the writer keeps, not what waits), and on
+// a table without idem's seq, published_at and quarantined_at columns
+// (Debezium's five columns only: drain it before the first start; a
+// warning says so when it holds rows).
+func (r *Relay) initialRowsQuery(ctx context.Context) (string, error) {
 	if r.cfg.Delete != DeletePublished {
-		return true, 0, nil
+		return "", nil
 	}
 	var cols int
 	if err := r.pool.QueryRow(ctx, sweepColumnsSQL, r.sql.table).Scan(&cols); err != nil {
-		return false, 0, fmt.Errorf("idem: cdc: read the outbox's columns: %w", err)
+		return "", fmt.Errorf("idem: cdc: read the outbox's columns: %w", err)
 	}
 	if cols != 3 {
-		return true, 0, nil
+		var held bool
+		if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+r.sql.table+`)`).Scan(&held); err == nil && held {
+			r.log.Warn("the outbox held rows when the slot was created; they are not in its stream, and without idem's seq, published_at and quarantined_at columns the relay cannot tell which wait: publish them another way (the polling relay, idem relay), or delete them",
+				"table", r.sql.table)
+		}
+		return "", nil
 	}
-	var active bool
-	if err := r.pool.QueryRow(ctx, slotActiveSQL, r.cfg.Slot).Scan(&active); err != nil {
-		return false, 0, fmt.Errorf("idem: cdc: read slot %s: %w", r.cfg.Slot, err)
-	}
-	if active {
-		return false, 0, nil
-	}
-	var last int64
-	if err := r.pool.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM `+r.sql.table).Scan(&last); err != nil {
-		return false, 0, fmt.Errorf("idem: cdc: read the outbox: %w", err)
-	}
-	sel := `SELECT * FROM ` + r.sql.table + ` WHERE seq > $1 AND seq <= $2
-		AND published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage)
+	return `SELECT * FROM ` + r.sql.table + ` WHERE seq > $1
+		AND published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage), nil
+}
+
+// publishInitial publishes the rows waiting in the outbox when the slot was
+// created, in seq order, and deletes them, before the relay reads the
+// stream. A stop or a crash before the end leaves the rest in the table:
+// dropping the slot (DropSlot) and starting again publishes them.
+func (r *Relay) publishInitial() {
+	in := r.initial
+	defer r.dropInitial()
 	del := `DELETE FROM ` + r.sql.table + ` WHERE seq = ANY($1::bigint[])`
-	after := int64(0)
+	var n int64
 	for {
 		if r.stopping() {
-			return false, n, errStopping
+			r.log.Warn("stopped before every row waiting in the outbox when the slot was created was published; they stay in the table, and the stream will not send them: drop the slot (idem cdc drop-slot) and start again to publish them",
+				"published", n)
+			return
 		}
-		recs, err := r.sweepPage(ctx, sel, after, last)
-		if err != nil {
-			return false, n, err
-		}
-		if len(recs) == 0 {
-			if len(r.swept) > 0 {
-				// The stream sends the swept rows' inserts again up to
-				// here: it skips them (session.logical) until the
-				// position passes it.
-				var lsn string
-				if err := r.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
-					return false, n, fmt.Errorf("idem: cdc: read the WAL position: %w", err)
-				}
-				if r.sweptUntil, err = pglogrepl.ParseLSN(lsn); err != nil {
-					return false, n, fmt.Errorf("idem: cdc: read the WAL position: %w", err)
-				}
+		recs, err := r.sweepPage(r.ctx, in.tx, in.sel, in.after)
+		if err == nil && len(recs) == 0 {
+			if n > 0 {
+				r.log.Info("published the rows that were waiting in the outbox when the slot was created", "rows", n)
 			}
-			return true, n, nil
+			return
 		}
-		after = recs[len(recs)-1].Seq
-		done, err := r.publishInOrder(ctx, recs)
-		if err != nil {
-			return false, n, err
+		var done []int64
+		if err == nil {
+			in.after = recs[len(recs)-1].Seq
+			done, err = r.publishInOrder(r.ctx, recs)
 		}
-		if len(done) > 0 {
-			if _, err := r.pool.Exec(ctx, del, done); err != nil {
-				return false, n, fmt.Errorf("idem: cdc: delete the rows published at start: %w", err)
+		if err == nil && len(done) > 0 {
+			_, err = r.pool.Exec(r.ctx, del, done)
+			if err == nil {
+				r.stats.deleted.Add(int64(len(done)))
+				n += int64(len(done))
 			}
-			r.stats.deleted.Add(int64(len(done)))
-			n += int64(len(done))
-			r.remember(done)
+		}
+		if err != nil {
+			if r.ctx.Err() == nil {
+				r.log.Error("publishing the rows waiting in the outbox when the slot was created failed; they stay in the table, and the stream will not send them: drop the slot (idem cdc drop-slot) and start again to publish them",
+					"published", n, "error", err)
+			}
+			return
 		}
 	}
 }
 
-// sweepPage reads up to sweepPage unpublished rows with a seq in (after,
-// last], as text (the simple protocol), decoded like the stream's.
-func (r *Relay) sweepPage(ctx context.Context, sel string, after, last int64) ([]driver.OutboxRecord, error) {
+// dropInitial ends the snapshot's transaction, if any.
+func (r *Relay) dropInitial() {
+	if r.initial != nil {
+		_ = r.initial.tx.Rollback(context.Background())
+		r.initial = nil
+	}
+}
+
+// sweepPage reads up to sweepPage waiting rows with a seq above after, as
+// text (the simple protocol), decoded like the stream's.
+func (r *Relay) sweepPage(ctx context.Context, tx pgx.Tx, sel string, after int64) ([]driver.OutboxRecord, error) {
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	rows, err := r.pool.Query(qctx, sel, pgx.QueryExecModeSimpleProtocol, after, last)
+	rows, err := tx.Query(qctx, sel, pgx.QueryExecModeSimpleProtocol, after)
 	if err != nil {
 		return nil, fmt.Errorf("idem: cdc: read the outbox: %w", err)
 	}
@@ -163,7 +170,6 @@ func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) 
 				return nil, fmt.Errorf("idem: cdc: quarantine row seq %d: %w", rec.Seq, qerr)
 			}
 			r.stats.quarantined.Add(1)
-			r.remember([]int64{rec.Seq})
 			r.log.Error("quarantined an outbox row that cannot be published (idem failed list --relay)",
 				"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "error", err)
 			continue
@@ -227,20 +233,6 @@ func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) 
 	}
 	return done, nil
 }
-
-// remember records seqs as handled by the sweep: the stream skips their
-// inserts.
-func (r *Relay) remember(seqs []int64) {
-	if r.swept == nil {
-		r.swept = map[int64]struct{}{}
-	}
-	for _, seq := range seqs {
-		r.swept[seq] = struct{}{}
-	}
-}
-
-// errStopping ends a sweep at Stop.
-var errStopping = errors.New("idem: cdc: stopping")
 
 // stopping reports whether Stop was called.
 func (r *Relay) stopping() bool {
