@@ -64,6 +64,15 @@ type Config struct {
 	// by a notification, with ±20% jitter. Defaults to 1s when the driver
 	// supports LISTEN/NOTIFY (pgx on PostgreSQL), 50ms otherwise.
 	PollInterval time.Duration
+	// MaxPollInterval, when set, makes idle workers back off: after a
+	// claim that finds nothing, the next poll waits twice as long as the
+	// previous one, up to MaxPollInterval; a claim that finds rows, a
+	// notification from the database or Relay.Notify brings it back to
+	// PollInterval. Processes that write their outbox rows themselves call
+	// Relay.Notify after committing, so that a relay idle for a while picks
+	// their rows up at once. Zero (the default) polls every PollInterval.
+	// It must not be shorter than PollInterval.
+	MaxPollInterval time.Duration
 	// Debounce is how long a worker woken by a notification waits before
 	// claiming, so that a burst of inserts is one claim. Defaults to 2ms.
 	Debounce time.Duration
@@ -211,6 +220,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("idem: relay: Config.PublishTimeout %v must be shorter than 90%% of Config.Lease %v, or a slow publish would outlive its lease", c.PublishTimeout, c.Lease)
 	case c.MaxRetryBackoff < c.RetryBackoff:
 		return fmt.Errorf("idem: relay: Config.MaxRetryBackoff %v is shorter than Config.RetryBackoff %v", c.MaxRetryBackoff, c.RetryBackoff)
+	case c.MaxPollInterval < 0:
+		return fmt.Errorf("idem: relay: Config.MaxPollInterval is %v; want zero (no backoff) or a duration not shorter than Config.PollInterval", c.MaxPollInterval)
+	case c.MaxPollInterval > 0 && c.MaxPollInterval < c.PollInterval:
+		return fmt.Errorf("idem: relay: Config.MaxPollInterval %v is shorter than Config.PollInterval %v", c.MaxPollInterval, c.PollInterval)
 	case c.MaxPerAggregate > c.BatchSize:
 		return fmt.Errorf("idem: relay: Config.MaxPerAggregate %d is larger than Config.BatchSize %d", c.MaxPerAggregate, c.BatchSize)
 	}

@@ -53,6 +53,10 @@ type Relay[TTx any] struct {
 	log     *slog.Logger
 
 	wake chan struct{}
+	// signals counts the wake-ups from outside (notifications, Notify),
+	// so that a worker whose claim found nothing can tell whether one came
+	// during the claim.
+	signals atomic.Uint64
 
 	// base is the lifecycle. claimCtx ends at Stop: no new claim; workCtx
 	// ends when Stop runs out of time: in-flight publications are
@@ -100,9 +104,10 @@ type Stats struct {
 	// Takeovers is the number of rows claimed from a worker whose lease had
 	// expired.
 	Takeovers int64
-	// LeasesLost is the number of confirmed rows this relay could not mark
-	// because its lease had been taken over; their new owner publishes them
-	// again.
+	// LeasesLost is the number of confirmed rows this relay did not mark
+	// because its lease had ended first (taken over by another worker, or
+	// expired: a mark is never sent after the lease); their next owner
+	// publishes them again.
 	LeasesLost int64
 	// Released is the number of rows given back unpublished.
 	Released int64
@@ -270,10 +275,19 @@ func (r *Relay[TTx]) Healthy() error {
 }
 
 // Notify wakes an idle worker to claim now, as a notification from the
-// database would. Producers in the same process can call it after
-// committing outbox rows, on databases without LISTEN/NOTIFY. It never
-// blocks.
-func (r *Relay[TTx]) Notify() { r.nudge() }
+// database would, and brings a backing-off relay (Config.MaxPollInterval)
+// back to Config.PollInterval. Producers in the same process call it after
+// committing outbox rows. A Notify that arrives while a worker is claiming
+// is not lost: when that claim finds nothing, the worker claims again. It
+// never blocks.
+func (r *Relay[TTx]) Notify() { r.signal() }
+
+// signal records a wake-up from outside (a notification, Notify) and wakes
+// one idle worker.
+func (r *Relay[TTx]) signal() {
+	r.signals.Add(1)
+	r.nudge()
+}
 
 // nudge wakes one idle worker.
 func (r *Relay[TTx]) nudge() {
@@ -283,29 +297,51 @@ func (r *Relay[TTx]) nudge() {
 	}
 }
 
+// batchesPerWorker is how many claimed batches a worker holds at once: one
+// being published while the next is claimed, then published as soon as a
+// publish slot frees.
+const batchesPerWorker = 2
+
 func (r *Relay[TTx]) worker(n int) {
 	log := r.log.With("worker", n)
 	ctx := r.claimCtx
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	// slots bounds the batches this worker holds; inflight waits for
+	// them when the worker ends.
+	slots := make(chan struct{}, batchesPerWorker)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
 	var failures int
+	idle := r.cfg.PollInterval
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		case <-r.wake:
+			idle = r.cfg.PollInterval
 			if !sleep(ctx, r.cfg.Debounce) {
 				return
 			}
 		}
+		found := false
 		for ctx.Err() == nil {
 			if d := time.Until(time.Unix(0, r.pauseUntil.Load())); d > 0 {
 				if !sleep(ctx, d) {
 					return
 				}
 			}
-			more, err := r.runOnce(log)
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			signals := r.signals.Load()
+			b, err := r.claimBatch(log)
+			if err != nil || b == nil {
+				<-slots
+			}
 			if err != nil && ctx.Err() != nil {
 				return // stopping: the claim was cancelled, nothing failed
 			}
@@ -323,29 +359,56 @@ func (r *Relay[TTx]) worker(n int) {
 			}
 			failures = 0
 			r.claimFailures.Store(0)
-			if !more {
+			if b == nil {
+				if r.signals.Load() != signals {
+					// Woken while claiming: the rows may have committed
+					// after the claim's snapshot.
+					found = true
+					continue
+				}
+				break
+			}
+			found = true
+			inflight.Go(func() {
+				defer func() { <-slots }()
+				r.process(log, b)
+			})
+			if !b.more {
 				break
 			}
 			// A full batch, or an aggregate with more rows than a claim
-			// takes: claim again at once and let an idle worker help.
+			// takes: claim the next one while this one is published, and
+			// let an idle worker help.
 			r.nudge()
 		}
-		timer.Reset(jitter(r.cfg.PollInterval, pollJitter))
+		switch {
+		case found || r.cfg.MaxPollInterval == 0:
+			idle = r.cfg.PollInterval
+		default:
+			idle = min(2*idle, r.cfg.MaxPollInterval)
+		}
+		timer.Reset(jitter(idle, pollJitter))
 	}
 }
 
-// runOnce claims one batch and publishes it. It reports whether more rows
-// are probably waiting: the batch was full, or an aggregate had as many rows
-// as a claim takes.
-func (r *Relay[TTx]) runOnce(log *slog.Logger) (more bool, err error) {
+// claimed is a batch on its way to the broker.
+type claimed struct {
+	owner    uuid.UUID
+	deadline time.Time
+	rows     []driver.ClaimedRow
+	// more says that more rows are probably waiting: the batch was full,
+	// or an aggregate had as many rows as a claim takes.
+	more bool
+}
+
+// claimBatch claims one batch, or returns nil when there is nothing to
+// claim.
+func (r *Relay[TTx]) claimBatch(log *slog.Logger) (*claimed, error) {
 	owner := uuid.New()
 	start := time.Now()
 	rows, err := r.claim(owner)
-	if err != nil {
-		return false, err
-	}
-	if len(rows) == 0 {
-		return false, nil
+	if err != nil || len(rows) == 0 {
+		return nil, err
 	}
 	if fault.Enabled {
 		fault.Point(fault.RelayAfterClaim)
@@ -353,17 +416,22 @@ func (r *Relay[TTx]) runOnce(log *slog.Logger) (more bool, err error) {
 	r.stats.claims.Add(1)
 	r.stats.claimed.Add(int64(len(rows)))
 	var taken int64
+	per := make(map[aggregateKey]int, len(rows))
+	longest := 0
 	for _, row := range rows {
 		if row.TakenOver {
 			taken++
 		}
+		k := aggregateKey{row.AggregateType, row.AggregateID}
+		per[k]++
+		longest = max(longest, per[k])
 	}
 	if taken > 0 {
 		r.stats.takeovers.Add(taken)
 		log.Warn("took over expired leases", "rows", taken)
 	}
-	rounds := r.process(log, owner, start.Add(r.cfg.Lease), rows)
-	return len(rows) == r.cfg.BatchSize || rounds == r.cfg.MaxPerAggregate, nil
+	return &claimed{owner: owner, deadline: start.Add(r.cfg.Lease), rows: rows,
+		more: len(rows) == r.cfg.BatchSize || longest == r.cfg.MaxPerAggregate}, nil
 }
 
 func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error) {
@@ -407,92 +475,137 @@ type item struct {
 	confirmed         time.Time
 }
 
-// process publishes a claimed batch in rounds: round k holds the k-th row of
-// each aggregate, and goes to the broker only once round k-1 was confirmed.
-// When a row fails, the later rows of its aggregate are not published. Then
-// it marks what was confirmed, quarantines the rows that cannot be read or
-// that the broker refused on their last allowed attempt, and releases the
-// rest, all fenced by owner. It returns the number of rounds.
-func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Time, rows []driver.ClaimedRow) int {
+// Publish calls per batch: a batch keeps up to publishCalls calls in flight,
+// each carrying at least minCallSize messages when that many are ready.
+const (
+	publishCalls = 4
+	minCallSize  = 64
+)
+
+// process publishes a claimed batch. The rows of one aggregate form a chain
+// published one after the other: row k+1 goes to the broker only once row k
+// was confirmed. Chains advance independently, in up to publishCalls
+// concurrent Publish calls, each holding the next row of the aggregates
+// that are ready. When a row fails, the later rows of its aggregate are not
+// published. Then it marks what was confirmed, quarantines the rows that
+// cannot be read or that the broker refused on their last allowed attempt,
+// and releases the rest, all fenced by the batch's owner.
+func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
+	owner, deadline, rows := b.owner, b.deadline, b.rows
 	items := make([]item, len(rows))
-	var rounds [][]int
-	position := make(map[aggregateKey]int, len(rows))
+	var chains [][]int
+	chainOf := make(map[aggregateKey]int, len(rows))
 	for i := range rows {
 		items[i].row = &rows[i]
 		k := aggregateKey{rows[i].AggregateType, rows[i].AggregateID}
-		p := position[k]
-		position[k] = p + 1
-		if p == len(rounds) {
-			rounds = append(rounds, nil)
+		c, ok := chainOf[k]
+		if !ok {
+			c = len(chains)
+			chainOf[k] = c
+			chains = append(chains, nil)
 		}
-		rounds[p] = append(rounds[p], i)
+		chains[c] = append(chains[c], i)
 	}
+	// ready holds the chains whose next row can be published; next[c] is
+	// the position of chain c's next row.
+	ready := make([]int, len(chains))
+	for c := range chains {
+		ready[c] = c
+	}
+	next := make([]int, len(chains))
 
-	failed := map[aggregateKey]bool{}
-	var batch []int
-	var msgs []idem.Message
+	type result struct {
+		batch []int
+		msgs  []idem.Message
+		err   error
+		at    time.Time
+	}
+	results := make(chan result, publishCalls)
+	var inFlight, calls int
 	// faultDelay is how long rows the broker did not answer for wait;
-	// paused says that brokerFailed logged why.
+	// paused says that brokerFailed logged why; halted that no more calls
+	// start.
 	faultDelay := backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, 1)
-	paused := false
-	for n, round := range rounds {
-		if n > 0 && r.claimCtx.Err() != nil {
-			break // Stopping: release what is left.
+	paused, halted := false, false
+	for {
+		for !halted && len(ready) > 0 && inFlight < publishCalls {
+			if calls > 0 && r.claimCtx.Err() != nil {
+				halted = true // Stopping: release what is left.
+				break
+			}
+			if time.Until(deadline) < r.cfg.PublishTimeout+r.cfg.leaseMargin() {
+				log.Warn("lease about to expire; releasing the rest of the batch", "aggregates_left", len(ready)+inFlight)
+				halted = true
+				break
+			}
+			size := max(minCallSize, (len(ready)+publishCalls-inFlight-1)/(publishCalls-inFlight))
+			take := ready[:min(size, len(ready))]
+			var batch []int
+			var msgs []idem.Message
+			for _, c := range take {
+				i := chains[c][next[c]]
+				it := &items[i]
+				msg, err := toMessage(it.row.OutboxRecord)
+				if err != nil {
+					// Retrying cannot fix the row: quarantine it at once;
+					// the rest of its chain waits.
+					it.err, it.unreadable = err, true
+					continue
+				}
+				it.msg = msg
+				batch = append(batch, i)
+				msgs = append(msgs, msg)
+			}
+			ready = ready[len(take):]
+			if len(msgs) == 0 {
+				continue
+			}
+			calls++
+			inFlight++
+			go func() {
+				ctx, cancel := context.WithTimeout(r.workCtx, r.cfg.PublishTimeout)
+				spans := r.tracing.startSpans(ctx, items, batch, msgs)
+				err := r.publish(ctx, msgs)
+				cancel()
+				endSpans(spans, err)
+				results <- result{batch: batch, msgs: msgs, err: err, at: time.Now()}
+			}()
 		}
-		if time.Until(deadline) < r.cfg.PublishTimeout+r.cfg.leaseMargin() {
-			log.Warn("lease about to expire; releasing the rest of the batch", "rounds_left", len(rounds)-n)
+		if inFlight == 0 {
 			break
 		}
-		batch, msgs = batch[:0], msgs[:0]
-		for _, i := range round {
-			it := &items[i]
-			k := aggregateKey{it.row.AggregateType, it.row.AggregateID}
-			if failed[k] {
-				continue
-			}
-			msg, err := toMessage(it.row.OutboxRecord)
-			if err != nil {
-				// Retrying cannot fix the row: quarantine it at once.
-				it.err, it.unreadable = err, true
-				failed[k] = true
-				continue
-			}
-			it.msg = msg
-			batch = append(batch, i)
-			msgs = append(msgs, msg)
-		}
-		if len(msgs) == 0 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(r.workCtx, r.cfg.PublishTimeout)
-		spans := r.tracing.startSpans(ctx, items, batch, msgs)
-		err := r.publish(ctx, msgs)
-		cancel()
-		now := time.Now()
-		endSpans(spans, err)
+		res := <-results
+		inFlight--
 		var batchErr *broker.BatchError
-		whole := err != nil && !errors.As(err, &batchErr)
+		whole := res.err != nil && !errors.As(res.err, &batchErr)
 		var accepted, faults int
 		var firstFault error
-		for j, res := range broker.Results(err, len(msgs)) {
-			it := &items[batch[j]]
-			if res == nil {
-				it.published, it.confirmed = true, now
+		for j, e := range broker.Results(res.err, len(res.msgs)) {
+			i := res.batch[j]
+			it := &items[i]
+			if e == nil {
+				it.published, it.confirmed = true, res.at
 				accepted++
+				c := chainOf[aggregateKey{it.row.AggregateType, it.row.AggregateID}]
+				if next[c]++; next[c] < len(chains[c]) {
+					ready = append(ready, c)
+				}
 				continue
 			}
-			it.err = res
-			it.fault = whole || isFault(res)
+			it.err = e
+			it.fault = whole || isFault(e)
 			if it.fault {
 				faults++
-				firstFault = cmp.Or(firstFault, res)
+				firstFault = cmp.Or(firstFault, e)
 			}
-			failed[aggregateKey{it.row.AggregateType, it.row.AggregateID}] = true
 		}
-		if whole || (accepted == 0 && faults == len(msgs)) {
+		if whole || (accepted == 0 && faults == len(res.msgs)) {
 			// The broker is away: pause every worker, and count no attempt.
-			faultDelay, paused = r.brokerFailed(log, cmp.Or(err, firstFault)), true
-			break
+			if !paused {
+				faultDelay, paused = r.brokerFailed(log, cmp.Or(res.err, firstFault)), true
+			}
+			halted = true
+			continue
 		}
 		r.brokerFailures.Store(0)
 	}
@@ -508,7 +621,10 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 			fault.Point(fault.RelayAfterPublishBeforeMark)
 		}
 		marked, err := r.mark(owner, deadline, seqs)
-		if err != nil {
+		if errors.Is(err, errLeaseExpired) {
+			r.stats.leasesLost.Add(int64(len(seqs)))
+			log.Warn("lease expired before the mark: the rows will be published again by their next owner", "rows", len(seqs))
+		} else if err != nil {
 			log.Error("mark published failed; the rows will be published again after the lease", "rows", len(seqs), "error", err)
 		} else {
 			r.stats.published.Add(marked)
@@ -584,7 +700,6 @@ func (r *Relay[TTx]) process(log *slog.Logger, owner uuid.UUID, deadline time.Ti
 			r.stats.released.Add(n)
 		}
 	}
-	return len(rounds)
 }
 
 // quarantine sets rows aside and logs each of them.
@@ -618,12 +733,20 @@ func (r *Relay[TTx]) quarantine(log *slog.Logger, owner uuid.UUID, items []item,
 	}
 }
 
-// mark marks the rows of seqs published, retrying while the lease lasts.
+// errLeaseExpired is why a mark is not sent once its lease has ended.
+var errLeaseExpired = errors.New("the lease expired before the mark")
+
+// mark marks the rows of seqs published, retrying while the lease lasts. It
+// sends no mark once deadline, the lease's end as measured from before the
+// claim, has passed: the rows may be another owner's by then.
 func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, seqs []int64) (int64, error) {
 	defer observeSince(r.cfg.ObserveMark, time.Now())
 	var err error
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), r.cfg.QueryTimeout)
+		if !time.Now().Before(deadline) {
+			return 0, cmp.Or(err, errLeaseExpired)
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), min(r.cfg.QueryTimeout, time.Until(deadline)))
 		var n int64
 		n, err = r.dialect.MarkPublished(ctx, r.drv.Pool(), owner, seqs)
 		cancel()
@@ -714,7 +837,7 @@ func (r *Relay[TTx]) listen(l driver.OutboxListener) {
 		connected := false
 		err := l.ListenOutbox(ctx, func() {
 			connected = true
-			r.nudge()
+			r.signal()
 		})
 		if ctx.Err() != nil {
 			return
