@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -56,6 +57,7 @@ type DB struct {
 
 	db       *registry.Database // nil in tests that build a DB by hand
 	observer func(consumer string) inbox.Observer
+	notify   atomic.Pointer[func()]
 }
 
 // Options adjust Open.
@@ -184,15 +186,43 @@ type Relay interface {
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
 	Stats() relay.Stats
+	// Notify wakes the relay to claim at once.
+	Notify()
 }
 
 // NewRelay returns a relay publishing the service's outbox through pub. On
 // PostgreSQL it uses pgx, whose LISTEN/NOTIFY wakes it on every commit.
+// Elsewhere the relay polls; Notify then wakes it, so that it can poll
+// rarely when idle (relay.Config.MaxPollInterval) and still publish the
+// rows of this process at once.
 func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
+	var (
+		r   Relay
+		err error
+	)
 	if db.db != nil && db.db.Pgx != nil {
-		return relay.New(db.db.Pgx, pub, cfg)
+		r, err = relay.New(db.db.Pgx, pub, cfg)
+	} else {
+		r, err = relay.New(db.Driver, pub, cfg)
 	}
-	return relay.New(db.Driver, pub, cfg)
+	if err != nil {
+		return nil, err
+	}
+	notify := r.Notify
+	db.notify.Store(&notify)
+	return r, nil
+}
+
+// Notify tells the relay of the service's outbox, when one runs in this
+// process (NewRelay), that outbox rows were just committed, so that it
+// claims them now rather than at its next poll. Without a relay in the
+// process it does nothing; a relay in another process finds the rows when
+// it polls, or through LISTEN/NOTIFY on PostgreSQL. It never blocks: call
+// it after each commit that wrote outbox rows.
+func (db *DB) Notify() {
+	if f := db.notify.Load(); f != nil {
+		(*f)()
+	}
 }
 
 // Migrations are a service's own schema changes, per dialect: element i is
