@@ -83,6 +83,23 @@ type OutboxListener interface {
 	ListenOutbox(ctx context.Context, notify func()) error
 }
 
+// OutboxWaitListener is implemented by listeners whose database notifies
+// only while a relay waits, so that producers do not pay for a
+// notification on every commit (PostgreSQL from migration 0006: a
+// notification takes a lock global to the server until the commit's WAL
+// flush).
+type OutboxWaitListener interface {
+	OutboxListener
+	// ListenOutboxWaiting is ListenOutbox for such databases. The relay
+	// sends on idle when a claim found nothing; the listener then declares
+	// the relay waiting, once every transaction that inserted rows without
+	// notifying has ended, and calls notify once more so that the relay
+	// claims those rows. From then on inserts notify, until a notification
+	// arrives: the listener calls notify and declares the relay busy again
+	// (it finds further rows by claiming until a claim finds nothing).
+	ListenOutboxWaiting(ctx context.Context, notify func(), idle <-chan struct{}) error
+}
+
 // HeadLimit returns the number of heads a claim may take: Limit, or
 // MaxHeads when it is positive and smaller.
 func (p ClaimParams) HeadLimit() int {

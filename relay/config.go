@@ -167,7 +167,7 @@ func (c Config) ClaimParams(owner uuid.UUID) driver.ClaimParams {
 		// Half the batch's aggregates with two workers, and so on: with
 		// many aggregates, one claim would otherwise take every head and
 		// leave the other workers nothing to publish until it is marked.
-		MaxHeads: (c.BatchSize + c.Workers - 1) / c.Workers,
+		MaxHeads: (c.BatchSize + min(c.Workers, 2) - 1) / min(c.Workers, 2),
 	}
 }
 

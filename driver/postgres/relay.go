@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -15,9 +16,10 @@ import (
 )
 
 var (
-	_ driver.RelayDialect   = (*Dialect)(nil)
-	_ driver.OutboxListener = (*PgxDriver)(nil)
-	_ driver.OutboxClaimer  = (*PgxDriver)(nil)
+	_ driver.RelayDialect       = (*Dialect)(nil)
+	_ driver.OutboxListener     = (*PgxDriver)(nil)
+	_ driver.OutboxWaitListener = (*PgxDriver)(nil)
+	_ driver.OutboxClaimer      = (*PgxDriver)(nil)
 )
 
 // ClaimOutbox implements driver.RelayDialect. It takes a transaction-scoped
@@ -270,34 +272,173 @@ func (d *Dialect) ReplayRows(ctx context.Context, ex driver.Executor, f driver.R
 
 // ListenOutbox implements driver.OutboxListener with LISTEN on the channel
 // the outbox trigger notifies (Dialect.OutboxChannel). It holds one
-// connection of the pool, taken out of the pool for good.
+// connection of the pool, taken out of the pool for good, and on it, as
+// soon as it can take it, the lock that says a relay waits, for good too:
+// every insert then notifies (see ListenOutboxWaiting). It calls notify
+// once listening, and again once it holds the lock.
 func (d *PgxDriver) ListenOutbox(ctx context.Context, notify func()) error {
+	conn, err := d.listenConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConn(ctx, conn)
+	notify()
+	held := false
+	for {
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if !held {
+			// Inserting transactions hold the lock shared, and another
+			// listener may hold it: try again shortly, meanwhile receive
+			// the notifications that others' lock makes producers send.
+			var ok bool
+			if err := conn.QueryRow(ctx, d.dialect.rq.waitTryLock).Scan(&ok); err != nil {
+				return err
+			}
+			if ok {
+				held = true
+				notify()
+			} else {
+				wctx, cancel = context.WithTimeout(ctx, listenLockRetry)
+			}
+		}
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			notify()
+		case ctx.Err() == nil && wctx.Err() != nil:
+			// The retry's timeout: the connection is still usable.
+		default:
+			return err
+		}
+	}
+}
+
+// listenLockRetry is how often ListenOutbox tries to take the wait lock
+// until it holds it.
+const listenLockRetry = 100 * time.Millisecond
+
+// ListenOutboxWaiting implements driver.OutboxWaitListener. Since
+// migration 0006 the outbox trigger notifies only while a session holds
+// the advisory lock (7194, the outbox's oid); other inserts take it shared
+// until their transaction ends. On a second connection taken out of the
+// pool, ListenOutboxWaiting takes that lock when the relay reports a claim
+// that found nothing (it waits for the transactions that hold it shared,
+// which inserted rows without notifying, to end), then calls notify so that
+// the relay claims their rows. It gives the lock back at the first
+// notification: the relay is then busy, and claims until a claim finds
+// nothing again. Producers therefore notify only while the relay waits, and
+// a row is never left behind by a wake-up.
+func (d *PgxDriver) ListenOutboxWaiting(ctx context.Context, notify func(), idle <-chan struct{}) error {
+	conn, err := d.listenConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConn(ctx, conn)
 	pooled, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	conn := pooled.Hijack()
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
+	lockConn := pooled.Hijack()
+	defer closeConn(ctx, lockConn)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	release := make(chan struct{}, 1)
+	waitErr := make(chan error, 1)
+	go func() {
+		waitErr <- d.holdWhileIdle(ctx, lockConn, notify, idle, release)
+		cancel()
 	}()
-	var schema *string
-	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-		return err
-	}
-	if schema == nil {
-		return fmt.Errorf("idem: listen: the connection has no current schema (check search_path)")
-	}
-	channel := d.dialect.OutboxChannel(*schema)
-	if _, err := conn.Exec(ctx, "LISTEN "+QuoteIdent(channel)); err != nil {
-		return err
-	}
 	notify()
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
+			cancel()
+			if werr := <-waitErr; werr != nil && !errors.Is(werr, context.Canceled) {
+				return werr // the lock's connection failed first
+			}
 			return err
+		}
+		select {
+		case release <- struct{}{}:
+		default:
 		}
 		notify()
 	}
+}
+
+// holdWhileIdle takes the wait lock on conn when the relay reports a claim
+// that found nothing, then calls notify; it gives the lock back on release.
+// Releases go first: a report of idleness older than a notification must
+// not keep the lock after it.
+func (d *PgxDriver) holdWhileIdle(ctx context.Context, conn *pgx.Conn, notify func(), idle, release <-chan struct{}) error {
+	held := false
+	unlock := func() error {
+		if !held {
+			return nil
+		}
+		held = false
+		_, err := conn.Exec(ctx, d.dialect.rq.waitUnlock)
+		return err
+	}
+	for {
+		select {
+		case <-release:
+			if err := unlock(); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-release:
+			if err := unlock(); err != nil {
+				return err
+			}
+		case <-idle:
+			if held {
+				continue
+			}
+			if _, err := conn.Exec(ctx, d.dialect.rq.waitLock); err != nil {
+				return err
+			}
+			held = true
+			notify()
+		}
+	}
+}
+
+// listenConn takes a connection out of the pool for good and listens on the
+// outbox's channel with it.
+func (d *PgxDriver) listenConn(ctx context.Context) (*pgx.Conn, error) {
+	pooled, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn := pooled.Hijack()
+	var schema *string
+	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		closeConn(ctx, conn)
+		return nil, err
+	}
+	if schema == nil {
+		closeConn(ctx, conn)
+		return nil, fmt.Errorf("idem: listen: the connection has no current schema (check search_path)")
+	}
+	channel := d.dialect.OutboxChannel(*schema)
+	if _, err := conn.Exec(ctx, "LISTEN "+QuoteIdent(channel)); err != nil {
+		closeConn(ctx, conn)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// closeConn closes a connection taken out of the pool, which ends its
+// session and so gives back its session locks.
+func closeConn(ctx context.Context, conn *pgx.Conn) {
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(closeCtx)
 }

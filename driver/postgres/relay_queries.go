@@ -11,6 +11,10 @@ type relayQueries struct {
 	// the server only means that its rows are published again, which
 	// consumers deduplicate, and a claim must not wait behind the disk.
 	claimLock string
+	// waitLock and waitUnlock take and give back the session advisory lock
+	// a relay holds while it waits for notifications: the outbox trigger
+	// (migration 0006) notifies only when it cannot take it shared.
+	waitLock, waitTryLock, waitUnlock string
 	// claim selects aggregates' heads, the rows that follow them, leases
 	// them and returns them, in one statement run after claimLock. Heads
 	// are unpublished rows with no unpublished row of their aggregate before
@@ -64,6 +68,9 @@ const replayWhere = `published_at IS NOT NULL
 func newRelayQueries(outbox string) relayQueries {
 	literal := "'" + strings.ReplaceAll(outbox, "'", "''") + "'"
 	return relayQueries{
+		waitLock:    `SELECT pg_advisory_lock(7194, ((` + literal + `::regclass::oid::bigint) - 2147483648)::integer)`,
+		waitTryLock: `SELECT pg_try_advisory_lock(7194, ((` + literal + `::regclass::oid::bigint) - 2147483648)::integer)`,
+		waitUnlock:  `SELECT pg_advisory_unlock(7194, ((` + literal + `::regclass::oid::bigint) - 2147483648)::integer)`,
 		claimLock: `SELECT pg_advisory_xact_lock(7193, ((` + literal + `::regclass::oid::bigint) - 2147483648)::integer),
     set_config('synchronous_commit', 'off', true)`,
 
