@@ -222,7 +222,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 			rcfg, watch := a.metrics.instrumentRelay(cfg.Namespace+"_"+s+".outbox", relay.Config{
 				Workers: cfg.RelayWorkers, Lease: cfg.RelayLease, Logger: log.With("outbox", s),
 				RetryBackoff: 100 * time.Millisecond, MaxRetryBackoff: 5 * time.Second,
-				StatsInterval:   2 * time.Second,
+				StatsInterval:   relayStatsInterval,
 				MaxPollInterval: cfg.relayMaxPoll(s),
 			})
 			r, err := a.dbs[s].NewRelay(a.pub, rcfg)
@@ -254,6 +254,12 @@ const (
 	relayMaxPollInProcess = 5 * time.Second
 	relayMaxPollAlone     = time.Second
 )
+
+// relayStatsInterval is how often each relay measures its backlog (the
+// summary's outbox_backlog and lag, the idem_relay_backlog gauges): often
+// enough for the summary printed every 10 s, rarely enough that an idle
+// shop's three relays do not read their outbox more often than they poll.
+const relayStatsInterval = 5 * time.Second
 
 // relayMaxPoll is the MaxPollInterval of the relay of service's outbox.
 func (c runConfig) relayMaxPoll(service string) time.Duration {
