@@ -186,8 +186,6 @@ type Relay interface {
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
 	Stats() relay.Stats
-	// Notify wakes the relay to claim at once.
-	Notify()
 }
 
 // NewRelay returns a relay publishing the service's outbox through pub. On
@@ -208,8 +206,10 @@ func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	notify := r.Notify
-	db.notify.Store(&notify)
+	if n, ok := r.(interface{ Notify() }); ok {
+		notify := n.Notify
+		db.notify.Store(&notify)
+	}
 	return r, nil
 }
 
