@@ -123,3 +123,25 @@ type IdempotencyKey struct {
 	// CompletedAt is when the response was stored; zero while processing.
 	CompletedAt time.Time
 }
+
+// IdempotencyKeyLocker is an optional ability of an IdempotencyKeys
+// dialect: a lock on one key held until the end of the transaction that
+// takes it, so that a request holding its key in its own transaction
+// (idempotency.Keys.ClaimTx) makes a concurrent request with the same key
+// wait, then find the completed key. PostgreSQL has it (a transaction
+// advisory lock on a hash of the table, scope and key: two keys with the
+// same hash only wait for each other). A dialect without it relies on its
+// own locks: MySQL/MariaDB's insert of the key waits on the row a
+// concurrent transaction inserted, SQLite's immediate transactions hold
+// the database's write lock.
+type IdempotencyKeyLocker interface {
+	// TryLockIdempotencyKey takes the lock of ref for the transaction ex
+	// and reports whether it did: false, at once, when another
+	// transaction holds it.
+	TryLockIdempotencyKey(ctx context.Context, ex Executor, ref IdempotencyKeyRef) (bool, error)
+	// TryLockInsertIdempotencyKey is TryLockIdempotencyKey, then, when
+	// the lock was taken, InsertIdempotencyKey, in one round trip: the
+	// first step of a request's claim in its own transaction. inserted is
+	// false when the lock was not taken or the key exists.
+	TryLockInsertIdempotencyKey(ctx context.Context, ex Executor, p IdempotencyKeyClaimParams) (locked, inserted bool, err error)
+}

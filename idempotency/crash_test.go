@@ -29,6 +29,9 @@ const crashChildEnv = "IDEM_IDEMPOTENCY_CRASH_CHILD"
 
 type crashSpec struct {
 	Dialect, URL, Key, Body string
+	// Tx serves the request with Keys.TxHandler: the claim is in the
+	// request's transaction.
+	Tx bool
 }
 
 // TestCrashedRequestIsTakenOver kills (SIGKILL) a process whose request
@@ -137,7 +140,11 @@ func crashChild() int {
 	}
 	req := httptest.NewRequest(http.MethodPost, "/widgets", strings.NewReader(spec.Body))
 	req.Header.Set(idempotency.HeaderKey, spec.Key)
-	app.handler().ServeHTTP(httptest.NewRecorder(), req)
+	h := app.handler()
+	if spec.Tx {
+		h = app.txHandler()
+	}
+	h.ServeHTTP(httptest.NewRecorder(), req)
 	fmt.Fprintln(os.Stderr, "crash child: the request ended; it should have stopped before its commit")
 	return 2
 }

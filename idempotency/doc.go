@@ -52,6 +52,29 @@
 // Claim, Complete and Release are the steps the middleware takes, for
 // other protocols than HTTP.
 //
+// # One transaction per request
+//
+// The middleware costs three commits for a request: the claim, the
+// handler's transaction, and for a handler that does not complete its key
+// the recording of its response. When every effect of a handler is in the
+// key's database, TxHandler does it in one: it begins the transaction,
+// claims the key in it (ClaimTx), runs the handler in it, and stores a 2xx
+// response with the key before the commit.
+//
+//	mux.Handle("POST /orders", keys.TxHandler(func(ctx context.Context, tx *sql.Tx, r *http.Request) (idempotency.Response, error) {
+//		// ... insert the order, outbox.Add the event, in tx ...
+//		return idempotency.Response{Status: 201, Header: hdr, Body: body}, nil
+//	}))
+//
+// The key is locked until the transaction ends (PostgreSQL: an advisory
+// lock on the key's hash; MySQL/MariaDB: the row its insert writes;
+// SQLite: the database's write lock), so a concurrent retry waits for the
+// first request, up to Config.LockWait, and is answered its response,
+// where the middleware answers 409 at once. A crash rolls everything back,
+// the claim with it: the retry runs at once, with no lock timeout to wait.
+// Another response than 2xx, or an error, rolls back and leaves no key.
+// ClaimTx is the same step inside a transaction of the caller's.
+//
 // # Outgoing calls
 //
 // A call with an effect outside the database (a carrier's pickup, an

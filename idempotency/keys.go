@@ -32,6 +32,10 @@ const (
 	// runs. A retry meanwhile gets 409 Conflict; after it, a retry takes
 	// the key over (the request that held it is taken to have crashed).
 	LockTimeoutDefault = 10 * time.Second
+	// LockWaitDefault is how long ClaimTx and TxHandler wait for a
+	// concurrent request with the same key to end before answering that
+	// it is in progress.
+	LockWaitDefault = 5 * time.Second
 	// PurgeIntervalDefault is how often a Purger deletes expired keys.
 	PurgeIntervalDefault = 10 * time.Minute
 	// PurgeBatchSizeDefault is how many keys one purge statement deletes
@@ -69,6 +73,16 @@ type Config struct {
 	// above the longest time a request may run. Defaults to
 	// LockTimeoutDefault (10s).
 	LockTimeout time.Duration
+	// LockWait is how long ClaimTx (and TxHandler) waits for a concurrent
+	// request with the same key, whose transaction holds it, to commit or
+	// roll back: then it finds the response to replay, or runs. After it,
+	// the outcome is InProgress (409). On MySQL/MariaDB the wait is
+	// InnoDB's (innodb_lock_wait_timeout, 50s by default), and its end an
+	// error (TxHandler: 503 with Retry-After); on SQLite it is the wait for
+	// the database's write lock (the busy timeout) or, with the idem SQLite
+	// driver's single connection, for the pool. Defaults to
+	// LockWaitDefault (5s).
+	LockWait time.Duration
 	// PurgeInterval is how often a Purger deletes expired keys, with 10%
 	// jitter. Defaults to PurgeIntervalDefault (10m).
 	PurgeInterval time.Duration
@@ -114,6 +128,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.TTL = cmp.Or(c.TTL, TTLDefault)
 	c.LockTimeout = cmp.Or(c.LockTimeout, LockTimeoutDefault)
+	c.LockWait = cmp.Or(c.LockWait, LockWaitDefault)
 	c.PurgeInterval = cmp.Or(c.PurgeInterval, PurgeIntervalDefault)
 	c.PurgeBatchSize = cmp.Or(c.PurgeBatchSize, PurgeBatchSizeDefault)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
@@ -141,6 +156,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("idempotency: Config.TTL %v is negative", c.TTL)
 	case c.LockTimeout < 0:
 		return fmt.Errorf("idempotency: Config.LockTimeout %v is negative", c.LockTimeout)
+	case c.LockWait < 0:
+		return fmt.Errorf("idempotency: Config.LockWait %v is negative", c.LockWait)
 	case c.PurgeInterval < 0:
 		return fmt.Errorf("idempotency: Config.PurgeInterval %v is negative", c.PurgeInterval)
 	case c.PurgeBatchSize < 0:
@@ -287,9 +304,14 @@ func (k *Keys[TTx]) Claim(ctx context.Context, req Request) (*Claim, error) {
 	if err := validateRequest(req); err != nil {
 		return nil, err
 	}
+	return k.claim(ctx, k.drv.Pool(), req)
+}
+
+// claim claims req's key through ex: the pool (Claim) or the transaction
+// of ClaimTx.
+func (k *Keys[TTx]) claim(ctx context.Context, pool driver.Executor, req Request) (*Claim, error) {
 	ref := driver.IdempotencyKeyRef{Scope: req.Scope, Key: req.Key}
 	owner := uuid.NewString()
-	pool := k.drv.Pool()
 	for range 3 {
 		now := k.now()
 		p := driver.IdempotencyKeyClaimParams{

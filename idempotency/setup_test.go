@@ -82,6 +82,26 @@ func eachDB(t *testing.T, sqlFn func(*testing.T, testDB[*sql.Tx]), pgxFn func(*t
 	})
 }
 
+// eachPostgres runs sqlFn on PostgreSQL through database/sql and pgxFn
+// through pgx, in parallel subtests.
+func eachPostgres(t *testing.T, sqlFn func(*testing.T, testDB[*sql.Tx]), pgxFn func(*testing.T, testDB[pgx.Tx])) {
+	t.Helper()
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		pg := testdb.NewPostgres(t)
+		db := testDB[*sql.Tx]{drv: postgres.NewSQL(pg.DB), dialect: "postgres", url: pg.URL}
+		db.exec(t, widgetTable)
+		sqlFn(t, db)
+	})
+	t.Run("postgres-pgx", func(t *testing.T) {
+		t.Parallel()
+		pg := testdb.NewPostgres(t)
+		db := testDB[pgx.Tx]{drv: pg.Driver, dialect: "postgres", url: pg.URL}
+		db.exec(t, widgetTable)
+		pgxFn(t, db)
+	})
+}
+
 // bind rewrites ? placeholders as $n for PostgreSQL.
 func (db testDB[TTx]) bind(query string) string {
 	if db.dialect != "postgres" {

@@ -39,6 +39,10 @@ type Writer[TTx any] struct {
 	// prop injects trace context into the events' headers; nil: the
 	// global propagator.
 	prop propagation.TextMapPropagator
+	// emitter and prefix, set by NewLogWriter, write events into the
+	// log instead of the table.
+	emitter driver.LogMessageEmitter
+	prefix  string
 }
 
 // NewWriter returns a Writer using drv's dialect and tables.
@@ -93,6 +97,9 @@ func (w *Writer[TTx]) AddExec(ctx context.Context, ex driver.Executor, events ..
 			AggregateVersion: ev.AggregateVersion,
 			Headers:          withTrace(ev.Headers, trace),
 		}
+	}
+	if w.emitter != nil {
+		return w.emit(ctx, ex, rows)
 	}
 	if err := w.drv.Dialect().InsertOutbox(ctx, ex, rows); err != nil {
 		return fmt.Errorf("idem: outbox: insert %d event(s): %w", len(rows), err)

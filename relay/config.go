@@ -26,6 +26,7 @@ const (
 	// DisableListen): polling is then the only wake-up.
 	PollIntervalNoListenDefault = 50 * time.Millisecond
 	DebounceDefault             = 2 * time.Millisecond
+	BusyPollIntervalDefault     = 2 * time.Millisecond
 	RetryBackoffDefault         = time.Second
 	QuarantineAfterDefault      = 10
 	MaxRetryBackoffDefault      = time.Minute
@@ -43,9 +44,9 @@ type Config struct {
 	// concurrently. Defaults to 2.
 	Workers int
 	// BatchSize is the maximum number of rows claimed at once. Defaults to
-	// 1000. A claim takes at most BatchSize/Workers aggregates and fills
-	// the rest of the batch with the rows that follow theirs, so that
-	// with many aggregates every worker has some to publish.
+	// 1000. A claim takes at most BatchSize/2 aggregates (all of them with
+	// one worker) and fills the rest of the batch with the rows that follow
+	// theirs, so that with many aggregates another claim finds some too.
 	BatchSize int
 	// MaxPerAggregate is the maximum number of rows of one aggregate in a
 	// claim. They are published one per Publish call, each after the
@@ -73,6 +74,17 @@ type Config struct {
 	// their rows up at once. Zero (the default) polls every PollInterval.
 	// It must not be shorter than PollInterval.
 	MaxPollInterval time.Duration
+	// BusyPollInterval is how soon a worker whose last round of claims
+	// found rows claims again, notified or not; a round that finds nothing
+	// sends the worker back to waiting for a notification or
+	// PollInterval. A relay that keeps up with a steady stream thus polls
+	// at this pace, and on PostgreSQL its producers do not notify at all
+	// (the outbox trigger notifies only while a relay waits). It bounds
+	// the delay of such a stream's rows, at the cost of one claim that
+	// finds nothing after each burst. Defaults to 2ms (Debounce: the pace of
+	// a notified relay); negative turns it
+	// off.
+	BusyPollInterval time.Duration
 	// Debounce is how long a worker woken by a notification waits before
 	// claiming, so that a burst of inserts is one claim. Defaults to 2ms.
 	Debounce time.Duration
@@ -81,10 +93,14 @@ type Config struct {
 	// On PostgreSQL the outbox's insert trigger sends the notifications,
 	// and every commit that sends one takes a lock global to the server
 	// until its WAL flush is done, so such commits run one at a time (about
-	// 2,000/s on the reference machine, against 5,000/s without). Writers
-	// that need more can disable the trigger
+	// 2,000/s on the reference machine, against 5,000/s without). Since
+	// migration 0006 the trigger notifies only while a relay waits for
+	// rows (see the package documentation); with DisableListen no relay
+	// waits, and inserts never notify. Writers that want no trigger at all
+	// on a table can disable it
 	// (ALTER TABLE outbox DISABLE TRIGGER outbox_notify) and run their
-	// relays with DisableListen and a short PollInterval.
+	// relays with DisableListen and a short PollInterval, or use the CDC
+	// relay.
 	DisableListen bool
 	// RetryBackoff is the delay before a row whose publication failed is
 	// tried again, doubled at each further failure, with jitter, up to
@@ -164,9 +180,11 @@ func (c Config) ClaimParams(owner uuid.UUID) driver.ClaimParams {
 		Lease:           c.Lease,
 		Limit:           c.BatchSize,
 		MaxPerAggregate: c.MaxPerAggregate,
-		// Half the batch's aggregates with two workers, and so on: with
-		// many aggregates, one claim would otherwise take every head and
-		// leave the other workers nothing to publish until it is marked.
+		// Half the batch's aggregates with two workers or more: with many
+		// aggregates, one claim would otherwise take every head and leave
+		// the next claim nothing to publish until it is marked. Not less:
+		// smaller claims meant longer chains per aggregate and workers
+		// slower the more of them there were.
 		MaxHeads: (c.BatchSize + min(c.Workers, 2) - 1) / min(c.Workers, 2),
 	}
 }
@@ -184,6 +202,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.Debounce = cmp.Or(c.Debounce, DebounceDefault)
+	c.BusyPollInterval = cmp.Or(c.BusyPollInterval, BusyPollIntervalDefault)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
 	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, max(MaxRetryBackoffDefault, c.RetryBackoff))
 	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, QuarantineAfterDefault)

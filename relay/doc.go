@@ -10,6 +10,17 @@
 //  3. marks the confirmed rows published and releases the others, both only
 //     where lease_owner is still its token (fencing): a worker that was
 //     paused past its lease and lost its rows to another changes nothing.
+//     A mark is never sent once the lease has ended.
+//
+// The steps overlap. A batch's rows are published as chains, one per
+// aggregate, in up to four concurrent Publish calls: each call carries the
+// next row of the aggregates that are ready, and an aggregate is ready
+// again once its row was confirmed. While a batch is published and marked
+// (in a goroutine of its own), the worker claims the next one when the
+// claim took as many aggregates as it may (more are waiting); on drivers
+// that claim in one round trip (driver.OutboxClaimer: pgx on PostgreSQL) a
+// worker holds two batches at once, elsewhere one, so that marks never
+// wait behind claims for the database's connections.
 //
 // A relay that dies leaves its leases behind; any worker claims them once
 // they expire. Rows are therefore published at least once: a crash between
@@ -27,17 +38,31 @@
 // lock so each sees the leases of the previous ones. Two workers
 // therefore never hold rows of one aggregate, and a row committed late by a
 // long transaction (a lower seq than rows already visible) is not skipped:
-// there is no cursor, it simply becomes its aggregate's head. The rows of a
-// claim are published in rounds: round k holds the k-th row of each of its
-// aggregates. Unrelated aggregates are published in parallel.
+// there is no cursor, it simply becomes its aggregate's head. Unrelated
+// aggregates are published in parallel.
 //
 // # Latency
 //
 // On PostgreSQL with the pgx driver, a listener (LISTEN on the channel the
 // outbox trigger notifies) wakes a worker when rows are inserted; the worker
-// waits Config.Debounce so that a burst is one claim. Workers also poll every
-// Config.PollInterval, with jitter, so lost notifications only add delay. A
-// claim that returns a full batch is followed at once by another.
+// waits Config.Debounce so that a burst is one claim. A worker whose round
+// of claims found rows claims again after Config.BusyPollInterval, notified
+// or not; one that found nothing waits for a notification, or polls every
+// Config.PollInterval with jitter (doubled after each empty poll up to
+// Config.MaxPollInterval when that is set), so lost notifications only add
+// delay. Processes that write the outbox themselves call Relay.Notify after
+// committing.
+//
+// Notifications cost producers: each notifying commit holds a lock global to
+// the PostgreSQL server until its WAL flush. Since migration 0006 the trigger
+// notifies only while a relay waits (driver.OutboxWaitListener): the
+// listener holds an advisory lock while the relay has nothing to claim, and
+// inserts notify only when they cannot take it shared. Before it waits, the
+// relay takes the lock, which waits for every transaction that inserted
+// without notifying, and claims once more; at the first notification it
+// gives the lock back and claims until a claim finds nothing. A relay that
+// keeps up with a steady stream therefore polls at BusyPollInterval and is
+// never notified; an idle one is notified by the first insert.
 //
 // # Failures and quarantine
 //

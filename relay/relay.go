@@ -59,6 +59,9 @@ type Relay[TTx any] struct {
 	signals atomic.Uint64
 	// idle tells a driver.OutboxWaitListener that a claim found nothing.
 	idle chan struct{}
+	// lingering is held by the one worker that polls at
+	// Config.BusyPollInterval after a round that found rows.
+	lingering atomic.Bool
 
 	// base is the lifecycle. claimCtx ends at Stop: no new claim; workCtx
 	// ends when Stop runs out of time: in-flight publications are
@@ -300,10 +303,18 @@ func (r *Relay[TTx]) nudge() {
 	}
 }
 
-// batchesPerWorker is how many claimed batches a worker holds at once: one
-// being published while the next is claimed, then published as soon as a
-// publish slot frees.
-const batchesPerWorker = 2
+// batchesPerWorker returns how many claimed batches a worker holds at
+// once. With a driver.OutboxClaimer (a claim in one round trip, on a pool of
+// connections) two: one being published while the next is claimed. Claims
+// in a transaction of their own (database/sql drivers; SQLite's one
+// connection) would make marks wait behind claims, and a mark that waits
+// past the lease is lost: one.
+func (r *Relay[TTx]) batchesPerWorker() int {
+	if r.claimer != nil {
+		return 2
+	}
+	return 1
+}
 
 func (r *Relay[TTx]) worker(n int) {
 	log := r.log.With("worker", n)
@@ -312,7 +323,7 @@ func (r *Relay[TTx]) worker(n int) {
 	defer timer.Stop()
 	// slots bounds the batches this worker holds; inflight waits for
 	// them when the worker ends.
-	slots := make(chan struct{}, batchesPerWorker)
+	slots := make(chan struct{}, r.batchesPerWorker())
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
 	var failures int
@@ -321,6 +332,13 @@ func (r *Relay[TTx]) worker(n int) {
 	// it waits for a poll or a wake-up.
 	var held atomic.Int32
 	var waiting atomic.Bool
+	// lingers: this worker holds r.lingering, polling at BusyPollInterval.
+	lingers := false
+	defer func() {
+		if lingers {
+			r.lingering.Store(false)
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -387,7 +405,7 @@ func (r *Relay[TTx]) worker(n int) {
 					// Its aggregates are free again: a claim that found
 					// nothing while they were leased would now find rows.
 					r.nudge()
-				case left == 0 && waiting.Load():
+				case left == 0 && waiting.Load() && !r.lingering.Load():
 					r.declareIdle()
 				}
 			})
@@ -401,12 +419,33 @@ func (r *Relay[TTx]) worker(n int) {
 			// published, and let an idle worker help.
 			r.nudge()
 		}
-		// About to wait: once this worker holds no batch, a listener that
-		// makes the database notify only while the relay waits declares it
-		// waiting, then wakes it once more for the rows committed until
-		// then. A batch still in flight declares it when it ends.
+		if found && r.cfg.BusyPollInterval > 0 {
+			idle = r.cfg.PollInterval
+			if !lingers && r.lingering.CompareAndSwap(false, true) {
+				lingers = true
+			}
+			if lingers {
+				// Rows came in this round: claim again shortly, without
+				// waiting for a notification. A relay that keeps up with
+				// a steady stream polls at this pace (one worker does),
+				// and producers, whose inserts notify only while it
+				// waits, do not notify at all.
+				timer.Reset(r.cfg.BusyPollInterval)
+				continue
+			}
+		}
+		if lingers {
+			lingers = false
+			r.lingering.Store(false)
+		}
+		// About to wait: once this worker holds no batch, and unless
+		// another worker polls at BusyPollInterval (it declares it when
+		// its round finds nothing), a listener that makes the database
+		// notify only while the relay waits declares it waiting, then
+		// wakes it once more for the rows committed until then. A batch
+		// still in flight declares it when it ends.
 		waiting.Store(true)
-		if held.Load() == 0 {
+		if held.Load() == 0 && !r.lingering.Load() {
 			r.declareIdle()
 		}
 		switch {
@@ -443,9 +482,8 @@ type claimed struct {
 // claim.
 func (r *Relay[TTx]) claimBatch(log *slog.Logger) (*claimed, error) {
 	owner := uuid.New()
-	start := time.Now()
 	params := r.cfg.ClaimParams(owner)
-	rows, err := r.claim(params)
+	rows, start, err := r.claim(params)
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
@@ -474,17 +512,24 @@ func (r *Relay[TTx]) claimBatch(log *slog.Logger) (*claimed, error) {
 		moreHeads: len(per) >= params.HeadLimit()}, nil
 }
 
-func (r *Relay[TTx]) claim(params driver.ClaimParams) (rows []driver.ClaimedRow, err error) {
-	defer observeSince(r.cfg.ObserveClaim, time.Now())
+// claim claims a batch. It returns when the lease started at the latest:
+// before the call with a driver.OutboxClaimer, else once the claim's
+// transaction holds its connection (waiting for a connection of a busy
+// pool must not eat the lease).
+func (r *Relay[TTx]) claim(params driver.ClaimParams) (rows []driver.ClaimedRow, start time.Time, err error) {
+	start = time.Now()
+	defer observeSince(r.cfg.ObserveClaim, start)
 	ctx, cancel := context.WithTimeout(r.claimCtx, r.cfg.QueryTimeout)
 	defer cancel()
 	if r.claimer != nil {
-		return r.claimer.ClaimOutbox(ctx, params)
+		rows, err = r.claimer.ClaimOutbox(ctx, params)
+		return rows, start, err
 	}
 	tx, err := r.drv.Begin(ctx)
 	if err != nil {
-		return nil, err
+		return nil, start, err
 	}
+	start = time.Now()
 	defer func() {
 		if err != nil {
 			_ = r.drv.Rollback(context.WithoutCancel(ctx), tx)
@@ -492,12 +537,12 @@ func (r *Relay[TTx]) claim(params driver.ClaimParams) (rows []driver.ClaimedRow,
 	}()
 	rows, err = r.dialect.ClaimOutbox(ctx, r.drv.Tx(tx), params)
 	if err != nil {
-		return nil, err
+		return nil, start, err
 	}
 	if err := r.drv.Commit(ctx, tx); err != nil {
-		return nil, err
+		return nil, start, err
 	}
-	return rows, nil
+	return rows, start, nil
 }
 
 type aggregateKey struct{ typ, id string }

@@ -41,7 +41,8 @@
 # Exported to the tests (each only when its server is started):
 #   IDEM_TEST_DIR
 #   postgres: IDEM_TEST_POSTGRES_URL (postgres://postgres@127.0.0.1:PORT/idem_test?sslmode=disable),
-#             IDEM_TEST_POSTGRES_STOP, IDEM_TEST_POSTGRES_START (scripts)
+#             IDEM_TEST_POSTGRES_STOP, IDEM_TEST_POSTGRES_START (scripts),
+#             IDEM_TEST_POSTGRES_BINDIR (the server's bin directory, with psql)
 #   mariadb:  IDEM_TEST_MARIADB_URL (mysql://idem:idem@127.0.0.1:PORT/idem_test),
 #             IDEM_TEST_MARIADB_DSN (idem:idem@tcp(127.0.0.1:PORT)/idem_test),
 #             IDEM_TEST_MARIADB_STOP, IDEM_TEST_MARIADB_START (scripts)

@@ -35,7 +35,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench",
-		summary: "measure the relay on a database (idem bench relay)",
+		summary: "measure the relay on a database (idem bench relay), the CDC relay against RabbitMQ (idem bench cdc)",
 		usage: `Usage:
   idem bench relay [--db URL] [--rows N] [--aggregates N] [--runs N] [--workers N] [--rate R] [--duration D] [--metrics]
                    [--workers-curve 1,2,4,8] [--producers N] [--producer-duration D] [--triggers waiting,always,none]
@@ -81,8 +81,10 @@ every span sampled and dropped by a no-op exporter, and every row carries a
 traceparent as a traced producer's do: the cost of tracing. Unset, the
 relay runs with OpenTelemetry's no-op tracer, as when tracing is off.
 
-Example:
-  idem bench relay --db postgres://localhost/bench --runs 3`,
+` + benchCDCUsage + `
+Examples:
+  idem bench relay --db postgres://localhost/bench --runs 3
+  idem bench cdc --db postgres://localhost/bench --broker amqp://guest:guest@localhost:5672/`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			var db dbFlags
 			db.register(fs)
@@ -94,13 +96,18 @@ Example:
 			rate := fs.Int("rate", 1000, "events per second in the latency test; 0 skips it")
 			duration := fs.Duration("duration", 10*time.Second, "length of the latency test")
 			metrics := fs.Bool("metrics", false, "run the relay with its Prometheus metrics on")
+			cdcFlags := registerBenchCDC(fs)
 			curve := fs.String("workers-curve", "", "comma-separated worker counts to drain with (e.g. 1,2,4,8); empty skips it")
 			producers := fs.Int("producers", 16, "clients committing in the producer test")
 			producerDuration := fs.Duration("producer-duration", 0, "length of each producer commits/s measure; 0 skips it")
+			busyPoll := fs.Duration("busy-poll", relay.BusyPollIntervalDefault, "the relay's BusyPollInterval (negative: off)")
 			triggers := fs.String("triggers", "waiting,always,none", "outbox triggers to measure the producers and the latency with")
 			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) == 1 && args[0] == "cdc" {
+					return runBenchCDC(ctx, e, &db, cdcFlags, *rows, *aggregates, *runs)
+				}
 				if len(args) != 1 || args[0] != "relay" {
-					return usagef("want: idem bench relay")
+					return usagef("want: idem bench relay, or idem bench cdc")
 				}
 				if *rows <= 0 || *aggregates <= 0 || *runs <= 0 || *workers <= 0 || *batch <= 0 || *rate < 0 || *producers <= 0 {
 					return usagef("--rows, --aggregates, --runs, --workers, --batch-size and --producers must be positive")
@@ -122,7 +129,7 @@ Example:
 					return fmt.Errorf("bench relay needs PostgreSQL")
 				}
 				b := &bench{e: e, rows: *rows, aggregates: *aggregates, workers: *workers, batch: *batch,
-					curve: counts, producers: *producers, producerDuration: *producerDuration, triggers: designs}
+					busyPoll: *busyPoll, curve: counts, producers: *producers, producerDuration: *producerDuration, triggers: designs}
 				if *metrics {
 					b.metrics = relaymetrics.New()
 					b.registry = prometheus.NewRegistry()
@@ -153,6 +160,7 @@ type bench struct {
 	// producerDuration: the producer commits/s test; triggers: the outbox
 	// triggers it and the latency test run with.
 	curve            []int
+	busyPoll         time.Duration
 	producers        int
 	producerDuration time.Duration
 	triggers         []string
@@ -529,11 +537,12 @@ func (p *countingPublisher) Publish(_ context.Context, msgs []idemmsg.Message) e
 
 func (b *bench) relayConfig() relay.Config {
 	cfg := relay.Config{
-		Workers:       b.workers,
-		BatchSize:     b.batch,
-		StatsInterval: -1,
-		Retention:     -1,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Workers:          b.workers,
+		BatchSize:        b.batch,
+		StatsInterval:    -1,
+		Retention:        -1,
+		BusyPollInterval: b.busyPoll,
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if b.metrics != nil {
 		cfg = b.metrics.Instrument(cfg)

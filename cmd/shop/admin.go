@@ -19,6 +19,8 @@ import (
 	"github.com/idem-go/idem/internal/netaddr"
 	"github.com/idem-go/idem/internal/pprofhttp"
 	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
 	"github.com/idem-go/idem/relay/relaymetrics"
 )
 
@@ -86,6 +88,18 @@ func (m *metrics) instrumentRelay(table string, cfg relay.Config) (relay.Config,
 	rm := relaymetrics.NewWith(relaymetrics.Options{Table: table})
 	m.reg.MustRegister(rm)
 	return rm.Instrument(cfg), rm.Watch
+}
+
+// instrumentCDC returns cfg with the hooks of the metrics (idem_cdc_*) of
+// the CDC relay of slot, and a function to call with the relay once it
+// exists.
+func (m *metrics) instrumentCDC(slot string, cfg cdc.Config) (cdc.Config, func(cdcmetrics.StatsSource)) {
+	if m == nil {
+		return cfg, func(cdcmetrics.StatsSource) {}
+	}
+	cm := cdcmetrics.New(slot)
+	m.reg.MustRegister(cm)
+	return cm.Instrument(cfg), cm.Watch
 }
 
 // adminMux returns the handlers of the admin address. Mount more under

@@ -28,7 +28,36 @@ type chaosCase struct {
 	Name string
 	// Expected is what must hold after recovery.
 	Expected string
-	run      func(ctx context.Context, r *chaosRun) (string, error)
+	// Relay, when set, is the --relay of every process of the case; the
+	// CDC relay's cases run only on PostgreSQL.
+	Relay string
+	// Outbox, when set, is the --outbox of every process of the case.
+	Outbox string
+	run    func(ctx context.Context, r *chaosRun) (string, error)
+}
+
+// applies reports whether the case runs on the database at dbURL.
+func (c chaosCase) applies(dbURL string) bool {
+	return c.Relay != relayCDC || isPostgresURL(dbURL)
+}
+
+// isPostgresURL reports whether rawURL is a PostgreSQL URL.
+func isPostgresURL(rawURL string) bool {
+	scheme, _, _ := strings.Cut(rawURL, "://")
+	scheme = strings.ToLower(scheme)
+	return scheme == "postgres" || scheme == "postgresql"
+}
+
+// applicableCases counts the cases of the crash table that run on the
+// database at dbURL.
+func applicableCases(dbURL string) int {
+	n := 0
+	for _, c := range chaosCases {
+		if c.applies(dbURL) {
+			n++
+		}
+	}
+	return n
 }
 
 // chaosRun is the environment of one case: its own namespace (schemas,
@@ -132,8 +161,10 @@ var chaosCases = []chaosCase{
 			if _, err := r.start(ctx, procSpec{name: "app", services: appServices + ",relay", http: app.http}); err != nil {
 				return "", err
 			}
-			// The crashed request left its key "processing": 409 until the
-			// lock timeout (1s here), then the retry takes it over.
+			// The key's claim was in the crashed request's transaction: it
+			// rolled back with the order, and the retry runs at once. (A
+			// claim left "processing" by an older binary answers 409 until
+			// the lock timeout, 1s here, then the retry takes it over.)
 			conflicts := 0
 			deadline := time.Now().Add(15 * time.Second)
 			for {
@@ -169,6 +200,31 @@ var chaosCases = []chaosCase{
 		Name:     fault.RelayAfterPublishBeforeMark,
 		Expected: "relay republishes (duplicate source 1): consumers skip the copies",
 		run:      crashAndRecover("relay", fault.RelayAfterPublishBeforeMark, 3),
+	},
+	{
+		Name:     fault.CDCAfterReceive,
+		Expected: "CDC relay: received from the slot, nothing published: the restarted relay reads it again and publishes it",
+		Relay:    relayCDC,
+		run:      crashAndRecover("relay", fault.CDCAfterReceive, 3),
+	},
+	{
+		Name:     fault.CDCAfterPublishBeforeConfirm,
+		Expected: "CDC relay: published, slot position not confirmed: republished (duplicate source 1), consumers skip the copies",
+		Relay:    relayCDC,
+		run:      crashAndRecover("relay", fault.CDCAfterPublishBeforeConfirm, 3),
+	},
+	{
+		Name:     fault.CDCAfterConfirm,
+		Expected: "CDC relay: position confirmed: the restarted relay resumes after it, nothing lost",
+		Relay:    relayCDC,
+		run:      crashAndRecover("relay", fault.CDCAfterConfirm, 3),
+	},
+	{
+		Name:     fault.CDCAfterPublishBeforeConfirm + " (WAL messages)",
+		Expected: "events written as WAL messages (--outbox log), no outbox row: republished, consumers skip the copies",
+		Relay:    relayCDC,
+		Outbox:   outboxLog,
+		run:      crashAndRecover("relay", fault.CDCAfterPublishBeforeConfirm, 3),
 	},
 	{
 		Name:     fault.ShippingBeforeCommit,
@@ -340,19 +396,25 @@ func runChaos(ctx context.Context, o chaosOptions) []chaosResult {
 		if o.Only != "" && !matchesAny(c.Name, o.Only) {
 			continue
 		}
+		if !c.applies(o.DB) {
+			continue
+		}
 		start := time.Now()
 		ns := "chaos_" + randomSuffix()
 		res := chaosResult{Case: c}
 		func() {
-			cl := &cluster{binary: o.Binary, db: o.DB, broker: o.Broker, namespace: ns, logDir: o.LogDir}
+			cl := &cluster{binary: o.Binary, db: o.DB, broker: o.Broker, namespace: ns, logDir: o.LogDir, relay: c.Relay, outbox: c.Outbox}
 			defer cl.stopAll()
 			in, err := openInspector(ctx, o.DB, ns)
 			if err != nil {
 				res.Err = err
 				return
 			}
+			in.outboxRowsDeleted = c.Relay == relayCDC
 			defer in.close()
-			defer dropNamespace(in)
+			// The processes stop before their namespace goes: a CDC
+			// relay's slot can be dropped only once nobody reads it.
+			defer func() { cl.stopAll(); dropNamespace(in) }()
 			res.Observed, res.Err = c.run(ctx, &chaosRun{cluster: cl, in: in})
 		}()
 		res.Took = time.Since(start)
@@ -378,16 +440,35 @@ func matchesAny(name, words string) bool {
 }
 
 // dropNamespace removes the schemas (PostgreSQL) or databases (MySQL) of a
-// finished case. SQLite files stay in their directory, which the caller
-// removes.
+// finished case, and on PostgreSQL the replication slots and publications
+// of its CDC relays: a slot left behind would keep the server's WAL
+// forever. The namespace's processes must have stopped. SQLite files stay
+// in their directory, which the caller removes.
 func dropNamespace(in *inspector) {
 	for _, db := range in.dbs {
 		switch db.Dialect {
 		case store.Postgres:
+			dropSlot(db)
 			_, _ = db.SQL.Exec(`DROP SCHEMA IF EXISTS ` + db.Schema + ` CASCADE`)
 		case store.MySQL:
 			_, _ = db.SQL.Exec("DROP DATABASE IF EXISTS `" + db.Schema + "`")
 		}
+	}
+}
+
+// dropSlot drops the CDC slot of db's service, waiting a few seconds for
+// the server to notice that a relay which just exited is gone (its slot is
+// active until then).
+func dropSlot(db *store.DB) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := db.DropCDCSlot(ctx)
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -442,6 +523,9 @@ kills one at a named fault point (IDEM_FAULT), restarts it, and checks every
 database: each committed order has exactly one reservation per line, one
 preparation, one pickup at the carrier, one invoice and one e-mail; an order
 that was never committed has none. Prints a table and fails if a case fails.
+On PostgreSQL the table also kills the CDC relay (shop --relay cdc) at its
+three fault points; each case's replication slots are dropped with its
+schemas.
 
 Fault points exist only in a shop built with the build tag idemfault: run
 shop chaos from such a build (go run -tags idemfault ./cmd/shop chaos, or

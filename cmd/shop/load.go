@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,6 +32,10 @@ type loadOptions struct {
 	DB          string
 	Namespace   string
 	Wait        time.Duration
+	Pids        []int
+	Admin       string
+	Settle      time.Duration
+	JSON        bool
 }
 
 func loadMain(args []string, stdout, stderr io.Writer) error {
@@ -46,6 +51,10 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.DB, "db", "", "database URL of the shop; when set, also reports the delay from order commit to preparation commit")
 	fs.StringVar(&o.Namespace, "namespace", namespaceDefault, "namespace of the shop's schemas, with --db")
 	fs.DurationVar(&o.Wait, "wait", 2*time.Minute, "with --db, how long to wait for the preparations")
+	pids := fs.String("pids", "", "process ids whose CPU time per order to report, each with its child processes (PostgreSQL's postmaster, RabbitMQ's beam.smp, the shop), separated by commas")
+	fs.StringVar(&o.Admin, "admin", "", "the shop's admin address (its --admin-addr): report its CPU per order (process_cpu_seconds_total) and the broker messages its relays published per order")
+	fs.DurationVar(&o.Settle, "settle", 3*time.Second, "with --pids or --admin, how long to go on measuring after the last order (with --db, after its preparation; with --admin, after the relays stopped publishing), so that the consumers' work is counted")
+	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
 	fs.Usage = usageWithEnv(fs, loadEnv, `Usage: shop load [flags]
 
 Places orders through the order API, each with an Idempotency-Key, retries a
@@ -54,13 +63,32 @@ percentiles of the accepted orders. With --db, it then waits for shipping to
 prepare every order and prints the delay from order commit to preparation
 commit.
 
+It also reports what an order costs, measured from the first order to
+--settle after the last one (idle work included):
+  --pids       CPU ms per order of each process and its children, from
+               /proc/<pid>/stat (the PostgreSQL postmaster's tree holds
+               every backend; RabbitMQ's is beam.smp's)
+  --admin      the shop's own CPU ms per order and the broker messages its
+               relays published per order, from its /metrics
+  --db         with a PostgreSQL URL, transactions per order
+               (pg_stat_database) and statements per order
+               (pg_stat_statements, created when the server loads it:
+               shared_preload_libraries = 'pg_stat_statements'); the
+               counts are the whole database's, so run nothing else on it
+
 Flags:
 `, `
 Examples:
   shop load --orders 10000 --concurrency 64 --retry-rate 0.05
   shop load --orders 2000 --rate 200 --db postgres://localhost/shop
+  shop load --orders 6000 --rate 200 --db postgres://localhost/shop \
+      --admin 127.0.0.1:9090 --pids $(pgrep -o postgres),$(pgrep -f beam.smp) --json
 `)
 	if err := envFlags(fs, args, loadEnv); err != nil {
+		return err
+	}
+	var err error
+	if o.Pids, err = parsePids(*pids); err != nil {
 		return err
 	}
 	if o.Orders < 1 || o.Concurrency < 1 || o.RetryRate < 0 || o.RetryRate > 1 || o.Lines < 1 {
@@ -69,6 +97,11 @@ Examples:
 	rep, err := runLoad(context.Background(), o)
 	if err != nil {
 		return err
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep.json())
 	}
 	fmt.Fprint(stdout, rep.String())
 	return nil
@@ -80,6 +113,27 @@ type loadReport struct {
 	Elapsed                                        time.Duration
 	Latency                                        []time.Duration
 	ToPreparation                                  []time.Duration
+	Cost                                           *loadCost
+}
+
+// json is the report as --json prints it: durations in milliseconds.
+func (r loadReport) json() map[string]any {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	lat := func(d []time.Duration) map[string]float64 {
+		return map[string]float64{"p50": ms(percentile(d, .5)), "p90": ms(percentile(d, .9)), "p99": ms(percentile(d, .99)), "max": ms(percentile(d, 1))}
+	}
+	out := map[string]any{
+		"orders_accepted": r.Accepted, "failed": r.Failed, "retries": r.Retries, "replayed": r.Replayed, "conflicts": r.Conflicts,
+		"seconds": r.Elapsed.Seconds(), "orders_per_second": float64(r.Accepted) / r.Elapsed.Seconds(),
+		"latency_ms": lat(r.Latency),
+	}
+	if len(r.ToPreparation) > 0 {
+		out["to_preparation_ms"] = lat(r.ToPreparation)
+	}
+	if r.Cost != nil {
+		out["cost"] = r.Cost
+	}
+	return out
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -99,6 +153,9 @@ func (r loadReport) String() string {
 	if len(r.ToPreparation) > 0 {
 		fmt.Fprintf(&b, "order commit -> preparation commit: p50 %v p90 %v p99 %v max %v (%d orders)\n",
 			pct(r.ToPreparation, .5), pct(r.ToPreparation, .9), pct(r.ToPreparation, .99), pct(r.ToPreparation, 1), len(r.ToPreparation))
+	}
+	if r.Cost != nil {
+		b.WriteString(r.Cost.String())
 	}
 	return b.String()
 }
@@ -121,6 +178,18 @@ func runLoad(ctx context.Context, o loadOptions) (loadReport, error) {
 		ids                                               []string
 		failed, retries, replayed, conflicts, acceptedCnt atomic.Int64
 	)
+	var (
+		probe  *costProbe
+		before costSample
+	)
+	if len(o.Pids) > 0 || o.Admin != "" || o.DB != "" {
+		var err error
+		if probe, err = newCostProbe(ctx, o.Pids, o.Admin, o.DB); err != nil {
+			return loadReport{}, err
+		}
+		defer probe.close(context.WithoutCancel(ctx))
+		before = probe.sample(ctx)
+	}
 	var pace <-chan time.Time
 	if o.Rate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / o.Rate))
@@ -177,6 +246,15 @@ func runLoad(ctx context.Context, o loadOptions) (loadReport, error) {
 			return rep, err
 		}
 		rep.ToPreparation = d
+	}
+	if probe != nil {
+		if o.Admin != "" {
+			probe.waitDrained(ctx, o.Wait)
+		}
+		if len(o.Pids) > 0 || o.Admin != "" {
+			time.Sleep(o.Settle)
+		}
+		rep.Cost = probe.cost(before, probe.sample(ctx), rep.Accepted)
 	}
 	return rep, nil
 }

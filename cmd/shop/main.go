@@ -163,6 +163,8 @@ Examples:
   shop
   shop --db postgres://postgres@localhost:5432/shop --broker amqp://guest:guest@localhost:5672/
   shop --services stock,relay --db postgres://localhost/shop --broker amqp://localhost/
+  shop --relay cdc --db postgres://localhost/shop --broker amqp://localhost/
+  shop --relay cdc --outbox log --db postgres://localhost/shop --broker amqp://localhost/
   SHOP_DB_URL=mysql://shop:shop@localhost:3306/shop SHOP_BROKER_URL=kafka://localhost:9092 shop
   shop --services order,carrier --order-db postgres://localhost/orders --broker nats://localhost:4222
   shop load --orders 10000 --concurrency 64 --retry-rate 0.05
@@ -171,7 +173,8 @@ Examples:
 Order API:
   POST /orders             {"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}
                            header Idempotency-Key: same key + same body replays the response,
-                           another body is 422, a retry while the first runs is 409;
+                           another body is 422, a retry while the first runs waits
+                           for its response (409 after 5 s);
                            keys are kept 24 hours; the body must be sent with
                            Content-Type: application/json (415 otherwise).
   POST /orders/{id}/cancel always accepted: stock, shipping (and the carrier's
@@ -189,7 +192,7 @@ var runEnv = map[string]string{
 	"services": "SHOP_SERVICES", "db": "SHOP_DB_URL", "broker": "SHOP_BROKER_URL", "http": "SHOP_HTTP", "admin-addr": "SHOP_ADMIN_ADDR",
 	"data-dir": "SHOP_DATA_DIR", "namespace": "SHOP_NAMESPACE", "carrier-url": "SHOP_CARRIER_URL",
 	"summary": "SHOP_SUMMARY_INTERVAL", "key-lock-timeout": "SHOP_KEY_LOCK_TIMEOUT",
-	"relay-lease": "SHOP_RELAY_LEASE", "relay-workers": "SHOP_RELAY_WORKERS", "workers": "SHOP_WORKERS",
+	"relay": "SHOP_RELAY", "outbox": "SHOP_OUTBOX", "relay-lease": "SHOP_RELAY_LEASE", "relay-workers": "SHOP_RELAY_WORKERS", "workers": "SHOP_WORKERS",
 	"max-conns": "SHOP_MAX_CONNS", "log-level": "SHOP_LOG_LEVEL",
 	"order-db": "SHOP_ORDER_DB_URL", "stock-db": "SHOP_STOCK_DB_URL", "shipping-db": "SHOP_SHIPPING_DB_URL",
 	"billing-db": "SHOP_BILLING_DB_URL", "carrier-db": "SHOP_CARRIER_DB_URL",
@@ -209,6 +212,8 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	fs.StringVar(&cfg.CarrierURL, "carrier-url", "", "carrier base URL for shipping and billing (default: http://<--http>/carrier)")
 	fs.DurationVar(&cfg.Summary, "summary", 10*time.Second, "interval of the one-line summary; 0 turns it off")
 	fs.DurationVar(&cfg.KeyLock, "key-lock-timeout", 10*time.Second, "how long a running order request holds its Idempotency-Key; a retry after it takes over a crashed request's key")
+	fs.StringVar(&cfg.Relay, "relay", relayPoll, "how the relays read the outboxes: \"poll\" (claim rows, every database) or \"cdc\"\n(PostgreSQL only: read each outbox's inserts from the write-ahead log through a logical\nreplication slot idem_<namespace>_<service>_outbox; the server needs wal_level=logical,\nand a retired namespace's slots must be dropped: idem cdc drop-slot)")
+	fs.StringVar(&cfg.Outbox, "outbox", outboxRows, "how the services write their events: \"rows\" (the outbox table) or \"log\" (PostgreSQL\nwith --relay cdc: WAL messages in the business transaction, pg_logical_emit_message: no row,\nno index, no vacuum)")
 	fs.DurationVar(&cfg.RelayLease, "relay-lease", 30*time.Second, "relay lease: a crashed relay's claimed rows are published again after it")
 	fs.IntVar(&cfg.RelayWorkers, "relay-workers", 2, "relay workers per outbox")
 	fs.IntVar(&cfg.Workers, "workers", 4, "concurrent batches per consumer")
@@ -225,6 +230,15 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, "", usageError(fmt.Sprintf("unexpected argument %q; run \"shop help\"", fs.Arg(0)))
+	}
+	if cfg.Relay != relayPoll && cfg.Relay != relayCDC {
+		return cfg, "", fmt.Errorf("--relay %q: want %s or %s", cfg.Relay, relayPoll, relayCDC)
+	}
+	switch {
+	case cfg.Outbox != outboxRows && cfg.Outbox != outboxLog:
+		return cfg, "", fmt.Errorf("--outbox %q: want %s or %s", cfg.Outbox, outboxRows, outboxLog)
+	case cfg.Outbox == outboxLog && cfg.Relay != relayCDC:
+		return cfg, "", fmt.Errorf("--outbox log needs --relay cdc: only the CDC relay reads events written as WAL messages (the polling relay reads table rows)")
 	}
 	for s, v := range perService {
 		if *v != "" {

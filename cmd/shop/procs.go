@@ -29,6 +29,9 @@ type cluster struct {
 	dataDir   string
 	logDir    string
 	extraEnv  []string
+	// relay and outbox, when set, are every process's --relay and
+	// --outbox.
+	relay, outbox string
 
 	mu    sync.Mutex
 	procs []*proc
@@ -93,7 +96,7 @@ func (c *cluster) start(ctx context.Context, spec procSpec) (*proc, error) {
 	// no --broker, the embedded ones under --data-dir.
 	args := []string{"--services", spec.services, "--http", addr, "--summary", "0",
 		"--relay-lease", "2s", "--key-lock-timeout", "1s", "--log-level", "warn"}
-	for _, f := range [][2]string{{"--db", c.db}, {"--broker", c.broker}, {"--namespace", c.namespace}, {"--data-dir", c.dataDir}} {
+	for _, f := range [][2]string{{"--db", c.db}, {"--broker", c.broker}, {"--namespace", c.namespace}, {"--data-dir", c.dataDir}, {"--relay", c.relay}, {"--outbox", c.outbox}} {
 		if f[1] != "" {
 			args = append(args, f[0], f[1])
 		}

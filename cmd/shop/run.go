@@ -21,6 +21,7 @@ import (
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/billing"
 	"github.com/idem-go/idem/shop/carrier"
@@ -38,17 +39,21 @@ var databases = []string{"order", "stock", "shipping", "billing", "carrier"}
 
 // runConfig is the configuration of "shop" (run).
 type runConfig struct {
-	Services     []string
-	DB           string
-	ServiceDB    map[string]string
-	Broker       string
-	HTTP         string
-	AdminAddr    string
-	DataDir      string
-	Namespace    string
-	CarrierURL   string
-	Summary      time.Duration
-	KeyLock      time.Duration
+	Services   []string
+	DB         string
+	ServiceDB  map[string]string
+	Broker     string
+	HTTP       string
+	AdminAddr  string
+	DataDir    string
+	Namespace  string
+	CarrierURL string
+	Summary    time.Duration
+	KeyLock    time.Duration
+	// Relay is relayPoll or relayCDC.
+	Relay string
+	// Outbox is outboxRows or outboxLog.
+	Outbox       string
 	RelayLease   time.Duration
 	RelayWorkers int
 	Workers      int
@@ -85,6 +90,23 @@ func (c runConfig) brokerPrefix() string {
 }
 
 const namespaceDefault = "shop"
+
+// The relays of --relay.
+const (
+	// relayPoll is the polling relay (package relay), on every dialect.
+	relayPoll = "poll"
+	// relayCDC is the CDC relay (package relay/cdc), on PostgreSQL.
+	relayCDC = "cdc"
+)
+
+// The event writers of --outbox.
+const (
+	// outboxRows writes outbox rows.
+	outboxRows = "rows"
+	// outboxLog writes WAL messages (outbox.NewLogWriter), for the CDC
+	// relay.
+	outboxLog = "log"
+)
 
 // app is a running shop process.
 type app struct {
@@ -139,7 +161,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		if !cfg.needsDB(s) {
 			continue
 		}
-		db, err := store.Open(ctx, s, cfg.dbURL(s), cfg.Namespace+"_"+s, store.Options{MaxConns: cfg.MaxConns, Observer: a.metrics.observer})
+		db, err := store.Open(ctx, s, cfg.dbURL(s), cfg.Namespace+"_"+s, store.Options{MaxConns: cfg.MaxConns, Observer: a.metrics.observer, OutboxLog: cfg.Outbox == outboxLog})
 		if err != nil {
 			return nil, err
 		}
@@ -219,6 +241,16 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 			return nil, fmt.Errorf("broker %s: %w", broker.RedactURL(cfg.Broker), err)
 		}
 		for _, s := range []string{"order", "shipping", "billing"} {
+			if cfg.Relay == relayCDC {
+				ccfg, watch := a.metrics.instrumentCDC(a.dbs[s].CDCSlot(), cdc.Config{Logger: log.With("outbox", s)})
+				r, err := a.dbs[s].NewCDCRelay(a.pub, ccfg)
+				if err != nil {
+					return nil, fmt.Errorf("relay of %s (--relay cdc): %w", s, err)
+				}
+				watch(r.Relay)
+				a.relays[s] = r
+				continue
+			}
 			rcfg, watch := a.metrics.instrumentRelay(cfg.Namespace+"_"+s+".outbox", relay.Config{
 				Workers: cfg.RelayWorkers, Lease: cfg.RelayLease, Logger: log.With("outbox", s),
 				RetryBackoff: 100 * time.Millisecond, MaxRetryBackoff: 5 * time.Second,
@@ -411,6 +443,14 @@ func (a *app) banner(w io.Writer) {
 		fmt.Fprintf(w, "shop:   broker   embedded NATS JetStream, data in %s\n", dir)
 	} else {
 		fmt.Fprintf(w, "shop:   broker   %s\n", broker.RedactURL(a.cfg.Broker))
+	}
+	if len(a.relays) > 0 {
+		if a.cfg.Relay == relayCDC {
+			fmt.Fprintf(w, "shop:   relays   CDC (logical replication slots %s...), events as %s\n", a.dbs["order"].CDCSlot(),
+				map[string]string{outboxRows: "outbox rows", outboxLog: "WAL messages"}[a.cfg.Outbox])
+		} else {
+			fmt.Fprintln(w, "shop:   relays   polling")
+		}
 	}
 	if a.server != nil {
 		if a.order != nil {

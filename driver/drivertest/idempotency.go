@@ -157,6 +157,69 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 		}
 	})
 
+	// A dialect without driver.IdempotencyKeyLocker relies on its insert's
+	// row lock or its database lock, which package idempotency's
+	// TestTxConcurrentRequests checks on every dialect.
+	t.Run("LockedUntilTheTransactionEnds", func(t *testing.T) {
+		t.Parallel()
+		db := setup.open(t, Options{})
+		locker, ok := db.Driver.Dialect().(driver.IdempotencyKeyLocker)
+		if !ok {
+			return
+		}
+		ctx := testsvc.Ctx(t, time.Minute)
+		ref := driver.IdempotencyKeyRef{Scope: "s", Key: "locked"}
+		try := func(tx TTx, ref driver.IdempotencyKeyRef) bool {
+			t.Helper()
+			ok, err := locker.TryLockIdempotencyKey(ctx, db.Driver.Tx(tx), ref)
+			fatalIf(t, err, "try lock")
+			return ok
+		}
+		tx1, tx2 := db.begin(t, ctx), db.begin(t, ctx)
+		if !try(tx1, ref) {
+			t.Fatal("first lock of a key: not taken")
+		}
+		if !try(tx1, ref) {
+			t.Fatal("the same transaction again: not taken")
+		}
+		if try(tx2, ref) {
+			t.Fatal("a second transaction took the key the first holds")
+		}
+		if !try(tx2, driver.IdempotencyKeyRef{Scope: "s", Key: "other"}) || !try(tx2, driver.IdempotencyKeyRef{Scope: "t", Key: "locked"}) {
+			t.Fatal("another key, or the key in another scope, is held up")
+		}
+		fatalIf(t, db.Driver.Commit(ctx, tx1), "commit")
+		if !try(tx2, ref) {
+			t.Fatal("the key is still locked after the holder committed")
+		}
+		fatalIf(t, db.Driver.Rollback(ctx, tx2), "rollback")
+
+		// The lock and the insert in one step.
+		k := keysOf(t, db)
+		p := claim("s", "lock-insert", uuid.NewString())
+		tx1, tx2 = db.begin(t, ctx), db.begin(t, ctx)
+		lockInsert := func(tx TTx, p driver.IdempotencyKeyClaimParams) (bool, bool) {
+			t.Helper()
+			locked, inserted, err := locker.TryLockInsertIdempotencyKey(ctx, db.Driver.Tx(tx), p)
+			fatalIf(t, err, "try lock and insert")
+			return locked, inserted
+		}
+		if locked, inserted := lockInsert(tx1, p); !locked || !inserted {
+			t.Fatalf("a new key: locked %v, inserted %v; want both", locked, inserted)
+		}
+		if locked, inserted := lockInsert(tx2, claim("s", "lock-insert", uuid.NewString())); locked || inserted {
+			t.Fatalf("the key another transaction holds: locked %v, inserted %v; want neither, at once", locked, inserted)
+		}
+		fatalIf(t, db.Driver.Commit(ctx, tx1), "commit")
+		if locked, inserted := lockInsert(tx2, claim("s", "lock-insert", uuid.NewString())); !locked || inserted {
+			t.Fatalf("the key once committed: locked %v, inserted %v; want locked, not inserted", locked, inserted)
+		}
+		if got, err := k.GetIdempotencyKey(ctx, db.Driver.Tx(tx2), p.IdempotencyKeyRef); err != nil || got.Owner != p.Owner {
+			t.Fatalf("the committed key: %+v %v, want the first owner's", got, err)
+		}
+		fatalIf(t, db.Driver.Rollback(ctx, tx2), "rollback")
+	})
+
 	t.Run("KeysCompareExactly", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{})

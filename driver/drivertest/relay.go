@@ -211,7 +211,7 @@ func Relay[TTx any](t *testing.T, setup Setup[TTx]) {
 		n, err := rd.ReleaseOutbox(ctx, pool, owner, []driver.ReleaseRow{
 			{Seq: rows[0].Seq, Error: "broker refused", Delay: time.Hour, Refused: true},
 			{Seq: rows[1].Seq},
-			{Seq: rows[2].Seq, Error: "timeout", Delay: 200 * time.Millisecond},
+			{Seq: rows[2].Seq, Error: "timeout", Delay: 2 * time.Second}, // long enough for a loaded machine's next claim
 			{Seq: rows[3].Seq},
 		})
 		fatalIf(t, err, "release")
@@ -351,6 +351,69 @@ func Relay[TTx any](t *testing.T, setup Setup[TTx]) {
 		t.Parallel()
 		wakeUps(t, setup)
 	})
+	t.Run("WakeUpsWhileWaiting", func(t *testing.T) {
+		t.Parallel()
+		wakeUpsWhileWaiting(t, setup)
+	})
+}
+
+// wakeUpsWhileWaiting checks a driver.OutboxWaitListener: inserts do not
+// notify until the relay reports that it is idle; then the listener waits
+// for the transactions that inserted without notifying to end, notifies
+// once so that the relay claims their rows, and inserts notify until a
+// notification arrives.
+func wakeUpsWhileWaiting[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
+	l, ok := any(db.Driver).(driver.OutboxWaitListener)
+	if !ok {
+		t.Skipf("%T is no driver.OutboxWaitListener: its relays poll, or are notified on every insert (WakeUps)", db.Driver)
+	}
+	ctx, cancel := context.WithCancel(testsvc.Ctx(t, time.Minute))
+	defer cancel()
+	notes := make(chan struct{}, 100)
+	idle := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() { done <- l.ListenOutboxWaiting(ctx, func() { notes <- struct{}{} }, idle) }()
+	waitNote := func(what string) {
+		t.Helper()
+		select {
+		case <-notes:
+		case err := <-done:
+			t.Fatalf("ListenOutboxWaiting ended (%v) before %s", err, what)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no notification %s", what)
+		}
+	}
+	noNote := func(what string) {
+		t.Helper()
+		select {
+		case <-notes:
+			t.Fatalf("notified %s", what)
+		case err := <-done:
+			t.Fatalf("ListenOutboxWaiting ended (%v) before %s", err, what)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	waitNote("once listening")
+	insert(t, db, changed(t, "busy", 1))
+	noNote("after an insert while the relay was busy")
+
+	// A transaction that inserted while the relay was busy holds the
+	// relay's wait back until it ends; then one notification says: claim.
+	tx := db.begin(t, ctx)
+	w := outbox.NewWriter(db.Driver)
+	fatalIf(t, w.Add(ctx, tx, changed(t, "open", 1)), "insert in an open transaction")
+	idle <- struct{}{}
+	noNote("before the transaction that inserted without notifying ended")
+	fatalIf(t, db.Driver.Commit(ctx, tx), "commit")
+	waitNote("once the relay waits, for the rows committed before")
+
+	insert(t, db, changed(t, "waiting", 1))
+	waitNote("after an insert while the relay waited")
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("ListenOutboxWaiting returned nil when its context ended, want why it stopped")
+	}
 }
 
 // wakeUps checks how a relay on the driver learns of new rows. A

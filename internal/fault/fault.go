@@ -57,6 +57,17 @@ const (
 	RelayAfterPublishBeforeMark = "relay.after-publish-before-mark"
 	// RelayAfterMark: the relay, after it marked a batch published.
 	RelayAfterMark = "relay.after-mark"
+	// CDCAfterReceive: the CDC relay (relay/cdc), a transaction's events
+	// received from the log (its commit read), nothing of it published:
+	// the slot gives the transaction again.
+	CDCAfterReceive = "cdc.after-receive"
+	// CDCAfterPublishBeforeConfirm: the CDC relay, after the broker
+	// confirmed every message up to a transaction's commit, before that
+	// position is confirmed to the server: they are published again.
+	CDCAfterPublishBeforeConfirm = "cdc.after-publish-before-confirm"
+	// CDCAfterConfirm: the CDC relay, after a position was confirmed to the
+	// server (standby status update sent).
+	CDCAfterConfirm = "cdc.after-confirm"
 	// InboxAfterCommitBeforeAck: the RabbitMQ subscriber, and the NATS and
 	// Kafka subscribers the commands open (internal/registry), after the
 	// consumer committed a batch and before it is acknowledged: the broker
@@ -80,6 +91,9 @@ var Points = []string{
 	RelayAfterClaim,
 	RelayAfterPublishBeforeMark,
 	RelayAfterMark,
+	CDCAfterReceive,
+	CDCAfterPublishBeforeConfirm,
+	CDCAfterConfirm,
 	InboxAfterCommitBeforeAck,
 	KafkaAfterHandleBeforeCommit,
 	NATSAfterHandleBeforeAck,

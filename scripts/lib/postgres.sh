@@ -2,7 +2,8 @@
 # PostgreSQL: a private cluster in $IDEM_TEST_DIR/postgres, run by the
 # `postgres` system user when we are root (PostgreSQL refuses to run as root).
 #
-# Exports IDEM_TEST_POSTGRES_URL, IDEM_TEST_POSTGRES_STOP, IDEM_TEST_POSTGRES_START.
+# Exports IDEM_TEST_POSTGRES_URL, IDEM_TEST_POSTGRES_STOP, IDEM_TEST_POSTGRES_START,
+# IDEM_TEST_POSTGRES_BINDIR (the server's bin directory: psql, pg_ctl...).
 
 postgres_packages() { echo postgresql; }
 
@@ -50,11 +51,17 @@ postgres_start() {
 		max_connections = 300
 		shared_buffers = 256MB
 		wal_level = logical
-		max_replication_slots = 10
-		max_wal_senders = 10
+		# Logical replication (the CDC relay, idem cdc): one slot per outbox
+		# read, and the shop's crash table and tests create many at once.
+		max_replication_slots = 64
+		max_wal_senders = 64
 		fsync = on
 		logging_collector = off
 	EOF
+	# pg_stat_statements where installed: shop load counts statements per order.
+	if [ -f "$bin/../lib/pg_stat_statements.so" ]; then
+		echo "shared_preload_libraries = 'pg_stat_statements'" >>"$dir/data/postgresql.conf"
+	fi
 
 	gen_script "$IDEM_TEST_DIR/postgres-start" BIN="$bin" DATA="$dir/data" DIR="$dir" \
 		LOGFILE="$dir/postgres.log" PORT="$port" RUNAS="$user" \
@@ -95,6 +102,7 @@ postgres_start() {
 	export IDEM_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/idem_test?sslmode=disable"
 	export IDEM_TEST_POSTGRES_STOP="$IDEM_TEST_DIR/postgres-stop"
 	export IDEM_TEST_POSTGRES_START="$IDEM_TEST_DIR/postgres-start"
+	export IDEM_TEST_POSTGRES_BINDIR="$bin"
 	log "PostgreSQL $ver ready on 127.0.0.1:$port in $(elapsed "$t0")s"
 }
 

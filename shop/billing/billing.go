@@ -153,7 +153,7 @@ func New(db *store.DB, mail *carrier.Client, log *slog.Logger) (*Service, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{db: db, outbox: outbox.NewWriter(db.Driver), mail: mail, invoice: inv, mailer: mailer}
+	s := &Service{db: db, outbox: db.OutboxWriter(), mail: mail, invoice: inv, mailer: mailer}
 	inv.Handle(shop.OrderPlaced, s.onOrderPlaced)
 	inv.Handle(shop.OrderCancelled, s.onOrderCancelled)
 	mailer.Handle(shop.InvoiceCreated, s.onInvoiceCreated)
@@ -171,12 +171,16 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) 
 	if err != nil {
 		return err
 	}
-	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "placed"); err != nil {
+	copied, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "placed")
+	if err != nil {
 		return err
 	}
-	var status string
-	if err := tx.QueryRowContext(ctx, s.db.Q(qStatus), p.OrderID).Scan(&status); err != nil {
-		return err
+	status := "placed" // applied: the copy holds this event's status
+	if copied.Stale() {
+		// A later event came first: read what it left.
+		if err := tx.QueryRowContext(ctx, s.db.Q(qStatus), p.OrderID).Scan(&status); err != nil {
+			return err
+		}
 	}
 	if status == "cancelled" {
 		return nil // the cancellation came first: invoice nothing

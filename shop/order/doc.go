@@ -7,16 +7,17 @@
 // status "confirmed", fulfilment "awaiting preparation" until shipping's
 // events say more. The request may carry an Idempotency-Key header (see
 // the IETF httpapi draft "The Idempotency-Key HTTP Header Field"), handled
-// by idem's package idempotency: its middleware claims the key, and the
-// order's transaction completes it, so that the order, its event and the
-// response to replay commit together. Keys live in idem's
+// by idem's package idempotency: the order's transaction claims the key
+// (idempotency.Keys.TxHandler), so that the claim, the order, its event and
+// the response to replay commit together, one commit per order. Keys live in idem's
 // idempotent_request table (version 2 of the service's migrations moved
 // them there from its own idempotency_key table):
 //
 //   - the same key with the same body replays the stored response, with the
 //     header Idempotent-Replayed: true;
 //   - the same key with another body is 422 Unprocessable Content;
-//   - a retry while the first request still runs is 409 Conflict;
+//   - a retry while the first request still runs waits for it and gets its
+//     response; after Config.KeyLockWait (5s) it is 409 Conflict;
 //   - keys are remembered for Config.KeyTTL (24 hours by default), then
 //     purged;
 //   - the request's fingerprint is the method, the path and the exact bytes

@@ -79,6 +79,10 @@ type Config struct {
 	// KeyLockTimeout is how long a running request holds its key. Defaults
 	// to KeyLockTimeoutDefault (10s).
 	KeyLockTimeout time.Duration
+	// KeyLockWait is how long a retry waits for a request with its key
+	// still running before it is answered 409. Defaults to
+	// idempotency.LockWaitDefault (5s).
+	KeyLockWait time.Duration
 	// KeyPurgeInterval is how often expired keys are deleted. Defaults to
 	// KeyPurgeIntervalDefault (10m).
 	KeyPurgeInterval time.Duration
@@ -92,6 +96,7 @@ type Service struct {
 	outbox   *outbox.Writer[*sql.Tx]
 	keys     *idempotency.Keys[*sql.Tx]
 	consumer *inbox.Consumer[*sql.Tx]
+	placeTx  http.Handler
 	cfg      Config
 	log      *slog.Logger
 }
@@ -115,7 +120,7 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	keys, err := idempotency.New(db.Driver, idempotency.Config{
-		TTL: cfg.KeyTTL, LockTimeout: cfg.KeyLockTimeout, PurgeInterval: cfg.KeyPurgeInterval,
+		TTL: cfg.KeyTTL, LockTimeout: cfg.KeyLockTimeout, LockWait: cfg.KeyLockWait, PurgeInterval: cfg.KeyPurgeInterval,
 		MaxBodyBytes: MaxBodyBytes, Logger: cfg.Logger.With("service", "order"),
 		Error: func(w http.ResponseWriter, _ *http.Request, status int, detail string) { problem(w, status, detail) },
 	})
@@ -124,12 +129,13 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		db:       db,
-		outbox:   outbox.NewWriter(db.Driver),
+		outbox:   db.OutboxWriter(),
 		keys:     keys,
 		consumer: c,
 		cfg:      cfg,
 		log:      cfg.Logger.With("service", "order"),
 	}
+	s.placeTx = keys.TxHandler(s.create)
 	c.Handle(shop.PreparationCreated, s.onPreparationCreated)
 	c.Handle(shop.ShipmentRequested, s.onShipmentRequested)
 	c.Handle(shop.PreparationCancelled, s.onPreparationCancelled)
@@ -147,11 +153,11 @@ func (s *Service) Consumer() *inbox.Consumer[*sql.Tx] { return s.consumer }
 // relay's and the consumers' spans join the request's trace.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	// The middleware claims the Idempotency-Key (400 for an unusable one,
-	// 409 while a request with it runs, 422 for another body, the stored
-	// response for a retry); place completes it in the order's
-	// transaction.
-	mux.Handle("POST /orders", s.keys.Middleware(http.HandlerFunc(s.place)))
+	// place checks the order, then placeTx claims the Idempotency-Key in
+	// the order's transaction (400 for an unusable key, 422 for another
+	// body, the stored response for a retry, which waits for a request
+	// with its key still running; 409 after KeyLockWait).
+	mux.HandleFunc("POST /orders", s.place)
 	mux.HandleFunc("POST /orders/{id}/cancel", s.cancel)
 	mux.HandleFunc("GET /orders/{id}", s.get)
 	return otelhttp.NewHandler(mux, "order")
@@ -260,8 +266,12 @@ func jsonContentType(r *http.Request) error {
 	return nil
 }
 
+type placeKey struct{}
+
+// place checks the request before any database work, then hands it to the
+// transactional handler (placeTx), whose transaction claims the
+// Idempotency-Key.
 func (s *Service) place(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
 	if err := jsonContentType(r); err != nil {
 		w.Header().Set("Accept-Post", "application/json")
 		problem(w, http.StatusUnsupportedMediaType, err.Error())
@@ -282,15 +292,47 @@ func (s *Service) place(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	// With an Idempotency-Key, the middleware claimed it: the order
-	// completes it in its transaction. A failure answers an error, and the
-	// middleware releases the key, so that a retry runs at once.
-	status, resp, err := s.create(ctx, req, idempotency.ClaimFrom(ctx))
-	if errors.Is(err, idempotency.ErrClaimLost) {
-		problem(w, http.StatusConflict, "a retry with this Idempotency-Key took over this request; retry later")
-		return
+	r.Body = io.NopCloser(bytes.NewReader(body)) // fingerprinted by the key's handler
+	s.placeTx.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), placeKey{}, req)))
+}
+
+// create writes the order, its lines and its event in tx, which holds the
+// request's Idempotency-Key (idempotency.Keys.TxHandler): the key's claim,
+// the order and the response to replay commit together, once.
+func (s *Service) create(ctx context.Context, tx *sql.Tx, r *http.Request) (idempotency.Response, error) {
+	req := r.Context().Value(placeKey{}).(PlaceRequest)
+	id := idem.NewEventID().String() // a UUIDv7: unique and time-ordered
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	payload := shop.OrderPlacedV1{OrderID: id, CustomerID: req.CustomerID}
+	order := Order{ID: id, CustomerID: req.CustomerID, Status: StatusConfirmed, Fulfilment: FulfilmentAwaiting,
+		Version: 1, Lines: req.Lines, CreatedAt: now}
+	for _, l := range req.Lines {
+		payload.Lines = append(payload.Lines, shop.OrderLine{ProductID: l.ProductID, Quantity: l.Quantity})
 	}
-	s.respond(w, status, resp, err)
+	ev, err := idem.NewEvent(shop.OrderPlaced, shop.AggregateOrder, id, payload)
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	ev.AggregateVersion, ev.OccurredAt = 1, now
+	body, err := json.Marshal(order)
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	if _, err := tx.ExecContext(ctx, s.db.Q(qInsertOrder), id, req.CustomerID, StatusConfirmed, FulfilmentAwaiting, now, now); err != nil {
+		return idempotency.Response{}, fmt.Errorf("insert order: %w", err)
+	}
+	args := make([]any, 0, 4*len(req.Lines))
+	for i, l := range req.Lines {
+		args = append(args, id, i+1, l.ProductID, l.Quantity)
+	}
+	if _, err := tx.ExecContext(ctx, s.db.Q(insertLines(len(req.Lines))), args...); err != nil {
+		return idempotency.Response{}, fmt.Errorf("insert order lines: %w", err)
+	}
+	if err := s.outbox.Add(ctx, tx, ev); err != nil {
+		return idempotency.Response{}, err
+	}
+	fault.Point(fault.OrderBeforeCommit)
+	return idempotency.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}, nil
 }
 
 func (s *Service) respond(w http.ResponseWriter, status int, body []byte, err error) {
@@ -302,54 +344,6 @@ func (s *Service) respond(w http.ResponseWriter, status int, body []byte, err er
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
-}
-
-// create writes the order, its lines, its event and (with a key, c not
-// nil) the key's completion in one transaction.
-func (s *Service) create(ctx context.Context, req PlaceRequest, c *idempotency.Claim) (int, []byte, error) {
-	id := idem.NewEventID().String() // a UUIDv7: unique and time-ordered
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	payload := shop.OrderPlacedV1{OrderID: id, CustomerID: req.CustomerID}
-	order := Order{ID: id, CustomerID: req.CustomerID, Status: StatusConfirmed, Fulfilment: FulfilmentAwaiting,
-		Version: 1, Lines: req.Lines, CreatedAt: now}
-	for _, l := range req.Lines {
-		payload.Lines = append(payload.Lines, shop.OrderLine{ProductID: l.ProductID, Quantity: l.Quantity})
-	}
-	ev, err := idem.NewEvent(shop.OrderPlaced, shop.AggregateOrder, id, payload)
-	if err != nil {
-		return 0, nil, err
-	}
-	ev.AggregateVersion, ev.OccurredAt = 1, now
-	body, err := json.Marshal(order)
-	if err != nil {
-		return 0, nil, err
-	}
-
-	tx, err := s.db.SQL.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, s.db.Q(qInsertOrder), id, req.CustomerID, StatusConfirmed, FulfilmentAwaiting, now, now); err != nil {
-		return 0, nil, fmt.Errorf("insert order: %w", err)
-	}
-	for i, l := range req.Lines {
-		if _, err := tx.ExecContext(ctx, s.db.Q(qInsertLine), id, i+1, l.ProductID, l.Quantity); err != nil {
-			return 0, nil, fmt.Errorf("insert order line: %w", err)
-		}
-	}
-	if err := s.outbox.Add(ctx, tx, ev); err != nil {
-		return 0, nil, err
-	}
-	replay := idempotency.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
-	if err := s.keys.Complete(ctx, tx, c, replay); err != nil {
-		return 0, nil, err
-	}
-	fault.Point(fault.OrderBeforeCommit)
-	if err := tx.Commit(); err != nil {
-		return 0, nil, fmt.Errorf("commit order: %w", err)
-	}
-	return http.StatusCreated, body, nil
 }
 
 // cancel cancels an order whatever shipping did with it already: the

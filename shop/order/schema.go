@@ -1,6 +1,11 @@
 package order
 
-import "github.com/idem-go/idem/shop/store"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/idem-go/idem/shop/store"
+)
 
 // migrations are the order service's own tables, per dialect. The outbox,
 // processed_event, failed_message and idempotent_request tables are idem's
@@ -152,7 +157,6 @@ DROP TABLE idempotency_key;
 const (
 	qInsertOrder = `INSERT INTO orders (id, customer_id, status, fulfilment, fulfilment_rank, version, created_at, updated_at)
 VALUES ($1, $2, $3, $4, 0, 1, $5, $6)`
-	qInsertLine = `INSERT INTO order_line (order_id, line_no, product_id, quantity) VALUES ($1, $2, $3, $4)`
 	qGetOrder   = `SELECT id, customer_id, status, fulfilment, COALESCE(pickup_id, ''), version, created_at FROM orders WHERE id = $1`
 	qGetLines   = `SELECT product_id, quantity FROM order_line WHERE order_id = $1 ORDER BY line_no`
 	qLockOrder  = `SELECT status, version FROM orders WHERE id = $1 FOR UPDATE`
@@ -160,3 +164,31 @@ VALUES ($1, $2, $3, $4, 0, 1, $5, $6)`
 	qFulfilment = `UPDATE orders SET fulfilment = $1, fulfilment_rank = $2, pickup_id = COALESCE($3, pickup_id), updated_at = $4
 WHERE id = $5 AND fulfilment_rank < $6`
 )
+
+// insertLines is the insert of an order's n lines in one statement.
+func insertLines(n int) string {
+	if n < len(insertLinesByCount) {
+		return insertLinesByCount[n]
+	}
+	return renderInsertLines(n)
+}
+
+var insertLinesByCount = func() []string {
+	qs := make([]string, MaxLines+1)
+	for n := 1; n <= MaxLines; n++ {
+		qs[n] = renderInsertLines(n)
+	}
+	return qs
+}()
+
+func renderInsertLines(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO order_line (order_id, line_no, product_id, quantity) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d)", 4*i+1, 4*i+2, 4*i+3, 4*i+4)
+	}
+	return b.String()
+}

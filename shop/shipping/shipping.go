@@ -182,7 +182,7 @@ func New(db *store.DB, c *carrier.Client, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{db: db, outbox: outbox.NewWriter(db.Driver), carrier: c, preparation: prep, pickup: pickup,
+	s := &Service{db: db, outbox: db.OutboxWriter(), carrier: c, preparation: prep, pickup: pickup,
 		log: log.With("service", "shipping")}
 	prep.Handle(shop.OrderPlaced, beforeCommit(s.onOrderPlaced))
 	prep.Handle(shop.OrderCancelled, beforeCommit(s.onOrderCancelled))
@@ -218,12 +218,16 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) 
 		return err
 	}
 	id := p.OrderID
-	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, id, ev.AggregateVersion, "placed"); err != nil {
+	copied, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, id, ev.AggregateVersion, "placed")
+	if err != nil {
 		return err
 	}
-	var status string
-	if err := tx.QueryRowContext(ctx, s.db.Q(qStatus), id).Scan(&status); err != nil {
-		return err
+	status := "placed" // applied: the copy holds this event's status
+	if copied.Stale() {
+		// A later event came first: read what it left.
+		if err := tx.QueryRowContext(ctx, s.db.Q(qStatus), id).Scan(&status); err != nil {
+			return err
+		}
 	}
 	if status == "cancelled" {
 		// The cancellation arrived first: never prepare a cancelled order.

@@ -15,6 +15,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -81,9 +82,8 @@ CREATE TABLE order_status (
 }
 
 const (
-	qInsertReservation = `INSERT INTO reservation (id, order_id, product_id, quantity, created_at) VALUES ($1, $2, $3, $4, $5)`
-	qRelease           = `UPDATE reservation SET released_at = $1 WHERE order_id = $2 AND released_at IS NULL`
-	qStatus            = `SELECT status FROM order_status WHERE order_id = $1`
+	qRelease = `UPDATE reservation SET released_at = $1 WHERE order_id = $2 AND released_at IS NULL`
+	qStatus  = `SELECT status FROM order_status WHERE order_id = $1`
 )
 
 // statusCopy is the versioned copy of each order's status.
@@ -118,22 +118,32 @@ func (s *Service) reserve(ctx context.Context, tx *sql.Tx, ev idem.Event) error 
 	if err != nil {
 		return err
 	}
-	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "placed"); err != nil {
+	copied, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "placed")
+	if err != nil {
 		return err
 	}
-	var status string
-	if err := tx.QueryRowContext(ctx, s.db.Q(qStatus), p.OrderID).Scan(&status); err != nil {
-		return err
+	status := "placed" // applied: the copy holds this event's status
+	if copied.Stale() {
+		// A later event came first: read what it left.
+		if err := tx.QueryRowContext(ctx, s.db.Q(qStatus), p.OrderID).Scan(&status); err != nil {
+			return err
+		}
 	}
 	if status == "cancelled" {
 		return nil // the cancellation came first: reserve nothing
 	}
+	if len(p.Lines) == 0 {
+		return nil
+	}
+	// Every line in one statement.
 	now := time.Now().UTC()
+	args := make([]any, 0, 5*len(p.Lines))
 	for _, l := range p.Lines {
 		q, _ := shop.NormalizeQuantity(l.Quantity) // checked by Decode
-		if _, err := tx.ExecContext(ctx, s.db.Q(qInsertReservation), idem.NewEventID().String(), p.OrderID, l.ProductID, q, now); err != nil {
-			return fmt.Errorf("reserve %s for order %s: %w", l.ProductID, p.OrderID, err)
-		}
+		args = append(args, idem.NewEventID().String(), p.OrderID, l.ProductID, q, now)
+	}
+	if _, err := tx.ExecContext(ctx, s.db.Q(insertReservations(len(p.Lines))), args...); err != nil {
+		return fmt.Errorf("reserve the %d lines of order %s: %w", len(p.Lines), p.OrderID, err)
 	}
 	return nil
 }
@@ -152,4 +162,17 @@ func (s *Service) release(ctx context.Context, tx *sql.Tx, ev idem.Event) error 
 		return fmt.Errorf("release the reservations of order %s: %w", p.OrderID, err)
 	}
 	return nil
+}
+
+// insertReservations is the insert of n reservations in one statement.
+func insertReservations(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO reservation (id, order_id, product_id, quantity, created_at) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d)", 5*i+1, 5*i+2, 5*i+3, 5*i+4, 5*i+5)
+	}
+	return b.String()
 }

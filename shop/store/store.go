@@ -20,12 +20,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/migrate"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/relay/cdc"
 )
 
 // Dialect names.
@@ -55,9 +58,10 @@ type DB struct {
 	// consumers.
 	Driver *driver.SQLDriver
 
-	db       *registry.Database // nil in tests that build a DB by hand
-	observer func(consumer string) inbox.Observer
-	notify   atomic.Pointer[func()]
+	db        *registry.Database // nil in tests that build a DB by hand
+	observer  func(consumer string) inbox.Observer
+	outboxLog bool
+	notify    atomic.Pointer[func()]
 }
 
 // Options adjust Open.
@@ -67,6 +71,10 @@ type Options struct {
 	// Observer, when set, gives the observer (metrics) of each consumer
 	// that NewConsumer creates, by consumer name.
 	Observer func(consumer string) inbox.Observer
+	// OutboxLog has OutboxWriter write events as WAL messages
+	// (outbox.NewLogWriter) instead of outbox rows: PostgreSQL only, and
+	// only a CDC relay (NewCDCRelay) publishes them.
+	OutboxLog bool
 }
 
 // Open opens the database of service at rawURL, its tables isolated by
@@ -89,7 +97,11 @@ func Open(ctx context.Context, service, rawURL, schema string, opts Options) (*D
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", service, err)
 	}
-	out := &DB{Service: service, Dialect: db.Dialect, File: db.File, SQL: db.DB, Driver: db.SQL, db: db, observer: opts.Observer}
+	if opts.OutboxLog && db.Dialect != Postgres {
+		db.Close()
+		return nil, fmt.Errorf("%s: events as WAL messages need PostgreSQL (pg_logical_emit_message), and this database is %s: keep the outbox table", service, db.Dialect)
+	}
+	out := &DB{Service: service, Dialect: db.Dialect, File: db.File, SQL: db.DB, Driver: db.SQL, db: db, observer: opts.Observer, outboxLog: opts.OutboxLog}
 	if db.Dialect != SQLite {
 		out.Schema = schema
 	}
@@ -181,7 +193,9 @@ func (db *DB) NewConsumer(cfg inbox.Config) (*inbox.Consumer[*sql.Tx], error) {
 	return inbox.New(db.Driver, cfg)
 }
 
-// Relay is a running outbox relay.
+// Relay is a running outbox relay: the polling relay (NewRelay) or the CDC
+// relay (NewCDCRelay). Stats gives the figures of the polling relay's
+// relay.Stats that the relay has (the CDC relay's are mapped onto them).
 type Relay interface {
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
@@ -223,6 +237,105 @@ func (db *DB) Notify() {
 	if f := db.notify.Load(); f != nil {
 		(*f)()
 	}
+}
+
+// OutboxWriter returns the writer of the service's events: outbox rows, or
+// with Options.OutboxLog WAL messages in the caller's transaction.
+func (db *DB) OutboxWriter() *outbox.Writer[*sql.Tx] {
+	if db.outboxLog {
+		// Open checked the dialect: NewLogWriter cannot fail on PostgreSQL.
+		if w, err := outbox.NewLogWriter(db.Driver, db.CDCPrefix()); err == nil {
+			return w
+		}
+	}
+	return outbox.NewWriter(db.Driver)
+}
+
+// CDCPrefix is the prefix of the service's events written as WAL messages
+// (Options.OutboxLog): outbox.LogPrefix of its outbox,
+// idem.outbox:<schema>.outbox. Every slot of a database reads every WAL
+// message, whatever its publication: with one prefix for all, each
+// service's CDC relay would publish the events of the others too.
+func (db *DB) CDCPrefix() string { return outbox.LogPrefix(idem.Tables{Schema: db.Schema}) }
+
+// CDCSlot is the logical replication slot (and publication) of the
+// service's CDC relay: idem_<schema>_outbox, one per service outbox, so that
+// several shops (namespaces) on one server never share one.
+func (db *DB) CDCSlot() string { return "idem_" + db.Schema + "_outbox" }
+
+// NewCDCRelay returns a relay that reads the service's outbox from
+// PostgreSQL's logical replication stream (package relay/cdc) through the
+// slot CDCSlot, and publishes through pub. cfg.Tables, cfg.Slot,
+// cfg.Publication and cfg.MessagePrefix (CDCPrefix) are set here. Other dialects have no CDC relay: the error
+// says to run the polling relay.
+func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (*CDCRelay, error) {
+	if db.Dialect != Postgres || db.db == nil {
+		return nil, fmt.Errorf("%s: the CDC relay reads PostgreSQL's logical replication stream, and this database is %s: run the polling relay (--relay poll)", db.Service, db.Dialect)
+	}
+	cfg.Tables = idem.Tables{Schema: db.Schema}
+	cfg.Slot = db.CDCSlot()
+	cfg.Publication = db.CDCSlot()
+	cfg.MessagePrefix = db.CDCPrefix()
+	r, err := cdc.New(db.db.URL, pub, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &CDCRelay{r}, nil
+}
+
+// DropCDCSlot drops the replication slot and the publication of the
+// service's CDC relay, when they exist: a slot nobody reads keeps its WAL
+// on the server forever. Call it when retiring the service's database, once
+// its relay has stopped (an active slot cannot be dropped).
+func (db *DB) DropCDCSlot(ctx context.Context) error {
+	if db.Dialect != Postgres || db.db == nil {
+		return nil
+	}
+	var n int
+	if err := db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, db.CDCSlot()).Scan(&n); err != nil {
+		return fmt.Errorf("%s: replication slots: %w", db.Service, err)
+	}
+	if n > 0 {
+		if err := cdc.DropSlot(ctx, db.db.URL, db.CDCSlot()); err != nil {
+			return fmt.Errorf("%s: drop slot %s: %w", db.Service, db.CDCSlot(), err)
+		}
+	}
+	if _, err := db.SQL.ExecContext(ctx, `DROP PUBLICATION IF EXISTS "`+db.CDCSlot()+`"`); err != nil {
+		return fmt.Errorf("%s: drop publication %s: %w", db.Service, db.CDCSlot(), err)
+	}
+	return nil
+}
+
+// CDCRelay is a CDC relay seen as a Relay; Relay is the CDC relay itself,
+// with its own Stats (for its metrics: relay/cdc/cdcmetrics).
+type CDCRelay struct{ Relay *cdc.Relay }
+
+// Start starts the relay (cdc.Relay.Start).
+func (r *CDCRelay) Start(ctx context.Context) error { return r.Relay.Start(ctx) }
+
+// Stop stops the relay (cdc.Relay.Stop).
+func (r *CDCRelay) Stop(ctx context.Context) error { return r.Relay.Stop(ctx) }
+
+// Stats maps the CDC relay's figures onto relay.Stats: what it published,
+// its failed publish calls, the messages read and not yet confirmed as the
+// backlog (and in flight), the oldest of their commits, and what it
+// quarantined.
+func (r *CDCRelay) Stats() relay.Stats {
+	s := r.Relay.Stats()
+	out := relay.Stats{
+		Published:         s.Published,
+		PublishErrors:     s.PublishFailures,
+		Quarantined:       s.Quarantined,
+		QuarantinedRows:   s.Quarantined,
+		Deleted:           s.Deleted,
+		Backlog:           s.InFlight,
+		InFlight:          s.InFlight,
+		BacklogMeasuredAt: time.Now(),
+	}
+	if s.Lag > 0 {
+		out.OldestUnpublished = out.BacklogMeasuredAt.Add(-s.Lag)
+	}
+	return out
 }
 
 // Migrations are a service's own schema changes, per dialect: element i is

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	idemmsg "github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/pprofhttp"
+	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
+)
+
+func init() {
+	register(&command{
+		name:    "cdc",
+		summary: "publish the outbox read from PostgreSQL's write-ahead log (runs until SIGTERM)",
+		usage: `Usage:
+  idem cdc [--db URL] [--broker URL] [--schema S] [--table T] [--slot NAME] [flags]
+  idem cdc drop-slot [--db URL] [--schema S] [--table T] [--slot NAME]
+
+Runs the change-data-capture relay: it reads the inserts into the outbox
+table, and the events written as WAL messages (outbox.NewLogWriter), from a
+logical replication slot (pgoutput, built into PostgreSQL), publishes them in
+commit order with broker confirms, and confirms the slot's position only once
+the broker has confirmed everything before it. No claim, no mark, no NOTIFY
+trigger needed: the table's insert is the only write per event, or with WAL
+messages no row at all. Events of one aggregate are published in order; after
+a crash the slot gives again what was not confirmed (consumers deduplicate).
+
+The server must run with wal_level = logical (in postgresql.conf, then
+restart; the command says so when it does not), and the relay's role needs
+the REPLICATION attribute (ALTER ROLE app REPLICATION) and a pg_hba.conf line
+that lets it connect to the database. At start the relay creates, when they
+do not exist, the publication (for inserts into the outbox; this needs the
+ownership of the table, as "idem migrate" has: otherwise the error gives the
+CREATE PUBLICATION statement for its owner) and the slot, named
+idem_<schema>_<table> (schema "public" unless --schema is given).
+
+One relay reads a slot at a time: start a second one on the same slot and it
+waits, then takes over within a second or two when the first stops or dies.
+
+Retention. By default each published row is deleted once confirmed, before
+its position is confirmed to the server, so the table stays small. With
+--keep-rows rows are left alone: the writer deletes them itself, often in
+the same transaction as the insert (Debezium's "insert then delete": the
+insert is in the log either way), or a job of its own does. Choose
+--keep-rows when you want the rows as a history (idem replay reads
+published_at, which this relay does not set: keep rows only for your own
+tools). Updates and deletes in the stream are never published.
+
+The slot keeps WAL. A slot holds the server's WAL from its confirmed
+position on, even while no relay reads it: a relay stopped for a day keeps a
+day of WAL on the server's disk. Bound it with max_slot_wal_keep_size in
+postgresql.conf (the slot is invalidated past it: events are then lost to
+this relay, so set it above the longest stop you accept), watch
+idem_cdc_slot_retained_bytes, and the relay logs a warning when the slot
+holds more than --lag-warn. When you retire a relay, drop its slot:
+
+  idem cdc drop-slot --db postgres://app@db/shop --schema shop
+
+(DROP PUBLICATION <slot name> removes the publication too.)
+
+WAL messages are seen by every slot of the database, so each outbox has a
+prefix of its own: idem.outbox:<schema>.<table> by default, the default of
+outbox.NewLogWriter for the same tables. A writer given another prefix needs
+the same --prefix here.
+
+A row that cannot become a message (an id that is not a UUID, headers that
+are not a JSON object, no event name...) is quarantined in the table, as the
+polling relay does ("idem failed list --relay" shows it), and the relay goes
+on; fix it and insert it again to publish it. A WAL message that cannot
+become a message is logged at error level with its content. A broker that
+refuses or does not answer is retried with backoff, the aggregate waiting,
+for as long as it takes.
+
+It serves, at --metrics-addr, Prometheus metrics on /metrics (idem_cdc_*:
+slot lag in bytes and seconds, retained WAL, publish rate, publish and confirm
+delays; see docs/OPERATIONS.md), a health check on /healthz (200 while it reads
+the slot or waits for it as a standby) and the Go profiles on /debug/pprof/.
+
+On SIGTERM or SIGINT the relay stops reading, waits for the messages handed to
+the broker (up to --stop-timeout), confirms the position and exits.
+
+Examples:
+  IDEM_DB_URL=postgres://app@localhost/shop IDEM_BROKER_URL=amqp://localhost/ idem cdc
+  idem cdc --schema order --window 2000 --metrics-addr :9465
+  idem cdc drop-slot --schema order
+`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			var db dbFlags
+			var br brokerFlags
+			db.register(fs)
+			br.register(fs)
+			table := fs.String("table", idemmsg.OutboxTableDefault, "outbox table")
+			slot := fs.String("slot", "", "replication slot (default idem_<schema>_<table>)")
+			publication := fs.String("publication", "", "publication (default: the slot's name)")
+			prefix := fs.String("prefix", "", "prefix of the WAL messages to publish (default idem.outbox:<schema>.<table>, the default of outbox.NewLogWriter)")
+			window := fs.Int("window", cdc.WindowDefault, "messages handed to the broker and not yet confirmed")
+			batch := fs.Int("batch-size", cdc.BatchSizeDefault, "maximum messages per publish call")
+			keepRows := fs.Bool("keep-rows", false, "leave published rows in the table (the writer deletes them)")
+			lagWarn := fs.Int64("lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
+			metricsAddr := fs.String("metrics-addr", ":9465", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
+			stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long the messages in flight may take to be confirmed")
+			logFormat := fs.String("log-format", "text", "log format: text or json")
+			logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+			return func(ctx context.Context, e *env, args []string) error {
+				dropSlot := false
+				if len(args) == 1 && args[0] == "drop-slot" {
+					dropSlot = true
+				} else if len(args) != 0 {
+					return usagef("unexpected arguments %q (the only subcommand is drop-slot)", args)
+				}
+				dbURL := db.url
+				if dbURL == "" {
+					dbURL = e.getenv("IDEM_DB_URL")
+				}
+				if dbURL == "" {
+					return usagef("--db is required (or IDEM_DB_URL): a postgres:// URL")
+				}
+				if !strings.HasPrefix(dbURL, "postgres://") && !strings.HasPrefix(dbURL, "postgresql://") {
+					return usagef("--db: idem cdc reads PostgreSQL's write-ahead log and needs a postgres:// URL; on MySQL, MariaDB and SQLite run idem relay")
+				}
+				schema := db.schema
+				if schema == "" {
+					schema = e.getenv("IDEM_SCHEMA")
+				}
+				tables := idemmsg.Tables{Schema: schema, Outbox: *table}
+				cfg := cdc.Config{Tables: tables, Slot: *slot, Publication: *publication, MessagePrefix: *prefix,
+					Window: *window, BatchSize: *batch, LagWarnBytes: *lagWarn}
+				if *keepRows {
+					cfg.Delete = cdc.KeepRows
+				}
+				if dropSlot {
+					name := cfg.WithDefaults().Slot
+					if err := cdc.DropSlot(ctx, dbURL, name); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "dropped replication slot %s; the publication stays (DROP PUBLICATION %s removes it)\n", name, cfg.WithDefaults().Publication)
+					return nil
+				}
+				log, err := newLogger(e, *logFormat, *logLevel)
+				if err != nil {
+					return err
+				}
+				cfg.Logger = log
+				pub, brokerURL, err := br.open(ctx, e)
+				if err != nil {
+					return err
+				}
+				defer pub.Close()
+				metrics := cdcmetrics.New(cfg.WithDefaults().Slot)
+				r, err := cdc.New(dbURL, pub, metrics.Instrument(cfg))
+				if err != nil {
+					return err
+				}
+				metrics.Watch(r)
+				var srv *http.Server
+				if *metricsAddr != "" {
+					reg := prometheus.NewRegistry()
+					reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+					mux := http.NewServeMux()
+					mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+					pprofhttp.Register(mux)
+					mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+						if err := r.Healthy(); err != nil {
+							http.Error(w, err.Error(), http.StatusServiceUnavailable)
+							return
+						}
+						fmt.Fprintln(w, "ok")
+					})
+					ln, err := net.Listen("tcp", *metricsAddr)
+					if err != nil {
+						return fmt.Errorf("--metrics-addr: %w", err)
+					}
+					srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+					go func() {
+						if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+							log.Error("metrics server failed", "error", err)
+						}
+					}()
+					log.Info("serving /metrics, /healthz and /debug/pprof/", "addr", ln.Addr().String())
+				}
+				if err := r.Start(ctx); err != nil {
+					if srv != nil {
+						_ = srv.Close()
+					}
+					return err
+				}
+				log.Info("relaying from the write-ahead log", "slot", cfg.WithDefaults().Slot, "broker", brokerURL)
+				select {
+				case <-ctx.Done():
+				case <-r.Done():
+				}
+				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *stopTimeout)
+				defer cancel()
+				stopErr := r.Stop(stopCtx)
+				if srv != nil {
+					_ = srv.Shutdown(stopCtx)
+				}
+				if stopErr != nil {
+					return fmt.Errorf("stop: messages in flight abandoned after %v (they are published again from the slot): %w", *stopTimeout, stopErr)
+				}
+				s := r.Stats()
+				log.Info("cdc relay stopped", "published", s.Published, "transactions", s.Transactions, "unreadable", s.Unreadable)
+				return nil
+			}
+		},
+	})
+}

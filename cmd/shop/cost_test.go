@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/internal/testamqp"
+	"github.com/idem-go/idem/internal/testdb"
+)
+
+func TestParseMetrics(t *testing.T) {
+	t.Parallel()
+	m, err := parseMetrics(strings.NewReader(`# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 12.5
+idem_relay_published_total{table="shop_order.outbox"} 40
+idem_relay_published_total{table="shop_stock.outbox",x="a}b"} 2.5e1
+idem_relay_published_totalx 7
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["process_cpu_seconds_total"] != 12.5 || m["idem_relay_published_total"] != 65 || m["idem_relay_published_totalx"] != 7 {
+		t.Fatalf("parsed %v", m)
+	}
+}
+
+// TestTreeCPU: the CPU time of this process grows while it works, and a
+// process that is not there is an error.
+func TestTreeCPU(t *testing.T) {
+	t.Parallel()
+	before, err := treeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		x := 0
+		for i := range 10_000_000 {
+			x += i
+		}
+		_ = x
+		after, err := treeCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU time still %v after 10s of work", after)
+		}
+	}
+	if _, err := treeCPU(1 << 30); err == nil {
+		t.Fatal("no error for a process that does not exist")
+	}
+	if _, err := parsePids("12,x"); err == nil {
+		t.Fatal("no error for --pids 12,x")
+	}
+}
+
+// TestLoadCost runs shop load against the shop on PostgreSQL + RabbitMQ
+// with --pids (the shop process), --admin and --db: every figure of the
+// cost is there and plausible (the database is shared with other tests,
+// so its counts are lower bounds).
+func TestLoadCost(t *testing.T) {
+	t.Parallel()
+	pg, amqpURL := testdb.PostgresURL(t), testamqp.URL(t)
+	ns := "cost_" + randomSuffix()
+	in, err := openInspector(context.Background(), pg, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dropNamespace(in); in.close() })
+	admin, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir(), extraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}
+	t.Cleanup(cl.stopAll)
+	p, err := cl.start(context.Background(), procSpec{name: "shop", services: "all"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const orders = 40
+	rep, err := runLoad(context.Background(), loadOptions{
+		URL: "http://" + p.http, Orders: orders, Concurrency: 4, Lines: 2, DB: pg, Namespace: ns, Wait: time.Minute,
+		Pids: []int{p.cmd.Process.Pid}, Admin: admin, Settle: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Cost
+	if rep.Accepted != orders || c == nil {
+		t.Fatalf("report %+v", rep)
+	}
+	t.Logf("%s", rep)
+	if c.TotalCPUMsPerOrder <= 0 || c.AdminCPUMsPerOrder <= 0 {
+		t.Errorf("CPU per order: processes %v ms, admin %v ms; want both", c.TotalCPUMsPerOrder, c.AdminCPUMsPerOrder)
+	}
+	// order.placed, then stock's, shipping's and billing's events.
+	if c.MessagesPerOrder < 3 {
+		t.Errorf("%.2f broker messages per order, want at least 3", c.MessagesPerOrder)
+	}
+	if c.XactsPerOrder < 4 {
+		t.Errorf("%.2f transactions per order, want at least one per service", c.XactsPerOrder)
+	}
+	if c.StmtsPerOrder <= c.XactsPerOrder {
+		t.Errorf("%.2f statements per order for %.2f transactions (notes %q): pg_stat_statements not read?", c.StmtsPerOrder, c.XactsPerOrder, c.Notes)
+	}
+	for _, want := range []string{"cost per order", "PostgreSQL transactions", "PostgreSQL statements", "broker messages"} {
+		if !strings.Contains(rep.String(), want) {
+			t.Errorf("the report has no %q:\n%s", want, rep)
+		}
+	}
+}

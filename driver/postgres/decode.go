@@ -1,0 +1,109 @@
+package postgres
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/dialectkit"
+)
+
+// OutboxColumns are the outbox columns DecodeOutboxText reads, in the order
+// of the relay's row decoding.
+var OutboxColumns = []string{"id", "aggregatetype", "aggregateid", "type", "payload", "occurred_at",
+	"aggregate_version", "headers", "seq", "created_at", "attempts"}
+
+// DecodeOutboxText reads an outbox row given as the text of its columns (the
+// text output of each type, as logical replication's pgoutput sends it) with
+// the polling relay's rules: the same OutboxRecord, and the same Unreadable
+// problems, as a claim of the same row. value returns a column's text, nil
+// for NULL, and present false for a column the table does not have (a
+// table with Debezium's five columns only): occurred_at and created_at are
+// then zero, aggregate_version 0, headers empty, seq 0.
+//
+// It fails only when a column that the outbox declares with a type other
+// than text holds text that type cannot have (not the case of rows the
+// server decoded).
+func DecodeOutboxText(value func(column string) (text []byte, present bool)) (driver.OutboxRecord, error) {
+	var rec driver.OutboxRecord
+	err := dialectkit.ScanOutboxRecord(textRow{value: value}, &rec, nil)
+	return rec, err
+}
+
+// textRow is one row of column texts, scanned as the dialect's queries are.
+type textRow struct {
+	value func(string) ([]byte, bool)
+}
+
+func (textRow) Next() bool   { return false }
+func (textRow) Err() error   { return nil }
+func (textRow) Close() error { return nil }
+
+var textTypes = pgtype.NewMap()
+
+func (r textRow) Scan(dest ...any) error {
+	if len(dest) != len(OutboxColumns) {
+		return fmt.Errorf("idem: postgres: %d destinations for %d outbox columns", len(dest), len(OutboxColumns))
+	}
+	for i, d := range dest {
+		col := OutboxColumns[i]
+		v, ok := r.value(col)
+		if !ok {
+			switch col {
+			case "aggregate_version", "seq", "attempts":
+				v = []byte("0")
+			case "headers":
+				v = []byte("{}")
+			}
+		}
+		if err := scanText(col, v, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scanText(col string, v []byte, d any) error {
+	switch p := d.(type) {
+	case *string:
+		*p = string(v)
+	case *[]byte:
+		if v != nil {
+			*p = append([]byte(nil), v...)
+		}
+	case *any:
+		if v == nil {
+			*p = nil
+		} else {
+			*p = string(v)
+		}
+	case *int64:
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil && v != nil {
+			return fmt.Errorf("idem: postgres: outbox column %s: %q is not an integer", col, v)
+		}
+		*p = n
+	case *int:
+		n, err := strconv.Atoi(string(v))
+		if err != nil && v != nil {
+			return fmt.Errorf("idem: postgres: outbox column %s: %q is not an integer", col, v)
+		}
+		*p = n
+	case *time.Time:
+		if v == nil {
+			*p = time.Time{}
+			return nil
+		}
+		var ts pgtype.Timestamptz
+		if err := textTypes.Scan(pgtype.TimestamptzOID, pgtype.TextFormatCode, v, &ts); err != nil {
+			return fmt.Errorf("idem: postgres: outbox column %s: %q: %w", col, v, err)
+		}
+		*p = ts.Time
+	default:
+		return fmt.Errorf("idem: postgres: outbox column %s: cannot scan into %T", col, d)
+	}
+	return nil
+}

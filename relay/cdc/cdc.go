@@ -1,0 +1,267 @@
+package cdc
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/internal/startstop"
+)
+
+// Relay publishes the outbox's inserts and the outbox's WAL messages, read
+// from a logical replication slot, through a broker.Publisher. Make one with
+// New; Start and Stop it like the polling relay.
+type Relay struct {
+	base startstop.Base
+	cfg  Config
+	log  *slog.Logger
+	pub  broker.Publisher
+
+	dbURL   string
+	replCfg *pgconn.Config
+
+	pool   *pgxpool.Pool
+	schema string // the outbox's schema, resolved at Start
+	sql    queries
+
+	ctx    context.Context // cancelled by an abandoned Stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	stats stats
+
+	// swept holds the seqs of the rows published at start (sweep), which
+	// the stream skips until the confirmed position reaches sweptUntil.
+	// Only the reading goroutine uses them.
+	swept      map[int64]struct{}
+	sweptUntil pglogrepl.LSN
+}
+
+// stats are the counters behind Stats.
+type stats struct {
+	published, calls, failures, txs, unreadable, deleted, quarantined atomic.Int64
+	inFlight                                                          atomic.Int64
+	confirmed                                                         atomic.Uint64
+	lagBytes, retained                                                atomic.Int64
+	oldest                                                            atomic.Int64 // unix nanos of the oldest unconfirmed commit, 0 when none
+	streaming, waiting                                                atomic.Bool
+	lastErr                                                           atomic.Pointer[error]
+}
+
+// Stats is a snapshot of a relay's counters.
+type Stats struct {
+	// Published counts the messages the broker confirmed.
+	Published int64
+	// PublishCalls and PublishFailures count the Publish calls, and those
+	// that failed (whole or in part; each is retried).
+	PublishCalls, PublishFailures int64
+	// Transactions counts the committed transactions read that held
+	// outbox events.
+	Transactions int64
+	// Unreadable counts the rows and WAL messages that could not become
+	// messages (quarantined rows included).
+	Unreadable int64
+	// Quarantined counts the rows quarantined in the outbox table.
+	Quarantined int64
+	// Deleted counts the published rows deleted.
+	Deleted int64
+	// InFlight is the number of messages read and not yet confirmed.
+	InFlight int64
+	// ConfirmedLSN is the position last confirmed to the server.
+	ConfirmedLSN uint64
+	// SlotLagBytes is the WAL between the server's current position and the
+	// slot's confirmed position; RetainedBytes, the WAL the slot keeps
+	// (from its restart position). Both as of the last check (every
+	// StandbyInterval).
+	SlotLagBytes, RetainedBytes int64
+	// Lag is the age of the oldest commit read and not yet confirmed; 0
+	// when none waits.
+	Lag time.Duration
+	// Streaming is true while the relay reads the slot; Waiting, while
+	// another process holds it.
+	Streaming, Waiting bool
+	// LastError is the last error met, "" when none.
+	LastError string
+}
+
+// New returns a Relay reading the outbox of cfg.Tables in the database of
+// dbURL (a postgres:// URL or a key=value connection string; the relay adds
+// replication=database for its replication connection) and publishing
+// through pub.
+func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
+	if pub == nil {
+		return nil, errors.New("idem: cdc: New: nil publisher")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	rc, err := pgconn.ParseConfig(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("idem: cdc: database URL: %w", err)
+	}
+	rc.RuntimeParams["replication"] = "database"
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), pub: pub, dbURL: dbURL, replCfg: rc, ctx: ctx, cancel: cancel}, nil
+}
+
+// Start checks the server (wal_level=logical, the outbox table, the
+// REPLICATION privilege), creates the publication and the slot when they do
+// not exist, and starts reading the slot in the background. ctx bounds the
+// start-up only. When another process holds the slot, the relay waits and
+// takes over when it is released (Stats.Waiting): Start does not fail for
+// that.
+func (r *Relay) Start(ctx context.Context) error {
+	if err := r.base.Starting(); err != nil {
+		return err
+	}
+	if err := r.setup(ctx); err != nil {
+		if r.pool != nil {
+			r.pool.Close()
+		}
+		r.cancel()
+		r.base.StartFailed()
+		return err
+	}
+	r.wg.Add(2)
+	go func() { defer r.wg.Done(); r.run() }()
+	go func() { defer r.wg.Done(); r.monitor() }()
+	go func() {
+		r.wg.Wait()
+		r.pool.Close()
+		r.cancel()
+		r.base.Finished()
+	}()
+	r.base.Running()
+	return nil
+}
+
+// Stop stops reading, waits for the messages handed to the broker, deletes
+// the published rows and confirms the position to the server, then
+// returns. When ctx ends first, the publishing in progress is abandoned
+// (those messages are published again by the next relay on the slot) and
+// Stop returns ctx's error once everything has ended. Stop is idempotent.
+func (r *Relay) Stop(ctx context.Context) error {
+	return r.base.Stop(ctx, nil, r.cancel)
+}
+
+// Done is closed when the relay has stopped.
+func (r *Relay) Done() <-chan struct{} { return r.base.Done() }
+
+// Stats returns a snapshot of the relay's counters.
+func (r *Relay) Stats() Stats {
+	s := Stats{
+		Published:       r.stats.published.Load(),
+		PublishCalls:    r.stats.calls.Load(),
+		PublishFailures: r.stats.failures.Load(),
+		Transactions:    r.stats.txs.Load(),
+		Unreadable:      r.stats.unreadable.Load(),
+		Quarantined:     r.stats.quarantined.Load(),
+		Deleted:         r.stats.deleted.Load(),
+		InFlight:        r.stats.inFlight.Load(),
+		ConfirmedLSN:    r.stats.confirmed.Load(),
+		SlotLagBytes:    r.stats.lagBytes.Load(),
+		RetainedBytes:   r.stats.retained.Load(),
+		Streaming:       r.stats.streaming.Load(),
+		Waiting:         r.stats.waiting.Load(),
+	}
+	if o := r.stats.oldest.Load(); o != 0 {
+		s.Lag = max(0, time.Since(time.Unix(0, o)))
+	}
+	if e := r.stats.lastErr.Load(); e != nil {
+		s.LastError = (*e).Error()
+	}
+	return s
+}
+
+// ErrNotRunning is returned by Healthy for a relay that is not running.
+var ErrNotRunning = errors.New("idem: cdc: relay not running")
+
+// Healthy returns nil while the relay reads its slot, or waits for the slot
+// held by another process (a standby); otherwise ErrNotRunning or the error
+// that keeps it from reading.
+func (r *Relay) Healthy() error {
+	if r.base.State() != startstop.Running {
+		return ErrNotRunning
+	}
+	if r.stats.streaming.Load() || r.stats.waiting.Load() {
+		return nil
+	}
+	if e := r.stats.lastErr.Load(); e != nil {
+		return *e
+	}
+	return errors.New("idem: cdc: connecting to the slot")
+}
+
+func (r *Relay) setErr(err error) {
+	if err == nil {
+		r.stats.lastErr.Store(nil)
+		return
+	}
+	r.stats.lastErr.Store(&err)
+}
+
+// backoff returns the n-th delay (n >= 1) from RetryBackoff doubling up to
+// MaxRetryBackoff, with ±20% jitter.
+func (r *Relay) backoff(n int) time.Duration {
+	d := r.cfg.RetryBackoff
+	for i := 1; i < n && d < r.cfg.MaxRetryBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.MaxRetryBackoff)
+	return jitter(d)
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// dropSlotWait is how long DropSlot waits for the server process of a
+// relay that stopped.
+const dropSlotWait = 3 * time.Second
+
+// DropSlot drops the replication slot of a relay being retired, in the
+// database of dbURL, so that the server stops keeping WAL for it. It fails
+// while a relay reads the slot (stop it first; DropSlot waits 3s for a
+// relay that just stopped), and with an error wrapping
+// idem.ErrNotFound when there is no such slot. The publication stays (DROP
+// PUBLICATION removes it).
+func DropSlot(ctx context.Context, dbURL, slot string) error {
+	cfg, err := pgconn.ParseConfig(dbURL)
+	if err != nil {
+		return fmt.Errorf("idem: cdc: database URL: %w", err)
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("idem: cdc: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	// A relay that just stopped leaves its server process for a moment:
+	// wait for it a little.
+	deadline := time.Now().Add(dropSlotWait)
+	for {
+		_, err = conn.ExecParams(ctx, dropSlotSQL, [][]byte{[]byte(slot)}, nil, nil, nil).Close()
+		err = slotError(err, slot, cmp.Or(cfg.User, "the relay's user"))
+		if !errors.Is(err, ErrSlotActive) || time.Now().After(deadline) || !sleep(ctx, 50*time.Millisecond) {
+			return err
+		}
+	}
+}

@@ -1,0 +1,693 @@
+package cdc_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker/memory"
+	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/relay/cdc"
+)
+
+// Rows inserted by another program with Debezium's five columns only, as
+// psql would, are published with idem's defaults, and deleted once
+// confirmed.
+func TestDebeziumColumnsPublished(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	start(t, pg, pub, fastConfig(t))
+
+	id := uuid.New()
+	pg.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		VALUES ($1, 'order', '42', 'order.order.placed.v1', '{"total": 12.5}')`, id)
+	msgs := waitLen(t, pub, 1, 20*time.Second)
+	ev := decode(t, msgs[0])
+	if ev.ID != id || ev.Name != "order.order.placed.v1" || ev.AggregateType != "order" || ev.AggregateID != "42" {
+		t.Fatalf("published %+v", ev)
+	}
+	var payload map[string]float64
+	if err := json.Unmarshal(ev.Payload, &payload); err != nil || payload["total"] != 12.5 {
+		t.Fatalf("payload %s (%v)", ev.Payload, err)
+	}
+	if ev.OccurredAt.IsZero() || time.Since(ev.OccurredAt) > time.Minute {
+		t.Fatalf("occurred_at %v", ev.OccurredAt)
+	}
+	eventually(t, 10*time.Second, "the published row deleted", func() bool { return pg.Count(t, "outbox") == 0 })
+}
+
+// Rows that cannot become messages are quarantined in the table, and the
+// rows after them are published.
+func TestUnreadableRowQuarantined(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	r := start(t, pg, pub, fastConfig(t))
+
+	pg.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers)
+		VALUES ($1, 'order', '1', 'order.order.placed.v1', '{}', '[1,2]')`, uuid.New())
+	good := event(t, "2", 1)
+	if err := outbox.NewWriter(pg.Driver).AddExec(context.Background(), pg.Driver.Pool(), good); err != nil {
+		t.Fatal(err)
+	}
+	msgs := waitLen(t, pub, 1, 20*time.Second)
+	if msgs[0].EventID != good.ID {
+		t.Fatalf("published %s, want %s", msgs[0].EventID, good.ID)
+	}
+	eventually(t, 10*time.Second, "one quarantined row left", func() bool {
+		return pg.Count(t, "outbox") == 1 && pg.Count(t, "outbox WHERE quarantined_at IS NOT NULL AND last_error LIKE '%headers%'") == 1
+	})
+	if s := r.Stats(); s.Quarantined != 1 || s.Unreadable != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// WAL-message mode: a rolled-back transaction publishes nothing; committed
+// ones publish each of their events once, in order, mixed with table rows in
+// commit order.
+func TestLogWriter(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	r := start(t, pg, pub, fastConfig(t))
+	lw, err := outbox.NewLogWriter(pg.Driver, pg.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := outbox.NewWriter(pg.Driver)
+	ctx := context.Background()
+	var want []uuid.UUID
+	commit := func(commit bool, add func(tx pgx.Tx)) {
+		t.Helper()
+		tx, err := pg.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(tx)
+		if commit {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add := func(w *outbox.Writer[pgx.Tx], tx pgx.Tx, keep bool, evs ...idem.Event) {
+		t.Helper()
+		if err := w.Add(ctx, tx, evs...); err != nil {
+			t.Fatal(err)
+		}
+		if keep {
+			for _, ev := range evs {
+				want = append(want, ev.ID)
+			}
+		}
+	}
+	commit(true, func(tx pgx.Tx) { add(tw, tx, true, event(t, "a", 1)) })
+	commit(false, func(tx pgx.Tx) { add(lw, tx, false, event(t, "a", 2), event(t, "b", 1)) })
+	commit(true, func(tx pgx.Tx) { add(lw, tx, true, event(t, "a", 2), event(t, "a", 3), event(t, "b", 1)) })
+	commit(true, func(tx pgx.Tx) {
+		add(lw, tx, true, event(t, "c", 1))
+		add(tw, tx, true, event(t, "a", 4))
+		add(lw, tx, true, event(t, "c", 2))
+	})
+	// A message of another prefix is not ours.
+	pg.Exec(t, `SELECT pg_logical_emit_message(true, 'someone.else', 'hello')`)
+	commit(false, func(tx pgx.Tx) { add(tw, tx, false, event(t, "d", 1)) })
+	commit(true, func(tx pgx.Tx) { add(lw, tx, true, event(t, "b", 2)) })
+
+	waitLen(t, pub, len(want), 20*time.Second)
+	// Let anything extra arrive before checking there is nothing extra.
+	eventually(t, 10*time.Second, "everything confirmed", func() bool {
+		s := r.Stats()
+		return s.InFlight == 0 && pg.Count(t, "outbox") == 0
+	})
+	msgs := pub.Messages()
+	if len(msgs) != len(want) {
+		t.Fatalf("%d messages published, want %d", len(msgs), len(want))
+	}
+	// One Publish call may reorder its messages: compare per aggregate, and
+	// check each message came once.
+	pos := map[uuid.UUID]int{}
+	for i, m := range msgs {
+		if _, dup := pos[m.EventID]; dup {
+			t.Fatalf("event %s published twice", m.EventID)
+		}
+		pos[m.EventID] = i
+	}
+	for _, id := range want {
+		if _, ok := pos[id]; !ok {
+			t.Fatalf("event %s not published", id)
+		}
+	}
+	checkFirstOrder(t, msgs)
+	// The WAL message is published exactly as the row of the same event
+	// would be.
+	for _, m := range msgs {
+		ev := decode(t, m)
+		if ev.AggregateType != "order" || ev.Name != "order.order.changed.v1" || ev.OccurredAt.IsZero() {
+			t.Fatalf("message %+v", ev)
+		}
+	}
+}
+
+// NewLogWriter refuses dialects that cannot write into their log; on
+// PostgreSQL through database/sql, the events are published like through pgx.
+func TestLogWriterDialects(t *testing.T) {
+	t.Parallel()
+	lite := testdb.NewSQLite(t, testdb.Options{NoMigrate: true})
+	if _, err := outbox.NewLogWriter(lite.Driver, ""); !errors.Is(err, outbox.ErrNotSupported) {
+		t.Fatalf("SQLite: %v", err)
+	}
+	pg := newDB(t)
+	pub := memory.New()
+	start(t, pg, pub, fastConfig(t))
+	sqlDrv := postgres.NewSQL(pg.DB)
+	lw, err := outbox.NewLogWriter(sqlDrv, pg.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := []idem.Event{event(t, "a", 1), event(t, "b", 1), event(t, "c", 1)}
+	if err := lw.AddExec(context.Background(), sqlDrv.Pool(), evs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.AddExec(context.Background(), sqlDrv.Pool(), event(t, "a", 2)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := waitLen(t, pub, 4, 20*time.Second)
+	checkFirstOrder(t, msgs)
+	if pg.Count(t, "outbox") != 0 {
+		t.Fatal("the log writer wrote rows")
+	}
+}
+
+// A publisher that fails whole calls, then refuses some messages: every
+// event is published, each aggregate's in order, and no later event of an
+// aggregate is accepted before an earlier one.
+func TestPublishFailuresRetriedInOrder(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	var refusals atomic.Int64
+	pub.SetFunc(func(call int, msgs []idem.Message) memory.Action {
+		if call%3 == 1 {
+			return memory.Action{Err: errors.New("broker away")}
+		}
+		return memory.Action{Refuse: func(m idem.Message) error {
+			if m.EventID[15]%4 == 0 && refusals.Add(1) < 200 {
+				return errors.New("nack")
+			}
+			return nil
+		}}
+	})
+	cfg := fastConfig(t)
+	cfg.Window = 50
+	cfg.BatchSize = 10
+	start(t, pg, pub, cfg)
+	w := outbox.NewWriter(pg.Driver)
+	want := map[uuid.UUID]bool{}
+	const aggs, versions = 10, 20
+	for v := 1; v <= versions; v++ {
+		var evs []idem.Event
+		for a := range aggs {
+			ev := event(t, fmt.Sprint(a), v)
+			want[ev.ID] = true
+			evs = append(evs, ev)
+		}
+		if err := w.AddExec(context.Background(), pg.Driver.Pool(), evs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := pub.Wait(ctx, func(msgs []idem.Message, _ int) bool {
+		got := map[uuid.UUID]bool{}
+		for _, m := range msgs {
+			got[m.EventID] = true
+		}
+		return len(got) == len(want)
+	})
+	if err != nil {
+		t.Fatalf("%d of %d published: %v", pub.Len(), len(want), err)
+	}
+	msgs := pub.Messages()
+	checkAll(t, msgs, want)
+	checkFirstOrder(t, msgs)
+	if len(msgs) != len(want) {
+		t.Fatalf("%d messages accepted for %d events: a refused or failed message is accepted once, when retried", len(msgs), len(want))
+	}
+}
+
+// The slot's confirmed position never passes a message the broker has not
+// confirmed, while later messages of other aggregates are published; the
+// rows of those later transactions stay until it is.
+func TestConfirmedNeverPassesUnconfirmed(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	hang := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hang) }) }
+	defer release()
+	var stuckID atomic.Pointer[uuid.UUID]
+	pub.SetFunc(func(call int, msgs []idem.Message) memory.Action {
+		for _, m := range msgs {
+			if p := stuckID.Load(); p != nil && m.EventID == *p {
+				return memory.Action{Hang: hang}
+			}
+		}
+		return memory.Action{}
+	})
+	cfg := fastConfig(t)
+	cfg.PublishTimeout = time.Minute
+	cfg.BatchSize = 1
+	r := start(t, pg, pub, cfg)
+	w := outbox.NewWriter(pg.Driver)
+	ctx := context.Background()
+
+	before := event(t, "x", 1)
+	if err := w.AddExec(ctx, pg.Driver.Pool(), before); err != nil {
+		t.Fatal(err)
+	}
+	waitLen(t, pub, 1, 20*time.Second)
+	slot := cdc.SlotName(idem.Tables{Schema: pg.Schema})
+	eventually(t, 10*time.Second, "the first event confirmed", func() bool { return pg.Count(t, "outbox") == 0 })
+
+	ev := event(t, "stuck", 1)
+	stuck := ev.ID
+	stuckID.Store(&stuck)
+	if err := w.AddExec(ctx, pg.Driver.Pool(), ev); err != nil {
+		t.Fatal(err)
+	}
+	stuckEnd := currentLSN(t, pg)
+	var later []idem.Event
+	for i := range 20 {
+		e := event(t, fmt.Sprint("later-", i), 1)
+		later = append(later, e)
+		if err := w.AddExec(ctx, pg.Driver.Pool(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs := waitLen(t, pub, 1+len(later), 20*time.Second)
+	for _, m := range msgs {
+		if m.EventID == stuck {
+			t.Fatal("the stuck message was accepted")
+		}
+	}
+	// Several flush intervals: the position must stay before the stuck
+	// transaction's commit, and the later rows stay.
+	time.Sleep(300 * time.Millisecond)
+	if got := confirmedLSN(t, pg, slot); got >= stuckEnd {
+		t.Fatalf("confirmed %s, past the unconfirmed transaction ending at %s", got, stuckEnd)
+	}
+	if n := pg.Count(t, "outbox"); n != 1+len(later) {
+		t.Fatalf("%d rows left, want %d: rows are deleted only with their transaction's position", n, 1+len(later))
+	}
+	release()
+	waitLen(t, pub, 2+len(later), 20*time.Second)
+	eventually(t, 10*time.Second, "every row deleted and the position past them", func() bool {
+		return pg.Count(t, "outbox") == 0 && confirmedLSN(t, pg, slot) >= stuckEnd
+	})
+	if s := r.Stats(); s.InFlight != 0 || s.Published != int64(2+len(later)) {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// The walsender killed (pg_terminate_backend) several times while events are
+// written: the relay reconnects and resumes from the slot; every event is
+// published, each aggregate in order.
+func TestConnectionDropResumes(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	cfg := fastConfig(t)
+	r := start(t, pg, pub, cfg)
+	slot := cdc.SlotName(idem.Tables{Schema: pg.Schema})
+	w := outbox.NewWriter(pg.Driver)
+	want := map[uuid.UUID]bool{}
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for v := 1; v <= 50; v++ {
+			var evs []idem.Event
+			for a := range 10 {
+				evs = append(evs, event(t, fmt.Sprint(a), v))
+			}
+			if err := w.AddExec(context.Background(), pg.Driver.Pool(), evs...); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			for _, ev := range evs {
+				want[ev.ID] = true
+			}
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	kills := 0
+	for kills < 3 {
+		var n int
+		err := pg.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kills += n
+		time.Sleep(100 * time.Millisecond)
+	}
+	<-done
+	mu.Lock()
+	total := len(want)
+	mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := pub.Wait(ctx, func(msgs []idem.Message, _ int) bool {
+		got := map[uuid.UUID]bool{}
+		for _, m := range msgs {
+			got[m.EventID] = true
+		}
+		return len(got) == total
+	})
+	if err != nil {
+		t.Fatalf("%d messages for %d events: %v", pub.Len(), total, err)
+	}
+	msgs := pub.Messages()
+	checkAll(t, msgs, want)
+	checkFirstOrder(t, msgs)
+	eventually(t, 10*time.Second, "every row deleted", func() bool { return pg.Count(t, "outbox") == 0 })
+	if !r.Stats().Streaming {
+		t.Fatalf("not streaming after the kills: %+v", r.Stats())
+	}
+}
+
+// Two relays on one slot: only one publishes; the other waits, and takes
+// over when the first stops.
+func TestTwoRelaysOneSlot(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub1, pub2 := memory.New(), memory.New()
+	r1 := start(t, pg, pub1, fastConfig(t))
+	eventually(t, 10*time.Second, "the first relay streaming", func() bool { return r1.Stats().Streaming })
+	r2 := start(t, pg, pub2, fastConfig(t))
+	eventually(t, 10*time.Second, "the second relay waiting", func() bool { return r2.Stats().Waiting })
+	if err := r2.Healthy(); err != nil {
+		t.Fatalf("a waiting relay is healthy: %v", err)
+	}
+	w := outbox.NewWriter(pg.Driver)
+	var first []idem.Event
+	for i := range 10 {
+		first = append(first, event(t, fmt.Sprint(i), 1))
+	}
+	if err := w.AddExec(context.Background(), pg.Driver.Pool(), first...); err != nil {
+		t.Fatal(err)
+	}
+	waitLen(t, pub1, len(first), 20*time.Second)
+	eventually(t, 10*time.Second, "rows deleted", func() bool { return pg.Count(t, "outbox") == 0 })
+	stop(t, r1)
+	var second []idem.Event
+	for i := range 10 {
+		second = append(second, event(t, fmt.Sprint(i), 2))
+	}
+	if err := w.AddExec(context.Background(), pg.Driver.Pool(), second...); err != nil {
+		t.Fatal(err)
+	}
+	msgs := waitLen(t, pub2, len(second), 20*time.Second)
+	if pub2.Len() != len(second) || pub1.Len() != len(first) {
+		t.Fatalf("first relay %d messages, second %d", pub1.Len(), pub2.Len())
+	}
+	for _, m := range msgs {
+		if decode(t, m).AggregateVersion != 2 {
+			t.Fatalf("the second relay published %s again", m.EventID)
+		}
+	}
+	// The second relay published the rows it found at start, then reads
+	// the slot.
+	eventually(t, 10*time.Second, "the second relay streaming", func() bool { return r2.Stats().Streaming })
+	if pub2.Len() != len(second) {
+		t.Fatalf("the second relay published %d messages, want %d", pub2.Len(), len(second))
+	}
+}
+
+// KeepRows leaves the rows; a writer that deletes its row in the same
+// transaction (Debezium's insert then delete) has its event published.
+func TestKeepRowsAndInsertThenDelete(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	cfg := fastConfig(t)
+	cfg.Delete = cdc.KeepRows
+	start(t, pg, pub, cfg)
+	ctx := context.Background()
+	w := outbox.NewWriter(pg.Driver)
+	kept := event(t, "1", 1)
+	if err := w.AddExec(ctx, pg.Driver.Pool(), kept); err != nil {
+		t.Fatal(err)
+	}
+	gone := event(t, "2", 1)
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(ctx, tx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM outbox WHERE id = $1`, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs := waitLen(t, pub, 2, 20*time.Second)
+	ids := map[uuid.UUID]bool{msgs[0].EventID: true, msgs[1].EventID: true}
+	if !ids[kept.ID] || !ids[gone.ID] {
+		t.Fatalf("published %v", ids)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := pg.Count(t, "outbox"); n != 1 {
+		t.Fatalf("%d rows, want the kept one", n)
+	}
+}
+
+// Clear start-up errors.
+func TestStartErrors(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	_, err := cdc.New(pg.URL, memory.New(), cdc.Config{Tables: idem.Tables{Outbox: "nope"}, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := cdc.New(pg.URL, memory.New(), cdc.Config{Tables: idem.Tables{Outbox: "nope"}, Logger: testLogger(t)})
+	err = r.Start(context.Background())
+	if !errors.Is(err, idem.ErrMissingTable) || !strings.Contains(err.Error(), "idem migrate") {
+		t.Fatalf("missing table: %v", err)
+	}
+	if _, err := cdc.New(pg.URL, memory.New(), cdc.Config{Slot: "Bad-Name"}); err == nil || !strings.Contains(err.Error(), "Config.Slot") {
+		t.Fatalf("bad slot name: %v", err)
+	}
+	err = cdc.DropSlot(context.Background(), pg.URL, "idem_no_such_slot")
+	if !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("drop a missing slot: %v", err)
+	}
+}
+
+// A role without the privileges the relay needs gets errors that say what
+// to grant.
+func TestPrivilegeErrors(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	role := "idem_t_role_" + strings.TrimPrefix(pg.Schema, "idem_t_")
+	pg.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = pg.Pool.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = pg.Pool.Exec(ctx, "DROP ROLE "+role)
+	})
+	pg.Exec(t, "GRANT USAGE ON SCHEMA "+pg.Schema+" TO "+role)
+	pg.Exec(t, "GRANT SELECT, UPDATE ON outbox TO "+role)
+	u, err := url.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	startErr := func() error {
+		r, err := cdc.New(u.String(), memory.New(), cdc.Config{Tables: idem.Tables{Schema: pg.Schema}, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Start(context.Background())
+	}
+	if err := startErr(); err == nil || !strings.Contains(err.Error(), "GRANT DELETE ON") || !strings.Contains(err.Error(), "--keep-rows") {
+		t.Fatalf("without DELETE: %v", err)
+	}
+	pg.Exec(t, "GRANT DELETE ON outbox TO "+role)
+	if err := startErr(); err == nil || !strings.Contains(err.Error(), "CREATE PUBLICATION") || !strings.Contains(err.Error(), "ownership") {
+		t.Fatalf("not the table's owner: %v", err)
+	}
+	slot := cdc.SlotName(idem.Tables{Schema: pg.Schema})
+	pg.Exec(t, "CREATE PUBLICATION "+slot+" FOR TABLE outbox WITH (publish = 'insert')")
+	if err := startErr(); err == nil || !strings.Contains(err.Error(), "ALTER ROLE "+role+" REPLICATION") {
+		t.Fatalf("without REPLICATION: %v", err)
+	}
+	pg.Exec(t, "ALTER ROLE "+role+" REPLICATION")
+	pub := memory.New()
+	r, err := cdc.New(u.String(), pub, cdc.Config{Tables: idem.Tables{Schema: pg.Schema}, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatalf("with every privilege: %v", err)
+	}
+	defer stop(t, r)
+	ev := event(t, "1", 1)
+	if err := outbox.NewWriter(pg.Driver).AddExec(context.Background(), pg.Driver.Pool(), ev); err != nil {
+		t.Fatal(err)
+	}
+	waitLen(t, pub, 1, 20*time.Second)
+}
+
+// Stop waits for the broker; past its context it abandons the messages in
+// flight, and the next relay on the slot publishes them.
+func TestStopAbandonsThenNextRelayPublishes(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	hung := memory.New()
+	hang := make(chan struct{})
+	defer close(hang)
+	hung.SetFunc(func(int, []idem.Message) memory.Action { return memory.Action{Hang: hang} })
+	cfg := fastConfig(t)
+	cfg.PublishTimeout = time.Minute
+	r := start(t, pg, hung, cfg)
+	ev := event(t, "1", 1)
+	if err := outbox.NewWriter(pg.Driver).AddExec(context.Background(), pg.Driver.Pool(), ev); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the message handed to the broker", func() bool { return r.Stats().InFlight == 1 && hung.Calls() > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := r.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("stop: %v", err)
+	}
+	select {
+	case <-r.Done():
+	default:
+		t.Fatal("Stop returned before the relay ended")
+	}
+	if pg.Count(t, "outbox") != 1 {
+		t.Fatal("the unconfirmed row was deleted")
+	}
+	pub := memory.New()
+	start(t, pg, pub, cfg)
+	msgs := waitLen(t, pub, 1, 20*time.Second)
+	if msgs[0].EventID != ev.ID {
+		t.Fatalf("published %s", msgs[0].EventID)
+	}
+}
+
+// recorder keeps the messages logged at warn level or above.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Level >= slog.LevelWarn {
+		r.mu.Lock()
+		r.msgs = append(r.msgs, rec.Message)
+		r.mu.Unlock()
+	}
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+func (r *recorder) has(s string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.msgs {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// The slot's lag is measured, and a warning logged when it retains more WAL
+// than LagWarnBytes.
+func TestLagWarning(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	rec := &recorder{}
+	cfg := fastConfig(t)
+	cfg.Logger = slog.New(rec)
+	cfg.StandbyInterval = 100 * time.Millisecond
+	cfg.LagWarnBytes = 1
+	r := start(t, pg, memory.New(), cfg)
+	if err := outbox.NewWriter(pg.Driver).AddExec(context.Background(), pg.Driver.Pool(), event(t, "1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the retained WAL measured and warned about", func() bool {
+		return r.Stats().RetainedBytes > 1 && rec.has("retains more WAL than LagWarnBytes")
+	})
+}
+
+// Rows already in the outbox when the relay starts for the first time (a
+// table the polling relay served, rows written before the slot existed)
+// are in no stream of the slot: the relay publishes them at start, in order
+// per aggregate, once each, and deletes them.
+func TestRowsBeforeTheSlotArePublished(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	w := outbox.NewWriter(pg.Driver)
+	var before []idem.Event
+	for v := 1; v <= 10; v++ {
+		for a := range 5 {
+			before = append(before, event(t, fmt.Sprint(a), v))
+		}
+	}
+	if err := w.AddExec(context.Background(), pg.Driver.Pool(), before...); err != nil {
+		t.Fatal(err)
+	}
+	// A row the polling relay published and kept for its retention is not
+	// published again.
+	pg.Exec(t, `UPDATE outbox SET published_at = now() WHERE seq = (SELECT min(seq) FROM outbox)`)
+	pub := memory.New()
+	r := start(t, pg, pub, fastConfig(t))
+	after := event(t, "0", 11)
+	if err := w.AddExec(context.Background(), pg.Driver.Pool(), after); err != nil {
+		t.Fatal(err)
+	}
+	waitLen(t, pub, len(before), 20*time.Second)
+	eventually(t, 10*time.Second, "the outbox emptied but for the published row", func() bool { return pg.Count(t, "outbox") == 1 })
+	time.Sleep(300 * time.Millisecond) // a copy from the stream would come now
+	msgs := pub.Messages()
+	if len(msgs) != len(before) {
+		t.Fatalf("published %d messages, want %d (49 found at start, 1 written after): %+v", len(msgs), len(before), r.Stats())
+	}
+	last := map[string]int64{}
+	for _, m := range msgs {
+		ev := decode(t, m)
+		if ev.AggregateVersion <= last[ev.AggregateID] {
+			t.Fatalf("aggregate %s: version %d after %d", ev.AggregateID, ev.AggregateVersion, last[ev.AggregateID])
+		}
+		last[ev.AggregateID] = ev.AggregateVersion
+	}
+	if last["0"] != 11 {
+		t.Fatalf("the event written after the start was not published last: %v", last)
+	}
+}

@@ -1,0 +1,203 @@
+package cdc
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/outbox"
+)
+
+// Defaults of Config.
+const (
+	// WindowDefault is the number of messages handed to the broker and not
+	// yet confirmed.
+	WindowDefault = 1000
+	// BatchSizeDefault is the largest number of messages in one Publish call.
+	BatchSizeDefault = 200
+	// StandbyIntervalDefault is how often the relay sends a standby status
+	// update when nothing else makes it send one.
+	StandbyIntervalDefault = 10 * time.Second
+	// FlushIntervalDefault is how often a confirmed position is reported to
+	// the server (after the published rows are deleted).
+	FlushIntervalDefault = 200 * time.Millisecond
+	// PublishTimeoutDefault bounds each Publish call.
+	PublishTimeoutDefault = 10 * time.Second
+	// RetryBackoffDefault is the first delay before a failed publish is
+	// retried; it doubles up to MaxRetryBackoffDefault.
+	RetryBackoffDefault = 100 * time.Millisecond
+	// MaxRetryBackoffDefault caps the delay between retries of a publish,
+	// and between reconnections.
+	MaxRetryBackoffDefault = 5 * time.Second
+	// LagWarnBytesDefault is the retained WAL above which the relay warns.
+	LagWarnBytesDefault = 1 << 30
+	// QueryTimeoutDefault bounds the relay's SQL statements (set-up,
+	// deletes, slot lag).
+	QueryTimeoutDefault = 30 * time.Second
+)
+
+// DeleteMode says what happens to the outbox rows the relay published.
+type DeleteMode int
+
+const (
+	// DeletePublished deletes each published row once the broker confirmed
+	// it, before its transaction's position is confirmed to the server (a
+	// crash in between publishes it again from the log). The default: the
+	// table stays small without a retention job.
+	DeletePublished DeleteMode = iota
+	// KeepRows leaves the rows alone: the writer deletes them itself, often
+	// in the same transaction as the insert (Debezium's "insert then
+	// delete": the insert is in the log either way), or a job of its own
+	// does. Deletes in the stream are always ignored.
+	KeepRows
+)
+
+// String returns "delete" or "keep".
+func (m DeleteMode) String() string {
+	switch m {
+	case DeletePublished:
+		return "delete"
+	case KeepRows:
+		return "keep"
+	}
+	return fmt.Sprintf("DeleteMode(%d)", int(m))
+}
+
+// Config configures a Relay. The zero value is valid: every field has a
+// default.
+type Config struct {
+	// Tables names the outbox: Tables.Schema and Tables.Outbox. Defaults to
+	// the connection's current schema and "outbox".
+	Tables idem.Tables
+	// Slot is the logical replication slot. Defaults to
+	// "idem_<schema>_<table>" (schema "public" when Tables.Schema is
+	// empty), lower-cased, every character other than a-z, 0-9 and _
+	// replaced by _. A slot keeps the WAL from its confirmed position on:
+	// drop it (DropSlot, "idem cdc drop-slot") when retiring a relay.
+	Slot string
+	// Publication is the publication the slot reads (1 to 63 characters
+	// among a-z, 0-9 and _). Defaults to Slot. The
+	// relay creates it at start, for inserts into the outbox only, when it
+	// does not exist (which needs the ownership of the table); a DBA may
+	// create it beforehand instead.
+	Publication string
+	// MessagePrefix is the prefix of the WAL messages the relay reads
+	// (outbox.NewLogWriter). Defaults to outbox.LogPrefix(Tables),
+	// "idem.outbox:<schema>.<table>", which is also the default of
+	// outbox.NewLogWriter for the same tables.
+	MessagePrefix string
+	// Window is the largest number of messages handed to the broker and not
+	// yet confirmed. Defaults to 1000.
+	Window int
+	// BatchSize is the largest number of messages in one Publish call.
+	// Defaults to 200 (at most Window).
+	BatchSize int
+	// Delete says what happens to published rows. Defaults to
+	// DeletePublished.
+	Delete DeleteMode
+	// StandbyInterval is how often a standby status update is sent when
+	// nothing else makes the relay send one. It must stay well below the
+	// server's wal_sender_timeout (60s by default). Defaults to 10s.
+	StandbyInterval time.Duration
+	// FlushInterval is how often a newly confirmed position is reported to
+	// the server. Defaults to 200ms.
+	FlushInterval time.Duration
+	// PublishTimeout bounds each Publish call. Defaults to 10s.
+	PublishTimeout time.Duration
+	// RetryBackoff is the first delay before a failed publish is retried,
+	// and before a reconnection; it doubles up to MaxRetryBackoff, with
+	// jitter. Defaults to 100ms.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps those delays. Defaults to 5s.
+	MaxRetryBackoff time.Duration
+	// LagWarnBytes: the relay logs a warning when the slot retains more WAL
+	// than this (checked every StandbyInterval). Defaults to 1 GiB;
+	// negative turns the warning off.
+	LagWarnBytes int64
+	// QueryTimeout bounds each SQL statement of the relay. Defaults to 30s.
+	QueryTimeout time.Duration
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// ObservePublish, when set, is called after each Publish call with its
+	// number of messages, its duration and its error.
+	ObservePublish func(n int, d time.Duration, err error)
+	// ObserveConfirm, when set, is called for each transaction whose
+	// position is confirmed to the server, with the time from its commit
+	// to that confirmation.
+	ObserveConfirm func(d time.Duration)
+	// ObserveCommitToPublish, when set, is called for each published
+	// message with the time from its transaction's commit to the broker's
+	// confirmation.
+	ObserveCommitToPublish func(d time.Duration)
+}
+
+var slotChars = regexp.MustCompile(`[^a-z0-9_]`)
+
+// SlotName returns the default slot name of an outbox table:
+// "idem_<schema>_<table>", schema "public" when empty, lower-cased, with
+// every character other than a-z, 0-9 and _ replaced by _.
+func SlotName(t idem.Tables) string {
+	t = t.WithDefaults()
+	name := strings.ToLower("idem_" + cmp.Or(t.Schema, "public") + "_" + t.Outbox)
+	name = slotChars.ReplaceAllString(name, "_")
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	return name
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Tables = c.Tables.WithDefaults()
+	c.Slot = cmp.Or(c.Slot, SlotName(c.Tables))
+	c.Publication = cmp.Or(c.Publication, c.Slot)
+	c.MessagePrefix = cmp.Or(c.MessagePrefix, outbox.LogPrefix(c.Tables))
+	c.Window = cmp.Or(c.Window, WindowDefault)
+	c.BatchSize = min(cmp.Or(c.BatchSize, BatchSizeDefault), c.Window)
+	c.StandbyInterval = cmp.Or(c.StandbyInterval, StandbyIntervalDefault)
+	c.FlushInterval = cmp.Or(c.FlushInterval, FlushIntervalDefault)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
+	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, MaxRetryBackoffDefault)
+	c.LagWarnBytes = cmp.Or(c.LagWarnBytes, LagWarnBytesDefault)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+func (c Config) validate() error {
+	if err := c.Tables.Validate(); err != nil {
+		return fmt.Errorf("idem: cdc: Config.Tables: %w", err)
+	}
+	if !slotRE.MatchString(c.Slot) {
+		return fmt.Errorf("idem: cdc: Config.Slot %q: a slot name has 1 to 63 characters among a-z, 0-9 and _", c.Slot)
+	}
+	if !slotRE.MatchString(c.Publication) {
+		return fmt.Errorf("idem: cdc: Config.Publication %q: a publication name here has 1 to 63 characters among a-z, 0-9 and _", c.Publication)
+	}
+	if c.Window < 1 {
+		return fmt.Errorf("idem: cdc: Config.Window %d: must be positive", c.Window)
+	}
+	if c.BatchSize < 1 {
+		return fmt.Errorf("idem: cdc: Config.BatchSize %d: must be positive", c.BatchSize)
+	}
+	if c.Delete != DeletePublished && c.Delete != KeepRows {
+		return fmt.Errorf("idem: cdc: Config.Delete %v: unknown mode", c.Delete)
+	}
+	for name, d := range map[string]time.Duration{"StandbyInterval": c.StandbyInterval, "FlushInterval": c.FlushInterval,
+		"PublishTimeout": c.PublishTimeout, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout} {
+		if d < 0 {
+			return fmt.Errorf("idem: cdc: Config.%s %v: must not be negative", name, d)
+		}
+	}
+	return nil
+}

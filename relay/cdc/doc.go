@@ -1,0 +1,66 @@
+// Package cdc is the change-data-capture relay for PostgreSQL: it reads the
+// outbox from the write-ahead log through logical replication (the built-in
+// pgoutput plugin, no extension to install) instead of polling the table,
+// and publishes through the same broker.Publisher as the polling relay
+// (package relay).
+//
+//	r, err := cdc.New("postgres://idem@db/shop", pub, cdc.Config{})
+//	if err != nil { ... }
+//	if err := r.Start(ctx); err != nil { ... } // wal_level, publication, slot
+//	defer r.Stop(context.Background())
+//
+// What it reads. The inserts into the outbox table (Debezium's five
+// columns id, aggregatetype, aggregateid, type, payload, and idem's), read
+// with the polling relay's rules (postgres.DecodeOutboxText,
+// relay.RecordMessage): a row written by another program becomes the same
+// message whichever relay reads it. And the transactional WAL messages of
+// outbox.NewLogWriter (pg_logical_emit_message(true, prefix, event)), an
+// outbox with no table, published exactly as rows. Updates, deletes and
+// truncates are not published; rows of other tables in the publication and
+// messages with other prefixes are ignored; a non-transactional message with
+// the outbox's prefix is ignored with a warning (it is tied to no commit).
+//
+// Order and confirmation. Transactions arrive in commit order. Messages are
+// published in that order through several Publish calls at once (a window
+// of Config.Window messages), never two of one aggregate at once: a message
+// goes only after the previous one of its aggregate was confirmed. A failed
+// or refused publish is retried, with backoff, before its aggregate goes on;
+// a broker away for minutes costs time only. The slot's confirmed position
+// moves to a transaction's commit only once the broker confirmed that
+// transaction's messages and every one before them, and the published rows
+// were deleted (Config.Delete): after a crash, the server sends again what
+// was not confirmed (at least once; consumers deduplicate).
+//
+// Rows waiting at start. A slot streams what was committed after its
+// creation only. At each start, once it may read the slot, the relay
+// publishes the rows waiting in the table (published_at and quarantined_at
+// empty: rows written before the slot existed, a table the polling relay
+// served), in seq order, deletes them and skips their inserts in the
+// stream. It needs idem's seq, published_at and quarantined_at columns and
+// Config.Delete = DeletePublished.
+//
+// Unreadable input. A row that cannot become a message (an id that is not a
+// UUID, headers that are not a JSON object, no event name, a payload that is
+// not JSON) is quarantined in the table as the polling relay does
+// (quarantined_at, last_error: "idem failed list --relay" shows it) and the
+// relay goes on; a row it cannot quarantine (deleted meanwhile by its writer,
+// or a table without idem's columns) and a WAL message that cannot become a
+// message are logged at error level with their whole content. Unlike the
+// polling relay's, a quarantined row does not hold the later rows of its
+// aggregate: the log goes on. To publish a fixed row again, insert it again
+// (the CDC relay reads inserts only).
+//
+// One reader per slot. PostgreSQL lets one connection read a slot: a second
+// relay on the same slot waits (Stats.Waiting, Healthy nil) and takes over
+// within a second or two when the first stops or dies.
+//
+// The server. wal_level = logical; the relay's role needs the REPLICATION
+// attribute. The relay creates the publication (for inserts into the outbox
+// only; that needs the ownership of the table, or a DBA creates it
+// beforehand with the statement the error gives) and the slot (named
+// idem_<schema>_<table> by default) when they do not exist. A slot keeps the
+// WAL from its confirmed position on, even when no relay reads it: bound it
+// with max_slot_wal_keep_size, watch the lag (Stats, the cdcmetrics
+// collector, the warning above Config.LagWarnBytes) and drop the slot when
+// retiring a relay (DropSlot, "idem cdc drop-slot").
+package cdc

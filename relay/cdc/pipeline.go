@@ -1,0 +1,303 @@
+package cdc
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
+)
+
+// entry is a message read from the log, or the end of a transaction with no
+// message to publish.
+type entry struct {
+	msg    idem.Message
+	hasMsg bool
+	key    string // aggregate type and id
+	id     string // the row's id, to delete it; "" for a WAL message
+	// lsn, when not 0, is the end of the transaction this entry ends: the
+	// position that may be confirmed once this entry and every one before
+	// it are published.
+	lsn    pglogrepl.LSN
+	commit time.Time
+	state  uint8
+}
+
+const (
+	pending uint8 = iota
+	sending
+	sent
+)
+
+// pipeline holds what a session read and has not confirmed, in log order,
+// and hands it to the broker: several Publish calls at once, a window of
+// messages in flight, never two messages of one aggregate at once (a
+// Publish call may deliver its messages in any order), so that a message is
+// sent only after the previous one of its aggregate was confirmed.
+type pipeline struct {
+	r        *Relay
+	ctx      context.Context // the session's: publishing stops with it
+	maxCalls int
+
+	mu       sync.Mutex
+	entries  []*entry // log order; the confirmed ones leave from the front
+	first    int      // no pending entry before this index
+	keys     map[string]bool
+	calls    int
+	unsent   int // messages read and not confirmed by the broker
+	progress chan struct{}
+	wg       sync.WaitGroup
+}
+
+func newPipeline(ctx context.Context, r *Relay) *pipeline {
+	return &pipeline{
+		r: r, ctx: ctx,
+		maxCalls: max(2, min(8, (r.cfg.Window+r.cfg.BatchSize-1)/r.cfg.BatchSize)),
+		keys:     map[string]bool{},
+		progress: make(chan struct{}, 1),
+	}
+}
+
+// full reports whether the window is full: the reader waits.
+func (p *pipeline) full() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unsent >= p.r.cfg.Window
+}
+
+// empty reports whether nothing waits for the broker or for confirmation.
+func (p *pipeline) empty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.entries) == 0
+}
+
+// add appends a committed transaction's entries (at least one).
+func (p *pipeline) add(es []*entry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(es) == 1 && !es[0].hasMsg && len(p.entries) > 0 {
+		// A transaction without events after another one without events:
+		// move the latter's position.
+		if last := p.entries[len(p.entries)-1]; !last.hasMsg {
+			last.lsn = es[0].lsn
+			return
+		}
+	}
+	for _, e := range es {
+		if e.hasMsg {
+			p.unsent++
+		} else {
+			e.state = sent
+		}
+		p.entries = append(p.entries, e)
+	}
+	p.r.stats.inFlight.Store(int64(p.unsent))
+	if p.r.stats.oldest.Load() == 0 {
+		p.r.stats.oldest.Store(p.entries[0].commit.UnixNano())
+	}
+	p.dispatchLocked()
+}
+
+// dispatchLocked starts Publish calls for the pending messages whose
+// aggregate has none in flight, and none pending before them.
+func (p *pipeline) dispatchLocked() {
+	if p.calls >= p.maxCalls || p.ctx.Err() != nil {
+		return
+	}
+	var blocked map[string]bool
+	var batch []*entry
+	firstPending := -1
+	for i := p.first; i < len(p.entries); i++ {
+		e := p.entries[i]
+		if e.state != pending {
+			continue
+		}
+		if p.keys[e.key] || blocked[e.key] {
+			if firstPending < 0 {
+				firstPending = i
+			}
+			if blocked == nil {
+				blocked = map[string]bool{}
+			}
+			blocked[e.key] = true
+			continue
+		}
+		e.state = sending
+		p.keys[e.key] = true
+		batch = append(batch, e)
+		if len(batch) == p.r.cfg.BatchSize {
+			p.launchLocked(batch)
+			batch = nil
+			if p.calls >= p.maxCalls {
+				if firstPending < 0 {
+					firstPending = i + 1
+				}
+				p.first = firstPending
+				return
+			}
+		}
+	}
+	if len(batch) > 0 {
+		p.launchLocked(batch)
+	}
+	if firstPending < 0 {
+		firstPending = len(p.entries)
+	}
+	p.first = firstPending
+}
+
+func (p *pipeline) launchLocked(batch []*entry) {
+	p.calls++
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.publish(batch)
+	}()
+}
+
+// publish publishes batch until the broker confirmed every message, retrying
+// the failed ones with backoff, or until the session ends.
+func (p *pipeline) publish(batch []*entry) {
+	r := p.r
+	failures := 0
+	for len(batch) > 0 {
+		msgs := make([]idem.Message, len(batch))
+		for i, e := range batch {
+			msgs[i] = e.msg
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, r.cfg.PublishTimeout)
+		start := time.Now()
+		err := r.pub.Publish(ctx, msgs)
+		cancel()
+		d := time.Since(start)
+		r.stats.calls.Add(1)
+		if r.cfg.ObservePublish != nil {
+			r.cfg.ObservePublish(len(msgs), d, err)
+		}
+		results := broker.Results(err, len(msgs))
+		var failed []*entry
+		var firstErr error
+		now := time.Now()
+		p.mu.Lock()
+		for i, e := range batch {
+			if results[i] != nil {
+				failed = append(failed, e)
+				firstErr = cmpErr(firstErr, results[i])
+				continue
+			}
+			e.state = sent
+			delete(p.keys, e.key)
+			p.unsent--
+			if r.cfg.ObserveCommitToPublish != nil {
+				r.cfg.ObserveCommitToPublish(now.Sub(e.commit))
+			}
+		}
+		r.stats.inFlight.Store(int64(p.unsent))
+		p.mu.Unlock()
+		r.stats.published.Add(int64(len(batch) - len(failed)))
+		if len(failed) < len(batch) {
+			p.signal()
+		}
+		batch = failed
+		if len(batch) == 0 {
+			break
+		}
+		if p.ctx.Err() != nil {
+			break
+		}
+		failures++
+		r.stats.failures.Add(1)
+		r.setErr(firstErr)
+		delay := r.backoff(failures)
+		r.log.Warn("publish failed; retrying the same messages before their aggregates go on",
+			"messages", len(batch), "attempt", failures, "retry_in", delay.Round(time.Millisecond), "error", firstErr)
+		if !sleep(p.ctx, delay) {
+			break
+		}
+	}
+	if failures > 0 && len(batch) == 0 {
+		r.setErr(nil)
+	}
+	p.mu.Lock()
+	p.calls--
+	p.dispatchLocked()
+	p.mu.Unlock()
+	p.signal()
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func (p *pipeline) signal() {
+	select {
+	case p.progress <- struct{}{}:
+	default:
+	}
+}
+
+// confirmed takes the entries published from the front, and returns the
+// position they reach (0 when none ends a transaction), the ids of the rows
+// to delete, and the commit times of the transactions they end.
+func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, commits []time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Only whole transactions: the entries of one not entirely published
+	// stay, and are deleted with its position.
+	last := 0
+	for i := 0; i < len(p.entries) && p.entries[i].state == sent; i++ {
+		if p.entries[i].lsn != 0 {
+			last = i + 1
+		}
+	}
+	if last == 0 {
+		return 0, nil, nil
+	}
+	for _, e := range p.entries[:last] {
+		if e.id != "" {
+			ids = append(ids, e.id)
+		}
+		if e.lsn != 0 {
+			lsn = e.lsn
+			if e.hasMsg {
+				commits = append(commits, e.commit)
+			}
+		}
+	}
+	p.entries = append(p.entries[:0:0], p.entries[last:]...)
+	p.first = max(0, p.first-last)
+	if len(p.entries) > 0 {
+		p.r.stats.oldest.Store(p.entries[0].commit.UnixNano())
+	} else {
+		p.r.stats.oldest.Store(0)
+	}
+	return lsn, ids, commits
+}
+
+// drainWait waits until the broker confirmed every message read, and
+// reports whether it did before ctx ended.
+func (p *pipeline) drainWait(ctx context.Context) bool {
+	for {
+		p.mu.Lock()
+		n := p.unsent
+		p.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		select {
+		case <-p.progress:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// wait waits for the publishing in progress to end.
+func (p *pipeline) wait() { p.wg.Wait() }

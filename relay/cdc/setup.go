@@ -1,0 +1,224 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver/postgres"
+)
+
+// ErrWALLevel is returned (wrapped) by Start when the server does not run
+// with wal_level = logical.
+var ErrWALLevel = errors.New("idem: cdc: logical replication needs wal_level = logical")
+
+// ErrSlotActive is the error (wrapped) a relay meets while another process
+// reads its slot: it waits, and retries.
+var ErrSlotActive = errors.New("idem: cdc: the replication slot is active in another process")
+
+// queries holds the relay's statements for its table, publication and slot.
+type queries struct {
+	table           string // quoted, qualified
+	createPub       string
+	deleteRows      string
+	quarantine      string
+	publicationHint string
+}
+
+// The statements that do not depend on the table.
+const (
+	walLevelSQL     = `SHOW wal_level`
+	currentSchema   = `SELECT current_schema()`
+	tableExistsSQL  = `SELECT to_regclass($1) IS NOT NULL`
+	pubExistsSQL    = `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`
+	pubHasTableSQL  = `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`
+	slotSQL         = `SELECT plugin, database, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1 AND slot_type = 'logical'`
+	createSlotSQL   = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
+	dropSlotSQL     = `SELECT pg_drop_replication_slot($1)`
+	currentDBSQL    = `SELECT current_database()`
+	canDeleteSQL    = `SELECT has_table_privilege($1, 'DELETE')`
+	slotPositionSQL = `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
+	coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
+	FROM pg_replication_slots WHERE slot_name = $1`
+)
+
+func newQueries(schema, table, publication string) queries {
+	t := postgres.QuoteIdent(schema) + "." + postgres.QuoteIdent(table)
+	create := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`, postgres.QuoteIdent(publication), t)
+	return queries{
+		table:     t,
+		createPub: create,
+		// By the primary key: Debezium's outbox has no seq.
+		deleteRows:      `DELETE FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
+		quarantine:      `UPDATE ` + t + ` SET quarantined_at = now(), last_error = $2, attempts = attempts + 1 WHERE seq = $1 AND quarantined_at IS NULL`,
+		publicationHint: create,
+	}
+}
+
+// setup checks the server and creates the publication and the slot.
+func (r *Relay) setup(ctx context.Context) error {
+	pcfg, err := pgxpool.ParseConfig(r.dbURL)
+	if err != nil {
+		return fmt.Errorf("idem: cdc: database URL: %w", err)
+	}
+	pcfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("idem: cdc: connect: %w", err)
+	}
+	r.pool = pool
+	var level string
+	if err := pool.QueryRow(ctx, walLevelSQL).Scan(&level); err != nil {
+		return fmt.Errorf("idem: cdc: connect: %w", err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("%w, and the server runs with wal_level = %s: set wal_level = logical in postgresql.conf (or run ALTER SYSTEM SET wal_level = logical) and restart the server", ErrWALLevel, level)
+	}
+	r.schema = r.cfg.Tables.Schema
+	if r.schema == "" {
+		if err := pool.QueryRow(ctx, currentSchema).Scan(&r.schema); err != nil {
+			return fmt.Errorf("idem: cdc: current schema: %w", err)
+		}
+	}
+	r.sql = newQueries(r.schema, r.cfg.Tables.Outbox, r.cfg.Publication)
+	var exists bool
+	if err := pool.QueryRow(ctx, tableExistsSQL, r.sql.table).Scan(&exists); err != nil {
+		return fmt.Errorf("idem: cdc: look for the outbox: %w", err)
+	}
+	if !exists {
+		return fmt.Errorf("%w: %s (run idem migrate)", idem.ErrMissingTable, r.sql.table)
+	}
+	if r.cfg.Delete == DeletePublished {
+		var can bool
+		if err := pool.QueryRow(ctx, canDeleteSQL, r.sql.table).Scan(&can); err != nil {
+			return fmt.Errorf("idem: cdc: read privileges on %s: %w", r.sql.table, err)
+		}
+		if !can {
+			// Without it the slot's position could never move.
+			return fmt.Errorf("idem: cdc: the relay's role cannot delete from %s, which it does once rows are published: GRANT DELETE ON %s TO %s, or leave the rows to their writer (Config.Delete = KeepRows, idem cdc --keep-rows)", r.sql.table, r.sql.table, postgres.QuoteIdent(r.replCfg.User))
+		}
+	}
+	if err := r.ensurePublication(ctx); err != nil {
+		return err
+	}
+	if err := r.ensureSlot(ctx); err != nil {
+		return err
+	}
+	// The replication connection needs the REPLICATION attribute and a
+	// pg_hba.conf line for it: say so now rather than retry for ever.
+	conn, err := pgconn.ConnectConfig(ctx, r.replCfg)
+	if err != nil {
+		return replicationError(err, r.replCfg.User)
+	}
+	_ = conn.Close(ctx)
+	return nil
+}
+
+func (r *Relay) ensurePublication(ctx context.Context) error {
+	var exists bool
+	if err := r.pool.QueryRow(ctx, pubExistsSQL, r.cfg.Publication).Scan(&exists); err != nil {
+		return fmt.Errorf("idem: cdc: look for publication %s: %w", r.cfg.Publication, err)
+	}
+	if !exists {
+		_, err := r.pool.Exec(ctx, r.sql.createPub)
+		var pe *pgconn.PgError
+		switch {
+		case err == nil:
+			r.log.Info("created publication", "publication", r.cfg.Publication, "table", r.sql.table)
+			return nil
+		case errors.As(err, &pe) && pe.Code == "42710": // created meanwhile by another relay
+		case errors.As(err, &pe) && pe.Code == "42501":
+			return fmt.Errorf("idem: cdc: creating publication %s needs the ownership of %s (%v): have its owner run %q, then start the relay again", r.cfg.Publication, r.sql.table, err, r.sql.publicationHint)
+		default:
+			return fmt.Errorf("idem: cdc: create publication %s: %w", r.cfg.Publication, err)
+		}
+	}
+	var has bool
+	if err := r.pool.QueryRow(ctx, pubHasTableSQL, r.cfg.Publication, r.schema, r.cfg.Tables.Outbox).Scan(&has); err != nil {
+		return fmt.Errorf("idem: cdc: read publication %s: %w", r.cfg.Publication, err)
+	}
+	if !has {
+		return fmt.Errorf("idem: cdc: publication %s exists but does not publish %s: run ALTER PUBLICATION %s ADD TABLE %s, or name another publication", r.cfg.Publication, r.sql.table, postgres.QuoteIdent(r.cfg.Publication), r.sql.table)
+	}
+	return nil
+}
+
+func (r *Relay) ensureSlot(ctx context.Context) error {
+	var plugin, db, walStatus, current string
+	err := r.pool.QueryRow(ctx, slotSQL, r.cfg.Slot).Scan(&plugin, &db, &walStatus)
+	if err == nil && walStatus == "lost" {
+		return fmt.Errorf("idem: cdc: slot %s was invalidated: the WAL it kept exceeded max_slot_wal_keep_size, and the events written past it are lost to it; drop it (idem cdc drop-slot), start the relay again, and replay what was missed from your own records", r.cfg.Slot)
+	}
+	if err == nil {
+		if err := r.pool.QueryRow(ctx, currentDBSQL).Scan(&current); err != nil {
+			return fmt.Errorf("idem: cdc: current database: %w", err)
+		}
+		if plugin != "pgoutput" || db != current {
+			return fmt.Errorf("idem: cdc: slot %s exists with plugin %s on database %s; the relay needs a pgoutput slot on %s: name another slot (--slot)", r.cfg.Slot, plugin, db, current)
+		}
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("idem: cdc: look for slot %s: %w", r.cfg.Slot, err)
+	}
+	var lsn string
+	err = r.pool.QueryRow(ctx, createSlotSQL, r.cfg.Slot).Scan(&lsn)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42710" { // created meanwhile by another relay
+		return nil
+	}
+	if err != nil {
+		return slotError(err, r.cfg.Slot, r.replCfg.User)
+	}
+	r.log.Info("created replication slot; it keeps the WAL from here on until it is dropped (idem cdc drop-slot)", "lsn", lsn)
+	return nil
+}
+
+// slotError explains the errors of slot statements.
+func slotError(err error, slot, user string) error {
+	if err == nil {
+		return nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "42704": // undefined_object
+			return fmt.Errorf("%w: replication slot %s (%s)", idem.ErrNotFound, slot, pe.Message)
+		case "55006": // object_in_use
+			return fmt.Errorf("%w: slot %s: %s (stop that relay first)", ErrSlotActive, slot, pe.Message)
+		case "53400": // configuration_limit_exceeded
+			return fmt.Errorf("idem: cdc: cannot create slot %s: %s: every replication slot is taken; drop the slots no one reads (SELECT slot_name FROM pg_replication_slots WHERE NOT active; idem cdc drop-slot), or raise max_replication_slots in postgresql.conf and restart the server", slot, pe.Message)
+		case "55000": // object_not_in_prerequisite_state: wal_level, mostly
+			return fmt.Errorf("idem: cdc: slot %s: %s: set wal_level = logical in postgresql.conf and restart the server", slot, pe.Message)
+		case "42501": // insufficient_privilege
+			return fmt.Errorf("idem: cdc: slot %s: %s: the relay's role needs the REPLICATION attribute (ALTER ROLE %s REPLICATION)", slot, pe.Message, user)
+		}
+	}
+	return fmt.Errorf("idem: cdc: slot %s: %w", slot, err)
+}
+
+// replicationError explains a failed replication connection.
+func replicationError(err error, user string) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "42501":
+			return fmt.Errorf("idem: cdc: replication connection refused: %s: the relay's role needs the REPLICATION attribute (ALTER ROLE %s REPLICATION)", pe.Message, user)
+		case "28000", "28P01":
+			return fmt.Errorf("idem: cdc: replication connection refused: %s: pg_hba.conf needs a line for replication connections of %s to this database (a line for \"all\" databases covers them; one for \"replication\" does not)", pe.Message, user)
+		}
+	}
+	return fmt.Errorf("idem: cdc: replication connection: %w", err)
+}
+
+// jitter returns d ±20%.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}

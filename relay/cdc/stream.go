@@ -1,0 +1,516 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/relay"
+)
+
+// run reads the slot until Stop, reconnecting after failures with capped
+// backoff; while another process holds the slot it waits.
+func (r *Relay) run() {
+	failures := 0
+	stopping := r.base.Stopping()
+	swept := false
+	for {
+		select {
+		case <-stopping:
+			return
+		default:
+		}
+		if !swept {
+			var n int64
+			var err error
+			swept, n, err = r.sweepUntilStop()
+			if n > 0 {
+				r.log.Info("published the rows already in the outbox at start", "rows", n)
+			}
+			if err != nil {
+				select {
+				case <-stopping:
+					return
+				default:
+				}
+				failures++
+				r.setErr(err)
+				d := r.backoff(failures)
+				r.log.Warn("publishing the rows already in the outbox failed; trying again", "retry_in", d.Round(time.Millisecond), "error", err)
+				if !sleep(r.ctx, d) {
+					return
+				}
+				continue
+			}
+		}
+		read, err := r.session()
+		select {
+		case <-stopping:
+			return
+		default:
+		}
+		if read {
+			failures = 0
+		}
+		failures++
+		var d time.Duration
+		if errors.Is(err, ErrSlotActive) {
+			if !r.stats.waiting.Swap(true) {
+				r.log.Info("another process reads the slot; waiting to take over", "error", err)
+			}
+			d = jitter(min(time.Second, r.cfg.MaxRetryBackoff))
+		} else {
+			r.stats.waiting.Store(false)
+			r.setErr(err)
+			d = r.backoff(failures)
+			r.log.Warn("replication stopped; reconnecting", "retry_in", d.Round(time.Millisecond), "error", err)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-stopping:
+			t.Stop()
+			return
+		}
+	}
+}
+
+// sweepUntilStop runs sweep: Stop lets the Publish call in progress end
+// (or abandons it when its context ends first) and publishes nothing more.
+func (r *Relay) sweepUntilStop() (bool, int64, error) {
+	return r.sweep(r.ctx)
+}
+
+// txState is the transaction being read.
+type txState struct {
+	commit  time.Time
+	entries []*entry
+}
+
+// session is one replication connection: it reads until Stop or an error.
+// read reports whether it read from the slot at all.
+func (r *Relay) session() (read bool, err error) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(ctx, r.replCfg)
+	if err != nil {
+		return false, replicationError(err, r.replCfg.User)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			"publication_names '" + r.cfg.Publication + "'",
+			"messages 'true'",
+		},
+	})
+	if err != nil {
+		return false, slotError(err, r.cfg.Slot, r.replCfg.User)
+	}
+	if r.stats.waiting.Swap(false) {
+		r.log.Info("took the slot over")
+	}
+	r.stats.streaming.Store(true)
+	defer r.stats.streaming.Store(false)
+	r.setErr(nil)
+	r.log.Debug("replication started")
+
+	s := &session{r: r, conn: conn, pipe: newPipeline(ctx, r), relations: map[uint32]*pglogrepl.RelationMessage{}}
+	defer func() {
+		cancel()
+		s.pipe.wait()
+		r.stats.inFlight.Store(0)
+		r.stats.oldest.Store(0)
+	}()
+	return true, s.loop(ctx)
+}
+
+// session is the state of one replication connection.
+type session struct {
+	r         *Relay
+	conn      *pgconn.PgConn
+	pipe      *pipeline
+	relations map[uint32]*pglogrepl.RelationMessage
+	tx        *txState
+
+	flushed  pglogrepl.LSN // confirmed to the server
+	walEnd   pglogrepl.LSN // the server's position in its last keepalive
+	toDelete []string
+	ready    pglogrepl.LSN // published, and its rows deleted: to confirm
+	// deleteFailures counts the failed deletes in a row; none is tried
+	// before deleteAfter.
+	deleteFailures int
+	deleteAfter    time.Time
+	lastStatus     time.Time
+}
+
+func (s *session) loop(ctx context.Context) error {
+	r := s.r
+	stopping := r.base.Stopping()
+	nextFlush := time.Now().Add(r.cfg.FlushInterval)
+	for {
+		select {
+		case <-stopping:
+			return s.drain(ctx)
+		default:
+		}
+		now := time.Now()
+		if !now.Before(nextFlush) {
+			if err := s.flush(ctx, false); err != nil {
+				return err
+			}
+			nextFlush = now.Add(r.cfg.FlushInterval)
+		}
+		deadline := nextFlush
+		if standby := s.lastStatus.Add(r.cfg.StandbyInterval); standby.Before(deadline) {
+			deadline = standby
+		}
+		if deadline.Before(nextFlush) && !now.Before(deadline) {
+			if err := s.flush(ctx, true); err != nil {
+				return err
+			}
+			continue
+		}
+		if s.pipe.full() {
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-s.pipe.progress:
+			case <-t.C:
+			case <-stopping:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) && ctx.Err() == nil && !s.conn.IsClosed() {
+				continue
+			}
+			return fmt.Errorf("idem: cdc: receive: %w", err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.copyData(ctx, m.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("idem: cdc: server: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return errors.New("idem: cdc: the server ended the replication")
+		}
+	}
+}
+
+// drain ends a session on Stop: the messages handed to the broker are
+// confirmed (or abandoned with the relay's context), the rows deleted and
+// the position confirmed.
+func (s *session) drain(ctx context.Context) error {
+	if !s.pipe.drainWait(ctx) {
+		return nil
+	}
+	return s.flush(ctx, true)
+}
+
+func (s *session) copyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("idem: cdc: keepalive: %w", err)
+		}
+		s.walEnd = max(s.walEnd, k.ServerWALEnd)
+		if k.ReplyRequested {
+			return s.flush(ctx, true)
+		}
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("idem: cdc: XLogData: %w", err)
+		}
+		return s.logical(ctx, x.WALData)
+	}
+	return nil
+}
+
+func (s *session) logical(ctx context.Context, data []byte) error {
+	r := s.r
+	m, err := pglogrepl.Parse(data)
+	if err != nil {
+		return fmt.Errorf("idem: cdc: decode pgoutput message: %w", err)
+	}
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		s.relations[m.RelationID] = m
+	case *pglogrepl.BeginMessage:
+		s.tx = &txState{commit: m.CommitTime}
+	case *pglogrepl.InsertMessage:
+		rel := s.relations[m.RelationID]
+		if s.tx == nil || rel == nil || rel.Namespace != r.schema || rel.RelationName != r.cfg.Tables.Outbox {
+			return nil // another table of the publication
+		}
+		rec, err := decodeTuple(rel, m.Tuple)
+		if err != nil {
+			return err
+		}
+		if _, done := r.swept[rec.Seq]; done && rec.Seq != 0 {
+			return nil // published and deleted at start
+		}
+		s.add(ctx, rec, true, "")
+	case *pglogrepl.LogicalDecodingMessage:
+		if m.Prefix != r.cfg.MessagePrefix {
+			return nil
+		}
+		if !m.Transactional || s.tx == nil {
+			r.stats.unreadable.Add(1)
+			r.log.Warn("ignored a non-transactional WAL message with the outbox's prefix: it is not tied to a commit (outbox.NewLogWriter writes transactional ones)",
+				"lsn", m.LSN.String(), "content", quote(m.Content))
+			return nil
+		}
+		rec := outbox.DecodeLogMessage(m.Content)
+		s.add(ctx, rec, false, quote(m.Content))
+	case *pglogrepl.CommitMessage:
+		if s.tx == nil {
+			return nil
+		}
+		tx := s.tx
+		s.tx = nil
+		if len(tx.entries) > 0 {
+			r.stats.txs.Add(1)
+			if fault.Enabled {
+				fault.Point(fault.CDCAfterReceive)
+			}
+			tx.entries[len(tx.entries)-1].lsn = m.TransactionEndLSN
+			s.pipe.add(tx.entries)
+		} else {
+			s.pipe.add([]*entry{{lsn: m.TransactionEndLSN, commit: tx.commit}})
+		}
+	}
+	return nil
+}
+
+// add adds a decoded row or WAL message to the transaction being read, or,
+// when it cannot become a message, quarantines the row (a row the writer
+// deleted meanwhile, and a WAL message, are logged at error level with their
+// content: the failure log).
+func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, content string) {
+	r := s.r
+	if rec.OccurredAt.IsZero() {
+		rec.OccurredAt = s.tx.commit // a table without occurred_at
+	}
+	msg, err := relay.RecordMessage(rec)
+	if err == nil {
+		e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, commit: s.tx.commit}
+		if row && r.cfg.Delete == DeletePublished {
+			e.id = rec.RawID
+		}
+		s.tx.entries = append(s.tx.entries, e)
+		return
+	}
+	r.stats.unreadable.Add(1)
+	if !row {
+		r.log.Error("a WAL message of the outbox cannot be published; skipped (write it again with a fixed content)",
+			"error", err, "content", content)
+		return
+	}
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	tag, qerr := r.pool.Exec(qctx, r.sql.quarantine, rec.Seq, err.Error())
+	if qerr == nil && tag.RowsAffected() == 1 {
+		r.stats.quarantined.Add(1)
+		r.log.Error("quarantined an outbox row that cannot be published (idem failed list --relay)",
+			"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "error", err)
+		return
+	}
+	r.log.Error("an outbox row cannot be published, nor quarantined (deleted since, or a table without idem's columns); skipped",
+		"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID,
+		"type", rec.Type, "payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "error", err, "quarantine_error", qerr)
+}
+
+// decodeTuple reads an inserted row with the postgres dialect's rules.
+func decodeTuple(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (driver.OutboxRecord, error) {
+	if tuple == nil {
+		return driver.OutboxRecord{}, errors.New("idem: cdc: insert without tuple")
+	}
+	idx := make(map[string]int, len(rel.Columns))
+	for i, c := range rel.Columns {
+		idx[c.Name] = i
+	}
+	rec, err := postgres.DecodeOutboxText(func(col string) ([]byte, bool) {
+		i, ok := idx[col]
+		if !ok || i >= len(tuple.Columns) {
+			return nil, false
+		}
+		c := tuple.Columns[i]
+		if c.DataType != pglogrepl.TupleDataTypeText && c.DataType != pglogrepl.TupleDataTypeBinary {
+			return nil, true // NULL (an insert has no unchanged TOAST value)
+		}
+		return c.Data, true
+	})
+	if err != nil {
+		return rec, fmt.Errorf("idem: cdc: decode an outbox insert: %w", err)
+	}
+	return rec, nil
+}
+
+func quote(b []byte) string {
+	if len(b) > 1000 {
+		return strconv.Quote(string(b[:1000])) + "..."
+	}
+	return strconv.Quote(string(b))
+}
+
+// flush deletes the published rows, then confirms their position to the
+// server. With force, a status update is sent even when the position did
+// not move (the server asked, or StandbyInterval passed).
+func (s *session) flush(ctx context.Context, force bool) error {
+	r := s.r
+	lsn, ids, commits := s.pipe.confirmed()
+	s.toDelete = append(s.toDelete, ids...)
+	if lsn > s.ready {
+		s.ready = lsn
+	}
+	pos := s.ready
+	if len(s.toDelete) > 0 {
+		err := errDeleteLater
+		if !time.Now().Before(s.deleteAfter) {
+			err = s.deleteRows(ctx)
+		}
+		switch {
+		case err == nil:
+			s.deleteFailures = 0
+		case serverGoing(err):
+			// A server shutting down waits for its walsenders to see
+			// everything they sent confirmed, and refuses the deletes the
+			// position waits for: leave, and resume from the slot.
+			return fmt.Errorf("idem: cdc: delete published rows: %w", err)
+		default:
+			// The position waits for the rows (s.ready stays): try again
+			// after a backoff.
+			if err != errDeleteLater {
+				s.deleteFailures++
+				d := r.backoff(s.deleteFailures)
+				s.deleteAfter = time.Now().Add(d)
+				r.log.Warn("deleting published rows failed; their position waits", "rows", len(s.toDelete),
+					"retry_in", d.Round(time.Millisecond), "error", err)
+			}
+			pos = s.flushed
+			lsn = 0
+		}
+	}
+	if s.tx == nil && s.walEnd > pos && s.pipe.empty() && len(s.toDelete) == 0 {
+		// Nothing read waits: everything the server sent is done.
+		pos = s.walEnd
+	}
+	moved := pos > s.flushed
+	if !moved && !force {
+		return nil
+	}
+	if moved && lsn != 0 && fault.Enabled {
+		fault.Point(fault.CDCAfterPublishBeforeConfirm)
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: max(pos, s.flushed)})
+	if err != nil {
+		return fmt.Errorf("idem: cdc: standby status update: %w", err)
+	}
+	s.lastStatus = time.Now()
+	if moved {
+		s.flushed = pos
+		if r.swept != nil && pos >= r.sweptUntil {
+			r.swept = nil
+		}
+		r.stats.confirmed.Store(uint64(pos))
+		if lsn != 0 && fault.Enabled {
+			fault.Point(fault.CDCAfterConfirm)
+		}
+		if r.cfg.ObserveConfirm != nil {
+			for _, c := range commits {
+				r.cfg.ObserveConfirm(s.lastStatus.Sub(c))
+			}
+		}
+	}
+	return nil
+}
+
+// errDeleteLater says that a delete waits for its backoff.
+var errDeleteLater = errors.New("idem: cdc: delete waits for its backoff")
+
+// serverGoing reports whether err says that the server is shutting down or
+// the connection is gone (SQLSTATE classes 57 and 08, a failed connection).
+func serverGoing(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "57") || strings.HasPrefix(pgErr.Code, "08")
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr) || pgconn.SafeToRetry(err)
+}
+
+func (s *session) deleteRows(ctx context.Context) error {
+	r := s.r
+	for len(s.toDelete) > 0 {
+		n := min(len(s.toDelete), 1000)
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		tag, err := r.pool.Exec(qctx, r.sql.deleteRows, s.toDelete[:n])
+		cancel()
+		if err != nil {
+			return err
+		}
+		r.stats.deleted.Add(tag.RowsAffected())
+		s.toDelete = s.toDelete[n:]
+	}
+	s.toDelete = nil
+	return nil
+}
+
+// monitor reads the slot's lag every StandbyInterval and warns when the
+// slot retains more WAL than LagWarnBytes.
+func (r *Relay) monitor() {
+	stopping := r.base.Stopping()
+	warned := false
+	for {
+		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.QueryTimeout)
+		var lag, retained int64
+		err := r.pool.QueryRow(ctx, slotPositionSQL, r.cfg.Slot).Scan(&lag, &retained)
+		cancel()
+		if err == nil {
+			r.stats.lagBytes.Store(lag)
+			r.stats.retained.Store(retained)
+			if r.cfg.LagWarnBytes > 0 && retained > r.cfg.LagWarnBytes {
+				if !warned {
+					r.log.Warn("the replication slot retains more WAL than LagWarnBytes: the relay is behind, or stopped; a slot no relay reads fills the disk (max_slot_wal_keep_size bounds it; idem cdc drop-slot retires it)",
+						"retained_bytes", retained, "lag_bytes", lag, "warn_bytes", r.cfg.LagWarnBytes)
+				}
+				warned = true
+			} else {
+				warned = false
+			}
+		} else if r.ctx.Err() == nil {
+			r.log.Debug("read the slot's lag", "error", err)
+		}
+		t := time.NewTimer(r.cfg.StandbyInterval)
+		select {
+		case <-t.C:
+		case <-stopping:
+			t.Stop()
+			return
+		}
+	}
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The cost of an order, side by side: starts each shop binary given on the
+# servers of scripts/test.sh, runs `shop load` against it with --pids
+# (PostgreSQL's postmaster, RabbitMQ's beam.smp, the shop), --admin and
+# --db, and prints each report. Binaries run in the order given: interleave
+# them (a b a b) for a comparison.
+#
+# Usage (from the module root):
+#   go build -o /tmp/shop-new ./cmd/shop
+#   git worktree add --detach /tmp/shop-base main && (cd /tmp/shop-base && go build -o /tmp/shop-base.bin ./cmd/shop)
+#   IDEM_TEST_SHELL=1 IDEM_TEST_SERVERS="postgres rabbitmq" \
+#     IDEM_TEST_CMD='bash scripts/shop-cost.sh before:/tmp/shop-base.bin after:/tmp/shop-new -- --orders 3000 --rate 200 --concurrency 16 --retry-rate 0.05' \
+#     bash scripts/test.sh
+#
+# Everything after -- goes to `shop load` (the load command of the last
+# binary given is used, so that the "before" binary needs none of its
+# flags). Each run uses a fresh namespace; STMTS=N also prints the N most
+# called statements of each run (pg_stat_statements, reset before it).
+set -euo pipefail
+: "${IDEM_TEST_POSTGRES_URL:?run under scripts/test.sh with IDEM_TEST_SERVERS including postgres}"
+: "${IDEM_TEST_AMQP_URL:?run under scripts/test.sh with IDEM_TEST_SERVERS including rabbitmq}"
+psql=$(command -v psql || ls /usr/lib/postgresql/*/bin/psql | tail -n 1)
+pg=$IDEM_TEST_POSTGRES_URL
+pgpid=$(head -n 1 "$IDEM_TEST_DIR/postgres/data/postmaster.pid")
+rmqpid=$(cat "$IDEM_TEST_DIR/rabbitmq/rabbitmq.pid")
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+specs=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do specs+=("$1"); shift; done
+[ $# -gt 0 ] && shift
+[ ${#specs[@]} -gt 0 ] || { echo "usage: shop-cost.sh LABEL:BINARY... -- shop load flags" >&2; exit 2; }
+loader=${specs[-1]#*:}
+for spec in "${specs[@]}"; do
+	label=${spec%%:*} bin=${spec#*:} ns="cost_${spec%%:*}_$RANDOM"
+	"$bin" --db "$pg" --broker "$IDEM_TEST_AMQP_URL" --namespace "$ns" --http 127.0.0.1:18181 \
+		--admin-addr 127.0.0.1:18182 --max-conns 32 --summary 0 --log-level warn >"$out/shop.out" 2>"$out/shop.err" &
+	spid=$!
+	for _ in $(seq 300); do grep -q "shop: ready" "$out/shop.out" && break; sleep 0.1; done
+	grep -q "shop: ready" "$out/shop.out" || { cat "$out/shop.err" >&2; kill "$spid"; exit 1; }
+	sleep 2 # the start-up's own work
+	"$psql" -X -q "$pg" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null 2>&1 || true
+	echo "=== $label ($bin) $*"
+	"$loader" load --url http://127.0.0.1:18181 --admin 127.0.0.1:18182 --pids "$pgpid,$rmqpid,$spid" \
+		--db "$pg" --namespace "$ns" "$@"
+	if [ -n "${STMTS:-}" ]; then
+		"$psql" -X "$pg" -c "SELECT calls, round(total_exec_time::numeric) AS ms, left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS query
+			FROM pg_stat_statements ORDER BY calls DESC LIMIT ${STMTS}"
+	fi
+	kill -TERM "$spid"
+	wait "$spid" || true
+done
