@@ -116,15 +116,18 @@ type app struct {
 	subs []registry.Subscriber
 
 	consumers []*inbox.Consumer[*sql.Tx]
-	purgers   []*inbox.Purger[*sql.Tx]
-	relays    map[string]store.Relay
-	pub       registry.Publisher
-	server    *http.Server
-	listener  net.Listener
-	order     *order.Service
-	carrier   *carrier.Server
-	bg        sync.WaitGroup
-	cancelBg  context.CancelFunc
+	// consumerDB is the database of each consumer's service, in the
+	// order of consumers.
+	consumerDB []*store.DB
+	purgers    []*inbox.Purger[*sql.Tx]
+	relays     map[string]store.Relay
+	pub        registry.Publisher
+	server     *http.Server
+	listener   net.Listener
+	order      *order.Service
+	carrier    *carrier.Server
+	bg         sync.WaitGroup
+	cancelBg   context.CancelFunc
 
 	// metrics is nil without --admin-addr; admin serves them.
 	metrics       *metrics
@@ -186,30 +189,31 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		if err != nil {
 			return nil, err
 		}
-		mux.Handle("/orders", a.order.Handler())
-		mux.Handle("/orders/", a.order.Handler())
-		a.consumers = append(a.consumers, a.order.Consumer())
+		h := notifyAfterWrite(a.order.Handler(), a.dbs["order"])
+		mux.Handle("/orders", h)
+		mux.Handle("/orders/", h)
+		a.addConsumers(a.dbs["order"], a.order.Consumer())
 	}
 	if cfg.has("stock") {
 		s, err := stock.New(a.dbs["stock"], log)
 		if err != nil {
 			return nil, err
 		}
-		a.consumers = append(a.consumers, s.Consumer())
+		a.addConsumers(a.dbs["stock"], s.Consumer())
 	}
 	if cfg.has("shipping") {
 		s, err := shipping.New(a.dbs["shipping"], client, log)
 		if err != nil {
 			return nil, err
 		}
-		a.consumers = append(a.consumers, s.Consumers()...)
+		a.addConsumers(a.dbs["shipping"], s.Consumers()...)
 	}
 	if cfg.has("billing") {
 		s, err := billing.New(a.dbs["billing"], client, log)
 		if err != nil {
 			return nil, err
 		}
-		a.consumers = append(a.consumers, s.Consumers()...)
+		a.addConsumers(a.dbs["billing"], s.Consumers()...)
 	}
 	if cfg.has("order") || cfg.has("carrier") {
 		a.listener, err = net.Listen("tcp", cfg.HTTP)
@@ -219,13 +223,13 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		a.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 
-	for _, c := range a.consumers {
+	for i, c := range a.consumers {
 		a.metrics.watchConsumer(c)
 		sub, err := registry.Subscribe(cfg.Broker, registry.SubscribeConfig{
 			Consumer: c.Name(), EventNames: c.EventNames(), AggregateTypes: shop.AggregateTypes(c.EventNames()),
 			Prefix:  cfg.brokerPrefix(),
 			Workers: cfg.Workers, Logger: log,
-		}, c.DeliverBatch)
+		}, notifyAfterDelivery(c.DeliverBatch, a.consumerDB[i]))
 		if err != nil {
 			return nil, fmt.Errorf("subscribe %s: %w", c.Name(), err)
 		}
@@ -250,7 +254,8 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 			rcfg, watch := a.metrics.instrumentRelay(cfg.Namespace+"_"+s+".outbox", relay.Config{
 				Workers: cfg.RelayWorkers, Lease: cfg.RelayLease, Logger: log.With("outbox", s),
 				RetryBackoff: 100 * time.Millisecond, MaxRetryBackoff: 5 * time.Second,
-				StatsInterval: 2 * time.Second,
+				StatsInterval:   relayStatsInterval,
+				MaxPollInterval: cfg.relayMaxPoll(s),
 			})
 			r, err := a.dbs[s].NewRelay(a.pub, rcfg)
 			if err != nil {
@@ -266,6 +271,63 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		}
 	}
 	return a, nil
+}
+
+// How rarely an idle relay of the shop polls. A service running in the
+// relay's process wakes it when it commits outbox rows (store.DB.Notify,
+// through notifyAfterWrite and notifyAfterDelivery), so an idle shop sleeps
+// without delaying an order: its relays back off to
+// relayMaxPollInProcess. A relay without its service in the process (the
+// services split over processes) is told nothing and backs off to
+// relayMaxPollAlone only: the first rows after an idle period wait that
+// long at most. On PostgreSQL, LISTEN/NOTIFY wakes every relay at once
+// anyway.
+const (
+	relayMaxPollInProcess = 5 * time.Second
+	relayMaxPollAlone     = time.Second
+)
+
+// relayStatsInterval is how often each relay measures its backlog (the
+// summary's outbox_backlog and lag, the idem_relay_backlog gauges): often
+// enough for the summary printed every 10 s, rarely enough that an idle
+// shop's three relays do not read their outbox more often than they poll.
+const relayStatsInterval = 5 * time.Second
+
+// relayMaxPoll is the MaxPollInterval of the relay of service's outbox.
+func (c runConfig) relayMaxPoll(service string) time.Duration {
+	if c.has(service) {
+		return relayMaxPollInProcess
+	}
+	return relayMaxPollAlone
+}
+
+// addConsumers adds consumers of the service whose database is db.
+func (a *app) addConsumers(db *store.DB, cs ...*inbox.Consumer[*sql.Tx]) {
+	for _, c := range cs {
+		a.consumers = append(a.consumers, c)
+		a.consumerDB = append(a.consumerDB, db)
+	}
+}
+
+// notifyAfterWrite wakes db's relay after each request to h that may have
+// committed outbox rows (any method but GET and HEAD).
+func notifyAfterWrite(h http.Handler, db *store.DB) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			db.Notify()
+		}
+	})
+}
+
+// notifyAfterDelivery wakes db's relay after each batch that deliver
+// handled: the consumer's handlers may have committed outbox rows.
+func notifyAfterDelivery(deliver broker.DeliverFunc, db *store.DB) broker.DeliverFunc {
+	return func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+		disps, errs := deliver(ctx, ds)
+		db.Notify()
+		return disps, errs
+	}
 }
 
 // start starts everything: HTTP first (the carrier must answer the

@@ -6,7 +6,9 @@ import (
 	"net/url"
 	"strings"
 
-	_ "modernc.org/sqlite" // database/sql driver "sqlite"
+	msqlite "modernc.org/sqlite"
+
+	"github.com/idem-go/idem/driver/internal/stmtcache"
 )
 
 // DefaultPragmas are the connection settings Open adds unless the DSN sets
@@ -60,15 +62,20 @@ func DSN(path string) (string, error) {
 // transaction they are given, never a second statement on the pool while
 // they hold it. The busy timeout still covers other processes using the
 // file (the idem CLI). Call SetMaxOpenConns to change it.
+//
+// Each connection keeps the statements it ran prepared (up to 128, those
+// with at most 64 arguments), so that a statement run again, as the relay's
+// claim and the consumer's marker are, is not parsed and planned again.
 func Open(path string) (*sql.DB, error) {
 	dsn, err := DSN(path)
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite", dsn)
+	base, err := msqlite.NewConnector(dsn)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("idem: sqlite: %w", err)
 	}
+	db := sql.OpenDB(stmtcache.NewConnector(base, stmtcache.Options{}))
 	db.SetMaxOpenConns(1)
 	return db, nil
 }

@@ -329,6 +329,8 @@ func openSQLite(ctx context.Context, raw string, _ *url.URL, o DatabaseOptions) 
 	}
 	if o.MaxConns > 0 {
 		db.SetMaxOpenConns(o.MaxConns)
+		// Idle connections stay open: each keeps its prepared statements.
+		db.SetMaxIdleConns(o.MaxConns)
 	}
 	if err := ping(ctx, db); err != nil {
 		_ = db.Close()

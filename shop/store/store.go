@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -60,6 +61,7 @@ type DB struct {
 	db        *registry.Database // nil in tests that build a DB by hand
 	observer  func(consumer string) inbox.Observer
 	outboxLog bool
+	notify    atomic.Pointer[func()]
 }
 
 // Options adjust Open.
@@ -202,11 +204,39 @@ type Relay interface {
 
 // NewRelay returns a relay publishing the service's outbox through pub. On
 // PostgreSQL it uses pgx, whose LISTEN/NOTIFY wakes it on every commit.
+// Elsewhere the relay polls; Notify then wakes it, so that it can poll
+// rarely when idle (relay.Config.MaxPollInterval) and still publish the
+// rows of this process at once.
 func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
+	var (
+		r   Relay
+		err error
+	)
 	if db.db != nil && db.db.Pgx != nil {
-		return relay.New(db.db.Pgx, pub, cfg)
+		r, err = relay.New(db.db.Pgx, pub, cfg)
+	} else {
+		r, err = relay.New(db.Driver, pub, cfg)
 	}
-	return relay.New(db.Driver, pub, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if n, ok := r.(interface{ Notify() }); ok {
+		notify := n.Notify
+		db.notify.Store(&notify)
+	}
+	return r, nil
+}
+
+// Notify tells the relay of the service's outbox, when one runs in this
+// process (NewRelay), that outbox rows were just committed, so that it
+// claims them now rather than at its next poll. Without a relay in the
+// process it does nothing; a relay in another process finds the rows when
+// it polls, or through LISTEN/NOTIFY on PostgreSQL. It never blocks: call
+// it after each commit that wrote outbox rows.
+func (db *DB) Notify() {
+	if f := db.notify.Load(); f != nil {
+		(*f)()
+	}
 }
 
 // OutboxWriter returns the writer of the service's events: outbox rows, or
