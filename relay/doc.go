@@ -45,9 +45,9 @@
 //
 // On PostgreSQL with the pgx driver, a listener (LISTEN on the channel the
 // outbox trigger notifies) wakes a worker when rows are inserted; the worker
-// waits Config.Debounce so that a burst is one claim. A worker whose round
-// of claims found rows claims again after Config.BusyPollInterval, notified
-// or not; one that found nothing waits for a notification, or polls every
+// waits Config.Debounce so that a burst is one claim. A worker claims until
+// a claim finds nothing (with Config.BusyPollInterval set, it claims again
+// after it, notified or not); then it waits for a notification, or polls every
 // Config.PollInterval with jitter (doubled after each empty poll up to
 // Config.MaxPollInterval when that is set), so lost notifications only add
 // delay. Processes that write the outbox themselves call Relay.Notify after
@@ -60,9 +60,10 @@
 // inserts notify only when they cannot take it shared. Before it waits, the
 // relay takes the lock, which waits for every transaction that inserted
 // without notifying, and claims once more; at the first notification it
-// gives the lock back and claims until a claim finds nothing. A relay that
-// keeps up with a steady stream therefore polls at BusyPollInterval and is
-// never notified; an idle one is notified by the first insert.
+// gives the lock back and claims until a claim finds nothing. Producers
+// thus notify once per wake-up of a waiting relay, not once per commit (with
+// BusyPollInterval set, a relay that keeps up with a steady stream is never
+// notified).
 //
 // # Failures and quarantine
 //

@@ -100,7 +100,7 @@ Examples:
 			curve := fs.String("workers-curve", "", "comma-separated worker counts to drain with (e.g. 1,2,4,8); empty skips it")
 			producers := fs.Int("producers", 16, "clients committing in the producer test")
 			producerDuration := fs.Duration("producer-duration", 0, "length of each producer commits/s measure; 0 skips it")
-			busyPoll := fs.Duration("busy-poll", relay.BusyPollIntervalDefault, "the relay's BusyPollInterval (negative: off)")
+			busyPoll := fs.Duration("busy-poll", 0, "the relay's BusyPollInterval (0: off, the default)")
 			triggers := fs.String("triggers", "waiting,always,none", "outbox triggers to measure the producers and the latency with")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) == 1 && args[0] == "cdc" {
