@@ -138,10 +138,16 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	p.closed = true
-	p.js.CleanupPublisher()
 	if p.owned {
+		// Closing the connection ends the jetstream publisher's goroutines
+		// too. CleanupPublisher first would race with the one that
+		// watches reconnections (nats.go v1.55: it may read the status
+		// channel after CleanupPublisher set it to nil, and then wait on
+		// a nil channel for ever).
 		p.nc.Close()
+		return nil
 	}
+	p.js.CleanupPublisher()
 	return nil
 }
 

@@ -2,20 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	idemmsg "github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/pprofhttp"
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
 )
@@ -164,31 +156,9 @@ Examples:
 					return err
 				}
 				metrics.Watch(r)
-				var srv *http.Server
-				if *metricsAddr != "" {
-					reg := prometheus.NewRegistry()
-					reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-					mux := http.NewServeMux()
-					mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-					pprofhttp.Register(mux)
-					mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-						if err := r.Healthy(); err != nil {
-							http.Error(w, err.Error(), http.StatusServiceUnavailable)
-							return
-						}
-						fmt.Fprintln(w, "ok")
-					})
-					ln, err := net.Listen("tcp", *metricsAddr)
-					if err != nil {
-						return fmt.Errorf("--metrics-addr: %w", err)
-					}
-					srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-					go func() {
-						if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-							log.Error("metrics server failed", "error", err)
-						}
-					}()
-					log.Info("serving /metrics, /healthz and /debug/pprof/", "addr", ln.Addr().String())
+				srv, err := serveOps(*metricsAddr, log, r.Healthy, metrics)
+				if err != nil {
+					return err
 				}
 				if err := r.Start(ctx); err != nil {
 					if srv != nil {

@@ -2,15 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	idemmsg "github.com/idem-go/idem"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/idem-go/idem/internal/pprofhttp"
 	"github.com/idem-go/idem/internal/registry"
 )
 
@@ -81,3 +88,36 @@ func parseTime(flagName, s string, now time.Time) (time.Time, error) {
 }
 
 var _ = os.Stderr
+
+// serveOps serves /metrics (cols, with the Go and process collectors),
+// /healthz (healthy) and /debug/pprof/ on addr, in the background; it
+// returns nil when addr is empty.
+func serveOps(addr string, log *slog.Logger, healthy func() error, cols ...prometheus.Collector) (*http.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(append(cols, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	pprofhttp.Register(mux)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", "error", err)
+		}
+	}()
+	log.Info("serving /metrics, /healthz and /debug/pprof/", "addr", ln.Addr().String())
+	return srv, nil
+}

@@ -2,21 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver/postgres"
-	"github.com/idem-go/idem/internal/pprofhttp"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/telemetry"
 	"github.com/idem-go/idem/relay"
@@ -167,31 +160,9 @@ Examples:
 				}
 				metrics.Watch(r)
 
-				var srv *http.Server
-				if *metricsAddr != "" {
-					reg := prometheus.NewRegistry()
-					reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-					mux := http.NewServeMux()
-					mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-					pprofhttp.Register(mux)
-					mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-						if err := r.Healthy(); err != nil {
-							http.Error(w, err.Error(), http.StatusServiceUnavailable)
-							return
-						}
-						fmt.Fprintln(w, "ok")
-					})
-					ln, err := net.Listen("tcp", *metricsAddr)
-					if err != nil {
-						return fmt.Errorf("--metrics-addr: %w", err)
-					}
-					srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-					go func() {
-						if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-							log.Error("metrics server failed", "error", err)
-						}
-					}()
-					log.Info("serving /metrics, /healthz and /debug/pprof/", "addr", ln.Addr().String())
+				srv, err := serveOps(*metricsAddr, log, r.Healthy, metrics)
+				if err != nil {
+					return err
 				}
 
 				if err := r.Start(ctx); err != nil {
