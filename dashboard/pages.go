@@ -476,6 +476,13 @@ func (d *Dashboard) load(w http.ResponseWriter, r *http.Request) (*messageData, 
 	ctx, cancel := context.WithTimeout(r.Context(), d.cfg.QueryTimeout)
 	defer cancel()
 	m, err := store.Get(ctx, id)
+	if q := r.URL.Query(); errors.Is(err, idem.ErrNotFound) && q.Get("notice") == "retried" && r.Method == http.MethodGet {
+		// Retried and already applied by the time the page loads: say
+		// so on the list rather than as an error.
+		back := url.Values{"notice": {"retried"}, "id": {strconv.FormatInt(id, 10)}, "sent": {q.Get("sent")}}
+		http.Redirect(w, r, d.cfg.Path+"messages?"+back.Encode(), http.StatusSeeOther)
+		return nil, nil, false
+	}
 	if errors.Is(err, idem.ErrNotFound) {
 		d.refuse(w, r, http.StatusNotFound, fmt.Sprintf("No parked message %d in %s: it was applied after a retry, or removed.", id, db))
 		return nil, nil, false
