@@ -59,20 +59,9 @@ func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, k.cfg.MaxBodyBytes))
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			k.cfg.Error(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes, the most this API reads", tooLarge.Limit))
+		req, ok := k.readRequest(w, r, key)
+		if !ok {
 			return
-		}
-		if err != nil {
-			k.cfg.Error(w, r, http.StatusBadRequest, "cannot read the body: "+err.Error())
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		req := Request{Key: key, Fingerprint: k.cfg.Fingerprint(r, body)}
-		if k.cfg.Scope != nil {
-			req.Scope = k.cfg.Scope(r)
 		}
 		ctx := r.Context()
 		c, err := k.Claim(ctx, req)
@@ -225,4 +214,27 @@ func Problem(w http.ResponseWriter, _ *http.Request, status int, detail string) 
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail,
 	})
+}
+
+// readRequest reads r's body (at most MaxBodyBytes; r.Body is replaced by
+// a copy for the handler) and returns the Request of key: its fingerprint
+// and scope. On a body it cannot read it answers the error itself and
+// returns false.
+func (k *Keys[TTx]) readRequest(w http.ResponseWriter, r *http.Request, key string) (Request, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, k.cfg.MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		k.cfg.Error(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes, the most this API reads", tooLarge.Limit))
+		return Request{}, false
+	}
+	if err != nil {
+		k.cfg.Error(w, r, http.StatusBadRequest, "cannot read the body: "+err.Error())
+		return Request{}, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	req := Request{Key: key, Fingerprint: k.cfg.Fingerprint(r, body)}
+	if k.cfg.Scope != nil {
+		req.Scope = k.cfg.Scope(r)
+	}
+	return req, true
 }

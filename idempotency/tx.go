@@ -1,11 +1,9 @@
 package idempotency
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -135,21 +133,11 @@ func (k *Keys[TTx]) TxHandler(fn TxHandlerFunc[TTx]) http.Handler {
 				}
 				break
 			}
-			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, k.cfg.MaxBodyBytes))
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				k.cfg.Error(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes, the most this API reads", tooLarge.Limit))
+			rq, ok := k.readRequest(w, r, key)
+			if !ok {
 				return
 			}
-			if err != nil {
-				k.cfg.Error(w, r, http.StatusBadRequest, "cannot read the body: "+err.Error())
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			req = &Request{Key: key, Fingerprint: k.cfg.Fingerprint(r, body)}
-			if k.cfg.Scope != nil {
-				req.Scope = k.cfg.Scope(r)
-			}
+			req = &rq
 		}
 		k.serveTx(w, r, req, fn)
 	})
