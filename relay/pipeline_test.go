@@ -12,6 +12,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/relay"
@@ -362,5 +363,54 @@ func TestRelayBusyCutsNotifications(t *testing.T) {
 	t.Logf("%d notifications for %d commits", notes, producers*each)
 	if notes >= producers*each {
 		t.Errorf("%d notifications for %d commits: every commit notified", notes, producers*each)
+	}
+}
+
+// TestRelayWakeGoesToAWorkerThatCanClaim: a worker whose batches are all in
+// flight (here a publish that hangs) must not take the wake-up of a Notify,
+// or the notified row would wait for the hanging publish to time out. With
+// one batch per worker (a database/sql driver) and two workers, each
+// Notify must reach the free worker.
+func TestRelayWakeGoesToAWorkerThatCanClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	defer close(release)
+	b.pub.SetFunc(func(_ int, msgs []idem.Message) memory.Action {
+		for _, m := range msgs {
+			if string(m.Key) == "stuck" {
+				return memory.Action{Hang: release}
+			}
+		}
+		return memory.Action{}
+	})
+	cfg := fastConfig(t)
+	cfg.PollInterval = time.Hour // only Notify can wake a worker
+	cfg.PublishTimeout = 3 * time.Second
+	r, err := relay.New(postgres.NewSQL(b.pg.DB), b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+
+	b.insert(t, event(t, "stuck", 1))
+	r.Notify()
+	if err := b.pub.Wait(testsvc.Ctx(t, 5*time.Second), func(_ []idem.Message, inflight int) bool { return inflight == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	// Both workers now wait: one with its only batch hanging. Each row
+	// notified from now on must be published at once, whichever worker
+	// would have taken the wake-up.
+	for i := range 6 {
+		b.insert(t, event(t, fmt.Sprintf("free-%d", i), 1))
+		start := time.Now()
+		r.Notify()
+		if err := b.pub.WaitLen(testsvc.Ctx(t, time.Second), i+1); err != nil {
+			t.Fatalf("row %d notified while another worker's publish hangs: not published within 1s (%v)", i, err)
+		}
+		t.Logf("row %d published %v after its Notify", i, time.Since(start).Round(time.Millisecond))
 	}
 }

@@ -340,13 +340,25 @@ func (r *Relay[TTx]) worker(n int) {
 		}
 	}()
 	for {
+		// Hold a free slot before waiting: a worker whose batches are all
+		// in flight (a publish that hangs until its timeout) must leave
+		// wake-ups to the workers that can claim, or a row notified then
+		// would wait for that publish to end.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		reserved := true
 		select {
 		case <-ctx.Done():
+			<-slots
 			return
 		case <-timer.C:
 		case <-r.wake:
 			idle = r.cfg.PollInterval
 			if !sleep(ctx, r.cfg.Debounce) {
+				<-slots
 				return
 			}
 		}
@@ -355,14 +367,20 @@ func (r *Relay[TTx]) worker(n int) {
 		for ctx.Err() == nil {
 			if d := time.Until(time.Unix(0, r.pauseUntil.Load())); d > 0 {
 				if !sleep(ctx, d) {
+					if reserved {
+						<-slots
+					}
 					return
 				}
 			}
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				return
+			if !reserved {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
 			}
+			reserved = false
 			signals := r.signals.Load()
 			b, err := r.claimBatch(log)
 			if err != nil || b == nil {
