@@ -18,6 +18,7 @@ type entry struct {
 	hasMsg bool
 	key    string // aggregate type and id
 	id     string // the row's id, to delete it; "" for a WAL message
+	xid    uint32 // the transaction that inserted the row, with id
 	// lsn, when not 0, is the end of the transaction this entry ends: the
 	// position that may be confirmed once this entry and every one before
 	// it are published.
@@ -245,8 +246,9 @@ func (p *pipeline) signal() {
 
 // confirmed takes the entries published from the front, and returns the
 // position they reach (0 when none ends a transaction), the ids of the rows
-// to delete, and the commit times of the transactions they end.
-func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, commits []time.Time) {
+// to delete and the transactions that inserted them, and the commit times of
+// the transactions they end.
+func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, xids []uint32, commits []time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// Only whole transactions: the entries of one not entirely published
@@ -258,11 +260,14 @@ func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, commits []time.
 		}
 	}
 	if last == 0 {
-		return 0, nil, nil
+		return 0, nil, nil, nil
 	}
 	for _, e := range p.entries[:last] {
 		if e.id != "" {
 			ids = append(ids, e.id)
+			if len(xids) == 0 || xids[len(xids)-1] != e.xid {
+				xids = append(xids, e.xid)
+			}
 		}
 		if e.lsn != 0 {
 			lsn = e.lsn
@@ -278,7 +283,7 @@ func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, commits []time.
 	} else {
 		p.r.stats.oldest.Store(0)
 	}
-	return lsn, ids, commits
+	return lsn, ids, xids, commits
 }
 
 // drainWait waits until the broker confirmed every message read, and

@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -68,6 +70,7 @@ func (r *Relay) run() {
 
 // txState is the transaction being read.
 type txState struct {
+	xid     uint32
 	commit  time.Time
 	entries []*entry
 }
@@ -122,6 +125,7 @@ type session struct {
 	flushed  pglogrepl.LSN // confirmed to the server
 	walEnd   pglogrepl.LSN // the server's position in its last keepalive
 	toDelete []string
+	xids     []uint32      // the transactions that inserted toDelete's rows
 	ready    pglogrepl.LSN // published, and its rows deleted: to confirm
 	// deleteFailures counts the failed deletes in a row; none is tried
 	// before deleteAfter.
@@ -234,7 +238,7 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 	case *pglogrepl.RelationMessage:
 		s.relations[m.RelationID] = m
 	case *pglogrepl.BeginMessage:
-		s.tx = &txState{commit: m.CommitTime}
+		s.tx = &txState{xid: m.Xid, commit: m.CommitTime}
 	case *pglogrepl.InsertMessage:
 		rel := s.relations[m.RelationID]
 		if s.tx == nil || rel == nil || rel.Namespace != r.schema || rel.RelationName != r.cfg.Tables.Outbox {
@@ -290,7 +294,7 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, co
 	if err == nil {
 		e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, commit: s.tx.commit}
 		if row && r.cfg.Delete == DeletePublished {
-			e.id = rec.RawID
+			e.id, e.xid = rec.RawID, s.tx.xid
 		}
 		s.tx.entries = append(s.tx.entries, e)
 		return
@@ -303,7 +307,12 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, co
 	}
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	tag, qerr := r.pool.Exec(qctx, r.sql.quarantine, rec.Seq, err.Error())
+	// The row's transaction is in the log before other sessions see it.
+	qerr := r.waitVisible(qctx, []uint32{s.tx.xid})
+	var tag pgconn.CommandTag
+	if qerr == nil {
+		tag, qerr = r.pool.Exec(qctx, r.sql.quarantine, rec.Seq, err.Error())
+	}
 	if qerr == nil && tag.RowsAffected() == 1 {
 		r.stats.quarantined.Add(1)
 		r.log.Error("quarantined an outbox row that cannot be published (idem failed list --relay)",
@@ -353,8 +362,9 @@ func quote(b []byte) string {
 // not move (the server asked, or StandbyInterval passed).
 func (s *session) flush(ctx context.Context, force bool) error {
 	r := s.r
-	lsn, ids, commits := s.pipe.confirmed()
+	lsn, ids, xids, commits := s.pipe.confirmed()
 	s.toDelete = append(s.toDelete, ids...)
+	s.xids = append(s.xids, xids...)
 	if lsn > s.ready {
 		s.ready = lsn
 	}
@@ -431,21 +441,92 @@ func serverGoing(err error) bool {
 	return errors.As(err, &connErr) || pgconn.SafeToRetry(err)
 }
 
+// deleteRows deletes the published rows. A transaction is sent to the
+// relay once its commit is flushed to the WAL, and becomes visible to other
+// sessions a moment later: each DELETE goes with a check that every
+// transaction of the rows has ended for the snapshot taken before it, and
+// when one had not, it runs again once they have.
 func (s *session) deleteRows(ctx context.Context) error {
 	r := s.r
 	for len(s.toDelete) > 0 {
 		n := min(len(s.toDelete), 1000)
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		tag, err := r.pool.Exec(qctx, r.sql.deleteRows, s.toDelete[:n])
+		deleted, err := r.deleteVisible(qctx, s.toDelete[:n], s.xids)
 		cancel()
 		if err != nil {
 			return err
 		}
-		r.stats.deleted.Add(tag.RowsAffected())
+		r.stats.deleted.Add(deleted)
 		s.toDelete = s.toDelete[n:]
 	}
-	s.toDelete = nil
+	s.toDelete, s.xids = nil, nil
 	return nil
+}
+
+// visibleSQL reports whether the transactions of the given 32-bit ids
+// (those of the log) have all ended for a snapshot taken now. Each id is
+// widened to a 64-bit one with the epoch of the snapshot's xmax: a
+// transaction the log sent was assigned its id before xmax.
+const visibleSQL = `SELECT coalesce(bool_and(pg_visible_in_snapshot((
+	((pg_snapshot_xmax(s)::text::bigint >> 32) - (x >= (pg_snapshot_xmax(s)::text::bigint & 4294967295))::int) << 32 | x
+	)::text::xid8, s)), true)
+FROM pg_current_snapshot() AS s, unnest($1::bigint[]) AS x`
+
+// deleteVisible deletes the rows of ids, all inserted by the transactions
+// xids, once those are visible, and returns how many it deleted.
+func (r *Relay) deleteVisible(ctx context.Context, ids []string, xids []uint32) (int64, error) {
+	b := &pgx.Batch{}
+	b.Queue(visibleSQL, xidArg(xids))
+	b.Queue(r.sql.deleteRows, ids)
+	br := r.pool.SendBatch(ctx, b)
+	var visible bool
+	err := br.QueryRow().Scan(&visible)
+	tag, derr := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cmp.Or(derr, cerr)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if visible {
+		return tag.RowsAffected(), nil
+	}
+	// Some rows were not visible to that DELETE: once their transactions
+	// are, delete again (the rows already deleted count once).
+	if err := r.waitVisible(ctx, xids); err != nil {
+		return 0, err
+	}
+	again, err := r.pool.Exec(ctx, r.sql.deleteRows, ids)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected() + again.RowsAffected(), nil
+}
+
+// waitVisible waits until the transactions xids, which the log sent as
+// committed, are visible to new snapshots.
+func (r *Relay) waitVisible(ctx context.Context, xids []uint32) error {
+	arg := xidArg(xids)
+	for d := 100 * time.Microsecond; ; d = min(2*d, 20*time.Millisecond) {
+		var visible bool
+		if err := r.pool.QueryRow(ctx, visibleSQL, arg).Scan(&visible); err != nil {
+			return fmt.Errorf("idem: cdc: wait for committed transactions to become visible: %w", err)
+		}
+		if visible {
+			return nil
+		}
+		if !sleep(ctx, d) {
+			return fmt.Errorf("idem: cdc: transactions %v are committed in the log and still not visible: %w", xids, ctx.Err())
+		}
+	}
+}
+
+func xidArg(xids []uint32) []int64 {
+	arg := make([]int64, len(xids))
+	for i, x := range xids {
+		arg[i] = int64(x)
+	}
+	return arg
 }
 
 // monitor reads the slot's lag every StandbyInterval and warns when the
