@@ -10,7 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 
 	"github.com/idem-go/idem"
 )
@@ -78,6 +81,20 @@ func Results(err error, n int) []error {
 		out[i] = err
 	}
 	return out
+}
+
+// IsFault reports whether a per-message error says that the broker did not
+// answer for the message (a deadline, a cancellation, a lost connection, an
+// error marked idem.Transient) rather than that it refused it (unroutable,
+// nacked, rejected, too large). A relay retries faults for as long as they
+// last, and counts only refusals toward quarantine: a broker away for a
+// while must not get healthy messages parked.
+func IsFault(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		idem.IsTransient(err) || errors.As(err, &netErr) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // ErrUnroutable is returned (wrapped) for a message the broker accepted but

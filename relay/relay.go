@@ -5,13 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -696,7 +693,7 @@ func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
 				continue
 			}
 			it.err = e
-			it.fault = whole || isFault(e)
+			it.fault = whole || broker.IsFault(e)
 			if it.fault {
 				faults++
 				firstFault = cmp.Or(firstFault, e)
@@ -881,19 +878,6 @@ func (r *Relay[TTx]) brokerFailed(log *slog.Logger, err error) time.Duration {
 		log.Warn("broker failed; pausing", "pause", d.Round(time.Millisecond), "failures_in_a_row", n, "error", err)
 	}
 	return d
-}
-
-// isFault reports whether a per-message error says that the broker did not
-// answer for the message (a deadline, a cancellation, a lost connection, an
-// error marked idem.Transient) rather than that it refused it. Faults cost
-// time but never count toward quarantine: a broker away for a while must not
-// get healthy rows quarantined.
-func isFault(err error) bool {
-	var netErr net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		idem.IsTransient(err) || errors.As(err, &netErr) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // columns names the outbox columns behind the envelope's fields, for the
