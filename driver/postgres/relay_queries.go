@@ -164,9 +164,18 @@ LIMIT $6`,
 FROM ` + outbox + `
 WHERE seq = $1 AND quarantined_at IS NOT NULL`,
 
-		requeueQuarantined: `UPDATE ` + outbox + `
-SET quarantined_at = NULL, attempts = 0, lease_owner = NULL, lease_until = NULL
-WHERE seq = ANY($1::bigint[]) AND quarantined_at IS NOT NULL`,
+		// The row is written again, seq and every other column kept, rather
+		// than updated: the polling relay claims it as it would an updated
+		// one, and the CDC relay, which reads inserts only, publishes it.
+		requeueQuarantined: `WITH d AS (
+    DELETE FROM ` + outbox + `
+    WHERE seq = ANY($1::bigint[]) AND quarantined_at IS NOT NULL
+    RETURNING *
+)
+INSERT INTO ` + outbox + ` OVERRIDING SYSTEM VALUE
+SELECT (jsonb_populate_record(NULL::` + outbox + `, to_jsonb(d) ||
+    '{"quarantined_at": null, "attempts": 0, "lease_owner": null, "lease_until": null}'::jsonb)).*
+FROM d`,
 
 		deleteQuarantined: `DELETE FROM ` + outbox + `
 WHERE seq = ANY($1::bigint[]) AND quarantined_at IS NOT NULL`,
