@@ -71,9 +71,17 @@ A row that cannot become a message (an id that is not a UUID, headers that
 are not a JSON object, no event name...) is quarantined in the table, as the
 polling relay does ("idem failed list --relay" shows it), and the relay goes
 on; fix it and insert it again to publish it. A WAL message that cannot
-become a message is logged at error level with its content. A broker that
-refuses or does not answer is retried with backoff, the aggregate waiting,
-for as long as it takes.
+become a message is logged at error level with its content.
+
+A message the broker refuses (unroutable, nacked, too large) is retried with
+backoff, its aggregate waiting, and quarantined after --quarantine-after
+refusals: its row gets quarantined_at and last_error, and a WAL message is
+written into the outbox as a quarantined row, so that one message no broker
+takes does not hold the slot, and the server's WAL, for good. "idem failed
+list|show --relay" shows them, "idem failed retry --relay" writes them again
+and this relay publishes them, "idem failed remove --relay" drops them. A
+broker that does not answer at all is retried for as long as it takes, and
+quarantines nothing.
 
 It serves, at --metrics-addr, Prometheus metrics on /metrics (idem_cdc_*:
 slot lag in bytes and seconds, retained WAL, publish rate, publish and confirm
@@ -100,6 +108,7 @@ Examples:
 			window := fs.Int("window", cdc.WindowDefault, "messages handed to the broker and not yet confirmed")
 			batch := fs.Int("batch-size", cdc.BatchSizeDefault, "maximum messages per publish call")
 			keepRows := fs.Bool("keep-rows", false, "leave published rows in the table (the writer deletes them)")
+			quarantineAfter := fs.Int("quarantine-after", cdc.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
 			lagWarn := fs.Int64("lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
 			metricsAddr := fs.String("metrics-addr", ":9465", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
 			stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long the messages in flight may take to be confirmed")
@@ -128,7 +137,7 @@ Examples:
 				}
 				tables := idemmsg.Tables{Schema: schema, Outbox: *table}
 				cfg := cdc.Config{Tables: tables, Slot: *slot, Publication: *publication, MessagePrefix: *prefix,
-					Window: *window, BatchSize: *batch, LagWarnBytes: *lagWarn}
+					Window: *window, BatchSize: *batch, LagWarnBytes: *lagWarn, QuarantineAfter: *quarantineAfter}
 				if *keepRows {
 					cfg.Delete = cdc.KeepRows
 				}

@@ -37,8 +37,14 @@ is not published, and the later rows of its aggregate wait behind it; every
 other aggregate flows. Rows are identified by their seq (insertion order);
 show prints a row's columns as stored, quoted where they are not printable.
 
+The CDC relay (idem cdc) quarantines the same way, in the same table, a
+row or WAL message the broker refused on each of "idem cdc
+--quarantine-after" attempts; there the later events of its aggregate go on.
+
 retry --relay ends the quarantine and clears the attempt count: the relay
-publishes the row at its next claim, then the rows behind it, in order. Fix
+publishes the row at its next claim, then the rows behind it, in order. On
+PostgreSQL the row is written again (same seq), which the CDC relay reads as
+a new insert and publishes. Fix
 the cause first (bind a queue for the routing key, repair the row with SQL),
 or the relay quarantines it again. remove --relay deletes rows for good:
 their events are never published, and the rows behind them go on. It asks

@@ -17,7 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/memory"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/outbox"
@@ -218,6 +220,7 @@ func TestPublishFailuresRetriedInOrder(t *testing.T) {
 	cfg := fastConfig(t)
 	cfg.Window = 50
 	cfg.BatchSize = 10
+	cfg.QuarantineAfter = -1 // refused messages are retried for ever
 	start(t, pg, pub, cfg)
 	w := outbox.NewWriter(pg.Driver)
 	want := map[uuid.UUID]bool{}
@@ -689,5 +692,123 @@ func TestRowsBeforeTheSlotArePublished(t *testing.T) {
 	}
 	if last["0"] != 11 {
 		t.Fatalf("the event written after the start was not published last: %v", last)
+	}
+}
+
+// TestRefusedMessagesQuarantined: a message the broker refuses on
+// QuarantineAfter attempts, a table row or a WAL message, is quarantined in
+// the outbox, where "idem failed ... --relay" finds it, and the slot's
+// position goes on; faults (whole calls failing) never quarantine. Re-driven
+// with RequeueQuarantined, each is published once.
+func TestRefusedMessagesQuarantined(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	var (
+		mu      sync.Mutex
+		refuse  = map[uuid.UUID]bool{}
+		faulted atomic.Int64
+	)
+	pub.SetFunc(func(call int, msgs []idem.Message) memory.Action {
+		if faulted.Add(1) <= 20 {
+			return memory.Action{Err: errors.New("broker away")}
+		}
+		return memory.Action{Refuse: func(m idem.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if refuse[m.EventID] {
+				return fmt.Errorf("no binding: %w", broker.ErrUnroutable)
+			}
+			return nil
+		}}
+	})
+	cfg := fastConfig(t)
+	cfg.QuarantineAfter = 3
+	r := start(t, pg, pub, cfg)
+	lw, err := outbox.NewLogWriter(pg.Driver, pg.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := outbox.NewWriter(pg.Driver)
+	ctx := context.Background()
+	badRow, badLog := event(t, "bad-row", 1), event(t, "bad-log", 1)
+	mu.Lock()
+	refuse[badRow.ID], refuse[badLog.ID] = true, true
+	mu.Unlock()
+	good := []idem.Event{event(t, "good", 1), event(t, "bad-row", 2), event(t, "good", 2), event(t, "bad-log", 2)}
+	if err := pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
+		if err := tw.Add(ctx, tx, badRow, good[0]); err != nil {
+			return err
+		}
+		return lw.Add(ctx, tx, badLog)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
+		if err := tw.Add(ctx, tx, good[1], good[2]); err != nil {
+			return err
+		}
+		return lw.Add(ctx, tx, good[3])
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	written := currentLSN(t, pg)
+	waitLen(t, pub, len(good), 30*time.Second)
+	eventually(t, 20*time.Second, "two quarantined rows left, the rest deleted", func() bool {
+		return pg.Count(t, "outbox") == 2 &&
+			pg.Count(t, "outbox WHERE quarantined_at IS NOT NULL AND attempts = 3 AND last_error LIKE '%unroutable%'") == 2
+	})
+	if s := r.Stats(); s.Quarantined != 2 {
+		t.Fatalf("stats %+v, want 2 quarantined", s)
+	}
+	// The position went past them: the slot holds nothing unconfirmed.
+	eventually(t, 10*time.Second, "the position confirmed past the quarantined messages", func() bool {
+		return confirmedLSN(t, pg, cdc.SlotName(idem.Tables{Schema: pg.Schema})) >= written
+	})
+	// The WAL message's quarantined row reads as the row would have.
+	d := pg.Driver.PostgresDialect()
+	q, err := d.ListQuarantined(ctx, pg.Driver.Pool(), driver.QuarantineFilter{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, row := range q {
+		if row.ID != badRow.ID && row.ID != badLog.ID {
+			t.Fatalf("quarantined %s, want only %s and %s", row.ID, badRow.ID, badLog.ID)
+		}
+		if row.Type != badLog.Name || row.AggregateType != "order" {
+			t.Fatalf("quarantined row %+v", row)
+		}
+		seqs = append(seqs, row.Seq)
+	}
+	if len(seqs) != 2 {
+		t.Fatalf("ListQuarantined: %d rows, want 2", len(seqs))
+	}
+	for _, m := range pub.Messages() {
+		if m.EventID == badRow.ID || m.EventID == badLog.ID {
+			t.Fatalf("refused event %s accepted", m.EventID)
+		}
+	}
+
+	// Re-driven, with the broker now taking them: published, and deleted.
+	mu.Lock()
+	clear(refuse)
+	mu.Unlock()
+	if n, err := d.RequeueQuarantined(ctx, pg.Driver.Pool(), seqs); err != nil || n != 2 {
+		t.Fatalf("requeue = %d, %v", n, err)
+	}
+	msgs := waitLen(t, pub, len(good)+2, 20*time.Second)
+	eventually(t, 10*time.Second, "the outbox emptied", func() bool { return pg.Count(t, "outbox") == 0 })
+	time.Sleep(200 * time.Millisecond)
+	if n := pub.Len(); n != len(good)+2 {
+		t.Fatalf("%d messages accepted, want %d: each once", n, len(good)+2)
+	}
+	seen := map[uuid.UUID]int{}
+	for _, m := range msgs {
+		seen[m.EventID]++
+	}
+	if seen[badRow.ID] != 1 || seen[badLog.ID] != 1 {
+		t.Fatalf("re-driven events accepted %d and %d times, want once each", seen[badRow.ID], seen[badLog.ID])
 	}
 }

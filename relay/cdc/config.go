@@ -33,6 +33,9 @@ const (
 	// MaxRetryBackoffDefault caps the delay between retries of a publish,
 	// and between reconnections.
 	MaxRetryBackoffDefault = 5 * time.Second
+	// QuarantineAfterDefault is the number of refusals after which a
+	// message is quarantined.
+	QuarantineAfterDefault = 10
 	// LagWarnBytesDefault is the retained WAL above which the relay warns.
 	LagWarnBytesDefault = 1 << 30
 	// QueryTimeoutDefault bounds the relay's SQL statements (set-up,
@@ -114,6 +117,26 @@ type Config struct {
 	RetryBackoff time.Duration
 	// MaxRetryBackoff caps those delays. Defaults to 5s.
 	MaxRetryBackoff time.Duration
+	// QuarantineAfter is the number of attempts on which the broker must
+	// refuse a message itself (unroutable, nacked, rejected, too large: an
+	// error for that message in a *broker.BatchError) before the relay
+	// quarantines it, so that one message no broker will take does not hold
+	// the slot's position, and the WAL behind it, for good. Defaults to 10,
+	// about 20 s of refusals with the default backoff; negative retries
+	// refused messages forever.
+	//
+	// A quarantined row gets quarantined_at and last_error in the outbox,
+	// as with the polling relay; a WAL message (or a row its writer deleted)
+	// is written into the outbox as a quarantined row. "idem failed list
+	// --relay" shows them, "idem failed retry --relay" publishes them again
+	// (the CDC relay reads the row it re-inserts), "idem failed remove
+	// --relay" drops them. The later messages of its aggregate go on.
+	//
+	// Failures that say the broker did not answer (the whole Publish call
+	// failed, or per message: a deadline, a lost connection, an error
+	// marked idem.Transient) never count: they are retried for as long as
+	// they last.
+	QuarantineAfter int
 	// LagWarnBytes: the relay logs a warning when the slot retains more WAL
 	// than this (checked every StandbyInterval). Defaults to 1 GiB;
 	// negative turns the warning off.
@@ -164,6 +187,7 @@ func (c Config) WithDefaults() Config {
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
 	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, MaxRetryBackoffDefault)
+	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, QuarantineAfterDefault)
 	c.LagWarnBytes = cmp.Or(c.LagWarnBytes, LagWarnBytesDefault)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
 	if c.Logger == nil {

@@ -51,6 +51,16 @@
 // aggregate: the log goes on. To publish a fixed row again, insert it again
 // (the CDC relay reads inserts only).
 //
+// Refused messages. A message the broker refuses itself (unroutable,
+// nacked, too large) is retried with backoff, its aggregate waiting, and
+// quarantined after Config.QuarantineAfter refusals: its row gets
+// quarantined_at and last_error, a WAL message (or a row its writer deleted)
+// is written into the outbox as a quarantined row, and the position goes on.
+// The PostgreSQL dialect's RequeueQuarantined ("idem failed retry --relay")
+// writes a quarantined row again, which this relay reads as an insert and
+// publishes; inserts that are quarantined already are skipped. Faults (no
+// answer from the broker) are retried for as long as they last.
+//
 // One reader per slot. PostgreSQL lets one connection read a slot: a second
 // relay on the same slot waits (Stats.Waiting, Healthy nil) and takes over
 // within a second or two when the first stops or dies.

@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/driver"
 )
 
 // entry is a message read from the log, or the end of a transaction with no
@@ -19,6 +21,10 @@ type entry struct {
 	key    string // aggregate type and id
 	id     string // the row's id, to delete it; "" for a WAL message
 	xid    uint32 // the transaction that inserted the row, with id
+	// rec is what the message was made of, to quarantine it; refusals
+	// counts the attempts the broker refused it on.
+	rec      *driver.OutboxRecord
+	refusals int
 	// lsn, when not 0, is the end of the transaction this entry ends: the
 	// position that may be confirmed once this entry and every one before
 	// it are published.
@@ -180,14 +186,26 @@ func (p *pipeline) publish(batch []*entry) {
 			r.cfg.ObservePublish(len(msgs), d, err)
 		}
 		results := broker.Results(err, len(msgs))
-		var failed []*entry
+		var batchErr *broker.BatchError
+		whole := err != nil && !errors.As(err, &batchErr)
+		var failed, refused []*entry
+		var refusals []error
 		var firstErr error
 		now := time.Now()
 		p.mu.Lock()
 		for i, e := range batch {
 			if results[i] != nil {
-				failed = append(failed, e)
 				firstErr = cmpErr(firstErr, results[i])
+				if !whole && !broker.IsFault(results[i]) {
+					// The broker refused this message itself.
+					e.refusals++
+					if q := r.cfg.QuarantineAfter; q > 0 && e.refusals >= q {
+						refused = append(refused, e)
+						refusals = append(refusals, results[i])
+						continue
+					}
+				}
+				failed = append(failed, e)
 				continue
 			}
 			e.state = sent
@@ -199,7 +217,23 @@ func (p *pipeline) publish(batch []*entry) {
 		}
 		r.stats.inFlight.Store(int64(p.unsent))
 		p.mu.Unlock()
-		r.stats.published.Add(int64(len(batch) - len(failed)))
+		r.stats.published.Add(int64(len(batch) - len(failed) - len(refused)))
+		for i, e := range refused {
+			if perr := r.park(p.ctx, e, refusals[i]); perr != nil {
+				if p.ctx.Err() == nil {
+					r.log.Warn("quarantining a message the broker refused failed; publishing it again", "error", perr)
+				}
+				failed = append(failed, refused[i:]...)
+				break
+			}
+			p.mu.Lock()
+			e.state = sent
+			e.id = "" // the row stays, quarantined
+			delete(p.keys, e.key)
+			p.unsent--
+			r.stats.inFlight.Store(int64(p.unsent))
+			p.mu.Unlock()
+		}
 		if len(failed) < len(batch) {
 			p.signal()
 		}

@@ -31,6 +31,7 @@ type queries struct {
 	createPub       string
 	deleteRows      string
 	quarantine      string
+	park            string
 	publicationHint string
 }
 
@@ -57,8 +58,16 @@ func newQueries(schema, table, publication string) queries {
 		table:     t,
 		createPub: create,
 		// By the primary key: Debezium's outbox has no seq.
-		deleteRows:      `DELETE FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
-		quarantine:      `UPDATE ` + t + ` SET quarantined_at = now(), last_error = $2, attempts = attempts + 1 WHERE seq = $1 AND quarantined_at IS NULL`,
+		deleteRows: `DELETE FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
+		quarantine: `UPDATE ` + t + ` SET quarantined_at = now(), last_error = $2, attempts = attempts + 1 WHERE seq = $1 AND quarantined_at IS NULL`,
+		// A refused message: its row quarantined, or written as a
+		// quarantined row when there is none (a WAL message, a row its
+		// writer deleted). The insert comes back in the stream, quarantined:
+		// the relay skips it.
+		park: `INSERT INTO ` + t + ` AS o (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, quarantined_at, last_error, attempts)
+VALUES ($1::uuid, $2, $3, $4, $5::jsonb, $6, $7, coalesce($8::jsonb, '{}'), now(), $9, $10)
+ON CONFLICT (id) DO UPDATE SET quarantined_at = now(), last_error = excluded.last_error, attempts = excluded.attempts
+WHERE o.quarantined_at IS NULL`,
 		publicationHint: create,
 	}
 }

@@ -244,6 +244,9 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 		if s.tx == nil || rel == nil || rel.Namespace != r.schema || rel.RelationName != r.cfg.Tables.Outbox {
 			return nil // another table of the publication
 		}
+		if quarantinedInsert(rel, m.Tuple) {
+			return nil // set aside as it was written: a parked message
+		}
 		rec, err := decodeTuple(rel, m.Tuple)
 		if err != nil {
 			return err
@@ -292,7 +295,7 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, co
 	}
 	msg, err := relay.RecordMessage(rec)
 	if err == nil {
-		e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, commit: s.tx.commit}
+		e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, commit: s.tx.commit, rec: &rec}
 		if row && r.cfg.Delete == DeletePublished {
 			e.id, e.xid = rec.RawID, s.tx.xid
 		}
@@ -322,6 +325,21 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, co
 	r.log.Error("an outbox row cannot be published, nor quarantined (deleted since, or a table without idem's columns); skipped",
 		"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID,
 		"type", rec.Type, "payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "error", err, "quarantine_error", qerr)
+}
+
+// quarantinedInsert reports whether an inserted row is quarantined already:
+// a message the relay set aside (Config.QuarantineAfter) writes one.
+func quarantinedInsert(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) bool {
+	if tuple == nil {
+		return false
+	}
+	for i, c := range rel.Columns {
+		if c.Name == "quarantined_at" && i < len(tuple.Columns) {
+			t := tuple.Columns[i].DataType
+			return t == pglogrepl.TupleDataTypeText || t == pglogrepl.TupleDataTypeBinary
+		}
+	}
+	return false
 }
 
 // decodeTuple reads an inserted row with the postgres dialect's rules.
