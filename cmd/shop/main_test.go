@@ -228,7 +228,7 @@ func endToEnd(t *testing.T, cl *cluster, in *inspector) string {
 	}
 	waitFulfilment(t, p.http, id)
 	if obs, ok := in.settle(ctx, settleTimeout, len(ids)+1); !ok {
-		t.Fatal(obs)
+		t.Fatalf("%s\nwarnings and errors of the restarted shop:\n%s", obs, p.problems())
 	}
 	return out
 }

@@ -168,6 +168,22 @@ func (p *proc) tail() string {
 	return s
 }
 
+// problems returns the last warnings and errors of the process's log, for
+// failures that happened long before its tail.
+func (p *proc) problems() string {
+	b, _ := os.ReadFile(p.log)
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			out = append(out, line)
+		}
+	}
+	if len(out) > 40 {
+		out = out[len(out)-40:]
+	}
+	return strings.Join(out, "")
+}
+
 // waitKilled waits until the process died at its fault point.
 func (p *proc) waitKilled(d time.Duration) error {
 	select {
