@@ -103,7 +103,7 @@ func testConcurrentRequests[TTx any](t *testing.T, db testDB[TTx]) {
 	url := app.serve(t)
 	firstDone := make(chan answer, 1)
 	go func() { firstDone <- post(t, url, "k-busy", bodyA) }()
-	<-app.entered
+	waitEntered(t, app.entered, firstDone)
 	busy := post(t, url, "k-busy", bodyA)
 	if busy.status != http.StatusConflict || busy.retryAfter != "1" {
 		t.Errorf("while the first runs: %v (Retry-After %q), want 409 with Retry-After: 1", busy, busy.retryAfter)

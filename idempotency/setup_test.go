@@ -275,6 +275,19 @@ func post(t testing.TB, url, key, body string) answer {
 	return a
 }
 
+// waitEntered waits until the first request runs its handler, and fails
+// if it was answered without running it.
+func waitEntered(t testing.TB, entered <-chan struct{}, firstDone <-chan answer) {
+	t.Helper()
+	select {
+	case <-entered:
+	case a := <-firstDone:
+		t.Fatalf("the first request answered %v without running its handler", a)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first request did not reach its handler within 30s")
+	}
+}
+
 func (a answer) String() string {
 	return fmt.Sprintf("%d (replayed %v) %s", a.status, a.replayed, a.body)
 }

@@ -133,7 +133,7 @@ func testTxConcurrent[TTx any](t *testing.T, db testDB[TTx]) {
 	url := app.serveTx(t)
 	firstDone := make(chan answer, 1)
 	go func() { firstDone <- post(t, url, "k-busy", bodyA) }()
-	<-app.entered
+	waitEntered(t, app.entered, firstDone)
 	retryDone := make(chan answer, 1)
 	go func() { retryDone <- post(t, url, "k-busy", bodyA) }()
 	select {
@@ -194,7 +194,7 @@ func testTxLockWait[TTx any](t *testing.T, db testDB[TTx]) {
 	url := app.serveTx(t)
 	firstDone := make(chan answer, 1)
 	go func() { firstDone <- post(t, url, "k-slow", bodyA) }()
-	<-app.entered
+	waitEntered(t, app.entered, firstDone)
 	busy := post(t, url, "k-slow", bodyA)
 	if busy.status != http.StatusConflict || busy.retryAfter != "1" {
 		t.Errorf("after LockWait: %v (Retry-After %q), want 409 with Retry-After: 1", busy, busy.retryAfter)

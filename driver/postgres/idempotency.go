@@ -27,6 +27,7 @@ func (d *Dialect) idempotencyQueries() *idempotencyQueries {
 	if q, ok := idempotencyQueryCache.Load(table); ok {
 		return q.(*idempotencyQueries)
 	}
+	lockTable := `'` + strings.ReplaceAll(table, "'", "''") + `'::regclass::oid::text`
 	q := &idempotencyQueries{
 		insert: `INSERT INTO ` + table + ` (scope, idem_key, fingerprint, state, owner, locked_until, expires_at, created_at)
 VALUES ($1, $2, $3, 'processing', $4, $5, $6, $7)
@@ -45,16 +46,17 @@ WHERE scope = $1 AND idem_key = $2 AND owner = $3 AND state = 'processing'`,
     SELECT scope, idem_key FROM ` + table + ` WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)`,
 		// The two-integer form, class 7195: a space of its own, apart from
 		// the relay's claim locks (class 7193), its waiting lock (class
-		// 7194) and the migrations' lock (one bigint). The table's name is
-		// in the hash, so that two schemas' keys seldom meet.
-		tryLock: `SELECT pg_try_advisory_xact_lock(7195, hashtext(` + `'` + strings.ReplaceAll(table, "'", "''") + `'` + ` || chr(10) || $1::text || chr(10) || $2::text))`,
+		// 7194) and the migrations' lock (one bigint). The table's oid is
+		// in the hash, so that the keys of two tables seldom meet, even
+		// when both are named without a schema (found by search_path).
+		tryLock: `SELECT pg_try_advisory_xact_lock(7195, hashtext(` + lockTable + ` || chr(10) || $1::text || chr(10) || $2::text))`,
 		// The lock, then the insert only if it was taken. The CTE l runs
 		// once (a volatile function is never inlined), before the insert
 		// reads it. ON CONFLICT sees a key committed after the statement's
 		// snapshot (read committed), so a holder that committed just
 		// before the lock was taken is never missed.
 		tryLockInsert: `WITH l AS (
-    SELECT pg_try_advisory_xact_lock(7195, hashtext(` + `'` + strings.ReplaceAll(table, "'", "''") + `'` + ` || chr(10) || $1::text || chr(10) || $2::text)) AS ok
+    SELECT pg_try_advisory_xact_lock(7195, hashtext(` + lockTable + ` || chr(10) || $1::text || chr(10) || $2::text)) AS ok
 ), ins AS (
     INSERT INTO ` + table + ` (scope, idem_key, fingerprint, state, owner, locked_until, expires_at, created_at)
     SELECT $1, $2, $3, 'processing', $4, $5, $6, $7 FROM l WHERE l.ok
