@@ -25,7 +25,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	idemmsg "github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
@@ -39,10 +41,13 @@ func init() {
 		usage: `Usage:
   idem bench relay [--db URL] [--rows N] [--aggregates N] [--runs N] [--workers N] [--rate R] [--duration D] [--metrics]
                    [--workers-curve 1,2,4,8] [--producers N] [--producer-duration D] [--triggers waiting,always,none]
+                   [--broker URL]
 
 Runs in a scratch schema (idem_bench_<random>, dropped at the end) on the
 database, with an in-process publisher that accepts everything at once, so
-that what is measured is the relay and the database:
+that what is measured is the relay and the database; with --broker, the
+relay publishes to that broker instead (nats://embedded?dir=... for an
+embedded NATS JetStream), and step 2 is what it is measured against:
 
   1. throughput: a pre-filled outbox of --rows rows over --aggregates
      aggregates is drained by one relay (--workers workers); events/s;
@@ -143,6 +148,14 @@ Examples:
 				default:
 					return usagef("IDEM_BENCH_TRACING=%q: want sdk, or unset", mode)
 				}
+				if u := cdcFlags.broker.url; u != "" {
+					pub, err := registry.Open(ctx, u)
+					if err != nil {
+						return fmt.Errorf("--broker: %w", err)
+					}
+					defer pub.Close()
+					b.pub, b.brokerURL = pub, broker.RedactURL(u)
+				}
 				if err := b.setup(ctx, conn.Pgx.Pgx()); err != nil {
 					return err
 				}
@@ -173,6 +186,10 @@ type bench struct {
 	// traced: the relay traces with the SDK (IDEM_BENCH_TRACING=sdk), and
 	// rows carry a traceparent.
 	traced bool
+	// pub, with --broker, is the broker the relay publishes to; nil: an
+	// in-process publisher that accepts everything.
+	pub       broker.Publisher
+	brokerURL string
 }
 
 // benchTracing installs the OpenTelemetry SDK as the global tracer
@@ -275,6 +292,9 @@ func (b *bench) run(ctx context.Context, runs, rate int, duration time.Duration)
 	out := b.e.stdout
 	fmt.Fprintf(out, "idem bench relay: %d rows over %d aggregates, %d workers, batch %d, metrics %v\n",
 		b.rows, b.aggregates, b.workers, b.batch, map[bool]string{true: "on", false: "off"}[b.metrics != nil])
+	if b.pub != nil {
+		fmt.Fprintf(out, "publishing to %s (the bare loop publishes nothing)\n", b.brokerURL)
+	}
 	if b.traced {
 		fmt.Fprintln(out, "tracing: OpenTelemetry SDK, every span sampled, dropped by a no-op exporter; every row carries a traceparent")
 	}
@@ -471,7 +491,7 @@ func (b *bench) produce(ctx context.Context, design string) (int64, error) {
 		cfg.DisableListen = true
 		cfg.PollInterval = relay.PollIntervalNoListenDefault
 	}
-	r, err := relay.New(b.drv, &countingPublisher{}, cfg)
+	r, err := relay.New(b.drv, &countingPublisher{next: b.pub}, cfg)
 	if err != nil {
 		return 0, err
 	}
@@ -515,24 +535,41 @@ func (b *bench) produce(ctx context.Context, design string) (int64, error) {
 // countingPublisher accepts everything and counts; with times set, it
 // records when each event was confirmed.
 type countingPublisher struct {
+	// next, when set, is the broker the messages go to (--broker); the
+	// messages it accepted are counted. Unset, every message is accepted.
+	next  broker.Publisher
 	n     atomic.Int64
 	mu    sync.Mutex
 	times map[uuid.UUID]time.Time
 }
 
-func (p *countingPublisher) Publish(_ context.Context, msgs []idemmsg.Message) error {
+func (p *countingPublisher) Publish(ctx context.Context, msgs []idemmsg.Message) error {
+	var err error
+	if p.next != nil {
+		err = p.next.Publish(ctx, msgs)
+	}
+	results := broker.Results(err, len(msgs))
+	now := time.Now()
+	var accepted int64
 	if p.times != nil {
-		now := time.Now()
 		p.mu.Lock()
-		for _, m := range msgs {
+	}
+	for i, m := range msgs {
+		if results[i] != nil {
+			continue
+		}
+		accepted++
+		if p.times != nil {
 			if _, ok := p.times[m.EventID]; !ok {
 				p.times[m.EventID] = now
 			}
 		}
+	}
+	if p.times != nil {
 		p.mu.Unlock()
 	}
-	p.n.Add(int64(len(msgs)))
-	return nil
+	p.n.Add(accepted)
+	return err
 }
 
 func (b *bench) relayConfig() relay.Config {
@@ -567,7 +604,7 @@ func (b *bench) scrape() error {
 }
 
 func (b *bench) drainRelay(ctx context.Context) (time.Duration, error) {
-	pub := &countingPublisher{}
+	pub := &countingPublisher{next: b.pub}
 	r, err := relay.New(b.drv, pub, b.relayConfig())
 	if err != nil {
 		return 0, err
@@ -627,7 +664,7 @@ func (b *bench) drainBare(ctx context.Context) (time.Duration, error) {
 }
 
 func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) ([]time.Duration, error) {
-	pub := &countingPublisher{times: map[uuid.UUID]time.Time{}}
+	pub := &countingPublisher{next: b.pub, times: map[uuid.UUID]time.Time{}}
 	r, err := relay.New(b.drv, pub, b.relayConfig())
 	if err != nil {
 		return nil, err
