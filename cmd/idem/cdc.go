@@ -71,7 +71,8 @@ A row that cannot become a message (an id that is not a UUID, headers that
 are not a JSON object, no event name...) is quarantined in the table, as the
 polling relay does ("idem failed list --relay" shows it), and the relay goes
 on; fix it and insert it again to publish it. A WAL message that cannot
-become a message is logged at error level with its content.
+become a message is kept as a quarantined row whose last_error holds its
+content ("idem failed show --relay SEQ").
 
 A message the broker refuses (unroutable, nacked, too large) is retried with
 backoff, its aggregate waiting, and quarantined after --quarantine-after

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,6 +77,48 @@ func TestUnreadableRowQuarantined(t *testing.T) {
 	})
 	if s := r.Stats(); s.Quarantined != 1 || s.Unreadable != 1 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestUnreadableWALMessageQuarantined: a WAL message with the outbox's
+// prefix that cannot become a message is kept, with its content, as a
+// quarantined row ("idem failed list --relay" reads it), and the log goes
+// on.
+func TestUnreadableWALMessageQuarantined(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	r := start(t, pg, pub, fastConfig(t))
+	garbage := "not json \x00\xff at all"
+	pg.Exec(t, `SELECT pg_logical_emit_message(true, $1, $2::bytea)`, pg.Schema, []byte(garbage))
+	good := event(t, "2", 1)
+	lw, err := outbox.NewLogWriter(pg.Driver, pg.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.AddExec(context.Background(), pg.Driver.Pool(), good); err != nil {
+		t.Fatal(err)
+	}
+	msgs := waitLen(t, pub, 1, 20*time.Second)
+	if msgs[0].EventID != good.ID {
+		t.Fatalf("published %s, want %s", msgs[0].EventID, good.ID)
+	}
+	eventually(t, 10*time.Second, "the WAL message kept as a quarantined row", func() bool {
+		return pg.Count(t, "outbox WHERE quarantined_at IS NOT NULL") == 1
+	})
+	q, err := pg.Driver.PostgresDialect().ListQuarantined(context.Background(), pg.Driver.Pool(), driver.QuarantineFilter{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q) != 1 || !strings.Contains(q[0].LastError, strconv.Quote(garbage)) || !strings.Contains(q[0].LastError, "not a JSON object") {
+		t.Fatalf("quarantined %+v, want one row whose last error holds the content %s", q, strconv.Quote(garbage))
+	}
+	if s := r.Stats(); s.Quarantined != 1 || s.Unreadable != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := pub.Len(); n != 1 {
+		t.Fatalf("%d messages published, want 1: the quarantined row is not published", n)
 	}
 }
 

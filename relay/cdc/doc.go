@@ -44,9 +44,10 @@
 // UUID, headers that are not a JSON object, no event name, a payload that is
 // not JSON) is quarantined in the table as the polling relay does
 // (quarantined_at, last_error: "idem failed list --relay" shows it) and the
-// relay goes on; a row it cannot quarantine (deleted meanwhile by its writer,
-// or a table without idem's columns) and a WAL message that cannot become a
-// message are logged at error level with their whole content. Unlike the
+// relay goes on; a WAL message that cannot become a message is kept as a
+// quarantined row whose last_error holds its whole content; a row it cannot
+// quarantine (deleted meanwhile by its writer, or a table without idem's
+// columns) is logged at error level with its whole content. Unlike the
 // polling relay's, a quarantined row does not hold the later rows of its
 // aggregate: the log goes on. To publish a fixed row again, insert it again
 // (the CDC relay reads inserts only).

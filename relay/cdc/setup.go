@@ -32,6 +32,7 @@ type queries struct {
 	deleteRows      string
 	quarantine      string
 	park            string
+	parkUnreadable  string
 	publicationHint string
 }
 
@@ -59,7 +60,7 @@ func newQueries(schema, table, publication string) queries {
 		createPub: create,
 		// By the primary key: Debezium's outbox has no seq.
 		deleteRows: `DELETE FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
-		quarantine: `UPDATE ` + t + ` SET quarantined_at = now(), last_error = $2, attempts = attempts + 1 WHERE seq = $1 AND quarantined_at IS NULL`,
+		quarantine: `UPDATE ` + t + ` SET quarantined_at = now(), last_error = $2, attempts = attempts + 1 WHERE seq = $1`,
 		// A refused message: its row quarantined, or written as a
 		// quarantined row when there is none (a WAL message, a row its
 		// writer deleted). The insert comes back in the stream, quarantined:
@@ -68,6 +69,10 @@ func newQueries(schema, table, publication string) queries {
 VALUES ($1::uuid, $2, $3, $4, $5::jsonb, $6, $7, coalesce($8::jsonb, '{}'), now(), $9, $10)
 ON CONFLICT (id) DO UPDATE SET quarantined_at = now(), last_error = excluded.last_error, attempts = excluded.attempts
 WHERE o.quarantined_at IS NULL`,
+		// A WAL message that cannot become a message: a quarantined row
+		// whose last_error holds its content.
+		parkUnreadable: `INSERT INTO ` + t + ` (id, aggregatetype, aggregateid, type, payload, quarantined_at, last_error, attempts)
+VALUES (gen_random_uuid(), $1, $2, $3, NULL, now(), $4, 1)`,
 		publicationHint: create,
 	}
 }

@@ -251,7 +251,7 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 		if err != nil {
 			return err
 		}
-		s.add(ctx, rec, true, "")
+		return s.add(ctx, rec, true, nil, 0)
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix != r.cfg.MessagePrefix {
 			return nil
@@ -263,7 +263,7 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 			return nil
 		}
 		rec := outbox.DecodeLogMessage(m.Content)
-		s.add(ctx, rec, false, quote(m.Content))
+		return s.add(ctx, rec, false, m.Content, m.LSN)
 	case *pglogrepl.CommitMessage:
 		if s.tx == nil {
 			return nil
@@ -285,10 +285,12 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 }
 
 // add adds a decoded row or WAL message to the transaction being read, or,
-// when it cannot become a message, quarantines the row (a row the writer
-// deleted meanwhile, and a WAL message, are logged at error level with their
-// content: the failure log).
-func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, content string) {
+// when it cannot become a message, quarantines it: a row in place, a WAL
+// message as a quarantined row holding its content (a row the writer deleted
+// meanwhile, or a table without idem's columns, is logged at error level
+// with its content instead). It fails only when the database does: the
+// session then ends, and the next reads the transaction again.
+func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, raw []byte, lsn pglogrepl.LSN) error {
 	r := s.r
 	if rec.OccurredAt.IsZero() {
 		rec.OccurredAt = s.tx.commit // a table without occurred_at
@@ -300,31 +302,53 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, co
 			e.id, e.xid = rec.RawID, s.tx.xid
 		}
 		s.tx.entries = append(s.tx.entries, e)
-		return
+		return nil
 	}
 	r.stats.unreadable.Add(1)
-	if !row {
-		r.log.Error("a WAL message of the outbox cannot be published; skipped (write it again with a fixed content)",
-			"error", err, "content", content)
-		return
-	}
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	// The row's transaction is in the log before other sessions see it.
-	qerr := r.waitVisible(qctx, []uint32{s.tx.xid})
 	var tag pgconn.CommandTag
-	if qerr == nil {
-		tag, qerr = r.pool.Exec(qctx, r.sql.quarantine, rec.Seq, err.Error())
+	var qerr error
+	if row {
+		// The row's transaction is in the log before other sessions see it.
+		qerr = r.waitVisible(qctx, []uint32{s.tx.xid})
+		if qerr == nil {
+			tag, qerr = r.pool.Exec(qctx, r.sql.quarantine, rec.Seq, err.Error())
+		}
+	} else {
+		lastError := fmt.Sprintf("a WAL message (lsn %s) that cannot become a message: %v; its content, quoted: %s", lsn, err, strconv.Quote(string(raw)))
+		tag, qerr = r.pool.Exec(qctx, r.sql.parkUnreadable, rec.AggregateType, rec.AggregateID, rec.Type, lastError)
 	}
-	if qerr == nil && tag.RowsAffected() == 1 {
+	switch {
+	case qerr == nil && tag.RowsAffected() == 1 && row:
 		r.stats.quarantined.Add(1)
 		r.log.Error("quarantined an outbox row that cannot be published (idem failed list --relay)",
 			"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "error", err)
-		return
+		return nil
+	case qerr == nil && tag.RowsAffected() == 1:
+		r.stats.quarantined.Add(1)
+		r.log.Error("quarantined a WAL message of the outbox that cannot be published, as a row holding its content (idem failed list --relay)",
+			"lsn", lsn.String(), "error", err, "content", quote(raw))
+		return nil
+	case qerr != nil && !permanent(qerr):
+		return fmt.Errorf("idem: cdc: quarantine what cannot be published: %w", qerr)
 	}
-	r.log.Error("an outbox row cannot be published, nor quarantined (deleted since, or a table without idem's columns); skipped",
-		"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID,
-		"type", rec.Type, "payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "error", err, "quarantine_error", qerr)
+	if row {
+		r.log.Error("an outbox row cannot be published, nor quarantined (deleted since, or a table without idem's columns); skipped",
+			"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID,
+			"type", rec.Type, "payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "error", err, "quarantine_error", qerr)
+		return nil
+	}
+	r.log.Error("a WAL message of the outbox cannot be published, nor quarantined (a table without idem's columns); skipped: write it again with a fixed content",
+		"lsn", lsn.String(), "error", err, "content", quote(raw), "quarantine_error", qerr)
+	return nil
+}
+
+// permanent reports whether a statement failed for good (the table lacks a
+// column, a value does not fit): retrying would not help.
+func permanent(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23"))
 }
 
 // quarantinedInsert reports whether an inserted row is quarantined already:
