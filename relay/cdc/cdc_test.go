@@ -80,6 +80,31 @@ func TestUnreadableRowQuarantined(t *testing.T) {
 	}
 }
 
+// TestForeignColumnTypeDoesNotStopTheRelay: a table whose occurred_at is
+// text, as another program's outbox may have it, holds a row whose value
+// idem cannot read: the relay sets that row aside (logged with its
+// content) and publishes the next, rather than fail on it at every
+// reconnection.
+func TestForeignColumnTypeDoesNotStopTheRelay(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pg.Exec(t, `ALTER TABLE outbox ALTER COLUMN occurred_at DROP DEFAULT, ALTER COLUMN occurred_at TYPE text USING occurred_at::text`)
+	pub := memory.New()
+	r := start(t, pg, pub, fastConfig(t))
+	pg.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, occurred_at)
+		VALUES ($1, 'order', '1', 'order.order.placed.v1', '{}', 'last tuesday')`, uuid.New())
+	good := uuid.New()
+	pg.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, occurred_at)
+		VALUES ($1, 'order', '2', 'order.order.placed.v1', '{}', now()::text)`, good)
+	msgs := waitLen(t, pub, 1, 20*time.Second)
+	if msgs[0].EventID != good {
+		t.Fatalf("published %s, want %s", msgs[0].EventID, good)
+	}
+	if s := r.Stats(); s.Unreadable != 1 || !s.Streaming {
+		t.Fatalf("stats %+v, want 1 unreadable and the relay streaming", s)
+	}
+}
+
 // TestUnreadableWALMessageQuarantined: a WAL message with the outbox's
 // prefix that cannot become a message is kept, with its content, as a
 // quarantined row ("idem failed list --relay" reads it), and the log goes

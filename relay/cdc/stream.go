@@ -248,8 +248,11 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 			return nil // set aside as it was written: a parked message
 		}
 		rec, err := decodeTuple(rel, m.Tuple)
-		if err != nil {
-			return err
+		if err != nil && rec.Unreadable == nil {
+			// A value of a foreign table's column that idem cannot read:
+			// quarantine the row like any unreadable one, rather than fail
+			// on it at every reconnection.
+			rec.Unreadable = &driver.UnreadableError{Problems: []error{err}}
 		}
 		return s.add(ctx, rec, true, nil, 0)
 	case *pglogrepl.LogicalDecodingMessage:
