@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -173,6 +174,22 @@ func TestRelayMoreWorkersNotSlower(t *testing.T) {
 	}
 }
 
+// startSQL starts a relay on b's database through database/sql (claims in
+// a transaction of their own: one batch per worker) and stops it when the
+// test ends.
+func (b *bundle) startSQL(t *testing.T, cfg relay.Config) *relay.Relay[*sql.Tx] {
+	t.Helper()
+	r, err := relay.New(postgres.NewSQL(b.pg.DB), b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	return r
+}
+
 // TestRelayIdleBackoff: with MaxPollInterval, an idle relay that cannot be
 // notified by the database claims less and less often, and Notify brings it
 // back at once.
@@ -185,14 +202,7 @@ func TestRelayIdleBackoff(t *testing.T) {
 	cfg.PollInterval = 10 * time.Millisecond
 	cfg.MaxPollInterval = 3 * time.Second
 	cfg.ObserveClaim = func(time.Duration) { claims.Add(1) }
-	r, err := relay.New(postgres.NewSQL(b.pg.DB), b.pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	r := b.startSQL(t, cfg)
 
 	// 10, 20, 40 ... ms: about 8 claims in 2 s, against 200 without
 	// backoff.
@@ -387,14 +397,7 @@ func TestRelayWakeGoesToAWorkerThatCanClaim(t *testing.T) {
 	cfg := fastConfig(t)
 	cfg.PollInterval = time.Hour // only Notify can wake a worker
 	cfg.PublishTimeout = 3 * time.Second
-	r, err := relay.New(postgres.NewSQL(b.pg.DB), b.pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	r := b.startSQL(t, cfg)
 
 	b.insert(t, event(t, "stuck", 1))
 	r.Notify()
