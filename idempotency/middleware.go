@@ -75,17 +75,7 @@ func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
 			k.cfg.Error(w, r, http.StatusInternalServerError, "the "+HeaderKey+" could not be checked; retry the request with the same key")
 			return
 		}
-		switch c.Outcome {
-		case Replay:
-			c.Response.Header.Set(HeaderReplayed, "true")
-			c.Response.Send(w)
-			return
-		case InProgress:
-			w.Header().Set("Retry-After", "1")
-			k.cfg.Error(w, r, http.StatusConflict, "a request with this "+HeaderKey+" is still being processed; retry later with the same key")
-			return
-		case Mismatch:
-			k.cfg.Error(w, r, http.StatusUnprocessableEntity, "this "+HeaderKey+" was already used with another request: a retry must repeat the request exactly (method, path and the same body bytes); use a new key for a new request")
+		if k.answerUnclaimed(w, r, c) {
 			return
 		}
 
@@ -237,4 +227,23 @@ func (k *Keys[TTx]) readRequest(w http.ResponseWriter, r *http.Request, key stri
 		req.Scope = k.cfg.Scope(r)
 	}
 	return req, true
+}
+
+// answerUnclaimed answers a request whose key this request did not claim
+// (a replay, a request in progress, a key used with another request) and
+// reports whether it did; for Claimed it does nothing.
+func (k *Keys[TTx]) answerUnclaimed(w http.ResponseWriter, r *http.Request, c *Claim) bool {
+	switch c.Outcome {
+	case Replay:
+		c.Response.Header.Set(HeaderReplayed, "true")
+		c.Response.Send(w)
+	case InProgress:
+		w.Header().Set("Retry-After", "1")
+		k.cfg.Error(w, r, http.StatusConflict, "a request with this "+HeaderKey+" is still being processed; retry later with the same key")
+	case Mismatch:
+		k.cfg.Error(w, r, http.StatusUnprocessableEntity, "this "+HeaderKey+" was already used with another request: a retry must repeat the request exactly (method, path and the same body bytes); use a new key for a new request")
+	default:
+		return false
+	}
+	return true
 }

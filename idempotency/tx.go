@@ -179,17 +179,7 @@ func (k *Keys[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req *Request
 		if c.Outcome != Claimed {
 			rollback() // before the answer, so that the key is not held while it is sent
 		}
-		switch c.Outcome {
-		case Replay:
-			c.Response.Header.Set(HeaderReplayed, "true")
-			c.Response.Send(w)
-			return
-		case InProgress:
-			w.Header().Set("Retry-After", "1")
-			k.cfg.Error(w, r, http.StatusConflict, "a request with this "+HeaderKey+" is still being processed; retry later with the same key")
-			return
-		case Mismatch:
-			k.cfg.Error(w, r, http.StatusUnprocessableEntity, "this "+HeaderKey+" was already used with another request: a retry must repeat the request exactly (method, path and the same body bytes); use a new key for a new request")
+		if k.answerUnclaimed(w, r, c) {
 			return
 		}
 	}
