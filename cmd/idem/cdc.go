@@ -170,22 +170,11 @@ Examples:
 				if err != nil {
 					return err
 				}
-				if err := r.Start(ctx); err != nil {
-					if srv != nil {
-						_ = srv.Close()
-					}
-					return err
-				}
-				log.Info("relaying from the write-ahead log", "slot", cfg.WithDefaults().Slot, "broker", brokerURL)
-				select {
-				case <-ctx.Done():
-				case <-r.Done():
-				}
-				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *stopTimeout)
-				defer cancel()
-				stopErr := r.Stop(stopCtx)
-				if srv != nil {
-					_ = srv.Shutdown(stopCtx)
+				startErr, stopErr := runUntilStopped(ctx, r, srv, *stopTimeout, func() {
+					log.Info("relaying from the write-ahead log", "slot", cfg.WithDefaults().Slot, "broker", brokerURL)
+				})
+				if startErr != nil {
+					return startErr
 				}
 				if stopErr != nil {
 					return fmt.Errorf("stop: messages in flight abandoned after %v (they are published again from the slot): %w", *stopTimeout, stopErr)

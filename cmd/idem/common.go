@@ -89,6 +89,38 @@ func parseTime(flagName, s string, now time.Time) (time.Time, error) {
 
 var _ = os.Stderr
 
+// runner is what idem relay and idem cdc run: a relay.
+type runner interface {
+	Start(context.Context) error
+	Stop(context.Context) error
+	Done() <-chan struct{}
+}
+
+// runUntilStopped starts r (returning Start's error as startErr), calls
+// started, and waits for ctx (SIGINT, SIGTERM) or for r to end; then it
+// stops r and the ops server srv (which may be nil), giving both
+// stopTimeout, and returns Stop's error as stopErr.
+func runUntilStopped(ctx context.Context, r runner, srv *http.Server, stopTimeout time.Duration, started func()) (startErr, stopErr error) {
+	if err := r.Start(ctx); err != nil {
+		if srv != nil {
+			_ = srv.Close()
+		}
+		return err, nil
+	}
+	started()
+	select {
+	case <-ctx.Done():
+	case <-r.Done():
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	stopErr = r.Stop(stopCtx)
+	if srv != nil {
+		_ = srv.Shutdown(stopCtx)
+	}
+	return nil, stopErr
+}
+
 // serveOps serves /metrics (cols, with the Go and process collectors),
 // /healthz (healthy) and /debug/pprof/ on addr, in the background; it
 // returns nil when addr is empty.

@@ -165,19 +165,11 @@ Examples:
 					return err
 				}
 
-				if err := r.Start(ctx); err != nil {
-					return err
-				}
-				log.Info("relaying", "db", conn.Redacted(), "broker", brokerURL)
-				select {
-				case <-ctx.Done():
-				case <-r.Done():
-				}
-				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *stopTimeout)
-				defer cancel()
-				stopErr := r.Stop(stopCtx)
-				if srv != nil {
-					_ = srv.Shutdown(stopCtx)
+				startErr, stopErr := runUntilStopped(ctx, r, srv, *stopTimeout, func() {
+					log.Info("relaying", "db", conn.Redacted(), "broker", brokerURL)
+				})
+				if startErr != nil {
+					return startErr
 				}
 				if stopErr != nil {
 					return fmt.Errorf("stop: in-flight batches released after %v: %w", *stopTimeout, stopErr)
