@@ -663,20 +663,10 @@ func (b *bench) drainBare(ctx context.Context) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) ([]time.Duration, error) {
-	pub := &countingPublisher{next: b.pub, times: map[uuid.UUID]time.Time{}}
-	r, err := relay.New(b.drv, pub, b.relayConfig())
-	if err != nil {
-		return nil, err
-	}
-	b.watch(r)
-	if err := r.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer func() { _ = r.Stop(context.Background()) }()
-
-	w := outbox.NewWriter(b.drv)
-	total := int(duration.Seconds() * float64(rate))
+// commitAtRate runs commit(0) to commit(total-1) at a steady rate per
+// second over 16 clients, and returns when each committed event's commit
+// returned.
+func commitAtRate(total, rate int, commit func(i int) (uuid.UUID, error)) (map[uuid.UUID]time.Time, error) {
 	ticks := make(chan int, total)
 	var mu sync.Mutex
 	committed := make(map[uuid.UUID]time.Time, total)
@@ -685,26 +675,14 @@ func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) (
 	for range 16 {
 		wg.Go(func() {
 			for i := range ticks {
-				ev, err := idemmsg.NewEvent("order.order.changed.v1", "order", fmt.Sprint(i%1000), map[string]int{"n": i})
-				if err != nil {
-					errs <- err
-					return
-				}
-				pctx, span := ctx, trace.Span(nil)
-				if b.traced {
-					pctx, span = otel.Tracer("idem-bench").Start(ctx, "produce")
-				}
-				err = pgx.BeginFunc(pctx, b.pool, func(tx pgx.Tx) error { return w.Add(pctx, tx, ev) })
+				id, err := commit(i)
 				at := time.Now()
-				if span != nil {
-					span.End()
-				}
 				if err != nil {
 					errs <- err
 					return
 				}
 				mu.Lock()
-				committed[ev.ID] = at
+				committed[id] = at
 				mu.Unlock()
 			}
 		})
@@ -721,6 +699,41 @@ func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) (
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
+		return nil, err
+	}
+	return committed, nil
+}
+
+func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) ([]time.Duration, error) {
+	pub := &countingPublisher{next: b.pub, times: map[uuid.UUID]time.Time{}}
+	r, err := relay.New(b.drv, pub, b.relayConfig())
+	if err != nil {
+		return nil, err
+	}
+	b.watch(r)
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer func() { _ = r.Stop(context.Background()) }()
+
+	w := outbox.NewWriter(b.drv)
+	total := int(duration.Seconds() * float64(rate))
+	committed, err := commitAtRate(total, rate, func(i int) (uuid.UUID, error) {
+		ev, err := idemmsg.NewEvent("order.order.changed.v1", "order", fmt.Sprint(i%1000), map[string]int{"n": i})
+		if err != nil {
+			return uuid.Nil, err
+		}
+		pctx, span := ctx, trace.Span(nil)
+		if b.traced {
+			pctx, span = otel.Tracer("idem-bench").Start(ctx, "produce")
+		}
+		err = pgx.BeginFunc(pctx, b.pool, func(tx pgx.Tx) error { return w.Add(pctx, tx, ev) })
+		if span != nil {
+			span.End()
+		}
+		return ev.ID, err
+	})
+	if err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(30 * time.Second)

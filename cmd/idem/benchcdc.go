@@ -629,39 +629,11 @@ func (b *benchCDC) latency(ctx context.Context, rate int) ([]time.Duration, erro
 
 	w := outbox.NewWriter(b.drv)
 	total := int(b.f.rateFor.Seconds() * float64(rate))
-	ticks := make(chan int, total)
-	committed := make(map[uuid.UUID]time.Time, total)
-	var cmu sync.Mutex
-	errs := make(chan error, 16)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for i := range ticks {
-				ev := b.event(i).Event
-				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, ev) })
-				at := time.Now()
-				if err != nil {
-					errs <- err
-					return
-				}
-				cmu.Lock()
-				committed[ev.ID] = at
-				cmu.Unlock()
-			}
-		})
-	}
-	interval := time.Second / time.Duration(rate)
-	start := time.Now()
-	for i := range total {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
-		ticks <- i
-	}
-	close(ticks)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	committed, err := commitAtRate(total, rate, func(i int) (uuid.UUID, error) {
+		ev := b.event(i).Event
+		return ev.ID, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, ev) })
+	})
+	if err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(60 * time.Second)
