@@ -223,13 +223,16 @@ func TestRelayIdleBackoff(t *testing.T) {
 		t.Errorf("published %v after Notify, want at once", d)
 	}
 	// Rows found bring the interval back to PollInterval, doubling again
-	// from there: 10, 20, 40, 80, 160, 320 ms, five claims or so in the
-	// next 600 ms (at least two on a loaded machine), where the interval
-	// before the Notify (over a second) would allow one at most.
+	// from there: 10, 20, 40, 80, 160, 320, 640 ms, six claims or so in
+	// the second after the batch ends (at least two on a loaded machine),
+	// where the interval before the Notify (over 1.3 s) would allow one at
+	// most. The worker claims again only once its batch is marked: the
+	// second starts then, so that a slow mark under load does not eat it.
+	testsvc.WaitFor(t, 5*time.Second, "the row marked", func() bool { return r.Stats().Published == 1 })
 	before := claims.Load()
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(time.Second)
 	if n := claims.Load() - before; n < 2 {
-		t.Errorf("%d claims in the 600ms after rows were found, want polls from 10ms again", n)
+		t.Errorf("%d claims in the second after rows were found, want polls from 10ms again", n)
 	}
 }
 
