@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -86,8 +85,6 @@ func parseTime(flagName, s string, now time.Time) (time.Time, error) {
 	}
 	return time.Time{}, usagef("--%s %q: want an RFC 3339 time (2026-12-02T08:00:00Z), a date (2026-12-02) or a duration back from now (90m)", flagName, s)
 }
-
-var _ = os.Stderr
 
 // runner is what idem relay and idem cdc run: a relay.
 type runner interface {

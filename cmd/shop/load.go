@@ -167,9 +167,7 @@ func pct(d []time.Duration, p float64) time.Duration {
 func runLoad(ctx context.Context, o loadOptions) (loadReport, error) {
 	addr := strings.TrimPrefix(strings.TrimPrefix(strings.TrimSuffix(o.URL, "/"), "http://"), "https://")
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.Concurrency * 2}}
-	saved := httpClient
-	httpClient = client
-	defer func() { httpClient = saved }()
+	defer client.CloseIdleConnections()
 
 	var (
 		next                                              atomic.Int64
@@ -208,7 +206,7 @@ func runLoad(ctx context.Context, o loadOptions) (loadReport, error) {
 				}
 				key := uuid.NewString()
 				t0 := time.Now()
-				r, err := placeOrder(ctx, addr, key, "load", o.Lines)
+				r, err := placeOrderWith(ctx, client, addr, key, "load", o.Lines)
 				if err != nil || r.Status != http.StatusCreated {
 					failed.Add(1)
 					continue
@@ -218,7 +216,7 @@ func runLoad(ctx context.Context, o loadOptions) (loadReport, error) {
 				mine = append(mine, r.ID)
 				if rand.Float64() < o.RetryRate {
 					retries.Add(1)
-					r2, err := placeOrder(ctx, addr, key, "load", o.Lines)
+					r2, err := placeOrderWith(ctx, client, addr, key, "load", o.Lines)
 					switch {
 					case err == nil && r2.Status == http.StatusCreated && r2.Replayed && r2.ID == r.ID:
 						replayed.Add(1)

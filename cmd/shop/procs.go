@@ -244,6 +244,12 @@ var httpClient = &http.Client{Timeout: 30 * time.Second}
 
 // placeOrder posts an order with lines products, with key when not empty.
 func placeOrder(ctx context.Context, addr, key, customer string, lines int) (placeResult, error) {
+	return placeOrderWith(ctx, httpClient, addr, key, customer, lines)
+}
+
+// placeOrderWith is placeOrder through client: shop load sizes its own
+// connection pool for its concurrency.
+func placeOrderWith(ctx context.Context, client *http.Client, addr, key, customer string, lines int) (placeResult, error) {
 	type line struct {
 		ProductID string `json:"product_id"`
 		Quantity  string `json:"quantity"`
@@ -264,7 +270,7 @@ func placeOrder(ctx context.Context, addr, key, customer string, lines int) (pla
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return placeResult{}, err
 	}
