@@ -3,7 +3,11 @@ package amqp_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,41 +33,75 @@ import (
 //	IDEM_TEST_CMD='go test -run "^$" -bench RabbitMQ -benchtime 1x -v ./broker/amqp/' \
 //	bash scripts/test.sh
 //
-// The machine is shared and noisy, so the four measures run in alternating
+// The machine is shared and noisy, so the measures run in alternating
 // rounds: each round measures (a) raw publish, (a') raw publish of messages
-// with the properties the Publisher sends, (b) relay, (c) consume with
-// deduplication and (d) raw consume on benchEvents events, and the ratios
-// are taken per round.
+// with the properties the Publisher sends, (b) relay of events 20 deep per
+// aggregate, (b') relay of events one per aggregate, (c) consume with
+// deduplication and (d) raw consume on benchEvents events, with the cores
+// the whole machine kept busy meanwhile, and the ratios are taken per
+// round.
 const (
 	benchEvents = 20000
 	benchRounds = 5
+	// benchAggregates is how many aggregates the relay's events belong to:
+	// 20 events each, which the relay publishes in 20 waves, the next
+	// event of an aggregate only once the previous one is confirmed.
+	benchAggregates = 1000
 )
 
 func BenchmarkRabbitMQ(b *testing.B) {
-	var as, aps, bs, cs, ds []float64
+	var as, aps, bs, bds, cs, ds []result
 	for round := 1; round <= benchRounds; round++ {
 		a := benchRawPublish(b, false)
 		ap := benchRawPublish(b, true)
-		r := benchRelay(b)
+		r := benchRelay(b, benchAggregates)
+		rd := benchRelay(b, benchEvents)
 		c := benchConsume(b)
 		d := benchRawConsume(b)
-		b.Logf("round %d: (a) raw publish %.0f/s  (a') with the relay's properties %.0f/s  (b) relay %.0f/s  (c) consume+dedup %.0f/s  (d) raw consume %.0f/s  (b)/(a) %.2f  (b)/(a') %.2f  (c)/(d) %.2f",
-			round, a, ap, r, c, d, r/a, r/ap, c/d)
-		as, aps, bs, cs, ds = append(as, a), append(aps, ap), append(bs, r), append(cs, c), append(ds, d)
+		b.Logf("round %d: (a) raw publish %s  (a') with the relay's properties %s  (b) relay %s  (b') relay, one event per aggregate %s  (c) consume+dedup %s  (d) raw consume %s  (b)/(a) %.2f  (b)/(a') %.2f  (b')/(a') %.2f  (c)/(d) %.2f",
+			round, a, ap, r, rd, c, d, r.rate/a.rate, r.rate/ap.rate, rd.rate/ap.rate, c.rate/d.rate)
+		as, aps, bs, bds, cs, ds = append(as, a), append(aps, ap), append(bs, r), append(bds, rd), append(cs, c), append(ds, d)
 	}
-	ratios := make([]float64, len(as))
-	propRatios := make([]float64, len(as))
-	for i := range as {
-		ratios[i] = bs[i] / as[i]
-		propRatios[i] = bs[i] / aps[i]
+	ratio := func(x, y []result) float64 {
+		rs := make([]float64, len(x))
+		for i := range x {
+			rs[i] = x[i].rate / y[i].rate
+		}
+		return median(rs)
 	}
-	b.ReportMetric(median(as), "raw-publish/s")
-	b.ReportMetric(median(aps), "raw-publish-props/s")
-	b.ReportMetric(median(propRatios), "relay/raw-props")
-	b.ReportMetric(median(bs), "relay/s")
-	b.ReportMetric(median(cs), "consume-dedup/s")
-	b.ReportMetric(median(ds), "raw-consume/s")
-	b.ReportMetric(median(ratios), "relay/raw")
+	rates := func(x []result) float64 {
+		rs := make([]float64, len(x))
+		for i := range x {
+			rs[i] = x[i].rate
+		}
+		return median(rs)
+	}
+	cores := func(x []result) float64 {
+		rs := make([]float64, len(x))
+		for i := range x {
+			rs[i] = x[i].cores
+		}
+		return median(rs)
+	}
+	b.ReportMetric(rates(as), "raw-publish/s")
+	b.ReportMetric(rates(aps), "raw-publish-props/s")
+	b.ReportMetric(ratio(bs, aps), "relay/raw-props")
+	b.ReportMetric(rates(bs), "relay/s")
+	b.ReportMetric(rates(bds), "relay-one-per-aggregate/s")
+	b.ReportMetric(ratio(bds, aps), "relay-one-per-aggregate/raw-props")
+	b.ReportMetric(rates(cs), "consume-dedup/s")
+	b.ReportMetric(rates(ds), "raw-consume/s")
+	b.ReportMetric(ratio(bs, as), "relay/raw")
+	cpu := func(x []result) string {
+		var rabbit, pg, own []float64
+		for _, r := range x {
+			rabbit, pg, own = append(rabbit, r.rabbit), append(pg, r.pg), append(own, r.ownProcs)
+		}
+		return fmt.Sprintf("RabbitMQ %.0f, PostgreSQL %.0f, this process %.0f", median(rabbit), median(pg), median(own))
+	}
+	b.Logf("medians: CPU ms per 1,000 events: (a') %s; (b) %s; (b') %s", cpu(aps), cpu(bs), cpu(bds))
+	b.ReportMetric(cores(aps), "raw-publish-props-cores")
+	b.ReportMetric(cores(bs), "relay-cores")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -73,11 +111,113 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
+// result is one measure: events per second, how many of the machine's
+// cores were busy meanwhile (every process: the servers share the cores
+// with the benchmark), and the CPU time per 1,000 events of RabbitMQ,
+// PostgreSQL and the benchmark's process.
+type result struct {
+	rate, cores          float64
+	rabbit, pg, ownProcs float64
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("%.0f/s (%.2f cores busy; CPU ms per 1,000: RabbitMQ %.0f, PostgreSQL %.0f, this process %.0f)",
+		r.rate, r.cores, r.rabbit, r.pg, r.ownProcs)
+}
+
+// cpuClock reads the machine's busy and total CPU time from /proc/stat, in
+// clock ticks.
+func cpuClock(b *testing.B) (busy, total float64) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	fields := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			b.Fatalf("/proc/stat: %q: %v", line, err)
+		}
+		if i < 8 { // guest time is counted in user already
+			total += v
+			if i != 3 && i != 4 {
+				busy += v
+			}
+		}
+	}
+	return busy, total
+}
+
+// procTicks returns the CPU time (user + system, in clock ticks) of every
+// RabbitMQ process (the Erlang VM and its helpers), every PostgreSQL
+// process and this one. The test servers are the only ones on the
+// machine in make test.
+func procTicks() (rabbit, pg, own float64) {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	self := strconv.Itoa(os.Getpid())
+	for _, path := range stats {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		s := string(raw)
+		l, r := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if l < 0 || r < l || r+2 > len(s) {
+			continue
+		}
+		f := strings.Fields(s[r+2:]) // from field 3, state
+		if len(f) < 13 {
+			continue
+		}
+		utime, _ := strconv.ParseFloat(f[11], 64)
+		stime, _ := strconv.ParseFloat(f[12], 64)
+		switch comm := s[l+1 : r]; {
+		case filepath.Base(filepath.Dir(path)) == self:
+			own += utime + stime
+		case strings.HasPrefix(comm, "beam") || comm == "erl_child_setup" || comm == "epmd" || comm == "inet_gethost":
+			rabbit += utime + stime
+		case comm == "postgres":
+			pg += utime + stime
+		}
+	}
+	return rabbit, pg, own
+}
+
+// clockTicksPerSecond is USER_HZ, 100 on every Linux architecture Go
+// supports.
+const clockTicksPerSecond = 100
+
+// measure starts the clocks of one measure of n events; its result gives
+// the rate, the busy cores and each server's CPU since.
+func measure(b *testing.B) func(n int) result {
+	busy0, total0 := cpuClock(b)
+	rabbit0, pg0, own0 := procTicks()
+	start := time.Now()
+	return func(n int) result {
+		elapsed := time.Since(start)
+		busy1, total1 := cpuClock(b)
+		rabbit1, pg1, own1 := procTicks()
+		res := result{rate: rate(n, elapsed)}
+		if total1 > total0 {
+			res.cores = (busy1 - busy0) / (total1 - total0) * float64(runtime.NumCPU())
+		}
+		perK := func(ticks float64) float64 { return ticks * 1000 / clockTicksPerSecond / float64(n) * 1000 }
+		res.rabbit, res.pg, res.ownProcs = perK(rabbit1-rabbit0), perK(pg1-pg0), perK(own1-own0)
+		return res
+	}
+}
+
 // payload500 makes envelopes of about 500 bytes.
 var payload500 = map[string]string{"note": strings.Repeat("x", 300)}
 
 func benchEnvelope(b *testing.B, i int) idem.Message {
-	ev, err := idem.NewEvent("order.order.placed.v1", "order", fmt.Sprint(i%1000), payload500)
+	return benchEnvelopeOf(b, i, benchAggregates)
+}
+
+// benchEnvelopeOf is event i of one of aggregates aggregates.
+func benchEnvelopeOf(b *testing.B, i, aggregates int) idem.Message {
+	ev, err := idem.NewEvent("order.order.placed.v1", "order", fmt.Sprint(i%aggregates), payload500)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -189,17 +329,17 @@ func bodies(b *testing.B, n int) [][]byte {
 
 func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
 
-func benchRawPublish(b *testing.B, props bool) float64 {
+func benchRawPublish(b *testing.B, props bool) result {
 	url := testamqp.URL(b)
 	exchange := testamqp.Name("idem_bench_")
 	benchQueue(b, url, exchange)
 	bs := bodies(b, benchEvents)
-	start := time.Now()
+	done := measure(b)
 	rawPublishProps(b, url, exchange, bs, 256, props)
-	return rate(benchEvents, time.Since(start))
+	return done(benchEvents)
 }
 
-func benchRawConsume(b *testing.B) float64 {
+func benchRawConsume(b *testing.B) result {
 	url := testamqp.URL(b)
 	exchange := testamqp.Name("idem_bench_")
 	q := benchQueue(b, url, exchange)
@@ -216,7 +356,7 @@ func benchRawConsume(b *testing.B) float64 {
 	if err := ch.Qos(256, 0, false); err != nil {
 		b.Fatal(err)
 	}
-	start := time.Now()
+	done := measure(b)
 	ds, err := ch.Consume(q, "", false, false, false, false, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -227,10 +367,12 @@ func benchRawConsume(b *testing.B) float64 {
 			b.Fatal(err)
 		}
 	}
-	return rate(benchEvents, time.Since(start))
+	return done(benchEvents)
 }
 
-func benchRelay(b *testing.B) float64 {
+// benchRelay drains benchEvents outbox rows of aggregates aggregates to
+// RabbitMQ with the relay.
+func benchRelay(b *testing.B, aggregates int) result {
 	url := testamqp.URL(b)
 	exchange := testamqp.Name("idem_bench_")
 	benchQueue(b, url, exchange)
@@ -238,7 +380,7 @@ func benchRelay(b *testing.B) float64 {
 	rows := make([]driver.OutboxRow, 0, 1000)
 	ctx := context.Background()
 	for i := 0; i < benchEvents; i++ {
-		m := benchEnvelope(b, i)
+		m := benchEnvelopeOf(b, i, aggregates)
 		ev, _ := idem.Decode(m)
 		rows = append(rows, driver.OutboxRow{ID: ev.ID, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID,
 			Type: ev.Name, Payload: ev.Payload, OccurredAt: ev.OccurredAt})
@@ -262,7 +404,7 @@ func benchRelay(b *testing.B) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	start := time.Now()
+	done := measure(b)
 	if err := r.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -271,12 +413,12 @@ func benchRelay(b *testing.B) float64 {
 		<-tick.C
 	}
 	tick.Stop()
-	res := rate(benchEvents, time.Since(start))
+	res := done(benchEvents)
 	_ = r.Stop(ctx)
 	return res
 }
 
-func benchConsume(b *testing.B) float64 {
+func benchConsume(b *testing.B) result {
 	url := testamqp.URL(b)
 	exchange := testamqp.Name("idem_bench_")
 	q := benchQueue(b, url, exchange)
@@ -300,7 +442,7 @@ func benchConsume(b *testing.B) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	start := time.Now()
+	done := measure(b)
 	if err := sub.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -309,7 +451,7 @@ func benchConsume(b *testing.B) float64 {
 		<-tick.C
 	}
 	tick.Stop()
-	res := rate(benchEvents, time.Since(start))
+	res := done(benchEvents)
 	_ = sub.Stop(context.Background())
 	return res
 }
