@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -27,30 +28,63 @@ func TestIdleShopWakesItsRelays(t *testing.T) {
 	}
 	waitFulfilment(t, p.http, id)
 
-	// Idle long enough for the relays to reach their longest poll interval
-	// (50 ms doubled to 5 s takes about 6.4 s of empty claims).
-	time.Sleep(relayMaxPollInProcess + 3*time.Second)
+	// idle waits long enough for the relays to reach their longest poll
+	// interval (50 ms doubled to 5 s takes about 6.4 s of empty claims).
+	idle := func() { time.Sleep(relayMaxPollInProcess + 3*time.Second) }
+	idle()
 
-	const bound = relayMaxPollInProcess / 2
-	for i := range 3 {
+	// An order that is late because a publish failed (the embedded
+	// server's disk sync stalled past the relay's publish timeout on a
+	// loaded machine once) tells nothing about wake-ups: the relay logs
+	// "broker failed", and the shop idles again for another order. A late
+	// order with no such line fails the test, as every order would were the
+	// relays not woken.
+	const (
+		bound   = relayMaxPollInProcess / 2
+		orders  = 3
+		excused = 2
+	)
+	for i, woken := 0, 0; woken < orders; i++ {
+		if i == orders+excused {
+			t.Fatalf("%d of %d orders were delayed by broker failures; cannot tell whether the relays are woken\n%s", i-woken, i, p.problems())
+		}
+		logBefore := len(p.logText())
 		start := time.Now()
 		id, err := placeOK(ctx, p.http, fmt.Sprintf("c-idle-%d", i), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for {
-			var o orderView
-			err := getJSON(ctx, "http://"+p.http+"/orders/"+id, &o)
-			if err == nil && (o.Fulfilment == "in preparation" || o.Fulfilment == "shipment requested") {
-				break
+		late := false
+		for !preparing(ctx, p.http, id) {
+			if d := time.Since(start); d > bound && !late {
+				late = true
+				t.Logf("order %d not in preparation %v after it was placed on an idle shop; want it within %v", i, d.Round(time.Millisecond), bound)
 			}
-			if d := time.Since(start); d > bound {
-				t.Fatalf("order %d: fulfilment %q %v after it was placed on an idle shop; want it within %v (err %v)\n%s",
-					i, o.Fulfilment, d, bound, err, p.tail())
+			if d := time.Since(start); d > time.Minute {
+				t.Fatalf("order %d not in preparation after %v\n%s", i, d, p.tail())
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		t.Logf("order %d in preparation %v after it was placed", i, time.Since(start).Round(time.Millisecond))
-		time.Sleep(time.Second)
+		d := time.Since(start)
+		if !late {
+			t.Logf("order %d in preparation %v after it was placed", i, d.Round(time.Millisecond))
+			woken++
+			time.Sleep(time.Second)
+			continue
+		}
+		since := p.logText()[logBefore:]
+		if !strings.Contains(since, "broker failed") {
+			t.Fatalf("order %d in preparation %v after it was placed on an idle shop, with no broker failure; want it within %v\n%s",
+				i, d.Round(time.Millisecond), bound, since)
+		}
+		t.Logf("order %d in preparation after %v, delayed by a broker failure; idling again:\n%s", i, d.Round(time.Millisecond), problemLines(since))
+		idle()
 	}
+}
+
+// preparing says whether order id reached "in preparation" (or later).
+func preparing(ctx context.Context, addr, id string) bool {
+	var o orderView
+	err := getJSON(ctx, "http://"+addr+"/orders/"+id, &o)
+	return err == nil && (o.Fulfilment == "in preparation" || o.Fulfilment == "shipment requested")
 }

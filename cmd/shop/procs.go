@@ -168,12 +168,20 @@ func (p *proc) tail() string {
 	return s
 }
 
+// logText returns the process's whole log so far.
+func (p *proc) logText() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
 // problems returns the last warnings and errors of the process's log, for
 // failures that happened long before its tail.
-func (p *proc) problems() string {
-	b, _ := os.ReadFile(p.log)
+func (p *proc) problems() string { return problemLines(p.logText()) }
+
+// problemLines returns the last 40 warnings and errors of log.
+func problemLines(log string) string {
 	var out []string
-	for line := range strings.Lines(string(b)) {
+	for line := range strings.Lines(log) {
 		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
 			out = append(out, line)
 		}
