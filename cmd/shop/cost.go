@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,8 @@ const clockTicks = 100
 type costSample struct {
 	at         time.Time
 	cpu        map[int]time.Duration // per --pids process, its tree included
+	loader     time.Duration         // shop load's own process
+	busy, all  int64                 // the machine's busy and total CPU ticks (/proc/stat)
 	adminCPU   time.Duration         // process_cpu_seconds_total of --admin
 	published  float64               // idem_relay_published_total of --admin
 	xacts      int64                 // pg_stat_database: commits + rollbacks
@@ -97,6 +100,10 @@ func (p *costProbe) close(ctx context.Context) {
 // and says why in p.note.
 func (p *costProbe) sample(ctx context.Context) costSample {
 	s := costSample{at: time.Now(), cpu: map[int]time.Duration{}}
+	if d, err := treeCPU(os.Getpid()); err == nil {
+		s.loader = d
+	}
+	s.busy, s.all = machineTicks()
 	for _, pid := range p.pids {
 		d, err := treeCPU(pid)
 		if err != nil {
@@ -202,6 +209,31 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
+// machineTicks reads the machine's busy and total CPU time, in clock ticks,
+// from the first line of /proc/stat; zeros when it cannot.
+func machineTicks() (busy, all int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal guest...
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:9] { // guest time is already in user
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		all += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, all
+}
+
 // treeCPU is the CPU time (user and system) spent by pid and its
 // descendants: the live ones from /proc, the ended ones through their
 // parents' cutime and cstime once reaped.
@@ -273,16 +305,19 @@ func readStat(pid int) (procStat, error) {
 
 // loadCost is the cost of a load run, per accepted order.
 type loadCost struct {
-	Seconds            float64            `json:"seconds"`
-	Orders             int                `json:"orders"`
-	CPUMsPerOrder      map[string]float64 `json:"cpu_ms_per_order,omitempty"` // per process ("pid 123 (postgres)")
-	TotalCPUMsPerOrder float64            `json:"total_cpu_ms_per_order,omitempty"`
-	CoresUsed          float64            `json:"cores_used,omitempty"`
-	AdminCPUMsPerOrder float64            `json:"admin_cpu_ms_per_order,omitempty"`
-	MessagesPerOrder   float64            `json:"broker_messages_per_order,omitempty"`
-	XactsPerOrder      float64            `json:"transactions_per_order,omitempty"`
-	StmtsPerOrder      float64            `json:"statements_per_order,omitempty"`
-	Notes              []string           `json:"notes,omitempty"`
+	Seconds             float64            `json:"seconds"`
+	Orders              int                `json:"orders"`
+	CPUMsPerOrder       map[string]float64 `json:"cpu_ms_per_order,omitempty"` // per process ("pid 123 (postgres)")
+	TotalCPUMsPerOrder  float64            `json:"total_cpu_ms_per_order,omitempty"`
+	CoresUsed           float64            `json:"cores_used,omitempty"`
+	LoaderCPUMsPerOrder float64            `json:"loader_cpu_ms_per_order,omitempty"` // shop load itself
+	MachineCoresBusy    float64            `json:"machine_cores_busy,omitempty"`      // every process, of MachineCores
+	MachineCores        int                `json:"machine_cores,omitempty"`
+	AdminCPUMsPerOrder  float64            `json:"admin_cpu_ms_per_order,omitempty"`
+	MessagesPerOrder    float64            `json:"broker_messages_per_order,omitempty"`
+	XactsPerOrder       float64            `json:"transactions_per_order,omitempty"`
+	StmtsPerOrder       float64            `json:"statements_per_order,omitempty"`
+	Notes               []string           `json:"notes,omitempty"`
 }
 
 func (p *costProbe) cost(before, after costSample, orders int) *loadCost {
@@ -307,6 +342,15 @@ func (p *costProbe) cost(before, after costSample, orders int) *loadCost {
 	if total > 0 {
 		c.TotalCPUMsPerOrder = per(float64(total) / float64(time.Millisecond))
 		c.CoresUsed = total.Seconds() / c.Seconds
+	}
+	if len(p.pids) > 0 || p.admin != "" {
+		// What else ran meanwhile: this load, and the machine as a
+		// whole, so that a machine-bound run shows as one.
+		c.LoaderCPUMsPerOrder = per(float64(after.loader-before.loader) / float64(time.Millisecond))
+		if d := after.all - before.all; d > 0 {
+			c.MachineCores = runtime.NumCPU()
+			c.MachineCoresBusy = float64(after.busy-before.busy) / float64(d) * float64(c.MachineCores)
+		}
 	}
 	if p.admin != "" {
 		c.AdminCPUMsPerOrder = per(float64(after.adminCPU-before.adminCPU) / float64(time.Millisecond))
@@ -340,6 +384,12 @@ func (c *loadCost) String() string {
 	}
 	if c.TotalCPUMsPerOrder > 0 {
 		fmt.Fprintf(&b, "  CPU of these processes, in all   %8.2f ms (%.2f cores)\n", c.TotalCPUMsPerOrder, c.CoresUsed)
+	}
+	if c.LoaderCPUMsPerOrder > 0 {
+		fmt.Fprintf(&b, "  CPU of shop load itself          %8.2f ms\n", c.LoaderCPUMsPerOrder)
+	}
+	if c.MachineCores > 0 {
+		fmt.Fprintf(&b, "  machine, every process           %8.2f of %d cores busy\n", c.MachineCoresBusy, c.MachineCores)
 	}
 	if c.AdminCPUMsPerOrder > 0 || c.MessagesPerOrder > 0 {
 		fmt.Fprintf(&b, "  CPU of the shop (--admin)        %8.2f ms\n", c.AdminCPUMsPerOrder)

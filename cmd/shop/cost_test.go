@@ -100,6 +100,12 @@ func TestLoadCost(t *testing.T) {
 	if c.TotalCPUMsPerOrder <= 0 || c.AdminCPUMsPerOrder <= 0 {
 		t.Errorf("CPU per order: processes %v ms, admin %v ms; want both", c.TotalCPUMsPerOrder, c.AdminCPUMsPerOrder)
 	}
+	// shop load's own CPU, and the machine's, so that a run bounded by
+	// the machine shows as one.
+	if c.LoaderCPUMsPerOrder <= 0 || c.MachineCores <= 0 || c.MachineCoresBusy <= 0 || c.MachineCoresBusy > float64(c.MachineCores)+0.01 {
+		t.Errorf("shop load's CPU %v ms per order, machine %v of %d cores busy; want the three, busy at most the cores",
+			c.LoaderCPUMsPerOrder, c.MachineCoresBusy, c.MachineCores)
+	}
 	// order.placed, then stock's, shipping's and billing's events.
 	if c.MessagesPerOrder < 3 {
 		t.Errorf("%.2f broker messages per order, want at least 3", c.MessagesPerOrder)
@@ -113,7 +119,7 @@ func TestLoadCost(t *testing.T) {
 	if c.StmtsPerOrder <= 0 {
 		t.Errorf("%.2f statements per order for %.2f transactions (notes %q): pg_stat_statements not read?", c.StmtsPerOrder, c.XactsPerOrder, c.Notes)
 	}
-	for _, want := range []string{"cost per order", "PostgreSQL transactions", "PostgreSQL statements", "broker messages"} {
+	for _, want := range []string{"cost per order", "PostgreSQL transactions", "PostgreSQL statements", "broker messages", "shop load itself", "cores busy"} {
 		if !strings.Contains(rep.String(), want) {
 			t.Errorf("the report has no %q:\n%s", want, rep)
 		}

@@ -67,7 +67,10 @@ It also reports what an order costs, measured from the first order to
 --settle after the last one (idle work included):
   --pids       CPU ms per order of each process and its children, from
                /proc/<pid>/stat (the PostgreSQL postmaster's tree holds
-               every backend; RabbitMQ's is beam.smp's)
+               every backend; RabbitMQ's is beam.smp's); with --pids or
+               --admin, also the CPU of shop load itself and how many of
+               the machine's cores were busy (/proc/stat), which tells a
+               run bounded by the machine from one that is not
   --admin      the shop's own CPU ms per order and the broker messages its
                relays published per order, from its /metrics
   --db         with a PostgreSQL URL, transactions per order
