@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +16,7 @@ import (
 	"github.com/idem-go/idem/broker/amqp"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/procstat"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/relay"
@@ -125,86 +123,45 @@ func (r result) String() string {
 		r.rate, r.cores, r.rabbit, r.pg, r.ownProcs)
 }
 
-// cpuClock reads the machine's busy and total CPU time from /proc/stat, in
-// clock ticks.
-func cpuClock(b *testing.B) (busy, total float64) {
-	raw, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		b.Fatal(err)
-	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	fields := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
-	for i, f := range fields[1:] {
-		v, err := strconv.ParseFloat(f, 64)
-		if err != nil {
-			b.Fatalf("/proc/stat: %q: %v", line, err)
-		}
-		if i < 8 { // guest time is counted in user already
-			total += v
-			if i != 3 && i != 4 {
-				busy += v
-			}
-		}
-	}
-	return busy, total
-}
-
-// procTicks returns the CPU time (user + system, in clock ticks) of every
-// RabbitMQ process (the Erlang VM and its helpers), every PostgreSQL
-// process and this one. The test servers are the only ones on the
-// machine in make test.
-func procTicks() (rabbit, pg, own float64) {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	self := strconv.Itoa(os.Getpid())
-	for _, path := range stats {
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			continue // ended meanwhile
-		}
-		s := string(raw)
-		l, r := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if l < 0 || r < l || r+2 > len(s) {
-			continue
-		}
-		f := strings.Fields(s[r+2:]) // from field 3, state
-		if len(f) < 13 {
-			continue
-		}
-		utime, _ := strconv.ParseFloat(f[11], 64)
-		stime, _ := strconv.ParseFloat(f[12], 64)
-		switch comm := s[l+1 : r]; {
-		case filepath.Base(filepath.Dir(path)) == self:
-			own += utime + stime
-		case strings.HasPrefix(comm, "beam") || comm == "erl_child_setup" || comm == "epmd" || comm == "inet_gethost":
-			rabbit += utime + stime
-		case comm == "postgres":
-			pg += utime + stime
+// serverCPU returns the CPU time of every RabbitMQ process (the Erlang VM
+// and its helpers), every PostgreSQL process, and this one. The test
+// servers are the only ones on the machine in make test.
+func serverCPU() (rabbit, pg, own time.Duration) {
+	self := os.Getpid()
+	for _, p := range procstat.All() {
+		switch {
+		case p.PID == self:
+			own += p.Own
+		case strings.HasPrefix(p.Comm, "beam") || p.Comm == "erl_child_setup" || p.Comm == "epmd" || p.Comm == "inet_gethost":
+			rabbit += p.Own
+		case p.Comm == "postgres":
+			pg += p.Own
 		}
 	}
 	return rabbit, pg, own
 }
 
-// clockTicksPerSecond is USER_HZ, 100 on every Linux architecture Go
-// supports.
-const clockTicksPerSecond = 100
-
 // measure starts the clocks of one measure of n events; its result gives
 // the rate, the busy cores and each server's CPU since.
 func measure(b *testing.B) func(n int) result {
-	busy0, total0 := cpuClock(b)
-	rabbit0, pg0, own0 := procTicks()
+	m0, err := procstat.ReadMachine()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rabbit0, pg0, own0 := serverCPU()
 	start := time.Now()
 	return func(n int) result {
 		elapsed := time.Since(start)
-		busy1, total1 := cpuClock(b)
-		rabbit1, pg1, own1 := procTicks()
-		res := result{rate: rate(n, elapsed)}
-		if total1 > total0 {
-			res.cores = (busy1 - busy0) / (total1 - total0) * float64(runtime.NumCPU())
+		m1, err := procstat.ReadMachine()
+		if err != nil {
+			b.Fatal(err)
 		}
-		perK := func(ticks float64) float64 { return ticks * 1000 / clockTicksPerSecond / float64(n) * 1000 }
-		res.rabbit, res.pg, res.ownProcs = perK(rabbit1-rabbit0), perK(pg1-pg0), perK(own1-own0)
-		return res
+		rabbit1, pg1, own1 := serverCPU()
+		perK := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(n) * 1000 }
+		return result{
+			rate: rate(n, elapsed), cores: m0.CoresBusy(m1),
+			rabbit: perK(rabbit1 - rabbit0), pg: perK(pg1 - pg0), ownProcs: perK(own1 - own0),
+		}
 	}
 }
 

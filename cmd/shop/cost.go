@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -17,11 +16,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// clockTicks is the unit of the CPU times in /proc/<pid>/stat (USER_HZ),
-// 100 on every Linux architecture Go runs on.
-const clockTicks = 100
+	"github.com/idem-go/idem/internal/procstat"
+)
 
 // costSample is what the processes, the shop and the database had spent at
 // one moment.
@@ -29,7 +26,7 @@ type costSample struct {
 	at         time.Time
 	cpu        map[int]time.Duration // per --pids process, its tree included
 	loader     time.Duration         // shop load's own process
-	busy, all  int64                 // the machine's busy and total CPU ticks (/proc/stat)
+	machine    procstat.Machine      // the machine's CPU times (/proc/stat)
 	adminCPU   time.Duration         // process_cpu_seconds_total of --admin
 	published  float64               // idem_relay_published_total of --admin
 	xacts      int64                 // pg_stat_database: commits + rollbacks
@@ -52,7 +49,7 @@ type costProbe struct {
 func newCostProbe(ctx context.Context, pids []int, admin, db string) (*costProbe, error) {
 	p := &costProbe{pids: pids, admin: strings.TrimSuffix(admin, "/")}
 	for _, pid := range pids {
-		if _, err := treeCPU(pid); err != nil {
+		if _, err := procstat.TreeCPU(pid); err != nil {
 			return nil, fmt.Errorf("shop load: --pids %d: %v; give the ids of running processes (pgrep -o postgres, pgrep -f beam.smp, pgrep -f 'shop run')", pid, err)
 		}
 	}
@@ -100,12 +97,12 @@ func (p *costProbe) close(ctx context.Context) {
 // and says why in p.note.
 func (p *costProbe) sample(ctx context.Context) costSample {
 	s := costSample{at: time.Now(), cpu: map[int]time.Duration{}}
-	if d, err := treeCPU(os.Getpid()); err == nil {
+	if d, err := procstat.TreeCPU(os.Getpid()); err == nil {
 		s.loader = d
 	}
-	s.busy, s.all = machineTicks()
+	s.machine, _ = procstat.ReadMachine() // zero when unreadable: no figure
 	for _, pid := range p.pids {
-		d, err := treeCPU(pid)
+		d, err := procstat.TreeCPU(pid)
 		if err != nil {
 			p.note = append(p.note, fmt.Sprintf("process %d: %v", pid, err))
 			continue
@@ -209,100 +206,6 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// machineTicks reads the machine's busy and total CPU time, in clock ticks,
-// from the first line of /proc/stat; zeros when it cannot.
-func machineTicks() (busy, all int64) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal guest...
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0, 0
-	}
-	for i, v := range f[1:9] { // guest time is already in user
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, 0
-		}
-		all += n
-		if i != 3 && i != 4 { // idle, iowait
-			busy += n
-		}
-	}
-	return busy, all
-}
-
-// treeCPU is the CPU time (user and system) spent by pid and its
-// descendants: the live ones from /proc, the ended ones through their
-// parents' cutime and cstime once reaped.
-func treeCPU(pid int) (time.Duration, error) {
-	self, err := readStat(pid)
-	if err != nil {
-		return 0, err
-	}
-	children := map[int][]int{}
-	stats := map[int]procStat{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil || p == pid {
-			continue
-		}
-		st, err := readStat(p)
-		if err != nil {
-			continue // ended meanwhile
-		}
-		stats[p] = st
-		children[st.ppid] = append(children[st.ppid], p)
-	}
-	total := self.ticks
-	queue := append([]int(nil), children[pid]...)
-	for len(queue) > 0 {
-		c := queue[0]
-		queue = queue[1:]
-		total += stats[c].ticks
-		queue = append(queue, children[c]...)
-	}
-	return time.Duration(total) * time.Second / clockTicks, nil
-}
-
-type procStat struct {
-	ppid  int
-	ticks int64 // utime + stime + cutime + cstime
-}
-
-func readStat(pid int) (procStat, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return procStat{}, errors.New("no such process")
-		}
-		return procStat{}, err
-	}
-	// The command name, in parentheses, may hold spaces: fields start
-	// after its closing parenthesis, with the state (field 3).
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 15 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	var st procStat
-	st.ppid, _ = strconv.Atoi(f[1])           // field 4
-	for _, k := range []int{11, 12, 13, 14} { // fields 14-17: utime stime cutime cstime
-		n, err := strconv.ParseInt(f[k], 10, 64)
-		if err != nil {
-			return procStat{}, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-		}
-		st.ticks += n
-	}
-	return st, nil
-}
-
 // loadCost is the cost of a load run, per accepted order.
 type loadCost struct {
 	Seconds             float64            `json:"seconds"`
@@ -347,9 +250,9 @@ func (p *costProbe) cost(before, after costSample, orders int) *loadCost {
 		// What else ran meanwhile: this load, and the machine as a
 		// whole, so that a machine-bound run shows as one.
 		c.LoaderCPUMsPerOrder = per(float64(after.loader-before.loader) / float64(time.Millisecond))
-		if d := after.all - before.all; d > 0 {
+		if after.machine.Total > before.machine.Total && before.machine.Total > 0 {
 			c.MachineCores = runtime.NumCPU()
-			c.MachineCoresBusy = float64(after.busy-before.busy) / float64(d) * float64(c.MachineCores)
+			c.MachineCoresBusy = before.machine.CoresBusy(after.machine)
 		}
 	}
 	if p.admin != "" {
