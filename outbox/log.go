@@ -132,8 +132,8 @@ func DecodeLogMessage(content []byte) driver.OutboxRecord {
 	var at string
 	str("occurred_at", &at)
 	if at != "" {
-		if rec.OccurredAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
-			problems = append(problems, fmt.Errorf("occurred_at %q is not a timestamp", at))
+		if rec.OccurredAt, err = parseOccurredAt(at); err != nil {
+			problems = append(problems, fmt.Errorf("occurred_at %q is not a timestamp with a time zone (want RFC 3339, such as 2026-12-02T08:00:00.123456Z)", at))
 		}
 	}
 	if h, ok := fields["headers"]; ok {
@@ -180,4 +180,29 @@ func (w *Writer[TTx]) emit(ctx context.Context, ex driver.Executor, rows []drive
 		return fmt.Errorf("idem: outbox: write %d event(s) into the log: %w", len(rows), err)
 	}
 	return nil
+}
+
+// occurredAtLayouts are the forms of occurred_at a WAL message may hold: RFC
+// 3339 (what EncodeLogMessage writes, and PostgreSQL's JSON of a
+// timestamptz), and PostgreSQL's text output of a timestamptz (now()::text,
+// "2026-12-02 08:00:00.123456+00"), which a writer in SQL may well send.
+var occurredAtLayouts = []string{
+	time.RFC3339Nano,
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999Z07",
+	"2006-01-02T15:04:05.999999999Z07",
+}
+
+func parseOccurredAt(s string) (time.Time, error) {
+	var first error
+	for _, layout := range occurredAtLayouts {
+		t, err := time.Parse(layout, s)
+		if err == nil {
+			return t, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return time.Time{}, first
 }

@@ -54,6 +54,50 @@ func TestDebeziumColumnsPublished(t *testing.T) {
 	eventually(t, 10*time.Second, "the published row deleted", func() bool { return pg.Count(t, "outbox") == 0 })
 }
 
+// WAL messages written by another program in SQL, as docs/OPERATIONS.md
+// shows, are published like NewLogWriter's: occurred_at as JSON gives
+// (to_json of a timestamptz), as now()::text gives, or left out (the commit
+// time then).
+func TestWALMessagesWrittenInSQL(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	start(t, pg, pub, fastConfig(t))
+
+	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	// One transaction, three messages: occurred_at as to_json gives it,
+	// as now()::text gives it, and left out.
+	tx, err := pg.Pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // committed below
+	for i, occurredAt := range []string{`, 'occurred_at', now()`, `, 'occurred_at', now()::text`, ``} {
+		if _, err := tx.Exec(context.Background(), `SELECT pg_logical_emit_message(true, $1,
+    json_build_object('id', $2::uuid, 'aggregatetype', 'order', 'aggregateid', '42',
+        'type', 'order.order.changed.v1', 'payload', json_build_object('total', 12.5)`+occurredAt+`)::text)`,
+			pg.Schema, ids[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	msgs := waitLen(t, pub, 3, 20*time.Second)
+	for i, m := range msgs {
+		ev := decode(t, m)
+		if ev.ID != ids[i] || ev.AggregateID != "42" || ev.OccurredAt.IsZero() || time.Since(ev.OccurredAt) > time.Minute {
+			t.Errorf("message %d: %+v, want event %s with a recent occurred_at", i, ev, ids[i])
+		}
+	}
+	if s := pub.Messages(); len(s) != 3 {
+		t.Fatalf("%d messages, want 3", len(s))
+	}
+	if n := pg.Count(t, "outbox"); n != 0 {
+		t.Fatalf("%d rows in the outbox (quarantined?), want none", n)
+	}
+}
+
 // Rows that cannot become messages are quarantined in the table, and the
 // rows after them are published.
 func TestUnreadableRowQuarantined(t *testing.T) {

@@ -1,0 +1,68 @@
+package outbox_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/outbox"
+)
+
+// A WAL message written by another program, in SQL, decodes as one
+// written by NewLogWriter: occurred_at as RFC 3339 (PostgreSQL's JSON of a
+// timestamptz) or as PostgreSQL's text output (now()::text); the optional
+// fields may be left out; what cannot be read is said.
+func TestDecodeLogMessage(t *testing.T) {
+	t.Parallel()
+	id := uuid.New()
+	at := time.Date(2026, 12, 3, 16, 15, 0, 123456000, time.UTC)
+	row := driver.OutboxRow{ID: id, AggregateType: "order", AggregateID: "42", Type: "order.order.placed.v1",
+		Payload: []byte(`{"total":12.5}`), OccurredAt: at, AggregateVersion: 3, Headers: map[string]string{"traceparent": "00-x"}}
+	content, err := outbox.EncodeLogMessage(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := outbox.DecodeLogMessage(content)
+	if rec.Unreadable != nil || rec.ID != id || rec.AggregateType != "order" || rec.AggregateID != "42" || rec.Type != row.Type ||
+		string(rec.Payload) != `{"total":12.5}` || !rec.OccurredAt.Equal(at) || rec.AggregateVersion != 3 || rec.Headers["traceparent"] != "00-x" {
+		t.Fatalf("round trip of %s: %+v", content, rec)
+	}
+
+	base := `{"id":"` + id.String() + `","aggregatetype":"order","aggregateid":"42","type":"order.order.placed.v1","payload":{"total":12.5}`
+	for _, tc := range []struct {
+		occurredAt string
+		want       time.Time
+	}{
+		{`"2026-12-03T16:15:00.123456+00:00"`, at}, // to_json(now())
+		{`"2026-12-03 16:15:00.123456+00"`, at},    // now()::text
+		{`"2026-12-03 21:45:00.123456+05:30"`, at}, // now()::text, another zone
+		{`"2026-12-03 16:15:00+00"`, at.Truncate(time.Second)},
+		{`"2026-12-03T16:15:00.123456+00"`, at},
+	} {
+		rec := outbox.DecodeLogMessage([]byte(base + `,"occurred_at":` + tc.occurredAt + `}`))
+		if rec.Unreadable != nil || !rec.OccurredAt.Equal(tc.want) {
+			t.Errorf("occurred_at %s: %v, unreadable %v; want %v", tc.occurredAt, rec.OccurredAt, rec.Unreadable, tc.want)
+		}
+	}
+	// Debezium's five columns only: the relay fills occurred_at with the
+	// commit time.
+	if rec := outbox.DecodeLogMessage([]byte(base + `}`)); rec.Unreadable != nil || rec.ID != id || !rec.OccurredAt.IsZero() {
+		t.Errorf("five columns: %+v", rec)
+	}
+	for _, tc := range []struct{ content, problem string }{
+		{base + `,"occurred_at":"2026-12-03 16:15:00"}`, "with a time zone"}, // timestamp without time zone
+		{base + `,"occurred_at":"yesterday"}`, "RFC 3339"},
+		{`{"id":"x","type":"t"}`, `id "x" is not a UUID`},
+		{`[1,2]`, "not a JSON object"},
+		{base + `,"headers":[1]}`, "not a JSON object"},
+		{base + `,"aggregate_version":"3"}`, "not an integer"},
+	} {
+		rec := outbox.DecodeLogMessage([]byte(tc.content))
+		if rec.Unreadable == nil || !strings.Contains(rec.Unreadable.Error(), tc.problem) {
+			t.Errorf("%s: unreadable %v, want a problem saying %q", tc.content, rec.Unreadable, tc.problem)
+		}
+	}
+}
