@@ -551,23 +551,17 @@ func (p *countingPublisher) Publish(ctx context.Context, msgs []idemmsg.Message)
 	results := broker.Results(err, len(msgs))
 	now := time.Now()
 	var accepted int64
-	if p.times != nil {
-		p.mu.Lock()
-	}
+	p.mu.Lock()
 	for i, m := range msgs {
 		if results[i] != nil {
 			continue
 		}
 		accepted++
-		if p.times != nil {
-			if _, ok := p.times[m.EventID]; !ok {
-				p.times[m.EventID] = now
-			}
+		if _, ok := p.times[m.EventID]; !ok && p.times != nil {
+			p.times[m.EventID] = now
 		}
 	}
-	if p.times != nil {
-		p.mu.Unlock()
-	}
+	p.mu.Unlock()
 	p.n.Add(accepted)
 	return err
 }
