@@ -310,40 +310,58 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, ra
 	r.stats.unreadable.Add(1)
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	var tag pgconn.CommandTag
-	var qerr error
 	if row {
-		// The row's transaction is in the log before other sessions see it.
-		qerr = r.waitVisible(qctx, []uint32{s.tx.xid})
-		if qerr == nil {
-			tag, qerr = r.pool.Exec(qctx, r.sql.quarantine, rec.Seq, err.Error())
-		}
-	} else {
-		lastError := fmt.Sprintf("a WAL message (lsn %s) that cannot become a message: %v; its content, quoted: %s", lsn, err, strconv.Quote(string(raw)))
-		tag, qerr = r.pool.Exec(qctx, r.sql.parkUnreadable, rec.AggregateType, rec.AggregateID, rec.Type, lastError)
+		return s.quarantineRow(qctx, rec, err)
+	}
+	return s.parkUnreadable(qctx, rec, err, raw, lsn)
+}
+
+// quarantineRow quarantines an inserted row that cannot become a message,
+// in place. A row the writer deleted meanwhile, or a table without idem's
+// columns, is logged with its content instead. It fails only when the
+// database does.
+func (s *session) quarantineRow(ctx context.Context, rec driver.OutboxRecord, reason error) error {
+	r := s.r
+	// The row's transaction is in the log before other sessions see it.
+	err := r.waitVisible(ctx, []uint32{s.tx.xid})
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = r.pool.Exec(ctx, r.sql.quarantine, rec.Seq, reason.Error())
 	}
 	switch {
-	case qerr == nil && tag.RowsAffected() == 1 && row:
+	case err == nil && tag.RowsAffected() == 1:
 		r.stats.quarantined.Add(1)
 		r.log.Error("quarantined an outbox row that cannot be published (idem failed list --relay)",
-			"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "error", err)
-		return nil
-	case qerr == nil && tag.RowsAffected() == 1:
-		r.stats.quarantined.Add(1)
-		r.log.Error("quarantined a WAL message of the outbox that cannot be published, as a row holding its content (idem failed list --relay)",
-			"lsn", lsn.String(), "error", err, "content", quote(raw))
-		return nil
-	case qerr != nil && !permanent(qerr):
-		return fmt.Errorf("idem: cdc: quarantine what cannot be published: %w", qerr)
-	}
-	if row {
+			"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "error", reason)
+	case err != nil && !permanent(err):
+		return fmt.Errorf("idem: cdc: quarantine what cannot be published: %w", err)
+	default:
 		r.log.Error("an outbox row cannot be published, nor quarantined (deleted since, or a table without idem's columns); skipped",
 			"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID,
-			"type", rec.Type, "payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "error", err, "quarantine_error", qerr)
-		return nil
+			"type", rec.Type, "payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "error", reason, "quarantine_error", err)
 	}
-	r.log.Error("a WAL message of the outbox cannot be published, nor quarantined (a table without idem's columns); skipped: write it again with a fixed content",
-		"lsn", lsn.String(), "error", err, "content", quote(raw), "quarantine_error", qerr)
+	return nil
+}
+
+// parkUnreadable keeps a WAL message that cannot become a message as a
+// quarantined row whose last_error holds its content. A table without
+// idem's columns gets it logged with its content instead. It fails only
+// when the database does.
+func (s *session) parkUnreadable(ctx context.Context, rec driver.OutboxRecord, reason error, raw []byte, lsn pglogrepl.LSN) error {
+	r := s.r
+	lastError := fmt.Sprintf("a WAL message (lsn %s) that cannot become a message: %v; its content, quoted: %s", lsn, reason, strconv.Quote(string(raw)))
+	tag, err := r.pool.Exec(ctx, r.sql.parkUnreadable, rec.AggregateType, rec.AggregateID, rec.Type, lastError)
+	switch {
+	case err == nil && tag.RowsAffected() == 1:
+		r.stats.quarantined.Add(1)
+		r.log.Error("quarantined a WAL message of the outbox that cannot be published, as a row holding its content (idem failed list --relay)",
+			"lsn", lsn.String(), "error", reason, "content", quote(raw))
+	case err != nil && !permanent(err):
+		return fmt.Errorf("idem: cdc: quarantine what cannot be published: %w", err)
+	default:
+		r.log.Error("a WAL message of the outbox cannot be published, nor quarantined (a table without idem's columns); skipped: write it again with a fixed content",
+			"lsn", lsn.String(), "error", reason, "content", quote(raw), "quarantine_error", err)
+	}
 	return nil
 }
 
