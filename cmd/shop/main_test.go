@@ -238,16 +238,23 @@ func waitFulfilment(t *testing.T, addr, id string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var o struct{ Fulfilment string }
-		err := getJSON(context.Background(), "http://"+addr+"/orders/"+id, &o)
-		if err == nil && (o.Fulfilment == "in preparation" || o.Fulfilment == "shipment requested") {
+		ok, fulfilment, err := preparing(context.Background(), addr, id)
+		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("order %s: fulfilment %q after 30s (err %v)", id, o.Fulfilment, err)
+			t.Fatalf("order %s: fulfilment %q after 30s (err %v)", id, fulfilment, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// preparing reads order id's fulfilment, and says whether it reached "in
+// preparation" (or later).
+func preparing(ctx context.Context, addr, id string) (ok bool, fulfilment string, err error) {
+	var o struct{ Fulfilment string }
+	err = getJSON(ctx, "http://"+addr+"/orders/"+id, &o)
+	return err == nil && (o.Fulfilment == "in preparation" || o.Fulfilment == "shipment requested"), o.Fulfilment, err
 }
 
 // TestHelp checks that --help documents the flags and their variables.
