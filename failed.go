@@ -17,9 +17,14 @@ type AggregateRef struct {
 
 // FailedMessage is an entry of the failure store: a received message kept
 // exactly as it arrived, with why and how often it failed. Every field reads
-// back byte for byte as it was saved, whatever bytes it holds.
+// back byte for byte as it was saved, whatever bytes it holds. The store
+// holds one entry per parked message: two messages with the same event id
+// are two entries.
 type FailedMessage struct {
-	// ID identifies the entry; ids grow in the order entries are created.
+	// ID identifies the entry; ids grow in the order entries are created
+	// and are never reused. On a save, 0 adds an entry and an entry's id
+	// records one more failure of that entry, whose message stays as it
+	// was first stored.
 	ID int64
 	// Consumer is the consumer name.
 	Consumer string

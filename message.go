@@ -17,8 +17,11 @@ const (
 	HeaderAttempt = "idem-attempt"
 	// HeaderRedrive carries, on a message that "idem failed retry" sent
 	// again, the failure store id of the parked message it re-drives. The
-	// consumer removes that entry once the message is applied, and lets the
-	// message through the aggregates held by messages parked after it.
+	// consumer removes that entry once the message is applied, parks the
+	// message again in that entry if it fails again, and lets the message
+	// through the aggregates held by messages parked after it. It acts on
+	// the header only when the entry is its own and holds the message's
+	// body; the header itself is never stored.
 	HeaderRedrive = "idem-redrive"
 	// ContentTypeJSON is the content type of envelope bodies.
 	ContentTypeJSON = "application/json"

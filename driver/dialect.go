@@ -61,10 +61,22 @@ type Dialect interface {
 	// returns how many.
 	PurgeAttempts(ctx context.Context, ex Executor, consumer string, before time.Time, limit int) (int64, error)
 
-	// SaveFailed stores a message in the failure store. A message with an event
-	// id already stored for the same consumer updates that entry, appending to
-	// its error history.
+	// SaveFailed stores a message in the failure store and returns its
+	// entry's id. The store holds one entry per parked message, whatever
+	// event ids they carry: with m.ID 0 it inserts a new entry, even when
+	// an entry of the same consumer has the same event id. With m.ID set,
+	// it records one more failure of that entry of m.Consumer: Attempts
+	// added to its attempts, a history record appended, Error, HeldBy and
+	// the last failure time replaced; the message the entry holds (body,
+	// headers, key, source, event id and name, aggregate) stays as it was
+	// first stored. When that entry is gone (removed, purged) or belongs to
+	// another consumer, it inserts m as a new entry instead.
 	SaveFailed(ctx context.Context, ex Executor, m idem.FailedMessage) (id int64, err error)
+	// FindFailed returns the id of the oldest stored failure of consumer
+	// with event id id whose body is body byte for byte (a copy of that
+	// message parked before), or 0 when there is none. It reads through the
+	// (consumer_name, event_id) index.
+	FindFailed(ctx context.Context, ex Executor, consumer string, id uuid.UUID, body []byte) (int64, error)
 	// ListFailed lists stored failures matching f, newest first (by id),
 	// or oldest first with f.Oldest. f.Limit is positive: callers page
 	// with f.BeforeID or f.AfterID.

@@ -1,9 +1,11 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -51,7 +53,9 @@ type item struct {
 	decodeErr error
 	agg       idem.AggregateRef
 	// redrive is the failure store id of the parked message this one
-	// re-drives (idem.HeaderRedrive), 0 for a plain delivery.
+	// re-drives (idem.HeaderRedrive), 0 for a plain delivery. Once
+	// checkRedrives has run, it names an entry of this consumer that holds
+	// this message's body.
 	redrive int64
 	// span is the delivery's consumer span, nil when there is no trace;
 	// baggage the baggage that came with the message.
@@ -121,6 +125,10 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 		}
 		return disps, errs
 	}
+	if err := c.checkRedrives(ctx, ds, items); err != nil {
+		c.pauseAll(ctx, items, disps, err)
+		return disps, errs
+	}
 	holds, err := c.heldAggregates(ctx, items)
 	if err != nil {
 		c.pauseAll(ctx, items, disps, err)
@@ -139,7 +147,7 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 		// A message re-driven by an operator waits only behind messages
 		// parked before it; any other waits behind any, unless it is the
 		// parked message itself, sent again by other means.
-		if root, ok := holds[it.agg]; ok && it.agg.ID != "" && it.redrive == 0 && c.isParked(ctx, root, it.ev.ID) {
+		if root, ok := holds[it.agg]; ok && it.agg.ID != "" && it.redrive == 0 && c.isParked(ctx, root, it.ev.ID, ds[i].Message.Body) {
 			it.redrive = root
 		}
 		if root, ok := holds[it.agg]; ok && it.agg.ID != "" && (it.redrive == 0 || root < it.redrive) {
@@ -281,16 +289,15 @@ func (c *Consumer[TTx]) succeeded(ctx context.Context, it *item) {
 	if it.redrive != 0 {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 		defer cancel()
-		m, err := c.failures.Get(cctx, it.redrive)
-		if err != nil || m.Consumer != c.cfg.Name || m.EventID != id {
-			return // removed already, or not this message's entry
-		}
-		if _, err := c.failures.Remove(cctx, m.ID); err != nil {
+		removed, err := c.failures.Remove(cctx, it.redrive)
+		if err != nil {
 			c.log.Warn("re-driven message applied, but its failure store entry could not be removed; remove it with idem failed remove",
-				"failed_message_id", m.ID, "event_id", id, "error", err)
+				"failed_message_id", it.redrive, "event_id", id, "error", err)
 			return
 		}
-		c.log.Info("re-driven message done; removed from the failure store", "failed_message_id", m.ID, "event_id", id)
+		if removed {
+			c.log.Info("re-driven message done; removed from the failure store", "failed_message_id", it.redrive, "event_id", id)
+		}
 	}
 }
 
@@ -370,20 +377,78 @@ func (c *Consumer[TTx]) heldAggregates(ctx context.Context, items []item) (map[i
 	return c.drv.Dialect().ParkedAggregates(qctx, c.drv.Pool(), c.cfg.Name, aggs)
 }
 
-// isParked reports whether the parked message id is event ev itself.
-func (c *Consumer[TTx]) isParked(ctx context.Context, id int64, ev uuid.UUID) bool {
+// checkRedrives keeps the re-drive mark (idem.HeaderRedrive) of the items
+// whose header names an entry of this consumer that holds the delivery's
+// body, byte for byte: the parked message they are a copy of. A header that
+// names an entry that is gone, another consumer's or another message's is
+// dropped: the delivery is a plain one, which neither updates nor removes
+// that entry. It returns the error of a database that is away for now.
+func (c *Consumer[TTx]) checkRedrives(ctx context.Context, ds []Delivery, items []item) error {
+	for i := range items {
+		it := &items[i]
+		if it.redrive == 0 {
+			continue
+		}
+		ok, err := c.entryHolds(ctx, it.redrive, ds[i].Message.Body, uuid.Nil)
+		if err != nil && (ctx.Err() != nil || c.isTransient(err)) {
+			return err
+		}
+		if err != nil {
+			c.log.Warn("the failure store entry a re-drive header names cannot be read; handled as a plain delivery",
+				"failed_message_id", it.redrive, "event_id", it.ev.ID, "error", err)
+			it.redrive = 0
+			continue
+		}
+		if !ok {
+			c.log.Info("re-drive header names no failure store entry of this message; handled as a plain delivery",
+				"failed_message_id", it.redrive, "event_id", it.ev.ID)
+			it.redrive = 0
+		}
+	}
+	return nil
+}
+
+// entryHolds reports whether the failure store entry id is an entry of this
+// consumer that holds body byte for byte and, unless ev is uuid.Nil, event
+// ev.
+func (c *Consumer[TTx]) entryHolds(ctx context.Context, id int64, body []byte, ev uuid.UUID) (bool, error) {
 	qctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	m, err := c.failures.Get(qctx, id)
-	return err == nil && ev != uuid.Nil && m.EventID == ev && m.Consumer == c.cfg.Name
+	if errors.Is(err, idem.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return m.Consumer == c.cfg.Name && bytes.Equal(m.Body, body) && (ev == uuid.Nil || m.EventID == ev), nil
+}
+
+// isParked reports whether the parked message id is the message of event ev
+// with body body itself. Another message that reuses the event id is not.
+func (c *Consumer[TTx]) isParked(ctx context.Context, id int64, ev uuid.UUID, body []byte) bool {
+	if ev == uuid.Nil {
+		return false
+	}
+	ok, err := c.entryHolds(ctx, id, body, ev)
+	return err == nil && ok
 }
 
 // park stores the delivery in the failure store, with the count of failed
 // attempts, and forgets those attempts; heldBy is the parked message it
-// waits behind, if any. It returns the new entry's id.
+// waits behind, if any. A re-driven message is parked again in the entry it
+// came from; any other message in an entry of its own, unless a copy of it
+// is parked already (see saveFailed). It returns the entry's id.
 func (c *Consumer[TTx]) park(ctx context.Context, d Delivery, it *item, cause error, heldBy int64, attempts int) (Disposition, int64, error) {
 	ev := it.ev
+	headers := d.Message.Headers
+	if _, ok := headers[idem.HeaderRedrive]; ok {
+		// The mark of a re-drive is not part of the message.
+		headers = maps.Clone(headers)
+		delete(headers, idem.HeaderRedrive)
+	}
 	m := idem.FailedMessage{
+		ID:            it.redrive,
 		Consumer:      c.cfg.Name,
 		Source:        d.Source,
 		EventID:       ev.ID,
@@ -392,7 +457,7 @@ func (c *Consumer[TTx]) park(ctx context.Context, d Delivery, it *item, cause er
 		AggregateID:   it.agg.ID,
 		HeldBy:        heldBy,
 		Key:           d.Message.Key,
-		Headers:       d.Message.Headers,
+		Headers:       headers,
 		Body:          d.Message.Body,
 		Error:         cause.Error(),
 		Attempts:      max(attempts, 1),
@@ -478,7 +543,13 @@ func reason(cause error) string {
 }
 
 // saveFailed stores m and forgets its event's failed attempts, in one
-// transaction.
+// transaction. m.ID, when set, is the entry m re-drives, which the save
+// updates. Otherwise an entry holding a copy of m (same event id, same body:
+// a broker's redelivery after a crash between the park and the
+// acknowledgement, a relay's republish) is updated rather than a second one
+// added; any other message gets an entry of its own, even when it reuses a
+// parked message's event id. Two copies parked at the same moment by two
+// workers may each add one: a copy too many, never a message lost.
 func (c *Consumer[TTx]) saveFailed(ctx context.Context, m idem.FailedMessage) (id int64, err error) {
 	tx, err := c.drv.Begin(ctx)
 	if err != nil {
@@ -489,12 +560,21 @@ func (c *Consumer[TTx]) saveFailed(ctx context.Context, m idem.FailedMessage) (i
 			_ = c.drv.Rollback(context.WithoutCancel(ctx), tx)
 		}
 	}()
-	id, err = c.drv.Dialect().SaveFailed(ctx, c.drv.Tx(tx), m)
-	if err != nil {
+	d, ex := c.drv.Dialect(), c.drv.Tx(tx)
+	if m.ID == 0 && m.EventID != uuid.Nil {
+		if m.ID, err = d.FindFailed(ctx, ex, m.Consumer, m.EventID, m.Body); err != nil {
+			return 0, err
+		}
+	}
+	if m.ID != 0 && m.ID == m.HeldBy {
+		// A copy of the parked message that holds the aggregate, held
+		// behind it in the same delivery: it is that entry already.
+		id = m.ID
+	} else if id, err = d.SaveFailed(ctx, ex, m); err != nil {
 		return 0, err
 	}
 	if m.EventID != uuid.Nil {
-		if err := c.drv.Dialect().ClearAttempts(ctx, c.drv.Tx(tx), c.cfg.Name, []uuid.UUID{m.EventID}); err != nil {
+		if err := d.ClearAttempts(ctx, ex, c.cfg.Name, []uuid.UUID{m.EventID}); err != nil {
 			return 0, err
 		}
 	}

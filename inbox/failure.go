@@ -34,8 +34,11 @@ func NewFailureStore(db Database) *FailureStore {
 	return &FailureStore{d: db.Dialect(), ex: db.Pool()}
 }
 
-// Save stores m and returns its id. Saving a message whose event id is already
-// stored for the same consumer updates that entry and appends to its history.
+// Save stores m and returns its id. With m.ID 0 it adds an entry, one per
+// message, even when another entry has the same event id; with m.ID set it
+// records one more failure of that entry (attempts added, history appended,
+// error and held-by replaced), whose message stays as first stored (see
+// driver.Dialect.SaveFailed).
 func (s *FailureStore) Save(ctx context.Context, m idem.FailedMessage) (int64, error) {
 	return s.d.SaveFailed(ctx, s.ex, m)
 }

@@ -20,8 +20,10 @@ var ErrUnknownSource = errors.New("idem: the queue the message came from is unkn
 // headers plus idem.HeaderRedrive holding its failure-store id. The
 // consumer lets it through the messages parked after it, removes its entry
 // once it is applied (or found applied already), and parks it again in the
-// same entry if it fails again. This is what "idem failed retry" does for
-// each message; the entry stays in the store until the consumer acts.
+// same entry if it fails again (one entry per message: attempts added,
+// history appended, the stored bytes kept, without the header). This is
+// what "idem failed retry" does for each message; the entry stays in the
+// store until the consumer acts.
 func Redrive(ctx context.Context, rd broker.Redeliverer, m idem.FailedMessage) error {
 	if m.Source == "" {
 		return ErrUnknownSource

@@ -1,15 +1,19 @@
 package drivertest
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
@@ -24,9 +28,11 @@ import (
 // last one, with the raw message, and parked again in the same entry; an
 // undecodable message or a permanent error is parked at once, byte for
 // byte; a parked event holds the later events of its aggregate until it is
-// re-driven; names too long or not printable for the failure store's
-// columns are parked all the same; a duplicate with other content is
-// counted.
+// re-driven; a re-driven message that fails again is parked in the entry it
+// came from, with or without event id; another message reusing a parked
+// event id gets an entry of its own and never takes the first's hold or
+// entry; names too long or not printable for the failure store's columns
+// are parked all the same; a duplicate with other content is counted.
 func Consumer[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("MissingTableSaysToMigrate", func(t *testing.T) {
 		t.Parallel()
@@ -52,6 +58,14 @@ func Consumer[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("ParkedEventHoldsItsAggregate", func(t *testing.T) {
 		t.Parallel()
 		parkedHolds(t, setup)
+	})
+	t.Run("RedrivenAndFailingAgainKeepsOneEntry", func(t *testing.T) {
+		t.Parallel()
+		redrivenKeepsOneEntry(t, setup)
+	})
+	t.Run("ReusedEventIDGetsItsOwnEntry", func(t *testing.T) {
+		t.Parallel()
+		reusedEventIDOwnEntry(t, setup)
 	})
 	t.Run("HostileNamesAreParked", func(t *testing.T) {
 		t.Parallel()
@@ -354,5 +368,183 @@ func duplicateOtherContent[TTx any](t *testing.T, setup Setup[TTx]) {
 	}
 	if n := c.Stats().Conflicts; n != 2 {
 		t.Errorf("conflicts after a batch with a copy of another payload: %d, want 2", n)
+	}
+}
+
+// redeliveries records what Redeliver is asked to send, as a transport
+// would send it back to its consumer.
+type redeliveries struct{ msgs []inbox.Delivery }
+
+// Redeliver implements broker.Redeliverer.
+func (r *redeliveries) Redeliver(_ context.Context, source string, msgs []idem.Message) error {
+	for _, m := range msgs {
+		r.msgs = append(r.msgs, inbox.Delivery{Message: m, Source: source, Attempt: 1})
+	}
+	return nil
+}
+
+// redriveDelivery sends m back as "idem failed retry" does (inbox.Redrive)
+// and returns the delivery its consumer gets.
+func redriveDelivery(t *testing.T, m idem.FailedMessage) inbox.Delivery {
+	t.Helper()
+	var r redeliveries
+	fatalIf(t, inbox.Redrive(testsvc.Ctx(t, time.Minute), &r, m), "redrive %d", m.ID)
+	if len(r.msgs) != 1 {
+		t.Fatalf("redrive %d sent %d messages, want 1", m.ID, len(r.msgs))
+	}
+	return r.msgs[0]
+}
+
+// redrivenKeepsOneEntry: an undecodable message, without event id, is
+// parked; re-driven (marked with idem.HeaderRedrive, as idem failed retry
+// does) it fails again and is parked in the same entry, twice: one entry,
+// its attempts and history growing, its bytes and headers as first
+// received, without the re-drive header. A header that names another
+// message's entry, or another consumer's, updates nothing: those messages
+// get entries of their own.
+func redrivenKeepsOneEntry[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
+	ctx := testsvc.Ctx(t, time.Minute)
+	c := consumer(t, db, "stock", nil)
+	raw := []byte("not json \x00\xff")
+	got, err := c.Deliver(ctx, inbox.Delivery{Message: idem.Message{Headers: map[string]string{"x-trace": "abc"}, Body: raw},
+		Source: "stock.events", Attempt: 1})
+	if err != nil || got.Outcome != inbox.Parked {
+		t.Fatalf("undecodable message: %+v, %v; want parked", got, err)
+	}
+	list, err := c.Failures().List(ctx, idem.FailedFilter{})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("failure store: %d entries, %v; want 1", len(list), err)
+	}
+	entry := list[0]
+	if entry.EventID != uuid.Nil {
+		t.Fatalf("undecodable message parked with event id %s, want none", entry.EventID)
+	}
+	for want := 2; want <= 3; want++ {
+		d := redriveDelivery(t, entry)
+		if d.Message.Headers[idem.HeaderRedrive] != strconv.FormatInt(entry.ID, 10) {
+			t.Fatalf("re-driven copy headers %v, want %s=%d", d.Message.Headers, idem.HeaderRedrive, entry.ID)
+		}
+		if got := deliver(t, c, d)[0]; got.Outcome != inbox.Parked {
+			t.Fatalf("re-driven undecodable message: %+v; want parked again", got)
+		}
+		list, err := c.Failures().List(ctx, idem.FailedFilter{})
+		if err != nil || len(list) != 1 {
+			t.Fatalf("after re-drive %d: %d entries, %v; want the one entry", want-1, len(list), err)
+		}
+		m := list[0]
+		if m.ID != entry.ID || m.Attempts != want || len(m.History) != want {
+			t.Errorf("after re-drive %d: entry %d, %d attempts, %d history records; want entry %d, %d and %d",
+				want-1, m.ID, m.Attempts, len(m.History), entry.ID, want, want)
+		}
+		if !bytes.Equal(m.Body, raw) || !maps.Equal(m.Headers, map[string]string{"x-trace": "abc"}) || m.Source != "stock.events" {
+			t.Errorf("after re-drive %d: body %q headers %v source %q; want the message as first received", want-1, m.Body, m.Headers, m.Source)
+		}
+	}
+
+	// A header naming the entry on another message: a new entry, without
+	// the header; the named entry is untouched.
+	other := []byte("also not json")
+	forged := inbox.Delivery{Message: idem.Message{Body: other,
+		Headers: map[string]string{idem.HeaderRedrive: strconv.FormatInt(entry.ID, 10)}}, Source: "stock.events", Attempt: 1}
+	if got := deliver(t, c, forged)[0]; got.Outcome != inbox.Parked {
+		t.Fatalf("another message naming entry %d: %+v; want parked", entry.ID, got)
+	}
+	// The same bytes, re-driven to another consumer: an entry of its own.
+	billing := consumer(t, db, "billing", nil)
+	if got := deliver(t, billing, redriveDelivery(t, entry))[0]; got.Outcome != inbox.Parked {
+		t.Fatalf("entry %d of stock re-driven to billing: %+v; want parked", entry.ID, got)
+	}
+	list, err = c.Failures().List(ctx, idem.FailedFilter{Oldest: true})
+	if err != nil || len(list) != 3 {
+		t.Fatalf("failure store: %d entries, %v; want 3", len(list), err)
+	}
+	if m := list[0]; m.ID != entry.ID || m.Attempts != 3 || !bytes.Equal(m.Body, raw) {
+		t.Errorf("entry %d after the other messages: %d attempts, body %q; want 3 and %q", m.ID, m.Attempts, m.Body, raw)
+	}
+	if m := list[1]; m.Consumer != "stock" || !bytes.Equal(m.Body, other) || m.Attempts != 1 || len(m.Headers) != 0 {
+		t.Errorf("the other message's entry: %s, body %q, %d attempts, headers %v; want stock's, its own body, 1 attempt, no header",
+			m.Consumer, m.Body, m.Attempts, m.Headers)
+	}
+	if m := list[2]; m.Consumer != "billing" || !bytes.Equal(m.Body, raw) || m.Attempts != 1 || m.Headers[idem.HeaderRedrive] != "" {
+		t.Errorf("billing's entry: %s, body %q, %d attempts, headers %v; want billing's, 1 attempt, no re-drive header",
+			m.Consumer, m.Body, m.Attempts, m.Headers)
+	}
+}
+
+// reusedEventIDOwnEntry: a message whose event id is that of a parked
+// message, but with another aggregate, is parked in an entry of its own:
+// the first keeps its bytes and its hold, and each aggregate's later events
+// wait behind its own parked message. A third message reusing the id, of
+// the first's aggregate and that its handlers would apply, is not taken for
+// the parked message sent again: it waits behind it, which stays parked.
+func reusedEventIDOwnEntry[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
+	db.exec(t, reservationTable)
+	ctx := testsvc.Ctx(t, time.Minute)
+	c := consumer(t, db, "stock", func(_ context.Context, _ driver.Executor, ev idem.Event) error {
+		if strings.Contains(string(ev.Payload), "unknown product") {
+			return idem.Permanent(errors.New("unknown product"))
+		}
+		return nil
+	})
+	event := func(aggregate string, payload string) idem.Event {
+		ev := placed(t, aggregate)
+		ev.Payload = []byte(payload)
+		return ev
+	}
+	first := event("A", `{"order_id":"A","product":"unknown product"}`)
+	second := event("B", `{"order_id":"B","product":"unknown product"}`)
+	second.ID = first.ID
+	dFirst, dSecond := delivery(t, first), delivery(t, second)
+	if got := deliver(t, c, dFirst)[0]; got.Outcome != inbox.Parked {
+		t.Fatalf("first message: %+v; want parked", got)
+	}
+	if got := deliver(t, c, dSecond)[0]; got.Outcome != inbox.Parked {
+		t.Fatalf("second message with the first's event id: %+v; want parked", got)
+	}
+	list, err := c.Failures().List(ctx, idem.FailedFilter{Oldest: true})
+	if err != nil || len(list) != 2 {
+		t.Fatalf("failure store: %d entries, %v; want one per message", len(list), err)
+	}
+	a, b := list[0], list[1]
+	if !bytes.Equal(a.Body, dFirst.Message.Body) || a.AggregateID != "A" || a.HeldBy != 0 || a.EventID != first.ID {
+		t.Errorf("first entry: aggregate %q, held by %d, body %s; want the first message, aggregate A", a.AggregateID, a.HeldBy, a.Body)
+	}
+	if !bytes.Equal(b.Body, dSecond.Message.Body) || b.AggregateID != "B" || b.HeldBy != 0 || b.EventID != first.ID {
+		t.Errorf("second entry: aggregate %q, held by %d, body %s; want the second message, aggregate B", b.AggregateID, b.HeldBy, b.Body)
+	}
+
+	// Each aggregate's later events wait behind its own parked message.
+	laterA, laterB := placed(t, "A"), placed(t, "B")
+	got := deliver(t, c, delivery(t, laterA), delivery(t, laterB))
+	if got[0].Outcome != inbox.Parked || got[1].Outcome != inbox.Parked {
+		t.Fatalf("later events of A and B: %v, %v; want both held", got[0].Outcome, got[1].Outcome)
+	}
+	// A third message reusing the id, of aggregate A, that would apply.
+	third := event("A", `{"order_id":"A","product":"p-1"}`)
+	third.ID = first.ID
+	if got := deliver(t, c, delivery(t, third))[0]; got.Outcome != inbox.Parked {
+		t.Fatalf("another message reusing the parked event id on its aggregate: %+v; want held behind it", got)
+	}
+	list, err = c.Failures().List(ctx, idem.FailedFilter{Oldest: true})
+	if err != nil || len(list) != 5 {
+		t.Fatalf("failure store: %d entries, %v; want 5", len(list), err)
+	}
+	if list[0].ID != a.ID || !bytes.Equal(list[0].Body, dFirst.Message.Body) || list[0].AggregateID != "A" || list[0].HeldBy != 0 {
+		t.Errorf("first entry now %d, aggregate %q, held by %d; want entry %d as it was", list[0].ID, list[0].AggregateID, list[0].HeldBy, a.ID)
+	}
+	held := map[uuid.UUID]int64{}
+	for _, m := range list[2:] {
+		held[m.EventID] = m.HeldBy
+		if m.EventID == first.ID && !bytes.Equal(m.Body, delivery(t, third).Message.Body) {
+			t.Errorf("entry %d of event %s holds %s, want the third message", m.ID, m.EventID, m.Body)
+		}
+	}
+	if held[laterA.ID] != a.ID || held[laterB.ID] != b.ID || held[first.ID] != a.ID {
+		t.Errorf("held by: later A %d, later B %d, third %d; want %d, %d, %d", held[laterA.ID], held[laterB.ID], held[first.ID], a.ID, b.ID, a.ID)
+	}
+	if n := db.count(t, "reservation") + db.count(t, "processed_event"); n != 0 {
+		t.Errorf("rows applied while both aggregates are held: %d, want 0", n)
 	}
 }

@@ -23,8 +23,9 @@
 // processed_event key only, with concurrent deliveries of one event applied
 // once; payload hashes; the consumer's failure model (attempts counted in
 // the database, retries then parking, messages parked at once, a parked
-// event holding its aggregate, re-drives); the failure store, byte for byte
-// whatever the bytes, with paging, aggregates and held messages; attempt
+// event holding its aggregate, re-drives); the failure store, one entry per
+// parked message (its migration included), byte for byte whatever the
+// bytes, with paging, aggregates and held messages; attempt
 // counts; the purges; which errors are transient; errors in the middle of a
 // result reaching the caller (FaultExecutor); versioned state copies; the
 // relay's claims (aggregate heads only, fencing, retry delays, retention,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -111,9 +112,10 @@ func sameFailed(got, want idem.FailedMessage) error {
 // FailureStoreBytes saves messages with hostile content (backslashes,
 // quotes, NUL, invalid UTF-8, JSON-looking text, a 100 kB error, 1 MB
 // bodies, headers holding all of these) and reads them back with List and
-// Get, byte for byte; then saves the first again (an update that appends to
-// its history) and reads it back again. Filters on hostile consumer and
-// event names find exactly their entries.
+// Get, byte for byte; then saves the first again with its id (an update
+// that appends to its history and keeps the message as first stored) and
+// reads it back again. Filters on hostile consumer and event names find
+// exactly their entries.
 func FailureStoreBytes[TTx any](t *testing.T, setup Setup[TTx]) {
 	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, 2*time.Minute)
@@ -201,7 +203,8 @@ func FailureStoreBytes[TTx any](t *testing.T, setup Setup[TTx]) {
 	}
 	check("after save")
 
-	// Saved again: the entry is updated and its history appended.
+	// Saved again with its id: the entry's history is appended, its
+	// message stays as first stored, whatever the save holds.
 	again := first
 	again.Error = hostileText(50_000) + "\xff"
 	again.Headers = map[string]string{"\x00": "\xff", "x-attempt": "6"}
@@ -211,11 +214,11 @@ func FailureStoreBytes[TTx any](t *testing.T, setup Setup[TTx]) {
 	id, err := fs.Save(ctx, again)
 	fatalIf(t, err, "save again")
 	if id != first.ID {
-		t.Fatalf("saving the same event again made entry %d, want %d updated", id, first.ID)
+		t.Fatalf("saving again with the entry's id made entry %d, want %d updated", id, first.ID)
 	}
-	again.Attempts = 6
-	again.History = []idem.FailureRecord{{Attempt: 3, Error: first.Error}, {Attempt: 3, Error: again.Error}}
-	want[0] = again
+	want[0].Error = again.Error
+	want[0].Attempts = 6
+	want[0].History = []idem.FailureRecord{{Attempt: 3, Error: first.Error}, {Attempt: 3, Error: again.Error}}
 	check("after a second save")
 }
 
@@ -536,4 +539,158 @@ func PurgeFailed[TTx any](t *testing.T, setup Setup[TTx]) {
 	if n := db.count(t, "failed_message"); n != 3 {
 		t.Errorf("messages left = %d, want the 3 recent ones", n)
 	}
+}
+
+// FailureStoreOneEntry checks that the failure store keeps one entry per
+// message. Two messages with the same event id, other bodies and other
+// aggregates, are two entries, each with its own bytes and its own hold. A
+// save with an entry's id records one more failure of that entry (attempts
+// added, history appended, error and held-by replaced) and keeps the message
+// as first stored; with the id of an entry that is gone, or of another
+// consumer's, it adds an entry, with an id never used before. FindFailed
+// finds an entry by consumer, event id and body, byte for byte.
+func FailureStoreOneEntry[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
+	ctx := testsvc.Ctx(t, time.Minute)
+	d, ex := db.Driver.Dialect(), db.Driver.Pool()
+	fs := inbox.NewFailureStore(db.Driver)
+	evID := idem.NewEventID()
+	first := idem.FailedMessage{
+		Consumer: "stock", Source: "stock.events", EventID: evID, EventName: "order.order.placed.v1",
+		AggregateType: "order", AggregateID: "1", Key: []byte("1"), Headers: map[string]string{"x-trace": "first"},
+		Body: []byte("{\"order\":1}\x00\xff"), Error: "first failure", Attempts: 3,
+	}
+	second := idem.FailedMessage{
+		Consumer: "stock", Source: "stock.events", EventID: evID, EventName: "order.order.placed.v1",
+		AggregateType: "order", AggregateID: "2", Key: []byte("2"), Headers: map[string]string{"x-trace": "second"},
+		Body: []byte("{\"order\":2}\x00\xff"), Error: "second failure", Attempts: 1,
+	}
+	save := func(what string, m *idem.FailedMessage) {
+		t.Helper()
+		id, err := d.SaveFailed(ctx, ex, *m)
+		fatalIf(t, err, "save %s", what)
+		m.ID = id
+		m.History = []idem.FailureRecord{{Attempt: m.Attempts, Error: m.Error}}
+	}
+	check := func(step string, want ...idem.FailedMessage) {
+		t.Helper()
+		for _, w := range want {
+			got, err := fs.Get(ctx, w.ID)
+			fatalIf(t, err, "%s: get %d", step, w.ID)
+			if err := sameFailed(got, w); err != nil {
+				t.Errorf("%s: entry %d:\n%v", step, w.ID, err)
+			}
+			if got.LastFailed.Before(got.FirstFailed) {
+				t.Errorf("%s: entry %d last failed %v, before its first failure %v", step, w.ID, got.LastFailed, got.FirstFailed)
+			}
+		}
+	}
+	heads := func(step string, want map[idem.AggregateRef]int64) {
+		t.Helper()
+		got, err := d.ParkedAggregates(ctx, ex, "stock", []idem.AggregateRef{ref("order", "1"), ref("order", "2")})
+		fatalIf(t, err, "%s: parked aggregates", step)
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: parked aggregates = %v, want %v", step, got, want)
+		}
+	}
+
+	// Two messages with one event id: two entries, each its bytes and hold.
+	save("first", &first)
+	save("second", &second)
+	if second.ID == first.ID {
+		t.Fatalf("a second message with the event id of entry %d was saved in that entry", first.ID)
+	}
+	check("two messages with one event id", first, second)
+	heads("two messages with one event id", map[idem.AggregateRef]int64{ref("order", "1"): first.ID, ref("order", "2"): second.ID})
+	// A third one, held behind the first: the first keeps its hold.
+	held := first
+	held.ID, held.Body, held.Headers, held.HeldBy, held.Error, held.Attempts = 0, []byte("{\"order\":1,\"v\":2}"), nil, first.ID, "held", 1
+	save("held", &held)
+	if held.ID == first.ID || held.ID == second.ID {
+		t.Fatalf("a held message with a parked event id was saved in entry %d", held.ID)
+	}
+	check("a held message with the same event id", first, second, held)
+	heads("a held message with the same event id", map[idem.AggregateRef]int64{ref("order", "1"): first.ID, ref("order", "2"): second.ID})
+
+	// FindFailed: consumer, event id and body, byte for byte.
+	empty := idem.FailedMessage{Consumer: "stock", EventID: idem.NewEventID(), Body: []byte{}, Error: "empty", Attempts: 1}
+	save("empty body", &empty)
+	for _, f := range []struct {
+		what     string
+		consumer string
+		id       uuid.UUID
+		body     []byte
+		want     int64
+	}{
+		{"the first", "stock", evID, first.Body, first.ID},
+		{"the second", "stock", evID, second.Body, second.ID},
+		{"the held one", "stock", evID, held.Body, held.ID},
+		{"another body", "stock", evID, []byte("{\"order\":3}"), 0},
+		{"a prefix of a body", "stock", evID, first.Body[:len(first.Body)-1], 0},
+		{"a longer body", "stock", evID, append(slices.Clone(first.Body), 0), 0},
+		{"another consumer", "billing", evID, first.Body, 0},
+		{"another event id", "stock", idem.NewEventID(), first.Body, 0},
+		{"an empty body", "stock", empty.EventID, []byte{}, empty.ID},
+		{"a nil body", "stock", empty.EventID, nil, empty.ID},
+	} {
+		got, err := d.FindFailed(ctx, ex, f.consumer, f.id, f.body)
+		fatalIf(t, err, "find %s", f.what)
+		if got != f.want {
+			t.Errorf("find %s = %d, want %d", f.what, got, f.want)
+		}
+	}
+
+	// A save with the second's id: one more failure of that entry, held
+	// as the save says; its message stays as first stored.
+	again := idem.FailedMessage{
+		ID: second.ID, Consumer: "stock", Source: "other.events", EventID: idem.NewEventID(), EventName: "other",
+		AggregateType: "customer", AggregateID: "9", Key: []byte("9"), Headers: map[string]string{idem.HeaderRedrive: fmt.Sprint(second.ID)},
+		Body: []byte("not the stored body"), Error: "second failure again", Attempts: 2, HeldBy: first.ID,
+	}
+	id, err := d.SaveFailed(ctx, ex, again)
+	fatalIf(t, err, "save with the id of an entry")
+	if id != second.ID {
+		t.Fatalf("save with the id of entry %d returned %d", second.ID, id)
+	}
+	second.Error, second.Attempts, second.HeldBy = again.Error, 3, first.ID
+	second.History = append(second.History, idem.FailureRecord{Attempt: 2, Error: again.Error})
+	check("saved again with its id, held", first, second, held)
+	heads("saved again with its id, held", map[idem.AggregateRef]int64{ref("order", "1"): first.ID})
+	again.HeldBy, again.Error, again.Attempts = 0, "on its own again", 1
+	_, err = d.SaveFailed(ctx, ex, again)
+	fatalIf(t, err, "save with the id of an entry, not held")
+	second.Error, second.Attempts, second.HeldBy = again.Error, 4, 0
+	second.History = append(second.History, idem.FailureRecord{Attempt: 1, Error: again.Error})
+	check("saved again with its id, not held", first, second, held)
+	heads("saved again with its id, not held", map[idem.AggregateRef]int64{ref("order", "1"): first.ID, ref("order", "2"): second.ID})
+	if list, err := fs.List(ctx, idem.FailedFilter{Consumer: "stock"}); err != nil || len(list) != 4 {
+		t.Errorf("entries of stock = %d, %v; want 4", len(list), err)
+	}
+
+	// The id of another consumer's entry: a new entry of the saving
+	// consumer; the other's is untouched.
+	billing := idem.FailedMessage{ID: first.ID, Consumer: "billing", EventID: evID, Body: []byte("billing's"), Error: "boom", Attempts: 1}
+	id, err = d.SaveFailed(ctx, ex, billing)
+	fatalIf(t, err, "save with the id of another consumer's entry")
+	if id == first.ID {
+		t.Fatalf("a save of billing updated entry %d of stock", first.ID)
+	}
+	billing.ID = id
+	billing.History = []idem.FailureRecord{{Attempt: 1, Error: "boom"}}
+	check("another consumer's id", first, billing)
+
+	// The id of an entry that is gone: a new entry, with a new id.
+	if ok, err := d.DeleteFailed(ctx, ex, second.ID); err != nil || !ok {
+		t.Fatalf("remove entry %d: %v, %v", second.ID, ok, err)
+	}
+	gone := idem.FailedMessage{ID: second.ID, Consumer: "stock", EventID: evID, AggregateType: "order", AggregateID: "2",
+		Body: []byte("after removal"), Error: "after removal", Attempts: 1}
+	id, err = d.SaveFailed(ctx, ex, gone)
+	fatalIf(t, err, "save with the id of a removed entry")
+	if id <= billing.ID {
+		t.Fatalf("save with the id of removed entry %d made entry %d; want a new entry, after %d", second.ID, id, billing.ID)
+	}
+	gone.ID = id
+	gone.History = []idem.FailureRecord{{Attempt: 1, Error: "after removal"}}
+	check("a removed entry's id", first, held, gone)
 }

@@ -83,7 +83,7 @@ var errBroken = errors.New("drivertest: result broken in the middle (injected)")
 
 // ResultErrors checks that an error in the middle of a result reaches the
 // caller of every operation that reads rows, instead of a shorter result:
-// ListFailed, GetFailed, ProcessedHashes, ParkedAggregates,
+// ListFailed, GetFailed, FindFailed, ProcessedHashes, ParkedAggregates,
 // HasParkedAggregates, MarkProcessed of many ids, and the relay's
 // ReplayRows, ReplayCounts and ClaimOutbox. Each result has three rows and
 // breaks after 0, 1 and 2 of them.
@@ -131,7 +131,7 @@ func ResultErrors[TTx any](t *testing.T, setup Setup[TTx]) {
 	if err != nil || len(list) != 1 {
 		t.Fatalf("list = %d entries, %v", len(list), err)
 	}
-	failedID := list[0].ID
+	failedID, failedEvent := list[0].ID, list[0].EventID
 
 	type check struct {
 		name string
@@ -148,6 +148,13 @@ func ResultErrors[TTx any](t *testing.T, setup Setup[TTx]) {
 			m, err := d.GetFailed(ctx, ex, failedID)
 			if err == nil && m.ID != failedID {
 				return 0, fmt.Errorf("GetFailed(%d) = entry %d", failedID, m.ID)
+			}
+			return 3, err
+		}},
+		{"FindFailed", func(ctx context.Context, ex driver.Executor) (int, error) {
+			id, err := d.FindFailed(ctx, ex, "stock", failedEvent, []byte("x"))
+			if err == nil && id != failedID {
+				return 0, fmt.Errorf("FindFailed(%s) = entry %d, want %d", failedEvent, id, failedID)
 			}
 			return 3, err
 		}},

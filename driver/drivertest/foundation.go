@@ -21,8 +21,9 @@ import (
 	"github.com/idem-go/idem/outbox"
 )
 
-// Migrations checks up, no-op, status, down, concurrent up, and the refusal
-// of a schema newer than the migrations known.
+// Migrations checks up, no-op, status, down, concurrent up, the refusal
+// of a schema newer than the migrations known, and that the failure store's
+// entries live through the migration that ends its unique event key.
 func Migrations[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("UpStatusDown", func(t *testing.T) {
 		t.Parallel()
@@ -127,6 +128,110 @@ func Migrations[TTx any](t *testing.T, setup Setup[TTx]) {
 		t.Parallel()
 		cancelledUp(t, setup)
 	})
+
+	t.Run("FailureStoreKeyMigration", func(t *testing.T) {
+		t.Parallel()
+		failureStoreKeyMigration(t, setup)
+	})
+}
+
+// failureStoreKeyMigration reverts and applies again migration 0007, which
+// replaces failed_message's unique (consumer_name, event_id) key with a
+// plain index, over entries holding hostile bytes, a held entry, an entry
+// without event id and a gap left by a removed entry: every entry reads
+// back byte for byte each way, and ids are never reused. Reverted, the key
+// is back: a second entry with an event id already stored is refused.
+// Applied, it is accepted, and then the revert fails, changing nothing.
+func failureStoreKeyMigration[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
+	ctx := testsvc.Ctx(t, 2*time.Minute)
+	d, ex := db.Driver.Dialect(), db.Driver.Pool()
+	m := migrate.New(db.Driver)
+	const version = 7
+	steps := 0
+	for _, mig := range d.Migrations() {
+		if mig.Version >= version {
+			steps++
+		}
+	}
+	if steps == 0 {
+		t.Fatalf("the dialect has no migration %04d", version)
+	}
+	entries := []idem.FailedMessage{
+		{Consumer: "stock\x00\xff", Source: `stock.events\`, EventID: idem.NewEventID(), EventName: "order.order.placed.v1\x00",
+			AggregateType: "order", AggregateID: "42", Key: []byte("\x00\xff"), Headers: map[string]string{"x-\x00": "\xff"},
+			Body: randomBytes(t, 1<<16), Error: hostileText(1000), Attempts: 3},
+		{Consumer: "stock\x00\xff", EventID: idem.NewEventID(), AggregateType: "order", AggregateID: "42",
+			Body: []byte("held"), Error: "held behind", Attempts: 1},
+		{Consumer: "stock", Body: []byte("undecodable \x00"), Error: "undecodable", Attempts: 1},
+	}
+	for i := range entries {
+		if i == 1 {
+			entries[i].HeldBy = entries[0].ID
+		}
+		id, err := d.SaveFailed(ctx, ex, entries[i])
+		fatalIf(t, err, "save entry %d", i)
+		entries[i].ID = id
+		entries[i].History = []idem.FailureRecord{{Attempt: entries[i].Attempts, Error: entries[i].Error}}
+	}
+	last, err := d.SaveFailed(ctx, ex, idem.FailedMessage{Consumer: "stock", EventID: idem.NewEventID(), Body: []byte("x"), Error: "x", Attempts: 1})
+	fatalIf(t, err, "save the last entry")
+	removed, err := d.DeleteFailed(ctx, ex, last)
+	fatalIf(t, err, "remove the last entry")
+	if !removed {
+		t.Fatal("the last entry was not removed")
+	}
+	check := func(step string) {
+		t.Helper()
+		for _, w := range entries {
+			got, err := d.GetFailed(ctx, ex, w.ID)
+			fatalIf(t, err, "%s: get %d", step, w.ID)
+			if err := sameFailed(got, w); err != nil {
+				t.Errorf("%s: entry %d:\n%v", step, w.ID, err)
+			}
+		}
+		if n := db.count(t, "failed_message"); n != len(entries) {
+			t.Errorf("%s: %d entries, want %d", step, n, len(entries))
+		}
+	}
+	// A second message with the first one's event id, as a consumer
+	// saves it (no id: a new entry).
+	dup := idem.FailedMessage{Consumer: entries[0].Consumer, EventID: entries[0].EventID, Body: []byte("another message"), Error: "boom", Attempts: 1}
+
+	_, err = m.Down(ctx, steps)
+	fatalIf(t, err, "revert migration %04d", version)
+	check("reverted")
+	if _, err := d.SaveFailed(ctx, ex, dup); !db.IsUniqueViolation(err, "failed_message", "failed_message_event_key") {
+		t.Errorf("reverted: a second entry with a stored event id: err = %v, want the unique key's violation", err)
+	}
+
+	_, err = m.Up(ctx)
+	fatalIf(t, err, "apply migration %04d again", version)
+	check("applied again")
+	id, err := d.SaveFailed(ctx, ex, dup)
+	fatalIf(t, err, "applied: save a second entry with a stored event id")
+	if id <= last {
+		t.Errorf("applied: new entry %d, want an id after %d (removed), never used", id, last)
+	}
+	dup.ID = id
+	dup.History = []idem.FailureRecord{{Attempt: 1, Error: "boom"}}
+	entries = append(entries, dup)
+	check("two entries with one event id")
+
+	if _, err := m.Down(ctx, steps); err == nil {
+		t.Fatalf("reverting migration %04d with two entries of one event id succeeded, want an error", version)
+	}
+	check("revert refused")
+	st, err := m.Status(ctx)
+	fatalIf(t, err, "status")
+	for _, s := range st {
+		if !s.Applied {
+			t.Errorf("after a refused revert, version %d is not applied", s.Version)
+		}
+	}
+	if _, err := d.SaveFailed(ctx, ex, idem.FailedMessage{Consumer: "stock", EventID: dup.EventID, Body: []byte("third"), Error: "x", Attempts: 1}); err != nil {
+		t.Errorf("after a refused revert: a third entry with one event id: %v", err)
+	}
 }
 
 // cancelledUp cancels "migrate up" after each of its first statements in
@@ -643,8 +748,9 @@ func concurrentDelivery[TTx any](t *testing.T, setup Setup[TTx], firstCommits bo
 	}
 }
 
-// FailureStore checks save (and save again: one entry, history appended),
-// list with filters, get, and remove.
+// FailureStore checks save (and save again with the entry's id: one entry,
+// history appended, the message as first stored), list with filters, get,
+// and remove.
 func FailureStore[TTx any](t *testing.T, setup Setup[TTx]) {
 	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, time.Minute)
@@ -658,11 +764,14 @@ func FailureStore[TTx any](t *testing.T, setup Setup[TTx]) {
 	}
 	id, err := fs.Save(ctx, msg)
 	fatalIf(t, err, "save")
-	msg.Error, msg.Attempts = "second failure", 2
-	id2, err := fs.Save(ctx, msg)
+	again := msg
+	again.ID, again.Error, again.Attempts = id, "second failure", 2
+	again.Source, again.EventName, again.Key = "other.events", "order.order.other.v1", []byte("43")
+	again.Headers, again.Body = map[string]string{idem.HeaderRedrive: fmt.Sprint(id)}, []byte("other body")
+	id2, err := fs.Save(ctx, again)
 	fatalIf(t, err, "save again")
 	if id2 != id {
-		t.Errorf("saving the same event again made entry %d, want %d updated", id2, id)
+		t.Errorf("saving again with the entry's id made entry %d, want %d updated", id2, id)
 	}
 	other, err := fs.Save(ctx, idem.FailedMessage{Consumer: "billing", Body: []byte("not json"), Error: "undecodable", Attempts: 1})
 	fatalIf(t, err, "save undecodable")

@@ -325,7 +325,7 @@ func (d *Dialect) PurgeAttempts(ctx context.Context, ex driver.Executor, consume
 }
 
 // SaveFailed implements driver.Dialect. It needs the database/sql executor
-// of a driver.SQLDriver, whose result carries the row's id.
+// of a driver.SQLDriver, whose result carries the new row's id.
 func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m idem.FailedMessage) (int64, error) {
 	se, ok := ex.(driver.SQLExecutor)
 	if !ok {
@@ -335,13 +335,36 @@ func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m idem.Fai
 	if err != nil {
 		return 0, err
 	}
-	res, err := se.Q.ExecContext(ctx, d.q.saveFailed,
-		r.Consumer, r.Source, r.EventID, r.EventName, r.Key, r.Headers, r.Body, r.Error, "["+r.Entry+"]", r.Attempts,
+	entry := "[" + r.Entry + "]"
+	if m.ID != 0 {
+		n, err := ex.Exec(ctx, d.q.updateFailed, r.Error, entry, r.Attempts, r.HeldBy, m.ID, r.Consumer)
+		if err != nil {
+			return 0, d.wrap(err)
+		}
+		if n > 0 {
+			return m.ID, nil
+		}
+	}
+	res, err := se.Q.ExecContext(ctx, d.q.insertFailed,
+		r.Consumer, r.Source, r.EventID, r.EventName, r.Key, r.Headers, r.Body, r.Error, entry, r.Attempts,
 		r.AggregateType, r.AggregateID, r.HeldBy)
 	if err != nil {
 		return 0, d.wrap(err)
 	}
 	return res.LastInsertId()
+}
+
+// FindFailed implements driver.Dialect.
+func (d *Dialect) FindFailed(ctx context.Context, ex driver.Executor, consumer string, id uuid.UUID, body []byte) (int64, error) {
+	if body == nil {
+		body = []byte{}
+	}
+	var found int64
+	err := driver.QueryRow(ctx, ex, d.q.findFailed, []any{failrow.Text(consumer), id.String(), body}, &found)
+	if errors.Is(err, idem.ErrNotFound) {
+		return 0, nil
+	}
+	return found, d.wrap(err)
 }
 
 // ListFailed implements driver.Dialect.

@@ -13,7 +13,9 @@ type queries struct {
 	recordAttempt string
 	purgeAttempts string
 
-	saveFailed          string
+	insertFailed        string
+	updateFailed        string
+	findFailed          string
 	listFailedNewest    string
 	listFailedOldest    string
 	getFailed           string
@@ -53,26 +55,25 @@ WHERE last_failed_at < ? AND (? = '' OR consumer_name = ?)
 ORDER BY last_failed_at
 LIMIT ?`,
 
-		// LAST_INSERT_ID(id) makes the driver's result carry the id of the
-		// updated row too.
-		saveFailed: `INSERT INTO ` + failed + `
+		insertFailed: `INSERT INTO ` + failed + `
     (consumer_name, source, event_id, event_name, message_key, headers, body, ` + "`error`, `errors`" + `, attempts,
      aggregate_type, aggregate_id, held_by)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON DUPLICATE KEY UPDATE
-    id             = LAST_INSERT_ID(id),
-    source         = VALUES(source),
-    event_name     = VALUES(event_name),
-    message_key    = VALUES(message_key),
-    headers        = VALUES(headers),
-    body           = VALUES(body),
-    ` + "`error`" + `        = VALUES(` + "`error`" + `),
-    ` + "`errors`" + `       = JSON_MERGE_PRESERVE(` + "`errors`" + `, VALUES(` + "`errors`" + `)),
-    attempts       = attempts + VALUES(attempts),
-    aggregate_type = VALUES(aggregate_type),
-    aggregate_id   = VALUES(aggregate_id),
-    held_by        = VALUES(held_by),
-    failed_at      = UTC_TIMESTAMP(6)`,
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		// The message the entry holds stays as it was first stored. The
+		// history always grows, so a matched row is a changed row: the
+		// count of affected rows says whether the entry was there, with or
+		// without clientFoundRows.
+		updateFailed: `UPDATE ` + failed + ` SET
+    ` + "`error`" + `   = ?,
+    ` + "`errors`" + `  = JSON_MERGE_PRESERVE(` + "`errors`" + `, ?),
+    attempts  = attempts + ?,
+    held_by   = ?,
+    failed_at = UTC_TIMESTAMP(6)
+WHERE id = ? AND consumer_name = ?`,
+		findFailed: `SELECT id FROM ` + failed + `
+WHERE consumer_name = ? AND event_id = ? AND body = ?
+ORDER BY id
+LIMIT 1`,
 		listFailedNewest: `SELECT ` + failedColumns + ` FROM ` + failed + `
 ` + failedWhere + `
 ORDER BY id DESC

@@ -19,7 +19,9 @@ type queries struct {
 	clearAttempts string
 	purgeAttempts string
 
-	saveFailed          string
+	insertFailed        string
+	updateFailed        string
+	findFailed          string
 	listFailedNewest    string
 	listFailedOldest    string
 	getFailed           string
@@ -69,26 +71,26 @@ RETURNING attempts`,
     ORDER BY last_failed_at
     LIMIT $3)`,
 
-		saveFailed: `INSERT INTO ` + failed + ` AS f
+		insertFailed: `INSERT INTO ` + failed + `
     (consumer_name, source, event_id, event_name, message_key, headers, body, error, errors, attempts,
      aggregate_type, aggregate_id, held_by)
 VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8,
     jsonb_build_array(jsonb_build_object('at', now(), 'attempt', $9::integer, 'error', $8::text)), $9,
     $10, $11, $12)
-ON CONFLICT (consumer_name, event_id) DO UPDATE SET
-    source         = EXCLUDED.source,
-    event_name     = EXCLUDED.event_name,
-    message_key    = EXCLUDED.message_key,
-    headers        = EXCLUDED.headers,
-    body           = EXCLUDED.body,
-    error          = EXCLUDED.error,
-    errors         = f.errors || EXCLUDED.errors,
-    attempts       = f.attempts + EXCLUDED.attempts,
-    aggregate_type = EXCLUDED.aggregate_type,
-    aggregate_id   = EXCLUDED.aggregate_id,
-    held_by        = EXCLUDED.held_by,
-    failed_at      = now()
 RETURNING id`,
+		// The message the entry holds stays as it was first stored.
+		updateFailed: `UPDATE ` + failed + ` AS f SET
+    error     = $3,
+    errors    = f.errors || jsonb_build_array(jsonb_build_object('at', now(), 'attempt', $4::integer, 'error', $3::text)),
+    attempts  = f.attempts + $4::integer,
+    held_by   = $5,
+    failed_at = now()
+WHERE f.id = $1 AND f.consumer_name = $2
+RETURNING f.id`,
+		findFailed: `SELECT id FROM ` + failed + `
+WHERE consumer_name = $1 AND event_id = $2 AND body = $3
+ORDER BY id
+LIMIT 1`,
 		listFailedNewest: `SELECT ` + failedColumns + ` FROM ` + failed + `
 ` + failedWhere + `
 ORDER BY id DESC

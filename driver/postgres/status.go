@@ -39,7 +39,7 @@ UNION ALL ` + looseNames("0", attempts) + `
 UNION ALL ` + looseNames("1", failed),
 		// processed_event_consumer_idx (consumer_name, processed_at) gives
 		// the latest marker in one probe and the window's markers as a
-		// range; failed_message's event_key and delivery_attempt's primary
+		// range; failed_message's event_idx and delivery_attempt's primary
 		// key start with consumer_name.
 		Consumer: `SELECT
     (SELECT max(processed_at) FROM ` + processed + ` WHERE consumer_name = $1),

@@ -264,11 +264,30 @@ func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m idem.Fai
 		return 0, err
 	}
 	var id int64
-	err = driver.QueryRow(ctx, ex, d.q.saveFailed,
+	if m.ID != 0 {
+		err = driver.QueryRow(ctx, ex, d.q.updateFailed, []any{r.Error, r.Entry, r.Attempts, r.HeldBy, m.ID, r.Consumer}, &id)
+		if !errors.Is(err, idem.ErrNotFound) {
+			return id, d.wrap(err)
+		}
+	}
+	err = driver.QueryRow(ctx, ex, d.q.insertFailed,
 		[]any{r.Consumer, r.Source, r.EventID, r.EventName, r.Key, r.Headers, r.Body, r.Error,
-			"[" + r.Entry + "]", r.Attempts, r.AggregateType, r.AggregateID, r.HeldBy, r.Entry},
+			"[" + r.Entry + "]", r.Attempts, r.AggregateType, r.AggregateID, r.HeldBy},
 		&id)
 	return id, d.wrap(err)
+}
+
+// FindFailed implements driver.Dialect.
+func (d *Dialect) FindFailed(ctx context.Context, ex driver.Executor, consumer string, id uuid.UUID, body []byte) (int64, error) {
+	if body == nil {
+		body = []byte{}
+	}
+	var found int64
+	err := driver.QueryRow(ctx, ex, d.q.findFailed, []any{failrow.Text(consumer), id.String(), body}, &found)
+	if errors.Is(err, idem.ErrNotFound) {
+		return 0, nil
+	}
+	return found, d.wrap(err)
 }
 
 // ListFailed implements driver.Dialect.

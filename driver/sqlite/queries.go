@@ -13,7 +13,9 @@ type queries struct {
 	recordAttempt string
 	purgeAttempts string
 
-	saveFailed          string
+	insertFailed        string
+	updateFailed        string
+	findFailed          string
 	listFailedNewest    string
 	listFailedOldest    string
 	getFailed           string
@@ -57,24 +59,24 @@ RETURNING attempts`,
     ORDER BY last_failed_at
     LIMIT ?)`,
 
-		saveFailed: `INSERT INTO ` + failed + `
+		insertFailed: `INSERT INTO ` + failed + `
     (consumer_name, source, event_id, event_name, message_key, headers, body, error, errors, attempts,
      aggregate_type, aggregate_id, held_by)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (consumer_name, event_id) DO UPDATE SET
-    source         = excluded.source,
-    event_name     = excluded.event_name,
-    message_key    = excluded.message_key,
-    headers        = excluded.headers,
-    body           = excluded.body,
-    error          = excluded.error,
-    errors         = json_insert(errors, '$[#]', json(?)),
-    attempts       = attempts + excluded.attempts,
-    aggregate_type = excluded.aggregate_type,
-    aggregate_id   = excluded.aggregate_id,
-    held_by        = excluded.held_by,
-    failed_at      = ` + now + `
 RETURNING id`,
+		// The message the entry holds stays as it was first stored.
+		updateFailed: `UPDATE ` + failed + ` SET
+    error     = ?,
+    errors    = json_insert(errors, '$[#]', json(?)),
+    attempts  = attempts + ?,
+    held_by   = ?,
+    failed_at = ` + now + `
+WHERE id = ? AND consumer_name = ?
+RETURNING id`,
+		findFailed: `SELECT id FROM ` + failed + `
+WHERE consumer_name = ? AND event_id = ? AND body = ?
+ORDER BY id
+LIMIT 1`,
 		listFailedNewest: `SELECT ` + failedColumns + ` FROM ` + failed + `
 ` + failedWhere + `
 ORDER BY id DESC

@@ -18,6 +18,7 @@ import (
 	"github.com/idem-go/idem/driver/sqlite"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/outbox"
 )
 
@@ -164,5 +165,61 @@ func TestConcurrentUseIsNotLocked(t *testing.T) {
 	}
 	if n := db.Count(t, "outbox WHERE published_at IS NULL"); n != 0 {
 		t.Errorf("unpublished rows = %d, want 0", n)
+	}
+}
+
+// TestFailedMessageRebuild checks the table that migration 0007 rebuilds
+// (SQLite cannot drop the unique key 0001 declared in CREATE TABLE): its
+// indexes, and the key back once the migration is reverted.
+func TestFailedMessageRebuild(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewSQLite(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	indexes := func() string {
+		t.Helper()
+		rows, err := db.DB.QueryContext(ctx, `SELECT name FROM pragma_index_list('failed_message') ORDER BY name`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var names []string
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, n)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(names, " ")
+	}
+	const rebuilt = "failed_message_aggregate_idx failed_message_event_idx failed_message_failed_at_idx"
+	if got := indexes(); got != rebuilt {
+		t.Errorf("indexes of failed_message = %s, want %s", got, rebuilt)
+	}
+	var leftover int
+	if err := db.DB.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name LIKE 'failed_message_rebuild%'`).Scan(&leftover); err != nil || leftover != 0 {
+		t.Errorf("objects left by the rebuild: %d, %v", leftover, err)
+	}
+	var unique int
+	if err := db.DB.QueryRowContext(ctx, `SELECT count(*) FROM pragma_index_list('failed_message') WHERE "unique" = 1`).Scan(&unique); err != nil || unique != 0 {
+		t.Errorf("unique indexes of failed_message after 0007: %d, %v; want none", unique, err)
+	}
+
+	steps := 0
+	for _, m := range db.Driver.Dialect().Migrations() {
+		if m.Version >= 7 {
+			steps++
+		}
+	}
+	if _, err := migrate.New(db.Driver).Down(ctx, steps); err != nil {
+		t.Fatal(err)
+	}
+	const reverted = "failed_message_aggregate_idx failed_message_failed_at_idx sqlite_autoindex_failed_message_1"
+	if got := indexes(); got != reverted {
+		t.Errorf("indexes of failed_message after reverting 0007 = %s, want %s", got, reverted)
 	}
 }
