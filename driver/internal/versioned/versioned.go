@@ -1,7 +1,8 @@
 // Package versioned implements driver.Dialect.UpsertVersioned for the
 // dialects that cannot return the previous version from an upsert (MySQL,
 // SQLite): they read the stored version, locking the row, then insert or
-// update.
+// update. On MySQL a key that is not stored yet is inserted without a
+// locking read (see Flavor.IsDuplicateKey).
 package versioned
 
 import (
@@ -21,6 +22,16 @@ type Flavor struct {
 	// empty on SQLite, where the transaction holds the database's write
 	// lock).
 	Lock string
+	// IsDuplicateKey, when set, reports a duplicate-key error, and Upsert
+	// locks only a row that exists: it reads the stored version without a
+	// lock first, and inserts a key it does not find. A locking read of a
+	// missing key would lock the gap where the key goes (InnoDB under
+	// REPEATABLE READ); two transactions inserting new keys into one gap,
+	// as the workers of a consumer do for new aggregates, would then
+	// deadlock. A key inserted by another transaction since this one's
+	// snapshot fails the insert as a duplicate, and is then read with the
+	// lock.
+	IsDuplicateKey func(error) bool
 }
 
 // QuoteQualified quotes each dot-separated part of name.
@@ -35,10 +46,11 @@ func (f Flavor) QuoteQualified(name string) string {
 // Upsert implements driver.Dialect.UpsertVersioned with ? placeholders.
 func (f Flavor) Upsert(ctx context.Context, ex driver.Executor, p driver.UpsertVersionedParams) (driver.UpsertVersionedResult, error) {
 	table, key, ver := f.QuoteQualified(p.Table), f.Quote(p.KeyColumn), f.Quote(p.VersionColumn)
-	var prev int64
-	err := driver.QueryRow(ctx, ex, `SELECT `+ver+` FROM `+table+` WHERE `+key+` = ?`+f.Lock, []any{p.Key}, &prev)
-	switch {
-	case errors.Is(err, idem.ErrNotFound):
+	read := func(lock string) (prev int64, err error) {
+		err = driver.QueryRow(ctx, ex, `SELECT `+ver+` FROM `+table+` WHERE `+key+` = ?`+lock, []any{p.Key}, &prev)
+		return prev, err
+	}
+	insert := func() error {
 		cols := []string{key, ver}
 		params := []string{"?", "?"}
 		for _, c := range p.Columns {
@@ -46,7 +58,30 @@ func (f Flavor) Upsert(ctx context.Context, ex driver.Executor, p driver.UpsertV
 			params = append(params, "?")
 		}
 		args := append([]any{p.Key, p.Version}, p.Values...)
-		if _, err := ex.Exec(ctx, `INSERT INTO `+table+` (`+strings.Join(cols, ", ")+`) VALUES (`+strings.Join(params, ", ")+`)`, args...); err != nil {
+		_, err := ex.Exec(ctx, `INSERT INTO `+table+` (`+strings.Join(cols, ", ")+`) VALUES (`+strings.Join(params, ", ")+`)`, args...)
+		return err
+	}
+	if f.IsDuplicateKey != nil {
+		_, err := read("")
+		switch {
+		case errors.Is(err, idem.ErrNotFound):
+			err := insert()
+			if err == nil {
+				return driver.UpsertVersionedResult{Applied: true}, nil
+			}
+			if !f.IsDuplicateKey(err) {
+				return driver.UpsertVersionedResult{}, err
+			}
+			// Inserted by another transaction since this one's snapshot:
+			// read it again, locked.
+		case err != nil:
+			return driver.UpsertVersionedResult{}, err
+		}
+	}
+	prev, err := read(f.Lock)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		if err := insert(); err != nil {
 			return driver.UpsertVersionedResult{}, err
 		}
 		return driver.UpsertVersionedResult{Applied: true}, nil
