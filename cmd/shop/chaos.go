@@ -534,7 +534,10 @@ go build -tags idemfault -o shop-chaos ./cmd/shop). A plain build refuses.
 Flags:
 `, `
 With no --db and --broker, the processes share SQLite files in a temporary
-directory and a NATS JetStream server that shop chaos runs itself.
+directory and a NATS JetStream server that shop chaos runs itself. On Kafka,
+give the consumers a short session timeout (?session_timeout=6s): a killed
+consumer keeps its partitions until its session expires, 45s by default,
+which is as long as a case waits for its effects after the restart.
 
 Examples:
   go run -tags idemfault ./cmd/shop chaos

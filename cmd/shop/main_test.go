@@ -60,11 +60,11 @@ func TestChaosPostgresRabbitMQ(t *testing.T) {
 }
 
 // chaosSubset are the cases run on PostgreSQL + Kafka, while the embedded
-// defaults and PostgreSQL + RabbitMQ run the whole table: one per source of
-// duplicates that depends on the transport (relay republish, broker
-// redelivery after a commit) and the external effect (carrier answer lost).
-// The whole table on every combination would take the package past its time
-// budget.
+// defaults, PostgreSQL + RabbitMQ and MariaDB + Kafka run the whole table:
+// one per source of duplicates that depends on the transport (relay
+// republish, broker redelivery after a commit) and the external effect
+// (carrier answer lost). The whole table on every combination would take
+// the package past its time budget.
 const chaosSubset = "relay.after-publish-before-mark,inbox.after-commit-before-ack,carrier answer lost"
 
 func checkChaos(t *testing.T, results []chaosResult, want int) {
@@ -119,6 +119,28 @@ func TestChaosPostgresKafka(t *testing.T) {
 		Binary: shopBinary, DB: pg, Broker: "kafka://" + c.ListenAddrs()[0] + "?session_timeout=6s", Only: chaosSubset, LogDir: t.TempDir(),
 	})
 	checkChaos(t, results, 3)
+}
+
+// TestChaosMariaDBKafka runs the crash table on the stack of the second
+// article: MariaDB (one database per service) + Kafka, every case but the
+// CDC relay's, which need PostgreSQL. Kafka is kfake listening on a TCP
+// port, as in TestChaosPostgresKafka.
+func TestChaosMariaDBKafka(t *testing.T) {
+	t.Parallel()
+	my := testdb.MariaDBURL(t)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	results := runChaos(context.Background(), chaosOptions{
+		Binary: shopBinary, DB: my, Broker: "kafka://" + c.ListenAddrs()[0] + "?session_timeout=6s", LogDir: t.TempDir(),
+	})
+	checkChaos(t, results, applicableCases(my))
 }
 
 func freePort() (int, error) {
