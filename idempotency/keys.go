@@ -20,6 +20,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/errlog"
 )
 
 // Defaults of Config.
@@ -118,6 +119,13 @@ type Config struct {
 	Error func(w http.ResponseWriter, r *http.Request, status int, detail string)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// ErrorLog logs the failures of requests (the database away, a
+	// handler's error): the first of each cause at once, its repeats once
+	// per interval, and a line when requests succeed again (package
+	// errlog). Pass the limiter of the service's own handlers, so that an
+	// outage shows as one set of lines. Defaults to a limiter of its own on
+	// Logger, named "idempotent requests".
+	ErrorLog *errlog.Limiter
 	// Now is the clock of claims, expiry and locks. Defaults to time.Now.
 	// Servers sharing the table must agree on the time within much less
 	// than LockTimeout.
@@ -143,6 +151,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.ErrorLog == nil {
+		c.ErrorLog = errlog.New(c.Logger.With("component", "idempotency"), "idempotent requests", errlog.Config{})
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -180,6 +191,7 @@ type Keys[TTx any] struct {
 	store driver.IdempotencyKeys
 	cfg   Config
 	log   *slog.Logger
+	errs  *errlog.Limiter
 }
 
 // New returns the keys stored through drv, whose migrations must be applied
@@ -193,7 +205,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Keys[TTx], error) {
 		return nil, fmt.Errorf("idempotency: the %s dialect does not store idempotency keys (driver.IdempotencyKeys); use an idem dialect that does", drv.Dialect().Name())
 	}
 	cfg = cfg.WithDefaults()
-	return &Keys[TTx]{drv: drv, store: store, cfg: cfg, log: cfg.Logger.With("component", "idempotency")}, nil
+	return &Keys[TTx]{drv: drv, store: store, cfg: cfg, log: cfg.Logger.With("component", "idempotency"), errs: cfg.ErrorLog}, nil
 }
 
 // Request names a request made with an idempotency key.

@@ -66,7 +66,7 @@ func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
 		ctx := r.Context()
 		c, err := k.Claim(ctx, req)
 		if err != nil {
-			k.log.Error("idempotency key not claimed", "key", key, "error", err)
+			k.errs.Error(ctx, "idempotency key not claimed", err, "key", key)
 			if k.drv.Dialect().IsTransient(err) {
 				w.Header().Set("Retry-After", "1")
 				k.cfg.Error(w, r, http.StatusServiceUnavailable, "the "+HeaderKey+" cannot be checked now; retry the request with the same key")
@@ -75,6 +75,7 @@ func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
 			k.cfg.Error(w, r, http.StatusInternalServerError, "the "+HeaderKey+" could not be checked; retry the request with the same key")
 			return
 		}
+		k.errs.OK(ctx)
 		if k.answerUnclaimed(w, r, c) {
 			return
 		}
@@ -120,9 +121,11 @@ func (k *Keys[TTx]) finish(ctx context.Context, c *Claim, rec *recorder) {
 	ok, err := k.completeNow(ctx, c, Response{Status: status, Header: rec.sent, Body: rec.body.Bytes()})
 	switch {
 	case err != nil:
-		k.log.Error("response not recorded for its idempotency key; a retry after the lock timeout will run the request again", "key", c.Key, "error", err)
+		k.errs.Error(ctx, "response not recorded for its idempotency key; a retry after the lock timeout will run the request again", err, "key", c.Key)
 	case !ok:
 		k.log.Warn("response not recorded: the idempotency key was taken over by a retry", "key", c.Key)
+	default:
+		k.errs.OK(ctx)
 	}
 }
 
@@ -131,8 +134,10 @@ func (k *Keys[TTx]) release(ctx context.Context, c *Claim) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.LockTimeout)
 	defer cancel()
 	if err := k.Release(ctx, c); err != nil {
-		k.log.Warn("idempotency key not released; a retry gets 409 until the lock timeout", "key", c.Key, "error", err)
+		k.errs.Warn(ctx, "idempotency key not released; a retry gets 409 until the lock timeout", err, "key", c.Key)
+		return
 	}
+	k.errs.OK(ctx)
 }
 
 type claimKey struct{}

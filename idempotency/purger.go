@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/startstop"
 )
 
@@ -16,6 +17,7 @@ import (
 type Purger[TTx any] struct {
 	keys   *Keys[TTx]
 	log    *slog.Logger
+	errs   *errlog.Limiter
 	base   startstop.Base
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -24,6 +26,7 @@ type Purger[TTx any] struct {
 // NewPurger returns a purger of k's expired keys.
 func (k *Keys[TTx]) NewPurger() *Purger[TTx] {
 	p := &Purger[TTx]{keys: k, log: k.log.With("component", "idempotency purger")}
+	p.errs = errlog.New(p.log, "purge of expired idempotency keys", errlog.Config{})
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p
 }
@@ -53,14 +56,19 @@ func (p *Purger[TTx]) Start(ctx context.Context) error {
 	return nil
 }
 
-// RunOnce purges once, now, and logs what it did. A failure is logged, and
-// the next round tries again.
+// RunOnce purges once, now, and logs what it did. A failure is logged (its
+// repeats once per interval, see package errlog), and the next round tries
+// again.
 func (p *Purger[TTx]) RunOnce(ctx context.Context) {
 	n, err := p.keys.Purge(ctx)
-	switch {
-	case err != nil && ctx.Err() == nil:
-		p.log.Warn("purge of expired idempotency keys failed; the next round tries again", "error", err, "interval", p.keys.cfg.PurgeInterval)
-	case n > 0:
+	if err != nil {
+		if ctx.Err() == nil {
+			p.errs.Warn(ctx, "purge of expired idempotency keys failed; the next round tries again", err, "interval", p.keys.cfg.PurgeInterval)
+		}
+		return
+	}
+	p.errs.OK(ctx)
+	if n > 0 {
 		p.log.Info("expired idempotency keys purged", "deleted", n)
 	}
 }

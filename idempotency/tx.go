@@ -148,7 +148,7 @@ func (k *Keys[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req *Request
 	rollback := func() {} // set once the transaction has begun
 	fail := func(what string, err error) {
 		rollback() // before the answer, so that the key is not held while it is sent
-		k.log.Error(what, "error", err)
+		k.errs.Error(ctx, what, err)
 		if k.drv.Dialect().IsTransient(err) {
 			w.Header().Set("Retry-After", "1")
 			k.cfg.Error(w, r, http.StatusServiceUnavailable, "the database is not available now; retry the request"+withSameKey(req))
@@ -180,6 +180,7 @@ func (k *Keys[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req *Request
 			rollback() // before the answer, so that the key is not held while it is sent
 		}
 		if k.answerUnclaimed(w, r, c) {
+			k.errs.OK(ctx)
 			return
 		}
 	}
@@ -193,6 +194,7 @@ func (k *Keys[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req *Request
 	}
 	if resp.Status < 200 || resp.Status > 299 {
 		rollback() // before the answer: a retry finds the key free
+		k.errs.OK(ctx)
 		resp.Send(w)
 		return
 	}
@@ -210,6 +212,7 @@ func (k *Keys[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req *Request
 		fail("request not committed", err)
 		return
 	}
+	k.errs.OK(ctx)
 	resp.Send(w)
 }
 

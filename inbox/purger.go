@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/startstop"
 )
 
@@ -42,6 +43,9 @@ type Purger[TTx any] struct {
 	base   startstop.Base
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// markerErrs and failedErrs log the failures of the two purges.
+	markerErrs, failedErrs *errlog.Limiter
 }
 
 // NewPurger returns a purger of drv's tables. It checks the configuration
@@ -71,6 +75,8 @@ func NewPurger[TTx any](drv driver.Driver[TTx], cfg PurgerConfig) (*Purger[TTx],
 		log = slog.Default()
 	}
 	p := &Purger[TTx]{drv: drv, cfg: cfg, log: log.With("component", "purger", "consumer", cfg.Markers.Consumer)}
+	p.markerErrs = errlog.New(p.log, "purge of processed_event", errlog.Config{})
+	p.failedErrs = errlog.New(p.log, "purge of failed_message", errlog.Config{})
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p, nil
 }
@@ -99,14 +105,20 @@ func (p *Purger[TTx]) Start(ctx context.Context) error {
 	return nil
 }
 
-// RunOnce purges once, now, and logs what it did.
+// RunOnce purges once, now, and logs what it did. A failure is logged
+// (its repeats once per interval, see package errlog), and the next round
+// tries again.
 func (p *Purger[TTx]) RunOnce(ctx context.Context) {
 	res, err := Purge(ctx, p.drv, p.cfg.Markers)
-	switch {
-	case err != nil && ctx.Err() == nil:
-		p.log.Warn("purge of processed_event failed", "error", err)
-	case res.Deleted+res.Attempts > 0:
-		p.log.Info("processed_event purged", "deleted", res.Deleted, "attempts", res.Attempts, "before", res.Before)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.markerErrs.Warn(ctx, "purge of processed_event failed", err)
+		}
+	} else {
+		p.markerErrs.OK(ctx)
+		if res.Deleted+res.Attempts > 0 {
+			p.log.Info("processed_event purged", "deleted", res.Deleted, "attempts", res.Attempts, "before", res.Before)
+		}
 	}
 	if p.cfg.FailedHorizon <= 0 {
 		return
@@ -114,10 +126,14 @@ func (p *Purger[TTx]) RunOnce(ctx context.Context) {
 	failed := p.cfg.Markers
 	failed.Horizon = p.cfg.FailedHorizon
 	res, err = PurgeFailed(ctx, p.drv, failed)
-	switch {
-	case err != nil && ctx.Err() == nil:
-		p.log.Warn("purge of failed_message failed", "error", err)
-	case res.Deleted > 0:
+	if err != nil {
+		if ctx.Err() == nil {
+			p.failedErrs.Warn(ctx, "purge of failed_message failed", err)
+		}
+		return
+	}
+	p.failedErrs.OK(ctx)
+	if res.Deleted > 0 {
 		p.log.Info("failed_message purged", "deleted", res.Deleted, "before", res.Before)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/startstop"
 )
@@ -77,6 +78,28 @@ type Relay[TTx any] struct {
 
 	stats   counters
 	tracing tracing
+	errs    limiters
+}
+
+// limiters log the failures of the relay's operations, once per cause and
+// interval while they repeat, then a line when the operation succeeds
+// again (package errlog).
+type limiters struct {
+	claim, publish, listen, mark, release, quarantine, retention, backlog *errlog.Limiter
+}
+
+func newLimiters(log *slog.Logger) limiters {
+	l := func(what string) *errlog.Limiter { return errlog.New(log, what, errlog.Config{}) }
+	return limiters{
+		claim:      l("relay claims"),
+		publish:    l("relay publications"),
+		listen:     l("outbox notifications"),
+		mark:       l("relay marks"),
+		release:    l("relay releases"),
+		quarantine: l("relay quarantine"),
+		retention:  l("deletion of published rows"),
+		backlog:    l("backlog measurement"),
+	}
 }
 
 type counters struct {
@@ -151,16 +174,18 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 		return nil, err
 	}
 	claimer, _ := any(drv).(driver.OutboxClaimer)
+	log := cfg.Logger.With("component", "relay")
 	return &Relay[TTx]{
 		drv:     drv,
 		dialect: dialect,
 		claimer: claimer,
 		pub:     pub,
 		cfg:     cfg,
-		log:     cfg.Logger.With("component", "relay"),
+		log:     log,
 		wake:    make(chan struct{}, 1),
 		idle:    make(chan struct{}, 1),
 		tracing: newTracing(cfg, pub),
+		errs:    newLimiters(log),
 	}, nil
 }
 
@@ -389,9 +414,9 @@ func (r *Relay[TTx]) worker(n int) {
 			if err != nil {
 				failures++
 				if r.claimFailures.Add(1) == unhealthyAfterFailedClaims {
-					log.Error("relay keeps failing to claim", "error", err)
+					r.errs.claim.Error(ctx, "relay keeps failing to claim", err, "worker", n)
 				} else {
-					log.Warn("claim failed", "error", err)
+					r.errs.claim.Warn(ctx, "claim failed", err, "worker", n)
 				}
 				if !sleep(ctx, backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, failures)) {
 					return
@@ -400,6 +425,7 @@ func (r *Relay[TTx]) worker(n int) {
 			}
 			failures = 0
 			r.claimFailures.Store(0)
+			r.errs.claim.OK(ctx)
 			if b == nil {
 				if r.signals.Load() != signals {
 					// Woken while claiming: the rows may have committed
@@ -623,7 +649,7 @@ func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
 	results := make(chan result, publishCalls)
 	var inFlight, calls int
 	// faultDelay is how long rows the broker did not answer for wait;
-	// paused says that brokerFailed logged why; halted that no more calls
+	// paused says that brokerFailed recorded why; halted that no more calls
 	// start.
 	faultDelay := backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, 1)
 	paused, halted := false, false
@@ -702,12 +728,15 @@ func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
 		if whole || (accepted == 0 && faults == len(res.msgs)) {
 			// The broker is away: pause every worker, and count no attempt.
 			if !paused {
-				faultDelay, paused = r.brokerFailed(log, cmp.Or(res.err, firstFault)), true
+				faultDelay, paused = r.brokerFailed(cmp.Or(res.err, firstFault)), true
 			}
 			halted = true
 			continue
 		}
 		r.brokerFailures.Store(0)
+		if faults == 0 {
+			r.errs.publish.OK(r.workCtx)
+		}
 	}
 
 	var seqs []int64
@@ -725,8 +754,9 @@ func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
 			r.stats.leasesLost.Add(int64(len(seqs)))
 			log.Warn("lease expired before the mark: the rows will be published again by their next owner", "rows", len(seqs))
 		} else if err != nil {
-			log.Error("mark published failed; the rows will be published again after the lease", "rows", len(seqs), "error", err)
+			r.errs.mark.Error(r.workCtx, "mark published failed; the rows will be published again after the lease", err, "rows", len(seqs))
 		} else {
+			r.errs.mark.OK(r.workCtx)
 			r.stats.published.Add(marked)
 			if lost := int64(len(seqs)) - marked; lost > 0 {
 				r.stats.leasesLost.Add(lost)
@@ -785,7 +815,7 @@ func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
 			"rows", refused, "error", firstRefused)
 	}
 	if faultCount > 0 && !paused && !errors.Is(anyErr, context.Canceled) {
-		log.Warn("the broker did not confirm rows; they will be retried", "rows", faultCount, "error", anyErr)
+		r.errs.publish.Warn(r.workCtx, "the broker did not confirm rows; they will be retried", anyErr, "rows", faultCount)
 	}
 	if len(quarantine) > 0 {
 		r.quarantine(log, owner, items, quarantine)
@@ -795,8 +825,9 @@ func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
 		n, err := r.dialect.ReleaseOutbox(ctx, r.drv.Pool(), owner, release)
 		cancel()
 		if err != nil {
-			log.Error("release failed; the rows wait for their lease to expire", "rows", len(release), "error", err)
+			r.errs.release.Error(r.workCtx, "release failed; the rows wait for their lease to expire", err, "rows", len(release))
 		} else {
+			r.errs.release.OK(r.workCtx)
 			r.stats.released.Add(n)
 		}
 	}
@@ -808,9 +839,10 @@ func (r *Relay[TTx]) quarantine(log *slog.Logger, owner uuid.UUID, items []item,
 	done, err := r.dialect.QuarantineOutbox(ctx, r.drv.Pool(), owner, rows)
 	cancel()
 	if err != nil {
-		log.Error("quarantine failed; the rows are tried again after their lease", "rows", len(rows), "error", err)
+		r.errs.quarantine.Error(r.workCtx, "quarantine failed; the rows are tried again after their lease", err, "rows", len(rows))
 		return
 	}
+	r.errs.quarantine.OK(r.workCtx)
 	r.stats.quarantined.Add(int64(len(done)))
 	if lost := len(rows) - len(done); lost > 0 {
 		r.stats.leasesLost.Add(int64(lost))
@@ -864,7 +896,7 @@ func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, seqs []int64) (in
 
 // brokerFailed pauses every worker after a whole Publish call failed, and
 // returns the pause.
-func (r *Relay[TTx]) brokerFailed(log *slog.Logger, err error) time.Duration {
+func (r *Relay[TTx]) brokerFailed(err error) time.Duration {
 	n := r.brokerFailures.Add(1)
 	d := backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, int(n))
 	until := time.Now().Add(d).UnixNano()
@@ -875,7 +907,7 @@ func (r *Relay[TTx]) brokerFailed(log *slog.Logger, err error) time.Duration {
 		}
 	}
 	if !errors.Is(err, context.Canceled) {
-		log.Warn("broker failed; pausing", "pause", d.Round(time.Millisecond), "failures_in_a_row", n, "error", err)
+		r.errs.publish.Warn(r.workCtx, "broker failed; pausing", err, "pause", d.Round(time.Millisecond), "failures_in_a_row", n)
 	}
 	return d
 }
@@ -923,7 +955,9 @@ func (r *Relay[TTx]) listen(l driver.OutboxListener) {
 	for {
 		var connected atomic.Bool // notify runs on the listener's goroutines
 		notify := func() {
-			connected.Store(true)
+			if !connected.Load() && !connected.Swap(true) {
+				r.errs.listen.OK(ctx)
+			}
 			r.signal()
 		}
 		var err error
@@ -940,7 +974,7 @@ func (r *Relay[TTx]) listen(l driver.OutboxListener) {
 		}
 		failures++
 		d := backoff(defaultListenRetry, listenRetryMax, failures)
-		r.log.Warn("listen for outbox notifications failed; polling until it reconnects", "retry_in", d.Round(time.Millisecond), "error", err)
+		r.errs.listen.Warn(ctx, "listen for outbox notifications failed; polling until it reconnects", err, "retry_in", d.Round(time.Millisecond))
 		if !sleep(ctx, d) {
 			return
 		}
@@ -960,10 +994,11 @@ func (r *Relay[TTx]) retentionLoop() {
 			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
-					r.log.Warn("delete published rows failed", "error", err)
+					r.errs.retention.Warn(ctx, "delete published rows failed", err)
 				}
 				break
 			}
+			r.errs.retention.OK(ctx)
 			r.stats.deleted.Add(n)
 			if n < int64(r.cfg.DeleteBatchSize) {
 				break
@@ -975,8 +1010,11 @@ func (r *Relay[TTx]) retentionLoop() {
 func (r *Relay[TTx]) statsLoop() {
 	ctx := r.claimCtx
 	for sleep(ctx, r.cfg.StatsInterval) {
-		if err := r.measureBacklog(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("measure backlog failed", "error", err)
+		switch err := r.measureBacklog(ctx); {
+		case err == nil:
+			r.errs.backlog.OK(ctx)
+		case ctx.Err() == nil:
+			r.errs.backlog.Warn(ctx, "measure backlog failed", err)
 		}
 	}
 }

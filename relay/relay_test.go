@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/relay"
 )
@@ -300,6 +302,9 @@ func TestRelayBrokerUnavailable(t *testing.T) {
 	b.pub.Fail(errors.New("broker down"))
 	cfg := fastConfig(t)
 	cfg.StatsInterval = 20 * time.Millisecond
+	var logs syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	start := time.Now()
 	r := b.start(t, cfg)
 
 	var all []idem.Event
@@ -342,6 +347,20 @@ func TestRelayBrokerUnavailable(t *testing.T) {
 	checkOrder(t, b.pub.Messages())
 	if s := r.Stats(); s.PublishErrors == 0 {
 		t.Errorf("Stats().PublishErrors = 0 after failures")
+	}
+
+	// The outage is in the log once, then as a count once per interval,
+	// then one line when publications succeed again.
+	testsvc.WaitFor(t, 10*time.Second, "recovery logged", func() bool {
+		return strings.Contains(logs.String(), `msg="relay publications recovered"`)
+	})
+	elapsed := time.Since(start)
+	text := logs.String()
+	if n, most := strings.Count(text, `msg="broker failed; pausing"`), 1+int(elapsed/errlog.IntervalDefault); n == 0 || n > most {
+		t.Errorf("%d lines for the broker's failures in %v, want 1 to %d:\n%s", n, elapsed.Round(time.Millisecond), most, text)
+	}
+	if n := strings.Count(text, "recovered"); n != 1 {
+		t.Errorf("%d recovered lines, want 1:\n%s", n, text)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/internal/batch"
+	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/startstop"
 )
@@ -142,6 +143,7 @@ type Subscriber struct {
 	cfg     SubscriberConfig
 	deliver broker.DeliverFunc
 	log     *slog.Logger
+	errs    *errlog.Limiter // the connection's failures
 	seed    maphash.Seed
 	held    atomic.Int64
 
@@ -171,6 +173,7 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 		log:     cfg.Logger.With("queue", cfg.Queue),
 		seed:    maphash.MakeSeed(),
 	}
+	s.errs = errlog.New(s.log, "amqp subscriber connection", errlog.Config{})
 	s.workCtx, s.workCancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -323,7 +326,7 @@ func (s *Subscriber) run(sess *session) {
 		if s.stopping() {
 			return
 		}
-		s.log.Warn("amqp subscriber: connection lost; reconnecting", "url", s.cfg.redacted(), "error", err)
+		s.errs.Warn(s.workCtx, "amqp subscriber: connection lost; reconnecting", err, "url", s.cfg.redacted())
 		for {
 			t := time.NewTimer(bo.next())
 			select {
@@ -338,10 +341,10 @@ func (s *Subscriber) run(sess *session) {
 			if err == nil {
 				break
 			}
-			s.log.Warn("amqp subscriber: reconnect failed", "url", s.cfg.redacted(), "error", err)
+			s.errs.Warn(s.workCtx, "amqp subscriber: reconnect failed", err, "url", s.cfg.redacted())
 		}
 		bo.reset()
-		s.log.Info("amqp subscriber: reconnected", "url", s.cfg.redacted())
+		s.errs.OK(s.workCtx) // logs "amqp subscriber connection recovered"
 		s.mu.Lock()
 		s.sess = sess
 		if s.stopping() {

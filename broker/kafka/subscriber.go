@@ -18,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/startstop"
 )
@@ -183,6 +184,9 @@ type Subscriber struct {
 	deliver broker.DeliverFunc
 	log     *slog.Logger
 	cl      *kgo.Client
+	// fetchErrs and commitErrs log the failures of fetches and offset
+	// commits.
+	fetchErrs, commitErrs *errlog.Limiter
 
 	// base is the lifecycle. deliverCtx is given to the DeliverFunc; it is
 	// canceled only when Stop runs out of time. pollCtx ends at Stop.
@@ -232,6 +236,8 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 		commitWake: make(chan struct{}, 1),
 		commitStop: make(chan struct{}),
 	}
+	s.fetchErrs = errlog.New(s.log, "kafka fetches", errlog.Config{})
+	s.commitErrs = errlog.New(s.log, "kafka offset commits", errlog.Config{})
 	s.st.init()
 	s.deliverCtx, s.deliverCancel = context.WithCancel(context.Background())
 	s.pollCtx, s.pollCancel = context.WithCancel(context.Background())
@@ -352,12 +358,17 @@ func (s *Subscriber) pollLoop() {
 			s.cl.AllowRebalance()
 			return
 		}
+		failed := false
 		fetches.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.Canceled) {
 				return
 			}
-			s.log.Warn("kafka fetch error", "topic", topic, "partition", p, "error", err)
+			failed = true
+			s.fetchErrs.Warn(s.pollCtx, "kafka fetch error", err, "topic", topic, "partition", p)
 		})
+		if !failed {
+			s.fetchErrs.OK(s.pollCtx)
+		}
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) == 0 && p.HighWatermark <= 0 {
 				return
@@ -494,8 +505,11 @@ func (s *Subscriber) committer() {
 		ctx, cancel := context.WithTimeout(s.pollCtx, 10*time.Second)
 		err := s.commitNow(ctx, nil)
 		cancel()
+		if err == nil {
+			s.commitErrs.OK(s.pollCtx)
+		}
 		if err != nil && s.pollCtx.Err() == nil {
-			s.log.Warn("kafka offset commit failed; retrying", "error", err)
+			s.commitErrs.Warn(s.pollCtx, "kafka offset commit failed; retrying", err)
 			t := time.NewTimer(100 * time.Millisecond)
 			select {
 			case <-t.C:

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/errlog"
 )
 
 // Connection and stream defaults.
@@ -98,7 +99,10 @@ func (c ConnConfig) connect() (*nats.Conn, bool, error) {
 	if c.Conn != nil {
 		return c.Conn, false, nil
 	}
-	log := c.Logger
+	// The connection's failures: a disconnection, then its reconnection;
+	// asynchronous errors, which may come once per message.
+	errs := errlog.New(c.Logger, "nats connection", errlog.Config{})
+	ctx := context.Background()
 	opts := []nats.Option{
 		nats.Name(c.Name),
 		nats.MaxReconnects(-1),
@@ -107,14 +111,14 @@ func (c ConnConfig) connect() (*nats.Conn, bool, error) {
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				log.Warn("nats: disconnected", "url", broker.RedactURL(c.URL), "error", err)
+				errs.Warn(ctx, "nats: disconnected", err, "url", broker.RedactURL(c.URL))
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("nats: reconnected", "url", broker.RedactURL(nc.ConnectedUrlRedacted()))
+		nats.ReconnectHandler(func(*nats.Conn) {
+			errs.OK(ctx) // logs "nats connection recovered"
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			log.Warn("nats: asynchronous error", "error", err)
+			errs.Warn(ctx, "nats: asynchronous error", err)
 		}),
 	}
 	opts = append(opts, c.Options...)

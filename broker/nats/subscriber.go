@@ -18,6 +18,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/internal/batch"
+	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/startstop"
 )
@@ -172,6 +173,9 @@ type Subscriber struct {
 	deliver broker.DeliverFunc
 	log     *slog.Logger
 	seed    maphash.Seed
+	// resumeErrs and ackErrs log the failures to consume again after the
+	// iterator ended, and to acknowledge messages.
+	resumeErrs, ackErrs *errlog.Limiter
 
 	// base is the lifecycle; workCtx, given to the consumer, ends when Stop
 	// runs out of time.
@@ -204,6 +208,8 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 		log:     cfg.Logger.With("stream", cfg.Stream.Name, "consumer", cfg.Consumer),
 		seed:    maphash.MakeSeed(),
 	}
+	s.resumeErrs = errlog.New(s.log, "nats subscriber consumption", errlog.Config{})
+	s.ackErrs = errlog.New(s.log, "nats subscriber acknowledgements", errlog.Config{})
 	s.workCtx, s.workCancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -341,6 +347,7 @@ func (s *Subscriber) run(iter jetstream.MessagesContext) {
 			return
 		}
 		wait := s.cfg.ReconnectWait
+		failed := false
 		for {
 			t := time.NewTimer(wait)
 			select {
@@ -354,7 +361,8 @@ func (s *Subscriber) run(iter jetstream.MessagesContext) {
 			if err == nil {
 				break
 			}
-			s.log.Warn("nats subscriber: resume consuming failed", "error", err)
+			s.resumeErrs.Warn(s.workCtx, "nats subscriber: resume consuming failed", err)
+			failed = true
 			wait = min(2*wait, resumeWaitMax)
 		}
 		s.mu.Lock()
@@ -363,7 +371,10 @@ func (s *Subscriber) run(iter jetstream.MessagesContext) {
 			iter.Drain()
 		}
 		s.mu.Unlock()
-		s.log.Info("nats subscriber: consuming again")
+		s.resumeErrs.OK(s.workCtx) // after failures: "nats subscriber consumption recovered"
+		if !failed {
+			s.log.Info("nats subscriber: consuming again")
+		}
 	}
 }
 
@@ -475,8 +486,10 @@ func (t msgTransport) Ack(ms []jetstream.Msg) {
 	for _, m := range ms {
 		if err := m.Ack(); err != nil {
 			// The message comes back after AckWait and is deduplicated.
-			t.s.log.Warn("nats subscriber: acknowledge message", "error", err)
+			t.s.ackErrs.Warn(t.s.workCtx, "nats subscriber: acknowledge message", err)
+			continue
 		}
+		t.s.ackErrs.OK(t.s.workCtx)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/errlog"
 )
 
 // TestIdleShopWakesItsRelays: on the embedded defaults, the relays of an
@@ -29,8 +31,10 @@ func TestIdleShopWakesItsRelays(t *testing.T) {
 	waitFulfilment(t, p.http, id)
 
 	// idle waits long enough for the relays to reach their longest poll
-	// interval (50 ms doubled to 5 s takes about 6.4 s of empty claims).
-	idle := func() { time.Sleep(relayMaxPollInProcess + 3*time.Second) }
+	// interval (50 ms doubled to 5 s takes about 6.4 s of empty claims),
+	// and for a broker failure logged before to be logged again at once
+	// (errlog's interval) should it happen again.
+	idle := func() { time.Sleep(max(relayMaxPollInProcess+3*time.Second, errlog.IntervalDefault+time.Second)) }
 	idle()
 
 	// An order that is late because a publish failed (the embedded

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/idempotency"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
@@ -88,6 +89,12 @@ type Config struct {
 	KeyPurgeInterval time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// ErrorLogInterval is how often the failures of requests that keep
+	// failing (the database away) are logged again, as a count: the first
+	// of each cause is logged at once, and a line says when requests
+	// succeed again (package errlog). Defaults to errlog.IntervalDefault
+	// (10s).
+	ErrorLogInterval time.Duration
 }
 
 // Service is the order service.
@@ -99,6 +106,7 @@ type Service struct {
 	placeTx  http.Handler
 	cfg      Config
 	log      *slog.Logger
+	errs     *errlog.Limiter // the failures of requests
 }
 
 // New returns the order service on db, whose migrations must be applied.
@@ -119,9 +127,11 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := cfg.Logger.With("service", "order")
+	errs := errlog.New(log, "order requests", errlog.Config{Interval: cfg.ErrorLogInterval})
 	keys, err := idempotency.New(db.Driver, idempotency.Config{
 		TTL: cfg.KeyTTL, LockTimeout: cfg.KeyLockTimeout, LockWait: cfg.KeyLockWait, PurgeInterval: cfg.KeyPurgeInterval,
-		MaxBodyBytes: MaxBodyBytes, Logger: cfg.Logger.With("service", "order"),
+		MaxBodyBytes: MaxBodyBytes, Logger: log, ErrorLog: errs,
 		Error: func(w http.ResponseWriter, _ *http.Request, status int, detail string) { problem(w, status, detail) },
 	})
 	if err != nil {
@@ -133,7 +143,8 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 		keys:     keys,
 		consumer: c,
 		cfg:      cfg,
-		log:      cfg.Logger.With("service", "order"),
+		log:      log,
+		errs:     errs,
 	}
 	s.placeTx = keys.TxHandler(s.create)
 	c.Handle(shop.PreparationCreated, s.onPreparationCreated)
@@ -337,7 +348,7 @@ func (s *Service) create(ctx context.Context, tx *sql.Tx, r *http.Request) (idem
 
 func (s *Service) respond(w http.ResponseWriter, status int, body []byte, err error) {
 	if err != nil {
-		s.log.Error("request failed", "error", err)
+		s.errs.Error(context.Background(), "request failed", err)
 		problem(w, http.StatusInternalServerError, "internal error; the request may be retried")
 		return
 	}
@@ -378,12 +389,16 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		version++
 		now := time.Now().UTC()
 		if _, err := tx.ExecContext(ctx, s.db.Q(qCancel), StatusCancelled, version, now, id); err != nil {
+// respond sends body with status, or a 500 problem when err is set. The
+// failures are logged once per cause and interval while they repeat (the
+// database away), the success after them in one line.
 			s.respond(w, 0, nil, err)
 			return
 		}
 		ev, err := idem.NewEvent(shop.OrderCancelled, shop.AggregateOrder, id, shop.OrderCancelledV1{OrderID: id})
 		if err != nil {
 			s.respond(w, 0, nil, err)
+	s.errs.OK(context.Background())
 			return
 		}
 		ev.AggregateVersion = version
