@@ -172,6 +172,7 @@ Examples:
 
 Order API:
   POST /orders             {"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}
+                           201 with the order and Location: /orders/{id};
                            header Idempotency-Key: same key + same body replays the response,
                            another body is 422, a retry while the first runs waits
                            for its response (409 after 5 s);
@@ -181,6 +182,9 @@ Order API:
                            pickup) and billing compensate; the fulfilment
                            ends "cancelled" or "shipment cancelled".
   GET  /orders/{id}
+  Errors are application/problem+json: a 400 names the member to fix (each
+  member once, quantities as strings), an unknown path is 404, another
+  method on a known path 405 with Allow.
 
 Each order request runs in a trace span (a traceparent header makes it a
 child of the caller's), and its events carry the trace through the relay to

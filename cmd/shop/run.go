@@ -189,9 +189,9 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		if err != nil {
 			return nil, err
 		}
-		h := notifyAfterWrite(a.order.Handler(), a.dbs["order"])
-		mux.Handle("/orders", h)
-		mux.Handle("/orders/", h)
+		// At "/": the order API answers every path the carrier's does not
+		// take, its unknown paths with problem documents as its errors.
+		mux.Handle("/", notifyAfterWrite(a.order.Handler(), a.dbs["order"]))
 		a.addConsumers(a.dbs["order"], a.order.Consumer())
 	}
 	if cfg.has("stock") {

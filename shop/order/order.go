@@ -162,16 +162,56 @@ func (s *Service) Consumer() *inbox.Consumer[*sql.Tx] { return s.consumer }
 // client's span when the request carries a traceparent header: the events
 // an order writes to the outbox carry that span's trace context, so the
 // relay's and the consumers' spans join the request's trace.
+//
+// The handler answers every path: another method on one of its paths is
+// 405 Method Not Allowed with an Allow header, any other path 404 Not
+// Found, both problem documents as every error of the API. Mount it at "/"
+// beside handlers with paths of their own (http.ServeMux sends each
+// request to the longest pattern that matches).
 func (s *Service) Handler() http.Handler {
+	routes := []struct {
+		method, path string
+		handle       http.HandlerFunc
+	}{
+		// place checks the order, then placeTx claims the Idempotency-Key
+		// in the order's transaction (400 for an unusable key, 422 for
+		// another body, the stored response for a retry, which waits for a
+		// request with its key still running; 409 after KeyLockWait).
+		{http.MethodPost, "/orders", s.place},
+		{http.MethodPost, "/orders/{id}/cancel", s.cancel},
+		{http.MethodGet, "/orders/{id}", s.get}, // and HEAD
+	}
 	mux := http.NewServeMux()
-	// place checks the order, then placeTx claims the Idempotency-Key in
-	// the order's transaction (400 for an unusable key, 422 for another
-	// body, the stored response for a retry, which waits for a request
-	// with its key still running; 409 after KeyLockWait).
-	mux.HandleFunc("POST /orders", s.place)
-	mux.HandleFunc("POST /orders/{id}/cancel", s.cancel)
-	mux.HandleFunc("GET /orders/{id}", s.get)
+	var paths []string
+	allow := map[string][]string{}
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.path, rt.handle)
+		if allow[rt.path] == nil {
+			paths = append(paths, rt.path)
+		}
+		allow[rt.path] = append(allow[rt.path], rt.method)
+		if rt.method == http.MethodGet {
+			allow[rt.path] = append(allow[rt.path], http.MethodHead)
+		}
+	}
+	// A pattern without a method is less specific than one with a method:
+	// these take only the methods the routes above do not.
+	for _, p := range paths {
+		mux.Handle(p, methodNotAllowed(allow[p]))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusNotFound, fmt.Sprintf("nothing at %s; the API has POST /orders, GET /orders/{id} and POST /orders/{id}/cancel", r.URL.Path))
+	})
 	return otelhttp.NewHandler(mux, "order")
+}
+
+// methodNotAllowed answers 405 Method Not Allowed to a request on a path
+// that takes only the methods in allow.
+func methodNotAllowed(allow []string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		problem(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
+	})
 }
 
 // Run deletes expired Idempotency-Keys at once, then every
@@ -216,18 +256,18 @@ type Order struct {
 // answered 413 Content Too Large.
 const MaxBodyBytes = 1 << 20
 
+// parsePlace reads the body of POST /orders: its JSON (checkBody), then
+// the order's rules. Its errors are the detail of a 400 Bad Request.
 func parsePlace(body []byte) (PlaceRequest, error) {
 	var req PlaceRequest
 	if len(bytes.TrimSpace(body)) == 0 {
-		return req, errors.New(`the body is empty; send an order such as {"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}`)
+		return req, errors.New("the body is empty; send an order such as " + exampleOrder)
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, fmt.Errorf("body is not a valid order: %v", err)
+	if err := checkBody(body); err != nil {
+		return req, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return req, errors.New("the body has data after the JSON order; send one JSON object")
+	if err := json.Unmarshal(body, &req); err != nil { // checkBody let through only what fits
+		return req, errors.New("the body is not a valid order; send an order such as " + exampleOrder)
 	}
 	if !shop.ValidID(req.CustomerID) {
 		return req, errors.New("customer_id must be 1 to 100 letters, digits, '.', '_', ':' or '-'")
@@ -343,15 +383,22 @@ func (s *Service) create(ctx context.Context, tx *sql.Tx, r *http.Request) (idem
 		return idempotency.Response{}, err
 	}
 	fault.Point(fault.OrderBeforeCommit)
-	return idempotency.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}, nil
+	return idempotency.Response{Status: http.StatusCreated, Body: body, Header: http.Header{
+		"Content-Type": {"application/json"},
+		"Location":     {"/orders/" + id},
+	}}, nil
 }
 
+// respond sends body with status, or a 500 problem when err is set. The
+// failures are logged once per cause and interval while they repeat (the
+// database away), the success after them in one line.
 func (s *Service) respond(w http.ResponseWriter, status int, body []byte, err error) {
 	if err != nil {
 		s.errs.Error(context.Background(), "request failed", err)
 		problem(w, http.StatusInternalServerError, "internal error; the request may be retried")
 		return
 	}
+	s.errs.OK(context.Background())
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
@@ -389,16 +436,12 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		version++
 		now := time.Now().UTC()
 		if _, err := tx.ExecContext(ctx, s.db.Q(qCancel), StatusCancelled, version, now, id); err != nil {
-// respond sends body with status, or a 500 problem when err is set. The
-// failures are logged once per cause and interval while they repeat (the
-// database away), the success after them in one line.
 			s.respond(w, 0, nil, err)
 			return
 		}
 		ev, err := idem.NewEvent(shop.OrderCancelled, shop.AggregateOrder, id, shop.OrderCancelledV1{OrderID: id})
 		if err != nil {
 			s.respond(w, 0, nil, err)
-	s.errs.OK(context.Background())
 			return
 		}
 		ev.AggregateVersion = version
