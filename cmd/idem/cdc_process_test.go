@@ -217,10 +217,14 @@ func dropSlotAtCleanup(t *testing.T, pg *testdb.PG) {
 
 // rabbit is a fresh exchange on the test RabbitMQ with two queues bound to
 // every event: one read by an idempotent consumer on PostgreSQL (consumer
-// "stock", brokertest.EffectConsumer), one by a recorder of every delivery.
+// "stock", brokertest.EffectConsumer), one by a recorder of every delivery,
+// which also looks, in the producer's database, for the business row that
+// writeLoad commits with each event, as a consumer that reads the
+// producer's database on an event would.
 type rabbit struct {
 	url, exchange string
 	consumer      *inbox.Consumer[pgx.Tx]
+	pg            *testdb.PG
 
 	mu        sync.Mutex
 	delivered []delivered
@@ -231,11 +235,18 @@ type delivered struct {
 	id      uuid.UUID
 	key     string
 	version int64
+	// unseen: the producer's database, read when the message arrived, did
+	// not show the business row committed with the event.
+	unseen bool
 }
+
+// businessTable holds a row per event writeLoad writes, committed with it.
+const businessTable = `CREATE TABLE IF NOT EXISTS business (event_id uuid PRIMARY KEY)`
 
 func newRabbit(t *testing.T, pg *testdb.PG, amqpURL string) *rabbit {
 	t.Helper()
-	r := &rabbit{url: amqpURL, exchange: testamqp.Name("idem_cdc_")}
+	pg.Exec(t, businessTable)
+	r := &rabbit{url: amqpURL, exchange: testamqp.Name("idem_cdc_"), pg: pg}
 	r.consumer = brokertest.EffectConsumer(t, pg.Driver, inbox.Config{Name: "stock"}, nil)
 	sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{
 		ConnConfig: amqp.ConnConfig{URL: amqpURL, ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, Logger: brokertest.Logger()},
@@ -296,8 +307,15 @@ func (r *rabbit) record(t *testing.T) {
 			}
 			id, _ := uuid.Parse(m.MessageId)
 			_ = json.Unmarshal(m.Body, &env)
+			d := delivered{id: id, key: env.AggregateID, version: env.AggregateVersion}
+			// A database that is away (a test stops it) tells nothing.
+			var seen bool
+			qctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := r.pg.Pool.QueryRow(qctx, `SELECT EXISTS (SELECT 1 FROM business WHERE event_id = $1)`, id).Scan(&seen)
+			cancel()
+			d.unseen = err == nil && !seen
 			r.mu.Lock()
-			r.delivered = append(r.delivered, delivered{id: id, key: env.AggregateID, version: env.AggregateVersion})
+			r.delivered = append(r.delivered, d)
 			r.mu.Unlock()
 		}
 	}()
@@ -324,14 +342,19 @@ func (r *rabbit) deliveries() []delivered {
 }
 
 // checkDelivered checks what the broker delivered: every event of want at
-// least once, and the first copy of each aggregate's events in version
-// order (copies published again after a crash come after it). It returns
-// how many messages were delivered more than once.
+// least once, the first copy of each aggregate's events in version order
+// (copies published again after a crash come after it), and none before
+// the business row committed with it was visible. It returns how many
+// messages were delivered more than once.
 func checkDelivered(t *testing.T, got []delivered, want []idemmsg.Message) (duplicates int) {
 	t.Helper()
 	seen := map[uuid.UUID]bool{}
 	last := map[string]int64{}
+	unseen := 0
 	for _, d := range got {
+		if d.unseen {
+			unseen++
+		}
 		if seen[d.id] {
 			duplicates++
 			continue
@@ -341,6 +364,9 @@ func checkDelivered(t *testing.T, got []delivered, want []idemmsg.Message) (dupl
 			t.Errorf("aggregate %s: version %d delivered first after version %d", d.key, d.version, last[d.key])
 		}
 		last[d.key] = d.version
+	}
+	if unseen > 0 {
+		t.Errorf("%d deliveries arrived before the business row committed with their event was visible", unseen)
 	}
 	missing := 0
 	for _, m := range want {
@@ -356,13 +382,17 @@ func checkDelivered(t *testing.T, got []delivered, want []idemmsg.Message) (dupl
 
 // writeLoad writes aggregates x perAggregate events (aggregates
 // <prefix>-0...) (versions 1..perAggregate)
-// from writers concurrent writers, five events per transaction. Each
+// from writers concurrent writers, five events per transaction, each
+// with its row in the table business. Each
 // aggregate belongs to one writer, so its events commit in version order.
 // Every other transaction of a writer goes through a WAL-message writer
 // (outbox.NewLogWriter) when logMessages is set, the others as table rows.
 // It returns the events in a per-aggregate commit order, as messages (key =
 // aggregate id).
 func writeLoad(ctx context.Context, pg *testdb.PG, prefix string, writers, aggregates, perAggregate int, logMessages bool) ([]idemmsg.Message, error) {
+	if _, err := pg.Pool.Exec(ctx, businessTable); err != nil {
+		return nil, err
+	}
 	rows := outbox.NewWriter(pg.Driver)
 	logs := rows
 	if logMessages {
@@ -398,7 +428,17 @@ func writeLoad(ctx context.Context, pg *testdb.PG, prefix string, writers, aggre
 						wr = logs
 					}
 					tx++
-					if err := pgx.BeginFunc(ctx, pg.Pool, func(t pgx.Tx) error { return wr.Add(ctx, t, evs...) }); err != nil {
+					ids := make([]uuid.UUID, len(evs))
+					for i, ev := range evs {
+						ids[i] = ev.ID
+					}
+					err := pgx.BeginFunc(ctx, pg.Pool, func(t pgx.Tx) error {
+						if _, err := t.Exec(ctx, `INSERT INTO business SELECT unnest($1::uuid[])`, ids); err != nil {
+							return err
+						}
+						return wr.Add(ctx, t, evs...)
+					})
+					if err != nil {
 						errs <- fmt.Errorf("writer %d: %w", w, err)
 						return
 					}

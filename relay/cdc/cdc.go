@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/startstop"
 )
 
@@ -38,6 +39,7 @@ type Relay struct {
 	wg     sync.WaitGroup
 
 	stats stats
+	errs  limiters
 
 	// initial holds, from the creation of the slot until the reading
 	// goroutine published them, the rows that were waiting in the outbox
@@ -45,9 +47,26 @@ type Relay struct {
 	initial *initialRows
 }
 
+// limiters log the failures that repeat while a dependency is away once
+// per cause and interval, then a recovered line (package errlog).
+type limiters struct {
+	replication, publish, visibility, delete *errlog.Limiter
+}
+
+func newLimiters(log *slog.Logger) limiters {
+	l := func(what string) *errlog.Limiter { return errlog.New(log, what, errlog.Config{}) }
+	return limiters{
+		replication: l("CDC replication"),
+		publish:     l("CDC publications"),
+		visibility:  l("CDC visibility checks"),
+		delete:      l("CDC deletion of published rows"),
+	}
+}
+
 // stats are the counters behind Stats.
 type stats struct {
 	published, calls, failures, txs, unreadable, deleted, quarantined atomic.Int64
+	visibilityWaits                                                   atomic.Int64
 	inFlight                                                          atomic.Int64
 	confirmed                                                         atomic.Uint64
 	lagBytes, retained                                                atomic.Int64
@@ -73,6 +92,11 @@ type Stats struct {
 	Quarantined int64
 	// Deleted counts the published rows deleted.
 	Deleted int64
+	// VisibilityWaits counts the checks that found a transaction the log
+	// sent as committed not yet visible to other sessions: its messages,
+	// and those after it, waited (nothing is published before its
+	// transaction is visible).
+	VisibilityWaits int64
 	// InFlight is the number of messages read and not yet confirmed.
 	InFlight int64
 	// ConfirmedLSN is the position last confirmed to the server.
@@ -110,7 +134,8 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	}
 	rc.RuntimeParams["replication"] = "database"
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Relay{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), pub: pub, dbURL: dbURL, replCfg: rc, ctx: ctx, cancel: cancel}, nil
+	log := cfg.Logger.With("slot", cfg.Slot)
+	return &Relay{cfg: cfg, log: log, errs: newLimiters(log), pub: pub, dbURL: dbURL, replCfg: rc, ctx: ctx, cancel: cancel}, nil
 }
 
 // Start checks the server (wal_level=logical, the outbox table, the
@@ -167,6 +192,7 @@ func (r *Relay) Stats() Stats {
 		Unreadable:      r.stats.unreadable.Load(),
 		Quarantined:     r.stats.quarantined.Load(),
 		Deleted:         r.stats.deleted.Load(),
+		VisibilityWaits: r.stats.visibilityWaits.Load(),
 		InFlight:        r.stats.inFlight.Load(),
 		ConfirmedLSN:    r.stats.confirmed.Load(),
 		SlotLagBytes:    r.stats.lagBytes.Load(),

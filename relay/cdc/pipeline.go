@@ -20,7 +20,12 @@ type entry struct {
 	hasMsg bool
 	key    string // aggregate type and id
 	id     string // the row's id, to delete it; "" for a WAL message
-	xid    uint32 // the transaction that inserted the row, with id
+	// xid is the transaction that wrote the entry's row or WAL message; 0
+	// for the end of a transaction without messages, which is never
+	// published.
+	xid uint32
+	// seq numbers the entries in log order, from 1 in a session.
+	seq uint64
 	// rec is what the message was made of, to quarantine it; refusals
 	// counts the attempts the broker refused it on.
 	rec      *driver.OutboxRecord
@@ -44,6 +49,15 @@ const (
 // messages in flight, never two messages of one aggregate at once (a
 // Publish call may deliver its messages in any order), so that a message is
 // sent only after the previous one of its aggregate was confirmed.
+//
+// Nothing is published before its transaction is visible to other
+// sessions. The server sends a transaction once its commit is flushed to
+// the WAL, a moment before the transaction ends for other sessions (longer
+// when a synchronous standby must confirm it first): a consumer that reads
+// the producer's database on the event would not find its rows yet. A
+// goroutine (watch) asks the server, in one query for every transaction
+// read since its last answer, which ones are visible, and lets the entries
+// through in log order up to the first one that is not.
 type pipeline struct {
 	r        *Relay
 	ctx      context.Context // the session's: publishing stops with it
@@ -52,20 +66,32 @@ type pipeline struct {
 	mu       sync.Mutex
 	entries  []*entry // log order; the confirmed ones leave from the front
 	first    int      // no pending entry before this index
+	nextSeq  uint64   // the seq of the next entry added
+	shown    uint64   // the entries whose seq is below are visible
 	keys     map[string]bool
 	calls    int
 	unsent   int // messages read and not confirmed by the broker
 	progress chan struct{}
+	added    chan struct{} // wakes watch
 	wg       sync.WaitGroup
 }
 
 func newPipeline(ctx context.Context, r *Relay) *pipeline {
-	return &pipeline{
+	p := &pipeline{
 		r: r, ctx: ctx,
 		maxCalls: max(2, min(8, (r.cfg.Window+r.cfg.BatchSize-1)/r.cfg.BatchSize)),
+		nextSeq:  1,
+		shown:    1,
 		keys:     map[string]bool{},
 		progress: make(chan struct{}, 1),
+		added:    make(chan struct{}, 1),
 	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.watch()
+	}()
+	return p
 }
 
 // full reports whether the window is full: the reader waits.
@@ -99,14 +125,110 @@ func (p *pipeline) add(es []*entry) {
 			p.unsent++
 		} else {
 			e.state = sent
+			e.xid = 0
 		}
+		e.seq = p.nextSeq
+		p.nextSeq++
 		p.entries = append(p.entries, e)
 	}
 	p.r.stats.inFlight.Store(int64(p.unsent))
 	if p.r.stats.oldest.Load() == 0 {
 		p.r.stats.oldest.Store(p.entries[0].commit.UnixNano())
 	}
-	p.dispatchLocked()
+	select {
+	case p.added <- struct{}{}:
+	default:
+	}
+}
+
+// watch lets entries through once their transactions are visible, until
+// the session ends. Each round asks about every transaction read and not
+// yet seen visible; while one is not, it asks again after a short wait.
+func (p *pipeline) watch() {
+	r := p.r
+	failures := 0
+	for {
+		select {
+		case <-p.added:
+		case <-p.ctx.Done():
+			return
+		}
+		for wait := visibleWaitMin; ; {
+			xids, seqs, end := p.unseen()
+			if end == 0 {
+				break // nothing waits
+			}
+			shown := end
+			if len(xids) > 0 {
+				qctx, cancel := context.WithTimeout(p.ctx, r.cfg.QueryTimeout)
+				n, err := r.firstInvisible(qctx, xids)
+				cancel()
+				if err != nil {
+					if p.ctx.Err() != nil {
+						return
+					}
+					failures++
+					r.setErr(err)
+					d := r.backoff(failures)
+					r.errs.visibility.Warn(p.ctx, "checking that committed transactions are visible failed; their messages wait", err, "retry_in", d.Round(time.Millisecond))
+					if !sleep(p.ctx, d) {
+						return
+					}
+					continue
+				}
+				if failures > 0 {
+					failures = 0
+					r.setErr(nil)
+				}
+				r.errs.visibility.OK(p.ctx)
+				if n > 0 {
+					shown = seqs[n-1]
+				}
+			}
+			p.mu.Lock()
+			p.shown = max(p.shown, shown)
+			p.dispatchLocked()
+			p.mu.Unlock()
+			if shown == end {
+				break
+			}
+			// A transaction committed in the log has not ended for other
+			// sessions yet: usually a matter of microseconds.
+			r.stats.visibilityWaits.Add(1)
+			if !sleep(p.ctx, wait) {
+				return
+			}
+			wait = min(2*wait, visibleWaitMax)
+		}
+	}
+}
+
+// The waits of watch while a transaction is not visible yet.
+const (
+	visibleWaitMin = 100 * time.Microsecond
+	visibleWaitMax = 20 * time.Millisecond
+)
+
+// unseen returns the transactions of the entries not yet seen visible, in
+// log order, with the seq of each one's first entry, and the seq after the
+// last entry (0 when every entry was seen visible).
+func (p *pipeline) unseen() (xids []uint32, seqs []uint64, end uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown >= p.nextSeq {
+		return nil, nil, 0
+	}
+	i := len(p.entries)
+	for i > 0 && p.entries[i-1].seq >= p.shown {
+		i--
+	}
+	for _, e := range p.entries[i:] {
+		if e.xid != 0 && (len(xids) == 0 || xids[len(xids)-1] != e.xid) {
+			xids = append(xids, e.xid)
+			seqs = append(seqs, e.seq)
+		}
+	}
+	return xids, seqs, p.nextSeq
 }
 
 // dispatchLocked starts Publish calls for the pending messages whose
@@ -118,7 +240,8 @@ func (p *pipeline) dispatchLocked() {
 	var blocked map[string]bool
 	var batch []*entry
 	firstPending := -1
-	for i := p.first; i < len(p.entries); i++ {
+	i := p.first
+	for ; i < len(p.entries) && p.entries[i].seq < p.shown; i++ {
 		e := p.entries[i]
 		if e.state != pending {
 			continue
@@ -152,7 +275,7 @@ func (p *pipeline) dispatchLocked() {
 		p.launchLocked(batch)
 	}
 	if firstPending < 0 {
-		firstPending = len(p.entries)
+		firstPending = i // the first entry not seen visible, or the end
 	}
 	p.first = firstPending
 }
@@ -235,6 +358,7 @@ func (p *pipeline) publish(batch []*entry) {
 			p.mu.Unlock()
 		}
 		if len(failed) < len(batch) {
+			r.errs.publish.OK(p.ctx)
 			p.signal()
 		}
 		batch = failed
@@ -248,8 +372,8 @@ func (p *pipeline) publish(batch []*entry) {
 		r.stats.failures.Add(1)
 		r.setErr(firstErr)
 		delay := r.backoff(failures)
-		r.log.Warn("publish failed; retrying the same messages before their aggregates go on",
-			"messages", len(batch), "attempt", failures, "retry_in", delay.Round(time.Millisecond), "error", firstErr)
+		r.errs.publish.Warn(p.ctx, "publish failed; retrying the same messages before their aggregates go on", firstErr,
+			"messages", len(batch), "attempt", failures, "retry_in", delay.Round(time.Millisecond))
 		if !sleep(p.ctx, delay) {
 			break
 		}
@@ -280,9 +404,8 @@ func (p *pipeline) signal() {
 
 // confirmed takes the entries published from the front, and returns the
 // position they reach (0 when none ends a transaction), the ids of the rows
-// to delete and the transactions that inserted them, and the commit times of
-// the transactions they end.
-func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, xids []uint32, commits []time.Time) {
+// to delete, and the commit times of the transactions they end.
+func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, commits []time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// Only whole transactions: the entries of one not entirely published
@@ -294,14 +417,11 @@ func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, xids []uint32, 
 		}
 	}
 	if last == 0 {
-		return 0, nil, nil, nil
+		return 0, nil, nil
 	}
 	for _, e := range p.entries[:last] {
 		if e.id != "" {
 			ids = append(ids, e.id)
-			if len(xids) == 0 || xids[len(xids)-1] != e.xid {
-				xids = append(xids, e.xid)
-			}
 		}
 		if e.lsn != 0 {
 			lsn = e.lsn
@@ -317,7 +437,7 @@ func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, xids []uint32, 
 	} else {
 		p.r.stats.oldest.Store(0)
 	}
-	return lsn, ids, xids, commits
+	return lsn, ids, commits
 }
 
 // drainWait waits until the broker confirmed every message read, and

@@ -1,7 +1,6 @@
 package cdc
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -56,7 +54,7 @@ func (r *Relay) run() {
 			r.stats.waiting.Store(false)
 			r.setErr(err)
 			d = r.backoff(failures)
-			r.log.Warn("replication stopped; reconnecting", "retry_in", d.Round(time.Millisecond), "error", err)
+			r.errs.replication.Warn(r.ctx, "replication stopped; reconnecting", err, "retry_in", d.Round(time.Millisecond))
 		}
 		t := time.NewTimer(d)
 		select {
@@ -102,6 +100,7 @@ func (r *Relay) session() (read bool, err error) {
 	r.stats.streaming.Store(true)
 	defer r.stats.streaming.Store(false)
 	r.setErr(nil)
+	r.errs.replication.OK(ctx)
 	r.log.Debug("replication started")
 
 	s := &session{r: r, conn: conn, pipe: newPipeline(ctx, r), relations: map[uint32]*pglogrepl.RelationMessage{}}
@@ -125,7 +124,6 @@ type session struct {
 	flushed  pglogrepl.LSN // confirmed to the server
 	walEnd   pglogrepl.LSN // the server's position in its last keepalive
 	toDelete []string
-	xids     []uint32      // the transactions that inserted toDelete's rows
 	ready    pglogrepl.LSN // published, and its rows deleted: to confirm
 	// deleteFailures counts the failed deletes in a row; none is tried
 	// before deleteAfter.
@@ -300,9 +298,9 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, ra
 	}
 	msg, err := relay.RecordMessage(rec)
 	if err == nil {
-		e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, commit: s.tx.commit, rec: &rec}
+		e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, xid: s.tx.xid, commit: s.tx.commit, rec: &rec}
 		if row && r.cfg.Delete == DeletePublished {
-			e.id, e.xid = rec.RawID, s.tx.xid
+			e.id = rec.RawID
 		}
 		s.tx.entries = append(s.tx.entries, e)
 		return nil
@@ -425,9 +423,8 @@ func quote(b []byte) string {
 // not move (the server asked, or StandbyInterval passed).
 func (s *session) flush(ctx context.Context, force bool) error {
 	r := s.r
-	lsn, ids, xids, commits := s.pipe.confirmed()
+	lsn, ids, commits := s.pipe.confirmed()
 	s.toDelete = append(s.toDelete, ids...)
-	s.xids = append(s.xids, xids...)
 	if lsn > s.ready {
 		s.ready = lsn
 	}
@@ -440,6 +437,7 @@ func (s *session) flush(ctx context.Context, force bool) error {
 		switch {
 		case err == nil:
 			s.deleteFailures = 0
+			r.errs.delete.OK(ctx)
 		case serverGoing(err):
 			// A server shutting down waits for its walsenders to see
 			// everything they sent confirmed, and refuses the deletes the
@@ -452,8 +450,8 @@ func (s *session) flush(ctx context.Context, force bool) error {
 				s.deleteFailures++
 				d := r.backoff(s.deleteFailures)
 				s.deleteAfter = time.Now().Add(d)
-				r.log.Warn("deleting published rows failed; their position waits", "rows", len(s.toDelete),
-					"retry_in", d.Round(time.Millisecond), "error", err)
+				r.errs.delete.Warn(ctx, "deleting published rows failed; their position waits", err, "rows", len(s.toDelete),
+					"retry_in", d.Round(time.Millisecond))
 			}
 			pos = s.flushed
 			lsn = 0
@@ -504,79 +502,53 @@ func serverGoing(err error) bool {
 	return errors.As(err, &connErr) || pgconn.SafeToRetry(err)
 }
 
-// deleteRows deletes the published rows. A transaction is sent to the
-// relay once its commit is flushed to the WAL, and becomes visible to other
-// sessions a moment later: each DELETE goes with a check that every
-// transaction of the rows has ended for the snapshot taken before it, and
-// when one had not, it runs again once they have.
+// deleteRows deletes the published rows. Their transactions are visible:
+// nothing is published before (pipeline.watch).
 func (s *session) deleteRows(ctx context.Context) error {
 	r := s.r
 	for len(s.toDelete) > 0 {
 		n := min(len(s.toDelete), 1000)
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		deleted, err := r.deleteVisible(qctx, s.toDelete[:n], s.xids)
+		tag, err := r.pool.Exec(qctx, r.sql.deleteRows, s.toDelete[:n])
 		cancel()
 		if err != nil {
 			return err
 		}
-		r.stats.deleted.Add(deleted)
+		r.stats.deleted.Add(tag.RowsAffected())
 		s.toDelete = s.toDelete[n:]
 	}
-	s.toDelete, s.xids = nil, nil
+	s.toDelete = nil
 	return nil
 }
 
-// visibleSQL reports whether the transactions of the given 32-bit ids
-// (those of the log) have all ended for a snapshot taken now. Each id is
-// widened to a 64-bit one with the epoch of the snapshot's xmax: a
-// transaction the log sent was assigned its id before xmax.
-const visibleSQL = `SELECT coalesce(bool_and(pg_visible_in_snapshot((
+// firstInvisibleSQL returns the position (from 1) of the first of the
+// given transactions that has not ended for a snapshot taken now, 0 when
+// all have. The ids are the 32-bit ones of the log; each is widened to a
+// 64-bit one with the epoch of the snapshot's xmax: a transaction the log
+// sent was assigned its id before xmax.
+const firstInvisibleSQL = `SELECT coalesce(min(i) FILTER (WHERE NOT pg_visible_in_snapshot((
 	((pg_snapshot_xmax(s)::text::bigint >> 32) - (x >= (pg_snapshot_xmax(s)::text::bigint & 4294967295))::int) << 32 | x
-	)::text::xid8, s)), true)
-FROM pg_current_snapshot() AS s, unnest($1::bigint[]) AS x`
+	)::text::xid8, s)), 0)
+FROM pg_current_snapshot() AS s, unnest($1::bigint[]) WITH ORDINALITY AS u(x, i)`
 
-// deleteVisible deletes the rows of ids, all inserted by the transactions
-// xids, once those are visible, and returns how many it deleted.
-func (r *Relay) deleteVisible(ctx context.Context, ids []string, xids []uint32) (int64, error) {
-	b := &pgx.Batch{}
-	b.Queue(visibleSQL, xidArg(xids))
-	b.Queue(r.sql.deleteRows, ids)
-	br := r.pool.SendBatch(ctx, b)
-	var visible bool
-	err := br.QueryRow().Scan(&visible)
-	tag, derr := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cmp.Or(derr, cerr)
+// firstInvisible returns the position (from 1) of the first of xids, which
+// the log sent as committed, that other sessions do not see yet, or 0 when
+// they see them all.
+func (r *Relay) firstInvisible(ctx context.Context, xids []uint32) (int, error) {
+	var n int64
+	if err := r.pool.QueryRow(ctx, firstInvisibleSQL, xidArg(xids)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("idem: cdc: check that committed transactions are visible: %w", err)
 	}
-	if err != nil {
-		return 0, err
-	}
-	if visible {
-		return tag.RowsAffected(), nil
-	}
-	// Some rows were not visible to that DELETE: once their transactions
-	// are, delete again (the rows already deleted count once).
-	if err := r.waitVisible(ctx, xids); err != nil {
-		return 0, err
-	}
-	again, err := r.pool.Exec(ctx, r.sql.deleteRows, ids)
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected() + again.RowsAffected(), nil
+	return int(n), nil
 }
 
 // waitVisible waits until the transactions xids, which the log sent as
 // committed, are visible to new snapshots.
 func (r *Relay) waitVisible(ctx context.Context, xids []uint32) error {
-	arg := xidArg(xids)
-	for d := 100 * time.Microsecond; ; d = min(2*d, 20*time.Millisecond) {
-		var visible bool
-		if err := r.pool.QueryRow(ctx, visibleSQL, arg).Scan(&visible); err != nil {
-			return fmt.Errorf("idem: cdc: wait for committed transactions to become visible: %w", err)
-		}
-		if visible {
-			return nil
+	for d := visibleWaitMin; ; d = min(2*d, visibleWaitMax) {
+		n, err := r.firstInvisible(ctx, xids)
+		if err != nil || n == 0 {
+			return err
 		}
 		if !sleep(ctx, d) {
 			return fmt.Errorf("idem: cdc: transactions %v are committed in the log and still not visible: %w", xids, ctx.Err())

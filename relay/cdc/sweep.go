@@ -210,6 +210,9 @@ func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) 
 				done = append(done, round[i].seq)
 			}
 			r.stats.published.Add(int64(len(round) - len(failed)))
+			if len(failed) < len(round) {
+				r.errs.publish.OK(ctx)
+			}
 			round = failed
 			if len(round) == 0 {
 				break
@@ -220,8 +223,8 @@ func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) 
 			failures++
 			r.stats.failures.Add(1)
 			delay := r.backoff(failures)
-			r.log.Warn("publishing the rows already in the outbox failed; retrying", "messages", len(round),
-				"retry_in", delay.Round(time.Millisecond), "error", firstErr)
+			r.errs.publish.Warn(ctx, "publishing the rows already in the outbox failed; retrying", firstErr, "messages", len(round),
+				"retry_in", delay.Round(time.Millisecond))
 			select {
 			case <-time.After(delay):
 			case <-r.base.Stopping():
