@@ -223,7 +223,10 @@ func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Even
 		return err
 	}
 	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) {
+		return notYet("invoice", p.OrderID)
+	}
+	if err != nil {
 		return err
 	}
 	if inv.voided {
@@ -233,8 +236,36 @@ func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Even
 	if err != nil {
 		return fmt.Errorf("send invoice e-mail for order %s: %w", p.OrderID, err)
 	}
-	_, err = tx.ExecContext(ctx, s.db.Q(qEmailed), time.Now().UTC(), e.ID, p.OrderID)
-	return err
+	return updateOne(ctx, tx, s.db.Q(qEmailed), "mark the invoice of order "+p.OrderID+" e-mailed", time.Now().UTC(), e.ID, p.OrderID)
+}
+
+// notYet is the error of a handler that does not find the row its event
+// announces: the billing service's invoice, committed with the event. idem's
+// relays publish an event only once its transaction is visible, so the row
+// is there; a database that shows it later (a replica behind its primary)
+// will show it: the consumer waits (idem.Transient), it never parks the
+// event.
+func notYet(what, orderID string) error {
+	return idem.Transient(fmt.Errorf("no %s for order %s yet, although the event announces one", what, orderID))
+}
+
+// updateOne runs an UPDATE that must change exactly one row: the row the
+// event announces. Otherwise the delivery fails, and nothing it did is
+// committed: an e-mail sent is sent again with the same idempotency key,
+// which the mail service answers with the first e-mail.
+func updateOne(ctx context.Context, tx *sql.Tx, query, what string, args ...any) error {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return idem.Transient(fmt.Errorf("%s: the update matched %d rows, want 1", what, n))
+	}
+	return nil
 }
 
 // onOrderCancelled voids the order's invoice and publishes
@@ -275,16 +306,18 @@ func (s *Service) onInvoiceVoided(ctx context.Context, tx *sql.Tx, ev idem.Event
 		return err
 	}
 	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && !inv.emailed) {
-		return nil
+	if errors.Is(err, sql.ErrNoRows) {
+		return notYet("voided invoice", p.OrderID)
 	}
 	if err != nil {
 		return err
+	}
+	if !inv.emailed {
+		return nil
 	}
 	e, err := s.mail.SendEmail(ctx, VoidEmailKey(p.OrderID), p.CustomerID+"@customers.example", "Invoice "+p.InvoiceID+" is void: your order was cancelled")
 	if err != nil {
 		return fmt.Errorf("send void invoice e-mail for order %s: %w", p.OrderID, err)
 	}
-	_, err = tx.ExecContext(ctx, s.db.Q(qVoidEmailed), e.ID, p.OrderID)
-	return err
+	return updateOne(ctx, tx, s.db.Q(qVoidEmailed), "record the void e-mail of order "+p.OrderID, e.ID, p.OrderID)
 }

@@ -158,3 +158,38 @@ func TestCancelVoidsTheInvoice(t *testing.T) {
 		t.Fatalf("%d invoices for an order placed after its cancellation", n)
 	}
 }
+
+// TestAnnouncedInvoiceNotFoundWaits checks that the mailer, given an
+// invoice event whose invoice it cannot find (not visible yet, as on a
+// replica behind its primary), fails transiently: no e-mail sent, nothing
+// parked, nothing marked; once the invoice is there, one e-mail and the
+// invoice marked e-mailed.
+func TestAnnouncedInvoiceNotFoundWaits(t *testing.T) {
+	t.Parallel()
+	s, db, mail := setup(t)
+	id := shoptest.OrderID()
+	inv := shop.InvoiceCreatedV1{OrderID: id, InvoiceID: idem.NewEventID().String(), CustomerID: "c-1", Lines: 1}
+	created := shoptest.Event(t, shop.InvoiceCreated, id, 1, inv)
+	voided := shoptest.Event(t, shop.InvoiceVoided, id, 2, shop.InvoiceVoidedV1{OrderID: id, InvoiceID: inv.InvoiceID, CustomerID: "c-1"})
+	for _, ev := range []idem.Event{created, voided} {
+		o, err := s.mailer.Process(context.Background(), ev)
+		if o != inbox.Failed || !idem.IsTransient(err) || idem.IsPermanent(err) {
+			t.Fatalf("%s, invoice not found: %v %v, want a transient failure", ev.Name, o, err)
+		}
+	}
+	if n := emails(t, mail); n != 0 {
+		t.Fatalf("%d e-mails sent for an invoice not found", n)
+	}
+	if n := shoptest.Parked(t, db, MailerConsumer); n != 0 {
+		t.Fatalf("%d messages parked", n)
+	}
+
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
+	shoptest.Applied(t, s.mailer, shoptest.Outbox(t, db, shop.InvoiceCreated)[0])
+	if n := emails(t, mail); n != 1 {
+		t.Fatalf("%d e-mails, want 1", n)
+	}
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM invoice WHERE order_id = $1 AND emailed_at IS NOT NULL`, id); n != 1 {
+		t.Fatalf("%d invoices marked e-mailed, want 1", n)
+	}
+}

@@ -306,7 +306,11 @@ func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.
 	var prepID, status string
 	err = tx.QueryRowContext(ctx, s.db.Q(qLockPreparation), id).Scan(&prepID, &status)
 	if errors.Is(err, sql.ErrNoRows) {
-		return idem.Permanent(fmt.Errorf("no preparation for order %s", id))
+		// The event announces a preparation committed with it, and idem's
+		// relays publish an event only once its transaction is visible:
+		// the row is there. A database that shows it later (a replica
+		// behind its primary) will show it: wait, never park.
+		return idem.Transient(fmt.Errorf("no preparation for order %s yet, although the event announces one", id))
 	}
 	if err != nil {
 		return err

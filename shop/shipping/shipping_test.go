@@ -191,3 +191,28 @@ func TestCarrierAwayIsTransient(t *testing.T) {
 		t.Fatalf("%d shipments or markers written by a failed attempt", n)
 	}
 }
+
+// TestAnnouncedPreparationNotFoundWaits checks that a preparation.created
+// whose preparation the consumer cannot find (not visible yet, as on a
+// replica behind its primary) is a transient failure: nothing parked,
+// nothing asked of the carrier, the event tried again later.
+func TestAnnouncedPreparationNotFoundWaits(t *testing.T) {
+	t.Parallel()
+	s, db, carrierSrv := setup(t)
+	id := shoptest.OrderID()
+	ev := shoptest.Event(t, shop.PreparationCreated, id, 0, shop.PreparationCreatedV1{OrderID: id, PreparationID: idem.NewEventID().String()})
+	o, err := s.pickup.Process(context.Background(), ev)
+	if o != inbox.Failed || !idem.IsTransient(err) || idem.IsPermanent(err) {
+		t.Fatalf("preparation not found: %v %v, want a transient failure", o, err)
+	}
+	if d := shoptest.Deliver(t, s.pickup, ev); d.Outcome != inbox.Paused {
+		t.Errorf("delivered: outcome %v (%v), want paused", d.Outcome, d.Err)
+	}
+	if n := shoptest.Parked(t, db, CarrierConsumer); n != 0 {
+		t.Errorf("%d messages parked", n)
+	}
+	st, err := carrierSrv.Stats(context.Background())
+	if err != nil || st.PickupRequests != 0 {
+		t.Fatalf("the carrier got %d pickup requests (%v)", st.PickupRequests, err)
+	}
+}
