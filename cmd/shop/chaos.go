@@ -516,6 +516,15 @@ func chaosMain(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.Broker, "broker", "", "broker URL (each case gets its own exchange and queues); default: a NATS JetStream server run by shop chaos")
 	fs.StringVar(&o.Only, "only", "", "run only the cases whose name contains one of these comma-separated words")
 	keep := fs.Bool("keep-logs", false, "keep the processes' logs (their directory is printed)")
+	ro := randomDefaults
+	fs.DurationVar(&ro.Duration, "random", 0, "instead of the crash table, kill the shop's processes at random for this long, under load (see below)")
+	fs.Float64Var(&ro.Rate, "rate", ro.Rate, "with --random: orders per second placed while processes are killed")
+	fs.DurationVar(&ro.KillMin, "kill-min", ro.KillMin, "with --random: the shortest wait before a kill")
+	fs.DurationVar(&ro.KillMax, "kill-max", ro.KillMax, "with --random: the longest wait before a kill")
+	fs.Uint64Var(&ro.Seed, "seed", 0, "with --random: the seed of the kill schedule (0: a random one, printed)")
+	fs.DurationVar(&ro.Settle, "settle", ro.Settle, "with --random: how long to wait for every effect once the kills stop")
+	fs.StringVar(&ro.Relay, "relay", "", "with --random: the relays' --relay (poll, or cdc on PostgreSQL)")
+	fs.StringVar(&ro.Outbox, "outbox", "", "with --random: the services' --outbox (rows, or log with --relay cdc)")
 	fs.Usage = usageWithEnv(fs, chaosEnv, `Usage: shop chaos [flags]
 
 Runs the crash table: for each case, starts shop processes on fresh schemas,
@@ -526,6 +535,17 @@ that was never committed has none. Prints a table and fails if a case fails.
 On PostgreSQL the table also kills the CDC relay (shop --relay cdc) at its
 three fault points; each case's replication slots are dropped with its
 schemas.
+
+With --random DURATION, it runs the shop instead as five processes (the
+order API with the carrier, stock, shipping, billing, the relays), places
+--rate orders per second, each retried with its Idempotency-Key until it
+is accepted, as a client whose request failed would, and for DURATION
+kills one process at random with SIGKILL every --kill-min to --kill-max,
+restarting it at once. Then it waits for every effect and checks, from the
+databases: every accepted order committed once with all its effects and
+nothing for an order never accepted, no message parked by a consumer, no
+outbox row quarantined by a relay, every invoice marked e-mailed. It
+prints a verdict table and fails if a check fails.
 
 Fault points exist only in a shop built with the build tag idemfault: run
 shop chaos from such a build (go run -tags idemfault ./cmd/shop chaos, or
@@ -542,13 +562,17 @@ which is as long as a case waits for its effects after the restart.
 Examples:
   go run -tags idemfault ./cmd/shop chaos
   shop-chaos chaos --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
-  shop-chaos chaos --db mysql://root@localhost:3306/shop --broker kafka://localhost:9092 --only relay,carrier
+  shop-chaos chaos --db mysql://root@localhost:3306/shop --broker 'kafka://localhost:9092?session_timeout=6s'
+  shop-chaos chaos --random 2m --rate 30 --relay cdc --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
 `)
 	if err := envFlags(fs, args, chaosEnv); err != nil {
 		return err
 	}
 	if (o.DB == "") != (o.Broker == "") {
 		return errors.New("shop chaos needs both --db and --broker, or neither (the embedded defaults)")
+	}
+	if err := ro.check(o.DB, fs); err != nil {
+		return err
 	}
 	if !fault.Enabled {
 		return fmt.Errorf("this shop was built without fault points, which shop chaos kills its processes at: build it with -tags %[1]s (go run -tags %[1]s ./cmd/shop chaos)", fault.Tag)
@@ -580,6 +604,18 @@ Examples:
 		fmt.Fprintf(stdout, "embedded defaults: database %s, broker %s\n", o.DB, o.Broker)
 	}
 	o.Progress = stderr
+	if ro.Duration > 0 {
+		ro.Binary, ro.DB, ro.Broker, ro.LogDir, ro.Progress = o.Binary, o.DB, o.Broker, o.LogDir, stderr
+		rep, err := runRandom(context.Background(), ro)
+		printRandom(stdout, rep)
+		if err != nil {
+			return err
+		}
+		if failed := rep.failed(); failed > 0 {
+			return fmt.Errorf("%d of %d checks failed (seed %d)", failed, len(rep.Checks), ro.Seed)
+		}
+		return nil
+	}
 	results := runChaos(context.Background(), o)
 	if failed := printTable(stdout, results); failed > 0 {
 		return fmt.Errorf("%d of %d cases failed", failed, len(results))

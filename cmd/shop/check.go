@@ -176,3 +176,55 @@ func (in *inspector) settle(ctx context.Context, d time.Duration, wantOrders int
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// leftovers checks what a run with faults only (kills, restarts, outages)
+// must leave empty: the consumers' failure stores, the relays' quarantine,
+// and the invoices not marked e-mailed (their e-mail sent, the mark lost).
+// It returns one row per check.
+func (in *inspector) leftovers(ctx context.Context) ([]randomCheck, error) {
+	var parked, quarantined []string
+	for _, service := range databases {
+		byConsumer, err := in.counts(ctx, service, `SELECT consumer_name, count(*) FROM failed_message GROUP BY consumer_name`)
+		if err != nil {
+			return nil, err
+		}
+		for c, n := range byConsumer {
+			parked = append(parked, fmt.Sprintf("%s: %d", c, n))
+		}
+		q, err := in.counts(ctx, service, `SELECT type, count(*) FROM outbox WHERE quarantined_at IS NOT NULL GROUP BY type`)
+		if err != nil {
+			return nil, err
+		}
+		for name, n := range q {
+			quarantined = append(quarantined, fmt.Sprintf("%s %s: %d", service, name, n))
+		}
+	}
+	sort.Strings(parked)
+	sort.Strings(quarantined)
+	unmarked, err := in.counts(ctx, "billing", `SELECT order_id, 1 FROM invoice WHERE emailed_at IS NULL AND voided_at IS NULL`)
+	if err != nil {
+		return nil, err
+	}
+	row := func(what string, problems []string, none string) randomCheck {
+		if len(problems) == 0 {
+			return randomCheck{What: what, Observed: none, OK: true}
+		}
+		return randomCheck{What: what, Observed: strings.Join(problems, "; ")}
+	}
+	var unmarkedIDs []string
+	for id := range unmarked {
+		unmarkedIDs = append(unmarkedIDs, id)
+	}
+	sort.Strings(unmarkedIDs)
+	checks := []randomCheck{
+		row("nothing parked by a consumer", parked, "0 messages in the failure stores"),
+		row("nothing quarantined by a relay", quarantined, "0 outbox rows quarantined"),
+	}
+	if len(unmarkedIDs) > 0 {
+		checks = append(checks, randomCheck{What: "every invoice marked e-mailed",
+			Observed: fmt.Sprintf("%d invoices not marked e-mailed (first: order %s)", len(unmarkedIDs), unmarkedIDs[0])})
+	} else {
+		checks = append(checks, randomCheck{What: "every invoice marked e-mailed", Observed: "0 invoices left unmarked", OK: true})
+	}
+	return checks, nil
+}

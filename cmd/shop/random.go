@@ -1,0 +1,424 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// randomOptions configure a random-kill run (shop chaos --random).
+type randomOptions struct {
+	Binary, DB, Broker string
+	// Relay and Outbox are every process's --relay and --outbox ("" for
+	// the defaults).
+	Relay, Outbox string
+	// Duration is how long processes are killed while orders are placed.
+	Duration time.Duration
+	// Rate is the orders per second placed meanwhile.
+	Rate float64
+	// KillMin and KillMax bound the random wait before each kill.
+	KillMin, KillMax time.Duration
+	// MinKills, when set, keeps killing past Duration until that many
+	// kills are done.
+	MinKills int
+	// Seed makes the schedule of kills repeatable.
+	Seed uint64
+	// Settle bounds the wait for every effect once the kills stop.
+	Settle time.Duration
+	// LogDir receives each process's log.
+	LogDir string
+	// Progress, when set, receives a line every 10 seconds and one per
+	// phase.
+	Progress io.Writer
+}
+
+// randomDefaults are the settings of a random-kill run that its flags
+// leave out.
+var randomDefaults = randomOptions{Rate: 30, KillMin: 500 * time.Millisecond, KillMax: 4 * time.Second, Settle: 2 * time.Minute}
+
+// randomReport is the outcome of a random-kill run.
+type randomReport struct {
+	Options randomOptions
+	// Accepted counts the orders answered 201; Requests, every POST sent;
+	// GaveUp, the orders whose every attempt failed until the end.
+	Accepted, Requests, GaveUp int
+	// Kills counts the SIGKILLs, per process.
+	Kills map[string]int
+	// Checks are the verdict, one row each.
+	Checks []randomCheck
+}
+
+// randomCheck is one row of the verdict.
+type randomCheck struct {
+	What, Observed string
+	OK             bool
+}
+
+// failed returns the rows that did not pass.
+func (r randomReport) failed() int {
+	n := 0
+	for _, c := range r.Checks {
+		if !c.OK {
+			n++
+		}
+	}
+	return n
+}
+
+// randomProcess is a process of a random-kill run.
+type randomProcess struct {
+	spec procSpec
+	p    *proc
+}
+
+// runRandom starts the shop as separate processes (the order API with the
+// carrier, stock, shipping, billing, the relays) in a namespace of its own,
+// places orders at o.Rate, each retried with its Idempotency-Key until it
+// is accepted, and for o.Duration kills one process at random with SIGKILL
+// every o.KillMin to o.KillMax and starts it again at once. Then it waits
+// for every effect and checks, from the databases and not from the
+// services' counters: every accepted order exists once with one reservation
+// per line, one preparation, one pickup at the carrier, one invoice and one
+// e-mail, and nothing else; no message was parked by a consumer nor
+// quarantined by a relay; every invoice is marked e-mailed.
+func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
+	rep := randomReport{Options: o, Kills: map[string]int{}}
+	ns := "random_" + randomSuffix()
+	cl := &cluster{binary: o.Binary, db: o.DB, broker: o.Broker, namespace: ns, logDir: o.LogDir, relay: o.Relay, outbox: o.Outbox}
+	defer cl.stopAll()
+	in, err := openInspector(ctx, o.DB, ns)
+	if err != nil {
+		return rep, err
+	}
+	in.outboxRowsDeleted = o.Relay == relayCDC
+	defer in.close()
+	defer func() { cl.stopAll(); dropNamespace(in) }()
+
+	front, err := freeAddr()
+	if err != nil {
+		return rep, err
+	}
+	carrierURL := "http://" + front + "/carrier"
+	// The consumers declare their queues before the relays publish.
+	procs := []*randomProcess{
+		{spec: procSpec{name: "order+carrier", services: "order,carrier", http: front}},
+		{spec: procSpec{name: "stock", services: "stock", carrierURL: carrierURL}},
+		{spec: procSpec{name: "shipping", services: "shipping", carrierURL: carrierURL}},
+		{spec: procSpec{name: "billing", services: "billing", carrierURL: carrierURL}},
+		{spec: procSpec{name: "relay", services: "relay"}},
+	}
+	for _, rp := range procs {
+		if rp.p, err = cl.start(ctx, rp.spec); err != nil {
+			return rep, err
+		}
+	}
+	progress := func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "chaos --random: "+format+"\n", args...)
+		}
+	}
+	progress("%s of kills every %v-%v at %.0f orders/s; processes: %s", o.Duration, o.KillMin, o.KillMax, o.Rate, procNames(procs))
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ld := &randomLoad{addr: front, client: &http.Client{Timeout: 10 * time.Second}}
+	defer ld.client.CloseIdleConnections()
+	// New orders are placed until the kills stop; each is retried until
+	// accepted, or until the settle time has passed after the kills.
+	killsDone := make(chan struct{})
+	var giveUp atomic.Int64
+	giveUp.Store(time.Now().Add(o.Duration + o.Settle).UnixNano())
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		ld.run(runCtx, o.Rate, killsDone, &giveUp)
+	}()
+
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
+	nextReport := start.Add(10 * time.Second)
+	var killErr error
+	for killErr == nil {
+		wait := o.KillMin + time.Duration(rng.Int64N(int64(o.KillMax-o.KillMin)+1))
+		if time.Since(start)+wait >= o.Duration && sumKills(rep.Kills) >= o.MinKills {
+			break
+		}
+		if !sleepCtx(ctx, wait) {
+			killErr = ctx.Err()
+			break
+		}
+		rp := procs[rng.IntN(len(procs))]
+		rp.p.kill()
+		rep.Kills[rp.spec.name]++
+		if rp.p, err = cl.start(ctx, rp.spec); err != nil {
+			killErr = fmt.Errorf("restart %s after its kill: %w", rp.spec.name, err)
+		}
+		if time.Now().After(nextReport) {
+			nextReport = nextReport.Add(10 * time.Second)
+			progress("%v: %d orders accepted, %d kills", time.Since(start).Round(time.Second), ld.accepted.Load(), sumKills(rep.Kills))
+		}
+	}
+	if killErr == nil {
+		sleepCtx(ctx, o.Duration-time.Since(start))
+	}
+	giveUp.Store(time.Now().Add(o.Settle).UnixNano())
+	close(killsDone)
+	progress("kills stopped after %v (%d); waiting for the orders in flight", time.Since(start).Round(time.Second), sumKills(rep.Kills))
+	<-loadDone
+	rep.Accepted, rep.Requests, rep.GaveUp = int(ld.accepted.Load()), int(ld.requests.Load()), int(ld.gaveUp.Load())
+	if killErr != nil {
+		return rep, killErr
+	}
+	progress("%d orders accepted (%d requests, %d gave up); waiting for every effect", rep.Accepted, rep.Requests, rep.GaveUp)
+
+	want := rep.Accepted
+	if rep.GaveUp > 0 {
+		want = -1 // an order given up may or may not exist
+	}
+	obs, ok := in.settle(ctx, o.Settle, want)
+	if ok {
+		// A sentinel: one more order, whose events follow every earlier one
+		// through the relays and the queues. Once all its effects are there,
+		// a copy still on its way (a redelivery, a republish) would have
+		// come before them.
+		id, err := placeOK(ctx, front, "sentinel", 1)
+		if err != nil {
+			return rep, fmt.Errorf("the sentinel order: %w", err)
+		}
+		ld.mu.Lock()
+		ld.ids[id] = "sentinel"
+		ld.mu.Unlock()
+		if want >= 0 {
+			want++
+		}
+		obs, ok = in.settle(ctx, o.Settle, want)
+	}
+	rep.Checks = append(rep.Checks, randomCheck{"every order: 1 reservation per line, 1 preparation, 1 pickup, 1 invoice, 1 e-mail; nothing for an order never committed", obs, ok})
+	s, err := in.state(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Checks = append(rep.Checks, ld.checkOrders(s, rep.GaveUp))
+	left, err := in.leftovers(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Checks = append(rep.Checks, left...)
+	return rep, nil
+}
+
+func procNames(procs []*randomProcess) string {
+	names := make([]string, len(procs))
+	for i, rp := range procs {
+		names[i] = rp.spec.name
+	}
+	return strings.Join(names, ", ")
+}
+
+func sumKills(k map[string]int) int {
+	n := 0
+	for _, v := range k {
+		n += v
+	}
+	return n
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// randomLoad places orders through the order API, each with an
+// Idempotency-Key of its own, and retries each with the same key, as a
+// client whose request failed or timed out would, until it is accepted.
+type randomLoad struct {
+	addr   string
+	client *http.Client
+
+	accepted, requests, gaveUp atomic.Int64
+	mu                         sync.Mutex
+	ids                        map[string]string // order id -> Idempotency-Key
+}
+
+// run places orders at rate until stop is closed, then waits for those in
+// flight: each is retried until accepted or until giveUp (unix nanoseconds).
+func (l *randomLoad) run(ctx context.Context, rate float64, stop <-chan struct{}, giveUp *atomic.Int64) {
+	l.ids = map[string]string{}
+	t := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for n := 0; ; n++ {
+		select {
+		case <-t.C:
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		}
+		wg.Go(func() { l.place(ctx, fmt.Sprintf("c-%d", n), 1+n%3, giveUp) })
+	}
+}
+
+// place places one order until it is accepted or giveUp passes.
+func (l *randomLoad) place(ctx context.Context, customer string, lines int, giveUp *atomic.Int64) {
+	key := uuid.NewString()
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		l.requests.Add(1)
+		r, err := placeOrderWith(ctx, l.client, l.addr, key, customer, lines)
+		if err == nil && r.Status == http.StatusCreated && r.ID != "" {
+			l.mu.Lock()
+			l.ids[r.ID] = key
+			l.mu.Unlock()
+			l.accepted.Add(1)
+			return
+		}
+		// A refused connection (the API restarting), a 5xx (its database
+		// or a dependency away), a 409 (the key's first request still
+		// running): the same request again, with the same key.
+		if time.Now().UnixNano() > giveUp.Load() || !sleepCtx(ctx, backoff) {
+			l.gaveUp.Add(1)
+			return
+		}
+	}
+}
+
+// checkOrders compares the orders in the database with those accepted:
+// each accepted order exists, and, when no order was given up, no other.
+func (l *randomLoad) checkOrders(s state, gaveUp int) randomCheck {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var missing, extra []string
+	for id := range l.ids {
+		if s.lines[id] == 0 {
+			missing = append(missing, id)
+		}
+	}
+	for id := range s.lines {
+		if _, ok := l.ids[id]; !ok {
+			extra = append(extra, id)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	c := randomCheck{What: "every accepted order committed, and no order for a request never accepted"}
+	switch {
+	case len(missing) > 0:
+		c.Observed = fmt.Sprintf("%d accepted orders missing from the database (first: %s)", len(missing), missing[0])
+	case len(extra) > 0 && gaveUp == 0:
+		c.Observed = fmt.Sprintf("%d orders in the database that no request was answered with (first: %s)", len(extra), extra[0])
+	default:
+		c.OK = true
+		c.Observed = fmt.Sprintf("%d orders accepted, %d in the database", len(l.ids), len(s.lines))
+		if gaveUp > 0 {
+			c.Observed += fmt.Sprintf(" (%d requests given up, %d of them committed)", gaveUp, len(extra))
+		}
+	}
+	return c
+}
+
+// printRandom writes the report of a random-kill run.
+func printRandom(w io.Writer, r randomReport) {
+	o := r.Options
+	stack := schemeOf(o.DB) + " + " + schemeOf(o.Broker)
+	relayMode := cmp.Or(o.Relay, relayPoll)
+	if o.Outbox != "" {
+		relayMode += ", outbox " + o.Outbox
+	}
+	names := make([]string, 0, len(r.Kills))
+	for n := range r.Kills {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var kills []string
+	for _, n := range names {
+		kills = append(kills, fmt.Sprintf("%s %d", n, r.Kills[n]))
+	}
+	fmt.Fprintf(w, "random kills: %v on %s, relay %s, seed %d\n", o.Duration, stack, relayMode, o.Seed)
+	fmt.Fprintf(w, "orders: %d accepted, %d requests (%d retried), %d given up\n", r.Accepted, r.Requests, r.Requests-r.Accepted-r.GaveUp, r.GaveUp)
+	fmt.Fprintf(w, "kills: %d (%s)\n\n", sumKills(r.Kills), strings.Join(kills, ", "))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tOBSERVED\tRESULT")
+	for _, c := range r.Checks {
+		status := "pass"
+		if !c.OK {
+			status = "FAIL"
+		}
+		obs := strings.ReplaceAll(c.Observed, "\n", " ")
+		if len(obs) > 300 {
+			obs = obs[:300] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.What, obs, status)
+	}
+	_ = tw.Flush()
+}
+
+// schemeOf returns the scheme of a URL: "postgres", "amqp", "sqlite"...
+func schemeOf(u string) string {
+	scheme, _, _ := strings.Cut(u, ":")
+	return scheme
+}
+
+// check refuses flags that make no sense, and draws a seed when none is
+// given. fs tells which flags were set.
+func (o *randomOptions) check(dbURL string, fs *flag.FlagSet) error {
+	if o.Duration == 0 {
+		var only []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "rate", "kill-min", "kill-max", "seed", "settle", "relay", "outbox":
+				only = append(only, "--"+f.Name)
+			}
+		})
+		if len(only) > 0 {
+			return fmt.Errorf("%s apply to random kills only: add --random DURATION (e.g. --random 2m)", strings.Join(only, ", "))
+		}
+		return nil
+	}
+	switch {
+	case o.Duration < 0:
+		return fmt.Errorf("--random %v: want a positive duration, such as 2m", o.Duration)
+	case o.Rate <= 0:
+		return fmt.Errorf("--rate %v: want a positive number of orders per second", o.Rate)
+	case o.KillMin <= 0 || o.KillMax < o.KillMin:
+		return fmt.Errorf("--kill-min %v, --kill-max %v: want 0 < --kill-min <= --kill-max", o.KillMin, o.KillMax)
+	case o.Settle <= 0:
+		return fmt.Errorf("--settle %v: want a positive duration", o.Settle)
+	case o.Relay != "" && o.Relay != relayPoll && o.Relay != relayCDC:
+		return fmt.Errorf("--relay %q: want %q or %q", o.Relay, relayPoll, relayCDC)
+	case o.Relay == relayCDC && dbURL != "" && !isPostgresURL(dbURL), o.Relay == relayCDC && dbURL == "":
+		return errors.New("--relay cdc reads PostgreSQL's write-ahead log: give --db postgres://... (and --broker)")
+	case o.Outbox != "" && o.Outbox != outboxRows && o.Outbox != outboxLog:
+		return fmt.Errorf("--outbox %q: want %q or %q", o.Outbox, outboxRows, outboxLog)
+	case o.Outbox == outboxLog && o.Relay != relayCDC:
+		return errors.New("--outbox log writes events as WAL messages, which only --relay cdc reads")
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64()
+	}
+	return nil
+}
