@@ -203,10 +203,13 @@ func (p *pipeline) watch() {
 	}
 }
 
-// The waits of watch while a transaction is not visible yet.
+// The waits of watch while a transaction is not visible yet: usually a
+// matter of microseconds, so the first is short; a commit that waits for
+// a synchronous standby may take long, so they grow, to a cap that keeps
+// the delay after its end small and the checks to 200 a second.
 const (
 	visibleWaitMin = 100 * time.Microsecond
-	visibleWaitMax = 20 * time.Millisecond
+	visibleWaitMax = 5 * time.Millisecond
 )
 
 // unseen returns the transactions of the entries not yet seen visible, in
