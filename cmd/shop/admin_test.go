@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
@@ -101,22 +99,14 @@ func TestAdminMetricsEmbedded(t *testing.T) {
 func TestAdminMetricsKafka(t *testing.T) {
 	t.Parallel()
 	pg := testdb.PostgresURL(t)
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	kafkaURL := startKafka(t)
 	ns := "admk_" + randomSuffix()
 	in, err := openInspector(context.Background(), pg, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dropNamespace(in); in.close() })
-	adminMetrics(t, &cluster{binary: shopBinary, db: pg, broker: "kafka://" + c.ListenAddrs()[0] + "?session_timeout=6s",
+	adminMetrics(t, &cluster{binary: shopBinary, db: pg, broker: kafkaURL + "?session_timeout=6s",
 		namespace: ns, logDir: t.TempDir()}, in, ns)
 }
 

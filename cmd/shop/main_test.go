@@ -106,17 +106,9 @@ func TestChaosEmbedded(t *testing.T) {
 func TestChaosPostgresKafka(t *testing.T) {
 	t.Parallel()
 	pg := testdb.PostgresURL(t)
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	kafkaURL := startKafka(t)
 	results := runChaos(context.Background(), chaosOptions{
-		Binary: shopBinary, DB: pg, Broker: "kafka://" + c.ListenAddrs()[0] + "?session_timeout=6s", Only: chaosSubset, LogDir: t.TempDir(),
+		Binary: shopBinary, DB: pg, Broker: kafkaURL + "?session_timeout=6s", Only: chaosSubset, LogDir: t.TempDir(),
 	})
 	checkChaos(t, results, 3)
 }
@@ -128,6 +120,18 @@ func TestChaosPostgresKafka(t *testing.T) {
 func TestChaosMariaDBKafka(t *testing.T) {
 	t.Parallel()
 	my := testdb.MariaDBURL(t)
+	kafkaURL := startKafka(t)
+	results := runChaos(context.Background(), chaosOptions{
+		Binary: shopBinary, DB: my, Broker: kafkaURL + "?session_timeout=6s", LogDir: t.TempDir(),
+	})
+	checkChaos(t, results, applicableCases(my))
+}
+
+// startKafka starts a kfake cluster of one broker listening on a TCP port,
+// so that shop processes can reach it, with topics created on first use,
+// stopped when the test ends, and returns its kafka:// URL.
+func startKafka(t *testing.T) string {
+	t.Helper()
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
@@ -136,11 +140,8 @@ func TestChaosMariaDBKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	results := runChaos(context.Background(), chaosOptions{
-		Binary: shopBinary, DB: my, Broker: "kafka://" + c.ListenAddrs()[0] + "?session_timeout=6s", LogDir: t.TempDir(),
-	})
-	checkChaos(t, results, applicableCases(my))
+	t.Cleanup(c.Close)
+	return "kafka://" + c.ListenAddrs()[0]
 }
 
 func freePort() (int, error) {
