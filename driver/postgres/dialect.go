@@ -252,14 +252,7 @@ func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m idem.Fai
 
 // FindFailed implements driver.Dialect.
 func (d *Dialect) FindFailed(ctx context.Context, ex driver.Executor, consumer string, id uuid.UUID, body []byte) (int64, error) {
-	if body == nil {
-		body = []byte{}
-	}
-	var found int64
-	err := driver.QueryRow(ctx, ex, d.q.findFailed, []any{failrow.Text(consumer), id.String(), body}, &found)
-	if errors.Is(err, idem.ErrNotFound) {
-		return 0, nil
-	}
+	found, err := dialectkit.FindFailed(ctx, ex, d.q.findFailed, consumer, id, body)
 	return found, d.wrap(err)
 }
 

@@ -3,6 +3,7 @@ package dialectkit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -85,4 +86,20 @@ func GetFailed(ctx context.Context, ex driver.Executor, query string, args []any
 		return idem.FailedMessage{}, idem.ErrNotFound
 	}
 	return list[0], nil
+}
+
+// FindFailed runs a dialect's query for the oldest entry of consumer with
+// event id id and body body (its arguments in that order, the consumer
+// encoded as the store keeps text) and returns its id, or 0 when there is
+// none (driver.Dialect.FindFailed).
+func FindFailed(ctx context.Context, ex driver.Executor, query, consumer string, id uuid.UUID, body []byte) (int64, error) {
+	if body == nil {
+		body = []byte{}
+	}
+	var found int64
+	err := driver.QueryRow(ctx, ex, query, []any{textenc.Encode(consumer), id.String(), body}, &found)
+	if errors.Is(err, idem.ErrNotFound) {
+		return 0, nil
+	}
+	return found, err
 }
