@@ -17,6 +17,7 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/errlog"
+	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/startstop"
 )
@@ -379,7 +380,7 @@ func (r *Relay[TTx]) worker(n int) {
 		case <-timer.C:
 		case <-r.wake:
 			idle = r.cfg.PollInterval
-			if !sleep(ctx, r.cfg.Debounce) {
+			if !ctxsleep.Sleep(ctx, r.cfg.Debounce) {
 				<-slots
 				return
 			}
@@ -388,7 +389,7 @@ func (r *Relay[TTx]) worker(n int) {
 		found := false
 		for ctx.Err() == nil {
 			if d := time.Until(time.Unix(0, r.pauseUntil.Load())); d > 0 {
-				if !sleep(ctx, d) {
+				if !ctxsleep.Sleep(ctx, d) {
 					if reserved {
 						<-slots
 					}
@@ -418,7 +419,7 @@ func (r *Relay[TTx]) worker(n int) {
 				} else {
 					r.errs.claim.Warn(ctx, "claim failed", err, "worker", n)
 				}
-				if !sleep(ctx, backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, failures)) {
+				if !ctxsleep.Sleep(ctx, backoff(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, failures)) {
 					return
 				}
 				continue
@@ -888,7 +889,7 @@ func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, seqs []int64) (in
 		if attempt == markAttempts || time.Until(deadline) < r.cfg.leaseMargin() || r.workCtx.Err() != nil {
 			return 0, err
 		}
-		if !sleep(r.workCtx, backoff(10*time.Millisecond, time.Second, attempt)) {
+		if !ctxsleep.Sleep(r.workCtx, backoff(10*time.Millisecond, time.Second, attempt)) {
 			return 0, err
 		}
 	}
@@ -975,7 +976,7 @@ func (r *Relay[TTx]) listen(l driver.OutboxListener) {
 		failures++
 		d := backoff(defaultListenRetry, listenRetryMax, failures)
 		r.errs.listen.Warn(ctx, "listen for outbox notifications failed; polling until it reconnects", err, "retry_in", d.Round(time.Millisecond))
-		if !sleep(ctx, d) {
+		if !ctxsleep.Sleep(ctx, d) {
 			return
 		}
 	}
@@ -984,7 +985,7 @@ func (r *Relay[TTx]) listen(l driver.OutboxListener) {
 func (r *Relay[TTx]) retentionLoop() {
 	ctx := r.claimCtx
 	for {
-		if !sleep(ctx, jitter(r.cfg.RetentionInterval, pollJitter)) {
+		if !ctxsleep.Sleep(ctx, jitter(r.cfg.RetentionInterval, pollJitter)) {
 			return
 		}
 		before := time.Now().Add(-r.cfg.Retention)
@@ -1009,7 +1010,7 @@ func (r *Relay[TTx]) retentionLoop() {
 
 func (r *Relay[TTx]) statsLoop() {
 	ctx := r.claimCtx
-	for sleep(ctx, r.cfg.StatsInterval) {
+	for ctxsleep.Sleep(ctx, r.cfg.StatsInterval) {
 		switch err := r.measureBacklog(ctx); {
 		case err == nil:
 			r.errs.backlog.OK(ctx)
@@ -1035,22 +1036,6 @@ func (r *Relay[TTx]) measureBacklog(ctx context.Context) error {
 	r.stats.oldest.Store(oldest)
 	r.stats.measuredAt.Store(time.Now().UnixNano())
 	return nil
-}
-
-// sleep waits for d or until ctx is done, and reports whether ctx is still
-// live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // jitter returns d changed by a random fraction in [-f, +f].

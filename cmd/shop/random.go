@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/internal/ctxsleep"
 )
 
 // randomOptions configure a random-kill run (shop chaos --random).
@@ -99,7 +101,6 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 	rep := randomReport{Options: o, Kills: map[string]int{}}
 	ns := "random_" + randomSuffix()
 	cl := &cluster{binary: o.Binary, db: o.DB, broker: o.Broker, namespace: ns, logDir: o.LogDir, relay: o.Relay, outbox: o.Outbox}
-	defer cl.stopAll()
 	in, err := openInspector(ctx, o.DB, ns)
 	if err != nil {
 		return rep, err
@@ -157,7 +158,7 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 		if time.Since(start)+wait >= o.Duration && sumKills(rep.Kills) >= o.MinKills {
 			break
 		}
-		if !sleepCtx(ctx, wait) {
+		if !ctxsleep.Sleep(ctx, wait) {
 			killErr = ctx.Err()
 			break
 		}
@@ -173,7 +174,7 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 		}
 	}
 	if killErr == nil {
-		sleepCtx(ctx, o.Duration-time.Since(start))
+		ctxsleep.Sleep(ctx, o.Duration-time.Since(start))
 	}
 	giveUp.Store(time.Now().Add(o.Settle).UnixNano())
 	close(killsDone)
@@ -200,7 +201,7 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 			return rep, fmt.Errorf("the sentinel order: %w", err)
 		}
 		ld.mu.Lock()
-		ld.ids[id] = "sentinel"
+		ld.orders[id] = true
 		ld.mu.Unlock()
 		if want >= 0 {
 			want++
@@ -237,21 +238,6 @@ func sumKills(k map[string]int) int {
 	return n
 }
 
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // randomLoad places orders through the order API, each with an
 // Idempotency-Key of its own, and retries each with the same key, as a
 // client whose request failed or timed out would, until it is accepted.
@@ -261,13 +247,13 @@ type randomLoad struct {
 
 	accepted, requests, gaveUp atomic.Int64
 	mu                         sync.Mutex
-	ids                        map[string]string // order id -> Idempotency-Key
+	orders                     map[string]bool // the ids of the accepted orders
 }
 
 // run places orders at rate until stop is closed, then waits for those in
 // flight: each is retried until accepted or until giveUp (unix nanoseconds).
 func (l *randomLoad) run(ctx context.Context, rate float64, stop <-chan struct{}, giveUp *atomic.Int64) {
-	l.ids = map[string]string{}
+	l.orders = map[string]bool{}
 	t := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer t.Stop()
 	var wg sync.WaitGroup
@@ -292,7 +278,7 @@ func (l *randomLoad) place(ctx context.Context, customer string, lines int, give
 		r, err := placeOrderWith(ctx, l.client, l.addr, key, customer, lines)
 		if err == nil && r.Status == http.StatusCreated && r.ID != "" {
 			l.mu.Lock()
-			l.ids[r.ID] = key
+			l.orders[r.ID] = true
 			l.mu.Unlock()
 			l.accepted.Add(1)
 			return
@@ -300,7 +286,7 @@ func (l *randomLoad) place(ctx context.Context, customer string, lines int, give
 		// A refused connection (the API restarting), a 5xx (its database
 		// or a dependency away), a 409 (the key's first request still
 		// running): the same request again, with the same key.
-		if time.Now().UnixNano() > giveUp.Load() || !sleepCtx(ctx, backoff) {
+		if time.Now().UnixNano() > giveUp.Load() || !ctxsleep.Sleep(ctx, backoff) {
 			l.gaveUp.Add(1)
 			return
 		}
@@ -313,13 +299,13 @@ func (l *randomLoad) checkOrders(s state, gaveUp int) randomCheck {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var missing, extra []string
-	for id := range l.ids {
+	for id := range l.orders {
 		if s.lines[id] == 0 {
 			missing = append(missing, id)
 		}
 	}
 	for id := range s.lines {
-		if _, ok := l.ids[id]; !ok {
+		if !l.orders[id] {
 			extra = append(extra, id)
 		}
 	}
@@ -333,7 +319,7 @@ func (l *randomLoad) checkOrders(s state, gaveUp int) randomCheck {
 		c.Observed = fmt.Sprintf("%d orders in the database that no request was answered with (first: %s)", len(extra), extra[0])
 	default:
 		c.OK = true
-		c.Observed = fmt.Sprintf("%d orders accepted, %d in the database", len(l.ids), len(s.lines))
+		c.Observed = fmt.Sprintf("%d orders accepted, %d in the database", len(l.orders), len(s.lines))
 		if gaveUp > 0 {
 			c.Observed += fmt.Sprintf(" (%d requests given up, %d of them committed)", gaveUp, len(extra))
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/errlog"
+	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/startstop"
 )
 
@@ -247,18 +248,6 @@ func (r *Relay) backoff(n int) time.Duration {
 	return jitter(d)
 }
 
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // dropSlotWait is how long DropSlot waits for the server process of a
 // relay that stopped.
 const dropSlotWait = 3 * time.Second
@@ -285,7 +274,7 @@ func DropSlot(ctx context.Context, dbURL, slot string) error {
 	for {
 		_, err = conn.ExecParams(ctx, dropSlotSQL, [][]byte{[]byte(slot)}, nil, nil, nil).Close()
 		err = slotError(err, slot, cmp.Or(cfg.User, "the relay's user"))
-		if !errors.Is(err, ErrSlotActive) || time.Now().After(deadline) || !sleep(ctx, 50*time.Millisecond) {
+		if !errors.Is(err, ErrSlotActive) || time.Now().After(deadline) || !ctxsleep.Sleep(ctx, 50*time.Millisecond) {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/ctxsleep"
 )
 
 // entry is a message read from the log, or the end of a transaction with no
@@ -171,7 +172,7 @@ func (p *pipeline) watch() {
 					r.setErr(err)
 					d := r.backoff(failures)
 					r.errs.visibility.Warn(p.ctx, "checking that committed transactions are visible failed; their messages wait", err, "retry_in", d.Round(time.Millisecond))
-					if !sleep(p.ctx, d) {
+					if !ctxsleep.Sleep(p.ctx, d) {
 						return
 					}
 					continue
@@ -195,7 +196,7 @@ func (p *pipeline) watch() {
 			// A transaction committed in the log has not ended for other
 			// sessions yet: usually a matter of microseconds.
 			r.stats.visibilityWaits.Add(1)
-			if !sleep(p.ctx, wait) {
+			if !ctxsleep.Sleep(p.ctx, wait) {
 				return
 			}
 			wait = min(2*wait, visibleWaitMax)
@@ -377,7 +378,7 @@ func (p *pipeline) publish(batch []*entry) {
 		delay := r.backoff(failures)
 		r.errs.publish.Warn(p.ctx, "publish failed; retrying the same messages before their aggregates go on", firstErr,
 			"messages", len(batch), "attempt", failures, "retry_in", delay.Round(time.Millisecond))
-		if !sleep(p.ctx, delay) {
+		if !ctxsleep.Sleep(p.ctx, delay) {
 			break
 		}
 	}

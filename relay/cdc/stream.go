@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
@@ -550,7 +551,7 @@ func (r *Relay) waitVisible(ctx context.Context, xids []uint32) error {
 		if err != nil || n == 0 {
 			return err
 		}
-		if !sleep(ctx, d) {
+		if !ctxsleep.Sleep(ctx, d) {
 			return fmt.Errorf("idem: cdc: transactions %v are committed in the log and still not visible: %w", xids, ctx.Err())
 		}
 	}
