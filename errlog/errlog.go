@@ -190,15 +190,19 @@ func (l *Limiter) recovered(ctx context.Context) {
 
 // forget removes the causes whose last line is an interval old or more and
 // that have no failures left to report. With counted set (a recovered line
-// counted every failure) no cause has any left, and the next line of those
-// it keeps is a first line again unless it has repeats to count.
+// counted every failure), every cause's count is cleared first, and the
+// next line of those it keeps is a first line again unless it has repeats
+// to count.
 func (l *Limiter) forget(now time.Time, counted bool) {
-	stale := func(c *cause) bool {
-		if counted {
+	if counted {
+		for _, c := range l.causes {
 			c.pending, c.recovered = 0, true
 		}
-		return c.pending == 0 && now.Sub(c.lastLine) >= l.cfg.Interval
+		if l.other != nil {
+			l.other.pending, l.other.recovered = 0, true
+		}
 	}
+	stale := func(c *cause) bool { return c.pending == 0 && now.Sub(c.lastLine) >= l.cfg.Interval }
 	for k, c := range l.causes {
 		if stale(c) {
 			delete(l.causes, k)
