@@ -16,6 +16,10 @@ const (
 	// applications that wrote their own key store tend to use, so that
 	// migration 0004 never collides with such a table.
 	IdempotentRequestTableDefault = "idempotent_request"
+	// ConsumerMemberTableDefault and ConsumerPartitionTableDefault are the
+	// tables of the ownership groups of consumers (inbox.Group).
+	ConsumerMemberTableDefault    = "consumer_member"
+	ConsumerPartitionTableDefault = "consumer_partition"
 )
 
 // Tables names the tables idem uses. Every name is optional; the zero value
@@ -39,6 +43,12 @@ type Tables struct {
 	// IdempotentRequest is the table of the idempotency keys of incoming
 	// requests (package idempotency). Defaults to "idempotent_request".
 	IdempotentRequest string
+	// ConsumerMember is the table of the live members of consumers'
+	// ownership groups (inbox.Group). Defaults to "consumer_member".
+	ConsumerMember string
+	// ConsumerPartition is the table of the partition leases of
+	// consumers' ownership groups. Defaults to "consumer_partition".
+	ConsumerPartition string
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
@@ -63,6 +73,12 @@ func (t Tables) WithDefaults() Tables {
 	if t.IdempotentRequest == "" {
 		t.IdempotentRequest = IdempotentRequestTableDefault
 	}
+	if t.ConsumerMember == "" {
+		t.ConsumerMember = ConsumerMemberTableDefault
+	}
+	if t.ConsumerPartition == "" {
+		t.ConsumerPartition = ConsumerPartitionTableDefault
+	}
 	return t
 }
 
@@ -74,7 +90,8 @@ func (t Tables) Validate() error {
 	for _, f := range []struct{ field, v string }{
 		{"Schema", t.Schema}, {"Outbox", t.Outbox}, {"ProcessedEvent", t.ProcessedEvent},
 		{"FailedMessage", t.FailedMessage}, {"DeliveryAttempt", t.DeliveryAttempt}, {"Migrations", t.Migrations},
-		{"IdempotentRequest", t.IdempotentRequest},
+		{"IdempotentRequest", t.IdempotentRequest}, {"ConsumerMember", t.ConsumerMember},
+		{"ConsumerPartition", t.ConsumerPartition},
 	} {
 		if f.field == "Schema" && f.v == "" {
 			continue

@@ -128,7 +128,49 @@ type overviewDB struct {
 	Outbox      monitor.OutboxStatus
 	Consumers   []overviewConsumer
 	BrokerError string
+	Partitions  []overviewPartition
 	Charts      []template.HTML
+}
+
+// overviewPartition is a partition of a consumer's ownership group
+// (inbox.Group), as the overview shows it.
+type overviewPartition struct {
+	monitor.PartitionStatus
+	Lease   string // "4s left", "expired 10s ago", "free"
+	Waiting string // in the partition's queue; "–" when unknown
+}
+
+// span prints a lease's time left or past: 850ms, 4s, 3m20s, 5h02m.
+func span(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+// partitionRows formats the partitions of a snapshot.
+func partitionRows(ps []monitor.PartitionStatus) []overviewPartition {
+	out := make([]overviewPartition, 0, len(ps))
+	for _, p := range ps {
+		op := overviewPartition{PartitionStatus: p, Lease: "free", Waiting: "–"}
+		switch {
+		case p.Owner == "":
+		case p.Live():
+			op.Lease = span(p.LeaseLeft) + " left"
+		default:
+			op.Lease = "expired " + span(-p.LeaseLeft) + " ago"
+		}
+		if p.Queue != nil && p.Queue.Waiting() >= 0 {
+			op.Waiting = fmt.Sprint(p.Queue.Waiting())
+		}
+		out = append(out, op)
+	}
+	return out
 }
 
 type overviewConsumer struct {
@@ -156,6 +198,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		o.Taken, o.Outbox, o.BrokerError = res.snap.Taken, res.snap.Outbox, res.snap.BrokerError
+		o.Partitions = partitionRows(res.snap.Partitions)
 		queues := map[string]broker.QueueStats{}
 		for _, q := range res.snap.Queues {
 			queues[q.Consumer] = q

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/inbox"
 )
@@ -110,3 +112,50 @@ func ExampleConfig_tracing() {
 	// handled in trace 4bf92f3577b34da6a3ce929d0e0e4736
 	// applied
 }
+
+// Replicas of one consumer share its partitions: each runs a Group, which
+// starts the subscribers of the partitions assigned to it, and hands them
+// over when replicas join or leave. With one replica, it owns them all.
+func ExampleGroup() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	stock, err := inbox.New(postgres.NewPgx(pool), inbox.Config{Name: "stock-group-example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	group, err := inbox.NewGroup(stock, inbox.GroupConfig{
+		Partitions: 4,
+		// In an application: the transport's subscriber of one partition,
+		// for example amqp.NewSubscriber with SubscriberConfig.Partitions 4
+		// and Partition p, delivering to stock.DeliverBatch.
+		Subscriber: func(p int) (broker.Subscriber, error) { return &partitionSubscriber{p: p}, nil },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := group.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	for len(group.Owned()) < 4 { // for the example: wait for the first heartbeats
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("owned:", group.Owned())
+	if err := group.Stop(ctx); err != nil { // hands the partitions over, leaves
+		log.Fatal(err)
+	}
+	fmt.Println("owned after Stop:", group.Owned())
+	// Output:
+	// owned: [0 1 2 3]
+	// owned after Stop: []
+}
+
+// partitionSubscriber stands for a transport's subscriber of one partition.
+type partitionSubscriber struct{ p int }
+
+func (s *partitionSubscriber) Start(context.Context) error { return nil }
+func (s *partitionSubscriber) Stop(context.Context) error  { return nil }

@@ -76,6 +76,10 @@ type Snapshot struct {
 	Queues []broker.QueueStats
 	// BrokerError says why Queues is empty although a broker was given.
 	BrokerError string
+	// Partitions are the partitions of the consumers' ownership groups
+	// (inbox.Group), by consumer and number; empty when no group ran on
+	// the database.
+	Partitions []PartitionStatus
 }
 
 // OutboxStatus is an outbox table's state.
@@ -168,6 +172,9 @@ func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
 		} else {
 			snap.Queues = qs
 		}
+	}
+	if snap.Partitions, err = readPartitions(ctx, s.db, snap.Queues); err != nil {
+		return Snapshot{}, fmt.Errorf("monitor: %s: consumer partitions: %w", cmp.Or(s.opts.Name, d.Name()), err)
 	}
 	return snap, nil
 }

@@ -42,7 +42,11 @@ Reads each database given with --db (default $IDEM_DB_URL) and prints:
   - with --broker, what waits for each consumer in the broker: the messages
     ready in its queue and its consumers (RabbitMQ), the lag of its consumer
     group (Kafka), the pending and unacknowledged messages of its durable
-    consumer (NATS JetStream). The broker is only read: nothing is declared.
+    consumer (NATS JetStream). The broker is only read: nothing is declared;
+  - the partitions of consumers shared by replicas (inbox.Group): each
+    one's owner, its epoch (how many times it changed hands) and how long
+    the owner's lease runs; with --broker, the messages waiting in the
+    partition's queue or durable consumer.
 
 Ages are measured on the database's clock. A database without an outbox
 table (a consumer-only database) shows "no outbox table". Reading is
@@ -59,7 +63,9 @@ one file per database: give each with --db.
    "last_published_at", "last_published_age_seconds"}, "consumers": [{"name",
    "last_processed_at", "last_processed_age_seconds", "processed_last_minute",
    "parked", "oldest_parked_at", "oldest_parked_age_seconds", "retrying",
-   "broker": {"queue", "ready", "unacked", "lag", "consumers"}}], "broker_error"}
+   "broker": {"queue", "ready", "unacked", "lag", "consumers"}}], "broker_error",
+   "partitions": [{"consumer", "partition", "owner", "epoch", "live",
+   "lease_left_seconds", "broker": {...}}]}
 
 Times and ages are null when there is none (no row waiting, nothing
 published...), and so are the broker's figures it cannot tell and "broker"
@@ -393,6 +399,46 @@ func printSnapshot(w io.Writer, snap monitor.Snapshot) error {
 		}
 		fmt.Fprintln(tw, line)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printPartitions(w, snap, withBroker)
+}
+
+// printPartitions prints the partitions of the consumers' ownership groups
+// (inbox.Group), when there are any: owner, epoch, lease, and with a
+// broker the messages waiting in the partition's queue.
+func printPartitions(w io.Writer, snap monitor.Snapshot, withBroker bool) error {
+	if len(snap.Partitions) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := "  CONSUMER\tPARTITION\tOWNER\tEPOCH\tLEASE"
+	if withBroker {
+		header += "\tQUEUE\tWAITING"
+	}
+	fmt.Fprintln(tw, header)
+	for _, p := range snap.Partitions {
+		owner, lease := p.Owner, "free"
+		switch {
+		case p.Owner == "":
+			owner = "-"
+		case p.Live():
+			lease = humanDuration(p.LeaseLeft) + " left"
+		default:
+			lease = "expired " + humanDuration(-p.LeaseLeft) + " ago"
+		}
+		line := fmt.Sprintf("  %s\t%d\t%s\t%d\t%s", p.Consumer, p.Partition, owner, p.Epoch, lease)
+		if withBroker {
+			if p.Queue != nil {
+				line += fmt.Sprintf("\t%s\t%s", p.Queue.Queue, figure(p.Queue.Waiting()))
+			} else {
+				line += "\t-\t-"
+			}
+		}
+		fmt.Fprintln(tw, line)
+	}
 	return tw.Flush()
 }
 
@@ -441,6 +487,18 @@ type (
 		Outbox      outboxDoc     `json:"outbox"`
 		Consumers   []consumerDoc `json:"consumers"`
 		BrokerError string        `json:"broker_error,omitempty"`
+		// Partitions are those of the consumers' ownership groups; absent
+		// when no group ran on the database.
+		Partitions []partitionDoc `json:"partitions,omitempty"`
+	}
+	partitionDoc struct {
+		Consumer   string    `json:"consumer"`
+		Partition  int       `json:"partition"`
+		Owner      *string   `json:"owner"`
+		Epoch      int64     `json:"epoch"`
+		Live       bool      `json:"live"`
+		LeaseLeftS *float64  `json:"lease_left_seconds"`
+		Broker     *queueDoc `json:"broker"`
 	}
 	outboxDoc struct {
 		Table                 string     `json:"table"`
@@ -501,6 +559,17 @@ func statusJSON(snap monitor.Snapshot) statusDoc {
 			cd.Broker = &queueDoc{Queue: q.Queue, Ready: known(q.Ready), Unacked: known(q.Unacked), Lag: known(q.Lag), Consumers: known(q.Consumers)}
 		}
 		doc.Consumers = append(doc.Consumers, cd)
+	}
+	for _, p := range snap.Partitions {
+		pd := partitionDoc{Consumer: p.Consumer, Partition: p.Partition, Epoch: p.Epoch, Live: p.Live()}
+		if p.Owner != "" {
+			owner, left := p.Owner, p.LeaseLeft.Seconds()
+			pd.Owner, pd.LeaseLeftS = &owner, &left
+		}
+		if q := p.Queue; q != nil {
+			pd.Broker = &queueDoc{Queue: q.Queue, Ready: known(q.Ready), Unacked: known(q.Unacked), Lag: known(q.Lag), Consumers: known(q.Consumers)}
+		}
+		doc.Partitions = append(doc.Partitions, pd)
 	}
 	return doc
 }

@@ -140,6 +140,7 @@ func Run[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("Relay", func(t *testing.T) { t.Parallel(); Relay(t, setup) })
 	t.Run("IdempotencyKeys", func(t *testing.T) { t.Parallel(); IdempotencyKeys(t, setup) })
 	t.Run("Status", func(t *testing.T) { t.Parallel(); Status(t, setup) })
+	t.Run("GroupLeases", func(t *testing.T) { t.Parallel(); GroupLeases(t, setup) })
 }
 
 // --- helpers ---

@@ -36,6 +36,7 @@ type Dialect struct {
 	q          queries
 	rq         relayQueries
 	status     dialectkit.StatusSQL
+	group      *dialectkit.GroupSQL
 	migrations []driver.Migration
 	support    driver.MigrationSupport
 }
@@ -55,6 +56,8 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 		Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt, ClaimLock      string
 		OutboxName, ProcessedEventName, FailedMessageName, DeliveryAttemptName string
 		IdempotentRequest, IdempotentRequestName                               string
+		ConsumerMember, ConsumerMemberName                                     string
+		ConsumerPartition, ConsumerPartitionName                               string
 	}{
 		Outbox:                d.qualify(t.Outbox),
 		ProcessedEvent:        d.qualify(t.ProcessedEvent),
@@ -67,6 +70,10 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 		DeliveryAttemptName:   t.DeliveryAttempt,
 		IdempotentRequest:     d.qualify(t.IdempotentRequest),
 		IdempotentRequestName: t.IdempotentRequest,
+		ConsumerMember:        d.qualify(t.ConsumerMember),
+		ConsumerMemberName:    t.ConsumerMember,
+		ConsumerPartition:     d.qualify(t.ConsumerPartition),
+		ConsumerPartitionName: t.ConsumerPartition,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
 	migs, err := dialectkit.LoadMigrations(migrationFiles, "migrations", names, funcs)
@@ -77,6 +84,7 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	d.rq = newRelayQueries(names.Outbox, names.ClaimLock)
 	d.status = newStatusSQL(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
+	d.group = newGroupSQL(names.ConsumerMember, names.ConsumerPartition, wrapErr)
 	mt := d.qualify(t.Migrations)
 	// One lock per database holding the tables (lock names are at most 64
 	// characters: hash the database's name).

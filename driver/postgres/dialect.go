@@ -31,6 +31,7 @@ type Dialect struct {
 	q          queries
 	rq         relayQueries
 	status     dialectkit.StatusSQL
+	group      *dialectkit.GroupSQL
 	migrations []driver.Migration
 	support    driver.MigrationSupport
 }
@@ -48,6 +49,8 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 		Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt, NotifyFunc     string
 		OutboxName, ProcessedEventName, FailedMessageName, DeliveryAttemptName string
 		IdempotentRequest, IdempotentRequestName                               string
+		ConsumerMember, ConsumerMemberName                                     string
+		ConsumerPartition, ConsumerPartitionName                               string
 	}{
 		Outbox:                d.qualify(t.Outbox),
 		ProcessedEvent:        d.qualify(t.ProcessedEvent),
@@ -60,6 +63,10 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 		DeliveryAttemptName:   t.DeliveryAttempt,
 		IdempotentRequest:     d.qualify(t.IdempotentRequest),
 		IdempotentRequestName: t.IdempotentRequest,
+		ConsumerMember:        d.qualify(t.ConsumerMember),
+		ConsumerMemberName:    t.ConsumerMember,
+		ConsumerPartition:     d.qualify(t.ConsumerPartition),
+		ConsumerPartitionName: t.ConsumerPartition,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
 	migs, err := dialectkit.LoadMigrations(migrationFiles, "migrations", names, funcs)
@@ -70,6 +77,7 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	d.rq = newRelayQueries(names.Outbox)
 	d.status = newStatusSQL(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
+	d.group = newGroupSQL(names.ConsumerMember, names.ConsumerPartition, d.wrap)
 	mt := d.qualify(t.Migrations)
 	d.support = driver.MigrationSupport{
 		CreateTable: "CREATE TABLE IF NOT EXISTS " + mt + ` (

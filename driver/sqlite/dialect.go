@@ -29,6 +29,7 @@ type Dialect struct {
 	q          queries
 	rq         *sqlrelay.Relay
 	status     dialectkit.StatusSQL
+	group      *dialectkit.GroupSQL
 	migrations []driver.Migration
 	support    driver.MigrationSupport
 }
@@ -50,6 +51,8 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 		Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt                 string
 		OutboxName, ProcessedEventName, FailedMessageName, DeliveryAttemptName string
 		IdempotentRequest, IdempotentRequestName                               string
+		ConsumerMember, ConsumerMemberName                                     string
+		ConsumerPartition, ConsumerPartitionName                               string
 	}{
 		Outbox:                QuoteIdent(t.Outbox),
 		ProcessedEvent:        QuoteIdent(t.ProcessedEvent),
@@ -61,6 +64,10 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 		DeliveryAttemptName:   t.DeliveryAttempt,
 		IdempotentRequest:     QuoteIdent(t.IdempotentRequest),
 		IdempotentRequestName: t.IdempotentRequest,
+		ConsumerMember:        QuoteIdent(t.ConsumerMember),
+		ConsumerMemberName:    t.ConsumerMember,
+		ConsumerPartition:     QuoteIdent(t.ConsumerPartition),
+		ConsumerPartitionName: t.ConsumerPartition,
 	}
 	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
 	migs, err := dialectkit.LoadMigrations(migrationFiles, "migrations", names, funcs)
@@ -71,6 +78,7 @@ func NewDialect(tables idem.Tables) (*Dialect, error) {
 	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
 	d.rq = newRelay(names.Outbox, d.wrap)
 	d.status = newStatusSQL(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
+	d.group = newGroupSQL(names.ConsumerMember, names.ConsumerPartition, d.wrap)
 	mt := QuoteIdent(t.Migrations)
 	d.support = driver.MigrationSupport{
 		CreateTable: "CREATE TABLE IF NOT EXISTS " + mt + ` (
