@@ -89,6 +89,20 @@ slot lag in bytes and seconds, retained WAL, publish rate, publish and confirm
 delays; see docs/OPERATIONS.md), a health check on /healthz (200 while it reads
 the slot or waits for it as a standby) and the Go profiles on /debug/pprof/.
 
+Failover. Before PostgreSQL 17 a standby has no copy of the logical slot.
+Give --db every host with target_session_attrs=read-write and a
+connect_timeout
+(postgres://h1:5432,h2:5432/shop?target_session_attrs=read-write&connect_timeout=5): after a
+promotion the relay finds its slot missing on the new primary, creates it
+again and publishes the rows still in the outbox table (some again;
+consumers deduplicate). Events that exist only in the WAL (WAL messages,
+rows deleted by their writer or kept with --keep-rows) and were not
+published are lost with the slot, so on a server with a physical standby
+the relay refuses to start unless --rows-only says every event is a row it
+deletes, or --accept-failover-loss accepts that loss. From PostgreSQL 17 on
+the slot is created with failover (synchronized to standbys with
+sync_replication_slots = on), and neither flag is needed.
+
 On SIGTERM or SIGINT the relay stops reading, waits for the messages handed to
 the broker (up to --stop-timeout), confirms the position and exits.
 
@@ -109,6 +123,8 @@ Examples:
 			window := fs.Int("window", cdc.WindowDefault, "messages handed to the broker and not yet confirmed")
 			batch := fs.Int("batch-size", cdc.BatchSizeDefault, "maximum messages per publish call")
 			keepRows := fs.Bool("keep-rows", false, "leave published rows in the table (the writer deletes them)")
+			rowsOnly := fs.Bool("rows-only", false, "every event is a row the relay deletes (no WAL messages): lets the relay run on a server with a physical standby, and recover after a failover by publishing the rows still in the table")
+			acceptLoss := fs.Bool("accept-failover-loss", false, "start on a server with a physical standby though a failover loses the events existing only in the WAL (WAL messages, rows deleted by their writer) not yet published")
 			quarantineAfter := fs.Int("quarantine-after", cdc.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
 			lagWarn := fs.Int64("lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
 			metricsAddr := fs.String("metrics-addr", ":9465", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
@@ -142,6 +158,7 @@ Examples:
 				if *keepRows {
 					cfg.Delete = cdc.KeepRows
 				}
+				cfg.RowsOnly, cfg.AcceptFailoverLoss = *rowsOnly, *acceptLoss
 				if dropSlot {
 					name := cfg.WithDefaults().Slot
 					if err := cdc.DropSlot(ctx, dbURL, name); err != nil {

@@ -29,6 +29,9 @@ type Server struct {
 	URL string
 	// Port is the port it listens on, on 127.0.0.1.
 	Port int
+	// Name is a standby's application name (StartStandby); "" for a
+	// primary.
+	Name string
 
 	bin, dir, data string
 	runAs          string
@@ -45,13 +48,43 @@ func StartServer(t testing.TB, conf ...string) *Server {
 	if bin == "" {
 		t.Fatalf("%s is not set: run the tests with `make test`, which installs PostgreSQL and exports where its binaries are", PostgresBinDirEnv)
 	}
-	dir, err := os.MkdirTemp(os.Getenv("IDEM_TEST_DIR"), "pg-server-")
+	s := newServer(t, bin, "pg-server-")
+	if out, err := s.command("initdb", "-D", s.data, "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-locale", "--no-sync").CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	var err error
+	if s.Port, err = freePort(); err != nil {
+		t.Fatal(err)
+	}
+	settings := []string{
+		"listen_addresses = '127.0.0.1'",
+		fmt.Sprintf("port = %d", s.Port),
+		fmt.Sprintf("unix_socket_directories = '%s'", s.dir),
+		"max_connections = 50",
+		"shared_buffers = 32MB",
+		"wal_level = logical",
+		"max_replication_slots = 8",
+		"max_wal_senders = 8",
+	}
+	settings = append(settings, conf...)
+	appendConf(t, filepath.Join(s.data, "postgresql.conf"), "the test's own server (internal/testdb)", settings)
+	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
+	s.Start(t)
+	return s
+}
+
+// newServer makes the directory of a server of the test's own, removed
+// (the server stopped first) when the test ends; as root, it belongs to the
+// postgres system user, who runs the server.
+func newServer(t testing.TB, bin, prefix string) *Server {
+	t.Helper()
+	dir, err := os.MkdirTemp(os.Getenv("IDEM_TEST_DIR"), prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &Server{bin: bin, dir: dir, data: filepath.Join(dir, "data")}
 	t.Cleanup(func() {
-		s.stop("immediate")
+		_ = s.stop("immediate")
 		_ = os.RemoveAll(dir)
 	})
 	if os.Geteuid() == 0 {
@@ -69,37 +102,23 @@ func StartServer(t testing.TB, conf ...string) *Server {
 			t.Fatal(err)
 		}
 	}
-	if out, err := s.command("initdb", "-D", s.data, "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-locale", "--no-sync").CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
-	}
-	if s.Port, err = freePort(); err != nil {
-		t.Fatal(err)
-	}
-	settings := []string{
-		"listen_addresses = '127.0.0.1'",
-		fmt.Sprintf("port = %d", s.Port),
-		fmt.Sprintf("unix_socket_directories = '%s'", dir),
-		"max_connections = 50",
-		"shared_buffers = 32MB",
-		"wal_level = logical",
-		"max_replication_slots = 8",
-		"max_wal_senders = 8",
-	}
-	settings = append(settings, conf...)
-	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	return s
+}
+
+// appendConf appends settings to a configuration file, after a comment.
+func appendConf(t testing.TB, path, comment string, settings []string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.WriteString("\n# --- the test's own server (internal/testdb) ---\n" + strings.Join(settings, "\n") + "\n")
+	_, err = f.WriteString("\n# --- " + comment + " ---\n" + strings.Join(settings, "\n") + "\n")
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
-	s.Start(t)
-	return s
 }
 
 // Start starts the server (again) and waits until it accepts connections.

@@ -42,6 +42,10 @@ type Relay struct {
 	stats stats
 	errs  limiters
 
+	// warnedRowsOnly is set once a WAL message was read with
+	// Config.RowsOnly (warned once).
+	warnedRowsOnly atomic.Bool
+
 	// initial holds, from the creation of the slot until the reading
 	// goroutine published them, the rows that were waiting in the outbox
 	// then (sweep.go).

@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -104,7 +105,11 @@ type Config struct {
 	Delete DeleteMode
 	// StandbyInterval is how often a standby status update is sent when
 	// nothing else makes the relay send one. It must stay well below the
-	// server's wal_sender_timeout (60s by default). Defaults to 10s.
+	// server's wal_sender_timeout (60s by default). Each such update asks
+	// the server for a reply: a replication connection on which the server
+	// answers nothing for three intervals (at least 10s) is taken for dead
+	// (a frozen or unreachable server), and the relay connects again.
+	// Defaults to 10s.
 	StandbyInterval time.Duration
 	// FlushInterval is how often a newly confirmed position is reported to
 	// the server. Defaults to 200ms.
@@ -143,6 +148,29 @@ type Config struct {
 	LagWarnBytes int64
 	// QueryTimeout bounds each SQL statement of the relay. Defaults to 30s.
 	QueryTimeout time.Duration
+
+	// RowsOnly declares that every event of the outbox is a row that stays
+	// in the table until the relay deletes it: no writer emits WAL messages
+	// (outbox.NewLogWriter) or deletes its own rows, and Delete is
+	// DeletePublished. Such an outbox survives a failover to a standby that
+	// has no copy of the slot (logical slots are not replicated before
+	// PostgreSQL 17): the relay finds the slot missing on the new primary,
+	// creates it again and publishes the rows still in the table (some a
+	// second time; consumers deduplicate). It needs idem's seq, published_at
+	// and quarantined_at columns. See AcceptFailoverLoss.
+	RowsOnly bool
+	// AcceptFailoverLoss lets the relay start on a server that has a
+	// physical standby (a walsender, or a physical slot) while its slot
+	// cannot follow a failover (PostgreSQL before 17, or a slot created
+	// without failover), for an outbox that is not RowsOnly. Without it
+	// Start refuses (ErrFailoverLoss): the events that exist only in the
+	// WAL (WAL messages, rows their writer deleted, rows kept with
+	// KeepRows) and were not published when the primary fails are lost
+	// with the slot, and so are those written on the new primary before the
+	// relay creates the slot again; the relay cannot tell which. Set it only
+	// when that loss is accepted, or the events can be replayed from
+	// another record.
+	AcceptFailoverLoss bool
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 
@@ -216,6 +244,9 @@ func (c Config) validate() error {
 	}
 	if c.Delete != DeletePublished && c.Delete != KeepRows {
 		return fmt.Errorf("idem: cdc: Config.Delete %v: unknown mode", c.Delete)
+	}
+	if c.RowsOnly && c.Delete != DeletePublished {
+		return errors.New("idem: cdc: Config.RowsOnly with Delete = KeepRows: kept rows cannot tell which of them wait, so a failover loses them; drop one of the two")
 	}
 	for name, d := range map[string]time.Duration{"StandbyInterval": c.StandbyInterval, "FlushInterval": c.FlushInterval,
 		"PublishTimeout": c.PublishTimeout, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout} {

@@ -62,6 +62,18 @@
 // publishes; inserts that are quarantined already are skipped. Faults (no
 // answer from the broker) are retried for as long as they last.
 //
+// Failover. Before PostgreSQL 17 a standby has no copy of the logical
+// slot. On a multi-host URL (target_session_attrs=read-write) the relay
+// reaches the promoted standby, finds its slot missing, creates it again and
+// publishes the rows still in the table first, as at the first start (some
+// a second time). Events that exist only in the WAL (WAL messages, rows
+// deleted by their writer or kept with KeepRows) and were not published
+// are lost with the slot: on a server with a physical standby, Start
+// refuses (ErrFailoverLoss) unless Config.RowsOnly says every event is a
+// row the relay deletes, or Config.AcceptFailoverLoss accepts the loss.
+// From PostgreSQL 17 on the slot is created with failover, for standbys
+// that synchronize slots (sync_replication_slots), and neither is needed.
+//
 // One reader per slot. PostgreSQL lets one connection read a slot: a second
 // relay on the same slot waits (Stats.Waiting, Healthy nil) and takes over
 // within a second or two when the first stops or dies.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,12 @@ var ErrWALLevel = errors.New("idem: cdc: logical replication needs wal_level = l
 // ErrSlotActive is the error (wrapped) a relay meets while another process
 // reads its slot: it waits, and retries.
 var ErrSlotActive = errors.New("idem: cdc: the replication slot is active in another process")
+
+// ErrFailoverLoss is returned (wrapped) by Start on a server with a physical
+// standby when the slot cannot follow a failover and the outbox may hold
+// events that exist only in the WAL: see Config.RowsOnly and
+// Config.AcceptFailoverLoss.
+var ErrFailoverLoss = errors.New("idem: cdc: a failover to the standby would lose the events not yet published")
 
 // queries holds the relay's statements for its table, publication and slot.
 type queries struct {
@@ -47,6 +54,18 @@ const (
 	dropSlotSQL     = `SELECT pg_drop_replication_slot($1)`
 	currentDBSQL    = `SELECT current_database()`
 	canDeleteSQL    = `SELECT has_table_privilege($1, 'DELETE')`
+	versionSQL      = `SELECT current_setting('server_version_num')::int`
+	slotFailoverSQL = `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`
+	// standbysSQL names the physical standbys: walsenders connected to no
+	// database (a logical one, a relay's included, has its database; a role
+	// without pg_read_all_stats sees their pid and application name), and
+	// physical slots.
+	standbysSQL = `SELECT coalesce(array_agg(name ORDER BY name), '{}') FROM (
+	SELECT 'walsender ' || coalesce(nullif(r.application_name, ''), r.pid::text) AS name
+	FROM pg_stat_replication r JOIN pg_stat_activity a ON a.pid = r.pid
+	WHERE a.datid IS NULL AND r.state IS DISTINCT FROM 'backup'
+	UNION ALL
+	SELECT 'physical slot ' || slot_name FROM pg_replication_slots WHERE slot_type = 'physical') AS n`
 	slotPositionSQL = `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
 	coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
 	FROM pg_replication_slots WHERE slot_name = $1`
@@ -123,6 +142,9 @@ func (r *Relay) setup(ctx context.Context) error {
 	if err := r.ensurePublication(ctx); err != nil {
 		return err
 	}
+	if err := r.checkFailover(ctx); err != nil {
+		return err
+	}
 	if err := r.ensureSlot(ctx); err != nil {
 		return err
 	}
@@ -197,8 +219,7 @@ func (r *Relay) createSlot(ctx context.Context) error {
 		return replicationError(err, r.replCfg.User)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, r.cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, createSlotCommand(r.cfg.Slot, serverVersion(conn))))
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42710" { // created meanwhile by another relay
 		return nil
@@ -222,6 +243,118 @@ func (r *Relay) createSlot(ctx context.Context) error {
 		return fmt.Errorf("idem: cdc: read the rows waiting in the outbox: import the slot's snapshot: %w", err)
 	}
 	r.initial = &initialRows{tx: tx, sel: sel}
+	return nil
+}
+
+// failoverSlotsVersion is the first server_version_num whose logical
+// slots can follow a failover (CREATE_REPLICATION_SLOT's FAILOVER option,
+// synchronized to standbys with sync_replication_slots).
+const failoverSlotsVersion = 170000
+
+// createSlotCommand returns the replication command creating the relay's
+// slot with an exported snapshot, on a server of version (its
+// server_version_num): with FAILOVER from PostgreSQL 17 on, so that a
+// standby that synchronizes slots (sync_replication_slots = on) has it
+// after a promotion.
+func createSlotCommand(slot string, version int) string {
+	if version >= failoverSlotsVersion {
+		return "CREATE_REPLICATION_SLOT " + slot + " LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)"
+	}
+	return "CREATE_REPLICATION_SLOT " + slot + " LOGICAL pgoutput EXPORT_SNAPSHOT"
+}
+
+// serverVersion returns the server_version_num of a connection, from its
+// server_version parameter ("15.4", "17.0 (Debian 17.0-1)", "9.6.24"), or 0.
+func serverVersion(conn *pgconn.PgConn) int {
+	return parseServerVersion(conn.ParameterStatus("server_version"))
+}
+
+func parseServerVersion(v string) int {
+	v, _, _ = strings.Cut(v, " ")
+	parts := strings.SplitN(v, ".", 3)
+	var n [3]int
+	for i, p := range parts {
+		end := strings.IndexFunc(p, func(r rune) bool { return r < '0' || r > '9' })
+		if end >= 0 {
+			p = p[:end]
+		}
+		x, err := strconv.Atoi(p)
+		if err != nil {
+			break
+		}
+		n[i] = x
+	}
+	if n[0] >= 10 {
+		return n[0]*10000 + n[1]
+	}
+	return n[0]*10000 + n[1]*100 + n[2]
+}
+
+// checkFailover refuses a start that a failover to a physical standby
+// would cost events: the server has one, the slot cannot follow a failover
+// (PostgreSQL before 17, or an existing slot created without failover), and
+// the outbox may hold events that exist only in the WAL (not
+// Config.RowsOnly), unless Config.AcceptFailoverLoss.
+func (r *Relay) checkFailover(ctx context.Context) error {
+	if r.cfg.AcceptFailoverLoss {
+		return nil
+	}
+	var standbys []string
+	if err := r.pool.QueryRow(ctx, standbysSQL).Scan(&standbys); err != nil {
+		return fmt.Errorf("idem: cdc: look for physical standbys: %w", err)
+	}
+	if len(standbys) == 0 {
+		return nil
+	}
+	if r.cfg.RowsOnly {
+		// The rows wait in the table: a new slot's first sweep publishes
+		// them, which needs idem's columns.
+		var cols int
+		if err := r.pool.QueryRow(ctx, sweepColumnsSQL, r.sql.table).Scan(&cols); err != nil {
+			return fmt.Errorf("idem: cdc: read the outbox's columns: %w", err)
+		}
+		if cols == 3 {
+			return nil
+		}
+		return fmt.Errorf("%w: the server has a physical standby (%s), and Config.RowsOnly (--rows-only) needs idem's seq, published_at and quarantined_at columns in %s to publish the rows waiting after a failover, which creates slot %s again: run idem migrate on the table, or accept the loss (Config.AcceptFailoverLoss, --accept-failover-loss)",
+			ErrFailoverLoss, strings.Join(standbys, ", "), r.sql.table, r.cfg.Slot)
+	}
+	var version int
+	if err := r.pool.QueryRow(ctx, versionSQL).Scan(&version); err != nil {
+		return fmt.Errorf("idem: cdc: server version: %w", err)
+	}
+	if version >= failoverSlotsVersion {
+		failover := true // a slot created now has it
+		err := r.pool.QueryRow(ctx, slotFailoverSQL, r.cfg.Slot).Scan(&failover)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("idem: cdc: read slot %s: %w", r.cfg.Slot, err)
+		}
+		if failover {
+			return nil
+		}
+		return fmt.Errorf("%w: the server has a physical standby (%s) and slot %s was created without failover, so a standby will not have it after a promotion; the WAL messages and the rows deleted by their writer (or kept with --keep-rows) that are not published then are lost, and the relay cannot tell which: drop the slot while no event waits (idem cdc drop-slot) and start the relay again, which creates it with failover (then set sync_replication_slots = on, hot_standby_feedback = on and primary_slot_name on the standby, and synchronized_standby_slots on the primary); or, when every event is a row the relay deletes, say so (Config.RowsOnly, --rows-only); or accept the loss (Config.AcceptFailoverLoss, --accept-failover-loss)",
+			ErrFailoverLoss, strings.Join(standbys, ", "), r.cfg.Slot)
+	}
+	return fmt.Errorf("%w: the server has a physical standby (%s), and before PostgreSQL 17 a standby has no copy of the logical slot: after a promotion the relay creates slot %s again and publishes the rows still in the outbox table, but the WAL messages (outbox.NewLogWriter) and the rows deleted by their writer (or kept with --keep-rows) that were not published then are lost, and the relay cannot tell which. When every event of this outbox is a row the relay deletes, say so (Config.RowsOnly, idem cdc --rows-only); otherwise move to PostgreSQL 17 with failover slots, write the events as rows, or accept the loss (Config.AcceptFailoverLoss, --accept-failover-loss)",
+		ErrFailoverLoss, strings.Join(standbys, ", "), r.cfg.Slot)
+}
+
+// recreateSlot creates the slot again when a session found it missing:
+// after a failover to a standby that had no copy of it, or a drop. The rows
+// still in the table are published first, like those waiting at the first
+// start (some again: consumers deduplicate); what existed only in the WAL
+// since the last confirmed position is lost, and the log says so.
+func (r *Relay) recreateSlot(missing error) error {
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	if err := r.checkFailover(ctx); err != nil {
+		return err
+	}
+	if err := r.ensureSlot(ctx); err != nil {
+		return err
+	}
+	r.log.Warn("the replication slot was missing (a failover to a standby that had no copy of it, or a drop) and is created again: the rows still in the outbox table are published first (some again: consumers deduplicate); the WAL messages, and the rows deleted by their writer or kept with KeepRows, that were not published before now are lost to the relay",
+		"rows_only", r.cfg.RowsOnly, "accept_failover_loss", r.cfg.AcceptFailoverLoss, "error", missing)
 	return nil
 }
 

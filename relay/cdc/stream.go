@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/ctxsleep"
@@ -40,6 +41,14 @@ func (r *Relay) run() {
 		case <-stopping:
 			return
 		default:
+		}
+		if errors.Is(err, idem.ErrNotFound) {
+			// The slot is gone: a failover to a standby without a copy of
+			// it (PostgreSQL before 17), or a drop.
+			if err = r.recreateSlot(err); err == nil {
+				failures = 0
+				continue
+			}
 		}
 		if read {
 			failures = 0
@@ -104,7 +113,7 @@ func (r *Relay) session() (read bool, err error) {
 	r.errs.replication.OK(ctx)
 	r.log.Debug("replication started")
 
-	s := &session{r: r, conn: conn, pipe: newPipeline(ctx, r), relations: map[uint32]*pglogrepl.RelationMessage{}}
+	s := &session{r: r, conn: conn, pipe: newPipeline(ctx, r), relations: map[uint32]*pglogrepl.RelationMessage{}, heard: time.Now()}
 	defer func() {
 		cancel()
 		s.pipe.wait()
@@ -131,6 +140,16 @@ type session struct {
 	deleteFailures int
 	deleteAfter    time.Time
 	lastStatus     time.Time
+	// heard is when the server's last message was read, moved forward by
+	// the time the relay did not read (its window full): silenceLimit.
+	heard time.Time
+}
+
+// silenceLimit is how long a server may send nothing, while the relay
+// waits for it and asks it for a reply every standbyInterval, before the
+// connection is taken for dead: three intervals, at least 10 s.
+func silenceLimit(standbyInterval time.Duration) time.Duration {
+	return max(3*standbyInterval, 10*time.Second)
 }
 
 func (s *session) loop(ctx context.Context) error {
@@ -161,6 +180,7 @@ func (s *session) loop(ctx context.Context) error {
 			continue
 		}
 		if s.pipe.full() {
+			waited := time.Now()
 			t := time.NewTimer(time.Until(deadline))
 			select {
 			case <-s.pipe.progress:
@@ -169,6 +189,8 @@ func (s *session) loop(ctx context.Context) error {
 			case <-ctx.Done():
 			}
 			t.Stop()
+			// The server's messages wait unread meanwhile: not a silence.
+			s.heard = s.heard.Add(time.Since(waited))
 			continue
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
@@ -176,10 +198,18 @@ func (s *session) loop(ctx context.Context) error {
 		cancel()
 		if err != nil {
 			if pgconn.Timeout(err) && ctx.Err() == nil && !s.conn.IsClosed() {
+				// Each standby status update asks the server for a reply: a
+				// server that stays silent is frozen or cut off (no TCP
+				// reset comes from a machine gone or a partition).
+				if silent := time.Since(s.heard); silent > silenceLimit(r.cfg.StandbyInterval) {
+					return fmt.Errorf("idem: cdc: the server answered nothing for %v though asked to every %v: the connection is taken for dead (a frozen or unreachable server; the URL's hosts are tried again)",
+						silent.Round(time.Second), r.cfg.StandbyInterval)
+				}
 				continue
 			}
 			return fmt.Errorf("idem: cdc: receive: %w", err)
 		}
+		s.heard = time.Now()
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if err := s.copyData(ctx, m.Data); err != nil {
@@ -263,6 +293,10 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 			r.log.Warn("ignored a non-transactional WAL message with the outbox's prefix: it is not tied to a commit (outbox.NewLogWriter writes transactional ones)",
 				"lsn", m.LSN.String(), "content", quote(m.Content))
 			return nil
+		}
+		if r.cfg.RowsOnly && !r.warnedRowsOnly.Swap(true) {
+			r.log.Warn("read a WAL message of the outbox though Config.RowsOnly (--rows-only) says every event is a row: a failover to a standby without the slot would lose such events; publishing it",
+				"lsn", m.LSN.String())
 		}
 		rec := outbox.DecodeLogMessage(m.Content)
 		return s.add(ctx, rec, false, m.Content, m.LSN)
@@ -469,7 +503,9 @@ func (s *session) flush(ctx context.Context, force bool) error {
 	if moved && lsn != 0 && fault.Enabled {
 		fault.Point(fault.CDCAfterPublishBeforeConfirm)
 	}
-	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: max(pos, s.flushed)})
+	// A forced update (every StandbyInterval, or asked by the server) asks
+	// for a reply: the server's keepalive tells that it is alive (loop).
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: max(pos, s.flushed), ReplyRequested: force})
 	if err != nil {
 		return fmt.Errorf("idem: cdc: standby status update: %w", err)
 	}
