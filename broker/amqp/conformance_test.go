@@ -3,6 +3,9 @@ package amqp_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -73,22 +76,75 @@ func newConformanceInstance(t *testing.T, o brokertest.Options) brokertest.Insta
 	}
 }
 
-// childSpec is how the suite's child process subscribes.
+// childSpec is how a child process (brokertest.ChildMain) subscribes.
 type childSpec struct {
 	URL      string   `json:"url"`
 	Exchange string   `json:"exchange"`
 	Queue    string   `json:"queue"`
 	Bindings []string `json:"bindings"`
+	// The replica tests' settings: with Partitions, the child runs one
+	// subscriber for each of PartitionList; Log logs the subscribers'
+	// activity (standing by, active) on stderr.
+	Partitions    int            `json:"partitions,omitempty"`
+	PartitionList []int          `json:"partition_list,omitempty"`
+	StandbyPoll   time.Duration  `json:"standby_poll,omitempty"`
+	Workers       int            `json:"workers,omitempty"`
+	QueueType     amqp.QueueType `json:"queue_type,omitempty"`
+	BatchSize     int            `json:"batch_size,omitempty"`
+	Log           bool           `json:"log,omitempty"`
 }
 
-// newChildSubscriber is the subscriber of the suite's child process
-// (brokertest.ChildMain), which hits fault.InboxAfterCommitBeforeAck itself.
+// newChildSubscriber is the subscriber of a child process
+// (brokertest.ChildMain): the suite's, which hits
+// fault.InboxAfterCommitBeforeAck itself, or a replica test's.
 func newChildSubscriber(spec json.RawMessage, deliver broker.DeliverFunc) (broker.Subscriber, error) {
 	var s childSpec
 	if err := json.Unmarshal(spec, &s); err != nil {
 		return nil, err
 	}
-	return amqp.NewSubscriber(subscriberConfig(s.URL, s.Exchange, s.Queue, s.Bindings...), deliver)
+	cfg := subscriberConfig(s.URL, s.Exchange, s.Queue, s.Bindings...)
+	cfg.StandbyPoll, cfg.BatchSize = s.StandbyPoll, s.BatchSize
+	if s.Workers > 0 {
+		cfg.Workers = s.Workers
+	}
+	cfg.QueueType = s.QueueType
+	if s.Log {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if s.Partitions == 0 {
+		return amqp.NewSubscriber(cfg, deliver)
+	}
+	var subs multiSubscriber
+	for _, k := range s.PartitionList {
+		cfg.Partitions, cfg.Partition = s.Partitions, k
+		sub, err := amqp.NewSubscriber(cfg, deliver)
+		if err != nil {
+			return nil, err
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
+}
+
+// multiSubscriber runs several subscribers as one.
+type multiSubscriber []*amqp.Subscriber
+
+func (m multiSubscriber) Start(ctx context.Context) error {
+	for i, s := range m {
+		if err := s.Start(ctx); err != nil {
+			_ = m[:i].Stop(context.Background())
+			return err
+		}
+	}
+	return nil
+}
+
+func (m multiSubscriber) Stop(ctx context.Context) error {
+	var errs []error
+	for _, s := range m {
+		errs = append(errs, s.Stop(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // newInspectingPublisher is newPublisher whose Inspect finds each

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -45,6 +46,15 @@ const HeaderKey = "idem-key"
 type ConnConfig struct {
 	// URL is the broker URL, amqp://user:pass@host:5672/vhost or amqps:// for
 	// TLS. The password never appears in logs or errors. Required.
+	//
+	// For a cluster, list its nodes in the host part, separated by commas:
+	// amqp://user:pass@h1:5672,h2:5672,h3:5672/vhost. Every host shares the
+	// URL's credentials, vhost and query parameters; a host without a port
+	// takes the scheme's (5672 for amqp, 5671 for amqps). A connection goes
+	// to the first host that answers, starting with the first one listed;
+	// after a connection is lost, the next attempt starts with the host after
+	// the one that was lost, round robin, so that a dead or frozen node is
+	// tried last.
 	URL string
 	// Username and Password, when set, replace the credentials of URL, so that
 	// they can come from the environment or a secret store rather than the URL.
@@ -68,6 +78,10 @@ type ConnConfig struct {
 	// Logger receives connection events and warnings. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
+
+	// hosts is where the next connection attempt starts, shared by the
+	// copies of a defaulted configuration (set by withDefaults).
+	hosts *hostRing
 }
 
 func (c ConnConfig) withDefaults() ConnConfig {
@@ -86,6 +100,9 @@ func (c ConnConfig) withDefaults() ConnConfig {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.hosts == nil {
+		c.hosts = new(hostRing)
+	}
 	return c
 }
 
@@ -93,12 +110,8 @@ func (c ConnConfig) validate(prefix string) error {
 	if c.URL == "" {
 		return fmt.Errorf("idem: amqp: %s.URL is required (amqp://user:pass@host:5672/)", prefix)
 	}
-	u, err := url.Parse(c.URL)
-	if err != nil {
-		return fmt.Errorf("idem: amqp: %s.URL %s: %w", prefix, broker.RedactURL(c.URL), redactErr(err, c.URL))
-	}
-	if s := strings.ToLower(u.Scheme); s != "amqp" && s != "amqps" {
-		return fmt.Errorf("idem: amqp: %s.URL %s: scheme %q: want amqp or amqps", prefix, broker.RedactURL(c.URL), u.Scheme)
+	if _, err := SplitURL(c.URL); err != nil {
+		return fmt.Errorf("idem: amqp: %s.URL: %w", prefix, err)
 	}
 	if c.ReconnectMin < 0 || c.ReconnectMax < c.ReconnectMin {
 		return fmt.Errorf("idem: amqp: %s.ReconnectMin %v and ReconnectMax %v: want 0 <= min <= max", prefix, c.ReconnectMin, c.ReconnectMax)
@@ -109,8 +122,42 @@ func (c ConnConfig) validate(prefix string) error {
 // redacted returns the URL without its password.
 func (c ConnConfig) redacted() string { return broker.RedactURL(c.URL) }
 
-// dial opens a connection.
+// dial opens a connection to one of the URL's hosts (see ConnConfig.URL):
+// it tries each in turn, starting after the host of the previous
+// connection, and fails only when none answers.
 func (c ConnConfig) dial(ctx context.Context) (*amqp091.Connection, error) {
+	urls, err := SplitURL(c.URL)
+	if err != nil {
+		return nil, err
+	}
+	ring := c.hosts
+	if ring == nil {
+		ring = new(hostRing)
+	}
+	start := ring.start(len(urls))
+	var errs []error
+	for i := range urls {
+		k := (start + i) % len(urls)
+		conn, err := c.dialHost(ctx, urls[k])
+		if err == nil {
+			if prev := ring.connected(k); len(urls) > 1 && prev != k {
+				c.Logger.Info("amqp: connected to a cluster node", "host", hostOf(urls[k]), "url", c.redacted())
+			}
+			return conn, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) == 1 {
+		return nil, errs[0]
+	}
+	return nil, fmt.Errorf("idem: amqp: no host of %s answered: %w", c.redacted(), errors.Join(errs...))
+}
+
+// dialHost opens a connection to rawURL, one host of the URL.
+func (c ConnConfig) dialHost(ctx context.Context, rawURL string) (*amqp091.Connection, error) {
 	props := amqp091.NewConnectionProperties()
 	if c.ConnectionName != "" {
 		props.SetClientConnectionName(c.ConnectionName)
@@ -140,11 +187,91 @@ func (c ConnConfig) dial(ctx context.Context) (*amqp091.Connection, error) {
 	if c.TLS != nil {
 		cfg.TLSClientConfig = c.TLS.Clone()
 	}
-	conn, err := amqp091.DialConfig(c.URL, cfg)
+	conn, err := amqp091.DialConfig(rawURL, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("idem: amqp: connect to %s: %w", c.redacted(), redactErr(err, c.URL))
+		return nil, fmt.Errorf("idem: amqp: connect to %s: %w", broker.RedactURL(rawURL), redactErr(err, rawURL))
 	}
 	return conn, nil
+}
+
+// hostRing remembers the host of the last connection of a multi-host URL,
+// so that the next attempt starts with the host after it.
+type hostRing struct {
+	// last is the index of the last host connected to, plus one (0: none
+	// yet).
+	last atomic.Int64
+}
+
+// start returns the index of the host to try first among n.
+func (r *hostRing) start(n int) int {
+	last := int(r.last.Load())
+	if last == 0 {
+		return 0
+	}
+	return last % n // the host after last-1
+}
+
+// connected records a connection to host k and returns the previous one
+// (-1 when none).
+func (r *hostRing) connected(k int) int {
+	return int(r.last.Swap(int64(k)+1)) - 1
+}
+
+// SplitURL returns one URL per host of a RabbitMQ URL that lists several,
+// amqp://user:pass@h1:5672,h2:5672/vhost (see ConnConfig.URL), each with the
+// URL's credentials, vhost and query; a URL with one host is returned as is.
+// It checks that each is an amqp:// or amqps:// URL with a host. Errors never
+// contain the password.
+func SplitURL(rawURL string) ([]string, error) {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return nil, fmt.Errorf("%s: not a URL: want amqp://user:pass@host:5672/vhost", broker.RedactURL(rawURL))
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority, tail := rest[:end], rest[end:]
+	userinfo, hostList := "", authority
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		userinfo, hostList = authority[:at+1], authority[at+1:]
+	}
+	hosts := strings.Split(hostList, ",")
+	urls := make([]string, 0, len(hosts))
+	for _, h := range hosts {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			return nil, fmt.Errorf("%s: empty host in the host list (want host:port,host:port)", broker.RedactURL(rawURL))
+		}
+		one := scheme + "://" + userinfo + h + tail
+		u, err := url.Parse(one)
+		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err // without the URL and its password
+			}
+			return nil, fmt.Errorf("%s: host %q: %w", broker.RedactURL(rawURL), h, err)
+		}
+		if s := strings.ToLower(u.Scheme); s != "amqp" && s != "amqps" {
+			return nil, fmt.Errorf("%s: scheme %q: want amqp or amqps", broker.RedactURL(rawURL), u.Scheme)
+		}
+		if u.Hostname() == "" {
+			return nil, fmt.Errorf("%s: no host (want amqp://user:pass@host:5672/vhost)", broker.RedactURL(rawURL))
+		}
+		urls = append(urls, one)
+	}
+	if len(urls) == 1 {
+		return []string{rawURL}, nil
+	}
+	return urls, nil
+}
+
+// hostOf returns the host:port of a one-host URL, for logs.
+func hostOf(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil {
+		return u.Host
+	}
+	return ""
 }
 
 // redactErr makes sure an error text does not carry the URL's password.

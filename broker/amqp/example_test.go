@@ -71,3 +71,30 @@ func ExamplePublisher() {
 		log.Fatal(err) // errors.Is(err, broker.ErrUnroutable) when no queue is bound
 	}
 }
+
+// The stock service's work split over 4 partition queues
+// (stock.events.p0 to stock.events.p3, by aggregate id): this process
+// consumes partitions 0 and 1, another 2 and 3. Any process may also run
+// subscribers of partitions another one consumes: they stand by and take
+// over when it dies.
+func ExampleSubscriberConfig_partitions() {
+	ctx := context.Background()
+	var consumer *inbox.Consumer[pgx.Tx] // as in the Subscriber example
+	for _, k := range []int{0, 1} {
+		sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{
+			ConnConfig: amqp.ConnConfig{URL: os.Getenv("AMQP_URL")},
+			Queue:      "stock.events",
+			Bindings:   []string{"order.#"},
+			Partitions: 4,
+			Partition:  k,
+		}, consumer.DeliverBatch)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := sub.Start(ctx); err != nil {
+			log.Fatal(err)
+		}
+		defer sub.Stop(context.Background())
+	}
+	// ... run until asked to stop.
+}

@@ -15,7 +15,9 @@ import (
 // ready for delivery and the consumers attached without changing the
 // queue. AMQP does not tell the messages delivered and not yet
 // acknowledged: Unacked is -1 (RabbitMQ's management API has them). A
-// queue that does not exist is left out.
+// queue that does not exist is left out. A partitioned consumer
+// (SubscriberConfig.Partitions) has one QueueStats per partition queue,
+// "<queue>.p0" and on, after its unpartitioned queue's if that exists.
 func (p *Publisher) Inspect(ctx context.Context, consumers []string) ([]broker.QueueStats, error) {
 	conn, err := p.connection(ctx)
 	if err != nil {
@@ -34,24 +36,34 @@ func (p *Publisher) Inspect(ctx context.Context, consumers []string) ([]broker.Q
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if ch == nil {
-			if ch, err = conn.Channel(); err != nil {
-				return nil, fmt.Errorf("idem: amqp: inspect: open channel on %s: %w", p.cfg.redacted(), err)
+		base := p.cfg.QueueOf(c)
+		// The queue, then its partition queues until one is missing.
+		for k := -1; k < PartitionsMax; k++ {
+			name := base
+			if k >= 0 {
+				name = PartitionQueue(base, k)
 			}
-		}
-		name := p.cfg.QueueOf(c)
-		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-		if err != nil {
-			// The server closes the channel: the next queue gets another.
-			ch = nil
-			var ae *amqp091.Error
-			if errors.As(err, &ae) && ae.Code == amqp091.NotFound {
-				continue
+			if ch == nil {
+				if ch, err = conn.Channel(); err != nil {
+					return nil, fmt.Errorf("idem: amqp: inspect: open channel on %s: %w", p.cfg.redacted(), err)
+				}
 			}
-			return nil, fmt.Errorf("idem: amqp: inspect queue %s: %w", name, err)
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			if err != nil {
+				// The server closes the channel: the next queue gets another.
+				ch = nil
+				var ae *amqp091.Error
+				if errors.As(err, &ae) && ae.Code == amqp091.NotFound {
+					if k < 0 {
+						continue
+					}
+					break
+				}
+				return nil, fmt.Errorf("idem: amqp: inspect queue %s: %w", name, err)
+			}
+			out = append(out, broker.QueueStats{Consumer: c, Queue: name,
+				Ready: int64(q.Messages), Unacked: -1, Lag: -1, Consumers: int64(q.Consumers)})
 		}
-		out = append(out, broker.QueueStats{Consumer: c, Queue: name,
-			Ready: int64(q.Messages), Unacked: -1, Lag: -1, Consumers: int64(q.Consumers)})
 	}
 	return out, nil
 }

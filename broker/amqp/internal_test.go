@@ -1,11 +1,13 @@
 package amqp
 
 import (
+	"strconv"
 	"testing"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker/internal/keyhash"
 )
 
 func TestToDelivery(t *testing.T) {
@@ -36,5 +38,23 @@ func TestToDelivery(t *testing.T) {
 	}
 	if _, ok := got.Message.Headers[HeaderKey]; ok {
 		t.Error("key header not moved to Message.Key")
+	}
+}
+
+// TestBucketHeader: every published message carries the bucket of its key
+// (also a message without a key), from the hash broker/nats uses for its
+// partitions (package keyhash), and the subscriber does not hand the header
+// to the consumer.
+func TestBucketHeader(t *testing.T) {
+	for _, key := range []string{"order-1", "", "a"} {
+		pub := publishing(idem.Message{EventName: "e", Key: []byte(key)})
+		want := strconv.Itoa(int(keyhash.Sum([]byte(key)) % Buckets))
+		if got := pub.Headers[HeaderBucket]; got != want || Bucket([]byte(key)) != int(keyhash.Sum([]byte(key))%Buckets) {
+			t.Errorf("key %q: header %s = %v, Bucket = %d; want %s", key, HeaderBucket, got, Bucket([]byte(key)), want)
+		}
+		d := toDelivery(amqp091.Delivery{Headers: pub.Headers, Type: "e"}, "q")
+		if _, ok := d.Message.Headers[HeaderBucket]; ok {
+			t.Errorf("key %q: the consumer got the %s header", key, HeaderBucket)
+		}
 	}
 }

@@ -53,7 +53,7 @@ func (b *bundle) consumer(t *testing.T, fail func(idem.Event) error) *inbox.Cons
 	return brokertest.EffectConsumer(t, b.pg.Driver, inbox.Config{Name: "stock", Retry: fastRetry}, fail)
 }
 
-func newPublisher(t *testing.T, url, exchange string) *amqp.Publisher {
+func newPublisher(t testing.TB, url, exchange string) *amqp.Publisher {
 	t.Helper()
 	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqp.ConnConfig{URL: url}, Exchange: exchange})
 	if err != nil {
@@ -75,7 +75,7 @@ func subscriberConfig(url, exchange, queue string, bindings ...string) amqp.Subs
 	}
 }
 
-func newSubscriber(t *testing.T, cfg amqp.SubscriberConfig, deliver broker.DeliverFunc) *amqp.Subscriber {
+func newSubscriber(t testing.TB, cfg amqp.SubscriberConfig, deliver broker.DeliverFunc) *amqp.Subscriber {
 	t.Helper()
 	sub, err := amqp.NewSubscriber(cfg, deliver)
 	if err != nil {
@@ -105,7 +105,7 @@ func (b *bundle) declareQueue(t *testing.T) {
 
 // declare declares exchange and durable queues bound to it with bindings,
 // as a deployment where each service declares its queue.
-func declare(t *testing.T, url, exchange string, queues, bindings []string) {
+func declare(t testing.TB, url, exchange string, queues, bindings []string) {
 	t.Helper()
 	withChannel(t, url, func(ch *amqp091.Channel) {
 		if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
@@ -125,7 +125,7 @@ func declare(t *testing.T, url, exchange string, queues, bindings []string) {
 }
 
 // withChannel runs f on a fresh connection's channel.
-func withChannel(t *testing.T, url string, f func(ch *amqp091.Channel)) {
+func withChannel(t testing.TB, url string, f func(ch *amqp091.Channel)) {
 	t.Helper()
 	conn, err := amqp091.Dial(url)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -197,18 +198,29 @@ type target struct {
 	pub           *amqp091.Publishing
 }
 
-// publishing returns the AMQP message for m.
-func publishing(m idem.Message) amqp091.Publishing {
-	var headers amqp091.Table
-	if len(m.Headers) > 0 || len(m.Key) > 0 {
-		headers = make(amqp091.Table, len(m.Headers)+1)
-		for k, v := range m.Headers {
-			headers[k] = v
-		}
-		if len(m.Key) > 0 {
-			headers[HeaderKey] = string(m.Key)
-		}
+// bucketNames holds the bucket header value of each bucket, its number in
+// decimal.
+var bucketNames = func() (names [Buckets]string) {
+	for b := range names {
+		names[b] = strconv.Itoa(b)
 	}
+	return names
+}()
+
+// publishing returns the AMQP message for m, with the headers of m, the key
+// header and the bucket header.
+func publishing(m idem.Message) amqp091.Publishing {
+	headers := make(amqp091.Table, len(m.Headers)+2)
+	for k, v := range m.Headers {
+		headers[k] = v
+	}
+	if len(m.Key) > 0 {
+		headers[HeaderKey] = string(m.Key)
+	}
+	// Every message, with a key or not, gets its bucket, so that partitioned
+	// consumers route it by bucket (a message without the header goes to
+	// their partition 0).
+	headers[HeaderBucket] = bucketNames[Bucket(m.Key)]
 	pub := amqp091.Publishing{
 		Headers:      headers,
 		ContentType:  idem.ContentTypeJSON,
@@ -236,7 +248,7 @@ func (p *Publisher) publish(ctx context.Context, targets []target) error {
 	defer func() { <-p.sem }()
 
 	errs := make([]error, len(targets))
-	failed := false
+	failed, nacked := false, false
 	for i, t := range targets {
 		if t.key == "" {
 			errs[i] = fmt.Errorf("idem: amqp: message %s has no event name (routing key)", t.msg.EventID)
@@ -311,7 +323,7 @@ func (p *Publisher) publish(ctx context.Context, targets []target) error {
 				return p.channelErr(ctx, pc, "wait for confirms", nil)
 			}
 			errs[i] = fmt.Errorf("idem: amqp: broker refused (nacked) message %s", targets[i].msg.EventID)
-			failed = true
+			failed, nacked = true, true
 		}
 	}
 	// A return comes before the confirm of its message.
@@ -324,7 +336,11 @@ func (p *Publisher) publish(ctx context.Context, targets []target) error {
 			failed = true
 		}
 	}
-	healthy = true
+	// A channel whose messages were nacked is not used again: a quorum
+	// queue's client state on the broker's side of a channel can keep
+	// nacking every message after its leader's node died (RabbitMQ 3.10);
+	// a new channel gets a fresh one.
+	healthy = !nacked
 	if failed {
 		return &broker.BatchError{Errs: errs}
 	}

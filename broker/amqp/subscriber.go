@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,12 @@ const (
 	// RequeueDelayDefault is how long a message that could be neither handled
 	// nor parked waits before it is requeued.
 	RequeueDelayDefault = time.Second
+	// StandbyPollDefault is how often a subscriber standing by tries to
+	// become the queue's consumer.
+	StandbyPollDefault = time.Second
+	// PartitionsMax is the most partitions a consumer may have: one bucket
+	// per partition (see Buckets).
+	PartitionsMax = Buckets
 )
 
 // SubscriberConfig configures a Subscriber.
@@ -42,7 +49,9 @@ type SubscriberConfig struct {
 	// "events".
 	Exchange string
 	// Queue is the consuming service's durable queue, for example
-	// "stock.events". Required.
+	// "stock.events". Required. With Partitions, it names the partition
+	// queues "<Queue>.p<k>" and the exchanges "<Queue>.part<Partitions>" and
+	// "<Queue>.nobucket".
 	Queue string
 	// Bindings are the routing-key patterns binding Queue to Exchange, for
 	// example "order.#" or "order.order.placed.v1".
@@ -50,7 +59,9 @@ type SubscriberConfig struct {
 	// QueueType is Classic (the default, declared as version 2) or Quorum.
 	QueueType QueueType
 	// NoDeclare skips declaring the exchange, the queue and its bindings,
-	// which must then exist.
+	// which must then exist (the partition topology too); a quorum queue
+	// must then have x-single-active-consumer, which the subscriber cannot
+	// check: without it, several subscribers would consume it at once.
 	NoDeclare bool
 	// Workers is how many batches are handled at once. Messages with the same
 	// key header (the aggregate id) always go to the same worker, so one
@@ -70,6 +81,24 @@ type SubscriberConfig struct {
 	// parked (the database is down) waits before it is requeued. Defaults to
 	// 1s.
 	RequeueDelay time.Duration
+	// StandbyPoll is how often a subscriber standing by (another process
+	// consumes the queue) tries again to become its consumer. Defaults to
+	// 1s.
+	StandbyPoll time.Duration
+	// Partitions, when above 0, splits the consumer's messages over that many
+	// queues, "<Queue>.p0" to "<Queue>.p<Partitions-1>", by the bucket header
+	// the Publisher sets from the key (the aggregate id): bucket b goes to
+	// partition b mod Partitions, through the headers exchange
+	// PartitionExchange(Queue, Partitions) bound to Exchange with Bindings.
+	// Messages without the bucket header go to partition 0. At most
+	// PartitionsMax (64). Every subscriber of the consumer must use the same
+	// value; to change it, drain the queues first (see the package
+	// documentation). 0, the default, consumes Queue itself.
+	Partitions int
+	// Partition is the partition this subscriber consumes, 0 to
+	// Partitions-1; run one subscriber per partition (inbox's ownership
+	// group spreads them over the processes).
+	Partition int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -96,7 +125,19 @@ func (c SubscriberConfig) WithDefaults() SubscriberConfig {
 	if c.RequeueDelay == 0 {
 		c.RequeueDelay = RequeueDelayDefault
 	}
+	if c.StandbyPoll == 0 {
+		c.StandbyPoll = StandbyPollDefault
+	}
 	return c
+}
+
+// ConsumedQueue returns the queue the subscriber consumes: Queue, or its
+// partition queue "<Queue>.p<Partition>" when Partitions is set.
+func (c SubscriberConfig) ConsumedQueue() string {
+	if c.Partitions > 0 {
+		return PartitionQueue(c.Queue, c.Partition)
+	}
+	return c.Queue
 }
 
 func (c SubscriberConfig) validate() error {
@@ -114,8 +155,15 @@ func (c SubscriberConfig) validate() error {
 		return fmt.Errorf("idem: amqp: SubscriberConfig.BatchSize %d: want at least 1", c.BatchSize)
 	case c.Prefetch < 1 || c.Prefetch > 65535:
 		return fmt.Errorf("idem: amqp: SubscriberConfig.Prefetch %d: want 1 to 65535", c.Prefetch)
-	case c.BatchLinger < 0 || c.RequeueDelay < 0:
-		return errors.New("idem: amqp: SubscriberConfig.BatchLinger and RequeueDelay must not be negative")
+	case c.BatchLinger < 0 || c.RequeueDelay < 0 || c.StandbyPoll < 0:
+		return errors.New("idem: amqp: SubscriberConfig.BatchLinger, RequeueDelay and StandbyPoll must not be negative")
+	case c.Partitions < 0 || c.Partitions > PartitionsMax:
+		return fmt.Errorf("idem: amqp: SubscriberConfig.Partitions %d: want 0 (unpartitioned) to %d (PartitionsMax: "+
+			"each partition takes at least one of the %d buckets the publisher spreads aggregates over)", c.Partitions, PartitionsMax, Buckets)
+	case c.Partitions == 0 && c.Partition != 0:
+		return fmt.Errorf("idem: amqp: SubscriberConfig.Partition %d without Partitions: set Partitions too", c.Partition)
+	case c.Partitions > 0 && (c.Partition < 0 || c.Partition >= c.Partitions):
+		return fmt.Errorf("idem: amqp: SubscriberConfig.Partition %d: want 0 to %d (Partitions - 1)", c.Partition, c.Partitions-1)
 	}
 	return nil
 }
@@ -123,6 +171,15 @@ func (c SubscriberConfig) validate() error {
 // Subscriber consumes a queue and feeds an idempotent consumer. It acks a
 // message only after the consumer's transaction committed (or the message was
 // parked in the failure store).
+//
+// A subscriber is its queue's only consumer: it consumes a classic queue
+// with the exclusive flag, and declares quorum queues with
+// x-single-active-consumer. Another subscriber of the same queue, in this
+// process or another, stands by: it tries again every StandbyPoll and takes
+// over when the active one stops or dies (RabbitMQ then puts the messages
+// the dead one held back at the head of the queue, in order). So one
+// aggregate's events are applied in order, one at a time, however many
+// processes run; to share the work, use Partitions.
 //
 // A message the consumer asks to retry stays unacknowledged in the
 // subscriber until its delay has passed, and the later messages of its
@@ -141,11 +198,18 @@ func (c SubscriberConfig) validate() error {
 // are redelivered by the broker and deduplicated by the consumer.
 type Subscriber struct {
 	cfg     SubscriberConfig
+	queue   string // the queue consumed: cfg.ConsumedQueue()
 	deliver broker.DeliverFunc
 	log     *slog.Logger
 	errs    *errlog.Limiter // the connection's failures
 	seed    maphash.Seed
 	held    atomic.Int64
+
+	// active is set while the subscriber consumes its queue (for a quorum
+	// queue, once RabbitMQ delivered to it); standing is set once the
+	// subscriber has logged that it stands by, until it is active.
+	active   atomic.Bool
+	standing bool
 
 	// base is the lifecycle; workCtx, given to the consumer, ends when Stop
 	// runs out of time.
@@ -169,8 +233,9 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 	}
 	s := &Subscriber{
 		cfg:     cfg,
+		queue:   cfg.ConsumedQueue(),
 		deliver: deliver,
-		log:     cfg.Logger.With("queue", cfg.Queue),
+		log:     cfg.Logger.With("queue", cfg.ConsumedQueue()),
 		seed:    maphash.MakeSeed(),
 	}
 	s.errs = errlog.New(s.log, "amqp subscriber connection", errlog.Config{})
@@ -178,16 +243,23 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 	return s, nil
 }
 
-// Start connects, declares the topology and starts consuming. ctx bounds
-// the start-up only; the subscriber then runs until Stop. It returns an
-// error if the first connection or declaration fails; after that,
-// connection losses are handled by reconnecting.
+// Start connects, declares the topology and starts consuming, or standing
+// by when another subscriber consumes the queue. ctx bounds the start-up
+// only; the subscriber then runs until Stop. It returns an error if the
+// first connection, declaration or consume fails (other than the queue
+// being in use); after that, connection losses are handled by
+// reconnecting.
 func (s *Subscriber) Start(ctx context.Context) error {
 	if err := s.base.Starting(); err != nil {
 		return fmt.Errorf("idem: amqp: subscriber: %w", err)
 	}
 	sess, err := s.connect(ctx)
-	if err != nil {
+	if err == nil {
+		if err = s.consume(sess); err != nil && !errors.Is(err, errInUse) {
+			_ = sess.conn.Close()
+		}
+	}
+	if err != nil && !errors.Is(err, errInUse) {
 		s.workCancel()
 		s.base.StartFailed()
 		return err
@@ -195,12 +267,20 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	s.mu.Lock()
 	s.sess = sess
 	s.mu.Unlock()
-	go s.run(sess)
+	go s.run(sess, err)
 	if !s.base.Running() {
 		s.cancelSession() // stopped during the start-up
 	}
 	return nil
 }
+
+// Active reports whether the subscriber is its queue's consumer now, rather
+// than standing by while another subscriber (another process, usually)
+// consumes it, or reconnecting. For a quorum queue, where RabbitMQ picks
+// the single active consumer among those attached without telling them,
+// it reports true from the first message RabbitMQ delivered to this
+// subscriber.
+func (s *Subscriber) Active() bool { return s.active.Load() }
 
 // Stop stops consuming, finishes the batches in progress, acknowledges them
 // and closes the connections, and returns once all that has ended. If ctx
@@ -221,7 +301,8 @@ func (s *Subscriber) Stop(ctx context.Context) error {
 }
 
 // cancelSession stops the current session's consumer: its deliveries end,
-// the batches in progress finish.
+// the batches in progress finish. A session standing by sees Stopping
+// itself.
 func (s *Subscriber) cancelSession() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -239,17 +320,36 @@ func (s *Subscriber) stopping() bool {
 	}
 }
 
+// errInUse means another consumer holds the queue: the subscriber stands
+// by.
+var errInUse = errors.New("idem: amqp: the queue is in exclusive use by another consumer")
+
+// errStopping ends a standby when the subscriber stops.
+var errStopping = errors.New("idem: amqp: subscriber stopping")
+
 // session is one connection with its consuming channel.
 type session struct {
 	conn       *amqp091.Connection
-	ch         *amqp091.Channel
+	ch         *amqp091.Channel // the channel of the next consume; nil after a refused one
 	tag        string
+	consuming  atomic.Pointer[amqp091.Channel] // ch, once consuming
 	deliveries <-chan amqp091.Delivery
 	chClosed   chan *amqp091.Error
 	connClosed chan *amqp091.Error
 }
 
-func (ss *session) cancel() { _ = ss.ch.Cancel(ss.tag, false) }
+func (ss *session) cancel() {
+	if ch := ss.consuming.Load(); ch != nil {
+		_ = ch.Cancel(ss.tag, false)
+	}
+}
+
+func (ss *session) close() {
+	if ss.ch != nil {
+		_ = ss.ch.Close()
+	}
+	_ = ss.conn.Close()
+}
 
 // closeReason says why the session ended.
 func (ss *session) closeReason() error {
@@ -270,7 +370,7 @@ func (ss *session) closeReason() error {
 	return errors.New("idem: amqp: consumer cancelled")
 }
 
-// connect opens a session: connection, topology, channel, consumer.
+// connect opens a session: connection, channel, topology.
 func (s *Subscriber) connect(ctx context.Context) (*session, error) {
 	conn, err := s.cfg.dial(ctx)
 	if err != nil {
@@ -290,36 +390,115 @@ func (s *Subscriber) connect(ctx context.Context) (*session, error) {
 		if err := declareExchange(ch, s.cfg.Exchange); err != nil {
 			return nil, err
 		}
-		if err := declareQueue(ch, s.cfg.Exchange, s.cfg.Queue, s.cfg.QueueType, s.cfg.Bindings); err != nil {
+		if s.cfg.Partitions > 0 {
+			err = declarePartitions(ch, s.cfg.Exchange, s.cfg.Queue, s.cfg.QueueType, s.cfg.Bindings, s.cfg.Partitions)
+		} else {
+			err = declareQueue(ch, s.cfg.Exchange, s.cfg.Queue, s.cfg.QueueType, s.cfg.Bindings)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
-	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
-		return nil, fmt.Errorf("idem: amqp: set prefetch: %w", err)
-	}
-	ss := &session{
+	ok = true
+	return &session{
 		conn:       conn,
 		ch:         ch,
-		tag:        "idem-" + s.cfg.Queue + "-" + uuid.NewString(),
-		chClosed:   ch.NotifyClose(make(chan *amqp091.Error, 1)),
+		tag:        "idem-" + s.queue + "-" + uuid.NewString(),
 		connClosed: conn.NotifyClose(make(chan *amqp091.Error, 1)),
-	}
-	ss.deliveries, err = ch.Consume(s.cfg.Queue, ss.tag, false, false, false, false, nil)
-	if err != nil {
-		return nil, fmt.Errorf("idem: amqp: consume queue %q: %w", s.cfg.Queue, err)
-	}
-	ok = true
-	return ss, nil
+	}, nil
 }
 
-// run serves sessions until Stop, reconnecting after each loss.
-func (s *Subscriber) run(sess *session) {
+// consume starts consuming the queue on the session, as its only consumer:
+// with the exclusive flag on a classic queue (RabbitMQ ignores it on quorum
+// queues, declared with x-single-active-consumer instead). It returns
+// errInUse when another consumer holds the queue.
+func (s *Subscriber) consume(sess *session) error {
+	if sess.ch == nil {
+		ch, err := sess.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("idem: amqp: open channel: %w", err)
+		}
+		sess.ch = ch
+	}
+	ch := sess.ch
+	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
+		sess.ch = nil
+		return fmt.Errorf("idem: amqp: set prefetch: %w", err)
+	}
+	chClosed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	exclusive := s.cfg.QueueType != Quorum
+	deliveries, err := ch.Consume(s.queue, sess.tag, false, exclusive, false, false, nil)
+	if err != nil {
+		sess.ch = nil // the broker closed it
+		var ae *amqp091.Error
+		if errors.As(err, &ae) && ae.Code == amqp091.AccessRefused && strings.Contains(ae.Reason, "exclusive use") {
+			return errInUse
+		}
+		return fmt.Errorf("idem: amqp: consume queue %q: %w", s.queue, err)
+	}
+	sess.chClosed, sess.deliveries = chClosed, deliveries
+	sess.consuming.Store(ch)
+	if s.stopping() {
+		go sess.cancel() // Stop ran before the consumer was there to cancel
+	}
+	if exclusive {
+		s.becameActive()
+	} else if !s.standing {
+		s.standing = true
+		s.log.Info("amqp subscriber: attached to the quorum queue; RabbitMQ delivers to its single active consumer only")
+	}
+	return nil
+}
+
+// becameActive records that the subscriber consumes its queue, and logs it
+// once per activation.
+func (s *Subscriber) becameActive() {
+	if !s.active.Swap(true) {
+		s.standing = false
+		s.log.Info("amqp subscriber: active: consuming the queue as its only consumer")
+	}
+}
+
+// standBy retries consuming the queue every StandbyPoll until the
+// subscriber consumes it (nil), the connection is lost, or the subscriber
+// stops. It logs once that it stands by.
+func (s *Subscriber) standBy(sess *session) error {
+	if !s.standing {
+		s.standing = true
+		s.log.Info("amqp subscriber: standing by: another consumer holds the queue; trying again every StandbyPoll", "standby_poll", s.cfg.StandbyPoll)
+	}
+	t := time.NewTimer(s.cfg.StandbyPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.base.Stopping():
+			return errStopping
+		case e := <-sess.connClosed:
+			return describeClose("connection", e)
+		case <-t.C:
+		}
+		if err := s.consume(sess); !errors.Is(err, errInUse) {
+			return err
+		}
+		t.Reset(s.cfg.StandbyPoll)
+	}
+}
+
+// run serves sessions until Stop, standing by while another consumer holds
+// the queue and reconnecting after each loss. err is the first consume's
+// outcome.
+func (s *Subscriber) run(sess *session, err error) {
 	defer s.base.Finished()
 	bo := backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax}
 	for {
-		err := s.serve(sess)
-		_ = sess.ch.Close()
-		_ = sess.conn.Close()
+		if errors.Is(err, errInUse) {
+			err = s.standBy(sess)
+		}
+		if err == nil {
+			err = s.serve(sess)
+		}
+		s.active.Store(false)
+		sess.close()
 		s.mu.Lock()
 		s.sess = nil
 		s.mu.Unlock()
@@ -339,7 +518,10 @@ func (s *Subscriber) run(sess *session) {
 			sess, err = s.connect(ctx)
 			cancel()
 			if err == nil {
-				break
+				if err = s.consume(sess); err == nil || errors.Is(err, errInUse) {
+					break
+				}
+				sess.close()
 			}
 			s.errs.Warn(s.workCtx, "amqp subscriber: reconnect failed", err, "url", s.cfg.redacted())
 		}
@@ -347,9 +529,6 @@ func (s *Subscriber) run(sess *session) {
 		s.errs.OK(s.workCtx) // logs "amqp subscriber connection recovered"
 		s.mu.Lock()
 		s.sess = sess
-		if s.stopping() {
-			go sess.cancel()
-		}
 		s.mu.Unlock()
 	}
 }
@@ -362,7 +541,12 @@ func (s *Subscriber) serve(sess *session) error {
 	tr := sessionTransport{s: s, ack: ack}
 	n := s.cfg.Workers
 	batch.Dispatch(sess.deliveries, n, s.cfg.BatchSize, s.cfg.BatchLinger,
-		func(d amqp091.Delivery) int { return s.worker(d, n) },
+		func(d amqp091.Delivery) int {
+			if !s.active.Load() {
+				s.becameActive() // a quorum queue's single active consumer
+			}
+			return s.worker(d, n)
+		},
 		func(_ int, batches <-chan []amqp091.Delivery) {
 			w := batch.NewWorker[amqp091.Delivery](tr, batch.WorkerConfig{
 				Deliver:      s.deliverAndFault,
@@ -414,7 +598,7 @@ func (t sessionTransport) Key(d amqp091.Delivery) string {
 }
 
 func (t sessionTransport) Delivery(d amqp091.Delivery, attempt int) broker.Delivery {
-	del := toDelivery(d, t.s.cfg.Queue)
+	del := toDelivery(d, t.s.queue)
 	del.Attempt += attempt - 1
 	return del
 }
@@ -455,6 +639,8 @@ func toDelivery(d amqp091.Delivery, queue string) broker.Delivery {
 			case HeaderKey:
 				msg.Key = []byte(s)
 				continue
+			case HeaderBucket:
+				continue // the publisher's routing, not the message's
 			case idem.HeaderAttempt:
 				if n, err := strconv.Atoi(s); err == nil && n > 0 {
 					attempt = n
