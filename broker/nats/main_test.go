@@ -22,6 +22,7 @@ import (
 
 func TestMain(m *testing.M) {
 	brokertest.ChildMain(newChildSubscriber)
+	orderChildMain()
 	code := testdb.RunWithExampleDatabase(m, func() error { return goleak.Find() })
 	os.Exit(code)
 }

@@ -35,6 +35,12 @@ type PublisherConfig struct {
 	// NoDeclare skips creating or updating the stream, which must then
 	// exist.
 	NoDeclare bool
+	// PartitionsFromStream takes the partition count from the stream's
+	// metadata (idem_partitions) instead of Stream.Partitions, when the
+	// stream exists: for tools that inspect a stream whatever its count
+	// ("idem status"). Publishers of one stream should rather all be
+	// configured with its count, which is then checked.
+	PartitionsFromStream bool
 	// MaxInFlight is how many messages of one Publish call are sent ahead
 	// of their acknowledgements. Defaults to 4096.
 	MaxInFlight int
@@ -72,7 +78,8 @@ func (c PublisherConfig) validate() error {
 var ErrClosed = errors.New("idem: nats: closed")
 
 // Publisher publishes idem messages to a JetStream stream: subject
-// <prefix>.<event name>, Nats-Msg-Id = event id, headers "id" (event id),
+// <prefix>.<event name> (<prefix>-p.<partition>.<event name> when the
+// stream is partitioned, see StreamConfig.Partitions), Nats-Msg-Id = event id, headers "id" (event id),
 // "eventType" (event name), idem-key (aggregate id) and the message's own
 // headers. It sends many messages ahead (asynchronous publish) and waits for
 // every acknowledgement, so one call reports one result per message. It
@@ -97,8 +104,9 @@ type Publisher struct {
 
 var _ broker.Publisher = (*Publisher)(nil)
 
-// NewPublisher connects and creates or updates the stream (unless
-// cfg.NoDeclare).
+// NewPublisher connects, checks that the stream's partition count (if the
+// stream exists) is cfg.Stream.Partitions (ErrPartitions otherwise), and
+// creates or updates the stream (unless cfg.NoDeclare).
 func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -117,13 +125,11 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) 
 		}
 		return nil, fmt.Errorf("idem: nats: %w", err)
 	}
-	if !cfg.NoDeclare {
-		if err := ensureStream(ctx, js, cfg.Stream); err != nil {
-			if owned {
-				nc.Close()
-			}
-			return nil, err
+	if cfg.Stream, err = ensureStream(ctx, js, cfg.Stream, "PublisherConfig", !cfg.NoDeclare, cfg.PartitionsFromStream, cfg.Logger); err != nil {
+		if owned {
+			nc.Close()
 		}
+		return nil, err
 	}
 	return &Publisher{cfg: cfg, nc: nc, owned: owned, js: js}, nil
 }
@@ -155,7 +161,9 @@ func (p *Publisher) Close() error {
 func (p *Publisher) Conn() *nats.Conn { return p.nc }
 
 // Publish implements broker.Publisher: it publishes each message on
-// <prefix>.<event name> and waits for every acknowledgement. A message
+// <prefix>.<event name> (or, partitioned, on
+// <prefix>-p.<partition of its key>.<event name>) and waits for every
+// acknowledgement. A message
 // whose subject no stream captures fails with an error wrapping
 // broker.ErrUnroutable; an event name with whitespace or wildcards fails
 // without being sent.
@@ -163,7 +171,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
 	outs := make([]*nats.Msg, len(msgs))
 	errs := make([]error, len(msgs))
 	for i, m := range msgs {
-		subject, err := p.cfg.Stream.Subject(m.EventName)
+		subject, err := p.subject(m)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -179,8 +187,16 @@ func (p *Publisher) MessagingSystem() string { return broker.SystemNATS }
 // Destination implements broker.Describer: the subject m is published on, ""
 // when its event name cannot be one.
 func (p *Publisher) Destination(m idem.Message) string {
-	subject, _ := p.cfg.Stream.Subject(m.EventName)
+	subject, _ := p.subject(m)
 	return subject
+}
+
+// subject returns the subject m is published on.
+func (p *Publisher) subject(m idem.Message) (string, error) {
+	if p.cfg.Stream.Partitions > 0 {
+		return p.cfg.Stream.PartitionSubject(p.cfg.Stream.Partition(m.Key), m.EventName)
+	}
+	return p.cfg.Stream.Subject(m.EventName)
 }
 
 // Redeliver publishes msgs for one consumer only, on

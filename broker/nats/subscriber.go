@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,9 +39,33 @@ const (
 	// RequeueDelayDefault is how long a message that could be neither handled
 	// nor parked waits before it is delivered again.
 	RequeueDelayDefault = time.Second
+	// OwnerTTLDefault is how long a subscriber's ownership of its durable
+	// consumer lasts without renewal: after a kill, a standby takes over
+	// within about this long.
+	OwnerTTLDefault = 5 * time.Second
+	// StandbyPollDefault is how often a standing-by subscriber tries to take
+	// the durable consumer over.
+	StandbyPollDefault = time.Second
+	// OwnersBucketPrefix starts the name of the JetStream key-value bucket
+	// holding the ownership leases of a stream's durable consumers:
+	// idem_owners_<stream>.
+	OwnersBucketPrefix = "idem_owners_"
 	// resumeWaitMax caps the delay between attempts to consume again after
 	// the iterator ended (connection closed, consumer deleted).
 	resumeWaitMax = 2 * time.Second
+	// requestTimeout bounds each JetStream request of a takeover or resume
+	// (lease, consumer info, delete, create). Right after a leader change
+	// or a cluster restart a request can go unanswered: it is cheaper to
+	// ask again than to wait (each step is safe to repeat).
+	requestTimeout = 3 * time.Second
+	// pullExpiry is how long a pull request of the subscriber waits at the
+	// server, and pullHeartbeat how often the server signals, while it
+	// waits, that it still holds it. The client gives a pull request up
+	// after two missed heartbeats and sends another: a request left on a
+	// dead consumer leader (kill -9) costs about 2 x pullHeartbeat, not
+	// nats.go's default 30s.
+	pullExpiry    = 5 * time.Second
+	pullHeartbeat = time.Second
 )
 
 // SubscriberConfig configures a Subscriber.
@@ -50,7 +75,9 @@ type SubscriberConfig struct {
 	// this configuration, by Start unless NoDeclare is set.
 	Stream StreamConfig
 	// NoDeclare skips creating or updating the stream, which must then
-	// exist. The durable consumer is always created or updated.
+	// exist (its partition count is checked all the same). The durable
+	// consumer and the owners' key-value bucket are always created or
+	// updated.
 	NoDeclare bool
 	// Consumer is the consuming service's name, for example "stock": the
 	// name of its durable JetStream consumer and of its retry subjects. Use
@@ -86,9 +113,33 @@ type SubscriberConfig struct {
 	// parked (the database is down) waits before it is delivered again.
 	// Defaults to 1s.
 	RequeueDelay time.Duration
+	// Partition is the partition this subscriber reads when the stream is
+	// partitioned (Stream.Partitions > 0): from 0 to Stream.Partitions-1,
+	// through the durable consumer <Consumer>-p<Partition>. Run one
+	// subscriber per partition, spread over the service's processes (see
+	// inbox's ownership group). Must be 0 when the stream is unpartitioned.
+	Partition int
+	// OwnerTTL is how long the subscriber's ownership of its durable
+	// consumer (a lease in the key-value bucket idem_owners_<stream>) lasts
+	// without renewal; it is renewed every OwnerTTL/3. Another process of
+	// the service stands by until the lease is released (Stop) or has
+	// expired (a killed or frozen process). It is the bucket's MaxAge,
+	// shared by every subscriber of the stream: 0 (the default) takes the
+	// existing bucket's, and creates the bucket with OwnerTTLDefault (5s);
+	// another value than the existing bucket's makes Start fail with
+	// ErrOwnerTTL (changing it under running subscribers would let one
+	// renew too late); a new value takes deleting the bucket with every
+	// subscriber of the stream stopped. At least 1s. In a cluster, a lease
+	// shorter than an election (4 to 9s) is lost when the bucket's leader
+	// dies: the owner stands by, takes it back and resets the consumer.
+	OwnerTTL time.Duration
+	// StandbyPoll is how often a standing-by subscriber tries to take the
+	// durable consumer over. Defaults to 1s.
+	StandbyPoll time.Duration
 }
 
-// WithDefaults returns c with zero fields set to their defaults.
+// WithDefaults returns c with zero fields set to their defaults; OwnerTTL
+// and Stream.Replicas stay 0 (the existing bucket's and stream's).
 func (c SubscriberConfig) WithDefaults() SubscriberConfig {
 	c.ConnConfig = c.ConnConfig.withDefaults()
 	c.Stream = c.Stream.WithDefaults()
@@ -99,6 +150,7 @@ func (c SubscriberConfig) WithDefaults() SubscriberConfig {
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, -1)
 	c.RequeueDelay = cmp.Or(c.RequeueDelay, RequeueDelayDefault)
+	c.StandbyPoll = cmp.Or(c.StandbyPoll, StandbyPollDefault)
 	return c
 }
 
@@ -130,22 +182,45 @@ func (c SubscriberConfig) validate() error {
 		return fmt.Errorf("idem: nats: SubscriberConfig.MaxDeliver %d: want -1 (no cap) or a positive number", c.MaxDeliver)
 	case c.BatchLinger < 0 || c.RequeueDelay < 0:
 		return errors.New("idem: nats: SubscriberConfig.BatchLinger and RequeueDelay must not be negative")
+	case c.OwnerTTL != 0 && c.OwnerTTL < time.Second:
+		return fmt.Errorf("idem: nats: SubscriberConfig.OwnerTTL %v: want at least 1s (or 0: the owners bucket's)", c.OwnerTTL)
+	case c.StandbyPoll <= 0:
+		return fmt.Errorf("idem: nats: SubscriberConfig.StandbyPoll %v: want a positive duration", c.StandbyPoll)
+	case c.Stream.Partitions == 0 && c.Partition != 0:
+		return fmt.Errorf("idem: nats: SubscriberConfig.Partition %d: the stream is unpartitioned (set Stream.Partitions)", c.Partition)
+	case c.Stream.Partitions > 0 && (c.Partition < 0 || c.Partition >= c.Stream.Partitions):
+		return fmt.Errorf("idem: nats: SubscriberConfig.Partition %d: want 0 to %d (Stream.Partitions - 1)", c.Partition, c.Stream.Partitions-1)
 	}
 	return nil
 }
 
+// Durable returns the name of the durable consumer: Consumer, or
+// <Consumer>-p<Partition> when the stream is partitioned. It is the
+// Delivery.Source of the messages the subscriber receives.
+func (c SubscriberConfig) Durable() string {
+	if c.Stream.Partitions > 0 {
+		return c.Consumer + "-p" + strconv.Itoa(c.Partition)
+	}
+	return c.Consumer
+}
+
 // FilterSubjects returns the subjects the durable consumer reads: one per
-// binding (or every event), and the consumer's retry subjects.
+// binding (or every event), in its partition when the stream is
+// partitioned, and the durable consumer's retry subjects.
 func (c SubscriberConfig) FilterSubjects() []string {
 	c = c.WithDefaults()
+	prefix := c.Stream.SubjectPrefix
+	if c.Stream.Partitions > 0 {
+		prefix = c.Stream.partitionPrefix() + "." + strconv.Itoa(c.Partition)
+	}
 	var out []string
 	if len(c.Bindings) == 0 {
-		out = append(out, c.Stream.SubjectPrefix+".>")
+		out = append(out, prefix+".>")
 	}
 	for _, b := range c.Bindings {
-		out = append(out, c.Stream.SubjectPrefix+"."+b)
+		out = append(out, prefix+"."+b)
 	}
-	return append(out, c.Stream.retryPrefix()+"."+c.Consumer+".>")
+	return append(out, c.Stream.retryPrefix()+"."+c.Durable()+".>")
 }
 
 // Subscriber reads a durable JetStream pull consumer and feeds an idempotent
@@ -164,10 +239,24 @@ func (c SubscriberConfig) FilterSubjects() []string {
 // trusted to be a duplicate (nor a new message): it goes through the
 // consumer's deduplication like any other.
 //
-// The durable consumer (explicit acks, deliver all) is named after
-// SubscriberConfig.Consumer, so several processes of one service share its
-// messages. Connection losses are handled by the client, which reconnects
-// forever.
+// The durable consumer (explicit acks) is named after
+// SubscriberConfig.Consumer (SubscriberConfig.Durable). One subscriber at a
+// time consumes it: the subscriber that owns it, through a lease in the
+// key-value bucket idem_owners_<stream> (created with the stream's
+// replicas), which it renews every OwnerTTL/3 by compare-and-set. Another
+// process of the service stands by (Active reports false) and tries to take
+// the lease every StandbyPoll; it gets it when the owner stops (Stop
+// releases it) or dies (the lease expires after OwnerTTL). A subscriber
+// that fails to renew its lease (another one took it) stops fetching at
+// once, leaves what it holds unacknowledged and stands by. On taking the
+// lease, the subscriber resets the durable consumer to its acknowledgement
+// floor (deletes it and creates it again, same configuration, starting
+// after the floor), so that the messages a previous owner left
+// unacknowledged are delivered again at once and in stream order, before
+// the later ones. So extra processes never break one aggregate's order;
+// to share the work, partition the stream (StreamConfig.Partitions,
+// SubscriberConfig.Partition). Connection losses are handled by the client,
+// which reconnects forever.
 type Subscriber struct {
 	cfg     SubscriberConfig
 	deliver broker.DeliverFunc
@@ -184,11 +273,28 @@ type Subscriber struct {
 	workCancel context.CancelFunc
 
 	held atomic.Int64
+	// ackFloor is the highest acknowledgement floor (stream sequence) a
+	// reset read from the durable consumer.
+	ackFloor atomic.Uint64
+	// gaps counts the lost deliveries that made the subscriber reset its
+	// durable consumer.
+	gaps atomic.Int64
+	// dropDelivery, set by tests only, drops the deliveries it returns
+	// true for, as if they were lost on the way.
+	dropDelivery func(jetstream.Msg) bool
+
+	// lease is the ownership of the durable consumer; active tells whether
+	// the subscriber holds it and consumes.
+	lease  *lease
+	active atomic.Bool
+	// loggedStandby is set once the subscriber has logged that it stands
+	// by, cleared when it becomes active (Start, then run's goroutine).
+	loggedStandby bool
 
 	mu    sync.Mutex
 	nc    *nats.Conn
 	owned bool
-	cons  jetstream.Consumer
+	js    jetstream.JetStream
 	iter  jetstream.MessagesContext
 }
 
@@ -205,7 +311,7 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 	s := &Subscriber{
 		cfg:     cfg,
 		deliver: deliver,
-		log:     cfg.Logger.With("stream", cfg.Stream.Name, "consumer", cfg.Consumer),
+		log:     cfg.Logger.With("stream", cfg.Stream.Name, "consumer", cfg.Durable()),
 		seed:    maphash.MakeSeed(),
 	}
 	s.resumeErrs = errlog.New(s.log, "nats subscriber consumption", errlog.Config{})
@@ -219,7 +325,7 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 func (c SubscriberConfig) ConsumerConfig() jetstream.ConsumerConfig {
 	c = c.WithDefaults()
 	return jetstream.ConsumerConfig{
-		Durable:        c.Consumer,
+		Durable:        c.Durable(),
 		Description:    "idem consumer " + c.Consumer,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckPolicy:      jetstream.AckExplicitPolicy,
@@ -230,9 +336,12 @@ func (c SubscriberConfig) ConsumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
-// Start connects, creates or updates the stream and the durable consumer,
-// and starts consuming. It returns an error if any of that fails; after
-// that, connection losses are handled by reconnecting.
+// Start connects, creates or updates the stream (after checking its
+// partition count: ErrPartitions) and the owners' key-value bucket, tries
+// once to take the durable consumer's lease and, when it gets it, resets
+// the durable consumer and starts consuming; otherwise the subscriber
+// stands by. It returns an error if any of that fails; after that,
+// connection losses are handled by reconnecting.
 func (s *Subscriber) Start(ctx context.Context) error {
 	if err := s.base.Starting(); err != nil {
 		return fmt.Errorf("idem: nats: subscriber: %w", err)
@@ -253,42 +362,124 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	if err != nil {
 		return fail(fmt.Errorf("idem: nats: %w", err))
 	}
-	if !s.cfg.NoDeclare {
-		if err := ensureStream(ctx, js, s.cfg.Stream); err != nil {
-			return fail(err)
-		}
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, s.cfg.Stream.Name, s.cfg.ConsumerConfig())
+	stream, err := ensureStream(ctx, js, s.cfg.Stream, "SubscriberConfig", !s.cfg.NoDeclare, false, s.log)
 	if err != nil {
-		return fail(fmt.Errorf("idem: nats: create or update consumer %s on stream %s: %w", s.cfg.Consumer, s.cfg.Stream.Name, err))
+		return fail(err)
 	}
-	iter, err := messages(cons, s.cfg)
+	s.cfg.Stream.Replicas = stream.Replicas // the owners bucket's
+
+	l, err := newLease(ctx, js, s.cfg, s.log)
 	if err != nil {
 		return fail(err)
 	}
 	s.mu.Lock()
-	s.nc, s.owned, s.cons, s.iter = nc, owned, cons, iter
+	s.nc, s.owned, s.js, s.lease = nc, owned, js, l
 	s.mu.Unlock()
+	held, err := l.acquire(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	var iter jetstream.MessagesContext
+	if held {
+		if iter, err = s.reset(ctx); err != nil {
+			l.release(context.Background())
+			return fail(err)
+		}
+		s.becomeActive()
+	}
 	go s.run(iter)
-	if !s.base.Running() {
+	if !s.base.Running() && iter != nil {
 		iter.Drain() // stopped during the start-up
 	}
 	return nil
 }
 
+// Active reports whether the subscriber owns its durable consumer and
+// consumes it; false while it stands by.
+func (s *Subscriber) Active() bool { return s.active.Load() }
+
 func messages(cons jetstream.Consumer, cfg SubscriberConfig) (jetstream.MessagesContext, error) {
-	iter, err := cons.Messages(jetstream.PullMaxMessages(min(cfg.MaxAckPending, 2*cfg.Workers*cfg.BatchSize)))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(min(cfg.MaxAckPending, 2*cfg.Workers*cfg.BatchSize)),
+		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
-		return nil, fmt.Errorf("idem: nats: consume %s: %w", cfg.Consumer, err)
+		return nil, fmt.Errorf("idem: nats: consume %s: %w", cfg.Durable(), err)
 	}
 	return iter, nil
 }
 
+// reset recreates the durable consumer from its acknowledgement floor (or,
+// when it does not exist, from the stream's start) and returns an iterator
+// on it. The subscriber must hold the lease: nothing then stays pending
+// with a previous owner, to be delivered again only after AckWait, after
+// later messages.
+func (s *Subscriber) reset(ctx context.Context) (jetstream.MessagesContext, error) {
+	s.mu.Lock()
+	js := s.js
+	s.mu.Unlock()
+	stream, durable := s.cfg.Stream.Name, s.cfg.Durable()
+	cc := s.cfg.ConsumerConfig()
+	from := uint64(1)
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	cons, err := js.Consumer(rctx, stream, durable)
+	cancel()
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		if floor := s.ackFloor.Load(); floor > 0 {
+			// Deleted by an earlier reset of this process whose reply
+			// was lost (or by an operator): start from the floor it
+			// had rather than from the stream's start.
+			from = floor + 1
+			cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+			cc.OptStartSeq = from
+		}
+	case err != nil:
+		return nil, fmt.Errorf("idem: nats: look up consumer %s on stream %s: %w", durable, stream, err)
+	default:
+		floor := cons.CachedInfo().AckFloor.Stream
+		s.ackFloor.Store(max(floor, s.ackFloor.Load()))
+		from = floor + 1
+		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cc.OptStartSeq = from
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		err := js.DeleteConsumer(rctx, stream, durable)
+		cancel()
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("idem: nats: reset consumer %s on stream %s: delete: %w", durable, stream, err)
+		}
+	}
+	rctx, cancel = context.WithTimeout(ctx, requestTimeout)
+	cons, err = js.CreateOrUpdateConsumer(rctx, stream, cc)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("idem: nats: create consumer %s on stream %s: %w", durable, stream, err)
+	}
+	s.log.Debug("nats subscriber: durable consumer reset", "from_stream_seq", from)
+	return messages(cons, s.cfg)
+}
+
+// becomeActive records and logs that the subscriber owns the durable
+// consumer.
+func (s *Subscriber) becomeActive() {
+	s.active.Store(true)
+	s.loggedStandby = false
+	s.log.Info("nats subscriber: active: this process owns the durable consumer", "durable", s.cfg.Durable())
+}
+
+// standBy records and logs, once per change, that the subscriber stands by.
+func (s *Subscriber) standBy(why string) {
+	s.active.Store(false)
+	if !s.loggedStandby {
+		s.loggedStandby = true
+		s.log.Info("nats subscriber: standing by: "+why, "durable", s.cfg.Durable(), "owner", s.lease.owner(s.workCtx), "poll", s.cfg.StandbyPoll)
+	}
+}
+
 // Stop stops fetching, hands the messages already received to the consumer,
-// acknowledges them, closes the connection if the subscriber opened it, and
-// returns once all that has ended. If ctx ends first, work in progress is
-// abandoned (its messages are delivered again after AckWait) and ctx's error
-// returned. Stop is idempotent and safe to call from several goroutines.
+// acknowledges them, releases the durable consumer's lease, closes the
+// connection if the subscriber opened it, and returns once all that has
+// ended. If ctx ends first, work in progress is abandoned (its messages are
+// delivered again to the next owner) and ctx's error returned. Stop is
+// idempotent and safe to call from several goroutines.
 func (s *Subscriber) Stop(ctx context.Context) error {
 	err := s.base.Stop(ctx, func() {
 		s.mu.Lock()
@@ -320,94 +511,162 @@ func (s *Subscriber) stopping() bool {
 	}
 }
 
-// finish sends the last acknowledgements and closes the connection if the
-// subscriber opened it.
+// finish sends the last acknowledgements, releases the lease and closes the
+// connection if the subscriber opened it.
 func (s *Subscriber) finish() {
 	s.mu.Lock()
 	nc, owned := s.nc, s.owned
 	s.mu.Unlock()
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	if err := nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		s.log.Warn("nats subscriber: flush acknowledgements", "error", err)
 	}
-	cancel()
+	s.active.Store(false)
+	s.lease.release(fctx)
 	if owned {
 		nc.Close()
 	}
 }
 
-// run reads messages until Stop, making a new iterator if one ends on its
-// own (the consumer was deleted, the connection closed).
+// wait waits for d or until Stop; it reports false on Stop.
+func (s *Subscriber) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.base.Stopping():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// run consumes while the subscriber owns the durable consumer and stands by
+// otherwise, until Stop. iter is the first term's iterator, nil when Start
+// did not get the lease. When an iterator ends on its own (the consumer was
+// deleted, the connection closed), run checks that it still holds the lease
+// (renewing it) before resetting the consumer and consuming again.
 func (s *Subscriber) run(iter jetstream.MessagesContext) {
 	defer s.base.Finished()
 	defer s.finish()
+	retry := s.cfg.ReconnectWait
+	resumed := false
 	for {
-		s.serve(iter)
-		if s.stopping() {
-			return
-		}
-		wait := s.cfg.ReconnectWait
-		failed := false
-		for {
-			t := time.NewTimer(wait)
-			select {
-			case <-s.base.Stopping():
-				t.Stop()
+		if iter != nil {
+			s.mu.Lock()
+			s.iter = iter
+			if s.stopping() {
+				iter.Drain()
+			}
+			s.mu.Unlock()
+			if resumed {
+				s.resumeErrs.OK(s.workCtx) // after failures: "nats subscriber consumption recovered"
+			}
+			lost := s.term(iter)
+			s.mu.Lock()
+			s.iter = nil
+			s.mu.Unlock()
+			iter = nil
+			if s.stopping() {
 				return
-			case <-t.C:
 			}
-			var err error
-			iter, err = s.resume()
-			if err == nil {
-				break
+			if lost {
+				s.standBy("the lease on the durable consumer was lost (another process took it, or it could not be renewed in time); what this process held is left to the new owner")
+				if !s.wait(s.cfg.StandbyPoll) {
+					return
+				}
+			} else if !s.wait(s.cfg.ReconnectWait) {
+				return
 			}
-			s.resumeErrs.Warn(s.workCtx, "nats subscriber: resume consuming failed", err)
-			failed = true
-			wait = min(2*wait, resumeWaitMax)
+			retry = s.cfg.ReconnectWait
 		}
-		s.mu.Lock()
-		s.iter = iter
-		if s.stopping() {
-			iter.Drain()
+		actx, cancel := context.WithTimeout(s.workCtx, requestTimeout)
+		held, err := s.lease.acquire(actx)
+		cancel()
+		if err == nil && held {
+			if iter, err = s.reset(s.workCtx); err == nil {
+				if !s.active.Load() {
+					s.becomeActive()
+				} else {
+					s.log.Info("nats subscriber: consuming again")
+				}
+				resumed = true
+				continue
+			}
 		}
-		s.mu.Unlock()
-		s.resumeErrs.OK(s.workCtx) // after failures: "nats subscriber consumption recovered"
-		if !failed {
-			s.log.Info("nats subscriber: consuming again")
+		switch {
+		case err != nil:
+			s.resumeErrs.Warn(s.workCtx, "nats subscriber: take or renew the lease and reset the durable consumer", err)
+			if !s.wait(retry) {
+				return
+			}
+			retry = min(2*retry, resumeWaitMax)
+		default:
+			s.standBy("another process owns the durable consumer")
+			if !s.wait(s.cfg.StandbyPoll) {
+				return
+			}
 		}
 	}
 }
 
-// resume recreates the consumer (it may have been deleted) and an iterator.
-func (s *Subscriber) resume() (jetstream.MessagesContext, error) {
-	ctx, cancel := context.WithTimeout(s.workCtx, s.cfg.DialTimeout)
-	defer cancel()
-	s.mu.Lock()
-	nc := s.nc
-	s.mu.Unlock()
-	if nc.IsClosed() {
-		return nil, nats.ErrConnectionClosed
+// term consumes iter while the lease is held: it renews the lease every
+// OwnerTTL/3 and, when that fails, stops the iterator at once and lets the
+// workers drop what they hold. It returns when the iterator has ended and
+// its messages are settled, and reports whether the lease was lost.
+func (s *Subscriber) term(iter jetstream.MessagesContext) bool {
+	t := &termState{lost: make(chan struct{}), quit: make(chan struct{})}
+	done := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		s.lease.keep(s.workCtx, done, func() {
+			t.markLost()
+			s.active.Store(false)
+			iter.Stop()
+		})
+	}()
+	go func() {
+		select {
+		case <-s.base.Stopping():
+		case <-t.lost:
+		case <-done:
+			return
+		}
+		close(t.quit)
+	}()
+	s.serve(iter, t)
+	close(done)
+	<-renewed
+	return t.isLost()
+}
+
+// termState is one ownership term: lost closes when the lease is lost, quit
+// when the workers must give up (lost or stopping).
+type termState struct {
+	lost     chan struct{}
+	quit     chan struct{}
+	lostOnce sync.Once
+}
+
+func (t *termState) markLost() { t.lostOnce.Do(func() { close(t.lost) }) }
+
+func (t *termState) isLost() bool {
+	select {
+	case <-t.lost:
+		return true
+	default:
+		return false
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, s.cfg.Stream.Name, s.cfg.ConsumerConfig())
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.cons = cons
-	s.mu.Unlock()
-	return messages(cons, s.cfg)
 }
 
 // serve dispatches the iterator's messages to the workers in batches until
 // the iterator closes, then waits for the batches in progress.
-func (s *Subscriber) serve(iter jetstream.MessagesContext) {
+func (s *Subscriber) serve(iter jetstream.MessagesContext, t *termState) {
 	in := make(chan jetstream.Msg)
 	go func() {
 		defer close(in)
+		var delivered uint64 // the consumer sequence of the last delivery
 		for {
 			m, err := iter.Next()
 			if err != nil {
@@ -415,7 +674,9 @@ func (s *Subscriber) serve(iter jetstream.MessagesContext) {
 					return
 				}
 				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-					s.log.Warn("nats subscriber: consumer gone; recreating it", "error", err)
+					if !t.isLost() {
+						s.log.Warn("nats subscriber: consumer gone; recreating it if this process still owns it", "error", err)
+					}
 					iter.Stop()
 					return
 				}
@@ -423,6 +684,26 @@ func (s *Subscriber) serve(iter jetstream.MessagesContext) {
 					s.log.Debug("nats subscriber: fetch", "error", err)
 				}
 				continue
+			}
+			if s.dropDelivery != nil && s.dropDelivery(m) {
+				continue // a test's lost delivery
+			}
+			// Every iterator reads a durable consumer just created (reset),
+			// whose deliveries to this process are numbered from 1. A gap
+			// means a delivery was lost on the way (a slow-consumer drop, a
+			// connection or leader change) or taken by another client:
+			// JetStream would deliver it again only after AckWait, after
+			// the later messages. Stop here, before the later message, and
+			// reset the consumer to its acknowledgement floor.
+			if md, err := m.Metadata(); err == nil {
+				if md.Sequence.Consumer != delivered+1 {
+					s.log.Warn("nats subscriber: a delivery was lost on the way; resetting the durable consumer to its acknowledgement floor to keep the order",
+						"expected_delivery", delivered+1, "got_delivery", md.Sequence.Consumer, "stream_seq", md.Sequence.Stream)
+					s.gaps.Add(1)
+					iter.Stop()
+					return
+				}
+				delivered = md.Sequence.Consumer
 			}
 			in <- m
 		}
@@ -432,15 +713,17 @@ func (s *Subscriber) serve(iter jetstream.MessagesContext) {
 	batch.Dispatch(in, n, s.cfg.BatchSize, s.cfg.BatchLinger,
 		func(m jetstream.Msg) int { return s.worker(m, n) },
 		func(_ int, batches <-chan []jetstream.Msg) {
-			w := batch.NewWorker[jetstream.Msg](msgTransport{s}, batch.WorkerConfig{
-				Deliver:      s.deliverBatch,
+			w := batch.NewWorker[jetstream.Msg](msgTransport{s, t}, batch.WorkerConfig{
+				Deliver: func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+					return s.deliverBatch(ctx, ds, t)
+				},
 				Context:      s.workCtx,
 				RequeueDelay: s.cfg.RequeueDelay,
 				TouchEvery:   s.cfg.AckWait / 3,
 				Logger:       s.log,
 				OnHeld:       func(n int) { s.held.Add(int64(n)) },
 			})
-			w.Run(batches, s.base.Stopping())
+			w.Run(batches, t.quit)
 		})
 }
 
@@ -463,16 +746,32 @@ func (s *Subscriber) worker(m jetstream.Msg, n int) int {
 	return int(maphash.String(s.seed, key) % uint64(n))
 }
 
-// deliverBatch hands a batch to the consumer, then hits the fault point
-// between the consumer's commit and the acknowledgements.
-func (s *Subscriber) deliverBatch(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+// errNotOwner is the error of the messages a subscriber that lost its
+// lease does not hand to the consumer.
+var errNotOwner = errors.New("idem: nats: this process no longer owns the durable consumer; the message is left to its new owner")
+
+// deliverBatch hands a batch to the consumer, unless the lease is lost or
+// has run out unrenewed, then hits the fault point between the consumer's
+// commit and the acknowledgements.
+func (s *Subscriber) deliverBatch(ctx context.Context, ds []broker.Delivery, t *termState) ([]broker.Disposition, []error) {
+	if t.isLost() || !s.lease.valid() {
+		errs := make([]error, len(ds))
+		for i := range errs {
+			errs[i] = errNotOwner
+		}
+		return make([]broker.Disposition, len(ds)), errs
+	}
 	disps, errs := s.deliver(ctx, ds)
 	fault.Point(fault.NATSAfterHandleBeforeAck)
 	return disps, errs
 }
 
-// msgTransport settles JetStream messages for batch.Worker.
-type msgTransport struct{ s *Subscriber }
+// msgTransport settles JetStream messages for batch.Worker, in one
+// ownership term.
+type msgTransport struct {
+	s *Subscriber
+	t *termState
+}
 
 func (t msgTransport) Key(m jetstream.Msg) string { return m.Headers().Get(HeaderKey) }
 
@@ -494,6 +793,9 @@ func (t msgTransport) Ack(ms []jetstream.Msg) {
 }
 
 func (t msgTransport) Release(ms []jetstream.Msg) {
+	if t.t.isLost() {
+		return // the new owner has them delivered again, in order
+	}
 	for _, m := range ms {
 		if err := m.Nak(); err != nil {
 			t.s.log.Debug("nats subscriber: give back message (it comes back after AckWait)", "error", err)
@@ -551,7 +853,7 @@ func (s *Subscriber) toDelivery(m jetstream.Msg) broker.Delivery {
 	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
 		attempt = int(md.NumDelivered)
 	}
-	return broker.Delivery{Message: msg, Source: s.cfg.Consumer, Attempt: attempt, System: broker.SystemNATS}
+	return broker.Delivery{Message: msg, Source: s.cfg.Durable(), Attempt: attempt, System: broker.SystemNATS}
 }
 
 var (
