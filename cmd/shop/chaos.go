@@ -525,6 +525,8 @@ func chaosMain(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&ro.Settle, "settle", ro.Settle, "with --random: how long to wait for every effect once the kills stop")
 	fs.StringVar(&ro.Relay, "relay", "", "with --random: the relays' --relay (poll, or cdc on PostgreSQL)")
 	fs.StringVar(&ro.Outbox, "outbox", "", "with --random: the services' --outbox (rows, or log with --relay cdc)")
+	fs.IntVar(&ro.Replicas, "replicas", ro.Replicas, "with --random: processes of each service (consumers, relays, order API); replicas of a consumer\nshare its queue: the extra ones stand by, or share its partitions when the broker URL sets them")
+	fs.IntVar(&ro.Partitions, "partitions", 0, "with --random: partition each consumer's queue (RabbitMQ) or the stream (NATS) in this many\npartitions, which the replicas of a consumer share (adds partitions=N to the broker URL)")
 	fs.Usage = usageWithEnv(fs, chaosEnv, `Usage: shop chaos [flags]
 
 Runs the crash table: for each case, starts shop processes on fresh schemas,
@@ -536,13 +538,16 @@ On PostgreSQL the table also kills the CDC relay (shop --relay cdc) at its
 three fault points; each case's replication slots are dropped with its
 schemas.
 
-With --random DURATION, it runs the shop instead as five processes (the
-order API with the carrier, stock, shipping, billing, the relays), places
+With --random DURATION, it runs the shop instead as separate processes,
+--replicas of each (the order API, the first with the carrier, stock,
+shipping, billing, the relays; on the embedded defaults, the broker too, as
+shop broker), places
 --rate orders per second, each retried with its Idempotency-Key until it
 is accepted, as a client whose request failed would, and for DURATION
 kills one process at random with SIGKILL every --kill-min to --kill-max,
-restarting it at once. Then it waits for every effect and checks, from the
-databases: every accepted order committed once with all its effects and
+restarting it at once. Orders go to the order API's replicas in turn. Then
+it waits for every effect and checks, from the databases: every accepted
+order committed once with all its effects and
 nothing for an order never accepted, no message parked by a consumer, no
 outbox row quarantined by a relay, every invoice marked e-mailed. It
 prints a verdict table and fails if a check fails.
@@ -554,7 +559,8 @@ go build -tags idemfault -o shop-chaos ./cmd/shop). A plain build refuses.
 Flags:
 `, `
 With no --db and --broker, the processes share SQLite files in a temporary
-directory and a NATS JetStream server that shop chaos runs itself. On Kafka,
+directory and a NATS JetStream server that shop chaos runs itself (with
+--random, as a process of its own that it kills and restarts too). On Kafka,
 give the consumers a short session timeout (?session_timeout=6s): a killed
 consumer keeps its partitions until its session expires, 45s by default,
 which is as long as a case waits for its effects after the restart.
@@ -596,12 +602,18 @@ Examples:
 			return err
 		}
 		defer os.RemoveAll(dir)
-		var stop func()
-		if o.DB, o.Broker, stop, err = embeddedChaos(context.Background(), dir); err != nil {
-			return err
+		if ro.Duration > 0 {
+			// Random kills run the broker as a process, to kill it too.
+			o.DB, ro.BrokerDir = "sqlite:"+filepath.Join(dir, "db"), dir
+			fmt.Fprintf(stdout, "embedded defaults: database %s, broker: shop broker with its data in %s\n", o.DB, dir)
+		} else {
+			var stop func()
+			if o.DB, o.Broker, stop, err = embeddedChaos(context.Background(), dir); err != nil {
+				return err
+			}
+			defer stop()
+			fmt.Fprintf(stdout, "embedded defaults: database %s, broker %s\n", o.DB, o.Broker)
 		}
-		defer stop()
-		fmt.Fprintf(stdout, "embedded defaults: database %s, broker %s\n", o.DB, o.Broker)
 	}
 	o.Progress = stderr
 	if ro.Duration > 0 {

@@ -17,9 +17,10 @@ func TestHelpTopics(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"help"}, []string{"Usage: shop [flags]", "shop help [load|chaos]", "--services", "SHOP_DB_URL", "Examples:"}},
+		{[]string{"help"}, []string{"Usage: shop [flags]", "shop help [load|chaos|broker]", "--services", "SHOP_DB_URL", "Examples:"}},
 		{[]string{"help", "load"}, []string{"Usage: shop load [flags]", "--retry-rate"}},
 		{[]string{"help", "chaos"}, []string{"Usage: shop chaos [flags]", "-tags idemfault", "--only"}},
+		{[]string{"help", "broker"}, []string{"Usage: shop broker [flags]", "--listen", "SHOP_DATA_DIR"}},
 	} {
 		cmd := exec.Command(shopBinary, tc.args...)
 		var stdout, stderr bytes.Buffer

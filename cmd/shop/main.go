@@ -6,9 +6,10 @@
 //	shop [flags]            run services (all by default)
 //	shop load [flags]       place orders through the API and report throughput and latency
 //	shop chaos [flags]      kill processes at named fault points and check every database
-//	shop help [load|chaos]  print the help of the shop or of a command
+//	shop broker [flags]     run the embedded NATS JetStream server alone
+//	shop help [load|chaos|broker]  print the help of the shop or of a command
 //
-// Run "shop help", "shop help load" or "shop help chaos" (or --help after
+// Run "shop help", "shop help load", "shop help chaos" or "shop help broker" (or --help after
 // any of them) for the flags. shop chaos needs a build with the idemfault
 // tag: go run -tags idemfault ./cmd/shop chaos.
 package main
@@ -40,6 +41,8 @@ func main() {
 		err = loadMain(args[1:], os.Stdout, os.Stderr)
 	case len(args) > 0 && args[0] == "chaos":
 		err = chaosMain(args[1:], os.Stdout, os.Stderr)
+	case len(args) > 0 && args[0] == "broker":
+		err = brokerMain(args[1:], os.Stdout, os.Stderr)
 	case len(args) > 0 && args[0] == "help":
 		err = helpMain(args[1:], os.Stdout)
 	default:
@@ -80,8 +83,10 @@ func helpMain(args []string, stdout io.Writer) error {
 		err = loadMain([]string{"--help"}, stdout, stdout)
 	case topic == "chaos":
 		err = chaosMain([]string{"--help"}, stdout, stdout)
+	case topic == "broker":
+		err = brokerMain([]string{"--help"}, stdout, stdout)
 	default:
-		return usageError(fmt.Sprintf("no help for %q: run \"shop help\", \"shop help load\" or \"shop help chaos\"", topic))
+		return usageError(fmt.Sprintf("no help for %q: run \"shop help\", \"shop help load\", \"shop help chaos\" or \"shop help broker\"", topic))
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -135,7 +140,8 @@ func usageWithEnv(fs *flag.FlagSet, env map[string]string, head, tail string) fu
 const runHelpHead = `Usage: shop [flags]
        shop load [flags]
        shop chaos [flags]
-       shop help [load|chaos]
+       shop broker [flags]
+       shop help [load|chaos|broker]
 
 Runs the shop's services in this process: the order API, stock, shipping,
 billing, the fake carrier and the outbox relays. With no flags, every service

@@ -104,10 +104,16 @@ func (c *cluster) start(ctx context.Context, spec procSpec) (*proc, error) {
 	if spec.carrierURL != "" {
 		args = append(args, "--carrier-url", spec.carrierURL)
 	}
+	return c.run(ctx, spec.name, addr, spec.fault, args)
+}
+
+// run starts the shop binary with args, and waits until it prints "shop:
+// ready". addr is the process's HTTP address, if any.
+func (c *cluster) run(ctx context.Context, name, addr, fault string, args []string) (*proc, error) {
 	cmd := exec.Command(c.binary, args...)
 	cmd.Env = append(os.Environ(), c.extraEnv...)
-	cmd.Env = append(cmd.Env, "IDEM_FAULT="+spec.fault)
-	logPath := fmt.Sprintf("%s/%s-%d.log", c.logDir, spec.name, time.Now().UnixNano())
+	cmd.Env = append(cmd.Env, "IDEM_FAULT="+fault)
+	logPath := fmt.Sprintf("%s/%s-%d.log", c.logDir, name, time.Now().UnixNano())
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -122,7 +128,7 @@ func (c *cluster) start(ctx context.Context, spec procSpec) (*proc, error) {
 		logFile.Close()
 		return nil, err
 	}
-	p := &proc{name: spec.name, cmd: cmd, http: addr, exited: make(chan struct{}), log: logPath, stdout: out}
+	p := &proc{name: name, cmd: cmd, http: addr, exited: make(chan struct{}), log: logPath, stdout: out}
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(pipe)
@@ -149,10 +155,10 @@ func (c *cluster) start(ctx context.Context, spec procSpec) (*proc, error) {
 	case <-ready:
 		return p, nil
 	case <-p.exited:
-		return nil, fmt.Errorf("process %s exited before it was ready: %v\n%s", spec.name, p.err, p.tail())
+		return nil, fmt.Errorf("process %s exited before it was ready: %v\n%s", name, p.err, p.tail())
 	case <-t.C:
 		p.kill()
-		return nil, fmt.Errorf("process %s not ready after 60s\n%s", spec.name, p.tail())
+		return nil, fmt.Errorf("process %s not ready after 60s\n%s", name, p.tail())
 	case <-ctx.Done():
 		p.kill()
 		return nil, ctx.Err()

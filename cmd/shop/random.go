@@ -28,6 +28,18 @@ type randomOptions struct {
 	// Relay and Outbox are every process's --relay and --outbox ("" for
 	// the defaults).
 	Relay, Outbox string
+	// Replicas is how many processes run each consumer service (stock,
+	// shipping, billing), the relays and the order API: replicas of one
+	// consumer share its name, queue or durable consumer.
+	Replicas int
+	// Partitions, when set, partitions each consumer's queue (RabbitMQ)
+	// or the stream (NATS): the replicas of a consumer then share its
+	// partitions instead of standing by.
+	Partitions int
+	// BrokerDir, when set, has runRandom run the broker itself, as a
+	// process (shop broker) with its data in BrokerDir, and kill it too;
+	// Broker is then ignored.
+	BrokerDir string
 	// Duration is how long processes are killed while orders are placed.
 	Duration time.Duration
 	// Rate is the orders per second placed meanwhile.
@@ -50,14 +62,15 @@ type randomOptions struct {
 
 // randomDefaults are the settings of a random-kill run that its flags
 // leave out.
-var randomDefaults = randomOptions{Rate: 30, KillMin: 500 * time.Millisecond, KillMax: 4 * time.Second, Settle: 2 * time.Minute}
+var randomDefaults = randomOptions{Rate: 30, Replicas: 2, KillMin: 500 * time.Millisecond, KillMax: 4 * time.Second, Settle: 2 * time.Minute}
 
 // randomReport is the outcome of a random-kill run.
 type randomReport struct {
 	Options randomOptions
 	// Accepted counts the orders answered 201; Requests, every POST sent;
-	// GaveUp, the orders whose every attempt failed until the end.
-	Accepted, Requests, GaveUp int
+	// GaveUp, the orders whose every attempt failed until the end;
+	// Cancelled, the accepted orders cancelled then.
+	Accepted, Requests, GaveUp, Cancelled int
 	// Kills counts the SIGKILLs, per process.
 	Kills map[string]int
 	// Checks are the verdict, one row each.
@@ -83,12 +96,22 @@ func (r randomReport) failed() int {
 
 // randomProcess is a process of a random-kill run.
 type randomProcess struct {
-	spec procSpec
-	p    *proc
+	name  string
+	start func(ctx context.Context) (*proc, error)
+	p     *proc
+}
+
+// replicaName names the i-th (from 1) of n replicas of a service.
+func replicaName(service string, i, n int) string {
+	if n == 1 {
+		return service
+	}
+	return fmt.Sprintf("%s-%d", service, i)
 }
 
 // runRandom starts the shop as separate processes (the order API with the
-// carrier, stock, shipping, billing, the relays) in a namespace of its own,
+// carrier, stock, shipping, billing, the relays, o.Replicas of each but the
+// carrier; and the broker with o.BrokerDir) in a namespace of its own,
 // places orders at o.Rate, each retried with its Idempotency-Key until it
 // is accepted, and for o.Duration kills one process at random with SIGKILL
 // every o.KillMin to o.KillMax and starts it again at once. Then it waits
@@ -109,21 +132,52 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 	defer in.close()
 	defer func() { cl.stopAll(); dropNamespace(in) }()
 
-	front, err := freeAddr()
-	if err != nil {
-		return rep, err
+	var procs []*randomProcess
+	if o.BrokerDir != "" {
+		listen, err := freeAddr()
+		if err != nil {
+			return rep, err
+		}
+		// A short ack_wait has a killed consumer's messages delivered
+		// again soon.
+		cl.broker = "nats://" + listen + "?ack_wait=3s"
+		rep.Options.Broker = cl.broker
+		args := []string{"broker", "--data-dir", o.BrokerDir, "--listen", listen}
+		procs = append(procs, &randomProcess{name: "broker", start: func(ctx context.Context) (*proc, error) {
+			return cl.run(ctx, "broker", "", "", args)
+		}})
 	}
-	carrierURL := "http://" + front + "/carrier"
+	if o.Partitions > 0 {
+		sep := "?"
+		if strings.Contains(cl.broker, "?") {
+			sep = "&"
+		}
+		cl.broker += fmt.Sprintf("%spartitions=%d", sep, o.Partitions)
+		rep.Options.Broker = cl.broker
+	}
+	replicas := max(o.Replicas, 1)
+	fronts := make([]string, replicas)
+	for i := range fronts {
+		if fronts[i], err = freeAddr(); err != nil {
+			return rep, err
+		}
+	}
+	carrierURL := "http://" + fronts[0] + "/carrier"
+	service := func(spec procSpec) *randomProcess {
+		return &randomProcess{name: spec.name, start: func(ctx context.Context) (*proc, error) { return cl.start(ctx, spec) }}
+	}
 	// The consumers declare their queues before the relays publish.
-	procs := []*randomProcess{
-		{spec: procSpec{name: "order+carrier", services: "order,carrier", http: front}},
-		{spec: procSpec{name: "stock", services: "stock", carrierURL: carrierURL}},
-		{spec: procSpec{name: "shipping", services: "shipping", carrierURL: carrierURL}},
-		{spec: procSpec{name: "billing", services: "billing", carrierURL: carrierURL}},
-		{spec: procSpec{name: "relay", services: "relay"}},
+	procs = append(procs, service(procSpec{name: "order+carrier", services: "order,carrier", http: fronts[0]}))
+	for i := 2; i <= replicas; i++ {
+		procs = append(procs, service(procSpec{name: replicaName("order", i, replicas), services: "order", http: fronts[i-1]}))
+	}
+	for _, s := range []string{"stock", "shipping", "billing", "relay"} {
+		for i := 1; i <= replicas; i++ {
+			procs = append(procs, service(procSpec{name: replicaName(s, i, replicas), services: s, carrierURL: carrierURL}))
+		}
 	}
 	for _, rp := range procs {
-		if rp.p, err = cl.start(ctx, rp.spec); err != nil {
+		if rp.p, err = rp.start(ctx); err != nil {
 			return rep, err
 		}
 	}
@@ -136,7 +190,7 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ld := &randomLoad{addr: front, client: &http.Client{Timeout: 10 * time.Second}}
+	ld := &randomLoad{addrs: fronts, client: &http.Client{Timeout: 10 * time.Second}}
 	defer ld.client.CloseIdleConnections()
 	// New orders are placed until the kills stop; each is retried until
 	// accepted, or until the settle time has passed after the kills.
@@ -164,9 +218,9 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 		}
 		rp := procs[rng.IntN(len(procs))]
 		rp.p.kill()
-		rep.Kills[rp.spec.name]++
-		if rp.p, err = cl.start(ctx, rp.spec); err != nil {
-			killErr = fmt.Errorf("restart %s after its kill: %w", rp.spec.name, err)
+		rep.Kills[rp.name]++
+		if rp.p, err = rp.start(ctx); err != nil {
+			killErr = fmt.Errorf("restart %s after its kill: %w", rp.name, err)
 		}
 		if time.Now().After(nextReport) {
 			nextReport = nextReport.Add(10 * time.Second)
@@ -181,6 +235,10 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 	progress("kills stopped after %v (%d); waiting for the orders in flight", time.Since(start).Round(time.Second), sumKills(rep.Kills))
 	<-loadDone
 	rep.Accepted, rep.Requests, rep.GaveUp = int(ld.accepted.Load()), int(ld.requests.Load()), int(ld.gaveUp.Load())
+	rep.Cancelled = int(ld.cancelled.Load())
+	if n := ld.cancelsGivenUp.Load(); n > 0 {
+		rep.Checks = append(rep.Checks, randomCheck{What: "every cancellation accepted", Observed: fmt.Sprintf("%d cancellations still refused at the end", n)})
+	}
 	if killErr != nil {
 		return rep, killErr
 	}
@@ -196,7 +254,7 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 		// through the relays and the queues. Once all its effects are there,
 		// a copy still on its way (a redelivery, a republish) would have
 		// come before them.
-		id, err := placeOK(ctx, front, "sentinel", 1)
+		id, err := placeOK(ctx, fronts[0], "sentinel", 1)
 		if err != nil {
 			return rep, fmt.Errorf("the sentinel order: %w", err)
 		}
@@ -219,13 +277,18 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 		return rep, err
 	}
 	rep.Checks = append(rep.Checks, left...)
+	inOrder, err := in.appliedInOrder(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Checks = append(rep.Checks, inOrder)
 	return rep, nil
 }
 
 func procNames(procs []*randomProcess) string {
 	names := make([]string, len(procs))
 	for i, rp := range procs {
-		names[i] = rp.spec.name
+		names[i] = rp.name
 	}
 	return strings.Join(names, ", ")
 }
@@ -242,12 +305,17 @@ func sumKills(k map[string]int) int {
 // Idempotency-Key of its own, and retries each with the same key, as a
 // client whose request failed or timed out would, until it is accepted.
 type randomLoad struct {
-	addr   string
+	// addrs are the order API's replicas; each request goes to the next.
+	addrs  []string
 	client *http.Client
+	next   atomic.Uint64
 
 	accepted, requests, gaveUp atomic.Int64
-	mu                         sync.Mutex
-	orders                     map[string]bool // the ids of the accepted orders
+	// cancelled counts the accepted cancellations; cancelsGivenUp, those
+	// still refused at the end.
+	cancelled, cancelsGivenUp atomic.Int64
+	mu                        sync.Mutex
+	orders                    map[string]bool // the ids of the accepted orders
 }
 
 // run places orders at rate until stop is closed, then waits for those in
@@ -266,21 +334,29 @@ func (l *randomLoad) run(ctx context.Context, rate float64, stop <-chan struct{}
 		case <-ctx.Done():
 			return
 		}
-		wg.Go(func() { l.place(ctx, fmt.Sprintf("c-%d", n), 1+n%3, giveUp) })
+		// Every fourth order is cancelled once accepted, so that the
+		// order and preparation aggregates get several events, whose
+		// order the consumers must keep.
+		wg.Go(func() { l.place(ctx, fmt.Sprintf("c-%d", n), 1+n%3, n%4 == 3, giveUp) })
 	}
 }
 
-// place places one order until it is accepted or giveUp passes.
-func (l *randomLoad) place(ctx context.Context, customer string, lines int, giveUp *atomic.Int64) {
+// place places one order until it is accepted or giveUp passes, then,
+// with cancel, cancels it until the cancellation is accepted.
+func (l *randomLoad) place(ctx context.Context, customer string, lines int, cancel bool, giveUp *atomic.Int64) {
 	key := uuid.NewString()
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		l.requests.Add(1)
-		r, err := placeOrderWith(ctx, l.client, l.addr, key, customer, lines)
+		addr := l.addrs[l.next.Add(1)%uint64(len(l.addrs))]
+		r, err := placeOrderWith(ctx, l.client, addr, key, customer, lines)
 		if err == nil && r.Status == http.StatusCreated && r.ID != "" {
 			l.mu.Lock()
 			l.orders[r.ID] = true
 			l.mu.Unlock()
 			l.accepted.Add(1)
+			if cancel {
+				l.cancel(ctx, r.ID, giveUp)
+			}
 			return
 		}
 		// A refused connection (the API restarting), a 5xx (its database
@@ -288,6 +364,25 @@ func (l *randomLoad) place(ctx context.Context, customer string, lines int, give
 		// running): the same request again, with the same key.
 		if time.Now().UnixNano() > giveUp.Load() || !ctxsleep.Sleep(ctx, backoff) {
 			l.gaveUp.Add(1)
+			return
+		}
+	}
+}
+
+// cancel cancels an accepted order, through the order API's replicas in
+// turn, until a cancellation is accepted or giveUp passes.
+func (l *randomLoad) cancel(ctx context.Context, id string, giveUp *atomic.Int64) {
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		addr := l.addrs[l.next.Add(1)%uint64(len(l.addrs))]
+		cctx, done := context.WithTimeout(ctx, 10*time.Second)
+		err := postJSON(cctx, "http://"+addr+"/orders/"+id+"/cancel", struct{}{})
+		done()
+		if err == nil {
+			l.cancelled.Add(1)
+			return
+		}
+		if time.Now().UnixNano() > giveUp.Load() || !ctxsleep.Sleep(ctx, backoff) {
+			l.cancelsGivenUp.Add(1)
 			return
 		}
 	}
@@ -344,8 +439,12 @@ func printRandom(w io.Writer, r randomReport) {
 	for _, n := range names {
 		kills = append(kills, fmt.Sprintf("%s %d", n, r.Kills[n]))
 	}
-	fmt.Fprintf(w, "random kills: %v on %s, relay %s, seed %d\n", o.Duration, stack, relayMode, o.Seed)
-	fmt.Fprintf(w, "orders: %d accepted, %d requests (%d retried), %d given up\n", r.Accepted, r.Requests, r.Requests-r.Accepted-r.GaveUp, r.GaveUp)
+	parts := "unpartitioned"
+	if o.Partitions > 0 {
+		parts = fmt.Sprintf("%d partitions", o.Partitions)
+	}
+	fmt.Fprintf(w, "random kills: %v on %s, relay %s, %d replica(s) of each service, %s, seed %d\n", o.Duration, stack, relayMode, max(o.Replicas, 1), parts, o.Seed)
+	fmt.Fprintf(w, "orders: %d accepted, %d requests (%d retried), %d given up, %d cancelled\n", r.Accepted, r.Requests, r.Requests-r.Accepted-r.GaveUp, r.GaveUp, r.Cancelled)
 	fmt.Fprintf(w, "kills: %d (%s)\n\n", sumKills(r.Kills), strings.Join(kills, ", "))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHECK\tOBSERVED\tRESULT")
@@ -376,7 +475,7 @@ func (o *randomOptions) check(dbURL string, fs *flag.FlagSet) error {
 		var only []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "rate", "kill-min", "kill-max", "seed", "settle", "relay", "outbox":
+			case "rate", "kill-min", "kill-max", "seed", "settle", "relay", "outbox", "replicas", "partitions":
 				only = append(only, "--"+f.Name)
 			}
 		})
@@ -394,6 +493,12 @@ func (o *randomOptions) check(dbURL string, fs *flag.FlagSet) error {
 		return fmt.Errorf("--kill-min %v, --kill-max %v: want 0 < --kill-min <= --kill-max", o.KillMin, o.KillMax)
 	case o.Settle <= 0:
 		return fmt.Errorf("--settle %v: want a positive duration", o.Settle)
+	case o.Partitions < 0 || o.Partitions > 64:
+		return fmt.Errorf("--partitions %d: want 0 (unpartitioned) to 64", o.Partitions)
+	case o.Partitions > 0 && strings.HasPrefix(o.Broker, "kafka:"):
+		return errors.New("--partitions: Kafka partitions its topics by itself; drop --partitions")
+	case o.Replicas < 1 || o.Replicas > 5:
+		return fmt.Errorf("--replicas %d: want 1 to 5 processes of each service", o.Replicas)
 	case o.Relay != "" && o.Relay != relayPoll && o.Relay != relayCDC:
 		return fmt.Errorf("--relay %q: want %q or %q", o.Relay, relayPoll, relayCDC)
 	case o.Relay == relayCDC && dbURL != "" && !isPostgresURL(dbURL), o.Relay == relayCDC && dbURL == "":

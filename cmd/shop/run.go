@@ -223,13 +223,34 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		a.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 
+	// A partitioned broker URL (?partitions=P) has the replicas of each
+	// consumer share its partitions through an ownership group; otherwise
+	// one replica consumes and the others stand by.
+	partitions, err := registry.Partitions(cfg.Broker)
+	if err != nil {
+		return nil, err
+	}
 	for i, c := range a.consumers {
 		a.metrics.watchConsumer(c)
-		sub, err := registry.Subscribe(cfg.Broker, registry.SubscribeConfig{
+		sc := registry.SubscribeConfig{
 			Consumer: c.Name(), EventNames: c.EventNames(), AggregateTypes: shop.AggregateTypes(c.EventNames()),
 			Prefix:  cfg.brokerPrefix(),
 			Workers: cfg.Workers, Logger: log,
-		}, notifyAfterDelivery(c.DeliverBatch, a.consumerDB[i]))
+		}
+		deliver := notifyAfterDelivery(c.DeliverBatch, a.consumerDB[i])
+		var sub registry.Subscriber
+		if partitions > 0 {
+			sub, err = inbox.NewGroup(c, inbox.GroupConfig{
+				Partitions: partitions,
+				Subscriber: func(k int) (broker.Subscriber, error) {
+					sc := sc
+					sc.Partition = k
+					return registry.Subscribe(cfg.Broker, sc, deliver)
+				},
+			})
+		} else {
+			sub, err = registry.Subscribe(cfg.Broker, sc, deliver)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("subscribe %s: %w", c.Name(), err)
 		}
@@ -242,7 +263,9 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		}
 		for _, s := range []string{"order", "shipping", "billing"} {
 			if cfg.Relay == relayCDC {
-				ccfg, watch := a.metrics.instrumentCDC(a.dbs[s].CDCSlot(), cdc.Config{Logger: log.With("outbox", s)})
+				// With rows (not WAL messages), every event is a row the
+				// relay deletes: a failover to a standby loses none.
+				ccfg, watch := a.metrics.instrumentCDC(a.dbs[s].CDCSlot(), cdc.Config{Logger: log.With("outbox", s), RowsOnly: cfg.Outbox != outboxLog})
 				r, err := a.dbs[s].NewCDCRelay(a.pub, ccfg)
 				if err != nil {
 					return nil, fmt.Errorf("relay of %s (--relay cdc): %w", s, err)

@@ -39,15 +39,19 @@ type transport struct {
 	// inspect opens an inspector of rawURL that declares nothing (see
 	// OpenInspector). Nil when the transport cannot tell what waits.
 	inspect func(ctx context.Context, rawURL, prefix string) (Inspector, error)
+	// partitions returns the partitions rawURL gives a consumer's queue or
+	// stream (its parameter partitions), 0 when none. Nil when the
+	// transport partitions by itself (Kafka) or cannot subscribe.
+	partitions func(rawURL string) (int, error)
 }
 
 // transports are the broker transports, in the order --help lists them:
 // adding a transport adds its file (its openers and help) and a line here.
 var transports = []transport{
-	{[]string{"amqp", "amqps"}, amqpURLHelp, publishAMQP, subscribeAMQP, inspectAMQP},
-	{[]string{"kafka"}, kafkaURLHelp, publishKafka, subscribeKafka, inspectKafka},
-	{[]string{"nats", "tls"}, natsURLHelp, publishNATS, subscribeNATS, inspectNATS},
-	{[]string{"http", "https"}, "http(s)://... (POST batches as JSON)", publishWebhook, nil, nil},
+	{[]string{"amqp", "amqps"}, amqpURLHelp, publishAMQP, subscribeAMQP, inspectAMQP, partitionsAMQP},
+	{[]string{"kafka"}, kafkaURLHelp, publishKafka, subscribeKafka, inspectKafka, nil},
+	{[]string{"nats", "tls"}, natsURLHelp, publishNATS, subscribeNATS, inspectNATS, partitionsNATS},
+	{[]string{"http", "https"}, "http(s)://... (POST batches as JSON)", publishWebhook, nil, nil, nil},
 }
 
 // brokerSchemes maps each broker URL scheme to its transport.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,7 +20,7 @@ import (
 )
 
 // natsURLHelp describes the transport's URLs (BrokerURLHelp).
-const natsURLHelp = `nats://user:pass@host:4222 or tls://host:4222?ca=ca.pem&cert=c.pem&key=k.pem&creds=user.creds, embedded (a NATS server in the process: ?dir=, ?listen=, ?sync=interval)`
+const natsURLHelp = `nats://user:pass@host:4222 or tls://host:4222?ca=ca.pem&cert=c.pem&key=k.pem&creds=user.creds, a cluster: nats://host1:4222,host2:4222,host3:4222?replicas=3, embedded (a NATS server in the process: ?dir=, ?listen=, ?sync=interval); a partitioned stream: ?partitions=8 (a subscriber: &partition=3)`
 
 // EmbeddedDirDefault is where an embedded NATS server keeps its data when the
 // URL gives no dir.
@@ -33,11 +34,26 @@ func natsURL(rawURL string) string {
 	return rawURL
 }
 
-// natsStream returns the stream of u's parameters stream and prefix, or,
-// when absent and prefix is set, <PREFIX>_EVENTS and <prefix>.events.
-func natsStream(u *url.URL, prefix string) nats.StreamConfig {
+// natsStream returns the stream of u's parameters stream, prefix,
+// partitions and replicas, or, when absent and prefix is set, <PREFIX>_EVENTS and
+// <prefix>.events.
+func natsStream(u *url.URL, prefix string) (nats.StreamConfig, error) {
 	q := u.Query()
 	s := nats.StreamConfig{Name: q.Get("stream"), SubjectPrefix: q.Get("prefix")}
+	if v := q.Get("partitions"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > nats.PartitionsMax {
+			return s, fmt.Errorf("broker URL %s: partitions=%q: want a number from 0 (unpartitioned) to %d", broker.RedactURL(u.String()), v, nats.PartitionsMax)
+		}
+		s.Partitions = n
+	}
+	if v := q.Get("replicas"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return s, fmt.Errorf("broker URL %s: replicas=%q: want the number of servers of the cluster that keep the stream (1 to 5; 3 survives the loss of one)", broker.RedactURL(u.String()), v)
+		}
+		s.Replicas = n
+	}
 	if prefix != "" {
 		if s.Name == "" {
 			s.Name = strings.ToUpper(strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_").Replace(prefix)) + "_" + nats.StreamDefault
@@ -46,7 +62,21 @@ func natsStream(u *url.URL, prefix string) nats.StreamConfig {
 			s.SubjectPrefix = prefix + "." + nats.SubjectPrefixDefault
 		}
 	}
-	return s
+	return s, nil
+}
+
+// natsPartition returns u's parameter partition (the partition a subscriber
+// reads), 0 when absent.
+func natsPartition(u *url.URL) (int, error) {
+	v := u.Query().Get("partition")
+	if v == "" {
+		return 0, nil
+	}
+	k, err := strconv.Atoi(v)
+	if err != nil || k < 0 {
+		return 0, fmt.Errorf("broker URL %s: partition=%q: want a number from 0 to partitions-1", broker.RedactURL(u.String()), v)
+	}
+	return k, nil
 }
 
 // natsConn returns the connection settings for u: its URL without idem's
@@ -69,7 +99,7 @@ func natsConn(ctx context.Context, u *url.URL, name string, log *slog.Logger) (n
 		if creds := q.Get("creds"); creds != "" {
 			opts = append(opts, natsgo.UserCredentials(creds))
 		}
-		for _, k := range []string{"stream", "prefix", "ack_wait", "ca", "cert", "key", "creds"} {
+		for _, k := range []string{"stream", "prefix", "replicas", "partitions", "partition", "ack_wait", "ca", "cert", "key", "creds"} {
 			q.Del(k)
 		}
 		v := *u
@@ -99,15 +129,24 @@ func natsConn(ctx context.Context, u *url.URL, name string, log *slog.Logger) (n
 // publishNATS opens a JetStream publisher. nats://host:4222 (tls:// for
 // TLS; ca, cert, key and creds parameters name the files of a private CA, a
 // client certificate and a credentials file; user:pass@ in the URL) connects
-// to a server; nats://embedded (or just "embedded") starts one in the
+// to a server; the servers of a cluster are listed comma-separated,
+// nats://host1:4222,host2:4222,host3:4222 (the client connects to one and
+// moves to another when it fails), with replicas=3 to keep the stream on
+// three servers (a new stream is created so, an existing one changed to it;
+// without replicas, an existing stream keeps its count); nats://embedded (or just "embedded") starts one in the
 // process, with JetStream data in the dir parameter (default
 // idem-data/nats), listening on the listen parameter if set (for example
 // 127.0.0.1:4222), syncing each message to disk before acknowledging it
 // unless sync=interval, and logging to slog.Default(); the last user to
 // close stops it. The parameters stream and prefix override the stream name
-// (EVENTS) and subject prefix (events).
+// (EVENTS) and subject prefix (events); partitions=P publishes to a stream
+// of P partitions (nats.StreamConfig.Partitions).
 func publishNATS(ctx context.Context, rawURL, prefix string) (Publisher, error) {
 	u, err := parseURL(natsURL(rawURL))
+	if err != nil {
+		return nil, err
+	}
+	stream, err := natsStream(u, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +154,7 @@ func publishNATS(ctx context.Context, rawURL, prefix string) (Publisher, error) 
 	if err != nil {
 		return nil, err
 	}
-	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: natsStream(u, prefix)})
+	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: stream})
 	if err != nil {
 		return nil, errors.Join(err, release())
 	}
@@ -134,11 +173,18 @@ func inspectNATS(ctx context.Context, rawURL, prefix string) (Inspector, error) 
 		// read, and write, files that process owns.
 		return nil, fmt.Errorf("broker URL %s: an embedded NATS server is only reachable from its own process; start it with ?listen=127.0.0.1:4222 and give nats://127.0.0.1:4222", broker.RedactURL(rawURL))
 	}
+	stream, err := natsStream(u, prefix)
+	if err != nil {
+		return nil, err
+	}
 	cc, release, err := natsConn(ctx, u, "idem status", slog.Default())
 	if err != nil {
 		return nil, err
 	}
-	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: natsStream(u, prefix), NoDeclare: true})
+	// Without partitions=P in the URL, the stream's own count (its
+	// metadata) says which durable consumers to report.
+	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: stream, NoDeclare: true,
+		PartitionsFromStream: !u.Query().Has("partitions")})
 	if err != nil {
 		return nil, errors.Join(err, release())
 	}
@@ -156,15 +202,37 @@ func (p *natsPublisher) Close() error {
 	return errors.Join(p.Publisher.Close(), p.release())
 }
 
+// partitionsNATS reads the parameter partitions of a NATS URL.
+func partitionsNATS(rawURL string) (int, error) {
+	u, err := parseURL(natsURL(rawURL))
+	if err != nil {
+		return 0, err
+	}
+	s, err := natsStream(u, "")
+	return s.Partitions, err
+}
+
 // subscribeNATS returns a JetStream subscriber with a durable consumer named
 // cfg.Consumer, bound to names.
 // The URL parameter ack_wait (a duration, such as 5s) sets how long
 // JetStream waits for an acknowledgement before delivering a message again
-// (default nats.AckWaitDefault).
+// (default nats.AckWaitDefault); partitions=P&partition=k reads partition k
+// of a stream of P partitions (durable consumer <consumer>-p<k>).
 func subscribeNATS(rawURL string, cfg SubscribeConfig, names []string, deliver broker.DeliverFunc) (broker.Subscriber, error) {
 	u, err := parseURL(natsURL(rawURL))
 	if err != nil {
 		return nil, err
+	}
+	stream, err := natsStream(u, cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	partition, err := natsPartition(u)
+	if err != nil {
+		return nil, err
+	}
+	if !u.Query().Has("partition") {
+		partition = cfg.Partition
 	}
 	var ackWait time.Duration
 	if v := u.Query().Get("ack_wait"); v != "" {
@@ -174,7 +242,7 @@ func subscribeNATS(rawURL string, cfg SubscribeConfig, names []string, deliver b
 		}
 		ackWait = d
 	}
-	return &natsSubscriber{u: u, cfg: cfg, names: names, deliver: withAckFault(deliver), ackWait: ackWait}, nil
+	return &natsSubscriber{u: u, cfg: cfg, names: names, deliver: withAckFault(deliver), ackWait: ackWait, stream: stream, partition: partition}, nil
 }
 
 // natsSubscriber opens its connection (and the embedded server) on Start.
@@ -184,6 +252,9 @@ type natsSubscriber struct {
 	names   []string
 	deliver broker.DeliverFunc
 	ackWait time.Duration
+	// stream and partition are the URL's stream and partition.
+	stream    nats.StreamConfig
+	partition int
 
 	sub     *nats.Subscriber
 	release func() error
@@ -196,8 +267,8 @@ func (s *natsSubscriber) Start(ctx context.Context) error {
 	}
 	cc.Logger = s.cfg.Logger
 	sub, err := nats.NewSubscriber(nats.SubscriberConfig{
-		ConnConfig: cc, Stream: natsStream(s.u, s.cfg.Prefix), Consumer: s.cfg.Consumer, Bindings: s.names,
-		Workers: s.cfg.Workers, BatchSize: s.cfg.BatchSize, AckWait: s.ackWait,
+		ConnConfig: cc, Stream: s.stream, Consumer: s.cfg.Consumer, Bindings: s.names,
+		Workers: s.cfg.Workers, BatchSize: s.cfg.BatchSize, AckWait: s.ackWait, Partition: s.partition,
 	}, s.deliver)
 	if err == nil {
 		err = sub.Start(ctx)

@@ -34,6 +34,10 @@ type SubscribeConfig struct {
 	AggregateTypes []string
 	// Workers and BatchSize tune the transport (zero: its defaults).
 	Workers, BatchSize int
+	// Partition is the partition to consume when the URL gives the queue
+	// or stream partitions (see Partitions) and no partition parameter of
+	// its own: what an inbox.Group's subscriber factory sets.
+	Partition int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -66,6 +70,18 @@ func Subscribe(rawURL string, cfg SubscribeConfig, deliver broker.DeliverFunc) (
 	names := slices.DeleteFunc(slices.Clone(cfg.EventNames), func(n string) bool { return n == inbox.AnyEvent })
 	slices.Sort(names)
 	return t.subscribe(rawURL, cfg, names, deliver)
+}
+
+// Partitions returns the number of partitions rawURL gives each consumer's
+// queue (RabbitMQ) or the stream (NATS): its parameter partitions, 0 when
+// absent. Consumers of a partitioned URL run their partitions' subscribers
+// in an inbox.Group. Kafka partitions topics by itself: 0.
+func Partitions(rawURL string) (int, error) {
+	t, err := brokerSchemeOf(rawURL)
+	if err != nil || t.partitions == nil {
+		return 0, err
+	}
+	return t.partitions(rawURL)
 }
 
 // withAckFault hits the fault point fault.InboxAfterCommitBeforeAck after
