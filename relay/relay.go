@@ -176,17 +176,25 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 	}
 	claimer, _ := any(drv).(driver.OutboxClaimer)
 	log := cfg.Logger.With("component", "relay")
+	// The contexts exist from the start, so that a Stop that runs out of
+	// time while Start still checks the outbox has something to cancel.
+	claimCtx, cancelClaim := context.WithCancel(context.Background())
+	workCtx, cancelWork := context.WithCancel(context.Background())
 	return &Relay[TTx]{
-		drv:     drv,
-		dialect: dialect,
-		claimer: claimer,
-		pub:     pub,
-		cfg:     cfg,
-		log:     log,
-		wake:    make(chan struct{}, 1),
-		idle:    make(chan struct{}, 1),
-		tracing: newTracing(cfg, pub),
-		errs:    newLimiters(log),
+		claimCtx:    claimCtx,
+		cancelClaim: cancelClaim,
+		workCtx:     workCtx,
+		cancelWork:  cancelWork,
+		drv:         drv,
+		dialect:     dialect,
+		claimer:     claimer,
+		pub:         pub,
+		cfg:         cfg,
+		log:         log,
+		wake:        make(chan struct{}, 1),
+		idle:        make(chan struct{}, 1),
+		tracing:     newTracing(cfg, pub),
+		errs:        newLimiters(log),
 	}, nil
 }
 
@@ -205,11 +213,11 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 		return err
 	}
 	if err := r.measureBacklog(ctx); err != nil {
+		r.cancelClaim()
+		r.cancelWork()
 		r.base.StartFailed()
 		return fmt.Errorf("idem: relay: read the outbox: %w", err)
 	}
-	r.claimCtx, r.cancelClaim = context.WithCancel(context.WithoutCancel(ctx))
-	r.workCtx, r.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
 
 	var wg sync.WaitGroup
 	for i := range r.cfg.Workers {
