@@ -526,7 +526,10 @@ func TestCDCKilledAtFaultPoints(t *testing.T) {
 				t.Fatalf("%d events written, want 10000", len(res.msgs))
 			}
 			testsvc.WaitFor(t, 90*time.Second, "10,000 events applied", func() bool { return applied(t, pg) >= len(res.msgs) })
-			testsvc.WaitFor(t, 30*time.Second, "10,000 events delivered to the recorder", func() bool {
+			// The recorder looks each delivery's business row up, one
+			// query at a time: on a loaded machine 10,000 of them take
+			// longer than the consumer's batches.
+			testsvc.WaitFor(t, 120*time.Second, "10,000 events delivered to the recorder", func() bool {
 				seen := map[uuid.UUID]bool{}
 				for _, d := range rb.deliveries() {
 					seen[d.id] = true
