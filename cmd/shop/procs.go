@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -83,6 +84,10 @@ type procSpec struct {
 	carrierURL string
 }
 
+// errExitedAtStart is returned (wrapped) for a process that exited before
+// it was ready.
+var errExitedAtStart = errors.New("exited before it was ready")
+
 // start starts a process and waits until it prints "shop: ready".
 func (c *cluster) start(ctx context.Context, spec procSpec) (*proc, error) {
 	addr := spec.http
@@ -155,7 +160,7 @@ func (c *cluster) run(ctx context.Context, name, addr, fault string, args []stri
 	case <-ready:
 		return p, nil
 	case <-p.exited:
-		return nil, fmt.Errorf("process %s exited before it was ready: %v\n%s", name, p.err, p.tail())
+		return nil, fmt.Errorf("process %s %w: %v\n%s", name, errExitedAtStart, p.err, p.tail())
 	case <-t.C:
 		p.kill()
 		return nil, fmt.Errorf("process %s not ready after 60s\n%s", name, p.tail())

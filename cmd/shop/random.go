@@ -164,7 +164,19 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 	}
 	carrierURL := "http://" + fronts[0] + "/carrier"
 	service := func(spec procSpec) *randomProcess {
-		return &randomProcess{name: spec.name, start: func(ctx context.Context) (*proc, error) { return cl.start(ctx, spec) }}
+		return &randomProcess{name: spec.name, start: func(ctx context.Context) (*proc, error) {
+			// As a supervisor would, start a process again that died
+			// during its start-up: on SQLite, a migration check may meet
+			// "database is locked" while the other processes write.
+			var err error
+			for range 5 {
+				var p *proc
+				if p, err = cl.start(ctx, spec); err == nil || !errors.Is(err, errExitedAtStart) {
+					return p, err
+				}
+			}
+			return nil, err
+		}}
 	}
 	// The consumers declare their queues before the relays publish.
 	procs = append(procs, service(procSpec{name: "order+carrier", services: "order,carrier", http: fronts[0]}))
