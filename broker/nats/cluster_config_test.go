@@ -161,7 +161,7 @@ func TestClusterConsumerLeaderKilledIdle(t *testing.T) {
 			}
 		}
 		var at time.Time
-		waitUntil(t, 60*time.Second, "the message consumed", func() bool {
+		testsvc.WaitFor(t, 60*time.Second, "the message consumed", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			var ok bool
@@ -177,7 +177,7 @@ func TestClusterConsumerLeaderKilledIdle(t *testing.T) {
 		if _, err := nc.Request("$JS.API.CONSUMER.LEADER.STEPDOWN."+stream.Name+".stock", nil, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 30*time.Second, "a new consumer leader", func() bool {
+		testsvc.WaitFor(t, 30*time.Second, "a new consumer leader", func() bool {
 			leader = c.ConsumerLeader(t, stream.Name, "stock")
 			return leader >= 0 && leader != home
 		})
@@ -212,7 +212,7 @@ func TestClusterFrozenServerDefaultPings(t *testing.T) {
 	t0 := time.Now()
 	c.Freeze(home)
 	defer c.Thaw(home)
-	waitUntil(t, 45*time.Second, "the client connected to another server", func() bool {
+	testsvc.WaitFor(t, 45*time.Second, "the client connected to another server", func() bool {
 		s := pub.Conn().ConnectedServerName()
 		return pub.Conn().IsConnected() && s != "" && s != c.Name(home)
 	})

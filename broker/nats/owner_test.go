@@ -321,7 +321,7 @@ func (f *orderFixture) owners() map[int][]*orderChild {
 func (f *orderFixture) waitOwned(t *testing.T) {
 	t.Helper()
 	parts := max(f.spec.Stream.Partitions, 1)
-	waitUntil(t, 30*time.Second, "every partition owned by exactly one live child", func() bool {
+	testsvc.WaitFor(t, 30*time.Second, "every partition owned by exactly one live child", func() bool {
 		o := f.owners()
 		for p := range parts {
 			if len(o[p]) != 1 {
@@ -428,17 +428,6 @@ func (f *orderFixture) publishVersions(t *testing.T, aggregates, versions int) {
 	}
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // runOwnership runs children subscriber processes of one consumer on a
 // stream of partitions partitions, publishes versions 1..versions of many
 // aggregates, kills an owning child with SIGKILL each time another third of
@@ -459,7 +448,7 @@ func runOwnership(t *testing.T, partitions, children, kills int, o ownershipOpti
 	}()
 	for i := range kills {
 		goal := total * (i + 1) / (kills + 2)
-		waitUntil(t, 60*time.Second, fmt.Sprintf("%d events applied", goal), func() bool { return f.applied(t) >= goal })
+		testsvc.WaitFor(t, 60*time.Second, fmt.Sprintf("%d events applied", goal), func() bool { return f.applied(t) >= goal })
 		// The live child that owns the most partitions.
 		var victim *orderChild
 		most := 0
@@ -496,7 +485,7 @@ func runOwnership(t *testing.T, partitions, children, kills int, o ownershipOpti
 			victim.cmd.Process.Pid, most, at, total, time.Since(killed).Round(time.Millisecond))
 	}
 	<-published
-	waitUntil(t, 120*time.Second, fmt.Sprintf("all %d events applied", total), func() bool { return f.applied(t) >= total })
+	testsvc.WaitFor(t, 120*time.Second, fmt.Sprintf("all %d events applied", total), func() bool { return f.applied(t) >= total })
 	if at := f.applied(t); at > total {
 		t.Errorf("%d applications, want %d", at, total)
 	}
@@ -533,7 +522,7 @@ func (f *orderFixture) freeze(t *testing.T, c *orderChild) {
 	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 20*time.Second, "the resumed old owner standing by", func() bool {
+	testsvc.WaitFor(t, 20*time.Second, "the resumed old owner standing by", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, a := range c.active {
@@ -645,16 +634,16 @@ func TestStandbyTakesOverOnStop(t *testing.T) {
 	}
 	m1 := brokertest.NewMessage(t, "test.order.placed.v1", "1", 1)
 	brokertest.Publish(t, pub, m1)
-	waitUntil(t, 10*time.Second, "the first message delivered", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "the first message delivered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got[m1.EventID.String()]) > 0
 	})
 	stopFirst()
-	waitUntil(t, 10*time.Second, "the second subscriber active", second.Active)
+	testsvc.WaitFor(t, 10*time.Second, "the second subscriber active", second.Active)
 	m2 := brokertest.NewMessage(t, "test.order.placed.v1", "1", 2)
 	brokertest.Publish(t, pub, m2)
-	waitUntil(t, 10*time.Second, "the second message delivered", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "the second message delivered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got[m2.EventID.String()]) > 0
@@ -722,7 +711,7 @@ func TestLostDeliveryKeepsOrder(t *testing.T) {
 		msgs = append(msgs, brokertest.NewMessage(t, "test.order.placed.v1", "1", i))
 	}
 	brokertest.Publish(t, pub, msgs...)
-	waitUntil(t, 20*time.Second, "every message delivered (the lost one well before AckWait)", func() bool {
+	testsvc.WaitFor(t, 20*time.Second, "every message delivered (the lost one well before AckWait)", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(order) == len(msgs)

@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/brokertest"
 	"github.com/idem-go/idem/broker/nats"
+	"github.com/idem-go/idem/internal/testsvc"
 )
 
 // TestPartitionCountMismatch: the stream records its partition count; a
@@ -161,7 +162,7 @@ func TestPartitionedWire(t *testing.T) {
 		defer mu.Unlock()
 		return len(received[id])
 	}
-	waitUntil(t, 10*time.Second, "every message received", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "every message received", func() bool {
 		for _, m := range msgs {
 			if count(m.EventID.String()) == 0 {
 				return false
@@ -218,7 +219,7 @@ func TestPartitionedWire(t *testing.T) {
 	if err := pub.Redeliver(ctx, "stock-p"+string(rune('0'+k)), []idem.Message{m}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the redelivered message received", func() bool { return count(m.EventID.String()) == 2 })
+	testsvc.WaitFor(t, 10*time.Second, "the redelivered message received", func() bool { return count(m.EventID.String()) == 2 })
 	mu.Lock()
 	if g := received[m.EventID.String()]; g[1].partition != k {
 		t.Errorf("redelivered message received by partition %d, want %d", g[1].partition, k)

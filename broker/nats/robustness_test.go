@@ -280,7 +280,7 @@ func TestResetAfterConsumerVanished(t *testing.T) {
 	}
 	brokertest.Publish(t, pub, msgs...)
 	stop := subscribe(t, srv.url(), n.stream, "stock", deliver)
-	waitUntil(t, 20*time.Second, "the 10 messages delivered", delivered("9"))
+	testsvc.WaitFor(t, 20*time.Second, "the 10 messages delivered", delivered("9"))
 	stop() // acknowledges them: the consumer's floor is 10
 	// A second subscriber reads the floor when it takes over.
 	subscribe(t, srv.url(), n.stream, "stock", deliver, func(c *nats.SubscriberConfig) { c.StandbyPoll = 50 * time.Millisecond })
@@ -291,7 +291,7 @@ func TestResetAfterConsumerVanished(t *testing.T) {
 	}
 	brokertest.Publish(t, pub, brokertest.NewMessage(t, "test.order.placed.v1", "1", 10))
 	// In stream order, anything delivered again comes before message 10.
-	waitUntil(t, 20*time.Second, "the message published after the delete delivered", delivered("10"))
+	testsvc.WaitFor(t, 20*time.Second, "the message published after the delete delivered", delivered("10"))
 	mu.Lock()
 	defer mu.Unlock()
 	for i := range 10 {
