@@ -94,3 +94,11 @@ func IsTransient(err error) bool {
 	var t *transientError
 	return errors.As(err, &t)
 }
+
+// ErrStarted is returned by the Start method of a service (a relay, a
+// subscriber, a purger, the dashboard...) that was started before.
+var ErrStarted = errors.New("idem: already started")
+
+// ErrStopped is returned by the Start method of a service that was stopped:
+// a service cannot start again after Stop; make a new one.
+var ErrStopped = errors.New("idem: stopped: a service cannot start again after Stop; make a new one")

@@ -97,6 +97,32 @@ func IsFault(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
+// refusedError marks an error as the broker's refusal of a message.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+// Refused wraps err to say that the broker (or endpoint) refused the
+// messages of a Publish call itself: publishing them again as they are will
+// not help (an HTTP 400 or 413, a message too large for the whole call).
+// Returned by Publish as a whole-call error, it counts as a refusal of every
+// message of the call, toward the relay's quarantine, instead of a fault
+// that pauses the relay. Per-message errors in a *BatchError are refusals
+// unless IsFault says otherwise, and need no mark.
+func Refused(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &refusedError{err: err}
+}
+
+// IsRefused reports whether err, or an error it wraps, was made by Refused.
+func IsRefused(err error) bool {
+	var r *refusedError
+	return errors.As(err, &r)
+}
+
 // ErrUnroutable is returned (wrapped) for a message the broker accepted but
 // could deliver to no queue or stream: publishing it again will not help until
 // a binding exists, and the relay keeps the row.

@@ -25,9 +25,10 @@ package startstop
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/idem-go/idem"
 )
 
 // State is the state of a service.
@@ -66,10 +67,10 @@ func (s State) String() string {
 }
 
 // ErrStarted is returned by Starting for a service that was started before.
-var ErrStarted = errors.New("idem: already started")
+var ErrStarted = idem.ErrStarted
 
 // ErrStopped is returned by Starting for a service that was stopped.
-var ErrStopped = errors.New("idem: stopped: a service cannot start again after Stop; make a new one")
+var ErrStopped = idem.ErrStopped
 
 // Base holds a service's lifecycle. The zero value is a new service.
 type Base struct {
