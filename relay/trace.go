@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/otelconv"
 )
 
@@ -60,7 +61,7 @@ func newTracing(cfg Config, pub broker.Publisher) tracing {
 // A message without trace context gets the relay span's, so that its
 // consumers still join a trace. It returns nil when no span has a trace
 // (no tracer installed, and no context in the messages).
-func (t *tracing) startSpans(ctx context.Context, items []item, batch []int, msgs []idem.Message) []trace.Span {
+func (t *tracing) startSpans(ctx context.Context, rows []*driver.ClaimedRow, msgs []idem.Message) []trace.Span {
 	var spans []trace.Span
 	for j := range msgs {
 		m := &msgs[j]
@@ -80,7 +81,7 @@ func (t *tracing) startSpans(ctx context.Context, items []item, batch []int, msg
 		}
 		spans[j] = span
 		if span.IsRecording() {
-			row := items[batch[j]].row
+			row := rows[j]
 			attrs := []attribute.KeyValue{
 				otelconv.OperationType.String("send"),
 				otelconv.OperationName.String("send"),

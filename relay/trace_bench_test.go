@@ -37,12 +37,10 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			t := newTracing(tc.cfg, memory.New())
 			const n = 100
-			items := make([]item, n)
-			batch := make([]int, n)
+			rows := make([]*driver.ClaimedRow, n)
 			base := make([]idem.Message, n)
 			for i := range n {
-				items[i].row = &driver.ClaimedRow{OutboxRecord: driver.OutboxRecord{Seq: int64(i)}}
-				batch[i] = i
+				rows[i] = &driver.ClaimedRow{OutboxRecord: driver.OutboxRecord{Seq: int64(i)}}
 				ev, _ := idem.NewEvent("order.order.placed.v1", "order", fmt.Sprint(i), map[string]int{"i": i})
 				ev.Headers = map[string]string{"traceparent": fmt.Sprintf("00-%032x-%016x-01", i+1, i+1)}
 				base[i], _ = idem.NewMessage(ev)
@@ -51,7 +49,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				copy(msgs, base)
-				endSpans(t.startSpans(context.Background(), items, batch, msgs), nil)
+				endSpans(t.startSpans(context.Background(), rows, msgs), nil)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/message")
 		})

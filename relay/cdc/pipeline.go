@@ -2,16 +2,15 @@ package cdc
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/ctxsleep"
+	"github.com/idem-go/idem/relay/internal/ordered"
 )
 
 // entry is a message read from the log, or the end of a transaction with no
@@ -27,10 +26,10 @@ type entry struct {
 	xid uint32
 	// seq numbers the entries in log order, from 1 in a session.
 	seq uint64
-	// rec is what the message was made of, to quarantine it; refusals
-	// counts the attempts the broker refused it on.
-	rec      *driver.OutboxRecord
-	refusals int
+	// rec is what the message was made of, to quarantine it; out is the
+	// message on its way to the broker (package ordered).
+	rec *driver.OutboxRecord
+	out *ordered.Entry
 	// lsn, when not 0, is the end of the transaction this entry ends: the
 	// position that may be confirmed once this entry and every one before
 	// it are published.
@@ -40,16 +39,18 @@ type entry struct {
 }
 
 const (
-	pending uint8 = iota
-	sending
-	sent
+	pending uint8 = iota // read, not published yet
+	sent                 // published, parked, or without a message
 )
 
 // pipeline holds what a session read and has not confirmed, in log order,
-// and hands it to the broker: several Publish calls at once, a window of
-// messages in flight, never two messages of one aggregate at once (a
-// Publish call may deliver its messages in any order), so that a message is
-// sent only after the previous one of its aggregate was confirmed.
+// and hands it to the broker through the relays' ordered publisher (package
+// ordered): several Publish calls at once, a window of messages in flight,
+// never two messages of one aggregate at once, so that a message is sent
+// only after the previous one of its aggregate was confirmed. A message the
+// broker refuses is retried, and parked once refused
+// Config.QuarantineAfter times; the later messages of its aggregate then go
+// on (the log cannot wait behind it).
 //
 // Nothing is published before its transaction is visible to other
 // sessions. The server sends a transaction once its commit is flushed to
@@ -60,17 +61,16 @@ const (
 // read since its last answer, which ones are visible, and lets the entries
 // through in log order up to the first one that is not.
 type pipeline struct {
-	r        *Relay
-	ctx      context.Context // the session's: publishing stops with it
-	maxCalls int
+	r   *Relay
+	ctx context.Context // the session's: publishing stops with it
+	pub *ordered.Publisher
 
 	mu       sync.Mutex
 	entries  []*entry // log order; the confirmed ones leave from the front
-	first    int      // no pending entry before this index
+	first    int      // the first entry not handed to pub
 	nextSeq  uint64   // the seq of the next entry added
 	shown    uint64   // the entries whose seq is below are visible
-	keys     map[string]bool
-	calls    int
+	byOut    map[*ordered.Entry]*entry
 	unsent   int // messages read and not confirmed by the broker
 	progress chan struct{}
 	added    chan struct{} // wakes watch
@@ -80,13 +80,48 @@ type pipeline struct {
 func newPipeline(ctx context.Context, r *Relay) *pipeline {
 	p := &pipeline{
 		r: r, ctx: ctx,
-		maxCalls: max(2, min(8, (r.cfg.Window+r.cfg.BatchSize-1)/r.cfg.BatchSize)),
 		nextSeq:  1,
 		shown:    1,
-		keys:     map[string]bool{},
+		byOut:    map[*ordered.Entry]*entry{},
 		progress: make(chan struct{}, 1),
 		added:    make(chan struct{}, 1),
 	}
+	p.pub = ordered.New(ctx, ordered.Config{
+		Publish: func(ctx context.Context, _ []*ordered.Entry, msgs []idem.Message) error {
+			start := time.Now()
+			err := r.pub.Publish(ctx, msgs)
+			r.stats.calls.Add(1)
+			if r.cfg.ObservePublish != nil {
+				r.cfg.ObservePublish(len(msgs), time.Since(start), err)
+			}
+			return err
+		},
+		Calls:           max(2, min(8, (r.cfg.Window+r.cfg.BatchSize-1)/r.cfg.BatchSize)),
+		MinCall:         r.cfg.BatchSize,
+		MaxCall:         r.cfg.BatchSize,
+		Timeout:         r.cfg.PublishTimeout,
+		QuarantineAfter: r.cfg.QuarantineAfter,
+		Mode:            ordered.Retry,
+		Backoff:         r.backoff,
+		Park: func(ctx context.Context, out *ordered.Entry) error {
+			p.mu.Lock()
+			e := p.byOut[out]
+			p.mu.Unlock()
+			err := r.park(ctx, e, out.Err)
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn("quarantining a message the broker refused failed; publishing it again", "error", err)
+			}
+			return err
+		},
+		Settled:  p.settled,
+		Answered: func(int) { r.errs.publish.OK(p.ctx); r.setErr(nil) },
+		Failed: func(n, failures int, err error, wait time.Duration) {
+			r.stats.failures.Add(1)
+			r.setErr(err)
+			r.errs.publish.Warn(p.ctx, "publish failed; retrying the same messages before their aggregates go on", err,
+				"messages", n, "attempt", failures, "retry_in", wait.Round(time.Millisecond))
+		},
+	})
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -124,6 +159,8 @@ func (p *pipeline) add(es []*entry) {
 	for _, e := range es {
 		if e.hasMsg {
 			p.unsent++
+			e.out = &ordered.Entry{Key: e.key, Msg: e.msg}
+			p.byOut[e.out] = e
 		} else {
 			e.state = sent
 			e.xid = 0
@@ -188,7 +225,7 @@ func (p *pipeline) watch() {
 			}
 			p.mu.Lock()
 			p.shown = max(p.shown, shown)
-			p.dispatchLocked()
+			p.handLocked()
 			p.mu.Unlock()
 			if shown == end {
 				break
@@ -235,168 +272,42 @@ func (p *pipeline) unseen() (xids []uint32, seqs []uint64, end uint64) {
 	return xids, seqs, p.nextSeq
 }
 
-// dispatchLocked starts Publish calls for the pending messages whose
-// aggregate has none in flight, and none pending before them.
-func (p *pipeline) dispatchLocked() {
-	if p.calls >= p.maxCalls || p.ctx.Err() != nil {
-		return
-	}
-	var blocked map[string]bool
-	var batch []*entry
-	firstPending := -1
+// handLocked hands the entries seen visible to the publisher, in log
+// order.
+func (p *pipeline) handLocked() {
+	var out []*ordered.Entry
 	i := p.first
 	for ; i < len(p.entries) && p.entries[i].seq < p.shown; i++ {
-		e := p.entries[i]
-		if e.state != pending {
-			continue
-		}
-		if p.keys[e.key] || blocked[e.key] {
-			if firstPending < 0 {
-				firstPending = i
-			}
-			if blocked == nil {
-				blocked = map[string]bool{}
-			}
-			blocked[e.key] = true
-			continue
-		}
-		e.state = sending
-		p.keys[e.key] = true
-		batch = append(batch, e)
-		if len(batch) == p.r.cfg.BatchSize {
-			p.launchLocked(batch)
-			batch = nil
-			if p.calls >= p.maxCalls {
-				if firstPending < 0 {
-					firstPending = i + 1
-				}
-				p.first = firstPending
-				return
-			}
+		if e := p.entries[i]; e.state == pending {
+			out = append(out, e.out)
 		}
 	}
-	if len(batch) > 0 {
-		p.launchLocked(batch)
+	p.first = i
+	if len(out) > 0 {
+		p.pub.Add(out...)
 	}
-	if firstPending < 0 {
-		firstPending = i // the first entry not seen visible, or the end
-	}
-	p.first = firstPending
 }
 
-func (p *pipeline) launchLocked(batch []*entry) {
-	p.calls++
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		p.publish(batch)
-	}()
-}
-
-// publish publishes batch until the broker confirmed every message, retrying
-// the failed ones with backoff, or until the session ends.
-func (p *pipeline) publish(batch []*entry) {
+// settled records an entry the broker confirmed or that was parked.
+func (p *pipeline) settled(out *ordered.Entry) {
 	r := p.r
-	failures := 0
-	for len(batch) > 0 {
-		msgs := make([]idem.Message, len(batch))
-		for i, e := range batch {
-			msgs[i] = e.msg
-		}
-		ctx, cancel := context.WithTimeout(p.ctx, r.cfg.PublishTimeout)
-		start := time.Now()
-		err := r.pub.Publish(ctx, msgs)
-		cancel()
-		d := time.Since(start)
-		r.stats.calls.Add(1)
-		if r.cfg.ObservePublish != nil {
-			r.cfg.ObservePublish(len(msgs), d, err)
-		}
-		results := broker.Results(err, len(msgs))
-		var batchErr *broker.BatchError
-		whole := err != nil && !errors.As(err, &batchErr)
-		var failed, refused []*entry
-		var refusals []error
-		var firstErr error
-		now := time.Now()
-		p.mu.Lock()
-		for i, e := range batch {
-			if results[i] != nil {
-				firstErr = cmpErr(firstErr, results[i])
-				if !whole && !broker.IsFault(results[i]) {
-					// The broker refused this message itself.
-					e.refusals++
-					if q := r.cfg.QuarantineAfter; q > 0 && e.refusals >= q {
-						refused = append(refused, e)
-						refusals = append(refusals, results[i])
-						continue
-					}
-				}
-				failed = append(failed, e)
-				continue
-			}
-			e.state = sent
-			delete(p.keys, e.key)
-			p.unsent--
-			if r.cfg.ObserveCommitToPublish != nil {
-				r.cfg.ObserveCommitToPublish(now.Sub(e.commit))
-			}
-		}
-		r.stats.inFlight.Store(int64(p.unsent))
-		p.mu.Unlock()
-		r.stats.published.Add(int64(len(batch) - len(failed) - len(refused)))
-		for i, e := range refused {
-			if perr := r.park(p.ctx, e, refusals[i]); perr != nil {
-				if p.ctx.Err() == nil {
-					r.log.Warn("quarantining a message the broker refused failed; publishing it again", "error", perr)
-				}
-				failed = append(failed, refused[i:]...)
-				break
-			}
-			p.mu.Lock()
-			e.state = sent
-			e.id = "" // the row stays, quarantined
-			delete(p.keys, e.key)
-			p.unsent--
-			r.stats.inFlight.Store(int64(p.unsent))
-			p.mu.Unlock()
-		}
-		if len(failed) < len(batch) {
-			r.errs.publish.OK(p.ctx)
-			p.signal()
-		}
-		batch = failed
-		if len(batch) == 0 {
-			break
-		}
-		if p.ctx.Err() != nil {
-			break
-		}
-		failures++
-		r.stats.failures.Add(1)
-		r.setErr(firstErr)
-		delay := r.backoff(failures)
-		r.errs.publish.Warn(p.ctx, "publish failed; retrying the same messages before their aggregates go on", firstErr,
-			"messages", len(batch), "attempt", failures, "retry_in", delay.Round(time.Millisecond))
-		if !ctxsleep.Sleep(p.ctx, delay) {
-			break
-		}
-	}
-	if failures > 0 && len(batch) == 0 {
-		r.setErr(nil)
-	}
 	p.mu.Lock()
-	p.calls--
-	p.dispatchLocked()
-	p.mu.Unlock()
-	p.signal()
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
+	e := p.byOut[out]
+	delete(p.byOut, out)
+	e.state = sent
+	if out.Outcome == ordered.Quarantined {
+		e.id = "" // the row stays, quarantined
 	}
-	return b
+	p.unsent--
+	r.stats.inFlight.Store(int64(p.unsent))
+	p.mu.Unlock()
+	if out.Outcome == ordered.Published {
+		r.stats.published.Add(1)
+		if r.cfg.ObserveCommitToPublish != nil {
+			r.cfg.ObserveCommitToPublish(out.At.Sub(e.commit))
+		}
+	}
+	p.signal()
 }
 
 func (p *pipeline) signal() {
@@ -463,4 +374,7 @@ func (p *pipeline) drainWait(ctx context.Context) bool {
 }
 
 // wait waits for the publishing in progress to end.
-func (p *pipeline) wait() { p.wg.Wait() }
+func (p *pipeline) wait() {
+	p.wg.Wait()
+	p.pub.Wait()
+}

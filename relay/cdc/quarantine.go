@@ -18,7 +18,7 @@ func (r *Relay) park(ctx context.Context, e *entry, reason error) error {
 	rec := e.rec
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	lastError := fmt.Sprintf("refused by the broker on %d attempts; last: %v", e.refusals, reason)
+	lastError := fmt.Sprintf("refused by the broker on %d attempts; last: %v", e.out.Refusals, reason)
 	var payload, headers any
 	if rec.Payload != nil {
 		payload = string(rec.Payload)
@@ -27,13 +27,13 @@ func (r *Relay) park(ctx context.Context, e *entry, reason error) error {
 		headers = string(rec.RawHeaders)
 	}
 	_, err := r.pool.Exec(qctx, r.sql.park, rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type,
-		payload, rec.OccurredAt, rec.AggregateVersion, headers, lastError, e.refusals)
+		payload, rec.OccurredAt, rec.AggregateVersion, headers, lastError, e.out.Refusals)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column: not idem's table
 		r.stats.unreadable.Add(1)
 		r.log.Error("the broker refused a message on every attempt, and the outbox has no quarantined_at, last_error and attempts columns to park it in; skipped",
 			"id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "type", rec.Type,
-			"payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "attempts", e.refusals, "error", reason)
+			"payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "attempts", e.out.Refusals, "error", reason)
 		return nil
 	}
 	if err != nil {
@@ -42,6 +42,6 @@ func (r *Relay) park(ctx context.Context, e *entry, reason error) error {
 	r.stats.quarantined.Add(1)
 	r.log.Error("quarantined a message the broker refused on every attempt; the later messages of its aggregate go on (idem failed list --relay shows it, idem failed retry --relay publishes it again)",
 		"id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "type", rec.Type,
-		"attempts", e.refusals, "error", reason)
+		"attempts", e.out.Refusals, "error", reason)
 	return nil
 }

@@ -38,6 +38,7 @@ type queries struct {
 	createPub       string
 	deleteRows      string
 	quarantine      string
+	quarantineAfter string
 	park            string
 	parkUnreadable  string
 	publicationHint string
@@ -80,6 +81,8 @@ func newQueries(schema, table, publication string) queries {
 		// By the primary key: Debezium's outbox has no seq.
 		deleteRows: `DELETE FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
 		quarantine: `UPDATE ` + t + ` SET quarantined_at = now(), last_error = $2, attempts = attempts + 1 WHERE seq = $1`,
+		// A waiting row (the initial sweep) the broker refused $3 times.
+		quarantineAfter: `UPDATE ` + t + ` SET quarantined_at = now(), last_error = $2, attempts = attempts + $3 WHERE seq = $1`,
 		// A refused message: its row quarantined, or written as a
 		// quarantined row when there is none (a WAL message, a row its
 		// writer deleted). The insert comes back in the stream, quarantined:

@@ -2,17 +2,16 @@ package cdc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/relay/internal/ordered"
 )
 
 // sweepPage is the number of rows read, published and deleted at a time
@@ -150,19 +149,16 @@ func (r *Relay) sweepPage(ctx context.Context, tx pgx.Tx, sel string, after int6
 	return recs, nil
 }
 
-// publishInOrder publishes recs (in seq order) in rounds, round k holding
-// the k-th row of each aggregate and going to the broker once round k-1 was
-// confirmed; failed messages are retried with backoff until ctx ends. Rows
-// that cannot become messages are quarantined. It returns the seqs of the
-// rows published.
+// publishInOrder publishes recs (in seq order) through the relays' ordered
+// publisher, like the stream's messages: in per-aggregate order, several
+// calls in flight, failures retried with backoff, and a row the broker
+// refuses Config.QuarantineAfter times quarantined in the table (the later
+// rows of its aggregate go on). Rows that cannot become messages are
+// quarantined at once. It returns the seqs of the rows published; a Stop
+// ends it early, and what is left waits for the next start.
 func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) ([]int64, error) {
-	type item struct {
-		seq int64
-		msg idem.Message
-	}
-	var rounds [][]item
-	depth := map[string]int{}
-	for _, rec := range recs {
+	entries := make([]*ordered.Entry, 0, len(recs))
+	for i, rec := range recs {
 		msg, err := relay.RecordMessage(rec)
 		if err != nil {
 			r.stats.unreadable.Add(1)
@@ -174,68 +170,69 @@ func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) 
 				"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "error", err)
 			continue
 		}
-		k := rec.AggregateType + "\x00" + rec.AggregateID
-		d := depth[k]
-		depth[k] = d + 1
-		if d == len(rounds) {
-			rounds = append(rounds, nil)
-		}
-		rounds[d] = append(rounds[d], item{rec.Seq, msg})
+		entries = append(entries, &ordered.Entry{Key: rec.AggregateType + "\x00" + rec.AggregateID, Msg: msg,
+			Refusals: rec.Attempts, Ref: i})
+	}
+	pub := ordered.New(ctx, ordered.Config{
+		Publish: func(ctx context.Context, _ []*ordered.Entry, msgs []idem.Message) error {
+			n := int64(len(msgs))
+			r.stats.inFlight.Add(n)
+			defer r.stats.inFlight.Add(-n)
+			r.stats.calls.Add(1)
+			return r.pub.Publish(ctx, msgs)
+		},
+		Calls:           sweepCalls,
+		MinCall:         sweepMinCall,
+		Timeout:         r.cfg.PublishTimeout,
+		QuarantineAfter: r.cfg.QuarantineAfter,
+		Mode:            ordered.Retry,
+		Halt:            r.base.Stopping(),
+		Backoff:         r.backoff,
+		Park: func(ctx context.Context, e *ordered.Entry) error {
+			rec := &recs[e.Ref]
+			qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+			defer cancel()
+			reason := fmt.Sprintf("refused by the broker on %d attempts; last: %v", e.Refusals, e.Err)
+			if _, err := r.pool.Exec(qctx, r.sql.quarantineAfter, rec.Seq, reason, e.Refusals-rec.Attempts); err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("quarantining a row the broker refused failed; publishing it again", "seq", rec.Seq, "error", err)
+				}
+				return err
+			}
+			r.stats.quarantined.Add(1)
+			r.log.Error("quarantined an outbox row the broker refused on every attempt; the later rows of its aggregate go on (idem failed list --relay shows it, idem failed retry --relay publishes it again)",
+				"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID,
+				"event", rec.Type, "attempts", e.Refusals, "error", e.Err)
+			return nil
+		},
+		Answered: func(int) { r.errs.publish.OK(ctx) },
+		Failed: func(n, _ int, err error, wait time.Duration) {
+			r.stats.failures.Add(1)
+			r.errs.publish.Warn(ctx, "publishing the rows already in the outbox failed; retrying", err, "messages", n,
+				"retry_in", wait.Round(time.Millisecond))
+		},
+	})
+	pub.Add(entries...)
+	pub.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	var done []int64
-	for _, round := range rounds {
-		if r.stopping() {
-			return done, nil // the rest waits for the next start
-		}
-		failures := 0
-		for len(round) > 0 {
-			msgs := make([]idem.Message, len(round))
-			for i, it := range round {
-				msgs[i] = it.msg
-			}
-			pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-			r.stats.inFlight.Store(int64(len(msgs)))
-			err := r.pub.Publish(pctx, msgs)
-			r.stats.inFlight.Store(0)
-			cancel()
-			r.stats.calls.Add(1)
-			var failed []item
-			var firstErr error
-			for i, e := range broker.Results(err, len(msgs)) {
-				if e != nil {
-					failed = append(failed, round[i])
-					firstErr = cmpErr(firstErr, e)
-					continue
-				}
-				done = append(done, round[i].seq)
-			}
-			r.stats.published.Add(int64(len(round) - len(failed)))
-			if len(failed) < len(round) {
-				r.errs.publish.OK(ctx)
-			}
-			round = failed
-			if len(round) == 0 {
-				break
-			}
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			failures++
-			r.stats.failures.Add(1)
-			delay := r.backoff(failures)
-			r.errs.publish.Warn(ctx, "publishing the rows already in the outbox failed; retrying", firstErr, "messages", len(round),
-				"retry_in", delay.Round(time.Millisecond))
-			select {
-			case <-time.After(delay):
-			case <-r.base.Stopping():
-				return done, nil
-			case <-ctx.Done():
-				return nil, errors.Join(ctx.Err(), firstErr)
-			}
+	for _, e := range entries {
+		if e.Outcome == ordered.Published {
+			done = append(done, recs[e.Ref].Seq)
 		}
 	}
+	r.stats.published.Add(int64(len(done)))
 	return done, nil
 }
+
+// The calls in flight of the initial sweep, and the fewest messages in
+// each when that many are ready.
+const (
+	sweepCalls   = 4
+	sweepMinCall = 64
+)
 
 // stopping reports whether Stop was called.
 func (r *Relay) stopping() bool {
