@@ -2,10 +2,10 @@ package driver
 
 import "context"
 
-// ConsumerCounter is implemented by dialects that can count, cheaply, what
-// waits in a consumer's database: its parked messages and the events it is
-// retrying. Every dialect of idem has it; inbox.Consumer.FailureCounts
-// and the consumer metrics (inbox/inboxmetrics) read it.
+// ConsumerCounter is the part of a Dialect that counts, cheaply, what waits
+// in a consumer's database: its parked messages and the events it is
+// retrying. inbox.Consumer.FailureCounts and the consumer metrics
+// (inbox/inboxmetrics) read it.
 type ConsumerCounter interface {
 	// ConsumerCounts counts consumer's rows in failed_message, and its
 	// rows in delivery_attempt whose event has no processed_event marker

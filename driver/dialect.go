@@ -21,7 +21,21 @@ type Migration struct {
 // Dialect is one SQL flavour bound to a set of table names. Implementations live
 // in driver/postgres, driver/mysql and driver/sqlite; every method is covered by
 // the conformance suite in drivertest.
+//
+// Besides its own methods, a Dialect has every ability idem's packages need
+// from a database: the polling relay's (RelayDialect), the status figures
+// (StatusReader), a consumer's counts (ConsumerCounter), the ownership
+// groups' leases (GroupLeases) and the idempotency keys (IdempotencyKeys).
+// The abilities only some databases have are interfaces of their own, which
+// callers test for: OutboxListener, OutboxWaitListener and OutboxClaimer on
+// a Driver, LogMessageEmitter and IdempotencyKeyLocker on a Dialect.
 type Dialect interface {
+	RelayDialect
+	StatusReader
+	ConsumerCounter
+	GroupLeases
+	IdempotencyKeys
+
 	// Name is "postgres", "mysql" or "sqlite".
 	Name() string
 	// Tables returns the table names the dialect is bound to, with defaults.

@@ -5,11 +5,10 @@ import (
 	"time"
 )
 
-// GroupLeases is an optional ability of a Dialect: the membership and
+// GroupLeases is the part of a Dialect that keeps the membership and
 // partition leases of consumers' ownership groups (inbox.Group), in the
 // tables of migration 0008 (Tables.ConsumerMember, Tables.ConsumerPartition).
-// Every idem dialect has it, and the conformance suite
-// (drivertest.GroupLeases) checks it.
+// The conformance suite (drivertest.GroupLeases) checks it.
 //
 // Every lease is timed by the database's clock alone: a method that sets a
 // lease sets it to the database's current time plus ttl, and a lease is

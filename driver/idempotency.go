@@ -5,11 +5,10 @@ import (
 	"time"
 )
 
-// IdempotencyKeys is an optional ability of a Dialect: storing the
-// idempotency keys of incoming requests, each claimed by one request at a
-// time, then completed with the response to replay. Package idempotency
-// asserts it on Driver.Dialect(); every idem dialect has it, and the
-// conformance suite (drivertest.IdempotencyKeys) checks it.
+// IdempotencyKeys is the part of a Dialect that stores the idempotency keys
+// of incoming requests (package idempotency), each claimed by one request
+// at a time, then completed with the response to replay. The conformance
+// suite (drivertest.IdempotencyKeys) checks it.
 //
 // Every method runs on the executor it is given: the pool for a claim
 // committed at once, the application's transaction for a completion that
@@ -124,16 +123,16 @@ type IdempotencyKey struct {
 	CompletedAt time.Time
 }
 
-// IdempotencyKeyLocker is an optional ability of an IdempotencyKeys
-// dialect: a lock on one key held until the end of the transaction that
-// takes it, so that a request holding its key in its own transaction
-// (idempotency.Keys.ClaimTx) makes a concurrent request with the same key
-// wait, then find the completed key. PostgreSQL has it (a transaction
-// advisory lock on a hash of the table, scope and key: two keys with the
-// same hash only wait for each other). A dialect without it relies on its
-// own locks: MySQL/MariaDB's insert of the key waits on the row a
-// concurrent transaction inserted, SQLite's immediate transactions hold
-// the database's write lock.
+// IdempotencyKeyLocker is an optional ability of a Dialect, which package
+// idempotency tests for: a lock on one key held until the end of the
+// transaction that takes it, so that a request holding its key in its own
+// transaction (idempotency.Keys.ClaimTx) makes a concurrent request with
+// the same key wait, then find the completed key. PostgreSQL has it (a
+// transaction advisory lock on a hash of the table, scope and key: two keys
+// with the same hash only wait for each other). A dialect without it relies
+// on its own locks: MySQL/MariaDB's insert of the key waits on the row a
+// concurrent transaction inserted, SQLite's immediate transactions hold the
+// database's write lock.
 type IdempotencyKeyLocker interface {
 	// TryLockIdempotencyKey takes the lock of ref for the transaction ex
 	// and reports whether it did: false, at once, when another

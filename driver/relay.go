@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// RelayDialect is implemented by dialects that support the polling relay
-// (package relay). A relay worker claims a batch of outbox rows under a lease
+// RelayDialect is the part of a Dialect that the relays (package relay,
+// relay/cdc) and "idem failed ... --relay" use. A relay worker claims a batch of outbox rows under a lease
 // (an owner token and an expiry), publishes them, then marks them published,
 // releases them or quarantines them, all fenced by the owner token: a worker
 // whose lease expired and was taken over changes nothing.

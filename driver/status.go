@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// StatusReader is an optional ability of a Dialect: reading, cheaply, what
-// an operator watches ("idem status", package monitor, the dashboard). Every
-// idem dialect has it, and the conformance suite (drivertest) checks it.
+// StatusReader is the part of a Dialect that reads, cheaply, what an
+// operator watches ("idem status", package monitor, the dashboard). The
+// conformance suite (drivertest.Status) checks it.
 //
 // Cheap means that no statement reads all of processed_event: consumer
 // names are found by skipping through the (consumer_name, event_id) key,

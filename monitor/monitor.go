@@ -120,22 +120,16 @@ type ConsumerStatus struct {
 	Retrying int64
 }
 
-// Snapshot reads the database (and broker) now. The database's dialect
-// must implement driver.StatusReader (every idem dialect does). A database
-// without idem's consumer tables gives an error wrapping
+// Snapshot reads the database (and broker) now. A database without idem's consumer tables gives an error wrapping
 // idem.ErrMissingTable, which says to run "idem migrate up"; one without an
 // outbox table (a consumer-only database) has Outbox.Present false. A
 // broker that fails leaves Queues empty and says why in BrokerError: the
 // database's figures are still worth showing.
 func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
 	d := s.db.Dialect()
-	sr, ok := d.(driver.StatusReader)
-	if !ok {
-		return Snapshot{}, fmt.Errorf("monitor: the %s dialect cannot read status figures (driver.StatusReader)", d.Name())
-	}
-	st, err := sr.ReadStatus(ctx, s.db.Pool(), driver.StatusParams{Consumers: s.opts.Consumers, Window: time.Minute})
+	st, err := d.ReadStatus(ctx, s.db.Pool(), driver.StatusParams{Consumers: s.opts.Consumers, Window: time.Minute})
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("monitor: %s: %w", cmp.Or(s.opts.Name, d.Name()), err)
+		return Snapshot{}, fmt.Errorf("idem: monitor: %s: %w", cmp.Or(s.opts.Name, d.Name()), err)
 	}
 	t := d.Tables()
 	snap := Snapshot{
@@ -174,7 +168,7 @@ func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
 		}
 	}
 	if snap.Partitions, err = readPartitions(ctx, s.db, snap.Queues); err != nil {
-		return Snapshot{}, fmt.Errorf("monitor: %s: consumer partitions: %w", cmp.Or(s.opts.Name, d.Name()), err)
+		return Snapshot{}, fmt.Errorf("idem: monitor: %s: consumer partitions: %w", cmp.Or(s.opts.Name, d.Name()), err)
 	}
 	return snap, nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
-	"github.com/idem-go/idem/driver"
 )
 
 // PartitionStatus is a partition of a consumer's ownership group
@@ -38,14 +37,10 @@ type PartitionStatus struct {
 func (p PartitionStatus) Live() bool { return p.Owner != "" && p.LeaseLeft > 0 }
 
 // readPartitions reads the ownership groups of every consumer, when the
-// dialect has them and the database has their tables (migration 0008):
-// nil otherwise, as for a database where no group ever ran.
+// database has their tables (migration 0008): nil otherwise, as for a
+// database where no group ever ran.
 func readPartitions(ctx context.Context, db Database, queues []broker.QueueStats) ([]PartitionStatus, error) {
-	gl, ok := db.Dialect().(driver.GroupLeases)
-	if !ok {
-		return nil, nil
-	}
-	st, err := gl.ListGroups(ctx, db.Pool(), "")
+	st, err := db.Dialect().ListGroups(ctx, db.Pool(), "")
 	if errors.Is(err, idem.ErrMissingTable) {
 		return nil, nil
 	}

@@ -119,7 +119,7 @@ func BenchmarkDatabasesSideBySide(b *testing.B) {
 			if err := r.Start(ctx); err != nil {
 				b.Fatal(err)
 			}
-			rd := tg.drv.Dialect().(driver.RelayDialect)
+			rd := tg.drv.Dialect()
 			for {
 				bl, err := rd.OutboxBacklog(ctx, tg.drv.Pool())
 				if err != nil {

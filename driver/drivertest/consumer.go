@@ -18,6 +18,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testlog"
 	"github.com/idem-go/idem/internal/testsvc"
 )
 
@@ -310,7 +311,7 @@ func parkedHolds[TTx any](t *testing.T, setup Setup[TTx]) {
 func hostileNamesParked[TTx any](t *testing.T, setup Setup[TTx]) {
 	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, time.Minute)
-	c, err := inbox.New(db.Driver, inbox.Config{Name: "stock"})
+	c, err := inbox.New(db.Driver, inbox.Config{Name: "stock", Logger: testlog.New(t)})
 	fatalIf(t, err, "new consumer")
 	c.Handle(inbox.AnyEvent, func(context.Context, TTx, idem.Event) error {
 		return idem.Permanent(errors.New("rejected"))

@@ -91,7 +91,7 @@ func ResultErrors[TTx any](t *testing.T, setup Setup[TTx]) {
 	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, 2*time.Minute)
 	d := db.Driver.Dialect()
-	rd := relayDialect(t, db)
+	rd := db.Driver.Dialect()
 	pool := db.Driver.Pool()
 
 	// Three of everything.

@@ -16,6 +16,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testlog"
 	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/outbox"
@@ -375,11 +376,7 @@ func Outbox[TTx any](t *testing.T, setup Setup[TTx]) {
 		db := setup.open(t, Options{})
 		id := idem.NewEventID()
 		db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (?, 'order', '42', 'OrderCreated', '{"orderId":42}')`, id.String())
-		rd, ok := db.Driver.Dialect().(driver.RelayDialect)
-		if !ok {
-			t.Fatalf("%T does not implement driver.RelayDialect", db.Driver.Dialect())
-		}
-		rows := claim(t, db, rd, uuid.New(), time.Minute, 10, 10)
+		rows := claim(t, db, db.Driver.Dialect(), uuid.New(), time.Minute, 10, 10)
 		if len(rows) != 1 {
 			t.Fatalf("claimed %d rows, want 1", len(rows))
 		}
@@ -411,6 +408,9 @@ func consumer[TTx any](t *testing.T, db *DB[TTx], name string, h hook) *inbox.Co
 // consumerWith is consumer with a configuration.
 func consumerWith[TTx any](t *testing.T, db *DB[TTx], cfg inbox.Config, h hook) *inbox.Consumer[TTx] {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testlog.New(t)
+	}
 	c, err := inbox.New(db.Driver, cfg)
 	fatalIf(t, err, "new consumer")
 	c.Handle(inbox.AnyEvent, func(ctx context.Context, tx TTx, ev idem.Event) error {
@@ -958,7 +958,7 @@ func StateCopy[TTx any](t *testing.T, setup Setup[TTx]) {
 	}
 
 	// In a handler, through the consumer's driver.
-	c, err := inbox.New(db.Driver, inbox.Config{Name: "shipping"})
+	c, err := inbox.New(db.Driver, inbox.Config{Name: "shipping", Logger: testlog.New(t)})
 	fatalIf(t, err, "new consumer")
 	byHandler := inbox.StateCopy{Table: "order_status", Key: "order_id", Columns: []string{"status"}}
 	c.Handle(inbox.AnyEvent, func(ctx context.Context, tx TTx, ev idem.Event) error {

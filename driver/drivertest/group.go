@@ -24,10 +24,7 @@ import (
 // clock.
 func GroupLeases[TTx any](t *testing.T, setup Setup[TTx]) {
 	db := setup.open(t, Options{})
-	d, ok := db.Driver.Dialect().(driver.GroupLeases)
-	if !ok {
-		t.Skipf("dialect %s has no driver.GroupLeases", db.Driver.Dialect().Name())
-	}
+	d := db.Driver.Dialect()
 	ctx := testsvc.Ctx(t, time.Minute)
 	ex := db.Driver.Pool()
 	const (
@@ -208,7 +205,7 @@ func GroupLeases[TTx any](t *testing.T, setup Setup[TTx]) {
 
 	// Without migration 0008: a missing table, said so.
 	bare := setup.open(t, Options{NoMigrate: true})
-	if _, err := bare.Driver.Dialect().(driver.GroupLeases).ListGroups(ctx, bare.Driver.Pool(), c); !errors.Is(err, idem.ErrMissingTable) {
+	if _, err := bare.Driver.Dialect().ListGroups(ctx, bare.Driver.Pool(), c); !errors.Is(err, idem.ErrMissingTable) {
 		t.Errorf("ListGroups without the tables: %v, want idem.ErrMissingTable", err)
 	}
 }

@@ -26,14 +26,6 @@ import (
 // completed and taken-over keys alone; the purge deletes expired keys only,
 // at most its limit.
 func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
-	keysOf := func(t *testing.T, db *DB[TTx]) driver.IdempotencyKeys {
-		t.Helper()
-		k, ok := db.Driver.Dialect().(driver.IdempotencyKeys)
-		if !ok {
-			t.Fatalf("dialect %T does not implement driver.IdempotencyKeys: package idempotency cannot store keys on it", db.Driver.Dialect())
-		}
-		return k
-	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	claim := func(scope, key, owner string) driver.IdempotencyKeyClaimParams {
 		return driver.IdempotencyKeyClaimParams{
@@ -46,7 +38,7 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("MissingTable", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{NoMigrate: true})
-		_, err := keysOf(t, db).InsertIdempotencyKey(testsvc.Ctx(t, time.Minute), db.Driver.Pool(), claim("", "k", "o"))
+		_, err := db.Driver.Dialect().InsertIdempotencyKey(testsvc.Ctx(t, time.Minute), db.Driver.Pool(), claim("", "k", "o"))
 		if !errors.Is(err, idem.ErrMissingTable) {
 			t.Fatalf("insert without migrations: %v, want ErrMissingTable", err)
 		}
@@ -55,7 +47,7 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("ClaimGetComplete", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{})
-		k := keysOf(t, db)
+		k := db.Driver.Dialect()
 		ctx := testsvc.Ctx(t, time.Minute)
 		pool := db.Driver.Pool()
 		key := "clé"
@@ -138,7 +130,7 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("CommitsWithTheTransaction", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{})
-		k := keysOf(t, db)
+		k := db.Driver.Dialect()
 		ctx := testsvc.Ctx(t, time.Minute)
 		db.exec(t, reservationTable)
 		p := claim("", "tx", uuid.NewString())
@@ -195,7 +187,7 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 		fatalIf(t, db.Driver.Rollback(ctx, tx2), "rollback")
 
 		// The lock and the insert in one step.
-		k := keysOf(t, db)
+		k := db.Driver.Dialect()
 		p := claim("s", "lock-insert", uuid.NewString())
 		tx1, tx2 = db.begin(t, ctx), db.begin(t, ctx)
 		lockInsert := func(tx TTx, p driver.IdempotencyKeyClaimParams) (bool, bool) {
@@ -223,7 +215,7 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("KeysCompareExactly", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{})
-		k := keysOf(t, db)
+		k := db.Driver.Dialect()
 		ctx := testsvc.Ctx(t, time.Minute)
 		// Each is another key: case, Unicode normalisation (é composed and
 		// decomposed), scope, length.
@@ -250,7 +242,7 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("Reclaim", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{})
-		k := keysOf(t, db)
+		k := db.Driver.Dialect()
 		ctx := testsvc.Ctx(t, time.Minute)
 		pool := db.Driver.Pool()
 		insert := func(p driver.IdempotencyKeyClaimParams) {
@@ -313,7 +305,7 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("Release", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{})
-		k := keysOf(t, db)
+		k := db.Driver.Dialect()
 		ctx := testsvc.Ctx(t, time.Minute)
 		pool := db.Driver.Pool()
 		p := claim("s", "release", uuid.NewString())
@@ -337,7 +329,7 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("Purge", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{})
-		k := keysOf(t, db)
+		k := db.Driver.Dialect()
 		ctx := testsvc.Ctx(t, time.Minute)
 		pool := db.Driver.Pool()
 		for i := range 25 {
@@ -371,7 +363,7 @@ func IdempotencyKeys[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("ConcurrentClaims", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{})
-		k := keysOf(t, db)
+		k := db.Driver.Dialect()
 		ctx := testsvc.Ctx(t, time.Minute)
 		pool := db.Driver.Pool()
 		var (

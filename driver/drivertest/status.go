@@ -21,19 +21,10 @@ import (
 // events waiting for a retry; the database's clock; a database without
 // tables (idem.ErrMissingTable) and one without an outbox (not an error).
 func Status[TTx any](t *testing.T, setup Setup[TTx]) {
-	readerOf := func(t *testing.T, db *DB[TTx]) driver.StatusReader {
-		t.Helper()
-		r, ok := db.Driver.Dialect().(driver.StatusReader)
-		if !ok {
-			t.Fatalf("dialect %T does not implement driver.StatusReader: idem status and the dashboard cannot read it", db.Driver.Dialect())
-		}
-		return r
-	}
-
 	t.Run("MissingTable", func(t *testing.T) {
 		t.Parallel()
 		db := setup.open(t, Options{NoMigrate: true})
-		_, err := readerOf(t, db).ReadStatus(testsvc.Ctx(t, time.Minute), db.Driver.Pool(), driver.StatusParams{})
+		_, err := db.Driver.Dialect().ReadStatus(testsvc.Ctx(t, time.Minute), db.Driver.Pool(), driver.StatusParams{})
 		if !errors.Is(err, idem.ErrMissingTable) {
 			t.Fatalf("status without migrations: %v, want ErrMissingTable", err)
 		}
@@ -43,7 +34,7 @@ func Status[TTx any](t *testing.T, setup Setup[TTx]) {
 		t.Parallel()
 		db := setup.open(t, Options{})
 		before := time.Now()
-		st, err := readerOf(t, db).ReadStatus(testsvc.Ctx(t, time.Minute), db.Driver.Pool(), driver.StatusParams{})
+		st, err := db.Driver.Dialect().ReadStatus(testsvc.Ctx(t, time.Minute), db.Driver.Pool(), driver.StatusParams{})
 		fatalIf(t, err, "status")
 		if !st.Outbox.Present || st.Outbox != (driver.OutboxStatus{Present: true}) {
 			t.Errorf("outbox of an empty database: %+v, want present and zero", st.Outbox)
@@ -65,7 +56,7 @@ func Status[TTx any](t *testing.T, setup Setup[TTx]) {
 		_, err := d.MarkProcessed(ctx, db.Driver.Pool(), "stock", []driver.Mark{{ID: uuid.Must(uuid.NewV7())}})
 		fatalIf(t, err, "mark")
 		db.exec(t, "DROP TABLE outbox")
-		st, err := readerOf(t, db).ReadStatus(ctx, db.Driver.Pool(), driver.StatusParams{})
+		st, err := db.Driver.Dialect().ReadStatus(ctx, db.Driver.Pool(), driver.StatusParams{})
 		fatalIf(t, err, "status of a database without outbox")
 		if st.Outbox.Present {
 			t.Errorf("outbox present after DROP TABLE: %+v", st.Outbox)
@@ -120,7 +111,7 @@ func Status[TTx any](t *testing.T, setup Setup[TTx]) {
 			db.exec(t, "UPDATE failed_message SET first_failed_at = ? WHERE id = ?", db.timeArg(at(ago)), fid)
 		}
 
-		st, err := readerOf(t, db).ReadStatus(ctx, pool, driver.StatusParams{Consumers: []string{"audit", "stock"}, Window: time.Minute})
+		st, err := db.Driver.Dialect().ReadStatus(ctx, pool, driver.StatusParams{Consumers: []string{"audit", "stock"}, Window: time.Minute})
 		fatalIf(t, err, "status")
 
 		o := st.Outbox
@@ -149,7 +140,7 @@ func Status[TTx any](t *testing.T, setup Setup[TTx]) {
 		}
 
 		// A window of three hours takes the old marker in.
-		st, err = readerOf(t, db).ReadStatus(ctx, pool, driver.StatusParams{Window: 3 * time.Hour})
+		st, err = db.Driver.Dialect().ReadStatus(ctx, pool, driver.StatusParams{Window: 3 * time.Hour})
 		fatalIf(t, err, "status")
 		if c := st.Consumers[len(st.Consumers)-1]; c.Name != "stock" || c.Processed != 3 {
 			t.Errorf("stock over 3 hours: %+v, want 3 processed", c)

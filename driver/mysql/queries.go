@@ -1,61 +1,111 @@
 package mysql
 
-import "strings"
+import (
+	"time"
 
-// queries holds every statement of the dialect, rendered once for the
-// configured table names.
-type queries struct {
-	outbox, processed, failed, attempts string
+	"github.com/idem-go/idem/driver/internal/dialectkit"
+	"github.com/idem-go/idem/driver/internal/sqlbase"
+	"github.com/idem-go/idem/driver/internal/versioned"
+)
 
-	markProcessedOne string
-	purgeProcessed   string
+// The current time as the DATETIME(6) columns hold it (UTC), and plus a
+// number of microseconds.
+const (
+	now     = "UTC_TIMESTAMP(6)"
+	nowPlus = "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
+)
 
-	recordAttempt string
-	purgeAttempts string
+// flavor returns the statements of MySQL that differ from SQLite's, on the
+// tables of n.
+func flavor(n dialectkit.Names) sqlbase.Flavor {
+	outbox, failed, member, partition := n.Outbox, n.FailedMessage, n.ConsumerMember, n.ConsumerPartition
+	return sqlbase.Flavor{
+		Spec: dialectkit.Spec{
+			Status: dialectkit.StatusSQL{
+				// pending_idx (published_at, quarantined_at, seq) answers
+				// each part: two ranges, the first entry of one, and its
+				// greatest published_at.
+				Outbox: `SELECT
+    (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL),
+    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT 1),
+    (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NOT NULL),
+    (SELECT MAX(published_at) FROM ` + outbox + `)`,
+				// GROUP BY on the first column of a key is a loose index scan
+				// ("Using index for group-by"): one probe per name.
+				Names: `SELECT 0, consumer_name FROM ` + n.ProcessedEvent + ` GROUP BY consumer_name
+UNION ALL SELECT 0, consumer_name FROM ` + n.DeliveryAttempt + ` GROUP BY consumer_name
+UNION ALL SELECT 1, consumer_name FROM ` + n.FailedMessage + ` GROUP BY consumer_name`,
+			},
+			Groups: dialectkit.GroupSQL{
+				Heartbeat: `INSERT INTO ` + member + ` (consumer_name, member_id, lease_until) VALUES (?, ?, ` + nowPlus + `)
+ON DUPLICATE KEY UPDATE lease_until = VALUES(lease_until)`,
+				// MySQL runs the assignments left to right, each seeing
+				// the values the previous ones set: epoch first (from the
+				// row as it was), then owner, then lease_until, which
+				// follows the owner.
+				Acquire: `INSERT INTO ` + partition + ` (consumer_name, partition_no, owner, epoch, lease_until)
+VALUES (?, ?, ?, 1, ` + nowPlus + `)
+ON DUPLICATE KEY UPDATE
+    epoch = IF(owner IS NULL OR lease_until IS NULL OR lease_until <= ` + now + ` OR owner = VALUES(owner),
+        IF(owner = VALUES(owner) AND lease_until > ` + now + `, epoch, epoch + 1), epoch),
+    owner = IF(owner IS NULL OR lease_until IS NULL OR lease_until <= ` + now + ` OR owner = VALUES(owner),
+        VALUES(owner), owner),
+    lease_until = IF(owner = VALUES(owner), VALUES(lease_until), lease_until)`,
+			},
+		},
 
-	insertFailed        string
-	updateFailed        string
-	findFailed          string
-	listFailedNewest    string
-	listFailedOldest    string
-	getFailed           string
-	deleteFailed        string
-	purgeFailed         string
-	hasParkedAggregates string
-}
+		Now:         now,
+		NowPlus:     nowPlus,
+		DurationArg: func(d time.Duration) any { return d.Microseconds() },
+		DeleteOldest: func(table, _, where, order string) string {
+			return `DELETE FROM ` + table + `
+WHERE ` + where + `
+ORDER BY ` + order + `
+LIMIT ?`
+		},
+		// A plain insert: the duplicate-key error on the primary key is the
+		// conflict (INSERT IGNORE would also hide every other error).
+		IsKeyConflict: func(err error, table string) bool { return IsDuplicateKey(err, table, "PRIMARY") },
 
-func newQueries(outbox, processed, failed, attempts string) queries {
-	const failedColumns = "id, consumer_name, source, event_id, event_name, message_key, headers, body, `error`, `errors`, attempts, first_failed_at, failed_at, aggregate_type, aggregate_id, held_by"
-	const failedWhere = `WHERE (? = '' OR consumer_name = ?) AND (? = '' OR event_name = ?)
-  AND (? = '' OR aggregate_type = ?) AND (? = '' OR aggregate_id = ?)
-  AND (? = 0 OR held_by = ?) AND (? IS NULL OR failed_at >= ?)
-  AND (? = 0 OR id < ?) AND (? = 0 OR id > ?)`
-	return queries{
-		outbox:    outbox,
-		processed: processed,
-		failed:    failed,
-		attempts:  attempts,
+		// Claims lock the single row of the claim-lock table first: claims
+		// run one after the other, and each reads (InnoDB creates a
+		// transaction's snapshot at its first plain read, after the lock)
+		// the leases of every claim committed before it. The heads found
+		// are then locked by primary key with FOR UPDATE SKIP LOCKED and
+		// rechecked; no range of pending rows is locked, so producers
+		// inserting rows never deadlock with a claim: every lookup by seq
+		// goes through the seq index, never a range of pending_idx. MySQL
+		// has no LISTEN/NOTIFY: relays poll (relay.Config.PollInterval,
+		// jittered).
+		ClaimLock: "UPDATE " + n.ClaimLock + " SET id = id WHERE id = 1",
+		BySeq:     outbox + " FORCE INDEX (" + QuoteIdent(n.OutboxName+"_seq_idx") + ")",
+		HeadsLock: "FOR UPDATE SKIP LOCKED",
 
-		markProcessedOne: `INSERT INTO ` + processed + ` (consumer_name, event_id, payload_hash) VALUES (?, ?, ?)`,
-		purgeProcessed: `DELETE FROM ` + processed + `
-WHERE processed_at < ? AND (? = '' OR consumer_name = ?)
-ORDER BY processed_at
-LIMIT ?`,
+		GroupInList: "FIND_IN_SET(partition_no, ?) > 0",
 
+		// A key not stored yet is inserted; a stored one is read with
+		// SELECT ... FOR UPDATE, which locks its row, then updated if the
+		// version is newer. A missing key is not read with the lock first:
+		// InnoDB would lock the gap where it goes, and two transactions
+		// inserting new keys into that gap would deadlock.
+		Versioned: versioned.Flavor{
+			Quote: QuoteIdent, Lock: " FOR UPDATE",
+			IsDuplicateKey: func(err error) bool { return IsDuplicateKey(err, "", "") },
+		},
+
+		MarkProcessedOne: `INSERT INTO ` + n.ProcessedEvent + ` (consumer_name, event_id, payload_hash) VALUES (?, ?, ?)`,
+		MarkProcessedMany: func(k int) string {
+			return `INSERT INTO ` + n.ProcessedEvent + ` (consumer_name, event_id, payload_hash) VALUES ` + sqlbase.Tuples(k, "(?, ?, ?)")
+		},
 		// LAST_INSERT_ID(expr) makes the driver's result carry the count
 		// after an update; an insert counts 1.
-		recordAttempt: `INSERT INTO ` + attempts + ` (consumer_name, event_id, attempts, last_error)
+		RecordAttempt: `INSERT INTO ` + n.DeliveryAttempt + ` (consumer_name, event_id, attempts, last_error)
 VALUES (?, ?, 1, ?)
 ON DUPLICATE KEY UPDATE
     attempts       = LAST_INSERT_ID(attempts + 1),
     last_error     = VALUES(last_error),
-    last_failed_at = UTC_TIMESTAMP(6)`,
-		purgeAttempts: `DELETE FROM ` + attempts + `
-WHERE last_failed_at < ? AND (? = '' OR consumer_name = ?)
-ORDER BY last_failed_at
-LIMIT ?`,
-
-		insertFailed: `INSERT INTO ` + failed + `
+    last_failed_at = ` + now,
+		InsertFailed: `INSERT INTO ` + failed + `
     (consumer_name, source, event_id, event_name, message_key, headers, body, ` + "`error`, `errors`" + `, attempts,
      aggregate_type, aggregate_id, held_by)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -63,101 +113,12 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		// history always grows, so a matched row is a changed row: the
 		// count of affected rows says whether the entry was there, with or
 		// without clientFoundRows.
-		updateFailed: `UPDATE ` + failed + ` SET
+		UpdateFailed: `UPDATE ` + failed + ` SET
     ` + "`error`" + `   = ?,
     ` + "`errors`" + `  = JSON_MERGE_PRESERVE(` + "`errors`" + `, ?),
     attempts  = attempts + ?,
     held_by   = ?,
-    failed_at = UTC_TIMESTAMP(6)
+    failed_at = ` + now + `
 WHERE id = ? AND consumer_name = ?`,
-		findFailed: `SELECT id FROM ` + failed + `
-WHERE consumer_name = ? AND event_id = ? AND body = ?
-ORDER BY id
-LIMIT 1`,
-		listFailedNewest: `SELECT ` + failedColumns + ` FROM ` + failed + `
-` + failedWhere + `
-ORDER BY id DESC
-LIMIT ?`,
-		listFailedOldest: `SELECT ` + failedColumns + ` FROM ` + failed + `
-` + failedWhere + `
-ORDER BY id
-LIMIT ?`,
-		getFailed:    `SELECT ` + failedColumns + ` FROM ` + failed + ` WHERE id = ?`,
-		deleteFailed: `DELETE FROM ` + failed + ` WHERE id = ?`,
-		purgeFailed: `DELETE FROM ` + failed + `
-WHERE failed_at < ? AND (? = '' OR consumer_name = ?)
-ORDER BY failed_at
-LIMIT ?`,
-		hasParkedAggregates: `SELECT EXISTS (
-    SELECT 1 FROM ` + failed + `
-    WHERE consumer_name = ? AND held_by IS NULL AND aggregate_id <> '')`,
 	}
-}
-
-// insertOutbox returns a multi-row insert of n outbox rows.
-func (q queries) insertOutbox(n int) string {
-	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + q.outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers) VALUES `)
-	writeTuples(&b, n, "(?, ?, ?, ?, ?, ?, ?, ?)")
-	return b.String()
-}
-
-// markProcessedMany returns a multi-row insert of n markers.
-func (q queries) markProcessedMany(n int) string {
-	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + q.processed + ` (consumer_name, event_id, payload_hash) VALUES `)
-	writeTuples(&b, n, "(?, ?, ?)")
-	return b.String()
-}
-
-// processedHashes returns the query of the hashes of n ids.
-func (q queries) processedHashes(n int) string {
-	var b strings.Builder
-	b.WriteString(`SELECT event_id, payload_hash FROM ` + q.processed + `
-WHERE consumer_name = ? AND payload_hash IS NOT NULL AND event_id IN `)
-	writeList(&b, n)
-	return b.String()
-}
-
-// clearAttempts returns the delete of n ids' attempt counts.
-func (q queries) clearAttempts(n int) string {
-	var b strings.Builder
-	b.WriteString(`DELETE FROM ` + q.attempts + ` WHERE consumer_name = ? AND event_id IN `)
-	writeList(&b, n)
-	return b.String()
-}
-
-// parkedAggregates returns the query of the oldest parked message of n
-// aggregates.
-func (q queries) parkedAggregates(n int) string {
-	var b strings.Builder
-	b.WriteString(`SELECT aggregate_type, aggregate_id, MIN(id) FROM ` + q.failed + `
-WHERE consumer_name = ? AND held_by IS NULL AND aggregate_id <> ''
-  AND (aggregate_type, aggregate_id) IN (`)
-	writeTuples(&b, n, "(?, ?)")
-	b.WriteString(`)
-GROUP BY aggregate_type, aggregate_id`)
-	return b.String()
-}
-
-// writeTuples writes n copies of tuple separated by commas.
-func writeTuples(b *strings.Builder, n int, tuple string) {
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(tuple)
-	}
-}
-
-// writeList writes (?, ?, ...) with n placeholders.
-func writeList(b *strings.Builder, n int) {
-	b.WriteString("(")
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("?")
-	}
-	b.WriteString(")")
 }

@@ -5,12 +5,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,132 +25,84 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Dialect is the PostgreSQL dialect bound to a set of table names.
-type Dialect struct {
-	tables     idem.Tables
-	q          queries
-	rq         relayQueries
-	status     dialectkit.StatusSQL
-	group      *dialectkit.GroupSQL
-	migrations []driver.Migration
-	support    driver.MigrationSupport
+// dialect is the PostgreSQL dialect bound to a set of table names.
+type dialect struct {
+	*dialectkit.Base
+	q    queries
+	rq   relayQueries
+	keys idempotencyQueries
 }
 
-var _ driver.Dialect = (*Dialect)(nil)
-
 // NewDialect returns the PostgreSQL dialect for tables (zero value: defaults).
-func NewDialect(tables idem.Tables) (*Dialect, error) {
+func NewDialect(tables idem.Tables) (driver.Dialect, error) { return newDialect(tables) }
+
+func newDialect(tables idem.Tables) (*dialect, error) {
 	if err := tables.Validate(); err != nil {
 		return nil, err
 	}
 	t := tables.WithDefaults()
-	d := &Dialect{tables: t}
-	names := struct {
-		Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt, NotifyFunc     string
-		OutboxName, ProcessedEventName, FailedMessageName, DeliveryAttemptName string
-		IdempotentRequest, IdempotentRequestName                               string
-		ConsumerMember, ConsumerMemberName                                     string
-		ConsumerPartition, ConsumerPartitionName                               string
-	}{
-		Outbox:                d.qualify(t.Outbox),
-		ProcessedEvent:        d.qualify(t.ProcessedEvent),
-		FailedMessage:         d.qualify(t.FailedMessage),
-		DeliveryAttempt:       d.qualify(t.DeliveryAttempt),
-		NotifyFunc:            d.qualify(t.Outbox + "_notify"),
-		OutboxName:            t.Outbox,
-		ProcessedEventName:    t.ProcessedEvent,
-		FailedMessageName:     t.FailedMessage,
-		DeliveryAttemptName:   t.DeliveryAttempt,
-		IdempotentRequest:     d.qualify(t.IdempotentRequest),
-		IdempotentRequestName: t.IdempotentRequest,
-		ConsumerMember:        d.qualify(t.ConsumerMember),
-		ConsumerMemberName:    t.ConsumerMember,
-		ConsumerPartition:     d.qualify(t.ConsumerPartition),
-		ConsumerPartitionName: t.ConsumerPartition,
-	}
-	funcs := template.FuncMap{"ident": func(parts ...string) string { return QuoteIdent(strings.Join(parts, "_")) }}
-	migs, err := dialectkit.LoadMigrations(migrationFiles, "migrations", names, funcs)
-	if err != nil {
-		return nil, err
-	}
-	d.migrations = migs
-	d.q = newQueries(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
-	d.rq = newRelayQueries(names.Outbox)
-	d.status = newStatusSQL(names.Outbox, names.ProcessedEvent, names.FailedMessage, names.DeliveryAttempt)
-	d.group = newGroupSQL(names.ConsumerMember, names.ConsumerPartition, d.wrap)
-	mt := d.qualify(t.Migrations)
-	d.support = driver.MigrationSupport{
-		CreateTable: "CREATE TABLE IF NOT EXISTS " + mt + ` (
+	n := dialectkit.TableNames(t, QuoteIdent)
+	mt := n.Migrations
+	q := newQueries(n.Outbox, n.ProcessedEvent, n.FailedMessage, n.DeliveryAttempt)
+	base, err := dialectkit.NewBase(dialectkit.Spec{
+		Name:       "postgres",
+		Tables:     t,
+		Names:      n,
+		Quote:      QuoteIdent,
+		Migrations: migrationFiles,
+		MigrationSupport: driver.MigrationSupport{
+			CreateTable: "CREATE TABLE IF NOT EXISTS " + mt + ` (
     version    integer     NOT NULL PRIMARY KEY,
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 )`,
-		// One lock id for every idem migrator on this database.
-		Lock:             "SELECT pg_advisory_xact_lock(7193453042189)",
-		SelectVersions:   "SELECT version FROM " + mt + " ORDER BY version",
-		InsertVersion:    "INSERT INTO " + mt + " (version, name) VALUES ($1, $2)",
-		DeleteVersion:    "DELETE FROM " + mt + " WHERE version = $1",
-		TransactionalDDL: true,
+			// One lock id for every idem migrator on this database.
+			Lock:             "SELECT pg_advisory_xact_lock(7193453042189)",
+			SelectVersions:   "SELECT version FROM " + mt + " ORDER BY version",
+			InsertVersion:    "INSERT INTO " + mt + " (version, name) VALUES ($1, $2)",
+			DeleteVersion:    "DELETE FROM " + mt + " WHERE version = $1",
+			TransactionalDDL: true,
+		},
+		IsMissingTable: isMissingTable,
+		IsTransient:    IsTransient,
+		Status:         newStatusSQL(n.Outbox, n.ProcessedEvent, n.FailedMessage, n.DeliveryAttempt),
+		ConsumerCounts: consumerCountsQuery(n.FailedMessage, n.DeliveryAttempt, n.ProcessedEvent),
+		Groups:         newGroupSQL(n.ConsumerMember, n.ConsumerPartition),
+		Failed:         q.failed,
+	})
+	if err != nil {
+		return nil, err
 	}
-	return d, nil
+	return &dialect{Base: base, q: q, rq: newRelayQueries(n.Outbox), keys: newIdempotencyQueries(n.IdempotentRequest)}, nil
 }
 
 // MustDialect is NewDialect for table names known to be valid.
-func MustDialect(tables idem.Tables) *Dialect {
-	d, err := NewDialect(tables)
-	if err != nil {
-		panic(err)
-	}
-	return d
-}
+func MustDialect(tables idem.Tables) driver.Dialect { return mustDialect(tables) }
+
+func mustDialect(tables idem.Tables) *dialect { return dialectkit.Must(newDialect(tables)) }
 
 // QuoteIdent quotes an SQL identifier for PostgreSQL.
 func QuoteIdent(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }
 
-func (d *Dialect) qualify(name string) string {
-	if d.tables.Schema == "" {
-		return QuoteIdent(name)
-	}
-	return QuoteIdent(d.tables.Schema) + "." + QuoteIdent(name)
-}
-
-// Name implements driver.Dialect.
-func (d *Dialect) Name() string { return "postgres" }
-
-// Tables implements driver.Dialect.
-func (d *Dialect) Tables() idem.Tables { return d.tables }
-
-// Migrations implements driver.Dialect.
-func (d *Dialect) Migrations() []driver.Migration { return d.migrations }
-
-// MigrationSupport implements driver.Dialect.
-func (d *Dialect) MigrationSupport() driver.MigrationSupport { return d.support }
-
 // OutboxChannel returns the LISTEN channel the outbox trigger notifies:
 // "<schema>.<table>", where schema is the configured one or, when empty,
 // currentSchema (the connection's current_schema()).
-func (d *Dialect) OutboxChannel(currentSchema string) string {
-	s := d.tables.Schema
-	if s == "" {
-		s = currentSchema
-	}
-	return s + "." + d.tables.Outbox
+func (d *dialect) OutboxChannel(currentSchema string) string {
+	t := d.Tables()
+	return cmp.Or(t.Schema, currentSchema) + "." + t.Outbox
 }
 
-// OutboxTable returns the quoted, qualified outbox table name.
-func (d *Dialect) OutboxTable() string { return d.qualify(d.tables.Outbox) }
-
 // InsertOutbox implements driver.Dialect.
-func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
-	return d.wrap(dialectkit.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
+func (d *dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
+	return d.Wrap(dialectkit.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
 		return []any{r.ID, r.AggregateType, r.AggregateID, r.Type, payload, r.OccurredAt, r.AggregateVersion, headers}
 	}))
 }
 
 // MarkProcessed implements driver.Dialect.
-func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consumer string, marks []driver.Mark) ([]bool, error) {
+func (d *dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consumer string, marks []driver.Mark) ([]bool, error) {
 	inserted := make([]bool, len(marks))
 	if len(marks) == 0 {
 		return inserted, nil
@@ -158,7 +110,7 @@ func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consume
 	if len(marks) == 1 {
 		n, err := ex.Exec(ctx, d.q.markProcessedOne, consumer, marks[0].ID, marks[0].Hash)
 		if err != nil {
-			return nil, d.wrap(err)
+			return nil, d.Wrap(err)
 		}
 		inserted[0] = n == 1
 		return inserted, nil
@@ -181,13 +133,13 @@ func (d *Dialect) MarkProcessed(ctx context.Context, ex driver.Executor, consume
 		return nil
 	})
 	if err != nil {
-		return nil, d.wrap(err)
+		return nil, d.Wrap(err)
 	}
 	return inserted, nil
 }
 
 // ProcessedHashes implements driver.Dialect.
-func (d *Dialect) ProcessedHashes(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) (map[uuid.UUID]int64, error) {
+func (d *dialect) ProcessedHashes(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) (map[uuid.UUID]int64, error) {
 	out := map[uuid.UUID]int64{}
 	if len(ids) == 0 {
 		return out, nil
@@ -204,42 +156,42 @@ func (d *Dialect) ProcessedHashes(ctx context.Context, ex driver.Executor, consu
 		return nil
 	})
 	if err != nil {
-		return nil, d.wrap(err)
+		return nil, d.Wrap(err)
 	}
 	return out, nil
 }
 
 // PurgeProcessed implements driver.Dialect.
-func (d *Dialect) PurgeProcessed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+func (d *dialect) PurgeProcessed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
 	n, err := ex.Exec(ctx, d.q.purgeProcessed, before, consumer, limit)
-	return n, d.wrap(err)
+	return n, d.Wrap(err)
 }
 
 // RecordAttempt implements driver.Dialect with INSERT ... ON CONFLICT DO
 // UPDATE, which counts concurrent calls one after the other.
-func (d *Dialect) RecordAttempt(ctx context.Context, ex driver.Executor, consumer string, id uuid.UUID, errText string) (int, error) {
+func (d *dialect) RecordAttempt(ctx context.Context, ex driver.Executor, consumer string, id uuid.UUID, errText string) (int, error) {
 	var n int
 	err := driver.QueryRow(ctx, ex, d.q.recordAttempt, []any{consumer, id, failrow.Text(errText)}, &n)
-	return n, d.wrap(err)
+	return n, d.Wrap(err)
 }
 
 // ClearAttempts implements driver.Dialect.
-func (d *Dialect) ClearAttempts(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) error {
+func (d *dialect) ClearAttempts(ctx context.Context, ex driver.Executor, consumer string, ids []uuid.UUID) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	_, err := ex.Exec(ctx, d.q.clearAttempts, consumer, uuidStrings(ids))
-	return d.wrap(err)
+	return d.Wrap(err)
 }
 
 // PurgeAttempts implements driver.Dialect.
-func (d *Dialect) PurgeAttempts(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+func (d *dialect) PurgeAttempts(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
 	n, err := ex.Exec(ctx, d.q.purgeAttempts, before, consumer, limit)
-	return n, d.wrap(err)
+	return n, d.Wrap(err)
 }
 
 // SaveFailed implements driver.Dialect.
-func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m idem.FailedMessage) (int64, error) {
+func (d *dialect) SaveFailed(ctx context.Context, ex driver.Executor, m idem.FailedMessage) (int64, error) {
 	r, err := failrow.Encode(m, time.Now())
 	if err != nil {
 		return 0, err
@@ -248,24 +200,18 @@ func (d *Dialect) SaveFailed(ctx context.Context, ex driver.Executor, m idem.Fai
 	if m.ID != 0 {
 		err = driver.QueryRow(ctx, ex, d.q.updateFailed, []any{m.ID, r.Consumer, r.Error, r.Attempts, r.HeldBy}, &id)
 		if !errors.Is(err, idem.ErrNotFound) {
-			return id, d.wrap(err)
+			return id, d.Wrap(err)
 		}
 	}
 	err = driver.QueryRow(ctx, ex, d.q.insertFailed,
 		[]any{r.Consumer, r.Source, r.EventID, r.EventName, r.Key, r.Headers, r.Body, r.Error, r.Attempts,
 			r.AggregateType, r.AggregateID, r.HeldBy},
 		&id)
-	return id, d.wrap(err)
-}
-
-// FindFailed implements driver.Dialect.
-func (d *Dialect) FindFailed(ctx context.Context, ex driver.Executor, consumer string, id uuid.UUID, body []byte) (int64, error) {
-	found, err := dialectkit.FindFailed(ctx, ex, d.q.findFailed, consumer, id, body)
-	return found, d.wrap(err)
+	return id, d.Wrap(err)
 }
 
 // ListFailed implements driver.Dialect.
-func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f idem.FailedFilter) ([]idem.FailedMessage, error) {
+func (d *dialect) ListFailed(ctx context.Context, ex driver.Executor, f idem.FailedFilter) ([]idem.FailedMessage, error) {
 	if f.Limit <= 0 {
 		return nil, fmt.Errorf("idem: postgres: ListFailed: Limit %d: want a positive page size", f.Limit)
 	}
@@ -280,29 +226,17 @@ func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f idem.Fai
 	}
 	list, err := dialectkit.QueryFailed(ctx, ex, query, []any{f.Consumer, f.EventName, f.AggregateType, f.AggregateID,
 		max(f.HeldBy, 0), since, max(f.BeforeID, 0), max(f.AfterID, 0), f.Limit}, nil)
-	return list, d.wrap(err)
-}
-
-// GetFailed implements driver.Dialect.
-func (d *Dialect) GetFailed(ctx context.Context, ex driver.Executor, id int64) (idem.FailedMessage, error) {
-	m, err := dialectkit.GetFailed(ctx, ex, d.q.getFailed, []any{id}, nil)
-	return m, d.wrap(err)
-}
-
-// DeleteFailed implements driver.Dialect.
-func (d *Dialect) DeleteFailed(ctx context.Context, ex driver.Executor, id int64) (bool, error) {
-	n, err := ex.Exec(ctx, d.q.deleteFailed, id)
-	return n == 1, d.wrap(err)
+	return list, d.Wrap(err)
 }
 
 // PurgeFailed implements driver.Dialect.
-func (d *Dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
+func (d *dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
 	n, err := ex.Exec(ctx, d.q.purgeFailed, before, failrow.Text(consumer), limit)
-	return n, d.wrap(err)
+	return n, d.Wrap(err)
 }
 
 // ParkedAggregates implements driver.Dialect in one statement.
-func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []idem.AggregateRef) (map[idem.AggregateRef]int64, error) {
+func (d *dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []idem.AggregateRef) (map[idem.AggregateRef]int64, error) {
 	out := map[idem.AggregateRef]int64{}
 	types, ids, back := failrow.Aggregates(aggs)
 	if len(types) == 0 {
@@ -310,24 +244,13 @@ func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, cons
 	}
 	err := driver.QueryRows(ctx, ex, d.q.parkedAggregates, []any{failrow.Text(consumer), types, ids}, failrow.ScanParked(out, back))
 	if err != nil {
-		return nil, d.wrap(err)
+		return nil, d.Wrap(err)
 	}
 	return out, nil
 }
 
-// HasParkedAggregates implements driver.Dialect.
-func (d *Dialect) HasParkedAggregates(ctx context.Context, ex driver.Executor, consumer string) (bool, error) {
-	var ok bool
-	err := driver.QueryRow(ctx, ex, d.q.hasParkedAggregates, []any{failrow.Text(consumer)}, &ok)
-	return ok, d.wrap(err)
-}
-
-// IsTransient implements driver.Dialect (see the package function
-// IsTransient).
-func (d *Dialect) IsTransient(err error) bool { return IsTransient(err) }
-
-// IsMissingTable implements driver.Dialect.
-func (d *Dialect) IsMissingTable(err error) bool {
+// isMissingTable reports whether err is undefined_table (42P01).
+func isMissingTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
@@ -337,17 +260,6 @@ func (d *Dialect) IsMissingTable(err error) bool {
 func IsUniqueViolation(err error, constraint string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && (constraint == "" || pgErr.ConstraintName == constraint)
-}
-
-// wrap adds the "run idem migrate" hint to missing-table errors.
-func (d *Dialect) wrap(err error) error {
-	if err == nil {
-		return nil
-	}
-	if d.IsMissingTable(err) {
-		return fmt.Errorf("%w (%v)", idem.ErrMissingTable, err)
-	}
-	return err
 }
 
 func uuidStrings(ids []uuid.UUID) []string {

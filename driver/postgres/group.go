@@ -1,21 +1,17 @@
 package postgres
 
 import (
-	"context"
 	"time"
 
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/dialectkit"
 )
-
-var _ driver.GroupLeases = (*Dialect)(nil)
 
 // newGroupSQL returns the statements of the ownership groups (migration
 // 0008) on the quoted, qualified tables member and partition. now() is
 // the time of the statement's own transaction: every statement here runs
 // on its own.
-func newGroupSQL(member, partition string, wrap func(error) error) *dialectkit.GroupSQL {
-	return &dialectkit.GroupSQL{
+func newGroupSQL(member, partition string) dialectkit.GroupSQL {
+	return dialectkit.GroupSQL{
 		Heartbeat: `INSERT INTO ` + member + ` (consumer_name, member_id, lease_until)
 VALUES ($1, $2, now() + $3::float8 * interval '1 second')
 ON CONFLICT (consumer_name, member_id) DO UPDATE SET lease_until = excluded.lease_until`,
@@ -49,41 +45,5 @@ WHERE $1::text = '' OR consumer_name = $2
 ORDER BY consumer_name, partition_no`,
 		DurationArg: func(d time.Duration) any { return d.Seconds() },
 		TimeDest:    dialectkit.NullTime,
-		Wrap:        wrap,
 	}
-}
-
-// HeartbeatMember implements driver.GroupLeases.
-func (d *Dialect) HeartbeatMember(ctx context.Context, ex driver.Executor, consumer, member string, ttl time.Duration) error {
-	return d.group.HeartbeatMember(ctx, ex, consumer, member, ttl)
-}
-
-// LiveMembers implements driver.GroupLeases.
-func (d *Dialect) LiveMembers(ctx context.Context, ex driver.Executor, consumer string) ([]string, error) {
-	return d.group.LiveMembers(ctx, ex, consumer)
-}
-
-// LeaveGroup implements driver.GroupLeases.
-func (d *Dialect) LeaveGroup(ctx context.Context, ex driver.Executor, consumer, member string) error {
-	return d.group.LeaveGroup(ctx, ex, consumer, member)
-}
-
-// AcquirePartition implements driver.GroupLeases.
-func (d *Dialect) AcquirePartition(ctx context.Context, ex driver.Executor, consumer, member string, partition int, ttl time.Duration) (driver.PartitionLease, bool, error) {
-	return d.group.AcquirePartition(ctx, ex, consumer, member, partition, ttl)
-}
-
-// RenewPartitions implements driver.GroupLeases.
-func (d *Dialect) RenewPartitions(ctx context.Context, ex driver.Executor, consumer, member string, held []int, ttl time.Duration) ([]int, error) {
-	return d.group.RenewPartitions(ctx, ex, consumer, member, held, ttl)
-}
-
-// ReleasePartition implements driver.GroupLeases.
-func (d *Dialect) ReleasePartition(ctx context.Context, ex driver.Executor, consumer, member string, partition int) (bool, error) {
-	return d.group.ReleasePartition(ctx, ex, consumer, member, partition)
-}
-
-// ListGroups implements driver.GroupLeases.
-func (d *Dialect) ListGroups(ctx context.Context, ex driver.Executor, consumer string) (driver.GroupStatus, error) {
-	return d.group.ListGroups(ctx, ex, consumer)
 }

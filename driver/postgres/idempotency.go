@@ -3,32 +3,24 @@ package postgres
 import (
 	"context"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/idem-go/idem/driver"
 )
 
-var (
-	_ driver.IdempotencyKeys      = (*Dialect)(nil)
-	_ driver.IdempotencyKeyLocker = (*Dialect)(nil)
-)
+var _ driver.IdempotencyKeyLocker = (*dialect)(nil)
 
 // idempotencyQueries are the statements on the idempotency key table
-// (migration 0004), rendered once per qualified table name.
+// (migration 0004).
 type idempotencyQueries struct {
 	insert, get, reclaim, complete, release, purge, tryLock, tryLockInsert string
 }
 
-var idempotencyQueryCache sync.Map // qualified table name -> *idempotencyQueries
-
-func (d *Dialect) idempotencyQueries() *idempotencyQueries {
-	table := d.qualify(d.tables.IdempotentRequest)
-	if q, ok := idempotencyQueryCache.Load(table); ok {
-		return q.(*idempotencyQueries)
-	}
+// newIdempotencyQueries renders the statements on table, quoted and
+// qualified.
+func newIdempotencyQueries(table string) idempotencyQueries {
 	lockTable := `'` + strings.ReplaceAll(table, "'", "''") + `'::regclass::oid::text`
-	q := &idempotencyQueries{
+	return idempotencyQueries{
 		insert: `INSERT INTO ` + table + ` (scope, idem_key, fingerprint, state, owner, locked_until, expires_at, created_at)
 VALUES ($1, $2, $3, 'processing', $4, $5, $6, $7)
 ON CONFLICT (scope, idem_key) DO NOTHING`,
@@ -65,24 +57,22 @@ WHERE scope = $1 AND idem_key = $2 AND owner = $3 AND state = 'processing'`,
 )
 SELECT (SELECT ok FROM l), EXISTS (SELECT 1 FROM ins)`,
 	}
-	actual, _ := idempotencyQueryCache.LoadOrStore(table, q)
-	return actual.(*idempotencyQueries)
 }
 
 // InsertIdempotencyKey implements driver.IdempotencyKeys.
-func (d *Dialect) InsertIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (bool, error) {
-	n, err := ex.Exec(ctx, d.idempotencyQueries().insert, p.Scope, p.Key, p.Fingerprint, p.Owner, p.LockedUntil, p.ExpiresAt, p.Now)
-	return n == 1, d.wrap(err)
+func (d *dialect) InsertIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (bool, error) {
+	n, err := ex.Exec(ctx, d.keys.insert, p.Scope, p.Key, p.Fingerprint, p.Owner, p.LockedUntil, p.ExpiresAt, p.Now)
+	return n == 1, d.Wrap(err)
 }
 
 // GetIdempotencyKey implements driver.IdempotencyKeys.
-func (d *Dialect) GetIdempotencyKey(ctx context.Context, ex driver.Executor, ref driver.IdempotencyKeyRef) (driver.IdempotencyKey, error) {
+func (d *dialect) GetIdempotencyKey(ctx context.Context, ex driver.Executor, ref driver.IdempotencyKeyRef) (driver.IdempotencyKey, error) {
 	k := driver.IdempotencyKey{IdempotencyKeyRef: ref}
 	var completedAt *time.Time
-	err := driver.QueryRow(ctx, ex, d.idempotencyQueries().get, []any{ref.Scope, ref.Key},
+	err := driver.QueryRow(ctx, ex, d.keys.get, []any{ref.Scope, ref.Key},
 		&k.Fingerprint, &k.Completed, &k.Owner, &k.Status, &k.Headers, &k.Body, &k.LockedUntil, &k.ExpiresAt, &k.CreatedAt, &completedAt)
 	if err != nil {
-		return driver.IdempotencyKey{}, d.wrap(err)
+		return driver.IdempotencyKey{}, d.Wrap(err)
 	}
 	if completedAt != nil {
 		k.CompletedAt = completedAt.UTC()
@@ -92,43 +82,43 @@ func (d *Dialect) GetIdempotencyKey(ctx context.Context, ex driver.Executor, ref
 }
 
 // ReclaimIdempotencyKey implements driver.IdempotencyKeys.
-func (d *Dialect) ReclaimIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (bool, error) {
-	n, err := ex.Exec(ctx, d.idempotencyQueries().reclaim, p.Scope, p.Key, p.Fingerprint, p.Owner, p.LockedUntil, p.ExpiresAt, p.Now, p.PreviousOwner)
-	return n == 1, d.wrap(err)
+func (d *dialect) ReclaimIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (bool, error) {
+	n, err := ex.Exec(ctx, d.keys.reclaim, p.Scope, p.Key, p.Fingerprint, p.Owner, p.LockedUntil, p.ExpiresAt, p.Now, p.PreviousOwner)
+	return n == 1, d.Wrap(err)
 }
 
 // CompleteIdempotencyKey implements driver.IdempotencyKeys.
-func (d *Dialect) CompleteIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyCompleteParams) (bool, error) {
+func (d *dialect) CompleteIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyCompleteParams) (bool, error) {
 	body := p.Body
 	if body == nil {
 		body = []byte{} // an empty body, not an unknown one
 	}
-	n, err := ex.Exec(ctx, d.idempotencyQueries().complete, p.Scope, p.Key, p.Owner, p.Status, p.Headers, body, p.Now)
-	return n == 1, d.wrap(err)
+	n, err := ex.Exec(ctx, d.keys.complete, p.Scope, p.Key, p.Owner, p.Status, p.Headers, body, p.Now)
+	return n == 1, d.Wrap(err)
 }
 
 // ReleaseIdempotencyKey implements driver.IdempotencyKeys.
-func (d *Dialect) ReleaseIdempotencyKey(ctx context.Context, ex driver.Executor, ref driver.IdempotencyKeyRef, owner string) (bool, error) {
-	n, err := ex.Exec(ctx, d.idempotencyQueries().release, ref.Scope, ref.Key, owner)
-	return n == 1, d.wrap(err)
+func (d *dialect) ReleaseIdempotencyKey(ctx context.Context, ex driver.Executor, ref driver.IdempotencyKeyRef, owner string) (bool, error) {
+	n, err := ex.Exec(ctx, d.keys.release, ref.Scope, ref.Key, owner)
+	return n == 1, d.Wrap(err)
 }
 
 // PurgeIdempotencyKeys implements driver.IdempotencyKeys.
-func (d *Dialect) PurgeIdempotencyKeys(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyPurgeParams) (int64, error) {
-	n, err := ex.Exec(ctx, d.idempotencyQueries().purge, p.Before, p.Limit)
-	return n, d.wrap(err)
+func (d *dialect) PurgeIdempotencyKeys(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyPurgeParams) (int64, error) {
+	n, err := ex.Exec(ctx, d.keys.purge, p.Before, p.Limit)
+	return n, d.Wrap(err)
 }
 
 // TryLockIdempotencyKey implements driver.IdempotencyKeyLocker.
-func (d *Dialect) TryLockIdempotencyKey(ctx context.Context, ex driver.Executor, ref driver.IdempotencyKeyRef) (bool, error) {
+func (d *dialect) TryLockIdempotencyKey(ctx context.Context, ex driver.Executor, ref driver.IdempotencyKeyRef) (bool, error) {
 	var ok bool
-	err := driver.QueryRow(ctx, ex, d.idempotencyQueries().tryLock, []any{ref.Scope, ref.Key}, &ok)
-	return ok, d.wrap(err)
+	err := driver.QueryRow(ctx, ex, d.keys.tryLock, []any{ref.Scope, ref.Key}, &ok)
+	return ok, d.Wrap(err)
 }
 
 // TryLockInsertIdempotencyKey implements driver.IdempotencyKeyLocker.
-func (d *Dialect) TryLockInsertIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (locked, inserted bool, err error) {
-	err = driver.QueryRow(ctx, ex, d.idempotencyQueries().tryLockInsert,
+func (d *dialect) TryLockInsertIdempotencyKey(ctx context.Context, ex driver.Executor, p driver.IdempotencyKeyClaimParams) (locked, inserted bool, err error) {
+	err = driver.QueryRow(ctx, ex, d.keys.tryLockInsert,
 		[]any{p.Scope, p.Key, p.Fingerprint, p.Owner, p.LockedUntil, p.ExpiresAt, p.Now}, &locked, &inserted)
-	return locked, inserted, d.wrap(err)
+	return locked, inserted, d.Wrap(err)
 }

@@ -25,7 +25,7 @@ func TestIdempotencyKeyLocksPerTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, err := pg.Driver.PostgresDialect().TryLockIdempotencyKey(ctx, pg.Driver.Tx(tx), ref)
+		ok, err := pg.Driver.Dialect().(driver.IdempotencyKeyLocker).TryLockIdempotencyKey(ctx, pg.Driver.Tx(tx), ref)
 		if err != nil {
 			t.Fatal(err)
 		}

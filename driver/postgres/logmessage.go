@@ -6,19 +6,19 @@ import (
 	"github.com/idem-go/idem/driver"
 )
 
-var _ driver.LogMessageEmitter = (*Dialect)(nil)
+var _ driver.LogMessageEmitter = (*dialect)(nil)
 
 // EmitLogMessages writes contents as transactional logical decoding messages
 // (pg_logical_emit_message(true, prefix, content)), in order, in ex's
 // transaction. It implements driver.LogMessageEmitter.
-func (d *Dialect) EmitLogMessages(ctx context.Context, ex driver.Executor, prefix string, contents [][]byte) error {
+func (d *dialect) EmitLogMessages(ctx context.Context, ex driver.Executor, prefix string, contents [][]byte) error {
 	var err error
 	if len(contents) == 1 {
 		_, err = ex.Exec(ctx, emitOneSQL, prefix, contents[0])
 	} else if len(contents) > 1 {
 		_, err = ex.Exec(ctx, emitManySQL, prefix, contents)
 	}
-	return d.wrap(err)
+	return d.Wrap(err)
 }
 
 // The statements of EmitLogMessages. pg_logical_emit_message is volatile:

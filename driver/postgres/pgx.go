@@ -11,24 +11,25 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/internal/dialectkit"
 )
 
 // PgxDriver is the Driver for pgx v5: transactions are pgx.Tx.
 type PgxDriver struct {
 	pool    *pgxpool.Pool
-	dialect *Dialect
+	dialect *dialect
 }
 
 var _ driver.Driver[pgx.Tx] = (*PgxDriver)(nil)
 
 // NewPgx returns a driver on pool using the default table names.
 func NewPgx(pool *pgxpool.Pool) *PgxDriver {
-	return &PgxDriver{pool: pool, dialect: MustDialect(idem.Tables{})}
+	return &PgxDriver{pool: pool, dialect: mustDialect(idem.Tables{})}
 }
 
 // NewPgxTables returns a driver on pool using tables.
 func NewPgxTables(pool *pgxpool.Pool, tables idem.Tables) (*PgxDriver, error) {
-	d, err := NewDialect(tables)
+	d, err := newDialect(tables)
 	if err != nil {
 		return nil, err
 	}
@@ -40,9 +41,6 @@ func (d *PgxDriver) Pgx() *pgxpool.Pool { return d.pool }
 
 // Dialect implements driver.Driver.
 func (d *PgxDriver) Dialect() driver.Dialect { return d.dialect }
-
-// PostgresDialect returns the dialect with its PostgreSQL-only methods.
-func (d *PgxDriver) PostgresDialect() *Dialect { return d.dialect }
 
 // Pool implements driver.Driver.
 func (d *PgxDriver) Pool() driver.Executor { return PgxExecutor{Q: d.pool} }
@@ -107,9 +105,5 @@ func NewSQL(db *sql.DB) *driver.SQLDriver {
 
 // NewSQLTables is NewSQL with configured table names.
 func NewSQLTables(db *sql.DB, tables idem.Tables) (*driver.SQLDriver, error) {
-	d, err := NewDialect(tables)
-	if err != nil {
-		return nil, err
-	}
-	return driver.NewSQL(db, d), nil
+	return dialectkit.NewSQL(db, tables, NewDialect)
 }

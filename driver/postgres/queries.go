@@ -3,6 +3,8 @@ package postgres
 import (
 	"fmt"
 	"strings"
+
+	"github.com/idem-go/idem/driver/internal/dialectkit"
 )
 
 // queries holds every statement of the dialect, rendered once for the
@@ -19,16 +21,13 @@ type queries struct {
 	clearAttempts string
 	purgeAttempts string
 
-	insertFailed        string
-	updateFailed        string
-	findFailed          string
-	listFailedNewest    string
-	listFailedOldest    string
-	getFailed           string
-	deleteFailed        string
-	purgeFailed         string
-	parkedAggregates    string
-	hasParkedAggregates string
+	insertFailed     string
+	updateFailed     string
+	listFailedNewest string
+	listFailedOldest string
+	purgeFailed      string
+	parkedAggregates string
+	failed           dialectkit.FailedSQL
 }
 
 func newQueries(outbox, processed, failed, attempts string) queries {
@@ -87,10 +86,6 @@ RETURNING id`,
     failed_at = now()
 WHERE f.id = $1 AND f.consumer_name = $2
 RETURNING f.id`,
-		findFailed: `SELECT id FROM ` + failed + `
-WHERE consumer_name = $1 AND event_id = $2 AND body = $3
-ORDER BY id
-LIMIT 1`,
 		listFailedNewest: `SELECT ` + failedColumns + ` FROM ` + failed + `
 ` + failedWhere + `
 ORDER BY id DESC
@@ -99,8 +94,6 @@ LIMIT $9`,
 ` + failedWhere + `
 ORDER BY id
 LIMIT $9`,
-		getFailed:    `SELECT ` + failedColumns + ` FROM ` + failed + ` WHERE id = $1`,
-		deleteFailed: `DELETE FROM ` + failed + ` WHERE id = $1`,
 		purgeFailed: `DELETE FROM ` + failed + ` WHERE id IN (
     SELECT id FROM ` + failed + `
     WHERE failed_at < $1 AND ($2 = '' OR consumer_name = $2)
@@ -111,9 +104,17 @@ FROM ` + failed + ` f
 JOIN unnest($2::text[], $3::text[]) AS a(type, id) ON f.aggregate_type = a.type AND f.aggregate_id = a.id
 WHERE f.consumer_name = $1 AND f.held_by IS NULL AND f.aggregate_id <> ''
 GROUP BY f.aggregate_type, f.aggregate_id`,
-		hasParkedAggregates: `SELECT EXISTS (
+		failed: dialectkit.FailedSQL{
+			Find: `SELECT id FROM ` + failed + `
+WHERE consumer_name = $1 AND event_id = $2 AND body = $3
+ORDER BY id
+LIMIT 1`,
+			Get:    `SELECT ` + failedColumns + ` FROM ` + failed + ` WHERE id = $1`,
+			Delete: `DELETE FROM ` + failed + ` WHERE id = $1`,
+			HasParked: `SELECT EXISTS (
     SELECT 1 FROM ` + failed + `
     WHERE consumer_name = $1 AND held_by IS NULL AND aggregate_id <> '')`,
+		},
 	}
 }
 

@@ -10,13 +10,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/dialectkit"
+	"github.com/idem-go/idem/internal/outboxcodec"
 )
 
 var (
-	_ driver.RelayDialect       = (*Dialect)(nil)
+	_ driver.Dialect            = (*dialect)(nil)
 	_ driver.OutboxListener     = (*PgxDriver)(nil)
 	_ driver.OutboxWaitListener = (*PgxDriver)(nil)
 	_ driver.OutboxClaimer      = (*PgxDriver)(nil)
@@ -28,22 +28,22 @@ var (
 // run with a snapshot taken after the lock, selects heads with FOR UPDATE
 // SKIP LOCKED, adds the rows that follow them in their aggregates, and writes
 // the lease.
-func (d *Dialect) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.ClaimParams) ([]driver.ClaimedRow, error) {
+func (d *dialect) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.ClaimParams) ([]driver.ClaimedRow, error) {
 	if p.Limit <= 0 {
 		return nil, nil
 	}
 	if _, err := ex.Exec(ctx, d.rq.claimLock); err != nil {
-		return nil, d.wrap(err)
+		return nil, d.Wrap(err)
 	}
 	rows, err := ex.Query(ctx, d.rq.claim, claimArgs(p)...)
 	if err != nil {
-		return nil, d.wrap(err)
+		return nil, d.Wrap(err)
 	}
 	return d.scanClaimed(rows, p.Limit)
 }
 
 // ClaimOutbox implements driver.OutboxClaimer: it sends the statements of
-// Dialect.ClaimOutbox in one pipeline, run by the server as one implicit
+// RelayDialect.ClaimOutbox in one pipeline, run by the server as one implicit
 // transaction, so that a claim costs one round trip and the advisory lock is
 // held only while the server runs them.
 func (d *PgxDriver) ClaimOutbox(ctx context.Context, p driver.ClaimParams) ([]driver.ClaimedRow, error) {
@@ -56,18 +56,18 @@ func (d *PgxDriver) ClaimOutbox(ctx context.Context, p driver.ClaimParams) ([]dr
 	br := d.pool.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, d.dialect.wrap(err)
+		return nil, d.dialect.Wrap(err)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, d.dialect.wrap(err)
+		return nil, d.dialect.Wrap(err)
 	}
 	out, err := d.dialect.scanClaimed(pgxRows{rows}, p.Limit)
 	if err != nil {
 		return nil, err
 	}
 	if err := br.Close(); err != nil {
-		return nil, d.dialect.wrap(err)
+		return nil, d.dialect.Wrap(err)
 	}
 	return out, nil
 }
@@ -77,38 +77,33 @@ func claimArgs(p driver.ClaimParams) []any {
 }
 
 // scanClaimed reads the rows of the claim statement, in seq order.
-func (d *Dialect) scanClaimed(rows driver.Rows, limit int) ([]driver.ClaimedRow, error) {
+func (d *dialect) scanClaimed(rows driver.Rows, limit int) ([]driver.ClaimedRow, error) {
 	out := make([]driver.ClaimedRow, 0, min(limit, 256))
 	err := driver.ScanRows(rows, func(rows driver.Rows) error {
 		var c driver.ClaimedRow
-		if err := dialectkit.ScanOutboxRecord(rows, &c.OutboxRecord, nil, &c.TakenOver); err != nil {
+		if err := outboxcodec.ScanRow(rows, &c.OutboxRecord, nil, &c.TakenOver); err != nil {
 			return err
 		}
 		out = append(out, c)
 		return nil
 	})
 	if err != nil {
-		return nil, d.wrap(err)
+		return nil, d.Wrap(err)
 	}
 	return out, nil
 }
 
-// scanRecord scans the columns of relayColumns.
-func scanRecord(rows driver.Rows, r *driver.OutboxRecord) error {
-	return dialectkit.ScanOutboxRecord(rows, r, nil)
-}
-
 // MarkPublished implements driver.RelayDialect.
-func (d *Dialect) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, seqs []int64) (int64, error) {
+func (d *dialect) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, seqs []int64) (int64, error) {
 	if len(seqs) == 0 {
 		return 0, nil
 	}
 	n, err := ex.Exec(ctx, d.rq.markPublished, owner, seqs)
-	return n, d.wrap(err)
+	return n, d.Wrap(err)
 }
 
 // ReleaseOutbox implements driver.RelayDialect.
-func (d *Dialect) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.ReleaseRow) (int64, error) {
+func (d *dialect) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.ReleaseRow) (int64, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
@@ -120,11 +115,11 @@ func (d *Dialect) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner u
 		seqs[i], errs[i], delays[i], refused[i] = r.Seq, r.Error, r.Delay.Seconds(), r.Refused
 	}
 	n, err := ex.Exec(ctx, d.rq.release, owner, seqs, errs, delays, refused)
-	return n, d.wrap(err)
+	return n, d.Wrap(err)
 }
 
 // QuarantineOutbox implements driver.RelayDialect.
-func (d *Dialect) QuarantineOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.QuarantineRow) ([]int64, error) {
+func (d *dialect) QuarantineOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.QuarantineRow) ([]int64, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
@@ -143,80 +138,61 @@ func (d *Dialect) QuarantineOutbox(ctx context.Context, ex driver.Executor, owne
 		return nil
 	})
 	if err != nil {
-		return nil, d.wrap(err)
+		return nil, d.Wrap(err)
 	}
 	slices.Sort(out)
 	return out, nil
 }
 
 // ListQuarantined implements driver.RelayDialect.
-func (d *Dialect) ListQuarantined(ctx context.Context, ex driver.Executor, f driver.QuarantineFilter) ([]driver.QuarantinedRow, error) {
+func (d *dialect) ListQuarantined(ctx context.Context, ex driver.Executor, f driver.QuarantineFilter) ([]driver.QuarantinedRow, error) {
 	var since any
 	if !f.Since.IsZero() {
 		since = f.Since
 	}
-	out, err := queryQuarantined(ctx, ex, d.rq.listQuarantined,
-		[]any{f.EventName, f.AggregateType, f.AggregateID, since, f.AfterSeq, f.PageLimit()})
-	return out, d.wrap(err)
+	out, err := dialectkit.QueryQuarantined(ctx, ex, d.rq.listQuarantined,
+		[]any{f.EventName, f.AggregateType, f.AggregateID, since, f.AfterSeq, f.PageLimit()}, nil)
+	return out, d.Wrap(err)
 }
 
 // GetQuarantined implements driver.RelayDialect.
-func (d *Dialect) GetQuarantined(ctx context.Context, ex driver.Executor, seq int64) (driver.QuarantinedRow, error) {
-	out, err := queryQuarantined(ctx, ex, d.rq.getQuarantined, []any{seq})
-	if err != nil {
-		return driver.QuarantinedRow{}, d.wrap(err)
-	}
-	if len(out) == 0 {
-		return driver.QuarantinedRow{}, idem.ErrNotFound
-	}
-	return out[0], nil
-}
-
-func queryQuarantined(ctx context.Context, ex driver.Executor, query string, args []any) ([]driver.QuarantinedRow, error) {
-	var out []driver.QuarantinedRow
-	err := driver.QueryRows(ctx, ex, query, args, func(rows driver.Rows) error {
-		var q driver.QuarantinedRow
-		if err := dialectkit.ScanOutboxRecord(rows, &q.OutboxRecord, nil, &q.QuarantinedAt, &q.LastError); err != nil {
-			return err
-		}
-		out = append(out, q)
-		return nil
-	})
-	return out, err
+func (d *dialect) GetQuarantined(ctx context.Context, ex driver.Executor, seq int64) (driver.QuarantinedRow, error) {
+	q, err := dialectkit.GetQuarantined(ctx, ex, d.rq.getQuarantined, []any{seq}, nil)
+	return q, d.Wrap(err)
 }
 
 // RequeueQuarantined implements driver.RelayDialect.
-func (d *Dialect) RequeueQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+func (d *dialect) RequeueQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
 	if len(seqs) == 0 {
 		return 0, nil
 	}
 	n, err := ex.Exec(ctx, d.rq.requeueQuarantined, seqs)
-	return n, d.wrap(err)
+	return n, d.Wrap(err)
 }
 
 // DeleteQuarantined implements driver.RelayDialect.
-func (d *Dialect) DeleteQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+func (d *dialect) DeleteQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
 	if len(seqs) == 0 {
 		return 0, nil
 	}
 	n, err := ex.Exec(ctx, d.rq.deleteQuarantined, seqs)
-	return n, d.wrap(err)
+	return n, d.Wrap(err)
 }
 
 // DeletePublished implements driver.RelayDialect.
-func (d *Dialect) DeletePublished(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int64, error) {
+func (d *dialect) DeletePublished(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int64, error) {
 	n, err := ex.Exec(ctx, d.rq.deletePublished, before, limit)
-	return n, d.wrap(err)
+	return n, d.Wrap(err)
 }
 
 // OutboxBacklog implements driver.RelayDialect.
-func (d *Dialect) OutboxBacklog(ctx context.Context, ex driver.Executor) (driver.Backlog, error) {
+func (d *dialect) OutboxBacklog(ctx context.Context, ex driver.Executor) (driver.Backlog, error) {
 	var (
 		b      driver.Backlog
 		oldest *time.Time
 	)
 	if err := driver.QueryRow(ctx, ex, d.rq.backlog, nil, &b.Rows, &oldest, &b.Quarantined); err != nil {
-		return b, d.wrap(err)
+		return b, d.Wrap(err)
 	}
 	if oldest != nil {
 		b.Oldest = *oldest
@@ -236,42 +212,19 @@ func replayArgs(f driver.ReplayFilter) []any {
 }
 
 // ReplayCounts implements driver.RelayDialect.
-func (d *Dialect) ReplayCounts(ctx context.Context, ex driver.Executor, f driver.ReplayFilter) (map[string]int64, error) {
-	out := map[string]int64{}
-	err := driver.QueryRows(ctx, ex, d.rq.replayCounts, replayArgs(f), func(rows driver.Rows) error {
-		var name string
-		var n int64
-		if err := rows.Scan(&name, &n); err != nil {
-			return err
-		}
-		out[name] = n
-		return nil
-	})
-	if err != nil {
-		return nil, d.wrap(err)
-	}
-	return out, nil
+func (d *dialect) ReplayCounts(ctx context.Context, ex driver.Executor, f driver.ReplayFilter) (map[string]int64, error) {
+	out, err := dialectkit.QueryCounts(ctx, ex, d.rq.replayCounts, replayArgs(f))
+	return out, d.Wrap(err)
 }
 
 // ReplayRows implements driver.RelayDialect.
-func (d *Dialect) ReplayRows(ctx context.Context, ex driver.Executor, f driver.ReplayFilter, afterSeq int64, limit int) ([]driver.OutboxRecord, error) {
-	var out []driver.OutboxRecord
-	err := driver.QueryRows(ctx, ex, d.rq.replayRows, append(replayArgs(f), afterSeq, limit), func(rows driver.Rows) error {
-		var r driver.OutboxRecord
-		if err := scanRecord(rows, &r); err != nil {
-			return err
-		}
-		out = append(out, r)
-		return nil
-	})
-	if err != nil {
-		return nil, d.wrap(err)
-	}
-	return out, nil
+func (d *dialect) ReplayRows(ctx context.Context, ex driver.Executor, f driver.ReplayFilter, afterSeq int64, limit int) ([]driver.OutboxRecord, error) {
+	out, err := dialectkit.QueryRecords(ctx, ex, d.rq.replayRows, append(replayArgs(f), afterSeq, limit), nil)
+	return out, d.Wrap(err)
 }
 
 // ListenOutbox implements driver.OutboxListener with LISTEN on the channel
-// the outbox trigger notifies (Dialect.OutboxChannel). It holds one
+// the outbox trigger notifies (dialect.OutboxChannel). It holds one
 // connection of the pool, taken out of the pool for good, and on it, as
 // soon as it can take it, the lock that says a relay waits, for good too:
 // every insert then notifies (see ListenOutboxWaiting). It calls notify

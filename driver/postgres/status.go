@@ -1,14 +1,10 @@
 package postgres
 
 import (
-	"context"
 	"time"
 
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/dialectkit"
 )
-
-var _ driver.StatusReader = (*Dialect)(nil)
 
 // looseNames selects the distinct consumer_name values of table by
 // skipping through an index whose first column is consumer_name: one index
@@ -50,11 +46,4 @@ UNION ALL ` + looseNames("1", failed),
 		ConsumerArgs: func(name, encoded string, since time.Time) []any { return []any{name, since, encoded} },
 		Time:         dialectkit.NullTime,
 	}
-}
-
-// ReadStatus implements driver.StatusReader.
-func (d *Dialect) ReadStatus(ctx context.Context, ex driver.Executor, p driver.StatusParams) (driver.Status, error) {
-	s := d.status
-	s.IsMissingTable, s.Wrap = d.IsMissingTable, d.wrap
-	return dialectkit.ReadStatus(ctx, ex, s, p)
 }

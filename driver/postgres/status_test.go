@@ -44,7 +44,7 @@ FROM generate_series(1, $1::integer) AS s`, markers)
 		t.Fatal(err)
 	}
 
-	s := postgres.StatusStatements(postgres.MustDialect(idem.Tables{}))
+	s := postgres.StatusStatements(idem.Tables{})
 	since := time.Now().Add(-time.Minute)
 	for _, tc := range []struct {
 		name string

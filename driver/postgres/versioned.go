@@ -14,7 +14,7 @@ import (
 // CONFLICT DO UPDATE ... WHERE the stored version is older, returning the
 // version read before. A stale version updates nothing and returns no row:
 // the stored version is then read, for Previous.
-func (d *Dialect) UpsertVersioned(ctx context.Context, ex driver.Executor, p driver.UpsertVersionedParams) (driver.UpsertVersionedResult, error) {
+func (d *dialect) UpsertVersioned(ctx context.Context, ex driver.Executor, p driver.UpsertVersionedParams) (driver.UpsertVersionedResult, error) {
 	table, key, ver := quoteQualified(p.Table), QuoteIdent(p.KeyColumn), QuoteIdent(p.VersionColumn)
 	cols := []string{key, ver}
 	params := []string{"$1", "$2"}
@@ -39,10 +39,10 @@ RETURNING (SELECT v FROM prev)`
 	if errors.Is(err, idem.ErrNotFound) {
 		var stored int64
 		err := driver.QueryRow(ctx, ex, `SELECT `+ver+` FROM `+table+` WHERE `+key+` = $1`, []any{p.Key}, &stored)
-		return driver.UpsertVersionedResult{Previous: stored}, d.wrap(err)
+		return driver.UpsertVersionedResult{Previous: stored}, d.Wrap(err)
 	}
 	if err != nil {
-		return driver.UpsertVersionedResult{}, d.wrap(err)
+		return driver.UpsertVersionedResult{}, d.Wrap(err)
 	}
 	res := driver.UpsertVersionedResult{Applied: true}
 	if prev != nil {

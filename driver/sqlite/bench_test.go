@@ -55,7 +55,7 @@ func benchClaim(b *testing.B, prepared bool, n int) {
 	if _, err := migrate.New(drv).Up(ctx); err != nil {
 		b.Fatal(err)
 	}
-	dialect := drv.Dialect().(driver.RelayDialect)
+	dialect := drv.Dialect()
 	w := outbox.NewWriter(drv)
 	write := func() {
 		tx, err := drv.Begin(ctx)

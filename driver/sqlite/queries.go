@@ -1,71 +1,97 @@
 package sqlite
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+	"time"
 
-// queries holds every statement of the dialect, rendered once for the
-// configured table names.
-type queries struct {
-	outbox, processed, failed, attempts string
+	"github.com/idem-go/idem/driver/internal/dialectkit"
+	"github.com/idem-go/idem/driver/internal/sqlbase"
+	"github.com/idem-go/idem/driver/internal/versioned"
+)
 
-	markProcessedOne string
-	purgeProcessed   string
+// The current time as the timestamp columns hold it (UTC text), and plus
+// a number of seconds.
+const (
+	now     = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+	nowPlus = "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)"
+)
 
-	recordAttempt string
-	purgeAttempts string
+// flavor returns the statements of SQLite that differ from MySQL's, on the
+// tables of n.
+func flavor(n dialectkit.Names) sqlbase.Flavor {
+	outbox, failed, partition := n.Outbox, n.FailedMessage, n.ConsumerPartition
+	return sqlbase.Flavor{
+		Spec: dialectkit.Spec{
+			Status: dialectkit.StatusSQL{
+				// pending_idx, quarantined_idx and published_at_idx each
+				// answer their part.
+				Outbox: `SELECT
+    (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL),
+    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT 1),
+    (SELECT COUNT(*) FROM ` + outbox + ` WHERE quarantined_at IS NOT NULL),
+    (SELECT MAX(published_at) FROM ` + outbox + ` WHERE published_at IS NOT NULL)`,
+				Names: looseNames("0", n.ProcessedEvent) + `
+UNION ALL ` + looseNames("0", n.DeliveryAttempt) + `
+UNION ALL ` + looseNames("1", n.FailedMessage),
+			},
+			Groups: dialectkit.GroupSQL{
+				Heartbeat: `INSERT INTO ` + n.ConsumerMember + ` (consumer_name, member_id, lease_until) VALUES (?, ?, ` + nowPlus + `)
+ON CONFLICT (consumer_name, member_id) DO UPDATE SET lease_until = excluded.lease_until`,
+				// SET reads the row as it was before the update.
+				Acquire: `INSERT INTO ` + partition + ` (consumer_name, partition_no, owner, epoch, lease_until)
+VALUES (?, ?, ?, 1, ` + nowPlus + `)
+ON CONFLICT (consumer_name, partition_no) DO UPDATE SET
+    epoch = CASE WHEN ` + partition + `.owner = excluded.owner AND ` + partition + `.lease_until > ` + now + `
+        THEN ` + partition + `.epoch ELSE ` + partition + `.epoch + 1 END,
+    owner = excluded.owner,
+    lease_until = excluded.lease_until
+WHERE ` + partition + `.owner IS NULL OR ` + partition + `.lease_until IS NULL
+   OR ` + partition + `.lease_until <= ` + now + ` OR ` + partition + `.owner = excluded.owner`,
+			},
+		},
 
-	insertFailed        string
-	updateFailed        string
-	findFailed          string
-	listFailedNewest    string
-	listFailedOldest    string
-	getFailed           string
-	deleteFailed        string
-	purgeFailed         string
-	hasParkedAggregates string
-}
+		Now:          now,
+		NowPlus:      nowPlus,
+		DurationArg:  func(d time.Duration) any { return fmt.Sprintf("%+.6f seconds", d.Seconds()) },
+		DeleteOldest: deleteOldest,
+		RowValues:    "VALUES ",
 
-func newQueries(outbox, processed, failed, attempts string) queries {
-	const failedColumns = `id, consumer_name, source, event_id, event_name, message_key, headers, body,
-       error, errors, attempts, first_failed_at, failed_at, aggregate_type, aggregate_id, held_by`
-	const failedWhere = `WHERE (? = '' OR consumer_name = ?) AND (? = '' OR event_name = ?)
-  AND (? = '' OR aggregate_type = ?) AND (? = '' OR aggregate_id = ?)
-  AND (? = 0 OR held_by = ?) AND (? IS NULL OR failed_at >= ?)
-  AND (? = 0 OR id < ?) AND (? = 0 OR id > ?)`
-	const now = `strftime('%Y-%m-%d %H:%M:%f', 'now')`
-	return queries{
-		outbox:    outbox,
-		processed: processed,
-		failed:    failed,
-		attempts:  attempts,
+		// SQLite has one writer at a time and no FOR UPDATE: a claim is
+		// plain reads and an UPDATE in a transaction that holds the write
+		// lock from its first statement (ClaimLock writes nothing but takes
+		// the lock even in a deferred transaction), so claims run one after
+		// the other and each sees the leases of the previous ones.
+		ClaimLock: "UPDATE " + outbox + " SET attempts = attempts WHERE 0",
 
-		markProcessedOne: `INSERT INTO ` + processed + ` (consumer_name, event_id, payload_hash) VALUES (?, ?, ?)
+		GroupInList: "instr(',' || ? || ',', ',' || partition_no || ',') > 0",
+
+		// UpsertVersioned reads the stored version, then inserts or
+		// updates; the transaction holds the database's write lock
+		// (immediate transactions), so nothing changes in between.
+		Versioned: versioned.Flavor{Quote: QuoteIdent},
+
+		MarkProcessedOne: `INSERT INTO ` + n.ProcessedEvent + ` (consumer_name, event_id, payload_hash) VALUES (?, ?, ?)
 ON CONFLICT (consumer_name, event_id) DO NOTHING`,
-		purgeProcessed: `DELETE FROM ` + processed + ` WHERE (consumer_name, event_id) IN (
-    SELECT consumer_name, event_id FROM ` + processed + `
-    WHERE processed_at < ? AND (? = '' OR consumer_name = ?)
-    ORDER BY processed_at
-    LIMIT ?)`,
-
-		recordAttempt: `INSERT INTO ` + attempts + ` (consumer_name, event_id, attempts, last_error)
+		// The ids it inserted come back.
+		MarkProcessedMany: func(k int) string {
+			return `INSERT INTO ` + n.ProcessedEvent + ` (consumer_name, event_id, payload_hash) VALUES ` + sqlbase.Tuples(k, "(?, ?, ?)") +
+				` ON CONFLICT (consumer_name, event_id) DO NOTHING RETURNING event_id`
+		},
+		RecordAttempt: `INSERT INTO ` + n.DeliveryAttempt + ` (consumer_name, event_id, attempts, last_error)
 VALUES (?, ?, 1, ?)
 ON CONFLICT (consumer_name, event_id) DO UPDATE SET
     attempts       = attempts + 1,
     last_error     = excluded.last_error,
     last_failed_at = ` + now + `
 RETURNING attempts`,
-		purgeAttempts: `DELETE FROM ` + attempts + ` WHERE (consumer_name, event_id) IN (
-    SELECT consumer_name, event_id FROM ` + attempts + `
-    WHERE last_failed_at < ? AND (? = '' OR consumer_name = ?)
-    ORDER BY last_failed_at
-    LIMIT ?)`,
-
-		insertFailed: `INSERT INTO ` + failed + `
+		InsertFailed: `INSERT INTO ` + failed + `
     (consumer_name, source, event_id, event_name, message_key, headers, body, error, errors, attempts,
      aggregate_type, aggregate_id, held_by)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id`,
 		// The message the entry holds stays as it was first stored.
-		updateFailed: `UPDATE ` + failed + ` SET
+		UpdateFailed: `UPDATE ` + failed + ` SET
     error     = ?,
     errors    = json_insert(errors, '$[#]', json(?)),
     attempts  = attempts + ?,
@@ -73,87 +99,32 @@ RETURNING id`,
     failed_at = ` + now + `
 WHERE id = ? AND consumer_name = ?
 RETURNING id`,
-		findFailed: `SELECT id FROM ` + failed + `
-WHERE consumer_name = ? AND event_id = ? AND body = ?
-ORDER BY id
-LIMIT 1`,
-		listFailedNewest: `SELECT ` + failedColumns + ` FROM ` + failed + `
-` + failedWhere + `
-ORDER BY id DESC
-LIMIT ?`,
-		listFailedOldest: `SELECT ` + failedColumns + ` FROM ` + failed + `
-` + failedWhere + `
-ORDER BY id
-LIMIT ?`,
-		getFailed:    `SELECT ` + failedColumns + ` FROM ` + failed + ` WHERE id = ?`,
-		deleteFailed: `DELETE FROM ` + failed + ` WHERE id = ?`,
-		purgeFailed: `DELETE FROM ` + failed + ` WHERE id IN (
-    SELECT id FROM ` + failed + `
-    WHERE failed_at < ? AND (? = '' OR consumer_name = ?)
-    ORDER BY failed_at
-    LIMIT ?)`,
-		hasParkedAggregates: `SELECT EXISTS (
-    SELECT 1 FROM ` + failed + `
-    WHERE consumer_name = ? AND held_by IS NULL AND aggregate_id <> '')`,
 	}
 }
 
-// insertOutbox returns a multi-row insert of n outbox rows.
-func (q queries) insertOutbox(n int) string {
-	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + q.outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers) VALUES `)
-	writeTuples(&b, n, "(?, ?, ?, ?, ?, ?, ?, ?)")
-	return b.String()
-}
-
-// markProcessedMany returns a multi-row insert of n markers that returns the
-// ids it inserted.
-func (q queries) markProcessedMany(n int) string {
-	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + q.processed + ` (consumer_name, event_id, payload_hash) VALUES `)
-	writeTuples(&b, n, "(?, ?, ?)")
-	b.WriteString(" ON CONFLICT (consumer_name, event_id) DO NOTHING RETURNING event_id")
-	return b.String()
-}
-
-// processedHashes returns the query of the hashes of n ids.
-func (q queries) processedHashes(n int) string {
-	var b strings.Builder
-	b.WriteString(`SELECT event_id, payload_hash FROM ` + q.processed + `
-WHERE consumer_name = ? AND payload_hash IS NOT NULL AND event_id IN (`)
-	writeTuples(&b, n, "?")
-	b.WriteString(")")
-	return b.String()
-}
-
-// clearAttempts returns the delete of n ids' attempt counts.
-func (q queries) clearAttempts(n int) string {
-	var b strings.Builder
-	b.WriteString(`DELETE FROM ` + q.attempts + ` WHERE consumer_name = ? AND event_id IN (`)
-	writeTuples(&b, n, "?")
-	b.WriteString(")")
-	return b.String()
-}
-
-// parkedAggregates returns the query of the oldest parked message of n
-// aggregates.
-func (q queries) parkedAggregates(n int) string {
-	var b strings.Builder
-	b.WriteString(`SELECT aggregate_type, aggregate_id, MIN(id) FROM ` + q.failed + `
-WHERE consumer_name = ? AND held_by IS NULL AND aggregate_id <> ''
-  AND (aggregate_type, aggregate_id) IN (VALUES `)
-	writeTuples(&b, n, "(?, ?)")
-	b.WriteString(`)
-GROUP BY aggregate_type, aggregate_id`)
-	return b.String()
-}
-
-// writeTuples writes n copies of tuple separated by commas.
-func writeTuples(b *strings.Builder, n int, tuple string) {
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(tuple)
+// deleteOldest deletes at most ? rows of table matching where, in the
+// order of order, through a subquery on the key (SQLite's DELETE takes no
+// ORDER BY or LIMIT unless built with SQLITE_ENABLE_UPDATE_DELETE_LIMIT).
+func deleteOldest(table, key, where, order string) string {
+	match := key
+	if strings.Contains(key, ",") {
+		match = "(" + key + ")"
 	}
+	return `DELETE FROM ` + table + ` WHERE ` + match + ` IN (
+    SELECT ` + key + ` FROM ` + table + `
+    WHERE ` + where + `
+    ORDER BY ` + order + `
+    LIMIT ?)`
+}
+
+// looseNames selects the distinct consumer_name values of table by
+// skipping through an index whose first column is consumer_name: one index
+// probe per name, however many rows each has.
+func looseNames(source, table string) string {
+	return `SELECT * FROM (WITH RECURSIVE n(consumer_name) AS (
+    SELECT (SELECT consumer_name FROM ` + table + ` ORDER BY consumer_name LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.consumer_name FROM ` + table + ` t WHERE t.consumer_name > n.consumer_name ORDER BY t.consumer_name LIMIT 1)
+    FROM n WHERE n.consumer_name IS NOT NULL)
+SELECT ` + source + `, consumer_name FROM n WHERE consumer_name IS NOT NULL)`
 }

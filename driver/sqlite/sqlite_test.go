@@ -110,14 +110,14 @@ func TestConcurrentUseIsNotLocked(t *testing.T) {
 				if res := c.ProcessBatch(ctx, []idem.Event{ev, ev}); res[0].Err != nil {
 					fail(res[0].Err)
 				}
-				if _, err := db.Driver.Dialect().(driver.RelayDialect).OutboxBacklog(ctx, db.Driver.Pool()); err != nil {
+				if _, err := db.Driver.Dialect().OutboxBacklog(ctx, db.Driver.Pool()); err != nil {
 					fail(err)
 				}
 			}
 		})
 	}
 	wg.Go(func() {
-		d := db.Driver.Dialect().(driver.RelayDialect)
+		d := db.Driver.Dialect()
 		for claimed := 0; claimed < workers*rounds; {
 			if ctx.Err() != nil {
 				fail(ctx.Err())

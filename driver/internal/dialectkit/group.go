@@ -10,8 +10,8 @@ import (
 	"github.com/idem-go/idem/driver"
 )
 
-// GroupSQL implements driver.GroupLeases for a dialect, given its
-// statements. Each statement takes its arguments in the order given here
+// GroupSQL are a dialect's statements of driver.GroupLeases, which Base
+// implements. Each statement takes its arguments in the order given here
 // (PostgreSQL numbers them, MySQL and SQLite take them in that order); ttl
 // is passed as DurationArg makes it.
 type GroupSQL struct {
@@ -56,22 +56,20 @@ type GroupSQL struct {
 	// TimeDest adapts a timestamp column, which may be NULL, to the
 	// dialect's representation (NullTime, sqltime.Scanner).
 	TimeDest func(*time.Time) any
-	// Wrap translates errors (the missing-table hint).
-	Wrap func(error) error
 }
 
-func (g *GroupSQL) timeDest(t *time.Time) any { return g.TimeDest(t) }
-
 // HeartbeatMember implements driver.GroupLeases.
-func (g *GroupSQL) HeartbeatMember(ctx context.Context, ex driver.Executor, consumer, member string, ttl time.Duration) error {
+func (b *Base) HeartbeatMember(ctx context.Context, ex driver.Executor, consumer, member string, ttl time.Duration) error {
+	g := &b.spec.Groups
 	_, err := ex.Exec(ctx, g.Heartbeat, consumer, member, g.DurationArg(ttl))
-	return g.Wrap(err)
+	return b.Wrap(err)
 }
 
 // LiveMembers implements driver.GroupLeases.
-func (g *GroupSQL) LiveMembers(ctx context.Context, ex driver.Executor, consumer string) ([]string, error) {
+func (b *Base) LiveMembers(ctx context.Context, ex driver.Executor, consumer string) ([]string, error) {
+	g := &b.spec.Groups
 	if _, err := ex.Exec(ctx, g.DeleteExpiredMembers, consumer); err != nil {
-		return nil, g.Wrap(err)
+		return nil, b.Wrap(err)
 	}
 	var out []string
 	err := driver.QueryRows(ctx, ex, g.SelectLiveMembers, []any{consumer}, func(rows driver.Rows) error {
@@ -83,33 +81,35 @@ func (g *GroupSQL) LiveMembers(ctx context.Context, ex driver.Executor, consumer
 		return nil
 	})
 	if err != nil {
-		return nil, g.Wrap(err)
+		return nil, b.Wrap(err)
 	}
 	slices.Sort(out) // byte order, whatever the column's collation
 	return out, nil
 }
 
 // LeaveGroup implements driver.GroupLeases.
-func (g *GroupSQL) LeaveGroup(ctx context.Context, ex driver.Executor, consumer, member string) error {
+func (b *Base) LeaveGroup(ctx context.Context, ex driver.Executor, consumer, member string) error {
+	g := &b.spec.Groups
 	_, err := ex.Exec(ctx, g.DeleteMember, consumer, member)
-	return g.Wrap(err)
+	return b.Wrap(err)
 }
 
 // AcquirePartition implements driver.GroupLeases: the conditional upsert,
 // then a read of the row, which tells whether member owns it (the upsert's
 // row count does not: MySQL counts unchanged rows as 0).
-func (g *GroupSQL) AcquirePartition(ctx context.Context, ex driver.Executor, consumer, member string, partition int, ttl time.Duration) (driver.PartitionLease, bool, error) {
+func (b *Base) AcquirePartition(ctx context.Context, ex driver.Executor, consumer, member string, partition int, ttl time.Duration) (driver.PartitionLease, bool, error) {
+	g := &b.spec.Groups
 	if _, err := ex.Exec(ctx, g.Acquire, consumer, partition, member, g.DurationArg(ttl)); err != nil {
-		return driver.PartitionLease{}, false, g.Wrap(err)
+		return driver.PartitionLease{}, false, b.Wrap(err)
 	}
 	var (
 		owner *string
 		live  bool
 	)
 	l := driver.PartitionLease{Partition: partition}
-	err := driver.QueryRow(ctx, ex, g.SelectPartition, []any{consumer, partition}, &owner, &l.Epoch, g.timeDest(&l.Until), &live)
+	err := driver.QueryRow(ctx, ex, g.SelectPartition, []any{consumer, partition}, &owner, &l.Epoch, g.TimeDest(&l.Until), &live)
 	if err != nil {
-		return driver.PartitionLease{}, false, g.Wrap(err)
+		return driver.PartitionLease{}, false, b.Wrap(err)
 	}
 	if owner == nil || *owner != member || !live {
 		return driver.PartitionLease{}, false, nil
@@ -118,13 +118,14 @@ func (g *GroupSQL) AcquirePartition(ctx context.Context, ex driver.Executor, con
 }
 
 // RenewPartitions implements driver.GroupLeases.
-func (g *GroupSQL) RenewPartitions(ctx context.Context, ex driver.Executor, consumer, member string, held []int, ttl time.Duration) ([]int, error) {
+func (b *Base) RenewPartitions(ctx context.Context, ex driver.Executor, consumer, member string, held []int, ttl time.Duration) ([]int, error) {
+	g := &b.spec.Groups
 	nums := make([]string, len(held))
 	for i, p := range held {
 		nums[i] = strconv.Itoa(p)
 	}
 	if _, err := ex.Exec(ctx, g.Renew, g.DurationArg(ttl), consumer, member, strings.Join(nums, ",")); err != nil {
-		return nil, g.Wrap(err)
+		return nil, b.Wrap(err)
 	}
 	owned := map[int]bool{}
 	err := driver.QueryRows(ctx, ex, g.SelectOwned, []any{consumer, member}, func(rows driver.Rows) error {
@@ -136,7 +137,7 @@ func (g *GroupSQL) RenewPartitions(ctx context.Context, ex driver.Executor, cons
 		return nil
 	})
 	if err != nil {
-		return nil, g.Wrap(err)
+		return nil, b.Wrap(err)
 	}
 	var lost []int
 	for _, p := range held {
@@ -148,34 +149,36 @@ func (g *GroupSQL) RenewPartitions(ctx context.Context, ex driver.Executor, cons
 }
 
 // ReleasePartition implements driver.GroupLeases.
-func (g *GroupSQL) ReleasePartition(ctx context.Context, ex driver.Executor, consumer, member string, partition int) (bool, error) {
+func (b *Base) ReleasePartition(ctx context.Context, ex driver.Executor, consumer, member string, partition int) (bool, error) {
+	g := &b.spec.Groups
 	n, err := ex.Exec(ctx, g.Release, consumer, partition, member)
-	return n == 1, g.Wrap(err)
+	return n == 1, b.Wrap(err)
 }
 
 // ListGroups implements driver.GroupLeases.
-func (g *GroupSQL) ListGroups(ctx context.Context, ex driver.Executor, consumer string) (driver.GroupStatus, error) {
+func (b *Base) ListGroups(ctx context.Context, ex driver.Executor, consumer string) (driver.GroupStatus, error) {
+	g := &b.spec.Groups
 	var s driver.GroupStatus
-	if err := driver.QueryRow(ctx, ex, g.Now, nil, g.timeDest(&s.Now)); err != nil {
-		return driver.GroupStatus{}, g.Wrap(err)
+	if err := driver.QueryRow(ctx, ex, g.Now, nil, g.TimeDest(&s.Now)); err != nil {
+		return driver.GroupStatus{}, b.Wrap(err)
 	}
 	err := driver.QueryRows(ctx, ex, g.ListMembers, []any{consumer, consumer}, func(rows driver.Rows) error {
 		var m driver.GroupMember
-		if err := rows.Scan(&m.Consumer, &m.ID, g.timeDest(&m.Until)); err != nil {
+		if err := rows.Scan(&m.Consumer, &m.ID, g.TimeDest(&m.Until)); err != nil {
 			return err
 		}
 		s.Members = append(s.Members, m)
 		return nil
 	})
 	if err != nil {
-		return driver.GroupStatus{}, g.Wrap(err)
+		return driver.GroupStatus{}, b.Wrap(err)
 	}
 	err = driver.QueryRows(ctx, ex, g.ListPartitions, []any{consumer, consumer}, func(rows driver.Rows) error {
 		var (
 			p     driver.PartitionOwner
 			owner *string
 		)
-		if err := rows.Scan(&p.Consumer, &p.Partition, &owner, &p.Epoch, g.timeDest(&p.Until)); err != nil {
+		if err := rows.Scan(&p.Consumer, &p.Partition, &owner, &p.Epoch, g.TimeDest(&p.Until)); err != nil {
 			return err
 		}
 		if owner != nil {
@@ -185,60 +188,7 @@ func (g *GroupSQL) ListGroups(ctx context.Context, ex driver.Executor, consumer 
 		return nil
 	})
 	if err != nil {
-		return driver.GroupStatus{}, g.Wrap(err)
+		return driver.GroupStatus{}, b.Wrap(err)
 	}
 	return s, nil
-}
-
-// GroupFlavor is what differs between the dialects whose statements take ?
-// placeholders (MySQL, SQLite) in their GroupSQL.
-type GroupFlavor struct {
-	// Member and Partition are the quoted, qualified tables.
-	Member, Partition string
-	// Now is the SQL expression of the database's current time, comparable
-	// with the timestamp columns.
-	Now string
-	// NowPlus is Now plus the ttl bound to its one placeholder.
-	NowPlus string
-	// InList is the condition that partition_no is in the comma-separated
-	// list of numbers bound to its one placeholder.
-	InList string
-	// Heartbeat is GroupSQL.Heartbeat (an upsert).
-	Heartbeat string
-	// Acquire is GroupSQL.Acquire (a conditional upsert).
-	Acquire string
-	// DurationArg, TimeDest and Wrap are GroupSQL's.
-	DurationArg func(time.Duration) any
-	TimeDest    func(*time.Time) any
-	Wrap        func(error) error
-}
-
-// QuestionMarkGroupSQL returns the GroupSQL of f: the statements MySQL and
-// SQLite share, with f's upserts.
-func QuestionMarkGroupSQL(f GroupFlavor) *GroupSQL {
-	m, p := f.Member, f.Partition
-	return &GroupSQL{
-		Heartbeat:            f.Heartbeat,
-		DeleteExpiredMembers: `DELETE FROM ` + m + ` WHERE consumer_name = ? AND lease_until <= ` + f.Now,
-		SelectLiveMembers:    `SELECT member_id FROM ` + m + ` WHERE consumer_name = ? AND lease_until > ` + f.Now,
-		DeleteMember:         `DELETE FROM ` + m + ` WHERE consumer_name = ? AND member_id = ?`,
-		Acquire:              f.Acquire,
-		SelectPartition: `SELECT owner, epoch, lease_until, COALESCE(lease_until > ` + f.Now + `, 0)
-FROM ` + p + ` WHERE consumer_name = ? AND partition_no = ?`,
-		Renew: `UPDATE ` + p + ` SET lease_until = ` + f.NowPlus + `
-WHERE consumer_name = ? AND owner = ? AND ` + f.InList + ` AND lease_until > ` + f.Now,
-		SelectOwned: `SELECT partition_no FROM ` + p + ` WHERE consumer_name = ? AND owner = ? AND lease_until > ` + f.Now,
-		Release: `UPDATE ` + p + ` SET owner = NULL, lease_until = NULL
-WHERE consumer_name = ? AND partition_no = ? AND owner = ?`,
-		Now: `SELECT ` + f.Now,
-		ListMembers: `SELECT consumer_name, member_id, lease_until FROM ` + m + `
-WHERE ? = '' OR consumer_name = ?
-ORDER BY consumer_name, member_id`,
-		ListPartitions: `SELECT consumer_name, partition_no, owner, epoch, lease_until FROM ` + p + `
-WHERE ? = '' OR consumer_name = ?
-ORDER BY consumer_name, partition_no`,
-		DurationArg: f.DurationArg,
-		TimeDest:    f.TimeDest,
-		Wrap:        f.Wrap,
-	}
 }

@@ -10,7 +10,8 @@ import (
 	"github.com/idem-go/idem/driver/internal/textenc"
 )
 
-// StatusSQL are a dialect's statements of driver.StatusReader.
+// StatusSQL are a dialect's statements of driver.StatusReader, which Base
+// implements.
 type StatusSQL struct {
 	// Now selects the database's clock.
 	Now string
@@ -35,26 +36,24 @@ type StatusSQL struct {
 	// Time returns a scan destination for a nullable timestamp column,
 	// storing the zero time for NULL.
 	Time func(*time.Time) any
-	// IsMissingTable and Wrap are the dialect's.
-	IsMissingTable func(error) bool
-	Wrap           func(error) error
 }
 
-// ReadStatus implements driver.StatusReader.ReadStatus with s.
-func ReadStatus(ctx context.Context, ex driver.Executor, s StatusSQL, p driver.StatusParams) (driver.Status, error) {
+// ReadStatus implements driver.StatusReader.
+func (b *Base) ReadStatus(ctx context.Context, ex driver.Executor, p driver.StatusParams) (driver.Status, error) {
+	s := &b.spec.Status
 	var st driver.Status
 	if err := driver.QueryRow(ctx, ex, s.Now, nil, s.Time(&st.Now)); err != nil {
-		return st, s.Wrap(err)
+		return st, b.Wrap(err)
 	}
 	o := &st.Outbox
 	err := driver.QueryRow(ctx, ex, s.Outbox, nil, &o.Backlog, s.Time(&o.OldestUnpublished), &o.Quarantined, s.Time(&o.LastPublished))
 	switch {
 	case err == nil:
 		o.Present = true
-	case s.IsMissingTable(err):
+	case b.IsMissingTable(err):
 		// A consumer-only database; the consumer tables are checked below.
 	default:
-		return st, s.Wrap(fmt.Errorf("outbox: %w", err))
+		return st, b.Wrap(fmt.Errorf("outbox: %w", err))
 	}
 
 	names := map[string]bool{}
@@ -76,7 +75,7 @@ func ReadStatus(ctx context.Context, ex driver.Executor, s StatusSQL, p driver.S
 		return nil
 	})
 	if err != nil {
-		return st, s.Wrap(fmt.Errorf("consumer names: %w", err))
+		return st, b.Wrap(fmt.Errorf("consumer names: %w", err))
 	}
 	sorted := make([]string, 0, len(names))
 	for n := range names {
@@ -91,7 +90,7 @@ func ReadStatus(ctx context.Context, ex driver.Executor, s StatusSQL, p driver.S
 		err := driver.QueryRow(ctx, ex, s.Consumer, s.ConsumerArgs(name, textenc.Encode(name), since),
 			s.Time(&c.LastProcessed), &c.Processed, &c.Parked, s.Time(&c.OldestParked), &c.Retrying)
 		if err != nil {
-			return st, s.Wrap(fmt.Errorf("consumer %s: %w", name, err))
+			return st, b.Wrap(fmt.Errorf("consumer %s: %w", name, err))
 		}
 		st.Consumers = append(st.Consumers, c)
 	}

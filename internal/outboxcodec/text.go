@@ -1,4 +1,4 @@
-package postgres
+package outboxcodec
 
 import (
 	"fmt"
@@ -8,48 +8,45 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idem-go/idem/driver"
-	"github.com/idem-go/idem/driver/internal/dialectkit"
 )
 
-// OutboxColumns are the outbox columns DecodeOutboxText reads, in the order
-// of the relay's row decoding.
-var OutboxColumns = []string{"id", "aggregatetype", "aggregateid", "type", "payload", "occurred_at",
+// textColumns are the outbox columns DecodeText reads, in the order of
+// ScanRow.
+var textColumns = [...]string{"id", "aggregatetype", "aggregateid", "type", "payload", "occurred_at",
 	"aggregate_version", "headers", "seq", "created_at", "attempts"}
 
-// DecodeOutboxText reads an outbox row given as the text of its columns (the
-// text output of each type, as logical replication's pgoutput sends it) with
-// the polling relay's rules: the same OutboxRecord, and the same Unreadable
-// problems, as a claim of the same row. value returns a column's text, nil
-// for NULL, and present false for a column the table does not have (a
-// table with Debezium's five columns only): occurred_at and created_at are
-// then zero, aggregate_version 0, headers empty, seq 0.
+// DecodeText reads a PostgreSQL outbox row given as the text of its columns
+// (the text output of each type, as logical replication's pgoutput sends
+// it) with the polling relay's rules: the same OutboxRecord, and the same
+// Unreadable problems, as a claim of the same row. value returns a column's
+// text, nil for NULL, and present false for a column the table does not
+// have (a table with Debezium's five columns only): occurred_at and
+// created_at are then zero, aggregate_version 0, headers empty, seq 0.
 //
 // It fails only when a column that the outbox declares with a type other
 // than text holds text that type cannot have (not the case of rows the
 // server decoded).
-func DecodeOutboxText(value func(column string) (text []byte, present bool)) (driver.OutboxRecord, error) {
+func DecodeText(value func(column string) (text []byte, present bool)) (driver.OutboxRecord, error) {
 	var rec driver.OutboxRecord
-	err := dialectkit.ScanOutboxRecord(textRow{value: value}, &rec, nil)
+	err := ScanRow(textRow{value: value}, &rec, nil)
 	return rec, err
 }
 
-// textRow is one row of column texts, scanned as the dialect's queries are.
+// textRow is one row of column texts, scanned as the dialects' queries are.
 type textRow struct {
 	value func(string) ([]byte, bool)
 }
 
-func (textRow) Next() bool   { return false }
-func (textRow) Err() error   { return nil }
-func (textRow) Close() error { return nil }
-
 var textTypes = pgtype.NewMap()
 
+// Scan implements Scanner: each destination gets its column's text, as
+// the dialects' queries give it.
 func (r textRow) Scan(dest ...any) error {
-	if len(dest) != len(OutboxColumns) {
-		return fmt.Errorf("idem: postgres: %d destinations for %d outbox columns", len(dest), len(OutboxColumns))
+	if len(dest) != len(textColumns) {
+		return fmt.Errorf("idem: postgres: %d destinations for %d outbox columns", len(dest), len(textColumns))
 	}
 	for i, d := range dest {
-		col := OutboxColumns[i]
+		col := textColumns[i]
 		v, ok := r.value(col)
 		if !ok {
 			switch col {

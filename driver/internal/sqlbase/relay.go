@@ -1,13 +1,10 @@
-// Package sqlrelay implements driver.RelayDialect for the MySQL and SQLite
-// dialects, which share their placeholders (?) and most of their SQL. Each
-// dialect describes its differences in a Flavor.
-//
-// The claim follows the PostgreSQL dialect's semantics exactly: it only
-// claims an aggregate's head (its unpublished row with the lowest seq) and
-// the rows that follow it, never an aggregate with a row under an unexpired
-// lease, and claims run one after the other (Flavor.ClaimLock), so each sees
-// the leases of the previous ones.
-package sqlrelay
+package sqlbase
+
+// The relay's statements. The claim follows the PostgreSQL dialect's
+// semantics exactly: it only claims an aggregate's head (its unpublished
+// row with the lowest seq) and the rows that follow it, never an aggregate
+// with a row under an unexpired lease, and claims run one after the other
+// (Flavor.ClaimLock), so each sees the leases of the previous ones.
 
 import (
 	"cmp"
@@ -18,50 +15,18 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/dialectkit"
 	"github.com/idem-go/idem/driver/internal/sqltime"
+	"github.com/idem-go/idem/internal/outboxcodec"
 )
 
-// Flavor is what differs between the dialects.
-type Flavor struct {
-	// Outbox is the quoted, qualified outbox table.
-	Outbox string
-	// Now is the SQL expression of the current time, comparable with the
-	// timestamp columns.
-	Now string
-	// NowPlus is the SQL expression of the current time plus the duration
-	// bound to its one placeholder, as made by DurationArg.
-	NowPlus string
-	// DurationArg turns a duration into NowPlus's argument.
-	DurationArg func(time.Duration) any
-	// ClaimLock is run first in a claim's transaction and serialises claims
-	// until the transaction ends.
-	ClaimLock string
-	// BySeq, when not empty, is the table reference of the statements that
-	// look rows up by seq (MySQL: the outbox with FORCE INDEX on its seq
-	// index). Without it, MySQL may read "seq IN (...) AND published_at IS
-	// NULL" through pending_idx, a locking range scan that also locks the
-	// gaps where producers insert. Empty means Outbox.
-	BySeq string
-	// HeadsLock, when not empty ("FOR UPDATE SKIP LOCKED"), makes the claim
-	// lock the heads it selected, by primary key, rechecking that they are
-	// still unpublished and free, and keep those it could lock. The heads
-	// are first selected with a plain read: a locking range scan of the
-	// pending rows would also lock the gaps where producers insert, and
-	// deadlock with them (InnoDB's next-key locks).
-	HeadsLock string
-	// DeletePublished deletes at most ? (second argument) rows published
-	// before ? (first argument).
-	DeletePublished string
-	// Wrap translates errors (the missing-table hint).
-	Wrap func(error) error
-}
-
-// Relay implements the methods of driver.RelayDialect for a Flavor.
-type Relay struct {
-	f Flavor
+// relay implements driver.RelayDialect for a Flavor.
+type relay struct {
+	f               *Flavor
+	outbox, bySeq   string // the outbox, and its reference by seq (Flavor.BySeq)
+	deletePublished string
+	wrap            func(error) error
 
 	claimHeads      string
 	backlog         string
@@ -93,12 +58,14 @@ const replayWhere = `published_at IS NOT NULL
   AND (? = '' OR type = ?)
   AND (? = '' OR aggregatetype = ?)`
 
-// New returns the relay operations of f.
-func New(f Flavor) *Relay {
-	f.BySeq = cmp.Or(f.BySeq, f.Outbox)
-	o := f.Outbox
-	return &Relay{
-		f: f,
+// newRelay returns the relay operations of f on the outbox table o.
+func newRelay(f *Flavor, o string, wrap func(error) error) *relay {
+	return &relay{
+		f:               f,
+		outbox:          o,
+		bySeq:           cmp.Or(f.BySeq, o),
+		wrap:            wrap,
+		deletePublished: f.DeleteOldest(o, "seq", "published_at < ?", "published_at"),
 		// A quarantined row is never a head, and the rows after it in its
 		// aggregate are not heads either: they have an unpublished row
 		// before them.
@@ -143,24 +110,13 @@ WHERE seq = ? AND quarantined_at IS NOT NULL`,
 	}
 }
 
-func placeholders(n int, group string) string {
-	var b strings.Builder
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(group)
-	}
-	return b.String()
-}
-
-// ClaimOutbox implements driver.RelayDialect.ClaimOutbox.
-func (r *Relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.ClaimParams) ([]driver.ClaimedRow, error) {
+// ClaimOutbox implements driver.RelayDialect.
+func (r *relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.ClaimParams) ([]driver.ClaimedRow, error) {
 	if p.Limit <= 0 {
 		return nil, nil
 	}
 	if _, err := ex.Exec(ctx, r.f.ClaimLock); err != nil {
-		return nil, r.f.Wrap(err)
+		return nil, r.wrap(err)
 	}
 	type head struct {
 		seq                        int64
@@ -177,7 +133,7 @@ func (r *Relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.Cl
 		return nil
 	})
 	if err != nil {
-		return nil, r.f.Wrap(err)
+		return nil, r.wrap(err)
 	}
 	if len(heads) > 0 && r.f.HeadsLock != "" {
 		args := make([]any, len(heads))
@@ -185,8 +141,8 @@ func (r *Relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.Cl
 			args[i] = h.seq
 		}
 		locked := map[int64]bool{}
-		err := driver.QueryRows(ctx, ex, `SELECT seq FROM `+r.f.BySeq+`
-WHERE seq IN (`+placeholders(len(heads), "?")+`)
+		err := driver.QueryRows(ctx, ex, `SELECT seq FROM `+r.bySeq+`
+WHERE seq IN (`+Tuples(len(heads), "?")+`)
   AND published_at IS NULL AND quarantined_at IS NULL
   AND (lease_until IS NULL OR lease_until <= `+r.f.Now+`)
 `+r.f.HeadsLock, args, func(rows driver.Rows) error {
@@ -198,7 +154,7 @@ WHERE seq IN (`+placeholders(len(heads), "?")+`)
 			return nil
 		})
 		if err != nil {
-			return nil, r.f.Wrap(err)
+			return nil, r.wrap(err)
 		}
 		kept := heads[:0]
 		for _, h := range heads {
@@ -240,7 +196,7 @@ WHERE seq IN (`+placeholders(len(heads), "?")+`)
 FROM (
     SELECT o.aggregatetype, o.aggregateid, o.seq, o.lease_owner, o.lease_until, o.quarantined_at,
         ROW_NUMBER() OVER (PARTITION BY o.aggregatetype, o.aggregateid ORDER BY o.seq) AS rn
-    FROM ` + r.f.Outbox + ` o
+    FROM ` + r.outbox + ` o
     WHERE o.published_at IS NULL AND (` + match.String() + `)) f
 WHERE f.rn BETWEEN 2 AND ?
 ORDER BY f.aggregatetype, f.aggregateid, f.seq`
@@ -268,17 +224,17 @@ ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 			return nil
 		})
 		if err != nil {
-			return nil, r.f.Wrap(err)
+			return nil, r.wrap(err)
 		}
 	}
 
-	in := placeholders(len(seqs), "?")
+	in := Tuples(len(seqs), "?")
 	args := append([]any{p.Owner.String(), r.f.DurationArg(p.Lease)}, seqs...)
-	if _, err := ex.Exec(ctx, `UPDATE `+r.f.BySeq+` SET lease_owner = ?, lease_until = `+r.f.NowPlus+` WHERE seq IN (`+in+`)`, args...); err != nil {
-		return nil, r.f.Wrap(err)
+	if _, err := ex.Exec(ctx, `UPDATE `+r.bySeq+` SET lease_owner = ?, lease_until = `+r.f.NowPlus+` WHERE seq IN (`+in+`)`, args...); err != nil {
+		return nil, r.wrap(err)
 	}
 	out := make([]driver.ClaimedRow, 0, len(seqs))
-	err = driver.QueryRows(ctx, ex, `SELECT `+relayColumns+` FROM `+r.f.Outbox+` WHERE seq IN (`+in+`) ORDER BY seq`, seqs, func(rows driver.Rows) error {
+	err = driver.QueryRows(ctx, ex, `SELECT `+relayColumns+` FROM `+r.outbox+` WHERE seq IN (`+in+`) ORDER BY seq`, seqs, func(rows driver.Rows) error {
 		var c driver.ClaimedRow
 		if err := scanRecord(rows, &c.OutboxRecord); err != nil {
 			return err
@@ -288,20 +244,17 @@ ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 		return nil
 	})
 	if err != nil {
-		return nil, r.f.Wrap(err)
+		return nil, r.wrap(err)
 	}
 	return out, nil
 }
 
-// scanRecord scans the columns of relayColumns.
+// scanRecord scans the columns of relayColumns. TimeDest is a sql.Scanner:
+// outboxcodec.ScanRow marks a row whose timestamp it cannot read unreadable
+// instead of failing.
 func scanRecord(rows driver.Rows, r *driver.OutboxRecord) error {
-	return dialectkit.ScanOutboxRecord(rows, r, timeDest)
+	return outboxcodec.ScanRow(rows, r, TimeDest)
 }
-
-// timeDest reads a timestamp column as sqltime stores it. It is a
-// sql.Scanner: ScanOutboxRecord marks a row whose timestamp it cannot read
-// unreadable instead of failing.
-func timeDest(t *time.Time) any { return sqltime.Scanner(t) }
 
 func seqArgs(seqs []int64) []any {
 	out := make([]any, len(seqs))
@@ -311,22 +264,22 @@ func seqArgs(seqs []int64) []any {
 	return out
 }
 
-// MarkPublished implements driver.RelayDialect.MarkPublished.
-func (r *Relay) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, seqs []int64) (int64, error) {
+// MarkPublished implements driver.RelayDialect.
+func (r *relay) MarkPublished(ctx context.Context, ex driver.Executor, owner uuid.UUID, seqs []int64) (int64, error) {
 	if len(seqs) == 0 {
 		return 0, nil
 	}
-	n, err := ex.Exec(ctx, `UPDATE `+r.f.BySeq+`
+	n, err := ex.Exec(ctx, `UPDATE `+r.bySeq+`
 SET published_at = `+r.f.Now+`, lease_owner = NULL, lease_until = NULL
-WHERE lease_owner = ? AND seq IN (`+placeholders(len(seqs), "?")+`)`,
+WHERE lease_owner = ? AND seq IN (`+Tuples(len(seqs), "?")+`)`,
 		append([]any{owner.String()}, seqArgs(seqs)...)...)
-	return n, r.f.Wrap(err)
+	return n, r.wrap(err)
 }
 
-// ReleaseOutbox implements driver.RelayDialect.ReleaseOutbox. Rows not
+// ReleaseOutbox implements driver.RelayDialect. Rows not
 // attempted are released in one statement, failed ones one by one (each has
 // its own error and delay).
-func (r *Relay) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.ReleaseRow) (int64, error) {
+func (r *relay) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.ReleaseRow) (int64, error) {
 	var (
 		untried []int64
 		total   int64
@@ -340,39 +293,39 @@ func (r *Relay) ReleaseOutbox(ctx context.Context, ex driver.Executor, owner uui
 		if row.Refused {
 			attempt = 1
 		}
-		n, err := ex.Exec(ctx, `UPDATE `+r.f.Outbox+`
+		n, err := ex.Exec(ctx, `UPDATE `+r.outbox+`
 SET lease_owner = NULL, lease_until = `+r.f.NowPlus+`, attempts = attempts + ?, last_error = ?
 WHERE seq = ? AND lease_owner = ?`,
 			r.f.DurationArg(row.Delay), attempt, row.Error, row.Seq, owner.String())
 		if err != nil {
-			return total, r.f.Wrap(err)
+			return total, r.wrap(err)
 		}
 		total += n
 	}
 	if len(untried) > 0 {
-		n, err := ex.Exec(ctx, `UPDATE `+r.f.BySeq+`
+		n, err := ex.Exec(ctx, `UPDATE `+r.bySeq+`
 SET lease_owner = NULL, lease_until = NULL
-WHERE lease_owner = ? AND seq IN (`+placeholders(len(untried), "?")+`)`,
+WHERE lease_owner = ? AND seq IN (`+Tuples(len(untried), "?")+`)`,
 			append([]any{owner.String()}, seqArgs(untried)...)...)
 		if err != nil {
-			return total, r.f.Wrap(err)
+			return total, r.wrap(err)
 		}
 		total += n
 	}
 	return total, nil
 }
 
-// QuarantineOutbox implements driver.RelayDialect.QuarantineOutbox, one row
+// QuarantineOutbox implements driver.RelayDialect, one row
 // at a time (each has its own error; quarantines are rare).
-func (r *Relay) QuarantineOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.QuarantineRow) ([]int64, error) {
+func (r *relay) QuarantineOutbox(ctx context.Context, ex driver.Executor, owner uuid.UUID, rows []driver.QuarantineRow) ([]int64, error) {
 	var out []int64
 	for _, row := range rows {
-		n, err := ex.Exec(ctx, `UPDATE `+r.f.Outbox+`
+		n, err := ex.Exec(ctx, `UPDATE `+r.outbox+`
 SET lease_owner = NULL, lease_until = NULL, attempts = attempts + 1, last_error = ?, quarantined_at = `+r.f.Now+`
 WHERE seq = ? AND lease_owner = ?`,
 			row.Error, row.Seq, owner.String())
 		if err != nil {
-			return out, r.f.Wrap(err)
+			return out, r.wrap(err)
 		}
 		if n == 1 {
 			out = append(out, row.Seq)
@@ -387,69 +340,50 @@ func quarantineArgs(f driver.QuarantineFilter) []any {
 	return []any{f.EventName, f.EventName, f.AggregateType, f.AggregateType, f.AggregateID, f.AggregateID, since, since}
 }
 
-// ListQuarantined implements driver.RelayDialect.ListQuarantined.
-func (r *Relay) ListQuarantined(ctx context.Context, ex driver.Executor, f driver.QuarantineFilter) ([]driver.QuarantinedRow, error) {
-	out, err := r.queryQuarantined(ctx, ex, r.listQuarantined, append(quarantineArgs(f), f.AfterSeq, f.PageLimit()))
-	return out, r.f.Wrap(err)
+// ListQuarantined implements driver.RelayDialect.
+func (r *relay) ListQuarantined(ctx context.Context, ex driver.Executor, f driver.QuarantineFilter) ([]driver.QuarantinedRow, error) {
+	out, err := dialectkit.QueryQuarantined(ctx, ex, r.listQuarantined, append(quarantineArgs(f), f.AfterSeq, f.PageLimit()), TimeDest)
+	return out, r.wrap(err)
 }
 
-// GetQuarantined implements driver.RelayDialect.GetQuarantined.
-func (r *Relay) GetQuarantined(ctx context.Context, ex driver.Executor, seq int64) (driver.QuarantinedRow, error) {
-	out, err := r.queryQuarantined(ctx, ex, r.getQuarantined, []any{seq})
-	if err != nil {
-		return driver.QuarantinedRow{}, r.f.Wrap(err)
-	}
-	if len(out) == 0 {
-		return driver.QuarantinedRow{}, idem.ErrNotFound
-	}
-	return out[0], nil
+// GetQuarantined implements driver.RelayDialect.
+func (r *relay) GetQuarantined(ctx context.Context, ex driver.Executor, seq int64) (driver.QuarantinedRow, error) {
+	q, err := dialectkit.GetQuarantined(ctx, ex, r.getQuarantined, []any{seq}, TimeDest)
+	return q, r.wrap(err)
 }
 
-func (r *Relay) queryQuarantined(ctx context.Context, ex driver.Executor, query string, args []any) ([]driver.QuarantinedRow, error) {
-	var out []driver.QuarantinedRow
-	err := driver.QueryRows(ctx, ex, query, args, func(rows driver.Rows) error {
-		var q driver.QuarantinedRow
-		if err := dialectkit.ScanOutboxRecord(rows, &q.OutboxRecord, timeDest, sqltime.Scanner(&q.QuarantinedAt), &q.LastError); err != nil {
-			return err
-		}
-		out = append(out, q)
-		return nil
-	})
-	return out, err
-}
-
-// RequeueQuarantined implements driver.RelayDialect.RequeueQuarantined.
-func (r *Relay) RequeueQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+// RequeueQuarantined implements driver.RelayDialect.
+func (r *relay) RequeueQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
 	if len(seqs) == 0 {
 		return 0, nil
 	}
-	n, err := ex.Exec(ctx, `UPDATE `+r.f.BySeq+`
+	n, err := ex.Exec(ctx, `UPDATE `+r.bySeq+`
 SET quarantined_at = NULL, attempts = 0, lease_owner = NULL, lease_until = NULL
-WHERE quarantined_at IS NOT NULL AND seq IN (`+placeholders(len(seqs), "?")+`)`, seqArgs(seqs)...)
-	return n, r.f.Wrap(err)
+WHERE quarantined_at IS NOT NULL AND seq IN (`+Tuples(len(seqs), "?")+`)`, seqArgs(seqs)...)
+	return n, r.wrap(err)
 }
 
-// DeleteQuarantined implements driver.RelayDialect.DeleteQuarantined.
-func (r *Relay) DeleteQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
+// DeleteQuarantined implements driver.RelayDialect.
+func (r *relay) DeleteQuarantined(ctx context.Context, ex driver.Executor, seqs []int64) (int64, error) {
 	if len(seqs) == 0 {
 		return 0, nil
 	}
-	n, err := ex.Exec(ctx, `DELETE FROM `+r.f.Outbox+`
-WHERE quarantined_at IS NOT NULL AND seq IN (`+placeholders(len(seqs), "?")+`)`, seqArgs(seqs)...)
-	return n, r.f.Wrap(err)
+	n, err := ex.Exec(ctx, `DELETE FROM `+r.outbox+`
+WHERE quarantined_at IS NOT NULL AND seq IN (`+Tuples(len(seqs), "?")+`)`, seqArgs(seqs)...)
+	return n, r.wrap(err)
 }
 
-// DeletePublished implements driver.RelayDialect.DeletePublished.
-func (r *Relay) DeletePublished(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int64, error) {
-	n, err := ex.Exec(ctx, r.f.DeletePublished, sqltime.Format(before), limit)
-	return n, r.f.Wrap(err)
+// DeletePublished implements driver.RelayDialect.
+func (r *relay) DeletePublished(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int64, error) {
+	n, err := ex.Exec(ctx, r.deletePublished, sqltime.Format(before), limit)
+	return n, r.wrap(err)
 }
 
-// OutboxBacklog implements driver.RelayDialect.OutboxBacklog.
-func (r *Relay) OutboxBacklog(ctx context.Context, ex driver.Executor) (driver.Backlog, error) {
+// OutboxBacklog implements driver.RelayDialect.
+func (r *relay) OutboxBacklog(ctx context.Context, ex driver.Executor) (driver.Backlog, error) {
 	var b driver.Backlog
 	err := driver.QueryRow(ctx, ex, r.backlog, nil, &b.Rows, sqltime.Scanner(&b.Oldest), &b.Quarantined)
-	return b, r.f.Wrap(err)
+	return b, r.wrap(err)
 }
 
 func replayArgs(f driver.ReplayFilter) []any {
@@ -457,37 +391,14 @@ func replayArgs(f driver.ReplayFilter) []any {
 	return []any{since, since, until, until, f.EventName, f.EventName, f.AggregateType, f.AggregateType}
 }
 
-// ReplayCounts implements driver.RelayDialect.ReplayCounts.
-func (r *Relay) ReplayCounts(ctx context.Context, ex driver.Executor, f driver.ReplayFilter) (map[string]int64, error) {
-	out := map[string]int64{}
-	err := driver.QueryRows(ctx, ex, r.replayCounts, replayArgs(f), func(rows driver.Rows) error {
-		var name string
-		var n int64
-		if err := rows.Scan(&name, &n); err != nil {
-			return err
-		}
-		out[name] = n
-		return nil
-	})
-	if err != nil {
-		return nil, r.f.Wrap(err)
-	}
-	return out, nil
+// ReplayCounts implements driver.RelayDialect.
+func (r *relay) ReplayCounts(ctx context.Context, ex driver.Executor, f driver.ReplayFilter) (map[string]int64, error) {
+	out, err := dialectkit.QueryCounts(ctx, ex, r.replayCounts, replayArgs(f))
+	return out, r.wrap(err)
 }
 
-// ReplayRows implements driver.RelayDialect.ReplayRows.
-func (r *Relay) ReplayRows(ctx context.Context, ex driver.Executor, f driver.ReplayFilter, afterSeq int64, limit int) ([]driver.OutboxRecord, error) {
-	var out []driver.OutboxRecord
-	err := driver.QueryRows(ctx, ex, r.replayRows, append(replayArgs(f), afterSeq, limit), func(rows driver.Rows) error {
-		var rec driver.OutboxRecord
-		if err := scanRecord(rows, &rec); err != nil {
-			return err
-		}
-		out = append(out, rec)
-		return nil
-	})
-	if err != nil {
-		return nil, r.f.Wrap(err)
-	}
-	return out, nil
+// ReplayRows implements driver.RelayDialect.
+func (r *relay) ReplayRows(ctx context.Context, ex driver.Executor, f driver.ReplayFilter, afterSeq int64, limit int) ([]driver.OutboxRecord, error) {
+	out, err := dialectkit.QueryRecords(ctx, ex, r.replayRows, append(replayArgs(f), afterSeq, limit), TimeDest)
+	return out, r.wrap(err)
 }
