@@ -18,8 +18,10 @@ type Subscriber interface {
 	// Stop stops consuming, lets the work in progress finish and
 	// acknowledges it, and returns when everything has ended. When ctx ends
 	// first, the work in progress is abandoned (its messages come back
-	// later) and Stop returns ctx's error once it has ended. Stop is
-	// idempotent and safe to call from several goroutines.
+	// later) and Stop returns ctx's error at once: the work ends in the
+	// background (idem's subscribers close their Done channel once it has).
+	// Stop is idempotent and safe to call from several goroutines, also
+	// before or during Start.
 	Stop(ctx context.Context) error
 }
 

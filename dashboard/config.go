@@ -116,37 +116,37 @@ func (cfg Config) WithDefaults() Config {
 
 func (cfg Config) validate() error {
 	if len(cfg.Databases) == 0 {
-		return errors.New("dashboard: Config.Databases is empty: give at least one database")
+		return errors.New("idem: dashboard: Config.Databases is empty: give at least one database")
 	}
 	seen := map[string]bool{}
 	for i, db := range cfg.Databases {
 		switch {
 		case db.Name == "":
-			return fmt.Errorf("dashboard: Config.Databases[%d].Name is empty", i)
+			return fmt.Errorf("idem: dashboard: Config.Databases[%d].Name is empty", i)
 		case seen[db.Name]:
-			return fmt.Errorf("dashboard: Config.Databases[%d].Name %q is used twice", i, db.Name)
+			return fmt.Errorf("idem: dashboard: Config.Databases[%d].Name %q is used twice", i, db.Name)
 		case db.Store == nil:
-			return fmt.Errorf("dashboard: Config.Databases[%d].Store (%s) is nil", i, db.Name)
+			return fmt.Errorf("idem: dashboard: Config.Databases[%d].Store (%s) is nil", i, db.Name)
 		case db.Source == nil:
-			return fmt.Errorf("dashboard: Config.Databases[%d].Source (%s) is nil", i, db.Name)
+			return fmt.Errorf("idem: dashboard: Config.Databases[%d].Source (%s) is nil", i, db.Name)
 		}
 		seen[db.Name] = true
 	}
 	if cfg.BasicAuth != nil && (cfg.BasicAuth.User == "" || cfg.BasicAuth.Password == "") {
-		return errors.New("dashboard: Config.BasicAuth needs a User and a Password")
+		return errors.New("idem: dashboard: Config.BasicAuth needs a User and a Password")
 	}
 	if strings.ContainsAny(cfg.Path, "?#") || (&url.URL{Path: cfg.Path}).EscapedPath() != cfg.Path {
-		return fmt.Errorf("dashboard: Config.Path %q: want a plain URL path such as /dashboard/", cfg.Path)
+		return fmt.Errorf("idem: dashboard: Config.Path %q: want a plain URL path such as /dashboard/", cfg.Path)
 	}
 	switch {
 	case cfg.SampleInterval < 0:
-		return errors.New("dashboard: Config.SampleInterval is negative")
+		return errors.New("idem: dashboard: Config.SampleInterval is negative")
 	case cfg.History < cfg.SampleInterval:
-		return errors.New("dashboard: Config.History is shorter than Config.SampleInterval")
+		return errors.New("idem: dashboard: Config.History is shorter than Config.SampleInterval")
 	case cfg.PageSize < 0:
-		return errors.New("dashboard: Config.PageSize is negative")
+		return errors.New("idem: dashboard: Config.PageSize is negative")
 	case cfg.QueryTimeout < 0:
-		return errors.New("dashboard: Config.QueryTimeout is negative")
+		return errors.New("idem: dashboard: Config.QueryTimeout is negative")
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/startstop"
@@ -36,9 +35,7 @@ type Dashboard struct {
 	csrfKey []byte
 	hist    history
 
-	base   startstop.Base
-	cancel context.CancelFunc
-	mu     sync.Mutex
+	base startstop.Base
 }
 
 // New returns a dashboard over cfg's databases. It checks the
@@ -146,36 +143,30 @@ func user(r *http.Request) string {
 }
 
 // Start starts sampling the databases every Config.SampleInterval, for the
-// charts. ctx bounds the start-up only.
+// charts. ctx bounds the start-up only. It returns an error wrapping
+// idem.ErrStarted or idem.ErrStopped when the dashboard was started or
+// stopped before.
 func (d *Dashboard) Start(ctx context.Context) error {
 	if err := d.base.Starting(); err != nil {
-		return fmt.Errorf("dashboard: %w", err)
+		return fmt.Errorf("idem: dashboard: %w", err)
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	d.mu.Lock()
-	d.cancel = cancel
-	d.mu.Unlock()
+	run := d.base.StopContext() // the sampling ends at Stop
 	go func() {
 		defer d.base.Finished()
-		d.run(runCtx)
+		d.run(run)
 	}()
-	if !d.base.Running() {
-		cancel()
-	}
+	d.base.Running()
 	return nil
 }
 
-// Stop stops the sampling and waits for it to end. It is idempotent; the
-// pages keep working, with the samples taken so far.
-func (d *Dashboard) Stop(ctx context.Context) error {
-	return d.base.Stop(ctx, func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.cancel != nil {
-			d.cancel()
-		}
-	}, nil)
-}
+// Stop stops the sampling and returns once it has ended, or with ctx's
+// error when ctx ends first (Done is closed when it has ended). It is
+// idempotent; the pages keep working, with the samples taken so far.
+func (d *Dashboard) Stop(ctx context.Context) error { return d.base.Stop(ctx, nil, nil) }
+
+// Done is closed once the sampling has ended (or the dashboard was stopped
+// before it started).
+func (d *Dashboard) Done() <-chan struct{} { return d.base.Done() }
 
 // explain says what an error reading a database means.
 func explain(err error) string {

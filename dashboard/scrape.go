@@ -43,7 +43,7 @@ func (s scraper) Gather() ([]*dto.MetricFamily, error) {
 	for _, u := range s.urls {
 		families, err := s.get(u)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("dashboard: scrape %s: %w", u, err))
+			errs = append(errs, fmt.Errorf("idem: dashboard: scrape %s: %w", u, err))
 			continue
 		}
 		for name, f := range families {

@@ -164,19 +164,19 @@ func (c Config) WithDefaults() Config {
 func (c Config) validate() error {
 	switch {
 	case c.TTL < 0:
-		return fmt.Errorf("idempotency: Config.TTL %v is negative", c.TTL)
+		return fmt.Errorf("idem: idempotency: Config.TTL %v is negative", c.TTL)
 	case c.LockTimeout < 0:
-		return fmt.Errorf("idempotency: Config.LockTimeout %v is negative", c.LockTimeout)
+		return fmt.Errorf("idem: idempotency: Config.LockTimeout %v is negative", c.LockTimeout)
 	case c.LockWait < 0:
-		return fmt.Errorf("idempotency: Config.LockWait %v is negative", c.LockWait)
+		return fmt.Errorf("idem: idempotency: Config.LockWait %v is negative", c.LockWait)
 	case c.PurgeInterval < 0:
-		return fmt.Errorf("idempotency: Config.PurgeInterval %v is negative", c.PurgeInterval)
+		return fmt.Errorf("idem: idempotency: Config.PurgeInterval %v is negative", c.PurgeInterval)
 	case c.PurgeBatchSize < 0:
-		return fmt.Errorf("idempotency: Config.PurgeBatchSize %d is negative", c.PurgeBatchSize)
+		return fmt.Errorf("idem: idempotency: Config.PurgeBatchSize %d is negative", c.PurgeBatchSize)
 	case c.MaxBodyBytes < 0:
-		return fmt.Errorf("idempotency: Config.MaxBodyBytes %d is negative", c.MaxBodyBytes)
+		return fmt.Errorf("idem: idempotency: Config.MaxBodyBytes %d is negative", c.MaxBodyBytes)
 	case c.MaxResponseBytes < 0:
-		return fmt.Errorf("idempotency: Config.MaxResponseBytes %d is negative", c.MaxResponseBytes)
+		return fmt.Errorf("idem: idempotency: Config.MaxResponseBytes %d is negative", c.MaxResponseBytes)
 	}
 	return nil
 }
@@ -200,10 +200,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Keys[TTx], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	store, ok := drv.Dialect().(driver.IdempotencyKeys)
-	if !ok {
-		return nil, fmt.Errorf("idempotency: the %s dialect does not store idempotency keys (driver.IdempotencyKeys); use an idem dialect that does", drv.Dialect().Name())
-	}
+	store := drv.Dialect()
 	cfg = cfg.WithDefaults()
 	return &Keys[TTx]{drv: drv, store: store, cfg: cfg, log: cfg.Logger.With("component", "idempotency"), errs: cfg.ErrorLog}, nil
 }
@@ -303,7 +300,7 @@ func (c *Claim) completedWith() int {
 // claim's: its lock timed out and a retry took it over (or it expired and
 // was purged). Roll the transaction back and answer 409 Conflict: the
 // retry that took the key over runs the request.
-var ErrClaimLost = errors.New("idempotency: the key was taken over by a retry after the lock timeout; roll back and answer 409 Conflict")
+var ErrClaimLost = errors.New("idem: idempotency: the key was taken over by a retry after the lock timeout; roll back and answer 409 Conflict")
 
 // Claim claims req's key for the caller, in a statement committed at once,
 // so that a concurrent retry sees it. A key expired (Config.TTL) is
@@ -332,7 +329,7 @@ func (k *Keys[TTx]) claim(ctx context.Context, pool driver.Executor, req Request
 		}
 		inserted, err := k.store.InsertIdempotencyKey(ctx, pool, p)
 		if err != nil {
-			return nil, fmt.Errorf("idempotency: claim key: %w", err)
+			return nil, fmt.Errorf("idem: idempotency: claim key: %w", err)
 		}
 		if inserted {
 			return &Claim{Request: req, Outcome: Claimed, owner: owner, LockedUntil: p.LockedUntil}, nil
@@ -342,7 +339,7 @@ func (k *Keys[TTx]) claim(ctx context.Context, pool driver.Executor, req Request
 			continue // released or purged meanwhile: insert again
 		}
 		if err != nil {
-			return nil, fmt.Errorf("idempotency: read key: %w", err)
+			return nil, fmt.Errorf("idem: idempotency: read key: %w", err)
 		}
 		expired := !cur.ExpiresAt.After(now)
 		crashed := !cur.Completed && !cur.LockedUntil.After(now) && cur.Fingerprint == req.Fingerprint
@@ -355,7 +352,7 @@ func (k *Keys[TTx]) claim(ctx context.Context, pool driver.Executor, req Request
 			p.PreviousOwner = cur.Owner
 			ok, err := k.store.ReclaimIdempotencyKey(ctx, pool, p)
 			if err != nil {
-				return nil, fmt.Errorf("idempotency: take key over: %w", err)
+				return nil, fmt.Errorf("idem: idempotency: take key over: %w", err)
 			}
 			if ok {
 				if crashed && !expired {
@@ -391,15 +388,15 @@ func (k *Keys[TTx]) Complete(ctx context.Context, tx TTx, c *Claim, resp Respons
 		return nil
 	}
 	if c.Outcome != Claimed {
-		return fmt.Errorf("idempotency: Complete on a key whose outcome is %q; only a claimed key is completed", c.Outcome)
+		return fmt.Errorf("idem: idempotency: Complete on a key whose outcome is %q; only a claimed key is completed", c.Outcome)
 	}
 	if resp.Status < 100 || resp.Status > 999 {
-		return fmt.Errorf("idempotency: Complete with status %d; want a 3-digit HTTP status", resp.Status)
+		return fmt.Errorf("idem: idempotency: Complete with status %d; want a 3-digit HTTP status", resp.Status)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.completed != 0 {
-		return errors.New("idempotency: Complete called twice for one claim; complete a key once, with the response sent")
+		return errors.New("idem: idempotency: Complete called twice for one claim; complete a key once, with the response sent")
 	}
 	headers, err := encodeHeader(resp.Header)
 	if err != nil {
@@ -410,7 +407,7 @@ func (k *Keys[TTx]) Complete(ctx context.Context, tx TTx, c *Claim, resp Respons
 		Status: resp.Status, Headers: headers, Body: resp.Body, Now: k.now(),
 	})
 	if err != nil {
-		return fmt.Errorf("idempotency: complete key: %w", err)
+		return fmt.Errorf("idem: idempotency: complete key: %w", err)
 	}
 	if !ok {
 		return ErrClaimLost
@@ -442,7 +439,7 @@ func (k *Keys[TTx]) Release(ctx context.Context, c *Claim) error {
 	}
 	_, err := k.store.ReleaseIdempotencyKey(ctx, k.drv.Pool(), driver.IdempotencyKeyRef{Scope: c.Scope, Key: c.Key}, c.owner)
 	if err != nil {
-		return fmt.Errorf("idempotency: release key: %w", err)
+		return fmt.Errorf("idem: idempotency: release key: %w", err)
 	}
 	return nil
 }
@@ -457,7 +454,7 @@ func (k *Keys[TTx]) Purge(ctx context.Context) (int64, error) {
 		n, err := k.store.PurgeIdempotencyKeys(ctx, k.drv.Pool(), driver.IdempotencyKeyPurgeParams{Before: before, Limit: k.cfg.PurgeBatchSize})
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("idempotency: purge expired keys: %w", err)
+			return total, fmt.Errorf("idem: idempotency: purge expired keys: %w", err)
 		}
 		if n < int64(k.cfg.PurgeBatchSize) || ctx.Err() != nil {
 			return total, nil
@@ -489,7 +486,7 @@ func requestTarget(r *http.Request) string {
 // ErrInvalidKey is matched (errors.Is) by the errors of ParseKey and
 // ValidateKey: the key cannot be used, and the request must be refused
 // (400), not run without it.
-var ErrInvalidKey = errors.New("idempotency: invalid key")
+var ErrInvalidKey = errors.New("idem: idempotency: invalid key")
 
 type invalidKeyError struct{ msg string }
 
@@ -551,13 +548,13 @@ func validateRequest(req Request) error {
 func validateText(field, s string, mayBeEmpty bool) error {
 	switch {
 	case s == "" && !mayBeEmpty:
-		return fmt.Errorf("idempotency: %s is empty", field)
+		return fmt.Errorf("idem: idempotency: %s is empty", field)
 	case len(s) > MaxKeyLength:
-		return fmt.Errorf("idempotency: %s is longer than %d bytes; hash it", field, MaxKeyLength)
+		return fmt.Errorf("idem: idempotency: %s is longer than %d bytes; hash it", field, MaxKeyLength)
 	case !utf8.ValidString(s), strings.ContainsFunc(s, unicode.IsControl):
-		return fmt.Errorf("idempotency: %s %q is not text without control characters; encode it (hex, base64)", field, s)
+		return fmt.Errorf("idem: idempotency: %s %q is not text without control characters; encode it (hex, base64)", field, s)
 	case strings.TrimSpace(s) != s:
-		return fmt.Errorf("idempotency: %s %q starts or ends with white space; trim it", field, s)
+		return fmt.Errorf("idem: idempotency: %s %q starts or ends with white space; trim it", field, s)
 	}
 	return nil
 }
@@ -584,7 +581,7 @@ func encodeHeader(h http.Header) (string, error) {
 	}
 	b, err := json.Marshal(stored)
 	if err != nil {
-		return "", fmt.Errorf("idempotency: encode the response's header: %w", err)
+		return "", fmt.Errorf("idem: idempotency: encode the response's header: %w", err)
 	}
 	return string(b), nil
 }
@@ -593,7 +590,7 @@ func decodeResponse(k driver.IdempotencyKey) (Response, error) {
 	resp := Response{Status: k.Status, Body: k.Body, Header: http.Header{}}
 	if k.Headers != "" {
 		if err := json.Unmarshal([]byte(k.Headers), &resp.Header); err != nil {
-			return Response{}, fmt.Errorf("idempotency: the stored header of key %q is not a JSON object of string arrays (%v); delete the key's row to run the request again", k.Key, err)
+			return Response{}, fmt.Errorf("idem: idempotency: the stored header of key %q is not a JSON object of string arrays (%v); delete the key's row to run the request again", k.Key, err)
 		}
 	}
 	return resp, nil

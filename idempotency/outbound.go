@@ -61,10 +61,10 @@ type Call[T any] struct {
 func Do[T any](ctx context.Context, c Call[T]) (T, error) {
 	var zero T
 	if err := ValidateKey(c.Key); err != nil {
-		return zero, idem.Permanent(fmt.Errorf("idempotency: Call.Key %q: %w", c.Key, err))
+		return zero, idem.Permanent(fmt.Errorf("idem: idempotency: Call.Key %q: %w", c.Key, err))
 	}
 	if c.Send == nil {
-		return zero, idem.Permanent(errors.New("idempotency: Call.Send is nil"))
+		return zero, idem.Permanent(errors.New("idem: idempotency: Call.Send is nil"))
 	}
 	attempts := cmp.Or(c.Attempts, AttemptsDefault)
 	for attempt := 1; ; attempt++ {
@@ -77,7 +77,7 @@ func Do[T any](ctx context.Context, c Call[T]) (T, error) {
 		}
 		found, ok, lerr := c.Lookup(ctx)
 		if lerr != nil {
-			return zero, fmt.Errorf("answer to %s lost (%v) and the lookup failed: %w", c.Key, err, lerr)
+			return zero, fmt.Errorf("idem: idempotency: answer to %s lost (%v) and the lookup failed: %w", c.Key, err, lerr)
 		}
 		if ok {
 			if c.Logger != nil {

@@ -4,55 +4,37 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"time"
 
 	"github.com/idem-go/idem/errlog"
-	"github.com/idem-go/idem/internal/startstop"
+	"github.com/idem-go/idem/internal/periodic"
 )
 
 // Purger deletes expired keys (Keys.Purge) at once, then every
 // Config.PurgeInterval, as a long-running service with Start and Stop, so
 // that idempotent_request stays small without a cron job.
 type Purger[TTx any] struct {
-	keys   *Keys[TTx]
-	log    *slog.Logger
-	errs   *errlog.Limiter
-	base   startstop.Base
-	ctx    context.Context
-	cancel context.CancelFunc
+	keys *Keys[TTx]
+	log  *slog.Logger
+	errs *errlog.Limiter
+	loop periodic.Loop
 }
 
 // NewPurger returns a purger of k's expired keys.
 func (k *Keys[TTx]) NewPurger() *Purger[TTx] {
 	p := &Purger[TTx]{keys: k, log: k.log.With("component", "idempotency purger")}
 	p.errs = errlog.New(p.log, "purge of expired idempotency keys", errlog.Config{})
-	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.loop = periodic.Loop{Interval: k.cfg.PurgeInterval, Jitter: 0.1, Immediate: true, Run: p.RunOnce}
 	return p
 }
 
 // Start starts purging in the background: once now, then every
 // Config.PurgeInterval. ctx is not used after Start returns: the purger
-// runs until Stop.
+// runs until Stop. It returns an error wrapping idem.ErrStarted or
+// idem.ErrStopped when the purger was started or stopped before.
 func (p *Purger[TTx]) Start(ctx context.Context) error {
-	if err := p.base.Starting(); err != nil {
-		return fmt.Errorf("idempotency: purger: %w", err)
+	if err := p.loop.Start(); err != nil {
+		return fmt.Errorf("idem: idempotency purger: %w", err)
 	}
-	go func() {
-		defer p.base.Finished()
-		for {
-			p.RunOnce(p.ctx)
-			interval := p.keys.cfg.PurgeInterval
-			t := time.NewTimer(time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64())))
-			select {
-			case <-p.base.Stopping():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	p.base.Running()
 	return nil
 }
 
@@ -73,14 +55,11 @@ func (p *Purger[TTx]) RunOnce(ctx context.Context) {
 	}
 }
 
-// Stop stops purging; a purge in progress finishes, unless ctx ends first,
-// which cancels it. Stop returns when the purger has stopped; it is
-// idempotent and safe to call from several goroutines.
-func (p *Purger[TTx]) Stop(ctx context.Context) error {
-	err := p.base.Stop(ctx, nil, p.cancel)
-	p.cancel()
-	return err
-}
+// Stop stops purging and returns once a purge in progress has finished.
+// When ctx ends first, the purge is cancelled and Stop returns ctx's error
+// at once; Done is closed once the purge has returned. Stop is idempotent
+// and safe to call from several goroutines.
+func (p *Purger[TTx]) Stop(ctx context.Context) error { return p.loop.Stop(ctx) }
 
-// Done is closed when a started purger has stopped.
-func (p *Purger[TTx]) Done() <-chan struct{} { return p.base.Done() }
+// Done is closed when the purger has stopped.
+func (p *Purger[TTx]) Done() <-chan struct{} { return p.loop.Done() }

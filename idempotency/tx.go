@@ -44,7 +44,7 @@ func (k *Keys[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request) (*Claim, e
 		}
 		locked, inserted, err := locker.TryLockInsertIdempotencyKey(ctx, ex, p)
 		if err != nil {
-			return nil, fmt.Errorf("idempotency: claim key: %w", err)
+			return nil, fmt.Errorf("idem: idempotency: claim key: %w", err)
 		}
 		if inserted {
 			return &Claim{Request: req, Outcome: Claimed, owner: owner, LockedUntil: p.LockedUntil}, nil
@@ -69,7 +69,7 @@ func (k *Keys[TTx]) lock(ctx context.Context, locker driver.IdempotencyKeyLocker
 	for {
 		ok, err := locker.TryLockIdempotencyKey(ctx, ex, ref)
 		if err != nil {
-			return false, fmt.Errorf("idempotency: lock key: %w", err)
+			return false, fmt.Errorf("idem: idempotency: lock key: %w", err)
 		}
 		if ok {
 			return true, nil

@@ -103,9 +103,9 @@ type Group struct {
 	// heartbeat.
 	startErrs *errlog.Limiter
 
-	base   startstop.Base
-	ctx    context.Context // cancelled when Stop abandons
-	cancel context.CancelFunc
+	// base is the lifecycle; its WorkContext, parent of the subscribers'
+	// contexts, ends when Stop runs out of time.
+	base startstop.Base
 
 	mu      sync.Mutex
 	parts   map[int]*groupPartition // partitions whose lease is held
@@ -131,14 +131,9 @@ type groupPartition struct {
 
 // NewGroup returns the ownership group of consumer c: replicas running
 // NewGroup with the same consumer name share its cfg.Partitions. The
-// consumer's dialect must have driver.GroupLeases (every idem dialect
-// has), and its database migration 0008 ("idem migrate up").
+// consumer's database needs migration 0008 ("idem migrate up").
 func NewGroup[TTx any](c *Consumer[TTx], cfg GroupConfig) (*Group, error) {
-	leases, ok := c.Driver().Dialect().(driver.GroupLeases)
-	if !ok {
-		return nil, fmt.Errorf("idem: group %s: dialect %s has no ownership leases (driver.GroupLeases): %w",
-			c.Name(), c.Driver().Dialect().Name(), errors.ErrUnsupported)
-	}
+	leases := c.Driver().Dialect()
 	if cfg.Partitions <= 0 {
 		return nil, fmt.Errorf("idem: group %s: Partitions %d: set the number of partitions of the consumer's queue (at least 1)", c.Name(), cfg.Partitions)
 	}
@@ -163,7 +158,6 @@ func NewGroup[TTx any](c *Consumer[TTx], cfg GroupConfig) (*Group, error) {
 	} else {
 		log = cfg.Logger.With("consumer", c.Name(), "member", cfg.MemberID)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	return &Group{
 		name:      c.Name(),
 		leases:    leases,
@@ -172,8 +166,6 @@ func NewGroup[TTx any](c *Consumer[TTx], cfg GroupConfig) (*Group, error) {
 		log:       log,
 		dbErrs:    errlog.New(log, "consumer group leases", errlog.Config{}),
 		startErrs: errlog.New(log, "consumer group subscribers", errlog.Config{}),
-		ctx:       ctx,
-		cancel:    cancel,
 		parts:     map[int]*groupPartition{},
 	}, nil
 }
@@ -208,20 +200,24 @@ func (g *Group) Owned() []int {
 }
 
 // Start joins the group and starts taking partitions in the background.
-// Its context bounds nothing after it returns.
+// Its context bounds nothing after it returns. It returns an error wrapping
+// idem.ErrStarted or idem.ErrStopped when the group was started or stopped
+// before; a Stop during Start makes it return idem.ErrStopped.
 func (g *Group) Start(ctx context.Context) error {
 	if err := g.base.Starting(); err != nil {
-		return err
+		return fmt.Errorf("idem: group %s: %w", g.name, err)
 	}
+	ctx, cancel := g.base.StartContext(ctx)
+	defer cancel()
 	// A database without migration 0008 is a set-up error, said now; a
 	// database away is not: the loop retries.
 	if err := g.leases.HeartbeatMember(ctx, g.ex, g.name, g.cfg.MemberID, g.cfg.LeaseTTL); errors.Is(err, idem.ErrMissingTable) {
 		g.base.StartFailed()
 		return fmt.Errorf("idem: group %s: %w (the group's tables come with migration 0008: run \"idem migrate up\")", g.name, err)
 	}
-	if err := ctx.Err(); err != nil {
+	if ctx.Err() != nil {
 		g.base.StartFailed()
-		return err
+		return fmt.Errorf("idem: group %s: start interrupted: %w", g.name, context.Cause(ctx))
 	}
 	go func() {
 		g.run()
@@ -233,17 +229,23 @@ func (g *Group) Start(ctx context.Context) error {
 
 // Stop gives every partition up (each subscriber stopped, settling its
 // deliveries in flight, then its lease released) and leaves the group,
-// renewing the leases meanwhile. When ctx ends first, the subscribers'
-// work in flight is abandoned; Stop returns ctx's error once everything has
-// ended.
+// renewing the leases meanwhile, and returns once all that has ended. When
+// ctx ends first, the subscribers' work in flight is abandoned and Stop
+// returns ctx's error at once; the subscribers then end, release their
+// leases and the member leaves the group in the background: Done is closed
+// when they have. Stop is idempotent and safe to call from several
+// goroutines.
 func (g *Group) Stop(ctx context.Context) error {
-	return g.base.Stop(ctx, nil, g.cancel)
+	return g.base.Stop(ctx, nil, nil)
 }
+
+// Done is closed once a started group has stopped (or was stopped before it
+// started).
+func (g *Group) Done() <-chan struct{} { return g.base.Done() }
 
 // run is the member's loop: a tick every Heartbeat until Stop, then the
 // cooperative shutdown.
 func (g *Group) run() {
-	defer g.cancel()
 	t := time.NewTicker(g.cfg.Heartbeat)
 	defer t.Stop()
 	for {
@@ -281,7 +283,7 @@ func (g *Group) shutdown(t *time.Ticker) {
 		select {
 		case <-done:
 			if !g.isCrashed() {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(g.ctx), g.cfg.LeaseTTL/2)
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base.WorkContext()), g.cfg.LeaseTTL/2)
 				if err := g.leases.LeaveGroup(ctx, g.ex, g.name, g.cfg.MemberID); err != nil {
 					g.log.Warn("idem: group: could not leave the group; the others wait for the member's lease to expire", "err", err)
 				}
@@ -299,14 +301,14 @@ func (g *Group) shutdown(t *time.Ticker) {
 // renewal fail, and the fences stop the subscribers in time whatever the
 // loop waits for.
 func (g *Group) stmtCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(g.ctx, g.cfg.LeaseTTL/2)
+	return context.WithTimeout(g.base.WorkContext(), g.cfg.LeaseTTL/2)
 }
 
 // tick renews the member's lease and its partitions' leases, then, when
 // assign is set, gives up the partitions no longer assigned to it and
 // takes those newly assigned.
 func (g *Group) tick(assign bool) {
-	if g.isCrashed() || g.ctx.Err() != nil {
+	if g.isCrashed() || g.base.WorkContext().Err() != nil {
 		return
 	}
 	ctx, cancel := g.stmtCtx()
@@ -454,7 +456,7 @@ func (g *Group) onFence(p *groupPartition) {
 // take records partition n acquired, valid until safeUntil, and starts
 // its subscriber.
 func (g *Group) take(n int, epoch int64, safeUntil time.Time) {
-	ctx, abandon := context.WithCancel(g.ctx)
+	ctx, abandon := context.WithCancel(g.base.WorkContext())
 	p := &groupPartition{n: n, epoch: epoch, safeUntil: safeUntil, stopReq: make(chan struct{}), abandon: abandon}
 	g.mu.Lock()
 	p.fence = time.AfterFunc(time.Hour, func() { g.onFence(p) })
@@ -519,6 +521,11 @@ func (g *Group) runPartition(ctx context.Context, p *groupPartition) {
 	if sub != nil {
 		if err := sub.Stop(ctx); err != nil {
 			g.log.Warn("idem: group: a partition's subscriber stopped abandoning its work in flight", "partition", p.n, "err", err)
+			// Its work ends in the background: the lease is released
+			// once it has, when the subscriber tells (idem's do).
+			if d, ok := sub.(interface{ Done() <-chan struct{} }); ok {
+				<-d.Done()
+			}
 		}
 	}
 	g.mu.Lock()
@@ -527,7 +534,7 @@ func (g *Group) runPartition(ctx context.Context, p *groupPartition) {
 	release := p.release && !g.crashed
 	g.mu.Unlock()
 	if release {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(g.ctx), g.cfg.LeaseTTL/2)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(g.base.WorkContext()), g.cfg.LeaseTTL/2)
 		if _, err := g.leases.ReleasePartition(rctx, g.ex, g.name, g.cfg.MemberID, p.n); err != nil {
 			g.log.Warn("idem: group: releasing a partition failed; the others take it when its lease expires", "partition", p.n, "err", err)
 		}

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/errlog"
-	"github.com/idem-go/idem/internal/startstop"
+	"github.com/idem-go/idem/internal/periodic"
 )
 
 // PurgeIntervalDefault is how often a Purger purges.
@@ -37,12 +36,10 @@ type PurgerConfig struct {
 // service with Start and Stop, so that processed_event stays small without a
 // cron job.
 type Purger[TTx any] struct {
-	drv    driver.Driver[TTx]
-	cfg    PurgerConfig
-	log    *slog.Logger
-	base   startstop.Base
-	ctx    context.Context
-	cancel context.CancelFunc
+	drv  driver.Driver[TTx]
+	cfg  PurgerConfig
+	log  *slog.Logger
+	loop periodic.Loop
 
 	// markerErrs and failedErrs log the failures of the two purges.
 	markerErrs, failedErrs *errlog.Limiter
@@ -77,31 +74,18 @@ func NewPurger[TTx any](drv driver.Driver[TTx], cfg PurgerConfig) (*Purger[TTx],
 	p := &Purger[TTx]{drv: drv, cfg: cfg, log: log.With("component", "purger", "consumer", cfg.Markers.Consumer)}
 	p.markerErrs = errlog.New(p.log, "purge of processed_event", errlog.Config{})
 	p.failedErrs = errlog.New(p.log, "purge of failed_message", errlog.Config{})
-	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.loop = periodic.Loop{Interval: cfg.Interval, Jitter: 0.1, Run: p.RunOnce}
 	return p, nil
 }
 
 // Start starts purging in the background, the first time one Interval from
-// now. ctx is not used after Start returns: the purger runs until Stop.
+// now. ctx is not used after Start returns: the purger runs until Stop. It
+// returns an error wrapping idem.ErrStarted or idem.ErrStopped when the
+// purger was started or stopped before.
 func (p *Purger[TTx]) Start(ctx context.Context) error {
-	if err := p.base.Starting(); err != nil {
+	if err := p.loop.Start(); err != nil {
 		return fmt.Errorf("idem: purger: %w", err)
 	}
-	go func() {
-		defer p.base.Finished()
-		for {
-			d := time.Duration(float64(p.cfg.Interval) * (0.9 + 0.2*rand.Float64()))
-			t := time.NewTimer(d)
-			select {
-			case <-p.base.Stopping():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			p.RunOnce(p.ctx)
-		}
-	}()
-	p.base.Running()
 	return nil
 }
 
@@ -138,14 +122,11 @@ func (p *Purger[TTx]) RunOnce(ctx context.Context) {
 	}
 }
 
-// Stop stops purging; a purge in progress finishes, unless ctx ends first,
-// which cancels it. Stop returns when the purger has stopped; it is
-// idempotent and safe to call from several goroutines.
-func (p *Purger[TTx]) Stop(ctx context.Context) error {
-	err := p.base.Stop(ctx, nil, p.cancel)
-	p.cancel()
-	return err
-}
+// Stop stops purging and returns once a purge in progress has finished.
+// When ctx ends first, the purge is cancelled and Stop returns ctx's error
+// at once; Done is closed once the purge has returned. Stop is idempotent
+// and safe to call from several goroutines.
+func (p *Purger[TTx]) Stop(ctx context.Context) error { return p.loop.Stop(ctx) }
 
-// Done is closed when a started purger has stopped.
-func (p *Purger[TTx]) Done() <-chan struct{} { return p.base.Done() }
+// Done is closed when the purger has stopped.
+func (p *Purger[TTx]) Done() <-chan struct{} { return p.loop.Done() }

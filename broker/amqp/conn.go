@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"strings"
@@ -162,6 +161,9 @@ func (c ConnConfig) dialHost(ctx context.Context, rawURL string) (*amqp091.Conne
 	if c.ConnectionName != "" {
 		props.SetClientConnectionName(c.ConnectionName)
 	}
+	// interrupt ends the handshake when ctx ends during it (a Stop
+	// during Start); unhook removes it once the handshake is over.
+	var unhook func() bool
 	cfg := amqp091.Config{
 		Heartbeat:       c.Heartbeat,
 		TLSClientConfig: c.TLS,
@@ -178,6 +180,7 @@ func (c ConnConfig) dialHost(ctx context.Context, rawURL string) (*amqp091.Conne
 				_ = conn.Close()
 				return nil, err
 			}
+			unhook = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 			return conn, nil
 		},
 	}
@@ -188,6 +191,13 @@ func (c ConnConfig) dialHost(ctx context.Context, rawURL string) (*amqp091.Conne
 		cfg.TLSClientConfig = c.TLS.Clone()
 	}
 	conn, err := amqp091.DialConfig(rawURL, cfg)
+	if unhook != nil && !unhook() {
+		// ctx ended during the handshake, which failed (or may be broken).
+		if err == nil {
+			_ = conn.Close()
+		}
+		err = context.Cause(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("idem: amqp: connect to %s: %w", broker.RedactURL(rawURL), redactErr(err, rawURL))
 	}
@@ -289,28 +299,6 @@ func redactErr(err error, rawURL string) error {
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), pass, "xxxxx"))
 }
-
-// backoff is an exponential, jittered reconnection delay.
-type backoff struct {
-	min, max time.Duration
-	cur      time.Duration
-}
-
-// next returns the delay before the next attempt and doubles it.
-func (b *backoff) next() time.Duration {
-	if b.cur < b.min {
-		b.cur = b.min
-	}
-	d := b.cur
-	b.cur = min(2*b.cur, b.max)
-	// Full jitter in [d/2, d).
-	if d > 1 {
-		d = d/2 + rand.N(d/2)
-	}
-	return d
-}
-
-func (b *backoff) reset() { b.cur = 0 }
 
 // describeClose turns an AMQP close reason into an error that says whether the
 // channel or the whole connection was closed, and why.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/internal/backoff"
 )
 
 // ChannelsDefault is how many Publish calls a Publisher runs at once.
@@ -83,7 +84,7 @@ type Publisher struct {
 	gen      uint64
 	idle     []*pubChannel
 	closed   bool
-	bo       backoff
+	bo       backoff.Backoff
 	nextDial time.Time
 	lastErr  error
 }
@@ -110,7 +111,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	return &Publisher{
 		cfg: cfg,
 		sem: make(chan struct{}, cfg.Channels),
-		bo:  backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax},
+		bo:  backoff.Backoff{Base: cfg.ReconnectMin, Max: cfg.ReconnectMax},
 	}, nil
 }
 
@@ -433,13 +434,13 @@ func (p *Publisher) connectLocked(ctx context.Context) error {
 	}
 	if err != nil {
 		p.lastErr = err
-		p.nextDial = time.Now().Add(p.bo.next())
+		p.nextDial = time.Now().Add(p.bo.Next())
 		return err
 	}
 	if p.lastErr != nil {
 		p.cfg.Logger.Info("amqp publisher: connected", "url", p.cfg.redacted())
 	}
-	p.bo.reset()
+	p.bo.Reset()
 	p.lastErr = nil
 	p.conn = conn
 	p.gen++

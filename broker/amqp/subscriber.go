@@ -19,6 +19,8 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/internal/batch"
 	"github.com/idem-go/idem/errlog"
+	"github.com/idem-go/idem/internal/backoff"
+	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/startstop"
 )
@@ -211,11 +213,9 @@ type Subscriber struct {
 	active   atomic.Bool
 	standing bool
 
-	// base is the lifecycle; workCtx, given to the consumer, ends when Stop
-	// runs out of time.
-	base       startstop.Base
-	workCtx    context.Context
-	workCancel context.CancelFunc
+	// base is the lifecycle; its WorkContext, given to the consumer, ends
+	// when Stop runs out of time.
+	base startstop.Base
 
 	mu   sync.Mutex
 	sess *session
@@ -239,7 +239,6 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 		seed:    maphash.MakeSeed(),
 	}
 	s.errs = errlog.New(s.log, "amqp subscriber connection", errlog.Config{})
-	s.workCtx, s.workCancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -248,11 +247,13 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 // only; the subscriber then runs until Stop. It returns an error if the
 // first connection, declaration or consume fails (other than the queue
 // being in use); after that, connection losses are handled by
-// reconnecting.
+// reconnecting. A Stop during Start interrupts the connection attempt.
 func (s *Subscriber) Start(ctx context.Context) error {
 	if err := s.base.Starting(); err != nil {
 		return fmt.Errorf("idem: amqp: subscriber: %w", err)
 	}
+	ctx, cancel := s.base.StartContext(ctx)
+	defer cancel()
 	sess, err := s.connect(ctx)
 	if err == nil {
 		if err = s.consume(sess); err != nil && !errors.Is(err, errInUse) {
@@ -260,7 +261,6 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		}
 	}
 	if err != nil && !errors.Is(err, errInUse) {
-		s.workCancel()
 		s.base.StartFailed()
 		return err
 	}
@@ -284,20 +284,18 @@ func (s *Subscriber) Active() bool { return s.active.Load() }
 
 // Stop stops consuming, finishes the batches in progress, acknowledges them
 // and closes the connections, and returns once all that has ended. If ctx
-// ends first, work in progress is abandoned (its messages are redelivered
-// later) and ctx's error returned. Stop is idempotent and safe to call from
-// several goroutines.
+// ends first, work in progress is abandoned (the connection is closed: its
+// messages are redelivered later) and Stop returns ctx's error at once; Done
+// is closed once the subscriber has ended. Stop is idempotent and safe to
+// call from several goroutines.
 func (s *Subscriber) Stop(ctx context.Context) error {
-	err := s.base.Stop(ctx, s.cancelSession, func() {
-		s.workCancel()
+	return s.base.Stop(ctx, s.cancelSession, func() {
 		s.mu.Lock()
 		if s.sess != nil {
 			_ = s.sess.conn.Close()
 		}
 		s.mu.Unlock()
 	})
-	s.workCancel()
-	return err
 }
 
 // cancelSession stops the current session's consumer: its deliveries end,
@@ -489,7 +487,8 @@ func (s *Subscriber) standBy(sess *session) error {
 // outcome.
 func (s *Subscriber) run(sess *session, err error) {
 	defer s.base.Finished()
-	bo := backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax}
+	stop, work := s.base.StopContext(), s.base.WorkContext()
+	bo := backoff.Backoff{Base: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax}
 	for {
 		if errors.Is(err, errInUse) {
 			err = s.standBy(sess)
@@ -505,16 +504,12 @@ func (s *Subscriber) run(sess *session, err error) {
 		if s.stopping() {
 			return
 		}
-		s.errs.Warn(s.workCtx, "amqp subscriber: connection lost; reconnecting", err, "url", s.cfg.redacted())
+		s.errs.Warn(work, "amqp subscriber: connection lost; reconnecting", err, "url", s.cfg.redacted())
 		for {
-			t := time.NewTimer(bo.next())
-			select {
-			case <-s.base.Stopping():
-				t.Stop()
+			if !ctxsleep.Sleep(stop, bo.Next()) {
 				return
-			case <-t.C:
 			}
-			ctx, cancel := context.WithTimeout(s.workCtx, s.cfg.DialTimeout)
+			ctx, cancel := context.WithTimeout(stop, s.cfg.DialTimeout) // Stop ends an attempt
 			sess, err = s.connect(ctx)
 			cancel()
 			if err == nil {
@@ -523,10 +518,13 @@ func (s *Subscriber) run(sess *session, err error) {
 				}
 				sess.close()
 			}
-			s.errs.Warn(s.workCtx, "amqp subscriber: reconnect failed", err, "url", s.cfg.redacted())
+			if s.stopping() {
+				return
+			}
+			s.errs.Warn(work, "amqp subscriber: reconnect failed", err, "url", s.cfg.redacted())
 		}
-		bo.reset()
-		s.errs.OK(s.workCtx) // logs "amqp subscriber connection recovered"
+		bo.Reset()
+		s.errs.OK(work) // logs "amqp subscriber connection recovered"
 		s.mu.Lock()
 		s.sess = sess
 		s.mu.Unlock()
@@ -550,7 +548,7 @@ func (s *Subscriber) serve(sess *session) error {
 		func(_ int, batches <-chan []amqp091.Delivery) {
 			w := batch.NewWorker[amqp091.Delivery](tr, batch.WorkerConfig{
 				Deliver:      s.deliverAndFault,
-				Context:      s.workCtx,
+				Context:      s.base.WorkContext(),
 				RequeueDelay: s.cfg.RequeueDelay,
 				Logger:       s.log,
 				OnHeld:       func(n int) { s.held.Add(int64(n)) },

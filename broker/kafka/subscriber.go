@@ -19,6 +19,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/errlog"
+	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/startstop"
 )
@@ -188,13 +189,10 @@ type Subscriber struct {
 	// commits.
 	fetchErrs, commitErrs *errlog.Limiter
 
-	// base is the lifecycle. deliverCtx is given to the DeliverFunc; it is
-	// canceled only when Stop runs out of time. pollCtx ends at Stop.
-	base          startstop.Base
-	deliverCtx    context.Context
-	deliverCancel context.CancelFunc
-	pollCtx       context.Context
-	pollCancel    context.CancelFunc
+	// base is the lifecycle. Its WorkContext is given to the DeliverFunc:
+	// it is canceled only when Stop runs out of time. Its StopContext ends
+	// the polls and the commits of the running subscriber at Stop.
+	base startstop.Base
 
 	mu        sync.Mutex
 	accepting bool // partitions get goroutines: started, not stopping
@@ -239,18 +237,16 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 	s.fetchErrs = errlog.New(s.log, "kafka fetches", errlog.Config{})
 	s.commitErrs = errlog.New(s.log, "kafka offset commits", errlog.Config{})
 	s.st.init()
-	s.deliverCtx, s.deliverCancel = context.WithCancel(context.Background())
-	s.pollCtx, s.pollCancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
 // Start joins the group and starts consuming. ctx bounds the start-up only
 // (reaching a broker); the subscriber then runs until Stop. It returns an
-// error if no broker can be reached.
+// error if no broker can be reached; a Stop during Start interrupts it.
 func (s *Subscriber) Start(ctx context.Context) error {
 	if err := s.base.Starting(); err != nil {
 		if errors.Is(err, startstop.ErrStopped) {
-			return ErrClosed
+			return fmt.Errorf("%w: %w", ErrClosed, err)
 		}
 		return fmt.Errorf("idem: kafka: subscriber: %w", err)
 	}
@@ -276,6 +272,8 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		s.base.StartFailed()
 		return fmt.Errorf("idem: kafka: new subscriber: %w", err)
 	}
+	ctx, cancel := s.base.StartContext(ctx)
+	defer cancel()
 	if err := cl.Ping(ctx); err != nil {
 		cl.Close()
 		s.base.StartFailed()
@@ -297,10 +295,11 @@ func (s *Subscriber) Start(ctx context.Context) error {
 // commits what is done, leaves the group, and returns once all that has
 // ended, with the final commit's error if it failed. If ctx ends first,
 // batches in progress are canceled (their transactions roll back) and Stop
-// returns ctx's error once they have returned. Stop is idempotent and safe
-// to call from several goroutines.
+// returns ctx's error at once; the subscriber commits what is done and
+// leaves the group in the background, and Done is closed once it has. Stop
+// is idempotent and safe to call from several goroutines.
 func (s *Subscriber) Stop(ctx context.Context) error {
-	if err := s.base.Stop(ctx, nil, s.deliverCancel); err != nil {
+	if err := s.base.Stop(ctx, nil, nil); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -315,10 +314,8 @@ func (s *Subscriber) finishAtStop() {
 	s.mu.Lock()
 	s.accepting = false
 	s.mu.Unlock()
-	s.pollCancel()
 	s.stopAll()
 	s.loops.Wait()
-	s.deliverCancel()
 	// The partitions' goroutines are gone: commit what is done, then leave.
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := s.commitNow(cctx, nil)
@@ -352,9 +349,10 @@ func (s *Subscriber) Client() *kgo.Client {
 
 func (s *Subscriber) pollLoop() {
 	defer s.loops.Done()
+	stop := s.base.StopContext()
 	for {
-		fetches := s.cl.PollRecords(s.pollCtx, 10*s.cfg.BatchSize)
-		if fetches.IsClientClosed() || s.pollCtx.Err() != nil {
+		fetches := s.cl.PollRecords(stop, 10*s.cfg.BatchSize)
+		if fetches.IsClientClosed() || stop.Err() != nil {
 			s.cl.AllowRebalance()
 			return
 		}
@@ -364,10 +362,10 @@ func (s *Subscriber) pollLoop() {
 				return
 			}
 			failed = true
-			s.fetchErrs.Warn(s.pollCtx, "kafka fetch error", err, "topic", topic, "partition", p)
+			s.fetchErrs.Warn(stop, "kafka fetch error", err, "topic", topic, "partition", p)
 		})
 		if !failed {
-			s.fetchErrs.OK(s.pollCtx)
+			s.fetchErrs.OK(stop)
 		}
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) == 0 && p.HighWatermark <= 0 {
@@ -496,25 +494,22 @@ func (s *Subscriber) markDone(k tp, off kgo.EpochOffset) {
 
 func (s *Subscriber) committer() {
 	defer s.loops.Done()
+	stop := s.base.StopContext()
 	for {
 		select {
 		case <-s.commitWake:
-		case <-s.pollCtx.Done():
+		case <-stop.Done():
 			return
 		}
-		ctx, cancel := context.WithTimeout(s.pollCtx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(stop, 10*time.Second)
 		err := s.commitNow(ctx, nil)
 		cancel()
 		if err == nil {
-			s.commitErrs.OK(s.pollCtx)
+			s.commitErrs.OK(stop)
 		}
-		if err != nil && s.pollCtx.Err() == nil {
-			s.commitErrs.Warn(s.pollCtx, "kafka offset commit failed; retrying", err)
-			t := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-s.pollCtx.Done():
-				t.Stop()
+		if err != nil && stop.Err() == nil {
+			s.commitErrs.Warn(stop, "kafka offset commit failed; retrying", err)
+			if !ctxsleep.Sleep(stop, 100*time.Millisecond) {
 				return
 			}
 			select {
@@ -632,7 +627,7 @@ func (s *Subscriber) handle(w *partWorker, batch []*kgo.Record) bool {
 		for _, i := range pending {
 			ds = append(ds, s.delivery(batch[i], attempts[i]))
 		}
-		disps, errs := s.deliver(s.deliverCtx, ds)
+		disps, errs := s.deliver(s.base.WorkContext(), ds)
 		now := time.Now()
 		var wait time.Duration
 		for k, i := range pending {
@@ -774,7 +769,7 @@ func (s *Subscriber) deadLetter(r *kgo.Record, attempts int, cause error) error 
 		kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
 		kgo.RecordHeader{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
 	)
-	ctx, cancel := context.WithTimeout(s.deliverCtx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.base.WorkContext(), 30*time.Second)
 	defer cancel()
 	rec := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers}
 	if err := s.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
@@ -791,9 +786,9 @@ type partWorker struct {
 	mu    sync.Mutex
 	queue []*kgo.Record
 	wake  chan struct{}
-	stop  chan struct{}
+	stop  context.Context // ends when the partition is stopped (halt)
+	halt  context.CancelFunc
 	done  chan struct{}
-	once  sync.Once
 
 	paused  atomic.Bool
 	failing atomic.Bool
@@ -801,11 +796,10 @@ type partWorker struct {
 }
 
 func newPartWorker(k tp) *partWorker {
-	w := &partWorker{tp: k, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	w := &partWorker{tp: k, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	w.stop, w.halt = context.WithCancel(context.Background())
 	return w
 }
-
-func (w *partWorker) halt() { w.once.Do(func() { close(w.stop) }) }
 
 // push appends records and returns how many are buffered.
 func (w *partWorker) push(rs []*kgo.Record) int {
@@ -829,7 +823,7 @@ func (w *partWorker) buffered() int { return int(w.nbuf.Load()) }
 func (w *partWorker) next(max int) []*kgo.Record {
 	for {
 		select {
-		case <-w.stop:
+		case <-w.stop.Done():
 			return nil
 		default:
 		}
@@ -861,31 +855,14 @@ func (w *partWorker) next(max int) []*kgo.Record {
 		w.mu.Unlock()
 		select {
 		case <-w.wake:
-		case <-w.stop:
+		case <-w.stop.Done():
 			return nil
 		}
 	}
 }
 
 // sleep waits d and reports false if the partition was stopped meanwhile.
-func (w *partWorker) sleep(d time.Duration) bool {
-	select {
-	case <-w.stop:
-		return false
-	default:
-	}
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.stop:
-		return false
-	}
-}
+func (w *partWorker) sleep(d time.Duration) bool { return ctxsleep.Sleep(w.stop, d) }
 
 func (w *partWorker) pause(cl *kgo.Client) {
 	if w.paused.CompareAndSwap(false, true) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/internal/ctxsleep"
 )
 
 // Publisher defaults.
@@ -306,11 +307,7 @@ func (p *Publisher) publish(ctx context.Context, outs []*nats.Msg, errs []error)
 					}
 					continue
 				}
-				t := time.NewTimer(10 * time.Millisecond)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
+				if !ctxsleep.Sleep(ctx, 10*time.Millisecond) {
 					return ctx.Err()
 				}
 				continue

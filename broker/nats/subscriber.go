@@ -20,6 +20,7 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/internal/batch"
 	"github.com/idem-go/idem/errlog"
+	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/startstop"
 )
@@ -266,11 +267,9 @@ type Subscriber struct {
 	// iterator ended, and to acknowledge messages.
 	resumeErrs, ackErrs *errlog.Limiter
 
-	// base is the lifecycle; workCtx, given to the consumer, ends when Stop
-	// runs out of time.
-	base       startstop.Base
-	workCtx    context.Context
-	workCancel context.CancelFunc
+	// base is the lifecycle; its WorkContext, given to the consumer, ends
+	// when Stop runs out of time.
+	base startstop.Base
 
 	held atomic.Int64
 	// ackFloor is the highest acknowledgement floor (stream sequence) a
@@ -316,7 +315,6 @@ func NewSubscriber(cfg SubscriberConfig, deliver broker.DeliverFunc) (*Subscribe
 	}
 	s.resumeErrs = errlog.New(s.log, "nats subscriber consumption", errlog.Config{})
 	s.ackErrs = errlog.New(s.log, "nats subscriber acknowledgements", errlog.Config{})
-	s.workCtx, s.workCancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -341,11 +339,14 @@ func (c SubscriberConfig) ConsumerConfig() jetstream.ConsumerConfig {
 // once to take the durable consumer's lease and, when it gets it, resets
 // the durable consumer and starts consuming; otherwise the subscriber
 // stands by. It returns an error if any of that fails; after that,
-// connection losses are handled by reconnecting.
+// connection losses are handled by reconnecting. A Stop during Start
+// interrupts the requests to the server.
 func (s *Subscriber) Start(ctx context.Context) error {
 	if err := s.base.Starting(); err != nil {
 		return fmt.Errorf("idem: nats: subscriber: %w", err)
 	}
+	ctx, cancel := s.base.StartContext(ctx)
+	defer cancel()
 	nc, owned, err := s.cfg.connect()
 	if err != nil {
 		s.base.StartFailed()
@@ -470,7 +471,7 @@ func (s *Subscriber) standBy(why string) {
 	s.active.Store(false)
 	if !s.loggedStandby {
 		s.loggedStandby = true
-		s.log.Info("nats subscriber: standing by: "+why, "durable", s.cfg.Durable(), "owner", s.lease.owner(s.workCtx), "poll", s.cfg.StandbyPoll)
+		s.log.Info("nats subscriber: standing by: "+why, "durable", s.cfg.Durable(), "owner", s.lease.owner(s.base.WorkContext()), "poll", s.cfg.StandbyPoll)
 	}
 }
 
@@ -478,25 +479,24 @@ func (s *Subscriber) standBy(why string) {
 // acknowledges them, releases the durable consumer's lease, closes the
 // connection if the subscriber opened it, and returns once all that has
 // ended. If ctx ends first, work in progress is abandoned (its messages are
-// delivered again to the next owner) and ctx's error returned. Stop is
-// idempotent and safe to call from several goroutines.
+// delivered again to the next owner) and Stop returns ctx's error at once;
+// the lease is released and the connection closed in the background, and
+// Done is closed once that has ended. Stop is idempotent and safe to call
+// from several goroutines.
 func (s *Subscriber) Stop(ctx context.Context) error {
-	err := s.base.Stop(ctx, func() {
+	return s.base.Stop(ctx, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.iter != nil {
 			s.iter.Drain()
 		}
 	}, func() {
-		s.workCancel()
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.iter != nil {
 			s.iter.Stop()
 		}
 	})
-	s.workCancel()
-	return err
 }
 
 // Done is closed when a started subscriber has stopped.
@@ -530,16 +530,7 @@ func (s *Subscriber) finish() {
 }
 
 // wait waits for d or until Stop; it reports false on Stop.
-func (s *Subscriber) wait(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-s.base.Stopping():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func (s *Subscriber) wait(d time.Duration) bool { return ctxsleep.Sleep(s.base.StopContext(), d) }
 
 // run consumes while the subscriber owns the durable consumer and stands by
 // otherwise, until Stop. iter is the first term's iterator, nil when Start
@@ -549,6 +540,7 @@ func (s *Subscriber) wait(d time.Duration) bool {
 func (s *Subscriber) run(iter jetstream.MessagesContext) {
 	defer s.base.Finished()
 	defer s.finish()
+	work := s.base.WorkContext()
 	retry := s.cfg.ReconnectWait
 	resumed := false
 	for {
@@ -560,7 +552,7 @@ func (s *Subscriber) run(iter jetstream.MessagesContext) {
 			}
 			s.mu.Unlock()
 			if resumed {
-				s.resumeErrs.OK(s.workCtx) // after failures: "nats subscriber consumption recovered"
+				s.resumeErrs.OK(work) // after failures: "nats subscriber consumption recovered"
 			}
 			lost := s.term(iter)
 			s.mu.Lock()
@@ -580,11 +572,11 @@ func (s *Subscriber) run(iter jetstream.MessagesContext) {
 			}
 			retry = s.cfg.ReconnectWait
 		}
-		actx, cancel := context.WithTimeout(s.workCtx, requestTimeout)
+		actx, cancel := context.WithTimeout(work, requestTimeout)
 		held, err := s.lease.acquire(actx)
 		cancel()
 		if err == nil && held {
-			if iter, err = s.reset(s.workCtx); err == nil {
+			if iter, err = s.reset(work); err == nil {
 				if !s.active.Load() {
 					s.becomeActive()
 				} else {
@@ -596,7 +588,7 @@ func (s *Subscriber) run(iter jetstream.MessagesContext) {
 		}
 		switch {
 		case err != nil:
-			s.resumeErrs.Warn(s.workCtx, "nats subscriber: take or renew the lease and reset the durable consumer", err)
+			s.resumeErrs.Warn(work, "nats subscriber: take or renew the lease and reset the durable consumer", err)
 			if !s.wait(retry) {
 				return
 			}
@@ -620,7 +612,7 @@ func (s *Subscriber) term(iter jetstream.MessagesContext) bool {
 	renewed := make(chan struct{})
 	go func() {
 		defer close(renewed)
-		s.lease.keep(s.workCtx, done, func() {
+		s.lease.keep(s.base.WorkContext(), done, func() {
 			t.markLost()
 			s.active.Store(false)
 			iter.Stop()
@@ -717,7 +709,7 @@ func (s *Subscriber) serve(iter jetstream.MessagesContext, t *termState) {
 				Deliver: func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
 					return s.deliverBatch(ctx, ds, t)
 				},
-				Context:      s.workCtx,
+				Context:      s.base.WorkContext(),
 				RequeueDelay: s.cfg.RequeueDelay,
 				TouchEvery:   s.cfg.AckWait / 3,
 				Logger:       s.log,
@@ -785,10 +777,10 @@ func (t msgTransport) Ack(ms []jetstream.Msg) {
 	for _, m := range ms {
 		if err := m.Ack(); err != nil {
 			// The message comes back after AckWait and is deduplicated.
-			t.s.ackErrs.Warn(t.s.workCtx, "nats subscriber: acknowledge message", err)
+			t.s.ackErrs.Warn(t.s.base.WorkContext(), "nats subscriber: acknowledge message", err)
 			continue
 		}
-		t.s.ackErrs.OK(t.s.workCtx)
+		t.s.ackErrs.OK(t.s.base.WorkContext())
 	}
 }
 

@@ -4,148 +4,254 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// service is a minimal service on Base: its work ends once told to stop,
-// or when its context is cancelled.
-type service struct {
-	base     Base
-	graceful atomic.Int32
-	abandons atomic.Int32
-	slow     chan struct{} // the work ends only when this is closed (or abandoned)
-	cancel   chan struct{}
+// op is one call on a Base, and what it must return.
+type op struct {
+	call string // starting, running, finished, startFailed, stop, stopLate (Stop with a context already ended)
+	err  error  // for starting, stop and stopLate
+	ok   bool   // for running
 }
 
-func (s *service) start() error {
-	if err := s.base.Starting(); err != nil {
-		return err
+// after is the Base's observable state after a step.
+type after struct {
+	state     State
+	stopCause error // nil: StopContext live
+	workCause error // nil: WorkContext live
+	done      bool
+	graceful  int
+	abandons  int
+}
+
+func TestStateMachine(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []op
+		want  after
+	}{
+		{"new", nil, after{state: New}},
+		{"stop before start",
+			[]op{{call: "stop"}, {call: "starting", err: ErrStopped}, {call: "stop"}, {call: "stopLate"}},
+			after{state: Stopped, stopCause: ErrStopped, workCause: ErrStopped, done: true}},
+		{"started twice",
+			[]op{{call: "starting"}, {call: "running", ok: true}, {call: "starting", err: ErrStarted}},
+			after{state: Running}},
+		{"started twice during the start-up",
+			[]op{{call: "starting"}, {call: "starting", err: ErrStarted}},
+			after{state: Starting}},
+		{"start failed",
+			[]op{{call: "starting"}, {call: "startFailed"}, {call: "starting", err: ErrStopped}, {call: "stop"}},
+			after{state: Stopped, stopCause: ErrStopped, workCause: ErrStopped, done: true}},
+		{"ended on its own",
+			[]op{{call: "starting"}, {call: "running", ok: true}, {call: "finished"}, {call: "stop"}, {call: "starting", err: ErrStopped}},
+			after{state: Stopped, stopCause: ErrStopped, workCause: ErrStopped, done: true}},
+		{"stop out of time while running",
+			[]op{{call: "starting"}, {call: "running", ok: true}, {call: "stopLate", err: context.Canceled}},
+			after{state: Stopping, stopCause: ErrStopped, workCause: ErrStopDeadline, graceful: 1, abandons: 1}},
+		{"the work ends after a stop out of time",
+			[]op{{call: "starting"}, {call: "running", ok: true}, {call: "stopLate", err: context.Canceled}, {call: "finished"}, {call: "stop"}},
+			after{state: Stopped, stopCause: ErrStopped, workCause: ErrStopDeadline, done: true, graceful: 1, abandons: 1}},
+		{"stops out of time abandon once",
+			[]op{{call: "starting"}, {call: "running", ok: true}, {call: "stopLate", err: context.Canceled}, {call: "stopLate", err: context.Canceled}},
+			after{state: Stopping, stopCause: ErrStopped, workCause: ErrStopDeadline, graceful: 1, abandons: 1}},
+		{"stop during the start-up",
+			[]op{{call: "starting"}, {call: "stopLate", err: context.Canceled}, {call: "running", ok: false}, {call: "starting", err: ErrStopped}},
+			after{state: Stopping, stopCause: ErrStopped, workCause: ErrStopDeadline, abandons: 1}},
+		{"start failed after a stop during the start-up",
+			[]op{{call: "starting"}, {call: "stopLate", err: context.Canceled}, {call: "startFailed"}},
+			after{state: Stopped, stopCause: ErrStopped, workCause: ErrStopDeadline, done: true, abandons: 1}},
+		{"finished twice",
+			[]op{{call: "starting"}, {call: "running", ok: true}, {call: "finished"}, {call: "finished"}, {call: "startFailed"}},
+			after{state: Stopped, stopCause: ErrStopped, workCause: ErrStopped, done: true}},
 	}
-	s.cancel = make(chan struct{})
-	go func() {
-		<-s.base.Stopping()
-		if s.slow != nil {
-			select {
-			case <-s.slow:
-			case <-s.cancel:
+	late, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b Base
+			var got after
+			graceful := func() { got.graceful++ }
+			abandon := func() { got.abandons++ }
+			for i, s := range tt.steps {
+				var err error
+				switch s.call {
+				case "starting":
+					err = b.Starting()
+				case "running":
+					if ok := b.Running(); ok != s.ok {
+						t.Fatalf("step %d: Running() = %v, want %v", i, ok, s.ok)
+					}
+				case "finished":
+					b.Finished()
+				case "startFailed":
+					b.StartFailed()
+				case "stop":
+					err = b.Stop(context.Background(), graceful, abandon)
+				case "stopLate":
+					err = b.Stop(late, graceful, abandon)
+				default:
+					t.Fatalf("unknown call %q", s.call)
+				}
+				if !errors.Is(err, s.err) || (err == nil) != (s.err == nil) {
+					t.Fatalf("step %d: %s: %v, want %v", i, s.call, err, s.err)
+				}
 			}
-		}
-		s.base.Finished()
-	}()
-	s.base.Running()
-	return nil
-}
-
-func (s *service) stop(ctx context.Context) error {
-	return s.base.Stop(ctx, func() { s.graceful.Add(1) }, func() { s.abandons.Add(1); close(s.cancel) })
-}
-
-func TestStates(t *testing.T) {
-	s := &service{}
-	if st := s.base.State(); st != New {
-		t.Fatalf("state %v, want new", st)
-	}
-	if err := s.start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.start(); !errors.Is(err, ErrStarted) {
-		t.Fatalf("second start: %v, want ErrStarted", err)
-	}
-	if err := s.stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if st := s.base.State(); st != Stopped {
-		t.Fatalf("state %v, want stopped", st)
-	}
-	if err := s.start(); !errors.Is(err, ErrStopped) {
-		t.Fatalf("start after stop: %v, want ErrStopped", err)
-	}
-	if n := s.graceful.Load(); n != 1 {
-		t.Fatalf("graceful called %d times, want 1", n)
-	}
-}
-
-func TestStopBeforeStart(t *testing.T) {
-	s := &service{}
-	if err := s.stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.start(); !errors.Is(err, ErrStopped) {
-		t.Fatalf("start after stop: %v, want ErrStopped", err)
-	}
-}
-
-// Concurrent Stops all return only after the work has ended; the first
-// deadline abandons the work once.
-func TestConcurrentStopsWaitForTheEnd(t *testing.T) {
-	s := &service{slow: make(chan struct{})}
-	if err := s.start(); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var returned atomic.Int32
-	for range 4 {
-		wg.Go(func() {
-			_ = s.stop(context.Background())
-			returned.Add(1)
+			got.state = b.State()
+			got.stopCause = context.Cause(b.StopContext())
+			got.workCause = context.Cause(b.WorkContext())
+			select {
+			case <-b.Done():
+				got.done = true
+			default:
+			}
+			if got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+			if (b.StopContext().Err() == nil) != (tt.want.stopCause == nil) {
+				t.Fatalf("StopContext().Err() = %v with cause %v", b.StopContext().Err(), tt.want.stopCause)
+			}
+			if b.Stopping() != b.StopContext().Done() {
+				t.Fatal("Stopping() is not StopContext().Done()")
+			}
 		})
 	}
-	time.Sleep(50 * time.Millisecond)
-	if n := returned.Load(); n != 0 {
-		t.Fatalf("%d Stop calls returned while the work runs", n)
+}
+
+// A zero Base has its contexts: nothing a service reads from it is nil.
+func TestZeroValueContexts(t *testing.T) {
+	var b Base
+	if b.StopContext() == nil || b.WorkContext() == nil || b.Done() == nil || b.Stopping() == nil {
+		t.Fatal("a zero Base returned nil")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	if err := s.stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("stop with a deadline: %v, want DeadlineExceeded", err)
-	}
-	wg.Wait()
-	if n := s.abandons.Load(); n != 1 {
-		t.Fatalf("abandon called %d times, want 1", n)
-	}
-	if n := s.graceful.Load(); n != 1 {
-		t.Fatalf("graceful called %d times, want 1", n)
+	if b.StopContext() != b.StopContext() || b.WorkContext() != b.WorkContext() {
+		t.Fatal("the contexts changed between two calls")
 	}
 }
 
-// A Stop during the start-up: Running reports false and the service stops
-// itself; Stop returns once it has.
-func TestStopDuringStart(t *testing.T) {
+// Stop waits for the work; several Stops from several goroutines all return
+// once it has ended, and graceful runs once.
+func TestStopWaitsForTheWork(t *testing.T) {
 	var b Base
 	if err := b.Starting(); err != nil {
 		t.Fatal(err)
 	}
-	stopped := make(chan error)
+	release := make(chan struct{})
 	go func() {
-		stopped <- b.Stop(context.Background(), func() { t.Error("graceful called during the start-up") }, nil)
+		<-b.Stopping()
+		<-release
+		b.Finished()
 	}()
-	<-b.Stopping()
-	if b.Running() {
-		t.Fatal("Running reported true after a Stop during the start-up")
+	b.Running()
+	var graceful sync.WaitGroup
+	graceful.Add(1)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() { errs <- b.Stop(context.Background(), graceful.Done, func() { t.Error("abandon called") }) })
+	}
+	graceful.Wait() // the first Stop has begun; the work is held by release
+	select {
+	case <-b.Done():
+		t.Fatal("Done closed while the work runs")
+	default:
+	}
+	if b.State() != Stopping {
+		t.Fatalf("state %v, want stopping", b.State())
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.State() != Stopped {
+		t.Fatalf("state %v, want stopped", b.State())
+	}
+}
+
+// A Stop whose context ends returns at once with ctx's error, its work
+// cancelled through WorkContext; a Stop without deadline waits on, and
+// returns once the work has ended; Done is closed then.
+func TestStopAtItsDeadlineReturnsWhileTheWorkEnds(t *testing.T) {
+	var b Base
+	if err := b.Starting(); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	work := b.WorkContext()
+	go func() {
+		<-work.Done() // in-flight work, cancelled only when Stop runs out of time
+		<-release     // then some cleaning up
+		b.Finished()
+	}()
+	b.Running()
+	patient := make(chan error, 1)
+	go func() { patient <- b.Stop(context.Background(), nil, nil) }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if err := b.Stop(ctx, nil, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop with a deadline: %v, want DeadlineExceeded", err)
+	}
+	if cause := context.Cause(work); !errors.Is(cause, ErrStopDeadline) {
+		t.Fatalf("WorkContext's cause %v, want ErrStopDeadline", cause)
 	}
 	select {
-	case <-stopped:
-		t.Fatal("Stop returned before the work ended")
-	case <-time.After(20 * time.Millisecond):
+	case <-b.Done():
+		t.Fatal("Done closed before the work ended")
+	case err := <-patient:
+		t.Fatalf("Stop without deadline returned %v before the work ended", err)
+	default:
 	}
-	b.Finished()
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
+	close(release)
+	<-b.Done()
+	if err := <-patient; err != nil {
+		t.Fatalf("Stop without deadline: %v", err)
 	}
 }
 
-func TestStartFailed(t *testing.T) {
+// StartContext ends at Stop, so that a start-up in progress is interrupted.
+func TestStartContextEndsAtStop(t *testing.T) {
 	var b Base
 	if err := b.Starting(); err != nil {
 		t.Fatal(err)
 	}
-	b.StartFailed()
+	started := make(chan error)
+	go func() {
+		ctx, cancel := b.StartContext(context.Background())
+		defer cancel()
+		<-ctx.Done() // a connection that never answers
+		err := context.Cause(ctx)
+		b.StartFailed()
+		started <- err
+	}()
 	if err := b.Stop(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if st := b.State(); st != Stopped {
-		t.Fatalf("state %v, want stopped", st)
+	if err := <-started; !errors.Is(err, ErrStopped) {
+		t.Fatalf("start-up ended with %v, want ErrStopped", err)
+	}
+
+	// The caller's context still bounds it, and cancel releases it.
+	var b2 Base
+	parent, cancelParent := context.WithCancel(context.Background())
+	ctx, cancel := b2.StartContext(parent)
+	cancelParent()
+	<-ctx.Done()
+	cancel()
+	if err := ctx.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("StartContext after its parent ended: %v", err)
+	}
+}
+
+func TestStateString(t *testing.T) {
+	for s, want := range map[State]string{New: "new", Starting: "starting", Running: "running", Stopping: "stopping", Stopped: "stopped", 9: "State(9)"} {
+		if got := s.String(); got != want {
+			t.Errorf("%d: %q, want %q", int(s), got, want)
+		}
 	}
 }
