@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/cdc"
@@ -185,7 +186,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		mux.Handle("/carrier/", a.carrier.Handler())
 	}
 	if cfg.has("order") {
-		a.order, err = order.New(a.dbs["order"], order.Config{KeyLockTimeout: cfg.KeyLock, Logger: log})
+		a.order, err = order.New(a.dbs["order"], order.Config{KeyLockTimeout: cfg.KeyLock, Logger: log, BeforeCommit: faultHook(fault.OrderBeforeCommit)})
 		if err != nil {
 			return nil, err
 		}
@@ -202,7 +203,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 		a.addConsumers(a.dbs["stock"], s.Consumer())
 	}
 	if cfg.has("shipping") {
-		s, err := shipping.New(a.dbs["shipping"], client, log)
+		s, err := shipping.New(a.dbs["shipping"], client, shipping.Config{Logger: log, BeforeCommit: faultHook(fault.ShippingBeforeCommit)})
 		if err != nil {
 			return nil, err
 		}

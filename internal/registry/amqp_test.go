@@ -15,15 +15,8 @@ func TestSubscribeAMQPPartitions(t *testing.T) {
 	if _, err := Subscribe("amqp://localhost/?partitions=8&partition=3", cfg, deliver); err != nil {
 		t.Errorf("Subscribe with partitions=8&partition=3: %v", err)
 	}
-	u, err := parseAMQPURL("amqp://localhost/?partitions=8&partition=3&queue_type=quorum")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p, k, err := amqpPartitions("", u); p != 8 || k != 3 || err != nil {
-		t.Errorf("amqpPartitions = %d, %d, %v; want 8, 3", p, k, err)
-	}
-	if connURL, _, _ := amqpParams("amqp://localhost/?partitions=8&partition=3", u); strings.Contains(connURL, "partition") {
-		t.Errorf("connection URL %s keeps idem's partition parameters", connURL)
+	if p, err := Partitions("amqp://localhost/?partitions=8&partition=3&queue_type=quorum"); p != 8 || err != nil {
+		t.Errorf("Partitions = %d, %v; want 8", p, err)
 	}
 	for _, bad := range []string{"?partitions=x", "?partitions=4&partition=4", "?partition=1", "?partitions=-1"} {
 		_, err := Subscribe("amqp://guest:secret@localhost/"+bad, cfg, deliver)

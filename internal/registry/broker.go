@@ -1,15 +1,18 @@
 // Package registry opens databases and brokers from URLs, for the idem and
-// shop commands and the shop's stores alike: one table of schemes per kind
-// (databaseSchemes, and the broker schemes in broker.go), each scheme's
-// opener in its own file. Adding a dialect or a transport adds its opener
-// and a line to its table.
+// shop commands: one table of schemes per kind (databaseSchemes, and the
+// broker schemes in broker.go), each scheme's opener in its own file. The
+// URLs are parsed by the public functions beside each transport and dialect
+// (amqp.ParseURL, kafka.ParseURL, nats.ParseURL, webhook.ParseURL,
+// postgres.OpenURL, mysql.OpenURL, sqlite.OpenURL); the registry adds the
+// commands' conventions (names with a prefix, a database per name, the
+// embedded NATS server shared in the process). Adding a dialect or a
+// transport adds its opener and a line to its table.
 package registry
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 
@@ -144,15 +147,11 @@ func OpenInspector(ctx context.Context, rawURL, prefix string) (Inspector, error
 	return t.inspect(ctx, rawURL, prefix)
 }
 
-// parseURL parses a broker URL that url.Parse accepts.
-func parseURL(rawURL string) (*url.URL, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("broker URL %s: %w", broker.RedactURL(rawURL), err)
-	}
-	return u, nil
-}
-
+// publishWebhook returns a publisher posting to rawURL.
 func publishWebhook(_ context.Context, rawURL, _ string) (Publisher, error) {
-	return webhook.New(rawURL, nil), nil
+	uc, err := webhook.ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return webhook.New(uc.URL, nil), nil
 }

@@ -11,11 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idem-go/idem"
@@ -181,42 +177,14 @@ func OpenDatabase(ctx context.Context, rawURL string, o DatabaseOptions) (*Datab
 	return scheme.open(ctx, rawURL, u, o)
 }
 
-func ping(ctx context.Context, db *sql.DB) error {
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return db.PingContext(pctx)
-}
-
+// openPostgres opens a PostgreSQL database, its tables in the schema
+// o.Name when set.
 func openPostgres(ctx context.Context, raw string, _ *url.URL, o DatabaseOptions) (*Database, error) {
-	cfg, err := pgxpool.ParseConfig(raw)
+	pgxDrv, err := postgres.OpenURL(ctx, raw, postgres.URLOptions{Schema: o.Name, Tables: o.Tables, MaxConns: o.MaxConns})
 	if err != nil {
-		return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(raw), err)
+		return nil, fmt.Errorf("database %s: %w", broker.RedactURL(raw), err)
 	}
-	tables := o.Tables
-	if o.Name != "" {
-		if err := createSchema(ctx, cfg.ConnConfig.Copy(), o.Name); err != nil {
-			return nil, fmt.Errorf("create schema %s on %s: %w", o.Name, broker.RedactURL(raw), err)
-		}
-		cfg.ConnConfig.RuntimeParams["search_path"] = o.Name
-	}
-	if o.MaxConns > 0 {
-		cfg.MaxConns = int32(o.MaxConns)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", broker.RedactURL(raw), err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect to %s: %w", broker.RedactURL(raw), err)
-	}
-	pgxDrv, err := postgres.NewPgxTables(pool, tables)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
+	pool := pgxDrv.Pgx()
 	db := stdlib.OpenDBFromPool(pool)
 	return &Database{
 		URL: raw, Dialect: Postgres, Name: o.Name, DB: db, SQL: driver.NewSQL(db, pgxDrv.Dialect()), Pgx: pgxDrv,
@@ -224,84 +192,30 @@ func openPostgres(ctx context.Context, raw string, _ *url.URL, o DatabaseOptions
 	}, nil
 }
 
-// createSchema creates schema if it does not exist, on a connection of its
-// own (the pool's connections get it on their search_path).
-func createSchema(ctx context.Context, cfg *pgx.ConnConfig, schema string) error {
-	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	_, err = conn.Exec(cctx, "CREATE SCHEMA IF NOT EXISTS "+postgres.QuoteIdent(schema))
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		// Two processes created it at the same moment: IF NOT EXISTS does
-		// not cover the race on pg_namespace's unique index.
-		return nil
-	}
-	return err
-}
-
+// openMySQL opens a MySQL or MariaDB database: the database o.Name when
+// set, created if missing, instead of the URL's.
 func openMySQL(ctx context.Context, raw string, u *url.URL, o DatabaseOptions) (*Database, error) {
 	target := raw
-	tables := o.Tables
 	if o.Name != "" {
-		admin := *u
-		admin.Path = "/"
-		adminDB, err := mysql.Open(admin.String())
-		if err != nil {
-			return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(raw), err)
-		}
-		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		_, err = adminDB.ExecContext(cctx, "CREATE DATABASE IF NOT EXISTS "+mysql.QuoteIdent(o.Name)+" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-		cancel()
-		_ = adminDB.Close()
-		if err != nil {
-			return nil, fmt.Errorf("create database %s on %s: %w", o.Name, broker.RedactURL(raw), err)
-		}
 		own := *u
 		own.Path = "/" + o.Name
 		target = own.String()
-		if tables.Schema == "" {
-			tables.Schema = o.Name
-		}
 	}
-	db, err := mysql.Open(target)
+	drv, err := mysql.OpenURL(ctx, raw, mysql.URLOptions{Database: o.Name, Tables: o.Tables, MaxConns: o.MaxConns})
 	if err != nil {
-		return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(target), err)
+		return nil, fmt.Errorf("database %s: %w", broker.RedactURL(target), err)
 	}
-	if o.MaxConns > 0 {
-		db.SetMaxOpenConns(o.MaxConns)
-	}
-	if err := ping(ctx, db); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("connect to %s: %w", broker.RedactURL(target), err)
-	}
-	drv, err := mysql.NewTables(db, tables)
-	if err != nil {
-		_ = db.Close()
-		return nil, err
-	}
+	db := drv.DB()
 	return &Database{URL: target, Dialect: MySQL, Name: o.Name, DB: db, SQL: drv, close: func() { _ = db.Close() }}, nil
 }
 
-// SQLitePath returns the path of a sqlite: or file: URL: sqlite:PATH,
-// sqlite:///abs/path, sqlite://rel/path, file:PATH (parameters after ? are
-// kept for file: URLs, which modernc.org/sqlite reads).
-func SQLitePath(rawURL string) string {
-	scheme, rest, _ := strings.Cut(rawURL, ":")
-	if strings.EqualFold(scheme, "file") {
-		return rawURL
-	}
-	return strings.TrimPrefix(rest, "//")
-}
+// SQLitePath returns the path of a sqlite: or file: URL (sqlite.Path).
+func SQLitePath(rawURL string) string { return sqlite.Path(rawURL) }
 
 // openSQLite opens sqlite:PATH: the file PATH, or, with a database name,
 // the file <name>.db in the directory PATH (created if missing).
 func openSQLite(ctx context.Context, raw string, _ *url.URL, o DatabaseOptions) (*Database, error) {
-	path := SQLitePath(raw)
+	path := sqlite.Path(raw)
 	if path == "" || path == "file:" {
 		return nil, fmt.Errorf("database URL %s: want sqlite:FILE (or sqlite:DIR with a database name)", raw)
 	}
@@ -317,29 +231,14 @@ func openSQLite(ctx context.Context, raw string, _ *url.URL, o DatabaseOptions) 
 	} else if fi, err := os.Stat(strings.TrimPrefix(path, "file:")); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("database URL %s names a directory: give the database file, for example sqlite:%s", raw, filepath.Join(path, "shop_order.db"))
 	}
-	dsn := file
-	if !strings.Contains(dsn, "?") {
-		// Times are written as "2006-01-02 15:04:05.999999999-07:00", always
-		// in UTC here, so that their text sorts like the times.
-		dsn += "?_time_format=sqlite"
+	fileURL := raw
+	if o.Name != "" {
+		fileURL = "sqlite:" + file
 	}
-	db, err := sqlite.Open(dsn)
+	drv, err := sqlite.OpenURL(ctx, fileURL, sqlite.URLOptions{Tables: o.Tables, MaxConns: o.MaxConns})
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", file, err)
-	}
-	if o.MaxConns > 0 {
-		db.SetMaxOpenConns(o.MaxConns)
-		// Idle connections stay open: each keeps its prepared statements.
-		db.SetMaxIdleConns(o.MaxConns)
-	}
-	if err := ping(ctx, db); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("open %s: %w", file, err)
-	}
-	drv, err := sqlite.NewTables(db, o.Tables)
-	if err != nil {
-		_ = db.Close()
 		return nil, err
 	}
+	db := drv.DB()
 	return &Database{URL: raw, Dialect: SQLite, Name: o.Name, File: file, DB: db, SQL: drv, close: func() { _ = db.Close() }}, nil
 }

@@ -3,13 +3,9 @@ package registry
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -17,9 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/kafka"
@@ -28,138 +21,12 @@ import (
 // kafkaURLHelp describes the transport's URLs (BrokerURLHelp).
 const kafkaURLHelp = `kafka://host:9092[,host2:9092]?tls=true&tls_ca=ca.pem&sasl=scram-sha-256&sasl_user=u&sasl_password=p (or $IDEM_KAFKA_SASL_PASSWORD)`
 
-// kafkaConfig parses kafka://host:port[,host2:port][?params] into a
-// publisher configuration. Parameters:
-//
-//   - topic_prefix replaces "outbox.event." in the topic names
-//     (<prefix><aggregate_type>);
-//   - client_id sets the client id;
-//   - session_timeout sets the consumer group session timeout (how long a
-//     dead consumer keeps its partitions; Kafka's default is 45s);
-//   - tls=true connects with TLS (system roots), tls_ca=FILE trusts FILE's
-//     certificates instead, tls_cert=FILE and tls_key=FILE present a client
-//     certificate (any of them implies tls=true);
-//   - sasl=plain|scram-sha-256|scram-sha-512 authenticates with sasl_user
-//     and sasl_password (or $IDEM_KAFKA_SASL_PASSWORD).
-func kafkaConfig(rawURL string) (kafka.PublisherConfig, error) {
-	_, rest, _ := strings.Cut(rawURL, "://")
-	hosts, query, _ := strings.Cut(rest, "?")
-	hosts = strings.TrimSuffix(hosts, "/")
-	var cfg kafka.PublisherConfig
-	for _, h := range strings.Split(hosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			cfg.Brokers = append(cfg.Brokers, h)
-		}
-	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("broker URL %s: %s", broker.RedactURL(rawURL), fmt.Sprintf(format, args...))
-	}
-	if len(cfg.Brokers) == 0 {
-		return cfg, bad("no broker address (kafka://host:9092[,host2:9092])")
-	}
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		return cfg, bad("%v", err)
-	}
-	known := []string{"topic_prefix", "client_id", "session_timeout", "tls", "tls_ca", "tls_cert", "tls_key", "sasl", "sasl_user", "sasl_password"}
-	for k := range q {
-		if !slices.Contains(known, k) {
-			return cfg, bad("unknown parameter %q (want one of %s)", k, strings.Join(known, ", "))
-		}
-	}
-	if p := q.Get("topic_prefix"); p != "" {
-		cfg.TopicReplacement = p + kafka.RoutedByValue
-	}
-	cfg.ClientID = q.Get("client_id")
-	if v := q.Get("session_timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return cfg, bad("session_timeout %q: want a positive duration such as 10s", v)
-		}
-		cfg.Opts = append(cfg.Opts, kgo.SessionTimeout(d))
-	}
-	if cfg.TLS, err = kafkaTLS(q); err != nil {
-		return cfg, bad("%v", err)
-	}
-	mech, err := kafkaSASL(q)
-	if err != nil {
-		return cfg, bad("%v", err)
-	}
-	if mech != nil {
-		cfg.Opts = append(cfg.Opts, kgo.SASL(mech))
-	}
-	return cfg, nil
-}
-
-// kafkaTLS returns the TLS configuration of the parameters tls, tls_ca,
-// tls_cert and tls_key, nil without TLS.
-func kafkaTLS(q url.Values) (*tls.Config, error) {
-	on := q.Get("tls")
-	switch on {
-	case "", "false", "true":
-	default:
-		return nil, fmt.Errorf("tls=%q: want true or false", on)
-	}
-	ca, cert, key := q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key")
-	if on != "true" && ca == "" && cert == "" && key == "" {
-		return nil, nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, fmt.Errorf("tls_ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls_ca %s: no PEM certificate in it", ca)
-		}
-		cfg.RootCAs = pool
-	}
-	if (cert == "") != (key == "") {
-		return nil, errors.New("tls_cert and tls_key go together")
-	}
-	if cert != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("tls_cert/tls_key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	return cfg, nil
-}
-
-// kafkaSASL returns the SASL mechanism of the parameters sasl, sasl_user and
-// sasl_password, nil without SASL.
-func kafkaSASL(q url.Values) (sasl.Mechanism, error) {
-	name := strings.ToLower(q.Get("sasl"))
-	user, pass := q.Get("sasl_user"), cmp.Or(q.Get("sasl_password"), os.Getenv("IDEM_KAFKA_SASL_PASSWORD"))
-	if name == "" {
-		if user != "" || q.Get("sasl_password") != "" {
-			return nil, errors.New("sasl_user and sasl_password need sasl=plain, scram-sha-256 or scram-sha-512")
-		}
-		return nil, nil
-	}
-	if user == "" {
-		return nil, fmt.Errorf("sasl=%s needs sasl_user", name)
-	}
-	switch name {
-	case "plain":
-		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
-	case "scram-sha-256":
-		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism(), nil
-	case "scram-sha-512":
-		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
-	}
-	return nil, fmt.Errorf("sasl=%q: want plain, scram-sha-256 or scram-sha-512", name)
-}
-
 // kafkaTopicPrefix returns what comes before the aggregate type in the topic
-// names of rawURL's configuration and prefix: the URL's topic_prefix, else
+// names of a URL's configuration and prefix: the URL's topic_prefix, else
 // "<prefix>.outbox.event." when prefix is set, else "outbox.event.".
-func kafkaTopicPrefix(cfg kafka.PublisherConfig, prefix string) string {
-	if cfg.TopicReplacement != "" {
-		return strings.TrimSuffix(cfg.TopicReplacement, kafka.RoutedByValue)
+func kafkaTopicPrefix(uc kafka.URLConfig, prefix string) string {
+	if uc.TopicPrefix != "" {
+		return uc.TopicPrefix
 	}
 	if prefix != "" {
 		return prefix + "." + kafka.TopicPrefixDefault
@@ -171,11 +38,12 @@ func kafkaTopicPrefix(cfg kafka.PublisherConfig, prefix string) string {
 // <prefix>.outbox.event.<aggregate type> when prefix is set and the URL has
 // no topic_prefix, and checks that a broker answers.
 func publishKafka(ctx context.Context, rawURL, prefix string) (Publisher, error) {
-	cfg, err := kafkaConfig(rawURL)
+	uc, err := kafka.ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	cfg.TopicReplacement = kafkaTopicPrefix(cfg, prefix) + kafka.RoutedByValue
+	cfg := uc.PublisherConfig()
+	cfg.TopicReplacement = kafkaTopicPrefix(uc, prefix) + kafka.RoutedByValue
 	cfg.GroupOf = func(consumer string) string { return kafkaGroup(consumer, prefix) }
 	p, err := kafka.NewPublisher(cfg)
 	if err != nil {
@@ -212,7 +80,7 @@ func kafkaGroup(consumer, prefix string) string {
 // of cfg: Kafka routes by aggregate type, not by event name, and the
 // consumer ignores the event names it has no handler for.
 func subscribeKafka(rawURL string, cfg SubscribeConfig, names []string, deliver broker.DeliverFunc) (broker.Subscriber, error) {
-	pc, err := kafkaConfig(rawURL)
+	uc, err := kafka.ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -230,20 +98,21 @@ func subscribeKafka(rawURL string, cfg SubscribeConfig, names []string, deliver 
 	if len(types) == 0 {
 		return nil, fmt.Errorf("registry: consumer %s: no aggregate type to find its Kafka topics (set SubscribeConfig.AggregateTypes)", cfg.Consumer)
 	}
-	prefix := kafkaTopicPrefix(pc, cfg.Prefix)
+	prefix := kafkaTopicPrefix(uc, cfg.Prefix)
 	topics := make([]string, len(types))
 	for i, t := range types {
 		topics[i] = prefix + t
 	}
 	group := kafkaGroup(cfg.Consumer, cfg.Prefix)
-	cc := kafka.ClientConfig{Brokers: pc.Brokers, ClientID: cmp.Or(pc.ClientID, group), TLS: pc.TLS, Logger: cfg.Logger, Opts: pc.Opts}
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		ClientConfig: cc, Group: group, Topics: topics, TopicPrefix: prefix, BatchSize: cfg.BatchSize,
-	}, withAckFault(deliver))
+	sc := uc.SubscriberConfig()
+	sc.ClientID = cmp.Or(sc.ClientID, group)
+	sc.Logger = cfg.Logger
+	sc.Group, sc.Topics, sc.TopicPrefix, sc.BatchSize = group, topics, prefix, cfg.BatchSize
+	sub, err := kafka.NewSubscriber(sc, withAckFault(deliver))
 	if err != nil {
 		return nil, err
 	}
-	return &kafkaSubscriber{Subscriber: sub, client: cc, topics: topics, log: cfg.Logger}, nil
+	return &kafkaSubscriber{Subscriber: sub, client: sc.ClientConfig, topics: topics, log: cfg.Logger}, nil
 }
 
 // kafkaSubscriber creates its topics, if missing, before it starts, as a
@@ -256,7 +125,18 @@ type kafkaSubscriber struct {
 	log    *slog.Logger
 }
 
+// Start creates the topics, then starts the subscriber. A Stop during the
+// creation (the subscriber, stopped before it started, is then done) ends it.
 func (s *kafkaSubscriber) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.Subscriber.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	if err := createTopics(ctx, s.client, s.topics); err != nil {
 		// The topics may exist and the client lack the right to create
 		// topics: go on, the subscriber reports what is really missing.

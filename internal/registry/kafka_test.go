@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,35 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/broker/kafka"
 	"github.com/idem-go/idem/inbox"
 )
-
-func TestKafkaConfig(t *testing.T) {
-	cfg, err := kafkaConfig("kafka://a:9092,b:9093?topic_prefix=shop.events.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(cfg.Brokers, []string{"a:9092", "b:9093"}) || cfg.TopicReplacement != "shop.events."+kafka.RoutedByValue {
-		t.Errorf("config = %+v", cfg)
-	}
-	if cfg, err := kafkaConfig("kafka://a:9092?session_timeout=6s"); err != nil || len(cfg.Opts) != 1 {
-		t.Errorf("session_timeout: %d options, %v; want one option", len(cfg.Opts), err)
-	}
-	if cfg, err := kafkaConfig("kafka://a:9092?tls=true"); err != nil || cfg.TLS == nil {
-		t.Errorf("tls=true: TLS %v, %v; want a TLS configuration", cfg.TLS, err)
-	}
-	if cfg, err := kafkaConfig("kafka://a:9092?sasl=scram-sha-512&sasl_user=u&sasl_password=p"); err != nil || len(cfg.Opts) != 1 || cfg.TLS != nil {
-		t.Errorf("sasl: %d options, TLS %v, %v; want one SASL option", len(cfg.Opts), cfg.TLS, err)
-	}
-	for _, bad := range []string{"kafka://", "kafka://a:1?nope=1", "kafka://a:1?session_timeout=soon", "kafka://a:1?session_timeout=-1s",
-		"kafka://a:1?tls=maybe", "kafka://a:1?tls_cert=c.pem", "kafka://a:1?tls_ca=/nonexistent/ca.pem",
-		"kafka://a:1?sasl=plain", "kafka://a:1?sasl=gssapi&sasl_user=u", "kafka://a:1?sasl_user=u"} {
-		if _, err := kafkaConfig(bad); err == nil {
-			t.Errorf("kafkaConfig(%q) accepted", bad)
-		}
-	}
-}
 
 func TestOpenKafka(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "p.order"))

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/nats"
 	"github.com/idem-go/idem/broker/nats/embedded"
+	"github.com/idem-go/idem/internal/startstop"
 )
 
 // natsURLHelp describes the transport's URLs (BrokerURLHelp).
@@ -26,34 +25,11 @@ const natsURLHelp = `nats://user:pass@host:4222 or tls://host:4222?ca=ca.pem&cer
 // URL gives no dir.
 const EmbeddedDirDefault = "idem-data/nats"
 
-// natsURL rewrites "embedded" and "embedded?..." to nats://embedded....
-func natsURL(rawURL string) string {
-	if rawURL == "embedded" || strings.HasPrefix(rawURL, "embedded?") {
-		return "nats://" + rawURL
-	}
-	return rawURL
-}
-
-// natsStream returns the stream of u's parameters stream, prefix,
-// partitions and replicas, or, when absent and prefix is set, <PREFIX>_EVENTS and
+// natsStream returns the stream of the URL's configuration, or, when its
+// name and subject prefix are absent and prefix is set, <PREFIX>_EVENTS and
 // <prefix>.events.
-func natsStream(u *url.URL, prefix string) (nats.StreamConfig, error) {
-	q := u.Query()
-	s := nats.StreamConfig{Name: q.Get("stream"), SubjectPrefix: q.Get("prefix")}
-	if v := q.Get("partitions"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > nats.PartitionsMax {
-			return s, fmt.Errorf("broker URL %s: partitions=%q: want a number from 0 (unpartitioned) to %d", broker.RedactURL(u.String()), v, nats.PartitionsMax)
-		}
-		s.Partitions = n
-	}
-	if v := q.Get("replicas"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return s, fmt.Errorf("broker URL %s: replicas=%q: want the number of servers of the cluster that keep the stream (1 to 5; 3 survives the loss of one)", broker.RedactURL(u.String()), v)
-		}
-		s.Replicas = n
-	}
+func natsStream(uc nats.URLConfig, prefix string) nats.StreamConfig {
+	s := uc.Stream
 	if prefix != "" {
 		if s.Name == "" {
 			s.Name = strings.ToUpper(strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_").Replace(prefix)) + "_" + nats.StreamDefault
@@ -62,60 +38,21 @@ func natsStream(u *url.URL, prefix string) (nats.StreamConfig, error) {
 			s.SubjectPrefix = prefix + "." + nats.SubjectPrefixDefault
 		}
 	}
-	return s, nil
+	return s
 }
 
-// natsPartition returns u's parameter partition (the partition a subscriber
-// reads), 0 when absent.
-func natsPartition(u *url.URL) (int, error) {
-	v := u.Query().Get("partition")
-	if v == "" {
-		return 0, nil
+// natsConn returns the connection settings of the URL's configuration, or
+// a connection to an embedded server shared by everything the process opens
+// on the same dir, and a release function. An embedded server logs its
+// warnings and errors to log.
+func natsConn(ctx context.Context, uc nats.URLConfig, name string, log *slog.Logger) (nats.ConnConfig, func() error, error) {
+	if uc.Embedded == nil {
+		cc := uc.ConnConfig
+		cc.Name = name
+		return cc, func() error { return nil }, nil
 	}
-	k, err := strconv.Atoi(v)
-	if err != nil || k < 0 {
-		return 0, fmt.Errorf("broker URL %s: partition=%q: want a number from 0 to partitions-1", broker.RedactURL(u.String()), v)
-	}
-	return k, nil
-}
-
-// natsConn returns the connection settings for u: its URL without idem's
-// parameters, or a connection to an embedded server (nats://embedded) shared
-// by everything the process opens on the same dir, and a release function.
-// An embedded server logs its warnings and errors to log.
-func natsConn(ctx context.Context, u *url.URL, name string, log *slog.Logger) (nats.ConnConfig, func() error, error) {
-	q := u.Query()
-	if u.Host != "embedded" {
-		var opts []natsgo.Option
-		if ca := q.Get("ca"); ca != "" {
-			opts = append(opts, natsgo.RootCAs(ca))
-		}
-		if cert, key := q.Get("cert"), q.Get("key"); cert != "" || key != "" {
-			if cert == "" || key == "" {
-				return nats.ConnConfig{}, nil, fmt.Errorf("broker URL %s: cert and key go together", broker.RedactURL(u.String()))
-			}
-			opts = append(opts, natsgo.ClientCert(cert, key))
-		}
-		if creds := q.Get("creds"); creds != "" {
-			opts = append(opts, natsgo.UserCredentials(creds))
-		}
-		for _, k := range []string{"stream", "prefix", "replicas", "partitions", "partition", "ack_wait", "ca", "cert", "key", "creds"} {
-			q.Del(k)
-		}
-		v := *u
-		v.RawQuery = q.Encode()
-		return nats.ConnConfig{URL: v.String(), Name: name, Options: opts}, func() error { return nil }, nil
-	}
-	var syncAlways bool
-	switch q.Get("sync") {
-	case "", "always":
-		syncAlways = true
-	case "interval":
-	default:
-		return nats.ConnConfig{}, nil, fmt.Errorf("broker URL %s: sync=%q: want always (the default: each message is on disk before it is acknowledged) or interval (faster; a machine crash can lose the last two minutes)",
-			broker.RedactURL(u.String()), q.Get("sync"))
-	}
-	srv, release, err := acquireEmbedded(ctx, q.Get("dir"), embedded.Config{Listen: q.Get("listen"), SyncAlways: syncAlways, Logger: log})
+	e := uc.Embedded
+	srv, release, err := acquireEmbedded(ctx, e.Dir, embedded.Config{Listen: e.Listen, SyncAlways: e.SyncAlways, Logger: log})
 	if err != nil {
 		return nats.ConnConfig{}, nil, err
 	}
@@ -142,19 +79,15 @@ func natsConn(ctx context.Context, u *url.URL, name string, log *slog.Logger) (n
 // (EVENTS) and subject prefix (events); partitions=P publishes to a stream
 // of P partitions (nats.StreamConfig.Partitions).
 func publishNATS(ctx context.Context, rawURL, prefix string) (Publisher, error) {
-	u, err := parseURL(natsURL(rawURL))
+	uc, err := nats.ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	stream, err := natsStream(u, prefix)
+	cc, release, err := natsConn(ctx, uc, "idem", slog.Default())
 	if err != nil {
 		return nil, err
 	}
-	cc, release, err := natsConn(ctx, u, "idem", slog.Default())
-	if err != nil {
-		return nil, err
-	}
-	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: stream})
+	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: natsStream(uc, prefix)})
 	if err != nil {
 		return nil, errors.Join(err, release())
 	}
@@ -164,27 +97,23 @@ func publishNATS(ctx context.Context, rawURL, prefix string) (Publisher, error) 
 // inspectNATS opens a JetStream publisher that leaves the stream as it is,
 // for its Inspect.
 func inspectNATS(ctx context.Context, rawURL, prefix string) (Inspector, error) {
-	u, err := parseURL(natsURL(rawURL))
+	uc, err := nats.ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	if u.Host == "embedded" {
+	if uc.Embedded != nil {
 		// A second server on the data of the process that runs it would
 		// read, and write, files that process owns.
 		return nil, fmt.Errorf("broker URL %s: an embedded NATS server is only reachable from its own process; start it with ?listen=127.0.0.1:4222 and give nats://127.0.0.1:4222", broker.RedactURL(rawURL))
 	}
-	stream, err := natsStream(u, prefix)
-	if err != nil {
-		return nil, err
-	}
-	cc, release, err := natsConn(ctx, u, "idem status", slog.Default())
+	cc, release, err := natsConn(ctx, uc, "idem status", slog.Default())
 	if err != nil {
 		return nil, err
 	}
 	// Without partitions=P in the URL, the stream's own count (its
 	// metadata) says which durable consumers to report.
-	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: stream, NoDeclare: true,
-		PartitionsFromStream: !u.Query().Has("partitions")})
+	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: natsStream(uc, prefix), NoDeclare: true,
+		PartitionsFromStream: !uc.PartitionsSet})
 	if err != nil {
 		return nil, errors.Join(err, release())
 	}
@@ -204,12 +133,8 @@ func (p *natsPublisher) Close() error {
 
 // partitionsNATS reads the parameter partitions of a NATS URL.
 func partitionsNATS(rawURL string) (int, error) {
-	u, err := parseURL(natsURL(rawURL))
-	if err != nil {
-		return 0, err
-	}
-	s, err := natsStream(u, "")
-	return s.Partitions, err
+	uc, err := nats.ParseURL(rawURL)
+	return uc.Stream.Partitions, err
 }
 
 // subscribeNATS returns a JetStream subscriber with a durable consumer named
@@ -219,35 +144,20 @@ func partitionsNATS(rawURL string) (int, error) {
 // (default nats.AckWaitDefault); partitions=P&partition=k reads partition k
 // of a stream of P partitions (durable consumer <consumer>-p<k>).
 func subscribeNATS(rawURL string, cfg SubscribeConfig, names []string, deliver broker.DeliverFunc) (broker.Subscriber, error) {
-	u, err := parseURL(natsURL(rawURL))
+	uc, err := nats.ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	stream, err := natsStream(u, cfg.Prefix)
-	if err != nil {
-		return nil, err
-	}
-	partition, err := natsPartition(u)
-	if err != nil {
-		return nil, err
-	}
-	if !u.Query().Has("partition") {
+	partition := uc.Partition
+	if !uc.PartitionSet {
 		partition = cfg.Partition
 	}
-	var ackWait time.Duration
-	if v := u.Query().Get("ack_wait"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < time.Second {
-			return nil, fmt.Errorf("broker URL %s: ack_wait=%q: want a duration of at least 1s", broker.RedactURL(u.String()), v)
-		}
-		ackWait = d
-	}
-	return &natsSubscriber{u: u, cfg: cfg, names: names, deliver: withAckFault(deliver), ackWait: ackWait, stream: stream, partition: partition}, nil
+	return &natsSubscriber{u: uc, cfg: cfg, names: names, deliver: withAckFault(deliver), ackWait: uc.AckWait, stream: natsStream(uc, cfg.Prefix), partition: partition}, nil
 }
 
 // natsSubscriber opens its connection (and the embedded server) on Start.
 type natsSubscriber struct {
-	u       *url.URL
+	u       nats.URLConfig
 	cfg     SubscribeConfig
 	names   []string
 	deliver broker.DeliverFunc
@@ -256,13 +166,25 @@ type natsSubscriber struct {
 	stream    nats.StreamConfig
 	partition int
 
-	sub     *nats.Subscriber
-	release func() error
+	// base is the lifecycle of the subscriber and its connection: the
+	// work ends once the subscriber has stopped and the connection (or
+	// the embedded server) is released.
+	base    startstop.Base
+	mu      sync.Mutex
+	stopErr error // the subscriber's stop and the release's, once done
 }
 
+// Start opens the connection (starting the embedded server if the URL says
+// so) and starts the subscriber. A Stop during Start interrupts it.
 func (s *natsSubscriber) Start(ctx context.Context) error {
+	if err := s.base.Starting(); err != nil {
+		return fmt.Errorf("idem: nats subscriber: %w", err)
+	}
+	ctx, cancel := s.base.StartContext(ctx)
+	defer cancel()
 	cc, release, err := natsConn(ctx, s.u, s.cfg.Consumer, s.cfg.Logger)
 	if err != nil {
+		s.base.StartFailed()
 		return err
 	}
 	cc.Logger = s.cfg.Logger
@@ -274,23 +196,45 @@ func (s *natsSubscriber) Start(ctx context.Context) error {
 		err = sub.Start(ctx)
 	}
 	if err != nil {
-		return errors.Join(err, release())
+		err = errors.Join(err, release())
+		s.base.StartFailed()
+		return err
 	}
-	s.sub, s.release = sub, release
+	go func() {
+		var err error
+		select {
+		case <-s.base.Stopping():
+			// Abandons the subscriber's work when Stop runs out of time.
+			err = sub.Stop(s.base.WorkContext())
+		case <-sub.Done():
+		}
+		<-sub.Done()
+		err = errors.Join(err, release())
+		s.mu.Lock()
+		s.stopErr = err
+		s.mu.Unlock()
+		s.base.Finished()
+	}()
+	s.base.Running() // a Stop during the start-up is seen by the goroutine
 	return nil
 }
 
+// Stop stops the subscriber and releases its connection, and returns once
+// both have ended, with their errors. When ctx ends first, the subscriber's
+// work is abandoned and Stop returns ctx's error at once; Done is closed
+// once everything has ended.
 func (s *natsSubscriber) Stop(ctx context.Context) error {
-	if s.sub == nil {
-		return nil
+	if err := s.base.Stop(ctx, nil, nil); err != nil {
+		return err
 	}
-	err := s.sub.Stop(ctx)
-	if s.release != nil {
-		err = errors.Join(err, s.release())
-		s.release = nil
-	}
-	return err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopErr
 }
+
+// Done is closed once the subscriber has stopped and its connection is
+// released.
+func (s *natsSubscriber) Done() <-chan struct{} { return s.base.Done() }
 
 // Embedded servers of this process, by absolute directory, with their
 // number of users.

@@ -1,50 +1,50 @@
 package registry
 
 import (
-	"context"
+	"strings"
 	"testing"
 )
 
-// TestNATSPartitionParameters: partitions=P sets the stream's partition
-// count and partition=k the subscriber's partition; bad values are refused
-// with the parameter named; neither reaches the server URL.
+// TestNATSPartitionParameters: partitions=P is the stream's partition count
+// (Partitions), a subscriber's URL without partition=k takes the one its
+// caller gives, and bad values are refused with the parameter named.
 func TestNATSPartitionParameters(t *testing.T) {
-	u, err := parseURL("nats://127.0.0.1:4222?partitions=8&partition=3&stream=S")
-	if err != nil {
-		t.Fatal(err)
+	if p, err := Partitions("nats://127.0.0.1:4222?partitions=8&partition=3&stream=S"); err != nil || p != 8 {
+		t.Errorf("Partitions = %d, %v; want 8", p, err)
 	}
-	s, err := natsStream(u, "")
-	if err != nil || s.Partitions != 8 || s.Name != "S" {
-		t.Errorf("natsStream: %+v, %v; want 8 partitions of stream S", s, err)
-	}
-	if k, err := natsPartition(u); err != nil || k != 3 {
-		t.Errorf("natsPartition: %d, %v; want 3", k, err)
-	}
-	cc, release, err := natsConn(context.Background(), u, "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = release() }()
-	if cc.URL != "nats://127.0.0.1:4222" {
-		t.Errorf("server URL %s, want nats://127.0.0.1:4222", cc.URL)
-	}
-	for _, raw := range []string{"nats://h?partitions=x", "nats://h?partitions=-1", "nats://h?partitions=100000"} {
-		u, err := parseURL(raw)
+	for _, c := range []struct {
+		url       string
+		partition int
+	}{{"nats://h?partitions=4&partition=3", 3}, {"nats://h?partitions=4&partition=0", 0}, {"nats://h?partitions=4", 2}} {
+		sub, err := subscribeNATS(c.url, SubscribeConfig{Consumer: "stock", Partition: 2}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := natsStream(u, ""); err == nil {
-			t.Errorf("%s: no error", raw)
+		if got := sub.(*natsSubscriber).partition; got != c.partition {
+			t.Errorf("%s: partition %d, want %d", c.url, got, c.partition)
 		}
 	}
-	u, err = parseURL("nats://h?partition=-2")
-	if err != nil {
-		t.Fatal(err)
+	if _, err := subscribeNATS("nats://h?partitions=2&partition=x", SubscribeConfig{Consumer: "stock"}, nil, nil); err == nil || !strings.Contains(err.Error(), "partition=") {
+		t.Errorf("subscribeNATS with partition=x: %v; want an error naming partition", err)
 	}
-	if _, err := natsPartition(u); err == nil {
-		t.Error("partition=-2: no error")
-	}
-	if _, err := subscribeNATS("nats://h?partitions=2&partition=x", SubscribeConfig{Consumer: "stock"}, nil, nil); err == nil {
-		t.Error("subscribeNATS with partition=x: no error")
+}
+
+// TestNATSStreamPrefix: a prefix names the stream and subjects unless the
+// URL names them.
+func TestNATSStreamPrefix(t *testing.T) {
+	for _, c := range []struct {
+		url, prefix, name, subjects string
+	}{
+		{"nats://h", "", "", ""},
+		{"nats://h", "shop.a", "SHOP_A_EVENTS", "shop.a.events"},
+		{"nats://h?stream=S&prefix=ev", "shop", "S", "ev"},
+	} {
+		sub, err := subscribeNATS(c.url, SubscribeConfig{Consumer: "stock", Prefix: c.prefix}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := sub.(*natsSubscriber).stream; s.Name != c.name || s.SubjectPrefix != c.subjects {
+			t.Errorf("%s with prefix %q: stream %q, subjects %q; want %q, %q", c.url, c.prefix, s.Name, s.SubjectPrefix, c.name, c.subjects)
+		}
 	}
 }

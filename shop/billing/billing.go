@@ -103,12 +103,14 @@ CREATE TABLE order_status (
 `},
 }
 
-// qInsertInvoice is per dialect ("lines" is quoted on MySQL); the other
-// queries are written once, with $n placeholders (store.DB.Q adapts them).
+// qInsertInvoice is per dialect (store.DB.Pick): on MySQL, "lines" is quoted
+// and a duplicate is skipped by ON DUPLICATE KEY UPDATE, which affects no
+// row either. The other queries are written once, with $n placeholders
+// (store.DB.Q adapts them).
 var qInsertInvoice = map[string]string{
 	store.Postgres: `INSERT INTO invoice (id, order_id, customer_id, lines, created_at) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (order_id) DO NOTHING`,
-	store.MySQL: "INSERT INTO invoice (id, order_id, customer_id, `lines`, created_at) VALUES ($1, $2, $3, $4, $5)\n" +
+	store.MySQL: "INSERT INTO invoice (id, order_id, customer_id, `lines`, created_at) VALUES (?, ?, ?, ?, ?)\n" +
 		"ON DUPLICATE KEY UPDATE order_id = order_id",
 }
 

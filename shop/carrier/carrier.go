@@ -96,13 +96,26 @@ ALTER TABLE pickup ADD COLUMN cancel_key TEXT;
 `},
 }
 
+// Inserts that skip a request whose key was seen (the row affected tells),
+// per dialect: MySQL/MariaDB has no ON CONFLICT, and its ON DUPLICATE KEY
+// UPDATE of the key to itself affects no row either.
+var (
+	qInsertPickup = map[string]string{
+		store.Postgres: `INSERT INTO pickup (id, idem_key, reference, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (idem_key) DO NOTHING`,
+		store.MySQL:    `INSERT INTO pickup (id, idem_key, reference, created_at) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE idem_key = idem_key`,
+	}
+	qInsertEmail = map[string]string{
+		store.Postgres: `INSERT INTO email (id, idem_key, recipient, subject, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (idem_key) DO NOTHING`,
+		store.MySQL:    `INSERT INTO email (id, idem_key, recipient, subject, created_at) VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE idem_key = idem_key`,
+	}
+)
+
+// Queries, written with $n placeholders (store.DB.Q adapts them).
 const (
-	qInsertPickup = `INSERT INTO pickup (id, idem_key, reference, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (idem_key) DO NOTHING`
 	qPickupByKey  = `SELECT id, reference, created_at, cancelled_at FROM pickup WHERE idem_key = $1`
 	qPickupsByRef = `SELECT id, idem_key, created_at, cancelled_at FROM pickup WHERE reference = $1 ORDER BY created_at`
 	qPickupByID   = `SELECT idem_key, reference, created_at, cancelled_at, COALESCE(cancel_key, '') FROM pickup WHERE id = $1`
 	qCancelPickup = `UPDATE pickup SET cancelled_at = $1, cancel_key = $2 WHERE id = $3 AND cancelled_at IS NULL`
-	qInsertEmail  = `INSERT INTO email (id, idem_key, recipient, subject, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (idem_key) DO NOTHING`
 	qEmailByKey   = `SELECT id, recipient, subject, created_at FROM email WHERE idem_key = $1`
 )
 
@@ -185,7 +198,7 @@ func (s *Server) createPickup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	n, err := s.exec(ctx, qInsertPickup, uuid.NewString(), key, req.Reference, time.Now().UTC())
+	n, err := s.exec(ctx, s.db.Pick(qInsertPickup), uuid.NewString(), key, req.Reference, time.Now().UTC())
 	if err != nil {
 		httpError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -237,7 +250,7 @@ func (s *Server) cancelPickup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	n, err := s.exec(ctx, qCancelPickup, time.Now().UTC(), key, id)
+	n, err := s.exec(ctx, s.db.Q(qCancelPickup), time.Now().UTC(), key, id)
 	if err != nil {
 		httpError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -270,7 +283,7 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	n, err := s.exec(ctx, qInsertEmail, uuid.NewString(), key, req.To, req.Subject, time.Now().UTC())
+	n, err := s.exec(ctx, s.db.Pick(qInsertEmail), uuid.NewString(), key, req.To, req.Subject, time.Now().UTC())
 	if err != nil {
 		httpError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -352,8 +365,10 @@ func (s *Server) Stats(ctx context.Context) (Stats, error) {
 	return st, err
 }
 
+// exec runs query, in the database's dialect, and returns the number of
+// rows it affected.
 func (s *Server) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := s.db.SQL.ExecContext(ctx, s.db.Q(query), args...)
+	res, err := s.db.SQL.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/shop/internal/shoptest"
 	"github.com/idem-go/idem/shop/store"
 )
 
@@ -30,7 +30,7 @@ import (
 // requests recovered, with how many failed.
 func TestDatabaseAwayLogsOncePerCause(t *testing.T) {
 	ctx := context.Background()
-	u, err := url.Parse(testdb.PostgresURL(t))
+	u, err := url.Parse(shoptest.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem/idempotency"
-	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/shop/internal/shoptest"
 	"github.com/idem-go/idem/shop/store"
 )
 
@@ -37,7 +37,7 @@ func TestKeysMovedToIdem(t *testing.T) {
 			return db
 		},
 		store.Postgres: func(t *testing.T) *store.DB {
-			db, err := store.Open(context.Background(), "order", testdb.PostgresURL(t), schema, store.Options{})
+			db, err := store.Open(context.Background(), "order", shoptest.PostgresURL(t), schema, store.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +48,7 @@ func TestKeysMovedToIdem(t *testing.T) {
 			return db
 		},
 		store.MySQL: func(t *testing.T) *store.DB {
-			db, err := store.Open(context.Background(), "order", testdb.MariaDBURL(t), schema, store.Options{})
+			db, err := store.Open(context.Background(), "order", shoptest.MariaDBURL(t), schema, store.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,7 +20,6 @@ import (
 	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/idempotency"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/store"
@@ -95,6 +94,12 @@ type Config struct {
 	// succeed again (package errlog). Defaults to errlog.IntervalDefault
 	// (10s).
 	ErrorLogInterval time.Duration
+	// BeforeCommit, when set, runs in the transaction that places an
+	// order, once the order, its lines and its event are written, just
+	// before the transaction commits. It is a test hook: the shop command
+	// built with the tag idemfault kills its process there, to show that
+	// such an order leaves no row and no event behind.
+	BeforeCommit func()
 }
 
 // Service is the order service.
@@ -382,7 +387,9 @@ func (s *Service) create(ctx context.Context, tx *sql.Tx, r *http.Request) (idem
 	if err := s.outbox.Add(ctx, tx, ev); err != nil {
 		return idempotency.Response{}, err
 	}
-	fault.Point(fault.OrderBeforeCommit)
+	if s.cfg.BeforeCommit != nil {
+		s.cfg.BeforeCommit()
+	}
 	return idempotency.Response{Status: http.StatusCreated, Body: body, Header: http.Header{
 		"Content-Type": {"application/json"},
 		"Location":     {"/orders/" + id},
@@ -423,7 +430,7 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		status  string
 		version int64
 	)
-	err = tx.QueryRowContext(ctx, s.db.Q(qLockOrder), id).Scan(&status, &version)
+	err = tx.QueryRowContext(ctx, s.db.Pick(qLockOrder), id).Scan(&status, &version)
 	if errors.Is(err, sql.ErrNoRows) {
 		problem(w, http.StatusNotFound, "no order "+id)
 		return

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idempotency"
-	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/shop/internal/shoptest"
 	"github.com/idem-go/idem/shop/store"
 )
 
@@ -25,7 +25,7 @@ func setup(t *testing.T, cfg Config) (*Service, *httptest.Server, *store.DB) {
 	_, _ = rand.Read(b)
 	schema := "order_t_" + hex.EncodeToString(b)
 	ctx := context.Background()
-	db, err := store.Open(ctx, "order", testdb.PostgresURL(t), schema, store.Options{MaxConns: 32})
+	db, err := store.Open(ctx, "order", shoptest.PostgresURL(t), schema, store.Options{MaxConns: 32})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -153,13 +153,20 @@ DROP TABLE idempotency_key;
 `},
 }
 
+// qLockOrder reads an order and locks its row until the transaction ends,
+// per dialect (store.DB.Pick): SQLite has no row locks, a transaction holds
+// the database's write lock from its start.
+var qLockOrder = map[string]string{
+	store.Postgres: `SELECT status, version FROM orders WHERE id = $1 FOR UPDATE`,
+	store.SQLite:   `SELECT status, version FROM orders WHERE id = $1`,
+}
+
 // Queries, written once with $n placeholders (store.DB.Q adapts them).
 const (
 	qInsertOrder = `INSERT INTO orders (id, customer_id, status, fulfilment, fulfilment_rank, version, created_at, updated_at)
 VALUES ($1, $2, $3, $4, 0, 1, $5, $6)`
 	qGetOrder   = `SELECT id, customer_id, status, fulfilment, COALESCE(pickup_id, ''), version, created_at FROM orders WHERE id = $1`
 	qGetLines   = `SELECT product_id, quantity FROM order_line WHERE order_id = $1 ORDER BY line_no`
-	qLockOrder  = `SELECT status, version FROM orders WHERE id = $1 FOR UPDATE`
 	qCancel     = `UPDATE orders SET status = $1, version = $2, updated_at = $3 WHERE id = $4`
 	qFulfilment = `UPDATE orders SET fulfilment = $1, fulfilment_rank = $2, pickup_id = COALESCE($3, pickup_id), updated_at = $4
 WHERE id = $5 AND fulfilment_rank < $6`

@@ -180,7 +180,7 @@ func TestCancelDuringPickupRequest(t *testing.T) {
 		srv.Handler().ServeHTTP(w, r)
 	}))
 	t.Cleanup(slow.Close)
-	s, err := New(db, &carrier.Client{BaseURL: slow.URL + "/carrier"}, nil)
+	s, err := New(db, &carrier.Client{BaseURL: slow.URL + "/carrier"}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/carrier"
@@ -129,15 +128,34 @@ ALTER TABLE shipment ADD COLUMN cancelled_at timestamp;
 `},
 }
 
+// Statements per dialect (store.DB.Pick): an order's preparation, unless it
+// has one (MySQL/MariaDB has no ON CONFLICT, and its ON DUPLICATE KEY UPDATE
+// of the key to itself affects no row either); the rows of an order, locked
+// until the transaction ends (SQLite has no row locks: a transaction holds
+// the database's write lock from its start).
+var (
+	qInsertPreparation = map[string]string{
+		store.Postgres: `INSERT INTO preparation (id, order_id, status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (order_id) DO NOTHING`,
+		store.MySQL: `INSERT INTO preparation (id, order_id, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE order_id = order_id`,
+	}
+	qLockPreparation = map[string]string{
+		store.Postgres: `SELECT id, status FROM preparation WHERE order_id = $1 FOR UPDATE`,
+		store.SQLite:   `SELECT id, status FROM preparation WHERE order_id = $1`,
+	}
+	qLockShipment = map[string]string{
+		store.Postgres: `SELECT pickup_id, cancelled_at FROM shipment WHERE order_id = $1 FOR UPDATE`,
+		store.SQLite:   `SELECT pickup_id, cancelled_at FROM shipment WHERE order_id = $1`,
+	}
+)
+
+// Queries, written with $n placeholders (store.DB.Q adapts them).
 const (
 	qStatus            = `SELECT status FROM order_status WHERE order_id = $1`
-	qInsertPreparation = `INSERT INTO preparation (id, order_id, status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (order_id) DO NOTHING`
 	qCancelPreparation = `UPDATE preparation SET status = $1, updated_at = $2 WHERE order_id = $3`
-	qLockPreparation   = `SELECT id, status FROM preparation WHERE order_id = $1 FOR UPDATE`
 	qShipmentExists    = `SELECT count(*) FROM shipment WHERE order_id = $1`
 	qShipmentPickup    = `SELECT pickup_id FROM shipment WHERE order_id = $1`
-	qLockShipment      = `SELECT pickup_id, cancelled_at FROM shipment WHERE order_id = $1 FOR UPDATE`
 	qInsertShipment    = `INSERT INTO shipment (order_id, pickup_id, idempotency_key, created_at) VALUES ($1, $2, $3, $4)`
 	qCancelShipment    = `UPDATE shipment SET cancelled_at = $1 WHERE order_id = $2`
 )
@@ -168,9 +186,22 @@ type Service struct {
 	log         *slog.Logger
 }
 
+// Config configures the shipping service.
+type Config struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// BeforeCommit, when set, runs after a handler of the preparation
+	// consumer, in its transaction, before it commits: its effects and its
+	// processed_event marker are written, not committed. It is a test
+	// hook: the shop command built with the tag idemfault kills its process
+	// there, to show that the event is handled again, once.
+	BeforeCommit func()
+}
+
 // New returns the shipping service on db, whose migrations must be applied,
 // calling the carrier through c.
-func New(db *store.DB, c *carrier.Client, log *slog.Logger) (*Service, error) {
+func New(db *store.DB, c *carrier.Client, cfg Config) (*Service, error) {
+	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
@@ -184,8 +215,8 @@ func New(db *store.DB, c *carrier.Client, log *slog.Logger) (*Service, error) {
 	}
 	s := &Service{db: db, outbox: db.OutboxWriter(), carrier: c, preparation: prep, pickup: pickup,
 		log: log.With("service", "shipping")}
-	prep.Handle(shop.OrderPlaced, beforeCommit(s.onOrderPlaced))
-	prep.Handle(shop.OrderCancelled, beforeCommit(s.onOrderCancelled))
+	prep.Handle(shop.OrderPlaced, beforeCommit(s.onOrderPlaced, cfg.BeforeCommit))
+	prep.Handle(shop.OrderCancelled, beforeCommit(s.onOrderCancelled, cfg.BeforeCommit))
 	pickup.Handle(shop.PreparationCreated, s.onPreparationCreated)
 	pickup.Handle(shop.PreparationCancelled, s.onPreparationCancelled)
 	return s, nil
@@ -196,18 +227,18 @@ func (s *Service) Consumers() []*inbox.Consumer[*sql.Tx] {
 	return []*inbox.Consumer[*sql.Tx]{s.preparation, s.pickup}
 }
 
-// beforeCommit runs h, then hits fault.ShippingBeforeCommit: the effects
-// and the processed_event marker are written, not committed. Without fault
-// points, it is h.
-func beforeCommit(h inbox.HandlerFunc[*sql.Tx]) inbox.HandlerFunc[*sql.Tx] {
-	if !fault.Enabled {
+// beforeCommit runs h, then hook (Config.BeforeCommit) when h succeeded:
+// the effects and the processed_event marker are written, not committed.
+// Without a hook, it is h.
+func beforeCommit(h inbox.HandlerFunc[*sql.Tx], hook func()) inbox.HandlerFunc[*sql.Tx] {
+	if hook == nil {
 		return h
 	}
 	return func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
 		if err := h(ctx, tx, ev); err != nil {
 			return err
 		}
-		fault.Point(fault.ShippingBeforeCommit)
+		hook()
 		return nil
 	}
 }
@@ -236,7 +267,7 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) 
 	}
 	now := time.Now().UTC()
 	prepID := idem.NewEventID().String()
-	res, err := tx.ExecContext(ctx, s.db.Q(qInsertPreparation), prepID, id, PreparationActive, now, now)
+	res, err := tx.ExecContext(ctx, s.db.Pick(qInsertPreparation), prepID, id, PreparationActive, now, now)
 	if err != nil {
 		return err
 	}
@@ -269,7 +300,7 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 	// The lock waits for a pickup request in flight (onPreparationCreated
 	// holds it): its shipment is then committed and seen below.
 	var prepID, status string
-	err = tx.QueryRowContext(ctx, s.db.Q(qLockPreparation), id).Scan(&prepID, &status)
+	err = tx.QueryRowContext(ctx, s.db.Pick(qLockPreparation), id).Scan(&prepID, &status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		s.log.Info("order cancelled before its preparation: none will be made", "order_id", id)
@@ -304,7 +335,7 @@ func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.
 	// Lock the preparation so that a cancellation waits for the pickup
 	// request, or the request sees the cancellation.
 	var prepID, status string
-	err = tx.QueryRowContext(ctx, s.db.Q(qLockPreparation), id).Scan(&prepID, &status)
+	err = tx.QueryRowContext(ctx, s.db.Pick(qLockPreparation), id).Scan(&prepID, &status)
 	if errors.Is(err, sql.ErrNoRows) {
 		// The event announces a preparation committed with it, and idem's
 		// relays publish an event only once its transaction is visible:
@@ -356,7 +387,7 @@ func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev ide
 		pickupID  string
 		cancelled sql.NullTime
 	)
-	err = tx.QueryRowContext(ctx, s.db.Q(qLockShipment), id).Scan(&pickupID, &cancelled)
+	err = tx.QueryRowContext(ctx, s.db.Pick(qLockShipment), id).Scan(&pickupID, &cancelled)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		found, err := s.carrier.FindPickup(ctx, id)

@@ -16,7 +16,7 @@ func setup(t *testing.T) (*Service, *store.DB, shoptest.FakeCarrier) {
 	t.Helper()
 	db := shoptest.Open(t, "shipping", Migrations())
 	c := shoptest.Carrier(t)
-	s, err := New(db, c.Client, nil)
+	s, err := New(db, c.Client, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestImpossibleEventsAreParked(t *testing.T) {
 func TestCarrierAwayIsTransient(t *testing.T) {
 	t.Parallel()
 	db := shoptest.Open(t, "shipping", Migrations())
-	s, err := New(db, &carrier.Client{BaseURL: "http://127.0.0.1:1/carrier"}, nil)
+	s, err := New(db, &carrier.Client{BaseURL: "http://127.0.0.1:1/carrier"}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

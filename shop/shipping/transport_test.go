@@ -19,8 +19,6 @@ import (
 	"github.com/idem-go/idem/broker/nats"
 	"github.com/idem-go/idem/broker/nats/embedded"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/testamqp"
-	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/internal/shoptest"
 )
@@ -35,12 +33,12 @@ func subscribeTo(t *testing.T, transport string, c *inbox.Consumer[*sql.Tx]) bro
 			broker.Publisher
 			Close() error
 		}
-		sub testsvc.Service
+		sub broker.Subscriber
 		err error
 	)
 	switch transport {
 	case "amqp":
-		url, exchange := testamqp.URL(t), testamqp.Name("idem_shipping_")
+		url, exchange := shoptest.RabbitMQ(t, "idem_shipping_")
 		pub, err = amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqp.ConnConfig{URL: url, Logger: quiet}, Exchange: exchange})
 		if err == nil {
 			sub, err = amqp.NewSubscriber(amqp.SubscriberConfig{ConnConfig: amqp.ConnConfig{URL: url, Logger: quiet},
@@ -80,7 +78,7 @@ func subscribeTo(t *testing.T, transport string, c *inbox.Consumer[*sql.Tx]) bro
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	testsvc.Start(t, sub)
+	shoptest.Start(t, sub)
 	return pub
 }
 
@@ -122,7 +120,7 @@ func TestOrderKeptThroughRetries(t *testing.T) {
 			if err := pub.Publish(ctx, msgs); err != nil {
 				t.Fatal(err)
 			}
-			testsvc.WaitFor(t, 30*time.Second, "the cancellation applied", func() bool {
+			shoptest.WaitFor(t, 30*time.Second, "the cancellation applied", func() bool {
 				return len(shoptest.Outbox(t, db, shop.PreparationCancelled)) == 1
 			})
 			if failures.Load() < 3 {
@@ -159,7 +157,7 @@ func TestOrderKeptThroughRetries(t *testing.T) {
 			if err := pub.Publish(ctx, []idem.Message{m}); err != nil {
 				t.Fatal(err)
 			}
-			testsvc.WaitFor(t, 30*time.Second, "the impossible order parked", func() bool {
+			shoptest.WaitFor(t, 30*time.Second, "the impossible order parked", func() bool {
 				return shoptest.Parked(t, db, PreparationConsumer) == 1
 			})
 			if n := shoptest.Count(t, db, `SELECT count(*) FROM preparation WHERE order_id = $1`, bad); n != 0 {

@@ -1,8 +1,8 @@
 // Package store opens the database of one shop service and applies its
-// migrations. It is the one place that knows the SQL dialects: placeholders
-// ($1 for PostgreSQL, ? for MySQL/MariaDB and SQLite) and how a service's
-// tables are isolated (a PostgreSQL schema, a MariaDB database, a SQLite
-// file).
+// migrations. It is the one place that knows the SQL dialects: how a
+// service's tables are isolated (a PostgreSQL schema, a MariaDB database, a
+// SQLite file), placeholders (Q), and which statements each dialect
+// writes its own way (Pick).
 package store
 
 import (
@@ -11,31 +11,35 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/mysql"
+	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/driver/sqlite"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/cdc"
 )
 
-// Dialect names.
+// Dialect names, as the drivers' Dialect().Name() gives them.
 const (
-	Postgres = registry.Postgres
-	MySQL    = registry.MySQL
-	SQLite   = registry.SQLite
+	Postgres = "postgres"
+	MySQL    = "mysql"
+	SQLite   = "sqlite"
 )
 
 // MaxConnsDefault is the connection pool size of a service's database.
@@ -58,7 +62,13 @@ type DB struct {
 	// consumers.
 	Driver *driver.SQLDriver
 
-	db        *registry.Database // nil in tests that build a DB by hand
+	// url is the URL of the service's database; pgx is the pgx driver of
+	// a PostgreSQL database (nil otherwise), which the relay prefers for
+	// its LISTEN/NOTIFY; close closes the handles. Unset in tests that
+	// build a DB by hand.
+	url       string
+	pgx       *postgres.PgxDriver
+	close     func()
 	observer  func(consumer string) inbox.Observer
 	outboxLog bool
 	notify    atomic.Pointer[func()]
@@ -93,28 +103,90 @@ func Open(ctx context.Context, service, rawURL, schema string, opts Options) (*D
 	if schema == "" {
 		return nil, fmt.Errorf("%s: no schema name", service)
 	}
-	db, err := registry.OpenDatabase(ctx, rawURL, registry.DatabaseOptions{Name: schema, MaxConns: opts.MaxConns})
-	if err != nil {
+	if !validSchema(schema) {
+		return nil, fmt.Errorf("%s: schema name %q: want a plain lower-case identifier", service, schema)
+	}
+	db := &DB{Service: service, observer: opts.Observer, outboxLog: opts.OutboxLog}
+	if err := db.open(ctx, rawURL, schema, opts.MaxConns); err != nil {
 		return nil, fmt.Errorf("%s: %w", service, err)
 	}
 	if opts.OutboxLog && db.Dialect != Postgres {
 		db.Close()
 		return nil, fmt.Errorf("%s: events as WAL messages need PostgreSQL (pg_logical_emit_message), and this database is %s: keep the outbox table", service, db.Dialect)
 	}
-	out := &DB{Service: service, Dialect: db.Dialect, File: db.File, SQL: db.DB, Driver: db.SQL, db: db, observer: opts.Observer, outboxLog: opts.OutboxLog}
-	if db.Dialect != SQLite {
-		out.Schema = schema
+	return db, nil
+}
+
+// validSchema reports whether name is a plain lower-case identifier.
+func validSchema(name string) bool {
+	if len(name) > 63 || name[0] >= '0' && name[0] <= '9' {
+		return false
 	}
-	return out, nil
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// open opens the database at rawURL, the service's tables in schema, with
+// the public openers of idem's drivers.
+func (db *DB) open(ctx context.Context, rawURL, schema string, maxConns int) error {
+	if rawURL == "" {
+		return errors.New("no database URL (for example postgres://user:pass@localhost:5432/shop, mysql://user:pass@localhost:3306/shop or sqlite:data)")
+	}
+	scheme, _, _ := strings.Cut(rawURL, ":")
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		// The pgx driver for the relay, database/sql on the same pool for
+		// the rest.
+		pgx, err := postgres.OpenURL(ctx, rawURL, postgres.URLOptions{Schema: schema, MaxConns: maxConns})
+		if err != nil {
+			return fmt.Errorf("database %s: %w", broker.RedactURL(rawURL), err)
+		}
+		pool := pgx.Pgx()
+		sqlDB := stdlib.OpenDBFromPool(pool)
+		drv := driver.NewSQL(sqlDB, pgx.Dialect())
+		db.Dialect, db.Schema, db.url, db.pgx = Postgres, schema, rawURL, pgx
+		db.SQL, db.Driver, db.close = sqlDB, drv, func() { _ = sqlDB.Close(); pool.Close() }
+	case "mysql", "mariadb":
+		// The service's own database on the server, named schema.
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return fmt.Errorf("database URL %s: not a URL", broker.RedactURL(rawURL))
+		}
+		u.Path = "/" + schema
+		drv, err := mysql.OpenURL(ctx, rawURL, mysql.URLOptions{Database: schema, MaxConns: maxConns})
+		if err != nil {
+			return fmt.Errorf("database %s: %w", broker.RedactURL(u.String()), err)
+		}
+		db.Dialect, db.Schema, db.url = MySQL, schema, u.String()
+		db.SQL, db.Driver, db.close = drv.DB(), drv, func() { _ = drv.DB().Close() }
+	case "sqlite":
+		// sqlite:DIR holds a file per service: DIR/<schema>.db.
+		dir := sqlite.Path(rawURL)
+		if dir == "" || strings.Contains(dir, "?") {
+			return fmt.Errorf("database URL %s: want sqlite:DIR, the directory of the services' <schema>.db files, without parameters", rawURL)
+		}
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return err
+		}
+		file := filepath.Join(dir, schema+".db")
+		drv, err := sqlite.OpenURL(ctx, "sqlite:"+file, sqlite.URLOptions{MaxConns: maxConns})
+		if err != nil {
+			return err
+		}
+		db.Dialect, db.File, db.url = SQLite, file, rawURL
+		db.SQL, db.Driver, db.close = drv.DB(), drv, func() { _ = drv.DB().Close() }
+	default:
+		return fmt.Errorf("database URL %s: want postgres://, mysql:// (or mariadb://) or sqlite:DIR", broker.RedactURL(rawURL))
+	}
+	return nil
 }
 
 // Redacted returns the database URL without its password.
-func (db *DB) Redacted() string {
-	if db.db == nil {
-		return ""
-	}
-	return db.db.Redacted()
-}
+func (db *DB) Redacted() string { return broker.RedactURL(db.url) }
 
 // Where says where the service's tables are, for the start-up banner.
 func (db *DB) Where() string {
@@ -131,52 +203,59 @@ func (db *DB) Where() string {
 
 // Close closes the database.
 func (db *DB) Close() {
-	if db.db != nil {
-		db.db.Close()
+	if db.close != nil {
+		db.close()
 	}
 }
 
-var (
-	placeholderRE = regexp.MustCompile(`\$([0-9]+)`)
-	onConflictRE  = regexp.MustCompile(`ON CONFLICT \(([a-z_]+)[a-z_, ]*\) DO NOTHING`)
-	forUpdateRE   = regexp.MustCompile(`\s+FOR UPDATE\s*$`)
-	rewritten     sync.Map // dialect + "\x00" + query -> string
-)
-
-// Q returns query, written for PostgreSQL, in the database's dialect:
-//
-//   - placeholders $1, $2... become ? on MySQL/MariaDB, which needs each
-//     placeholder used once and in order, and ?NNN on SQLite;
-//   - on MySQL/MariaDB, INSERT ... ON CONFLICT (col) DO NOTHING becomes
-//     INSERT ... ON DUPLICATE KEY UPDATE col = col, which also affects no
-//     row when the key exists (the conflict key must be the only unique key
-//     the row can collide on);
-//   - on SQLite, a trailing FOR UPDATE is dropped: transactions take the
-//     database's write lock when they begin (store opens SQLite with
-//     immediate transactions), which already serialises them.
+// Q returns query, written with PostgreSQL's placeholders $1, $2..., for
+// the database's dialect. PostgreSQL and SQLite take it as it is
+// (modernc.org/sqlite binds $N to the N-th argument). MySQL and MariaDB
+// number no placeholders: each ? takes the next argument, so there $1,
+// $2... become ?, and must appear once each, in order (Q panics otherwise:
+// write such a query per dialect). Statements that differ otherwise are
+// written per dialect (Pick).
 func (db *DB) Q(query string) string {
-	if db.Dialect == Postgres {
+	if db.Dialect != MySQL {
 		return query
 	}
-	k := db.Dialect + "\x00" + query
-	if q, ok := rewritten.Load(k); ok {
-		return q.(string)
-	}
-	q := query
-	switch db.Dialect {
-	case MySQL:
-		q = placeholderRE.ReplaceAllString(q, "?")
-		q = onConflictRE.ReplaceAllString(q, "ON DUPLICATE KEY UPDATE $1 = $1")
-	case SQLite:
-		q = placeholderRE.ReplaceAllString(q, "?$1")
-		q = forUpdateRE.ReplaceAllString(q, "")
-	}
-	rewritten.Store(k, q)
-	return q
+	return questionMarks(query)
 }
 
-// Pick returns the query of the database's dialect from byDialect, or the
-// PostgreSQL one when the dialect has none, through Q.
+// questionMarks returns query with $1, $2... (outside quotes) replaced by ?.
+func questionMarks(query string) string {
+	var b strings.Builder
+	b.Grow(len(query))
+	next, quoted := 1, false
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		if c == '\'' {
+			quoted = !quoted
+		}
+		if c != '$' || quoted || i+1 == len(query) || query[i+1] < '0' || query[i+1] > '9' {
+			b.WriteByte(c)
+			continue
+		}
+		j := i + 1
+		for j < len(query) && query[j] >= '0' && query[j] <= '9' {
+			j++
+		}
+		if n, _ := strconv.Atoi(query[i+1 : j]); n != next {
+			panic(fmt.Sprintf("store: placeholder $%d where $%d is due: MySQL takes the arguments in order, one ? each: %s", n, next, query))
+		}
+		b.WriteByte('?')
+		next++
+		i = j - 1
+	}
+	return b.String()
+}
+
+// Pick returns the statement of the database's dialect from byDialect,
+// keyed by Postgres, MySQL and SQLite, or the PostgreSQL one when the
+// dialect has none, through Q: for the statements a dialect writes its own
+// way, such as an insert that skips duplicates (ON CONFLICT DO NOTHING, ON
+// DUPLICATE KEY UPDATE) or a row lock (FOR UPDATE; SQLite locks the whole
+// database when a transaction begins).
 func (db *DB) Pick(byDialect map[string]string) string {
 	if q, ok := byDialect[db.Dialect]; ok {
 		return db.Q(q)
@@ -212,8 +291,8 @@ func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
 		r   Relay
 		err error
 	)
-	if db.db != nil && db.db.Pgx != nil {
-		r, err = relay.New(db.db.Pgx, pub, cfg)
+	if db.pgx != nil {
+		r, err = relay.New(db.pgx, pub, cfg)
 	} else {
 		r, err = relay.New(db.Driver, pub, cfg)
 	}
@@ -269,14 +348,14 @@ func (db *DB) CDCSlot() string { return "idem_" + db.Schema + "_outbox" }
 // cfg.Publication and cfg.MessagePrefix (CDCPrefix) are set here. Other dialects have no CDC relay: the error
 // says to run the polling relay.
 func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (*CDCRelay, error) {
-	if db.Dialect != Postgres || db.db == nil {
+	if db.Dialect != Postgres || db.url == "" {
 		return nil, fmt.Errorf("%s: the CDC relay reads PostgreSQL's logical replication stream, and this database is %s: run the polling relay (--relay poll)", db.Service, db.Dialect)
 	}
 	cfg.Tables = idem.Tables{Schema: db.Schema}
 	cfg.Slot = db.CDCSlot()
 	cfg.Publication = db.CDCSlot()
 	cfg.MessagePrefix = db.CDCPrefix()
-	r, err := cdc.New(db.db.URL, pub, cfg)
+	r, err := cdc.New(db.url, pub, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +367,7 @@ func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (*CDCRelay, erro
 // on the server forever. Call it when retiring the service's database, once
 // its relay has stopped (an active slot cannot be dropped).
 func (db *DB) DropCDCSlot(ctx context.Context) error {
-	if db.Dialect != Postgres || db.db == nil {
+	if db.Dialect != Postgres || db.url == "" {
 		return nil
 	}
 	var n int
@@ -296,7 +375,7 @@ func (db *DB) DropCDCSlot(ctx context.Context) error {
 		return fmt.Errorf("%s: replication slots: %w", db.Service, err)
 	}
 	if n > 0 {
-		if err := cdc.DropSlot(ctx, db.db.URL, db.CDCSlot()); err != nil {
+		if err := cdc.DropSlot(ctx, db.url, db.CDCSlot()); err != nil {
 			return fmt.Errorf("%s: drop slot %s: %w", db.Service, db.CDCSlot(), err)
 		}
 	}

@@ -1,6 +1,8 @@
 // Package shoptest holds what the shop services' tests share: a fresh
-// database per test, events with any payload, delivery through a consumer
-// as a transport does it, and the rows a test checks.
+// database per test, the test servers, events with any payload, delivery
+// through a consumer as a transport does it, and the rows a test checks. It
+// is the one place where the shop's tests reach idem's internal test
+// helpers.
 package shoptest
 
 import (
@@ -10,11 +12,16 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testamqp"
+	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/carrier"
 	"github.com/idem-go/idem/shop/store"
@@ -35,6 +42,40 @@ func Open(t testing.TB, service string, own store.Migrations) *store.DB {
 		t.Fatal(err)
 	}
 	return db
+}
+
+// PostgresURL returns the URL of the test PostgreSQL server (make test
+// starts it), or fails the test. The server stays up until the test ends.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	return testdb.PostgresURL(t)
+}
+
+// MariaDBURL returns the URL of the test MariaDB server, or fails the test.
+func MariaDBURL(t testing.TB) string {
+	t.Helper()
+	return testdb.MariaDBURL(t)
+}
+
+// RabbitMQ returns the URL of the test RabbitMQ server, or fails the test,
+// and a name starting with prefix that no other test uses, for the
+// exchanges and queues the test declares.
+func RabbitMQ(t testing.TB, prefix string) (url, name string) {
+	t.Helper()
+	return testamqp.URL(t), testamqp.Name(prefix)
+}
+
+// Start starts sub, or fails the test, and stops it when the test ends.
+func Start(t testing.TB, sub broker.Subscriber) {
+	t.Helper()
+	testsvc.Start(t, sub)
+}
+
+// WaitFor polls cond until it is true, and fails the test if it is still
+// false after d; what says what was awaited.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	testsvc.WaitFor(t, d, what, cond)
 }
 
 // FakeCarrier is the fake carrier of a test.
