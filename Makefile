@@ -7,11 +7,13 @@
 #             (scripts/lint.sh; installs staticcheck into .bin/ the first time)
 # make fuzz   every fuzz target for FUZZTIME each (scripts/fuzz.sh)
 #               make fuzz FUZZTIME=1m FUZZ=FuzzDecode
-# make chaos  shop chaos --random for CHAOS_DURATION (10m) on two stacks: the
-#             embedded defaults (SQLite, NATS run as its own process) and
-#             PostgreSQL + RabbitMQ, CHAOS_REPLICAS (3) processes of each
-#             service sharing CHAOS_PARTITIONS (4) partitions; prints a
-#             verdict table per stack and fails if a check fails
+# make chaos  shopctl chaos --random (internal/tools/shopctl) for
+#             CHAOS_DURATION (10m) on two stacks: the embedded defaults
+#             (SQLite, NATS run as its own process) and PostgreSQL +
+#             RabbitMQ, CHAOS_REPLICAS (3) processes of each service sharing
+#             CHAOS_PARTITIONS (4) partitions of a shop built with the
+#             idemfault tag; prints a verdict table per stack and fails if a
+#             check fails
 
 ARGS ?=
 FUZZTIME ?= 10s
@@ -34,7 +36,8 @@ fuzz:
 
 chaos:
 	go build -tags idemfault -o .bin/shop-chaos ./cmd/shop
-	.bin/shop-chaos chaos --random $(CHAOS_DURATION) --replicas $(CHAOS_REPLICAS) --partitions $(CHAOS_PARTITIONS)
+	go build -o .bin/shopctl ./internal/tools/shopctl
+	.bin/shopctl chaos --shop .bin/shop-chaos --random $(CHAOS_DURATION) --replicas $(CHAOS_REPLICAS) --partitions $(CHAOS_PARTITIONS)
 	IDEM_TEST_SERVERS="postgres rabbitmq" IDEM_TEST_SHELL=1 \
-		IDEM_TEST_CMD='.bin/shop-chaos chaos --random $(CHAOS_DURATION) --replicas $(CHAOS_REPLICAS) --partitions $(CHAOS_PARTITIONS) --db "$$IDEM_TEST_POSTGRES_URL" --broker "$$IDEM_TEST_AMQP_URL"' \
+		IDEM_TEST_CMD='.bin/shopctl chaos --shop .bin/shop-chaos --random $(CHAOS_DURATION) --replicas $(CHAOS_REPLICAS) --partitions $(CHAOS_PARTITIONS) --db "$$IDEM_TEST_POSTGRES_URL" --broker "$$IDEM_TEST_AMQP_URL"' \
 		bash scripts/test.sh

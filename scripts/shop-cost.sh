@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The cost of an order, side by side: starts each shop binary given on the
-# servers of scripts/test.sh, runs `shop load` against it with --pids
-# (PostgreSQL's postmaster, RabbitMQ's beam.smp, the shop), --admin and
-# --db, and prints each report. Binaries run in the order given: interleave
-# them (a b a b) for a comparison.
+# servers of scripts/test.sh, runs `shopctl load` (internal/tools/shopctl,
+# built from this working tree) against it with --pids (PostgreSQL's
+# postmaster, RabbitMQ's beam.smp, the shop), --admin and --db, and prints
+# each report. Binaries run in the order given: interleave them (a b a b)
+# for a comparison.
 #
 # Usage (from the module root):
 #   go build -o /tmp/shop-new ./cmd/shop
@@ -12,10 +13,9 @@
 #     IDEM_TEST_CMD='bash scripts/shop-cost.sh before:/tmp/shop-base.bin after:/tmp/shop-new -- --orders 3000 --rate 200 --concurrency 16 --retry-rate 0.05' \
 #     bash scripts/test.sh
 #
-# Everything after -- goes to `shop load` (the load command of the last
-# binary given is used, so that the "before" binary needs none of its
-# flags). Each run uses a fresh namespace; STMTS=N also prints the N most
-# called statements of each run (pg_stat_statements, reset before it).
+# Everything after -- goes to `shopctl load`, the same for every binary.
+# Each run uses a fresh namespace; STMTS=N also prints the N most called
+# statements of each run (pg_stat_statements, reset before it).
 set -euo pipefail
 : "${IDEM_TEST_POSTGRES_URL:?run under scripts/test.sh with IDEM_TEST_SERVERS including postgres}"
 : "${IDEM_TEST_AMQP_URL:?run under scripts/test.sh with IDEM_TEST_SERVERS including rabbitmq}"
@@ -28,8 +28,9 @@ trap 'rm -rf "$out"' EXIT
 specs=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do specs+=("$1"); shift; done
 [ $# -gt 0 ] && shift
-[ ${#specs[@]} -gt 0 ] || { echo "usage: shop-cost.sh LABEL:BINARY... -- shop load flags" >&2; exit 2; }
-loader=${specs[-1]#*:}
+[ ${#specs[@]} -gt 0 ] || { echo "usage: shop-cost.sh LABEL:BINARY... -- shopctl load flags" >&2; exit 2; }
+go build -o "$out/shopctl" ./internal/tools/shopctl
+loader="$out/shopctl"
 for spec in "${specs[@]}"; do
 	label=${spec%%:*} bin=${spec#*:} ns="cost_${spec%%:*}_$RANDOM"
 	"$bin" --db "$pg" --broker "$IDEM_TEST_AMQP_URL" --namespace "$ns" --http 127.0.0.1:18181 \

@@ -12,8 +12,9 @@ import (
 	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
 )
 
-func init() {
-	register(&command{
+// cdcCommand is "idem cdc".
+func cdcCommand() *command {
+	return &command{
 		name:    "cdc",
 		summary: "publish the outbox read from PostgreSQL's write-ahead log (runs until SIGTERM)",
 		usage: `Usage:
@@ -111,95 +112,122 @@ Examples:
   idem cdc --schema order --window 2000 --metrics-addr :9465
   idem cdc drop-slot --schema order
 `,
-		setup: func(fs *flag.FlagSet) runFunc {
-			var db dbFlags
-			var br brokerFlags
-			db.register(fs)
-			br.register(fs)
-			table := fs.String("table", idemmsg.OutboxTableDefault, "outbox table")
-			slot := fs.String("slot", "", "replication slot (default idem_<schema>_<table>)")
-			publication := fs.String("publication", "", "publication (default: the slot's name)")
-			prefix := fs.String("prefix", "", "prefix of the WAL messages to publish (default idem.outbox:<schema>.<table>, the default of outbox.NewLogWriter)")
-			window := fs.Int("window", cdc.WindowDefault, "messages handed to the broker and not yet confirmed")
-			batch := fs.Int("batch-size", cdc.BatchSizeDefault, "maximum messages per publish call")
-			keepRows := fs.Bool("keep-rows", false, "leave published rows in the table (the writer deletes them)")
-			rowsOnly := fs.Bool("rows-only", false, "every event is a row the relay deletes (no WAL messages): lets the relay run on a server with a physical standby, and recover after a failover by publishing the rows still in the table")
-			acceptLoss := fs.Bool("accept-failover-loss", false, "start on a server with a physical standby though a failover loses the events existing only in the WAL (WAL messages, rows deleted by their writer) not yet published")
-			quarantineAfter := fs.Int("quarantine-after", cdc.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
-			lagWarn := fs.Int64("lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
-			metricsAddr := fs.String("metrics-addr", ":9465", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
-			stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long the messages in flight may take to be confirmed")
-			logFormat := fs.String("log-format", "text", "log format: text or json")
-			logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-			return func(ctx context.Context, e *env, args []string) error {
-				dropSlot := false
-				if len(args) == 1 && args[0] == "drop-slot" {
-					dropSlot = true
-				} else if len(args) != 0 {
-					return usagef("unexpected arguments %q (the only subcommand is drop-slot)", args)
-				}
-				dbURL := db.url
-				if dbURL == "" {
-					dbURL = e.getenv("IDEM_DB_URL")
-				}
-				if dbURL == "" {
-					return usagef("--db is required (or IDEM_DB_URL): a postgres:// URL")
-				}
-				if !strings.HasPrefix(dbURL, "postgres://") && !strings.HasPrefix(dbURL, "postgresql://") {
-					return usagef("--db: idem cdc reads PostgreSQL's write-ahead log and needs a postgres:// URL; on MySQL, MariaDB and SQLite run idem relay")
-				}
-				schema := db.schema
-				if schema == "" {
-					schema = e.getenv("IDEM_SCHEMA")
-				}
-				tables := idemmsg.Tables{Schema: schema, Outbox: *table}
-				cfg := cdc.Config{Tables: tables, Slot: *slot, Publication: *publication, MessagePrefix: *prefix,
-					Window: *window, BatchSize: *batch, LagWarnBytes: *lagWarn, QuarantineAfter: *quarantineAfter}
-				if *keepRows {
-					cfg.Delete = cdc.KeepRows
-				}
-				cfg.RowsOnly, cfg.AcceptFailoverLoss = *rowsOnly, *acceptLoss
-				if dropSlot {
-					name := cfg.WithDefaults().Slot
-					if err := cdc.DropSlot(ctx, dbURL, name); err != nil {
-						return err
-					}
-					fmt.Fprintf(e.stdout, "dropped replication slot %s; the publication stays (DROP PUBLICATION %s removes it)\n", name, cfg.WithDefaults().Publication)
-					return nil
-				}
-				log, err := newLogger(e, *logFormat, *logLevel)
-				if err != nil {
-					return err
-				}
-				cfg.Logger = log
-				pub, brokerURL, err := br.open(ctx, e)
-				if err != nil {
-					return err
-				}
-				defer pub.Close()
-				metrics := cdcmetrics.New(cfg.WithDefaults().Slot)
-				r, err := cdc.New(dbURL, pub, metrics.Instrument(cfg))
-				if err != nil {
-					return err
-				}
-				metrics.Watch(r)
-				srv, err := serveOps(*metricsAddr, log, r.Healthy, metrics)
-				if err != nil {
-					return err
-				}
-				startErr, stopErr := runUntilStopped(ctx, r, srv, *stopTimeout, func() {
-					log.Info("relaying from the write-ahead log", "slot", cfg.WithDefaults().Slot, "broker", brokerURL)
-				})
-				if startErr != nil {
-					return startErr
-				}
-				if stopErr != nil {
-					return fmt.Errorf("stop: messages in flight abandoned after %v (they are published again from the slot): %w", *stopTimeout, stopErr)
-				}
-				s := r.Stats()
-				log.Info("cdc relay stopped", "published", s.Published, "transactions", s.Transactions, "unreadable", s.Unreadable)
-				return nil
-			}
-		},
+		setup: setupCdc,
+	}
+}
+
+// cdcOptions holds the flags of "idem cdc".
+type cdcOptions struct {
+	db              dbFlags
+	br              brokerFlags
+	table           string
+	slot            string
+	publication     string
+	prefix          string
+	window          int
+	batch           int
+	keepRows        bool
+	rowsOnly        bool
+	acceptLoss      bool
+	quarantineAfter int
+	lagWarn         int64
+	metricsAddr     string
+	stopTimeout     time.Duration
+	logFormat       string
+	logLevel        string
+}
+
+// setupCdc declares the flags of "idem cdc" on fs and returns the
+// function that runs the command.
+func setupCdc(fs *flag.FlagSet) runFunc {
+	o := &cdcOptions{}
+	o.db.register(fs)
+	o.br.register(fs)
+	fs.StringVar(&o.table, "table", idemmsg.OutboxTableDefault, "outbox table")
+	fs.StringVar(&o.slot, "slot", "", "replication slot (default idem_<schema>_<table>)")
+	fs.StringVar(&o.publication, "publication", "", "publication (default: the slot's name)")
+	fs.StringVar(&o.prefix, "prefix", "", "prefix of the WAL messages to publish (default idem.outbox:<schema>.<table>, the default of outbox.NewLogWriter)")
+	fs.IntVar(&o.window, "window", cdc.WindowDefault, "messages handed to the broker and not yet confirmed")
+	fs.IntVar(&o.batch, "batch-size", cdc.BatchSizeDefault, "maximum messages per publish call")
+	fs.BoolVar(&o.keepRows, "keep-rows", false, "leave published rows in the table (the writer deletes them)")
+	fs.BoolVar(&o.rowsOnly, "rows-only", false, "every event is a row the relay deletes (no WAL messages): lets the relay run on a server with a physical standby, and recover after a failover by publishing the rows still in the table")
+	fs.BoolVar(&o.acceptLoss, "accept-failover-loss", false, "start on a server with a physical standby though a failover loses the events existing only in the WAL (WAL messages, rows deleted by their writer) not yet published")
+	fs.IntVar(&o.quarantineAfter, "quarantine-after", cdc.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
+	fs.Int64Var(&o.lagWarn, "lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9465", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
+	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long the messages in flight may take to be confirmed")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return o.run
+}
+
+// run runs "idem cdc" with the positional arguments args.
+func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
+	dropSlot := false
+	if len(args) == 1 && args[0] == "drop-slot" {
+		dropSlot = true
+	} else if len(args) != 0 {
+		return usagef("unexpected arguments %q (the only subcommand is drop-slot)", args)
+	}
+	dbURL := o.db.url
+	if dbURL == "" {
+		dbURL = e.getenv("IDEM_DB_URL")
+	}
+	if dbURL == "" {
+		return usagef("--db is required (or IDEM_DB_URL): a postgres:// URL")
+	}
+	if !strings.HasPrefix(dbURL, "postgres://") && !strings.HasPrefix(dbURL, "postgresql://") {
+		return usagef("--db: idem cdc reads PostgreSQL's write-ahead log and needs a postgres:// URL; on MySQL, MariaDB and SQLite run idem relay")
+	}
+	schema := o.db.schema
+	if schema == "" {
+		schema = e.getenv("IDEM_SCHEMA")
+	}
+	tables := idemmsg.Tables{Schema: schema, Outbox: o.table}
+	cfg := cdc.Config{Tables: tables, Slot: o.slot, Publication: o.publication, MessagePrefix: o.prefix,
+		Window: o.window, BatchSize: o.batch, LagWarnBytes: o.lagWarn, QuarantineAfter: o.quarantineAfter}
+	if o.keepRows {
+		cfg.Delete = cdc.KeepRows
+	}
+	cfg.RowsOnly, cfg.AcceptFailoverLoss = o.rowsOnly, o.acceptLoss
+	if dropSlot {
+		name := cfg.WithDefaults().Slot
+		if err := cdc.DropSlot(ctx, dbURL, name); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "dropped replication slot %s; the publication stays (DROP PUBLICATION %s removes it)\n", name, cfg.WithDefaults().Publication)
+		return nil
+	}
+	log, err := newLogger(e, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	pub, brokerURL, err := o.br.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	metrics := cdcmetrics.New(cfg.WithDefaults().Slot)
+	r, err := cdc.New(dbURL, pub, metrics.Instrument(cfg))
+	if err != nil {
+		return err
+	}
+	metrics.Watch(r)
+	srv, err := serveOps(o.metricsAddr, log, r.Healthy, metrics)
+	if err != nil {
+		return err
+	}
+	startErr, stopErr := runUntilStopped(ctx, r, srv, o.stopTimeout, func() {
+		log.Info("relaying from the write-ahead log", "slot", cfg.WithDefaults().Slot, "broker", brokerURL)
 	})
+	if startErr != nil {
+		return startErr
+	}
+	if stopErr != nil {
+		return fmt.Errorf("stop: messages in flight abandoned after %v (they are published again from the slot): %w", o.stopTimeout, stopErr)
+	}
+	s := r.Stats()
+	log.Info("cdc relay stopped", "published", s.Published, "transactions", s.Transactions, "unreadable", s.Unreadable)
+	return nil
 }

@@ -112,6 +112,9 @@ func runUntilStopped(ctx context.Context, r runner, srv *http.Server, stopTimeou
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
 	stopErr = r.Stop(stopCtx)
+	if stopErr != nil {
+		<-r.Done() // the work, cancelled, ends: rows are released before the exit
+	}
 	if srv != nil {
 		_ = srv.Shutdown(stopCtx)
 	}

@@ -25,8 +25,9 @@ type dbList []string
 func (l *dbList) String() string     { return strings.Join(*l, " ") }
 func (l *dbList) Set(v string) error { *l = append(*l, v); return nil }
 
-func init() {
-	register(&command{
+// dashboardCommand is "idem dashboard".
+func dashboardCommand() *command {
+	return &command{
 		name:    "dashboard",
 		summary: "serve the web dashboard: status, charts of the last hour, parked messages to retry or remove",
 		usage: `Usage:
@@ -75,168 +76,192 @@ Examples:
                  --broker amqp://guest:guest@localhost:5672/ --metrics http://127.0.0.1:9464/metrics
   idem dashboard --db orders=postgres://db1/orders --db stock=mysql://u:p@db2:3306/stock
   IDEM_DASHBOARD_TOKEN=s3cret idem dashboard --db $IDEM_DB_URL --http :8090 --read-only`,
-		setup: func(fs *flag.FlagSet) runFunc {
-			var dbs dbList
-			fs.Var(&dbs, "db", "[NAME=]database URL, repeatable (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
-			var schemas listFlag
-			fs.Var(&schemas, "schema", "schemas (PostgreSQL) or databases (MySQL) holding idem's tables, comma-separated or repeated: one dashboard database per schema of each --db (default $IDEM_SCHEMA, else the connection's)")
-			brokerURL := fs.String("broker", "", "broker URL, to retry messages and read queue depths (default $IDEM_BROKER_URL; none: database figures only, no retry):\n"+registry.BrokerURLHelp())
-			prefix := fs.String("prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
-			addr := fs.String("http", "127.0.0.1:8090", "address to listen on")
-			path := fs.String("path", "/", "URL path the pages are served under (behind a proxy that keeps the prefix)")
-			readOnly := fs.Bool("read-only", false, "show everything, retry and remove nothing")
-			token := fs.String("token", "", "require this bearer token on every request (default $IDEM_DASHBOARD_TOKEN)")
-			basic := fs.String("basic-auth", "", "require HTTP basic authentication USER:PASS on every request (default $IDEM_DASHBOARD_BASIC_AUTH)")
-			noAuth := fs.Bool("insecure-no-auth", false, "listen beyond loopback without authentication")
-			var metricsURLs dbList
-			fs.Var(&metricsURLs, "metrics", "URL of a Prometheus endpoint of the consumers (their /metrics), repeatable: the overview and charts show each consumer's commit-to-handle p50 and p99")
-			sample := fs.Duration("sample", dashboard.SampleIntervalDefault, "how often the databases are sampled for the charts (and the overview reloads)")
-			history := fs.Duration("history", dashboard.HistoryDefault, "how far back the charts go (kept in memory)")
-			logFormat := fs.String("log-format", "text", "log format: text or json")
-			logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-			return func(ctx context.Context, e *env, args []string) error {
-				if len(args) != 0 {
-					return usagef("unexpected arguments %q", args)
-				}
-				log, err := newLogger(e, *logFormat, *logLevel)
-				if err != nil {
-					return err
-				}
-				if len(dbs) == 0 {
-					if u := e.getenv("IDEM_DB_URL"); u != "" {
-						dbs = dbList{u}
-					} else {
-						return usagef("no database: pass --db URL (or set IDEM_DB_URL)")
-					}
-				}
-				if *token == "" {
-					*token = e.getenv("IDEM_DASHBOARD_TOKEN")
-				}
-				if *basic == "" {
-					*basic = e.getenv("IDEM_DASHBOARD_BASIC_AUTH")
-				}
-				var auth *dashboard.BasicAuth
-				if *basic != "" {
-					u, p, ok := strings.Cut(*basic, ":")
-					if !ok || u == "" || p == "" {
-						return usagef("--basic-auth: want USER:PASS")
-					}
-					auth = &dashboard.BasicAuth{User: u, Password: p}
-				}
-				if *token == "" && auth == nil && !*noAuth && !netaddr.IsLoopback(*addr) {
-					return usagef("--http %s listens beyond loopback: give --token or --basic-auth (or --insecure-no-auth if a proxy in front authenticates)", *addr)
-				}
-				if len(schemas) == 0 {
-					_ = schemas.Set(e.getenv("IDEM_SCHEMA"))
-				}
-				if len(schemas) == 0 {
-					schemas = listFlag{""}
-				}
-				if *brokerURL == "" {
-					*brokerURL = e.getenv("IDEM_BROKER_URL")
-				}
+		setup: setupDashboard,
+	}
+}
 
-				if u, err := url.Parse(*brokerURL); err == nil && (u.Host == "embedded" || strings.HasPrefix(*brokerURL, "embedded")) {
-					// A second embedded server would open the files of the
-					// process that owns them.
-					return usagef("--broker %s: an embedded NATS server is only reachable from its own process; start it with ?listen=127.0.0.1:4222 and give nats://127.0.0.1:4222 (the shop serves its own dashboard: shop --admin-addr)", broker.RedactURL(*brokerURL))
-				}
-				var rd broker.Redeliverer
-				var inspector broker.Inspector
-				if *brokerURL != "" && !*readOnly {
-					// A publisher re-drives; it also tells queue depths.
-					pub, err := registry.OpenPrefixed(ctx, *brokerURL, *prefix)
-					if err != nil {
-						return err
-					}
-					defer pub.Close()
-					rd, _ = pub.(broker.Redeliverer)
-					inspector, _ = pub.(broker.Inspector)
-					if rd == nil {
-						log.Warn("this broker cannot send a message back to one queue: retry is disabled", "broker", broker.RedactURL(*brokerURL))
-					}
-				}
-				if *brokerURL != "" && inspector == nil {
-					// Read-only: an inspector declares nothing in the broker.
-					ins, err := registry.OpenInspector(ctx, *brokerURL, *prefix)
-					if err != nil && *readOnly {
-						return err
-					}
-					if err == nil {
-						defer ins.Close()
-						inspector = ins
-					}
-				}
-				cfg := dashboard.Config{Redeliverer: rd, ReadOnly: *readOnly, Token: *token, BasicAuth: auth, Path: *path,
-					Logger: log, SampleInterval: *sample, History: *history}
-				if len(metricsURLs) > 0 {
-					cfg.Gatherer = dashboard.Scrape(nil, metricsURLs...)
-				}
-				for _, spec := range dbs {
-					given, rawURL := splitNamedURL(spec)
-					for _, schema := range schemas {
-						conn, err := registry.OpenDatabase(ctx, rawURL, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: schema}, MaxConns: 4})
-						if err != nil {
-							return err
-						}
-						defer conn.Close()
-						name := given
-						switch {
-						case name == "" && schema != "":
-							name = schema
-						case name == "":
-							name = databaseName(conn)
-						case len(schemas) > 1:
-							name += "." + schema
-						}
-						for _, db := range cfg.Databases {
-							if db.Name == name {
-								return usagef("two databases are named %q: name them with --db NAME=URL", name)
-							}
-						}
-						cfg.Databases = append(cfg.Databases, dashboard.Database{Name: name, Store: conn.SQL,
-							Source: monitor.New(conn.SQL, monitor.Options{Name: name, Broker: inspector})})
-					}
-				}
-				d, err := dashboard.New(cfg)
-				if err != nil {
-					return err
-				}
-				ln, err := net.Listen("tcp", *addr)
-				if err != nil {
-					return fmt.Errorf("--http: %w", err)
-				}
-				if err := d.Start(ctx); err != nil {
-					_ = ln.Close()
-					return err
-				}
-				mux := http.NewServeMux()
-				mux.Handle(cfg.WithDefaults().Path, d)
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-				served := make(chan error, 1)
-				go func() { served <- srv.Serve(ln) }()
-				where := "http://" + ln.Addr().String() + cfg.WithDefaults().Path
-				fmt.Fprintf(e.stdout, "idem dashboard: serving %s (%d database(s)%s%s)\n", where, len(cfg.Databases),
-					map[bool]string{true: ", read-only"}[*readOnly], map[bool]string{true: ", no broker: no retry"}[rd == nil && !*readOnly])
-				log.Info("dashboard serving", "url", where, "databases", len(cfg.Databases), "read_only", *readOnly,
-					"auth", *token != "" || auth != nil, "broker", broker.RedactURL(*brokerURL))
-				var serveErr error
-				select {
-				case <-ctx.Done():
-				case serveErr = <-served:
-				}
-				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(stopCtx)
-				_ = d.Stop(stopCtx)
-				if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-					return serveErr
-				}
-				log.Info("dashboard stopped")
-				return nil
+// dashboardOptions holds the flags of "idem dashboard".
+type dashboardOptions struct {
+	dbs         dbList
+	schemas     listFlag
+	brokerURL   string
+	prefix      string
+	addr        string
+	path        string
+	readOnly    bool
+	token       string
+	basic       string
+	noAuth      bool
+	metricsURLs dbList
+	sample      time.Duration
+	history     time.Duration
+	logFormat   string
+	logLevel    string
+}
+
+// setupDashboard declares the flags of "idem dashboard" on fs and returns the
+// function that runs the command.
+func setupDashboard(fs *flag.FlagSet) runFunc {
+	o := &dashboardOptions{}
+	fs.Var(&o.dbs, "db", "[NAME=]database URL, repeatable (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
+	fs.Var(&o.schemas, "schema", "schemas (PostgreSQL) or databases (MySQL) holding idem's tables, comma-separated or repeated: one dashboard database per schema of each --db (default $IDEM_SCHEMA, else the connection's)")
+	fs.StringVar(&o.brokerURL, "broker", "", "broker URL, to retry messages and read queue depths (default $IDEM_BROKER_URL; none: database figures only, no retry):\n"+registry.BrokerURLHelp())
+	fs.StringVar(&o.prefix, "prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
+	fs.StringVar(&o.addr, "http", "127.0.0.1:8090", "address to listen on")
+	fs.StringVar(&o.path, "path", "/", "URL path the pages are served under (behind a proxy that keeps the prefix)")
+	fs.BoolVar(&o.readOnly, "read-only", false, "show everything, retry and remove nothing")
+	fs.StringVar(&o.token, "token", "", "require this bearer token on every request (default $IDEM_DASHBOARD_TOKEN)")
+	fs.StringVar(&o.basic, "basic-auth", "", "require HTTP basic authentication USER:PASS on every request (default $IDEM_DASHBOARD_BASIC_AUTH)")
+	fs.BoolVar(&o.noAuth, "insecure-no-auth", false, "listen beyond loopback without authentication")
+	fs.Var(&o.metricsURLs, "metrics", "URL of a Prometheus endpoint of the consumers (their /metrics), repeatable: the overview and charts show each consumer's commit-to-handle p50 and p99")
+	fs.DurationVar(&o.sample, "sample", dashboard.SampleIntervalDefault, "how often the databases are sampled for the charts (and the overview reloads)")
+	fs.DurationVar(&o.history, "history", dashboard.HistoryDefault, "how far back the charts go (kept in memory)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return o.run
+}
+
+// run runs "idem dashboard" with the positional arguments args.
+func (o *dashboardOptions) run(ctx context.Context, e *env, args []string) error {
+	if len(args) != 0 {
+		return usagef("unexpected arguments %q", args)
+	}
+	log, err := newLogger(e, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if len(o.dbs) == 0 {
+		if u := e.getenv("IDEM_DB_URL"); u != "" {
+			o.dbs = dbList{u}
+		} else {
+			return usagef("no database: pass --db URL (or set IDEM_DB_URL)")
+		}
+	}
+	if o.token == "" {
+		o.token = e.getenv("IDEM_DASHBOARD_TOKEN")
+	}
+	if o.basic == "" {
+		o.basic = e.getenv("IDEM_DASHBOARD_BASIC_AUTH")
+	}
+	var auth *dashboard.BasicAuth
+	if o.basic != "" {
+		u, p, ok := strings.Cut(o.basic, ":")
+		if !ok || u == "" || p == "" {
+			return usagef("--basic-auth: want USER:PASS")
+		}
+		auth = &dashboard.BasicAuth{User: u, Password: p}
+	}
+	if o.token == "" && auth == nil && !o.noAuth && !netaddr.IsLoopback(o.addr) {
+		return usagef("--http %s listens beyond loopback: give --token or --basic-auth (or --insecure-no-auth if a proxy in front authenticates)", o.addr)
+	}
+	if len(o.schemas) == 0 {
+		_ = o.schemas.Set(e.getenv("IDEM_SCHEMA"))
+	}
+	if len(o.schemas) == 0 {
+		o.schemas = listFlag{""}
+	}
+	if o.brokerURL == "" {
+		o.brokerURL = e.getenv("IDEM_BROKER_URL")
+	}
+
+	if u, err := url.Parse(o.brokerURL); err == nil && (u.Host == "embedded" || strings.HasPrefix(o.brokerURL, "embedded")) {
+		// A second embedded server would open the files of the
+		// process that owns them.
+		return usagef("--broker %s: an embedded NATS server is only reachable from its own process; start it with ?listen=127.0.0.1:4222 and give nats://127.0.0.1:4222 (the shop serves its own dashboard: shop --admin-addr)", broker.RedactURL(o.brokerURL))
+	}
+	var rd broker.Redeliverer
+	var inspector broker.Inspector
+	if o.brokerURL != "" && !o.readOnly {
+		// A publisher re-drives; it also tells queue depths.
+		pub, err := registry.OpenPrefixed(ctx, o.brokerURL, o.prefix)
+		if err != nil {
+			return err
+		}
+		defer pub.Close()
+		rd, _ = pub.(broker.Redeliverer)
+		inspector, _ = pub.(broker.Inspector)
+		if rd == nil {
+			log.Warn("this broker cannot send a message back to one queue: retry is disabled", "broker", broker.RedactURL(o.brokerURL))
+		}
+	}
+	if o.brokerURL != "" && inspector == nil {
+		// Read-only: an inspector declares nothing in the broker.
+		ins, err := registry.OpenInspector(ctx, o.brokerURL, o.prefix)
+		if err != nil && o.readOnly {
+			return err
+		}
+		if err == nil {
+			defer ins.Close()
+			inspector = ins
+		}
+	}
+	cfg := dashboard.Config{Redeliverer: rd, ReadOnly: o.readOnly, Token: o.token, BasicAuth: auth, Path: o.path,
+		Logger: log, SampleInterval: o.sample, History: o.history}
+	if len(o.metricsURLs) > 0 {
+		cfg.Gatherer = dashboard.Scrape(nil, o.metricsURLs...)
+	}
+	for _, spec := range o.dbs {
+		given, rawURL := splitNamedURL(spec)
+		for _, schema := range o.schemas {
+			conn, err := registry.OpenDatabase(ctx, rawURL, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: schema}, MaxConns: 4})
+			if err != nil {
+				return err
 			}
-		},
-	})
+			defer conn.Close()
+			name := given
+			switch {
+			case name == "" && schema != "":
+				name = schema
+			case name == "":
+				name = databaseName(conn)
+			case len(o.schemas) > 1:
+				name += "." + schema
+			}
+			for _, db := range cfg.Databases {
+				if db.Name == name {
+					return usagef("two databases are named %q: name them with --db NAME=URL", name)
+				}
+			}
+			cfg.Databases = append(cfg.Databases, dashboard.Database{Name: name, Store: conn.SQL,
+				Source: monitor.New(conn.SQL, monitor.Options{Name: name, Broker: inspector})})
+		}
+	}
+	d, err := dashboard.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	if err := d.Start(ctx); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(cfg.WithDefaults().Path, d)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	where := "http://" + ln.Addr().String() + cfg.WithDefaults().Path
+	fmt.Fprintf(e.stdout, "idem dashboard: serving %s (%d database(s)%s%s)\n", where, len(cfg.Databases),
+		map[bool]string{true: ", read-only"}[o.readOnly], map[bool]string{true: ", no broker: no retry"}[rd == nil && !o.readOnly])
+	log.Info("dashboard serving", "url", where, "databases", len(cfg.Databases), "read_only", o.readOnly,
+		"auth", o.token != "" || auth != nil, "broker", broker.RedactURL(o.brokerURL))
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(stopCtx)
+	_ = d.Stop(stopCtx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	log.Info("dashboard stopped")
+	return nil
 }
 
 // splitNamedURL splits "NAME=URL" into its name and URL; a spec whose part

@@ -18,8 +18,9 @@ import (
 	"github.com/idem-go/idem/internal/textshow"
 )
 
-func init() {
-	register(&command{
+// failedCommand is "idem failed".
+func failedCommand() *command {
+	return &command{
 		name:    "failed",
 		summary: "list, show, retry or remove messages in a consumer's failure store",
 		usage: `Usage:
@@ -62,129 +63,150 @@ Examples:
   idem failed show 42
   idem failed retry 42 --broker amqp://guest:guest@localhost:5672/
   idem failed remove --all --event order.order.placed.v0 --yes` + quarantineUsage,
-		setup: func(fs *flag.FlagSet) runFunc {
-			var db dbFlags
-			db.register(fs)
-			quarantine := registerQuarantineFlags(fs, &db)
-			brokerURL := fs.String("broker", "", "with retry: broker URL (default $IDEM_BROKER_URL):\n"+registry.BrokerURLHelp())
-			consumer := fs.String("consumer", "", "only messages of this consumer name")
-			event := fs.String("event", "", "only messages of this event name")
-			since := fs.String("since", "", "only messages failed since this time or duration back (24h)")
-			limit := fs.Int("limit", 100, "with list: the most messages to list (0: all)")
-			all := fs.Bool("all", false, "with retry or remove: every message matching the filters instead of IDs")
-			yes := fs.Bool("yes", false, "with remove: do not ask for confirmation")
-			heldBy := fs.Int64("held-by", 0, "only messages parked behind this message ID (held by it)")
-			return func(ctx context.Context, e *env, args []string) error {
-				if quarantine.relay {
-					return quarantine.run(ctx, e, args)
-				}
-				if len(args) == 0 {
-					return usagef("want one of list, show, retry, remove")
-				}
-				action, rest := args[0], args[1:]
-				sinceT, err := parseTime("since", *since, time.Now())
-				if err != nil {
-					return err
-				}
-				if *heldBy < 0 {
-					return usagef("--held-by %d: want a message ID", *heldBy)
-				}
-				filter := idemmsg.FailedFilter{Consumer: *consumer, EventName: *event, Since: sinceT, HeldBy: *heldBy}
-				var ids []int64
-				switch action {
-				case "list":
-					if len(rest) != 0 {
-						return usagef("list takes no arguments")
-					}
-					if *limit < 0 {
-						return usagef("--limit %d: want 0 (all) or more", *limit)
-					}
-					filter.Limit = *limit
-				case "show":
-					if len(rest) != 1 || *all {
-						return usagef("show takes one message ID")
-					}
-				case "retry", "remove":
-					if *all && len(rest) > 0 {
-						return usagef("give message IDs or --all, not both")
-					}
-					if !*all && len(rest) == 0 {
-						return usagef("%s needs message IDs (see \"idem failed list\") or --all", action)
-					}
-				default:
-					return usagef("unknown action %q: want list, show, retry or remove", action)
-				}
-				if action != "list" {
-					for _, a := range rest {
-						id, err := strconv.ParseInt(a, 10, 64)
-						if err != nil || id <= 0 {
-							return usagef("message ID %q: want a positive integer", a)
-						}
-						ids = append(ids, id)
-					}
-				}
+		setup: setupFailed,
+	}
+}
 
-				conn, err := db.open(ctx, e)
-				if err != nil {
-					return err
-				}
-				defer conn.Close()
-				store := inbox.NewFailureStore(conn.SQL)
+// failedOptions holds the flags of "idem failed".
+type failedOptions struct {
+	db         dbFlags
+	quarantine *quarantineFlags
+	brokerURL  string
+	consumer   string
+	event      string
+	since      string
+	limit      int
+	all        bool
+	yes        bool
+	heldBy     int64
+}
 
-				switch {
-				case action == "list":
-					return listFailed(ctx, e.stdout, store, filter)
-				case *all:
-					return allFailed(ctx, e, store, filter, action, *yes, *brokerURL)
-				}
-				var msgs []idemmsg.FailedMessage
-				for _, id := range ids {
-					m, err := store.Get(ctx, id)
-					if errors.Is(err, idemmsg.ErrNotFound) {
-						return fmt.Errorf("no failed message with ID %d", id)
-					}
-					if err != nil {
-						return err
-					}
-					msgs = append(msgs, m)
-				}
-				switch action {
-				case "show":
-					printFailed(e.stdout, msgs[0])
-					return nil
-				case "remove":
-					if !*yes && !confirm(e, fmt.Sprintf("Remove %d failed message(s) for good?", len(msgs))) {
-						return errors.New("not confirmed; nothing removed (pass --yes to skip the question)")
-					}
-					for _, m := range msgs {
-						if err := removeFailed(ctx, e, store, m); err != nil {
-							return err
-						}
-					}
-					return nil
-				}
-				rd, closePub, err := openRedeliverer(ctx, e, *brokerURL)
-				if err != nil {
-					return err
-				}
-				defer closePub()
-				var done, failed int
-				for _, m := range msgs {
-					// The message, then the messages held behind it, in the
-					// order they were parked.
-					sent, notSent, err := store.Retry(ctx, rd, m, func(m idemmsg.FailedMessage, err error) { reportRetry(e, m, err) })
-					done, failed = done+sent, failed+notSent
-					if err != nil {
-						return err
-					}
-				}
-				if failed > 0 {
-					return fmt.Errorf("%d of %d message(s) not retried", failed, done+failed)
-				}
-				return nil
+// setupFailed declares the flags of "idem failed" on fs and returns the
+// function that runs the command.
+func setupFailed(fs *flag.FlagSet) runFunc {
+	o := &failedOptions{}
+	o.db.register(fs)
+	o.quarantine = registerQuarantineFlags(fs, &o.db)
+	fs.StringVar(&o.brokerURL, "broker", "", "with retry: broker URL (default $IDEM_BROKER_URL):\n"+registry.BrokerURLHelp())
+	fs.StringVar(&o.consumer, "consumer", "", "only messages of this consumer name")
+	fs.StringVar(&o.event, "event", "", "only messages of this event name")
+	fs.StringVar(&o.since, "since", "", "only messages failed since this time or duration back (24h)")
+	fs.IntVar(&o.limit, "limit", 100, "with list: the most messages to list (0: all)")
+	fs.BoolVar(&o.all, "all", false, "with retry or remove: every message matching the filters instead of IDs")
+	fs.BoolVar(&o.yes, "yes", false, "with remove: do not ask for confirmation")
+	fs.Int64Var(&o.heldBy, "held-by", 0, "only messages parked behind this message ID (held by it)")
+	return o.run
+}
+
+// run runs "idem failed" with the positional arguments args.
+func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
+	if o.quarantine.relay {
+		return o.quarantine.run(ctx, e, args)
+	}
+	if len(args) == 0 {
+		return usagef("want one of list, show, retry, remove")
+	}
+	action, rest := args[0], args[1:]
+	sinceT, err := parseTime("since", o.since, time.Now())
+	if err != nil {
+		return err
+	}
+	if o.heldBy < 0 {
+		return usagef("--held-by %d: want a message ID", o.heldBy)
+	}
+	filter := idemmsg.FailedFilter{Consumer: o.consumer, EventName: o.event, Since: sinceT, HeldBy: o.heldBy}
+	var ids []int64
+	switch action {
+	case "list":
+		if len(rest) != 0 {
+			return usagef("list takes no arguments")
+		}
+		if o.limit < 0 {
+			return usagef("--limit %d: want 0 (all) or more", o.limit)
+		}
+		filter.Limit = o.limit
+	case "show":
+		if len(rest) != 1 || o.all {
+			return usagef("show takes one message ID")
+		}
+	case "retry", "remove":
+		if o.all && len(rest) > 0 {
+			return usagef("give message IDs or --all, not both")
+		}
+		if !o.all && len(rest) == 0 {
+			return usagef("%s needs message IDs (see \"idem failed list\") or --all", action)
+		}
+	default:
+		return usagef("unknown action %q: want list, show, retry or remove", action)
+	}
+	if action != "list" {
+		for _, a := range rest {
+			id, err := strconv.ParseInt(a, 10, 64)
+			if err != nil || id <= 0 {
+				return usagef("message ID %q: want a positive integer", a)
 			}
-		},
-	})
+			ids = append(ids, id)
+		}
+	}
+
+	conn, err := o.db.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	store := inbox.NewFailureStore(conn.SQL)
+
+	switch {
+	case action == "list":
+		return listFailed(ctx, e.stdout, store, filter)
+	case o.all:
+		return allFailed(ctx, e, store, filter, action, o.yes, o.brokerURL)
+	}
+	var msgs []idemmsg.FailedMessage
+	for _, id := range ids {
+		m, err := store.Get(ctx, id)
+		if errors.Is(err, idemmsg.ErrNotFound) {
+			return fmt.Errorf("no failed message with ID %d", id)
+		}
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, m)
+	}
+	switch action {
+	case "show":
+		printFailed(e.stdout, msgs[0])
+		return nil
+	case "remove":
+		if !o.yes && !confirm(e, fmt.Sprintf("Remove %d failed message(s) for good?", len(msgs))) {
+			return errors.New("not confirmed; nothing removed (pass --yes to skip the question)")
+		}
+		for _, m := range msgs {
+			if err := removeFailed(ctx, e, store, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rd, closePub, err := openRedeliverer(ctx, e, o.brokerURL)
+	if err != nil {
+		return err
+	}
+	defer closePub()
+	var done, failed int
+	for _, m := range msgs {
+		// The message, then the messages held behind it, in the
+		// order they were parked.
+		sent, notSent, err := store.Retry(ctx, rd, m, func(m idemmsg.FailedMessage, err error) { reportRetry(e, m, err) })
+		done, failed = done+sent, failed+notSent
+		if err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d message(s) not retried", failed, done+failed)
+	}
+	return nil
 }
 
 // listFailed prints the messages matching filter, newest first; filter.Limit

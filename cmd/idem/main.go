@@ -17,7 +17,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 )
@@ -36,9 +35,29 @@ type command struct {
 
 type runFunc func(ctx context.Context, env *env, args []string) error
 
-var commands = map[string]*command{}
+// commands are the subcommands of idem, in the order "idem help" lists
+// them; each file of this package holds one with its flags and the function
+// that runs it.
+var commands = []*command{
+	cdcCommand(),
+	dashboardCommand(),
+	failedCommand(),
+	migrateCommand(),
+	purgeCommand(),
+	relayCommand(),
+	replayCommand(),
+	statusCommand(),
+}
 
-func register(c *command) { commands[c.name] = c }
+// lookup returns the command named name, or nil.
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
 
 // env is what a command needs from the process.
 type env struct {
@@ -71,16 +90,16 @@ func run(ctx context.Context, e *env, args []string) int {
 			printOverview(e.stdout)
 			return 0
 		}
-		c, ok := commands[args[1]]
-		if !ok {
+		c := lookup(args[1])
+		if c == nil {
 			fmt.Fprintf(e.stderr, "idem: unknown command %q; run \"idem help\" for the list\n", args[1])
 			return 2
 		}
 		printUsage(e.stdout, c)
 		return 0
 	}
-	c, ok := commands[args[0]]
-	if !ok {
+	c := lookup(args[0])
+	if c == nil {
 		fmt.Fprintf(e.stderr, "idem: unknown command %q; run \"idem help\" for the list\n", args[0])
 		return 2
 	}
@@ -115,13 +134,8 @@ Usage:
 
 Commands:
 `)
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 Run "idem help <command>" for a command's flags and examples.

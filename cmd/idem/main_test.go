@@ -134,3 +134,22 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("idem = %d %q", code, out)
 	}
 }
+
+// TestCommandTable: the table lists each command once, in the order "idem
+// help" shows (by name), each with a summary and a usage, and "idem help"
+// lists every one.
+func TestCommandTable(t *testing.T) {
+	t.Parallel()
+	_, overview, _ := idem(t, nil, "", "help")
+	for i, c := range commands {
+		if i > 0 && commands[i-1].name >= c.name {
+			t.Errorf("command %q after %q: keep the table sorted by name", c.name, commands[i-1].name)
+		}
+		if c.summary == "" || !strings.Contains(c.usage, "Usage:") || c.setup == nil {
+			t.Errorf("command %q: want a summary, a usage and a setup", c.name)
+		}
+		if lookup(c.name) != c || !strings.Contains(overview, "  "+c.name+" ") {
+			t.Errorf("command %q: not found by lookup or not in idem help:\n%s", c.name, overview)
+		}
+	}
+}

@@ -13,8 +13,9 @@ import (
 	"github.com/idem-go/idem/migrate"
 )
 
-func init() {
-	register(&command{
+// migrateCommand is "idem migrate".
+func migrateCommand() *command {
+	return &command{
 		name:    "migrate",
 		summary: "create or update idem's tables (outbox, processed_event, failed_message)",
 		usage: `Usage:
@@ -35,81 +36,96 @@ Examples:
   idem migrate sql --dialect postgres > idem.sql                 # for your own migration tool
   idem migrate sql --dialect mysql --schema shop                 # table names qualified with the database
   idem migrate sql --db postgres://localhost/shop > idem.sql`,
-		setup: func(fs *flag.FlagSet) runFunc {
-			var db dbFlags
-			db.register(fs)
-			steps := fs.Int("steps", 1, "with down: how many migrations to revert (0: all)")
-			down := fs.Bool("down", false, "with sql: print the down migrations")
-			dialect := fs.String("dialect", "", "with sql: print the SQL of this dialect ("+strings.Join(registry.DialectNames(), ", ")+") without connecting to a database")
-			return func(ctx context.Context, e *env, args []string) error {
-				if len(args) != 1 {
-					return usagef("want one of up, down, status, sql")
-				}
-				action := args[0]
-				switch action {
-				case "up", "down", "status", "sql":
-				default:
-					return usagef("unknown action %q: want up, down, status or sql", action)
-				}
-				if *dialect != "" && action != "sql" {
-					return usagef("--dialect is for migrate sql; %s needs a database (--db)", action)
-				}
-				if action == "sql" {
-					return printSQL(ctx, e, &db, *dialect, *down)
-				}
-				conn, err := db.open(ctx, e)
-				if err != nil {
-					return err
-				}
-				defer conn.Close()
-				m := migrate.New(conn.SQL)
-				switch action {
-				case "up":
-					applied, err := m.Up(ctx)
-					if err != nil {
-						return err
-					}
-					if len(applied) == 0 {
-						fmt.Fprintln(e.stdout, "Already up to date.")
-					}
-					for _, mig := range applied {
-						fmt.Fprintf(e.stdout, "Applied %04d_%s\n", mig.Version, mig.Name)
-					}
-				case "down":
-					if *steps < 0 {
-						return usagef("--steps %d: want 0 (all) or more", *steps)
-					}
-					reverted, err := m.Down(ctx, *steps)
-					if err != nil {
-						return err
-					}
-					if len(reverted) == 0 {
-						fmt.Fprintln(e.stdout, "Nothing to revert.")
-					}
-					for _, mig := range reverted {
-						fmt.Fprintf(e.stdout, "Reverted %04d_%s\n", mig.Version, mig.Name)
-					}
-				case "status":
-					st, err := m.Status(ctx)
-					if err != nil {
-						return err
-					}
-					for _, s := range st {
-						state := "pending"
-						if s.Applied {
-							state = "applied"
-						}
-						name := s.Name
-						if s.Unknown {
-							name = "(unknown to this idem: upgrade idem)"
-						}
-						fmt.Fprintf(e.stdout, "%04d  %-8s %s\n", s.Version, state, name)
-					}
-				}
-				return nil
+		setup: setupMigrate,
+	}
+}
+
+// migrateOptions holds the flags of "idem migrate".
+type migrateOptions struct {
+	db      dbFlags
+	steps   int
+	down    bool
+	dialect string
+}
+
+// setupMigrate declares the flags of "idem migrate" on fs and returns the
+// function that runs the command.
+func setupMigrate(fs *flag.FlagSet) runFunc {
+	o := &migrateOptions{}
+	o.db.register(fs)
+	fs.IntVar(&o.steps, "steps", 1, "with down: how many migrations to revert (0: all)")
+	fs.BoolVar(&o.down, "down", false, "with sql: print the down migrations")
+	fs.StringVar(&o.dialect, "dialect", "", "with sql: print the SQL of this dialect ("+strings.Join(registry.DialectNames(), ", ")+") without connecting to a database")
+	return o.run
+}
+
+// run runs "idem migrate" with the positional arguments args.
+func (o *migrateOptions) run(ctx context.Context, e *env, args []string) error {
+	if len(args) != 1 {
+		return usagef("want one of up, down, status, sql")
+	}
+	action := args[0]
+	switch action {
+	case "up", "down", "status", "sql":
+	default:
+		return usagef("unknown action %q: want up, down, status or sql", action)
+	}
+	if o.dialect != "" && action != "sql" {
+		return usagef("--dialect is for migrate sql; %s needs a database (--db)", action)
+	}
+	if action == "sql" {
+		return printSQL(ctx, e, &o.db, o.dialect, o.down)
+	}
+	conn, err := o.db.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	m := migrate.New(conn.SQL)
+	switch action {
+	case "up":
+		applied, err := m.Up(ctx)
+		if err != nil {
+			return err
+		}
+		if len(applied) == 0 {
+			fmt.Fprintln(e.stdout, "Already up to date.")
+		}
+		for _, mig := range applied {
+			fmt.Fprintf(e.stdout, "Applied %04d_%s\n", mig.Version, mig.Name)
+		}
+	case "down":
+		if o.steps < 0 {
+			return usagef("--steps %d: want 0 (all) or more", o.steps)
+		}
+		reverted, err := m.Down(ctx, o.steps)
+		if err != nil {
+			return err
+		}
+		if len(reverted) == 0 {
+			fmt.Fprintln(e.stdout, "Nothing to revert.")
+		}
+		for _, mig := range reverted {
+			fmt.Fprintf(e.stdout, "Reverted %04d_%s\n", mig.Version, mig.Name)
+		}
+	case "status":
+		st, err := m.Status(ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range st {
+			state := "pending"
+			if s.Applied {
+				state = "applied"
 			}
-		},
-	})
+			name := s.Name
+			if s.Unknown {
+				name = "(unknown to this idem: upgrade idem)"
+			}
+			fmt.Fprintf(e.stdout, "%04d  %-8s %s\n", s.Version, state, name)
+		}
+	}
+	return nil
 }
 
 // printSQL prints the migrations' SQL: of the named dialect, without a

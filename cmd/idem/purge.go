@@ -9,8 +9,9 @@ import (
 	"github.com/idem-go/idem/inbox"
 )
 
-func init() {
-	register(&command{
+// purgeCommand is "idem purge".
+func purgeCommand() *command {
+	return &command{
 		name:    "purge",
 		summary: "delete old processed_event markers and old parked messages, never inside the replay window",
 		usage: `Usage:
@@ -39,89 +40,106 @@ Examples:
   idem purge --older-than 35d --replay-window 30d
   idem purge --failed-older-than 90d --replay-window 30d
   idem purge --consumer stock --older-than 60d --failed-older-than 60d --replay-window 45d --db postgres://localhost/stock`,
-		setup: func(fs *flag.FlagSet) runFunc {
-			var db dbFlags
-			db.register(fs)
-			consumer := fs.String("consumer", "", "purge only this consumer's rows (default: all consumers)")
-			olderThan := fs.String("older-than", "", "delete markers processed, and attempt counts last failed, longer ago than this")
-			failedOlderThan := fs.String("failed-older-than", "", "delete parked messages (failed_message) last failed longer ago than this")
-			window := fs.String("replay-window", "", "how far back an event can be replayed or retried (required; default $IDEM_REPLAY_WINDOW)")
-			batch := fs.Int("batch-size", inbox.PurgeBatchSizeDefault, "rows deleted per statement")
-			return func(ctx context.Context, e *env, args []string) error {
-				if len(args) > 0 {
-					return usagef("unexpected argument %q", args[0])
-				}
-				if *olderThan == "" && *failedOlderThan == "" {
-					return usagef("give --older-than (markers), --failed-older-than (parked messages) or both")
-				}
-				if *window == "" {
-					*window = e.getenv("IDEM_REPLAY_WINDOW")
-				}
-				var horizon, failedHorizon time.Duration
-				var err error
-				if *olderThan != "" {
-					if horizon, err = parseDays("older-than", *olderThan); err != nil {
-						return err
-					}
-				}
-				if *failedOlderThan != "" {
-					if failedHorizon, err = parseDays("failed-older-than", *failedOlderThan); err != nil {
-						return err
-					}
-				}
-				replay, err := parseDays("replay-window", *window)
-				if err != nil {
-					return err
-				}
-				// Both horizons are checked before anything is deleted.
-				for _, h := range []time.Duration{horizon, failedHorizon} {
-					if h == 0 {
-						continue
-					}
-					if err := (inbox.PurgeConfig{Horizon: h, ReplayWindow: replay, BatchSize: *batch}).Validate(); err != nil {
-						return err
-					}
-				}
-				conn, err := db.open(ctx, e)
-				if err != nil {
-					return err
-				}
-				defer conn.Close()
-				who := "all consumers"
-				if *consumer != "" {
-					who = "consumer " + *consumer
-				}
-				cfg := inbox.PurgeConfig{Consumer: *consumer, ReplayWindow: replay, BatchSize: *batch}
-				if horizon > 0 {
-					start := time.Now()
-					cfg.Horizon = horizon
-					res, err := inbox.Purge(ctx, conn.SQL, cfg)
-					if err != nil {
-						if res.Deleted > 0 || res.Attempts > 0 {
-							fmt.Fprintf(e.stdout, "Deleted %d marker(s) and %d attempt count(s) before stopping.\n", res.Deleted, res.Attempts)
-						}
-						return err
-					}
-					fmt.Fprintf(e.stdout, "Deleted %d marker(s) of %s processed before %s in %d batch(es), and %d attempt count(s), %v.\n",
-						res.Deleted, who, res.Before.UTC().Format(time.RFC3339), res.Batches, res.Attempts, time.Since(start).Round(time.Millisecond))
-				}
-				if failedHorizon > 0 {
-					start := time.Now()
-					cfg.Horizon = failedHorizon
-					res, err := inbox.PurgeFailed(ctx, conn.SQL, cfg)
-					if err != nil {
-						if res.Deleted > 0 {
-							fmt.Fprintf(e.stdout, "Deleted %d parked message(s) before stopping.\n", res.Deleted)
-						}
-						return err
-					}
-					fmt.Fprintf(e.stdout, "Deleted %d parked message(s) of %s last failed before %s in %d batch(es), %v.\n",
-						res.Deleted, who, res.Before.UTC().Format(time.RFC3339), res.Batches, time.Since(start).Round(time.Millisecond))
-				}
-				return nil
+		setup: setupPurge,
+	}
+}
+
+// purgeOptions holds the flags of "idem purge".
+type purgeOptions struct {
+	db              dbFlags
+	consumer        string
+	olderThan       string
+	failedOlderThan string
+	window          string
+	batch           int
+}
+
+// setupPurge declares the flags of "idem purge" on fs and returns the
+// function that runs the command.
+func setupPurge(fs *flag.FlagSet) runFunc {
+	o := &purgeOptions{}
+	o.db.register(fs)
+	fs.StringVar(&o.consumer, "consumer", "", "purge only this consumer's rows (default: all consumers)")
+	fs.StringVar(&o.olderThan, "older-than", "", "delete markers processed, and attempt counts last failed, longer ago than this")
+	fs.StringVar(&o.failedOlderThan, "failed-older-than", "", "delete parked messages (failed_message) last failed longer ago than this")
+	fs.StringVar(&o.window, "replay-window", "", "how far back an event can be replayed or retried (required; default $IDEM_REPLAY_WINDOW)")
+	fs.IntVar(&o.batch, "batch-size", inbox.PurgeBatchSizeDefault, "rows deleted per statement")
+	return o.run
+}
+
+// run runs "idem purge" with the positional arguments args.
+func (o *purgeOptions) run(ctx context.Context, e *env, args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	if o.olderThan == "" && o.failedOlderThan == "" {
+		return usagef("give --older-than (markers), --failed-older-than (parked messages) or both")
+	}
+	if o.window == "" {
+		o.window = e.getenv("IDEM_REPLAY_WINDOW")
+	}
+	var horizon, failedHorizon time.Duration
+	var err error
+	if o.olderThan != "" {
+		if horizon, err = parseDays("older-than", o.olderThan); err != nil {
+			return err
+		}
+	}
+	if o.failedOlderThan != "" {
+		if failedHorizon, err = parseDays("failed-older-than", o.failedOlderThan); err != nil {
+			return err
+		}
+	}
+	replay, err := parseDays("replay-window", o.window)
+	if err != nil {
+		return err
+	}
+	// Both horizons are checked before anything is deleted.
+	for _, h := range []time.Duration{horizon, failedHorizon} {
+		if h == 0 {
+			continue
+		}
+		if err := (inbox.PurgeConfig{Horizon: h, ReplayWindow: replay, BatchSize: o.batch}).Validate(); err != nil {
+			return err
+		}
+	}
+	conn, err := o.db.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	who := "all consumers"
+	if o.consumer != "" {
+		who = "consumer " + o.consumer
+	}
+	cfg := inbox.PurgeConfig{Consumer: o.consumer, ReplayWindow: replay, BatchSize: o.batch}
+	if horizon > 0 {
+		start := time.Now()
+		cfg.Horizon = horizon
+		res, err := inbox.Purge(ctx, conn.SQL, cfg)
+		if err != nil {
+			if res.Deleted > 0 || res.Attempts > 0 {
+				fmt.Fprintf(e.stdout, "Deleted %d marker(s) and %d attempt count(s) before stopping.\n", res.Deleted, res.Attempts)
 			}
-		},
-	})
+			return err
+		}
+		fmt.Fprintf(e.stdout, "Deleted %d marker(s) of %s processed before %s in %d batch(es), and %d attempt count(s), %v.\n",
+			res.Deleted, who, res.Before.UTC().Format(time.RFC3339), res.Batches, res.Attempts, time.Since(start).Round(time.Millisecond))
+	}
+	if failedHorizon > 0 {
+		start := time.Now()
+		cfg.Horizon = failedHorizon
+		res, err := inbox.PurgeFailed(ctx, conn.SQL, cfg)
+		if err != nil {
+			if res.Deleted > 0 {
+				fmt.Fprintf(e.stdout, "Deleted %d parked message(s) before stopping.\n", res.Deleted)
+			}
+			return err
+		}
+		fmt.Fprintf(e.stdout, "Deleted %d parked message(s) of %s last failed before %s in %d batch(es), %v.\n",
+			res.Deleted, who, res.Before.UTC().Format(time.RFC3339), res.Batches, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // parseDays parses a Go duration that may also use d for days ("30d").

@@ -161,10 +161,7 @@ func (q *quarantineFlags) run(ctx context.Context, e *env, args []string) error 
 		return err
 	}
 	defer conn.Close()
-	rd, ok := conn.SQL.Dialect().(driver.RelayDialect)
-	if !ok {
-		return fmt.Errorf("the %s dialect has no relay quarantine", conn.SQL.Dialect().Name())
-	}
+	rd := conn.SQL.Dialect()
 	ex := conn.SQL.Pool()
 
 	if action == "list" {

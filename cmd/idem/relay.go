@@ -35,8 +35,9 @@ func (f *brokerFlags) open(ctx context.Context, e *env) (registry.Publisher, str
 // relayServiceName is the default service name of the relay's spans.
 const relayServiceName = "idem-relay"
 
-func init() {
-	register(&command{
+// relayCommand is "idem relay".
+func relayCommand() *command {
+	return &command{
 		name:    "relay",
 		summary: "publish committed outbox rows to the broker (runs until SIGTERM)",
 		usage: `Usage:
@@ -81,103 +82,128 @@ Examples:
   OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 idem relay
 
 ` + fmt.Sprintf(telemetry.Help, relayServiceName),
-		setup: func(fs *flag.FlagSet) runFunc {
-			var db dbFlags
-			var br brokerFlags
-			db.register(fs)
-			br.register(fs)
-			workers := fs.Int("workers", relay.WorkersDefault, "number of workers claiming and publishing concurrently")
-			batch := fs.Int("batch-size", relay.BatchSizeDefault, "maximum rows per claim")
-			perAgg := fs.Int("max-per-aggregate", 0, "maximum rows of one aggregate per claim (default 100)")
-			lease := fs.Duration("lease", relay.LeaseDefault, "how long a claim is owned before other workers may take it over")
-			publishTimeout := fs.Duration("publish-timeout", 0, "bound on each publish call (default min(10s, lease/3))")
-			poll := fs.Duration("poll-interval", relay.PollIntervalDefault, "poll period when no notification arrives")
-			noListen := fs.Bool("no-listen", false, "do not LISTEN for notifications; only poll")
-			retention := fs.Duration("retention", relay.RetentionDefault, "keep published rows this long (the replay window); negative: forever")
-			quarantineAfter := fs.Int("quarantine-after", relay.QuarantineAfterDefault, "quarantine a row the broker refused on this many attempts (negative: retry forever)")
-			metricsAddr := fs.String("metrics-addr", ":9464", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
-			stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "on SIGTERM, how long in-flight batches may take to finish")
-			logFormat := fs.String("log-format", "text", "log format: text or json")
-			logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-			return func(ctx context.Context, e *env, args []string) error {
-				if len(args) != 0 {
-					return usagef("unexpected arguments %q", args)
-				}
-				log, err := newLogger(e, *logFormat, *logLevel)
-				if err != nil {
-					return err
-				}
-				tracing, err := telemetry.Setup(ctx, relayServiceName, log)
-				if err != nil {
-					return fmt.Errorf("tracing: %w", err)
-				}
-				defer tracing.Close(log)
-				if tracing.Enabled() {
-					log.Info("tracing on", "exporter", tracing.Exporter)
-				}
-				conn, err := db.open(ctx, e)
-				if err != nil {
-					return err
-				}
-				defer conn.Close()
-				if conn.Pgx == nil {
-					return fmt.Errorf("the relay needs a PostgreSQL database for now (got %s)", conn.SQL.Dialect().Name())
-				}
-				// A pool large enough for the workers, the listener and the
-				// background loops.
-				poolCfg := conn.Pgx.Pgx().Config()
-				poolCfg.MaxConns = max(poolCfg.MaxConns, int32(*workers)+4)
-				pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-				if err != nil {
-					return err
-				}
-				defer pool.Close()
-				drv, err := postgres.NewPgxTables(pool, conn.SQL.Dialect().Tables())
-				if err != nil {
-					return err
-				}
-				pub, brokerURL, err := br.open(ctx, e)
-				if err != nil {
-					return err
-				}
-				defer pub.Close()
+		setup: setupRelay,
+	}
+}
 
-				metrics := relaymetrics.New()
-				r, err := relay.New(drv, pub, metrics.Instrument(relay.Config{
-					Workers:         *workers,
-					BatchSize:       *batch,
-					MaxPerAggregate: *perAgg,
-					Lease:           *lease,
-					PublishTimeout:  *publishTimeout,
-					PollInterval:    *poll,
-					DisableListen:   *noListen,
-					Retention:       *retention,
-					QuarantineAfter: *quarantineAfter,
-					Logger:          log,
-				}))
-				if err != nil {
-					return err
-				}
-				metrics.Watch(r)
+// relayOptions holds the flags of "idem relay".
+type relayOptions struct {
+	db              dbFlags
+	br              brokerFlags
+	workers         int
+	batch           int
+	perAgg          int
+	lease           time.Duration
+	publishTimeout  time.Duration
+	poll            time.Duration
+	noListen        bool
+	retention       time.Duration
+	quarantineAfter int
+	metricsAddr     string
+	stopTimeout     time.Duration
+	logFormat       string
+	logLevel        string
+}
 
-				srv, err := serveOps(*metricsAddr, log, r.Healthy, metrics)
-				if err != nil {
-					return err
-				}
+// setupRelay declares the flags of "idem relay" on fs and returns the
+// function that runs the command.
+func setupRelay(fs *flag.FlagSet) runFunc {
+	o := &relayOptions{}
+	o.db.register(fs)
+	o.br.register(fs)
+	fs.IntVar(&o.workers, "workers", relay.WorkersDefault, "number of workers claiming and publishing concurrently")
+	fs.IntVar(&o.batch, "batch-size", relay.BatchSizeDefault, "maximum rows per claim")
+	fs.IntVar(&o.perAgg, "max-per-aggregate", 0, "maximum rows of one aggregate per claim (default 100)")
+	fs.DurationVar(&o.lease, "lease", relay.LeaseDefault, "how long a claim is owned before other workers may take it over")
+	fs.DurationVar(&o.publishTimeout, "publish-timeout", 0, "bound on each publish call (default min(10s, lease/3))")
+	fs.DurationVar(&o.poll, "poll-interval", relay.PollIntervalDefault, "poll period when no notification arrives")
+	fs.BoolVar(&o.noListen, "no-listen", false, "do not LISTEN for notifications; only poll")
+	fs.DurationVar(&o.retention, "retention", relay.RetentionDefault, "keep published rows this long (the replay window); negative: forever")
+	fs.IntVar(&o.quarantineAfter, "quarantine-after", relay.QuarantineAfterDefault, "quarantine a row the broker refused on this many attempts (negative: retry forever)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
+	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long in-flight batches may take to finish")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return o.run
+}
 
-				startErr, stopErr := runUntilStopped(ctx, r, srv, *stopTimeout, func() {
-					log.Info("relaying", "db", conn.Redacted(), "broker", brokerURL)
-				})
-				if startErr != nil {
-					return startErr
-				}
-				if stopErr != nil {
-					return fmt.Errorf("stop: in-flight batches released after %v: %w", *stopTimeout, stopErr)
-				}
-				s := r.Stats()
-				log.Info("relay stopped", "published", s.Published, "publish_errors", s.PublishErrors, "quarantined", s.Quarantined)
-				return nil
-			}
-		},
+// run runs "idem relay" with the positional arguments args.
+func (o *relayOptions) run(ctx context.Context, e *env, args []string) error {
+	if len(args) != 0 {
+		return usagef("unexpected arguments %q", args)
+	}
+	log, err := newLogger(e, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	tracing, err := telemetry.Setup(ctx, relayServiceName, log)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer tracing.Close(log)
+	if tracing.Enabled() {
+		log.Info("tracing on", "exporter", tracing.Exporter)
+	}
+	conn, err := o.db.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if conn.Pgx == nil {
+		return fmt.Errorf("the relay needs a PostgreSQL database for now (got %s)", conn.SQL.Dialect().Name())
+	}
+	// A pool large enough for the workers, the listener and the
+	// background loops.
+	poolCfg := conn.Pgx.Pgx().Config()
+	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(o.workers)+4)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	drv, err := postgres.NewPgxTables(pool, conn.SQL.Dialect().Tables())
+	if err != nil {
+		return err
+	}
+	pub, brokerURL, err := o.br.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+
+	metrics := relaymetrics.New()
+	r, err := relay.New(drv, pub, metrics.Instrument(relay.Config{
+		Workers:         o.workers,
+		BatchSize:       o.batch,
+		MaxPerAggregate: o.perAgg,
+		Lease:           o.lease,
+		PublishTimeout:  o.publishTimeout,
+		PollInterval:    o.poll,
+		DisableListen:   o.noListen,
+		Retention:       o.retention,
+		QuarantineAfter: o.quarantineAfter,
+		Logger:          log,
+	}))
+	if err != nil {
+		return err
+	}
+	metrics.Watch(r)
+
+	srv, err := serveOps(o.metricsAddr, log, r.Healthy, metrics)
+	if err != nil {
+		return err
+	}
+
+	startErr, stopErr := runUntilStopped(ctx, r, srv, o.stopTimeout, func() {
+		log.Info("relaying", "db", conn.Redacted(), "broker", brokerURL)
 	})
+	if startErr != nil {
+		return startErr
+	}
+	if stopErr != nil {
+		return fmt.Errorf("stop: in-flight batches released after %v: %w", o.stopTimeout, stopErr)
+	}
+	s := r.Stats()
+	log.Info("relay stopped", "published", s.Published, "publish_errors", s.PublishErrors, "quarantined", s.Quarantined)
+	return nil
 }

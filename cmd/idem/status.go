@@ -22,8 +22,9 @@ import (
 // watchDefault is the refresh interval of a bare --watch.
 const watchDefault = 2 * time.Second
 
-func init() {
-	register(&command{
+// statusCommand is "idem status".
+func statusCommand() *command {
+	return &command{
 		name:    "status",
 		summary: "one screen of what to watch: outbox backlog, consumers' progress, parked messages, broker queues",
 		usage: `Usage:
@@ -82,49 +83,61 @@ Examples:
   idem status --db postgres://localhost/shop --schema shop_order,shop_stock,shop_shipping,shop_billing --broker amqp://guest:guest@localhost:5672/
   idem status --db sqlite:shop-data/shop_order.db --db sqlite:shop-data/shop_stock.db --watch
   idem status --db mysql://u:p@localhost:3306/stock --broker kafka://localhost:9092 --consumer stock --json | jq .consumers`,
-		setup: func(fs *flag.FlagSet) runFunc {
-			var (
-				dbs       listFlag
-				schemas   listFlag
-				consumers listFlag
-				br        brokerFlags
-				watch     watchFlag
-			)
-			fs.Var(&dbs, "db", "database URL, repeatable (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
-			fs.Var(&schemas, "schema", "schemas (PostgreSQL) or databases (MySQL) holding idem's tables, comma-separated or repeated (default $IDEM_SCHEMA, else the connection's)")
-			fs.Var(&consumers, "consumer", "a consumer to report on besides those found in the tables (one that processed nothing yet), repeatable")
-			br.register(fs)
-			prefix := fs.String("prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
-			asJSON := fs.Bool("json", false, "print one JSON document per database and refresh, for scripts")
-			fs.Var(&watch, "watch", "refresh every INTERVAL until interrupted (default 2s when given without a value)")
-			return func(ctx context.Context, e *env, args []string) error {
-				if watch.on && len(args) > 0 {
-					// "--watch 5s": the flag package gives a boolean flag no value.
-					d, err := time.ParseDuration(args[0])
-					if err != nil {
-						return usagef("unexpected argument %q (--watch INTERVAL takes a duration such as 5s)", args[0])
-					}
-					if err := watch.Set(d.String()); err != nil {
-						return err
-					}
-					args = args[1:]
-				}
-				if len(args) > 0 {
-					return usagef("unexpected argument %q", args[0])
-				}
-				st := &statusCmd{e: e, json: *asJSON}
-				if err := st.open(ctx, dbs, schemas, consumers, br.url, *prefix); err != nil {
-					st.close()
-					return err
-				}
-				defer st.close()
-				if !watch.on {
-					return st.once(ctx)
-				}
-				return st.watch(ctx, watch.every)
-			}
-		},
-	})
+		setup: setupStatus,
+	}
+}
+
+// statusOptions holds the flags of "idem status".
+type statusOptions struct {
+	dbs       listFlag
+	schemas   listFlag
+	consumers listFlag
+	br        brokerFlags
+	watch     watchFlag
+	prefix    string
+	asJSON    bool
+}
+
+// setupStatus declares the flags of "idem status" on fs and returns the
+// function that runs the command.
+func setupStatus(fs *flag.FlagSet) runFunc {
+	o := &statusOptions{}
+	fs.Var(&o.dbs, "db", "database URL, repeatable (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
+	fs.Var(&o.schemas, "schema", "schemas (PostgreSQL) or databases (MySQL) holding idem's tables, comma-separated or repeated (default $IDEM_SCHEMA, else the connection's)")
+	fs.Var(&o.consumers, "consumer", "a consumer to report on besides those found in the tables (one that processed nothing yet), repeatable")
+	o.br.register(fs)
+	fs.StringVar(&o.prefix, "prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
+	fs.BoolVar(&o.asJSON, "json", false, "print one JSON document per database and refresh, for scripts")
+	fs.Var(&o.watch, "watch", "refresh every INTERVAL until interrupted (default 2s when given without a value)")
+	return o.run
+}
+
+// run runs "idem status" with the positional arguments args.
+func (o *statusOptions) run(ctx context.Context, e *env, args []string) error {
+	if o.watch.on && len(args) > 0 {
+		// "--watch 5s": the flag package gives a boolean flag no value.
+		d, err := time.ParseDuration(args[0])
+		if err != nil {
+			return usagef("unexpected argument %q (--watch INTERVAL takes a duration such as 5s)", args[0])
+		}
+		if err := o.watch.Set(d.String()); err != nil {
+			return err
+		}
+		args = args[1:]
+	}
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	st := &statusCmd{e: e, json: o.asJSON}
+	if err := st.open(ctx, o.dbs, o.schemas, o.consumers, o.br.url, o.prefix); err != nil {
+		st.close()
+		return err
+	}
+	defer st.close()
+	if !o.watch.on {
+		return st.once(ctx)
+	}
+	return st.watch(ctx, o.watch.every)
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.

@@ -14,6 +14,8 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testkafka"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/shop/billing"
 	"github.com/idem-go/idem/shop/shipping"
@@ -72,13 +74,13 @@ func sample(scrape, metric string, labels ...string) (float64, bool) {
 func TestAdminMetrics(t *testing.T) {
 	t.Parallel()
 	pg, amqpURL := testdb.PostgresURL(t), testamqp.URL(t)
-	ns := "adm_" + randomSuffix()
-	in, err := openInspector(context.Background(), pg, ns)
+	ns := "adm_" + shopkit.RandomSuffix()
+	in, err := shopkit.OpenInspector(context.Background(), pg, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dropNamespace(in); in.close() })
-	adminMetrics(t, &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir()}, in, ns)
+	t.Cleanup(func() { in.DropNamespace(); in.Close() })
+	adminMetrics(t, &shopkit.Cluster{Binary: shopBinary, DB: pg, Broker: amqpURL, Namespace: ns, LogDir: t.TempDir()}, in, ns)
 }
 
 // TestAdminMetricsEmbedded is TestAdminMetrics on the embedded defaults:
@@ -86,12 +88,12 @@ func TestAdminMetrics(t *testing.T) {
 func TestAdminMetricsEmbedded(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	in, err := openInspector(context.Background(), "sqlite:"+dir, namespaceDefault)
+	in, err := shopkit.OpenInspector(context.Background(), "sqlite:"+dir, namespaceDefault)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(in.close)
-	adminMetrics(t, &cluster{binary: shopBinary, dataDir: dir, logDir: t.TempDir()}, in, namespaceDefault)
+	t.Cleanup(in.Close)
+	adminMetrics(t, &shopkit.Cluster{Binary: shopBinary, DataDir: dir, LogDir: t.TempDir()}, in, namespaceDefault)
 }
 
 // TestAdminMetricsKafka is TestAdminMetrics on PostgreSQL + Kafka (kfake,
@@ -99,39 +101,39 @@ func TestAdminMetricsEmbedded(t *testing.T) {
 func TestAdminMetricsKafka(t *testing.T) {
 	t.Parallel()
 	pg := testdb.PostgresURL(t)
-	kafkaURL := startKafka(t)
-	ns := "admk_" + randomSuffix()
-	in, err := openInspector(context.Background(), pg, ns)
+	kafkaURL := testkafka.Start(t)
+	ns := "admk_" + shopkit.RandomSuffix()
+	in, err := shopkit.OpenInspector(context.Background(), pg, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dropNamespace(in); in.close() })
-	adminMetrics(t, &cluster{binary: shopBinary, db: pg, broker: kafkaURL + "?session_timeout=6s",
-		namespace: ns, logDir: t.TempDir()}, in, ns)
+	t.Cleanup(func() { in.DropNamespace(); in.Close() })
+	adminMetrics(t, &shopkit.Cluster{Binary: shopBinary, DB: pg, Broker: kafkaURL + "?session_timeout=6s",
+		Namespace: ns, LogDir: t.TempDir()}, in, ns)
 }
 
-func adminMetrics(t *testing.T, cl *cluster, in *inspector, ns string) {
+func adminMetrics(t *testing.T, cl *shopkit.Cluster, in *shopkit.Inspector, ns string) {
 	ctx := context.Background()
-	admin, err := freeAddr()
+	admin, err := shopkit.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl.extraEnv = append(cl.extraEnv, "SHOP_ADMIN_ADDR="+admin)
-	t.Cleanup(cl.stopAll)
-	p, err := cl.start(ctx, procSpec{name: "shop", services: "all"})
+	cl.ExtraEnv = append(cl.ExtraEnv, "SHOP_ADMIN_ADDR="+admin)
+	t.Cleanup(cl.StopAll)
+	p, err := cl.Start(ctx, shopkit.ProcSpec{Name: "shop", Services: "all"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := p.stdout.String(); !strings.Contains(out, "http://"+admin+"/metrics") {
+	if out := p.Stdout(); !strings.Contains(out, "http://"+admin+"/metrics") {
 		t.Errorf("the banner does not give the admin address:\n%s", out)
 	}
 	const orders = 3
 	for i := range orders {
-		id, err := placeOK(ctx, p.http, fmt.Sprintf("c-%d", i), 2)
+		id, err := shopkit.PlaceOK(ctx, p.HTTP, fmt.Sprintf("c-%d", i), 2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFulfilment(t, p.http, id)
+		waitFulfilment(t, p.HTTP, id)
 	}
 	// An order.placed event without lines, as a faulty producer would
 	// write it: every consumer of it parks it (idem.Permanent).
@@ -139,7 +141,7 @@ func adminMetrics(t *testing.T, cl *cluster, in *inspector, ns string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	odb := in.dbs["order"]
+	odb := in.DBs["order"]
 	tx, err := odb.SQL.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +160,7 @@ func adminMetrics(t *testing.T, cl *cluster, in *inspector, ns string) {
 	url := "http://" + admin + "/metrics"
 	var scrape string
 	var problems []string
-	deadline := time.Now().Add(settleTimeout)
+	deadline := time.Now().Add(shopkit.SettleTimeout)
 	for {
 		_, scrape, err = adminGet(ctx, url)
 		problems = adminProblems(ctx, t, in, ns, scrape)
@@ -169,7 +171,7 @@ func adminMetrics(t *testing.T, cl *cluster, in *inspector, ns string) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the metrics do not match the databases after %v:\n%s\nlast scrape:\n%s", settleTimeout, strings.Join(problems, "\n"), scrape)
+			t.Fatalf("the metrics do not match the databases after %v:\n%s\nlast scrape:\n%s", shopkit.SettleTimeout, strings.Join(problems, "\n"), scrape)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -189,18 +191,18 @@ func adminMetrics(t *testing.T, cl *cluster, in *inspector, ns string) {
 			t.Errorf("GET %s: %d %v, want 200 with %q", path, code, err, want)
 		}
 	}
-	if err := p.stop(); err != nil {
-		t.Fatalf("SIGTERM: %v\n%s", err, p.tail())
+	if err := p.Stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, p.Tail())
 	}
 }
 
 // adminProblems compares a scrape of the shop's /metrics with its
 // databases, and says what differs.
-func adminProblems(ctx context.Context, t *testing.T, in *inspector, ns, scrape string) []string {
+func adminProblems(ctx context.Context, t *testing.T, in *shopkit.Inspector, ns, scrape string) []string {
 	t.Helper()
 	var out []string
 	count := func(service, query string, args ...any) int64 {
-		n, err := in.dbs[service].Count(ctx, query, args...)
+		n, err := in.DBs[service].Count(ctx, query, args...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/idem-go/idem/broker/nats/embedded"
+	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/registry"
 )
 
@@ -25,12 +26,12 @@ func brokerMain(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dataDir := fs.String("data-dir", registry.EmbeddedDirDefault, "directory of the embedded data; the broker keeps its streams in its nats subdirectory")
 	listen := fs.String("listen", "127.0.0.1:4222", "host:port the broker listens on for clients")
-	fs.Usage = usageWithEnv(fs, brokerEnv, `Usage: shop broker [flags]
+	fs.Usage = envflag.Usage(fs, brokerEnv, `Usage: shop broker [flags]
 
 Runs the shop's embedded NATS JetStream server alone, with its data under
 --data-dir, until Ctrl-C or SIGTERM. Shop processes on this machine then
 share it as their broker (shop --broker nats://127.0.0.1:4222 ...), and it
-can be stopped, killed and restarted on its own: shop chaos --random does so
+can be stopped, killed and restarted on its own: shopctl chaos --random does so
 on the embedded defaults. It prints "shop: ready" once it accepts
 connections.
 
@@ -40,7 +41,7 @@ Example:
   shop broker --data-dir /tmp/shop --listen 127.0.0.1:4222 &
   shop --broker nats://127.0.0.1:4222 --db sqlite:/tmp/shop/db
 `)
-	if err := envFlags(fs, args, brokerEnv); err != nil {
+	if err := envflag.Parse(fs, args, brokerEnv); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

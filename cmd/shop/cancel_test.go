@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 )
 
 // TestCancelEmbedded cancels orders on the embedded defaults: one whose
@@ -18,12 +19,12 @@ import (
 func TestCancelEmbedded(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	in, err := openInspector(context.Background(), "sqlite:"+dir, namespaceDefault)
+	in, err := shopkit.OpenInspector(context.Background(), "sqlite:"+dir, namespaceDefault)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(in.close)
-	cancelFlow(t, &cluster{binary: shopBinary, dataDir: dir, logDir: t.TempDir()}, in)
+	t.Cleanup(in.Close)
+	cancelFlow(t, &shopkit.Cluster{Binary: shopBinary, DataDir: dir, LogDir: t.TempDir()}, in)
 }
 
 // TestCancelPostgresRabbitMQ is TestCancelEmbedded on PostgreSQL +
@@ -31,13 +32,13 @@ func TestCancelEmbedded(t *testing.T) {
 func TestCancelPostgresRabbitMQ(t *testing.T) {
 	t.Parallel()
 	pg, amqpURL := testdb.PostgresURL(t), testamqp.URL(t)
-	ns := "cancel_" + randomSuffix()
-	in, err := openInspector(context.Background(), pg, ns)
+	ns := "cancel_" + shopkit.RandomSuffix()
+	in, err := shopkit.OpenInspector(context.Background(), pg, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dropNamespace(in); in.close() })
-	cancelFlow(t, &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir()}, in)
+	t.Cleanup(func() { in.DropNamespace(); in.Close() })
+	cancelFlow(t, &shopkit.Cluster{Binary: shopBinary, DB: pg, Broker: amqpURL, Namespace: ns, LogDir: t.TempDir()}, in)
 }
 
 // TestCancelMariaDB is TestCancelEmbedded on MariaDB (one database per
@@ -45,13 +46,13 @@ func TestCancelPostgresRabbitMQ(t *testing.T) {
 func TestCancelMariaDB(t *testing.T) {
 	t.Parallel()
 	my := testdb.MariaDBURL(t)
-	ns := "cancel_" + randomSuffix()
-	in, err := openInspector(context.Background(), my, ns)
+	ns := "cancel_" + shopkit.RandomSuffix()
+	in, err := shopkit.OpenInspector(context.Background(), my, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dropNamespace(in); in.close() })
-	cancelFlow(t, &cluster{binary: shopBinary, db: my, namespace: ns, dataDir: t.TempDir(), logDir: t.TempDir()}, in)
+	t.Cleanup(func() { in.DropNamespace(); in.Close() })
+	cancelFlow(t, &shopkit.Cluster{Binary: shopBinary, DB: my, Namespace: ns, DataDir: t.TempDir(), LogDir: t.TempDir()}, in)
 }
 
 // cancelFlow starts the shop as one process, cancels an order after its
@@ -59,31 +60,31 @@ func TestCancelMariaDB(t *testing.T) {
 // until every service has compensated: the orders' fulfilments are final,
 // their reservations released, their invoices voided (and the customer
 // told if the invoice was e-mailed), and no pickup stands at the carrier.
-func cancelFlow(t *testing.T, cl *cluster, in *inspector) {
+func cancelFlow(t *testing.T, cl *shopkit.Cluster, in *shopkit.Inspector) {
 	t.Helper()
-	t.Cleanup(cl.stopAll)
+	t.Cleanup(cl.StopAll)
 	ctx := context.Background()
-	p, err := cl.start(ctx, procSpec{name: "shop", services: "all"})
+	p, err := cl.Start(ctx, shopkit.ProcSpec{Name: "shop", Services: "all"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	shipped, err := placeOK(ctx, p.http, "c-shipped", 2)
+	shipped, err := shopkit.PlaceOK(ctx, p.HTTP, "c-shipped", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitOrder(t, p.http, shipped, func(o orderView) bool { return o.Fulfilment == "shipment requested" })
-	fresh, err := placeOK(ctx, p.http, "c-fresh", 3)
+	waitOrder(t, p.HTTP, shipped, func(o orderView) bool { return o.Fulfilment == "shipment requested" })
+	fresh, err := shopkit.PlaceOK(ctx, p.HTTP, "c-fresh", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{fresh, shipped} {
 		var o orderView
-		if status, err := postOrder(ctx, "http://"+p.http+"/orders/"+id+"/cancel", &o); err != nil || status != http.StatusOK || o.Status != "cancelled" {
+		if status, err := postOrder(ctx, "http://"+p.HTTP+"/orders/"+id+"/cancel", &o); err != nil || status != http.StatusOK || o.Status != "cancelled" {
 			t.Fatalf("cancel %s: %d %+v %v", id, status, o, err)
 		}
 	}
-	waitOrder(t, p.http, shipped, func(o orderView) bool { return o.Fulfilment == "shipment cancelled" && o.PickupID != "" })
-	waitOrder(t, p.http, fresh, func(o orderView) bool { return o.Fulfilment == "cancelled" || o.Fulfilment == "shipment cancelled" })
+	waitOrder(t, p.HTTP, shipped, func(o orderView) bool { return o.Fulfilment == "shipment cancelled" && o.PickupID != "" })
+	waitOrder(t, p.HTTP, fresh, func(o orderView) bool { return o.Fulfilment == "cancelled" || o.Fulfilment == "shipment cancelled" })
 
 	ids := "'" + shipped + "','" + fresh + "'"
 	checks := []struct {
@@ -103,7 +104,7 @@ func cancelFlow(t *testing.T, cl *cluster, in *inspector) {
 	for {
 		var wrong []string
 		for _, c := range checks {
-			n, err := in.dbs[c.service].Count(ctx, c.query)
+			n, err := in.DBs[c.service].Count(ctx, c.query)
 			if err != nil {
 				t.Fatalf("%s: %v", c.service, err)
 			}
@@ -115,7 +116,7 @@ func cancelFlow(t *testing.T, cl *cluster, in *inspector) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 30s: %s\n%s", strings.Join(wrong, "; "), p.tail())
+			t.Fatalf("after 30s: %s\n%s", strings.Join(wrong, "; "), p.Tail())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -133,7 +134,7 @@ func waitOrder(t *testing.T, addr, id string, ok func(orderView) bool) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var o orderView
-		err := getJSON(context.Background(), "http://"+addr+"/orders/"+id, &o)
+		err := shopkit.GetJSON(context.Background(), "http://"+addr+"/orders/"+id, &o)
 		if err == nil && ok(o) {
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testsvc"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 )
 
 // TestEndToEndCDC runs the shop on PostgreSQL + RabbitMQ with the CDC relay
@@ -31,28 +32,28 @@ func TestEndToEndCDCWALMessages(t *testing.T) {
 
 func endToEndCDC(t *testing.T, outboxMode string) {
 	pg, amqpURL := testdb.PostgresURL(t), testamqp.URL(t)
-	ns := "e2ecdc_" + outboxMode + "_" + randomSuffix()
-	in, err := openInspector(context.Background(), pg, ns)
+	ns := "e2ecdc_" + outboxMode + "_" + shopkit.RandomSuffix()
+	in, err := shopkit.OpenInspector(context.Background(), pg, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.outboxRowsDeleted = true
+	in.OutboxRowsDeleted = true
 	t.Cleanup(func() {
-		dropNamespace(in)
+		in.DropNamespace()
 		var left int
-		if err := in.dbs["order"].SQL.QueryRow(`SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`, "idem_"+ns+"_%").Scan(&left); err != nil {
+		if err := in.DBs["order"].SQL.QueryRow(`SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`, "idem_"+ns+"_%").Scan(&left); err != nil {
 			t.Error(err)
 		} else if left != 0 {
 			t.Errorf("%d replication slots of namespace %s left after dropNamespace", left, ns)
 		}
-		in.close()
+		in.Close()
 	})
-	admin, err := freeAddr()
+	admin, err := shopkit.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	banner := endToEnd(t, &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir(), relay: relayCDC, outbox: outboxMode,
-		extraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}, in)
+	banner := endToEnd(t, &shopkit.Cluster{Binary: shopBinary, DB: pg, Broker: amqpURL, Namespace: ns, LogDir: t.TempDir(), Relay: relayCDC, Outbox: outboxMode,
+		ExtraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}, in)
 	// The running shop's admin address serves each CDC relay's metrics.
 	resp, err := http.Get("http://" + admin + "/metrics")
 	if err != nil {
@@ -70,7 +71,7 @@ func endToEndCDC(t *testing.T, outboxMode string) {
 	if outboxMode == outboxLog {
 		var rows int
 		for _, s := range []string{"order", "shipping", "billing"} {
-			n, err := in.dbs[s].Count(context.Background(), `SELECT count(*) FROM outbox`)
+			n, err := in.DBs[s].Count(context.Background(), `SELECT count(*) FROM outbox`)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +85,7 @@ func endToEndCDC(t *testing.T, outboxMode string) {
 		t.Errorf("the banner does not name the CDC relay and its slots:\n%s", banner)
 	}
 	var slots int
-	if err := in.dbs["order"].SQL.QueryRow(`SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`, "idem_"+ns+"_%").Scan(&slots); err != nil {
+	if err := in.DBs["order"].SQL.QueryRow(`SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`, "idem_"+ns+"_%").Scan(&slots); err != nil {
 		t.Fatal(err)
 	}
 	if slots != 3 {
@@ -92,7 +93,7 @@ func endToEndCDC(t *testing.T, outboxMode string) {
 	}
 	for _, s := range []string{"order", "shipping", "billing"} {
 		testsvc.WaitFor(t, 20*time.Second, s+": every published outbox row deleted", func() bool {
-			n, err := in.dbs[s].Count(context.Background(), `SELECT count(*) FROM outbox`)
+			n, err := in.DBs[s].Count(context.Background(), `SELECT count(*) FROM outbox`)
 			return err == nil && n == 0
 		})
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testsvc"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 )
 
 // chromiumEnv names the headless browser the dashboard's test drives;
@@ -57,25 +58,25 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	ctx := testsvc.Ctx(t, 5*time.Minute)
 	pg, amqpURL := testdb.PostgresURL(t), testamqp.URL(t)
-	ns := "dash_" + randomSuffix()
-	in, err := openInspector(ctx, pg, ns)
+	ns := "dash_" + shopkit.RandomSuffix()
+	in, err := shopkit.OpenInspector(ctx, pg, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dropNamespace(in); in.close() })
-	admin, err := freeAddr()
+	t.Cleanup(func() { in.DropNamespace(); in.Close() })
+	admin, err := shopkit.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir(),
-		extraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}
-	t.Cleanup(cl.stopAll)
-	shop, err := cl.start(ctx, procSpec{name: "shop", services: "all"})
+	cl := &shopkit.Cluster{Binary: shopBinary, DB: pg, Broker: amqpURL, Namespace: ns, LogDir: t.TempDir(),
+		ExtraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}
+	t.Cleanup(cl.StopAll)
+	shop, err := cl.Start(ctx, shopkit.ProcSpec{Name: "shop", Services: "all"})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	if out := shop.stdout.String(); !strings.Contains(out, "http://"+admin+dashboardPath) {
+	if out := shop.Stdout(); !strings.Contains(out, "http://"+admin+dashboardPath) {
 		t.Errorf("the banner does not give the dashboard's address:\n%s", out)
 	}
 
@@ -88,8 +89,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	audit := &lockedBuffer{}
-	d, err := shopDashboard(in.dbs, pub, slog.New(slog.NewTextHandler(audit, nil)), dashboardOptions{Sample: time.Second, History: 30 * time.Second})
+	audit := &shopkit.LockedBuffer{}
+	d, err := shopDashboard(in.DBs, pub, slog.New(slog.NewTextHandler(audit, nil)), dashboardOptions{Sample: time.Second, History: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// Orders: the figures move.
 	for i := range 3 {
-		if _, err := placeOK(ctx, shop.http, fmt.Sprintf("c-%d", i), 2); err != nil {
+		if _, err := shopkit.PlaceOK(ctx, shop.HTTP, fmt.Sprintf("c-%d", i), 2); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,12 +162,12 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The stock database refuses a product: the consumer retries, then
 	// parks the message.
-	stock := in.dbs["stock"].SQL
+	stock := in.DBs["stock"].SQL
 	mustExec(t, stock, `CREATE FUNCTION refuse_blocked() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'product % is blocked by the warehouse', NEW.product_id; END $$`)
 	mustExec(t, stock, `CREATE TRIGGER refuse_blocked BEFORE INSERT ON reservation FOR EACH ROW
 WHEN (NEW.product_id = 'p-blocked') EXECUTE FUNCTION refuse_blocked()`)
-	orderID := placeProduct(t, ctx, shop.http, "p-blocked")
+	orderID := placeProduct(t, ctx, shop.HTTP, "p-blocked")
 	var parkedID int64
 	testsvc.WaitFor(t, time.Minute, "the stock consumer to park the order", func() bool {
 		err := stock.QueryRowContext(ctx, `SELECT id FROM failed_message WHERE consumer_name = 'stock'`).Scan(&parkedID)
@@ -266,7 +267,7 @@ VALUES ('stock', 'stock.events', decode('00016e6f74206a736f6e', 'hex'), 'undecod
 	if err := stock.QueryRowContext(ctx, `SELECT id FROM failed_message`).Scan(&binaryID); err != nil {
 		t.Fatal(err)
 	}
-	ro, err := shopDashboard(in.dbs, pub, slog.New(slog.NewTextHandler(audit, nil)), dashboardOptions{ReadOnly: true})
+	ro, err := shopDashboard(in.DBs, pub, slog.New(slog.NewTextHandler(audit, nil)), dashboardOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

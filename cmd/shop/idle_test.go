@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 	"strings"
 	"testing"
 	"time"
@@ -15,12 +16,12 @@ import (
 // each relay would find its row at its next poll, seconds later.
 func TestIdleShopWakesItsRelays(t *testing.T) {
 	t.Parallel()
-	admin, err := freeAddr()
+	admin, err := shopkit.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &cluster{binary: shopBinary, dataDir: t.TempDir(), logDir: t.TempDir(), extraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}
-	t.Cleanup(cl.stopAll)
+	cl := &shopkit.Cluster{Binary: shopBinary, DataDir: t.TempDir(), LogDir: t.TempDir(), ExtraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}
+	t.Cleanup(cl.StopAll)
 	ctx := context.Background()
 	// publishErrors reads the rows whose publication failed, from the
 	// relays' metrics: a counter, where a log line of the failure may be
@@ -31,21 +32,21 @@ func TestIdleShopWakesItsRelays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := parseMetrics(strings.NewReader(body))
+		m, err := shopkit.ParseMetrics(strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return m["idem_relay_publish_errors_total"]
 	}
-	p, err := cl.start(ctx, procSpec{name: "shop", services: "all"})
+	p, err := cl.Start(ctx, shopkit.ProcSpec{Name: "shop", Services: "all"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := placeOK(ctx, p.http, "c-warm", 1)
+	id, err := shopkit.PlaceOK(ctx, p.HTTP, "c-warm", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFulfilment(t, p.http, id)
+	waitFulfilment(t, p.HTTP, id)
 
 	// idle waits long enough for the relays to reach their longest poll
 	// interval (50 ms doubled to 5 s takes about 6.4 s of empty claims).
@@ -65,17 +66,17 @@ func TestIdleShopWakesItsRelays(t *testing.T) {
 	)
 	for i, woken := 0, 0; woken < orders; i++ {
 		if i == orders+excused {
-			t.Fatalf("%d of %d orders were delayed by broker failures; cannot tell whether the relays are woken\n%s", i-woken, i, p.problems())
+			t.Fatalf("%d of %d orders were delayed by broker failures; cannot tell whether the relays are woken\n%s", i-woken, i, p.Problems())
 		}
-		logBefore, errorsBefore := len(p.logText()), publishErrors()
+		logBefore, errorsBefore := len(p.LogText()), publishErrors()
 		start := time.Now()
-		id, err := placeOK(ctx, p.http, fmt.Sprintf("c-idle-%d", i), 1)
+		id, err := shopkit.PlaceOK(ctx, p.HTTP, fmt.Sprintf("c-idle-%d", i), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		late := false
 		for {
-			if ok, _, _ := preparing(ctx, p.http, id); ok {
+			if ok, _, _ := preparing(ctx, p.HTTP, id); ok {
 				break
 			}
 			d := time.Since(start)
@@ -84,7 +85,7 @@ func TestIdleShopWakesItsRelays(t *testing.T) {
 				t.Logf("order %d not in preparation %v after it was placed on an idle shop; want it within %v", i, d.Round(time.Millisecond), bound)
 			}
 			if d > time.Minute {
-				t.Fatalf("order %d not in preparation after %v\n%s", i, d, p.tail())
+				t.Fatalf("order %d not in preparation after %v\n%s", i, d, p.Tail())
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -95,12 +96,12 @@ func TestIdleShopWakesItsRelays(t *testing.T) {
 			time.Sleep(time.Second)
 			continue
 		}
-		since := p.logText()[logBefore:]
+		since := p.LogText()[logBefore:]
 		if publishErrors() == errorsBefore {
 			t.Fatalf("order %d in preparation %v after it was placed on an idle shop, with no failed publication; want it within %v\n%s",
 				i, d.Round(time.Millisecond), bound, since)
 		}
-		t.Logf("order %d in preparation after %v, delayed by a failed publication; idling again:\n%s", i, d.Round(time.Millisecond), problemLines(since))
+		t.Logf("order %d in preparation after %v, delayed by a failed publication; idling again:\n%s", i, d.Round(time.Millisecond), shopkit.ProblemLines(since))
 		idle()
 	}
 }

@@ -4,14 +4,13 @@
 // consumers.
 //
 //	shop [flags]            run services (all by default)
-//	shop load [flags]       place orders through the API and report throughput and latency
-//	shop chaos [flags]      kill processes at named fault points and check every database
 //	shop broker [flags]     run the embedded NATS JetStream server alone
-//	shop help [load|chaos|broker]  print the help of the shop or of a command
+//	shop help [broker]      print the help of the shop or of shop broker
 //
-// Run "shop help", "shop help load", "shop help chaos" or "shop help broker" (or --help after
-// any of them) for the flags. shop chaos needs a build with the idemfault
-// tag: go run -tags idemfault ./cmd/shop chaos.
+// Run "shop help" or "shop help broker" (or --help after either) for the
+// flags. The tools that drive the shop from outside (its crash table, random
+// kills and load generator) are internal/tools/shopctl:
+// go run ./internal/tools/shopctl help.
 package main
 
 import (
@@ -29,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/telemetry"
 )
@@ -37,10 +37,6 @@ func main() {
 	args := os.Args[1:]
 	var err error
 	switch {
-	case len(args) > 0 && args[0] == "load":
-		err = loadMain(args[1:], os.Stdout, os.Stderr)
-	case len(args) > 0 && args[0] == "chaos":
-		err = chaosMain(args[1:], os.Stdout, os.Stderr)
 	case len(args) > 0 && args[0] == "broker":
 		err = brokerMain(args[1:], os.Stdout, os.Stderr)
 	case len(args) > 0 && args[0] == "help":
@@ -66,8 +62,8 @@ type usageError string
 
 func (e usageError) Error() string { return string(e) }
 
-// helpMain prints, on stdout, the help of the shop ("shop help") or of one
-// of its commands ("shop help load", "shop help chaos"): what --help prints.
+// helpMain prints, on stdout, the help of the shop ("shop help") or of its
+// command ("shop help broker"): what --help prints.
 func helpMain(args []string, stdout io.Writer) error {
 	topic := ""
 	if len(args) > 0 {
@@ -79,14 +75,10 @@ func helpMain(args []string, stdout io.Writer) error {
 		return usageError(fmt.Sprintf("shop help takes one topic, got %q; run \"shop help\"", strings.Join(args, " ")))
 	case topic == "":
 		_, _, err = parseRun([]string{"--help"}, stdout)
-	case topic == "load":
-		err = loadMain([]string{"--help"}, stdout, stdout)
-	case topic == "chaos":
-		err = chaosMain([]string{"--help"}, stdout, stdout)
 	case topic == "broker":
 		err = brokerMain([]string{"--help"}, stdout, stdout)
 	default:
-		return usageError(fmt.Sprintf("no help for %q: run \"shop help\", \"shop help load\", \"shop help chaos\" or \"shop help broker\"", topic))
+		return usageError(fmt.Sprintf("no help for %q: run \"shop help\" or \"shop help broker\"", topic))
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -94,54 +86,9 @@ func helpMain(args []string, stdout io.Writer) error {
 	return err
 }
 
-// envFlags binds every flag of fs to an environment variable, used when the
-// flag is not on the command line.
-func envFlags(fs *flag.FlagSet, args []string, env map[string]string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := env[f.Name]
-		if name == "" || set[f.Name] || err != nil {
-			return
-		}
-		if v, ok := os.LookupEnv(name); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", name, v, e)
-			}
-		}
-	})
-	return err
-}
-
-func usageWithEnv(fs *flag.FlagSet, env map[string]string, head, tail string) func() {
-	return func() {
-		w := fs.Output()
-		fmt.Fprint(w, head)
-		fs.VisitAll(func(f *flag.Flag) {
-			def := ""
-			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" {
-				def = " (default " + f.DefValue + ")"
-			}
-			usage := strings.ReplaceAll(f.Usage, "\n", "\n        ")
-			fmt.Fprintf(w, "  --%s\n        %s%s", f.Name, usage, def)
-			if e := env[f.Name]; e != "" {
-				fmt.Fprintf(w, " [$%s]", e)
-			}
-			fmt.Fprintln(w)
-		})
-		fmt.Fprint(w, tail)
-	}
-}
-
 const runHelpHead = `Usage: shop [flags]
-       shop load [flags]
-       shop chaos [flags]
        shop broker [flags]
-       shop help [load|chaos|broker]
+       shop help [broker]
 
 Runs the shop's services in this process: the order API, stock, shipping,
 billing, the fake carrier and the outbox relays. With no flags, every service
@@ -173,8 +120,10 @@ Examples:
   shop --relay cdc --outbox log --db postgres://localhost/shop --broker amqp://localhost/
   SHOP_DB_URL=mysql://shop:shop@localhost:3306/shop SHOP_BROKER_URL=kafka://localhost:9092 shop
   shop --services order,carrier --order-db postgres://localhost/orders --broker nats://localhost:4222
-  shop load --orders 10000 --concurrency 64 --retry-rate 0.05
-  go run -tags idemfault ./cmd/shop chaos --db postgres://localhost/shop --broker amqp://localhost/
+
+Load and crash tests (from a clone of the repository; go run ./internal/tools/shopctl help):
+  go run ./internal/tools/shopctl load --orders 10000 --concurrency 64 --retry-rate 0.05
+  go run ./internal/tools/shopctl chaos --db postgres://localhost/shop --broker amqp://localhost/
 
 Order API:
   POST /orders             {"customer_id":"c-7","lines":[{"product_id":"p-1","quantity":"2.000"}]}
@@ -234,8 +183,8 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	for _, s := range databases {
 		perService[s] = fs.String(s+"-db", "", "database URL of the "+s+" service (overrides --db)")
 	}
-	fs.Usage = usageWithEnv(fs, runEnv, runHelpHead, runHelpTail)
-	if err := envFlags(fs, args, runEnv); err != nil {
+	fs.Usage = envflag.Usage(fs, runEnv, runHelpHead, runHelpTail)
+	if err := envflag.Parse(fs, args, runEnv); err != nil {
 		return cfg, "", err
 	}
 	if fs.NArg() > 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,7 +19,7 @@ import (
 func TestOrderAPIAtRoot(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	addr, err := freeAddr()
+	addr, err := shopkit.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/internal/telemetry/telemetrytest"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/billing"
 	"github.com/idem-go/idem/shop/shipping"
@@ -25,17 +26,17 @@ import (
 func TestShopExportsTracesOverOTLP(t *testing.T) {
 	t.Parallel()
 	r := telemetrytest.NewReceiver(t)
-	cl := &cluster{binary: shopBinary, dataDir: t.TempDir(), logDir: t.TempDir(),
-		extraEnv: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + r.URL, "OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME="}}
-	t.Cleanup(cl.stopAll)
-	p, err := cl.start(context.Background(), procSpec{name: "shop", services: "all"})
+	cl := &shopkit.Cluster{Binary: shopBinary, DataDir: t.TempDir(), LogDir: t.TempDir(),
+		ExtraEnv: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + r.URL, "OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME="}}
+	t.Cleanup(cl.StopAll)
+	p, err := cl.Start(context.Background(), shopkit.ProcSpec{Name: "shop", Services: "all"})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	traceID, callerID := randomHex(16), randomHex(8)
 	body := `{"customer_id":"c-otlp","lines":[{"product_id":"p-1","quantity":"1.000"}]}`
-	req, err := http.NewRequest(http.MethodPost, "http://"+p.http+"/orders", bytes.NewBufferString(body))
+	req, err := http.NewRequest(http.MethodPost, "http://"+p.HTTP+"/orders", bytes.NewBufferString(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +85,8 @@ func TestShopExportsTracesOverOTLP(t *testing.T) {
 		}
 		return sent
 	})
-	if err := p.stop(); err != nil {
-		t.Fatalf("SIGTERM: %v\n%s", err, p.tail())
+	if err := p.Stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, p.Tail())
 	}
 }
 

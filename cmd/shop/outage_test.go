@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 	"testing"
 	"time"
 )
@@ -17,43 +18,43 @@ func TestCarrierOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, brokerURL, stop, err := embeddedChaos(ctx, dir)
+	db, brokerURL, stop, err := shopkit.StartEmbedded(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	in, err := openInspector(ctx, db, namespaceDefault)
+	in, err := shopkit.OpenInspector(ctx, db, namespaceDefault)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(in.close)
-	cl := &cluster{binary: shopBinary, db: db, broker: brokerURL, logDir: t.TempDir()}
-	t.Cleanup(cl.stopAll)
-	front, err := cl.start(ctx, procSpec{name: "front", services: "order,carrier"})
+	t.Cleanup(in.Close)
+	cl := &shopkit.Cluster{Binary: shopBinary, DB: db, Broker: brokerURL, LogDir: t.TempDir()}
+	t.Cleanup(cl.StopAll)
+	front, err := cl.Start(ctx, shopkit.ProcSpec{Name: "front", Services: "order,carrier"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.start(ctx, procSpec{name: "back", services: "stock,shipping,billing,relay", carrierURL: "http://" + front.http + "/carrier"}); err != nil {
+	if _, err := cl.Start(ctx, shopkit.ProcSpec{Name: "back", Services: "stock,shipping,billing,relay", CarrierURL: "http://" + front.HTTP + "/carrier"}); err != nil {
 		t.Fatal(err)
 	}
 	const orders = 20
 	for i := range orders {
-		if _, err := placeOK(ctx, front.http, fmt.Sprintf("c-%d", i), 2); err != nil {
+		if _, err := shopkit.PlaceOK(ctx, front.HTTP, fmt.Sprintf("c-%d", i), 2); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := front.stop(); err != nil {
-		t.Fatalf("stop the carrier: %v\n%s", err, front.tail())
+	if err := front.Stop(); err != nil {
+		t.Fatalf("stop the carrier: %v\n%s", err, front.Tail())
 	}
 	time.Sleep(20 * time.Second) // the carrier is away
-	if _, err := cl.start(ctx, procSpec{name: "front", services: "order,carrier", http: front.http}); err != nil {
+	if _, err := cl.Start(ctx, shopkit.ProcSpec{Name: "front", Services: "order,carrier", HTTP: front.HTTP}); err != nil {
 		t.Fatal(err)
 	}
-	if obs, ok := in.settle(ctx, settleTimeout, orders); !ok {
+	if obs, ok := in.Settle(ctx, shopkit.SettleTimeout, orders); !ok {
 		t.Fatal(obs)
 	}
 	for _, s := range databases {
-		n, err := in.dbs[s].Count(ctx, `SELECT count(*) FROM failed_message`)
+		n, err := in.DBs[s].Count(ctx, `SELECT count(*) FROM failed_message`)
 		if err != nil {
 			t.Fatal(err)
 		}

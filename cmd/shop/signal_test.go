@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 	"io"
 	"net"
 	"os"
@@ -35,7 +36,7 @@ func TestSignalDuringStartUp(t *testing.T) {
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			dir := t.TempDir()
-			addr, err := freeAddr()
+			addr, err := shopkit.FreeAddr()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,14 +72,14 @@ func TestSignalDuringStartUp(t *testing.T) {
 				return // the end-to-end tests restart after this one
 			}
 
-			cl := &cluster{binary: shopBinary, dataDir: dir, logDir: t.TempDir()}
-			t.Cleanup(cl.stopAll)
-			p, err := cl.start(context.Background(), procSpec{name: "restart", services: "all", http: addr})
+			cl := &shopkit.Cluster{Binary: shopBinary, DataDir: dir, LogDir: t.TempDir()}
+			t.Cleanup(cl.StopAll)
+			p, err := cl.Start(context.Background(), shopkit.ProcSpec{Name: "restart", Services: "all", HTTP: addr})
 			if err != nil {
 				t.Fatalf("restart on the same data: %v", err)
 			}
-			if err := p.stop(); err != nil {
-				t.Fatalf("restart: SIGTERM after ready: %v\n%s", err, p.tail())
+			if err := p.Stop(); err != nil {
+				t.Fatalf("restart: SIGTERM after ready: %v\n%s", err, p.Tail())
 			}
 		})
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/billing"
 	"github.com/idem-go/idem/shop/order"
@@ -76,13 +77,13 @@ func TestTraceThroughTheShop(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
 			t.Parallel()
-			addr, err := freeAddr()
+			addr, err := shopkit.FreeAddr()
 			if err != nil {
 				t.Fatal(err)
 			}
 			cfg := runConfig{
 				Services: allServices, DB: pg, ServiceDB: map[string]string{}, Broker: tr.broker(t), HTTP: addr,
-				Namespace: "trace_" + randomSuffix(), KeyLock: 10 * time.Second, RelayLease: 30 * time.Second,
+				Namespace: "trace_" + shopkit.RandomSuffix(), KeyLock: 10 * time.Second, RelayLease: 30 * time.Second,
 				RelayWorkers: 1, Workers: 2, MaxConns: 8,
 			}
 			ctx := context.Background()
@@ -93,9 +94,9 @@ func TestTraceThroughTheShop(t *testing.T) {
 			}
 			t.Cleanup(func() {
 				closeApp(a)
-				if in, err := openInspector(context.Background(), pg, cfg.Namespace); err == nil {
-					dropNamespace(in)
-					in.close()
+				if in, err := shopkit.OpenInspector(context.Background(), pg, cfg.Namespace); err == nil {
+					in.DropNamespace()
+					in.Close()
 				}
 			})
 			if err := a.start(ctx); err != nil {

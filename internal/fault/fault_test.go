@@ -121,8 +121,8 @@ func TestProductionBuild(t *testing.T) {
 		absent []string
 	}{
 		{"cmd/idem", []string{fault.EnvVar, fault.RelayAfterClaim, fault.RelayAfterPublishBeforeMark, fault.RelayAfterMark}},
-		// The shop names the points in its crash table (shop chaos), which
-		// refuses to run in this build.
+		// The crash table (shopctl chaos) refuses a shop built without the
+		// tag.
 		{"cmd/shop", nil},
 	} {
 		bin := filepath.Join(t.TempDir(), filepath.Base(c.pkg))

@@ -1,5 +1,5 @@
 // Package procstat reads CPU times from Linux's /proc: a process's, a
-// process tree's, and the whole machine's. shop load's cost report and the
+// process tree's, and the whole machine's. shopctl load's cost report and the
 // benchmarks that say how many cores a run kept busy read them here.
 package procstat
 

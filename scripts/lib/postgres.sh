@@ -58,7 +58,7 @@ postgres_start() {
 		fsync = on
 		logging_collector = off
 	EOF
-	# pg_stat_statements where installed: shop load counts statements per order.
+	# pg_stat_statements where installed: shopctl load counts statements per order.
 	if [ -f "$bin/../lib/pg_stat_statements.so" ]; then
 		echo "shared_preload_libraries = 'pg_stat_statements'" >>"$dir/data/postgresql.conf"
 	fi

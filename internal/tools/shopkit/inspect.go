@@ -1,4 +1,4 @@
-package main
+package shopkit
 
 import (
 	"context"
@@ -10,37 +10,43 @@ import (
 	"github.com/idem-go/idem/shop/store"
 )
 
-// inspector reads every service's database of one namespace to check the
+// Inspector reads every service's database of one namespace to check the
 // shop's invariants.
-type inspector struct {
-	dbs map[string]*store.DB
-	// outboxRowsDeleted: the relays delete the outbox rows they published
+type Inspector struct {
+	// DBs are the services' databases, by service name.
+	DBs map[string]*store.DB
+	// OutboxRowsDeleted: the relays delete the outbox rows they published
 	// (the CDC relay), so that a missing shipping event row is no missing
 	// effect; a doubled one still is a problem.
-	outboxRowsDeleted bool
+	OutboxRowsDeleted bool
 }
 
-func openInspector(ctx context.Context, dbURL, namespace string) (*inspector, error) {
-	in := &inspector{dbs: map[string]*store.DB{}}
+// OpenInspector opens the databases of the shop at dbURL (its --db) in
+// namespace (its --namespace).
+func OpenInspector(ctx context.Context, dbURL, namespace string) (*Inspector, error) {
+	in := &Inspector{DBs: map[string]*store.DB{}}
 	for _, s := range databases {
 		db, err := store.Open(ctx, s, dbURL, namespace+"_"+s, store.Options{MaxConns: 2})
 		if err != nil {
-			in.close()
+			in.Close()
 			return nil, err
 		}
-		in.dbs[s] = db
+		in.DBs[s] = db
 	}
 	return in, nil
 }
 
-func (in *inspector) close() {
-	for _, db := range in.dbs {
+// Close closes the databases.
+func (in *Inspector) Close() {
+	for _, db := range in.DBs {
 		db.Close()
 	}
 }
 
-func (in *inspector) counts(ctx context.Context, service, query string) (map[string]int, error) {
-	rows, err := in.dbs[service].SQL.QueryContext(ctx, query)
+// Counts runs query, which selects a key and a count, on service's
+// database and returns the counts by key.
+func (in *Inspector) Counts(ctx context.Context, service, query string) (map[string]int, error) {
+	rows, err := in.DBs[service].SQL.QueryContext(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", service, err)
 	}
@@ -57,25 +63,28 @@ func (in *inspector) counts(ctx context.Context, service, query string) (map[str
 	return out, rows.Err()
 }
 
-// state is what the databases hold, per order id.
-type state struct {
-	lines, reservations, preparations, prepEvents, shipments, pickups, invoices, emails map[string]int
+// State is what the databases hold, per order id.
+type State struct {
+	// Lines holds the committed orders: each one's number of lines.
+	Lines                                                                        map[string]int
+	reservations, preparations, prepEvents, shipments, pickups, invoices, emails map[string]int
 	// cancelled holds the cancelled orders, whose pickup and e-mail may
 	// never be made (cancelled before) and are checked for duplicates only.
 	cancelled map[string]int
-	// prepEventsDeleted: published outbox rows are deleted (inspector's
-	// outboxRowsDeleted).
+	// prepEventsDeleted: published outbox rows are deleted (Inspector's
+	// OutboxRowsDeleted).
 	prepEventsDeleted bool
 }
 
-func (in *inspector) state(ctx context.Context) (state, error) {
-	s := state{prepEventsDeleted: in.outboxRowsDeleted}
+// State reads what the databases hold.
+func (in *Inspector) State(ctx context.Context) (State, error) {
+	s := State{prepEventsDeleted: in.OutboxRowsDeleted}
 	var err error
 	q := []struct {
 		dst          *map[string]int
 		service, sql string
 	}{
-		{&s.lines, "order", `SELECT order_id, count(*) FROM order_line GROUP BY order_id`},
+		{&s.Lines, "order", `SELECT order_id, count(*) FROM order_line GROUP BY order_id`},
 		{&s.cancelled, "order", `SELECT id, 1 FROM orders WHERE status = 'cancelled'`},
 		{&s.reservations, "stock", `SELECT order_id, count(*) FROM reservation GROUP BY order_id`},
 		{&s.preparations, "shipping", `SELECT order_id, count(*) FROM preparation GROUP BY order_id`},
@@ -86,25 +95,25 @@ func (in *inspector) state(ctx context.Context) (state, error) {
 		{&s.emails, "carrier", `SELECT substr(idem_key, 9, length(idem_key) - 14), count(*) FROM email WHERE idem_key LIKE 'invoice:%:email' GROUP BY idem_key`},
 	}
 	for _, x := range q {
-		if *x.dst, err = in.counts(ctx, x.service, x.sql); err != nil {
+		if *x.dst, err = in.Counts(ctx, x.service, x.sql); err != nil {
 			return s, err
 		}
 	}
 	return s, nil
 }
 
-// verdict checks the invariants: every committed order has exactly one
+// Verdict checks the invariants: every committed order has exactly one
 // reservation per line, one preparation, one pickup at the carrier, one
 // invoice and one invoice e-mail (a cancelled order at most that many:
 // cancelled early, it may have no pickup or e-mail); nothing exists for an
 // order that was never committed. done is false while effects are still missing (not yet
 // processed); problem is set when something is wrong for good (a
 // duplicate, an orphan).
-func (s state) verdict() (done bool, problem string) {
+func (s State) Verdict() (done bool, problem string) {
 	done = true
 	var problems []string
-	ids := make([]string, 0, len(s.lines))
-	for id := range s.lines {
+	ids := make([]string, 0, len(s.Lines))
+	for id := range s.Lines {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
@@ -120,7 +129,7 @@ func (s state) verdict() (done bool, problem string) {
 		}
 	}
 	for _, id := range ids {
-		check(id, "reservations", s.reservations[id], s.lines[id])
+		check(id, "reservations", s.reservations[id], s.Lines[id])
 		check(id, "preparations", s.preparations[id], 1)
 		if s.prepEventsDeleted {
 			check(id, "preparation.created events", s.prepEvents[id], min(s.prepEvents[id], 1))
@@ -137,7 +146,7 @@ func (s state) verdict() (done bool, problem string) {
 		"invoice": s.invoices, "e-mail": s.emails,
 	} {
 		for id := range m {
-			if _, ok := s.lines[id]; !ok {
+			if _, ok := s.Lines[id]; !ok {
 				problems = append(problems, fmt.Sprintf("%s for order %s, which was never committed", what, id))
 			}
 		}
@@ -146,60 +155,60 @@ func (s state) verdict() (done bool, problem string) {
 	return done, strings.Join(problems, "; ")
 }
 
-// settle polls until every committed order has all its effects, or a
+// Settle polls until every committed order has all its effects, or a
 // problem shows, or d passes. It returns a one-line observation and whether
 // the invariants hold.
-func (in *inspector) settle(ctx context.Context, d time.Duration, wantOrders int) (string, bool) {
+func (in *Inspector) Settle(ctx context.Context, d time.Duration, wantOrders int) (string, bool) {
 	deadline := time.Now().Add(d)
 	for {
-		s, err := in.state(ctx)
+		s, err := in.State(ctx)
 		if err != nil {
 			return "error: " + err.Error(), false
 		}
-		done, problem := s.verdict()
+		done, problem := s.Verdict()
 		if problem != "" {
 			return problem, false
 		}
-		if done && (wantOrders < 0 || len(s.lines) == wantOrders) {
+		if done && (wantOrders < 0 || len(s.Lines) == wantOrders) {
 			// Give duplicates in flight a moment to show, then check again.
 			time.Sleep(300 * time.Millisecond)
-			s, err = in.state(ctx)
+			s, err = in.State(ctx)
 			if err != nil {
 				return "error: " + err.Error(), false
 			}
-			if _, problem := s.verdict(); problem != "" {
+			if _, problem := s.Verdict(); problem != "" {
 				return problem, false
 			}
-			return fmt.Sprintf("%d orders, each with 1 reservation per line, 1 preparation, 1 pickup, 1 invoice, 1 e-mail", len(s.lines)), true
+			return fmt.Sprintf("%d orders, each with 1 reservation per line, 1 preparation, 1 pickup, 1 invoice, 1 e-mail", len(s.Lines)), true
 		}
 		if time.Now().After(deadline) {
 			incomplete := 0
-			for id, n := range s.lines {
+			for id, n := range s.Lines {
 				if s.cancelled[id] == 0 && s.reservations[id] < n || s.preparations[id] < 1 || s.pickups[id] < 1 || s.invoices[id] < 1 || s.emails[id] < 1 {
 					incomplete++
 				}
 			}
-			return fmt.Sprintf("after %v: %d orders (want %d), %d incomplete", d, len(s.lines), wantOrders, incomplete), false
+			return fmt.Sprintf("after %v: %d orders (want %d), %d incomplete", d, len(s.Lines), wantOrders, incomplete), false
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-// leftovers checks what a run with faults only (kills, restarts, outages)
+// Leftovers checks what a run with faults only (kills, restarts, outages)
 // must leave empty: the consumers' failure stores, the relays' quarantine,
 // and the invoices not marked e-mailed (their e-mail sent, the mark lost).
 // It returns one row per check.
-func (in *inspector) leftovers(ctx context.Context) ([]randomCheck, error) {
+func (in *Inspector) Leftovers(ctx context.Context) ([]Check, error) {
 	var parked, quarantined []string
 	for _, service := range databases {
-		byConsumer, err := in.counts(ctx, service, `SELECT consumer_name, count(*) FROM failed_message GROUP BY consumer_name`)
+		byConsumer, err := in.Counts(ctx, service, `SELECT consumer_name, count(*) FROM failed_message GROUP BY consumer_name`)
 		if err != nil {
 			return nil, err
 		}
 		for c, n := range byConsumer {
 			parked = append(parked, fmt.Sprintf("%s: %d", c, n))
 		}
-		q, err := in.counts(ctx, service, `SELECT type, count(*) FROM outbox WHERE quarantined_at IS NOT NULL GROUP BY type`)
+		q, err := in.Counts(ctx, service, `SELECT type, count(*) FROM outbox WHERE quarantined_at IS NOT NULL GROUP BY type`)
 		if err != nil {
 			return nil, err
 		}
@@ -209,30 +218,30 @@ func (in *inspector) leftovers(ctx context.Context) ([]randomCheck, error) {
 	}
 	sort.Strings(parked)
 	sort.Strings(quarantined)
-	unmarked, err := in.counts(ctx, "billing", `SELECT order_id, 1 FROM invoice WHERE emailed_at IS NULL AND voided_at IS NULL`)
+	unmarked, err := in.Counts(ctx, "billing", `SELECT order_id, 1 FROM invoice WHERE emailed_at IS NULL AND voided_at IS NULL`)
 	if err != nil {
 		return nil, err
 	}
-	row := func(what string, problems []string, none string) randomCheck {
+	row := func(what string, problems []string, none string) Check {
 		if len(problems) == 0 {
-			return randomCheck{What: what, Observed: none, OK: true}
+			return Check{What: what, Observed: none, OK: true}
 		}
-		return randomCheck{What: what, Observed: strings.Join(problems, "; ")}
+		return Check{What: what, Observed: strings.Join(problems, "; ")}
 	}
 	var unmarkedIDs []string
 	for id := range unmarked {
 		unmarkedIDs = append(unmarkedIDs, id)
 	}
 	sort.Strings(unmarkedIDs)
-	checks := []randomCheck{
+	checks := []Check{
 		row("nothing parked by a consumer", parked, "0 messages in the failure stores"),
 		row("nothing quarantined by a relay", quarantined, "0 outbox rows quarantined"),
 	}
 	if len(unmarkedIDs) > 0 {
-		checks = append(checks, randomCheck{What: "every invoice marked e-mailed",
+		checks = append(checks, Check{What: "every invoice marked e-mailed",
 			Observed: fmt.Sprintf("%d invoices not marked e-mailed (first: order %s)", len(unmarkedIDs), unmarkedIDs[0])})
 	} else {
-		checks = append(checks, randomCheck{What: "every invoice marked e-mailed", Observed: "0 invoices left unmarked", OK: true})
+		checks = append(checks, Check{What: "every invoice marked e-mailed", Observed: "0 invoices left unmarked", OK: true})
 	}
 	return checks, nil
 }
@@ -245,7 +254,7 @@ var processedAt = map[string]string{
 	store.SQLite:   `SELECT consumer_name, event_id, processed_at FROM processed_event`,
 }
 
-// appliedInOrder checks, from the databases, that every consumer applied
+// AppliedInOrder checks, from the databases, that every consumer applied
 // the events of each aggregate in the order of their outbox rows (seq): a
 // processed_event marker of an aggregate's later event never carries an
 // earlier time than that of an earlier one. A marker's time is its
@@ -253,9 +262,9 @@ var processedAt = map[string]string{
 // take turns): an event applied before an earlier one of its aggregate, by
 // another replica or after a redelivery, shows. It needs the published
 // rows, which the CDC relay deletes: then it says so and passes.
-func (in *inspector) appliedInOrder(ctx context.Context) (randomCheck, error) {
-	c := randomCheck{What: "every consumer applied each aggregate's events in order"}
-	if in.outboxRowsDeleted {
+func (in *Inspector) AppliedInOrder(ctx context.Context) (Check, error) {
+	c := Check{What: "every consumer applied each aggregate's events in order"}
+	if in.OutboxRowsDeleted {
 		c.OK, c.Observed = true, "not checked: the CDC relay deletes the published rows that give the order"
 		return c, nil
 	}
@@ -265,7 +274,7 @@ func (in *inspector) appliedInOrder(ctx context.Context) (randomCheck, error) {
 	}
 	events := map[string]pos{}
 	for _, service := range []string{"order", "shipping", "billing"} {
-		rows, err := in.dbs[service].SQL.QueryContext(ctx, `SELECT id, aggregatetype, aggregateid, seq FROM outbox`)
+		rows, err := in.DBs[service].SQL.QueryContext(ctx, `SELECT id, aggregatetype, aggregateid, seq FROM outbox`)
 		if err != nil {
 			return c, fmt.Errorf("%s: %w", service, err)
 		}
@@ -289,7 +298,7 @@ func (in *inspector) appliedInOrder(ctx context.Context) (randomCheck, error) {
 	}
 	byKey := map[string][]applied{} // consumer + aggregate
 	for _, service := range databases {
-		db := in.dbs[service]
+		db := in.DBs[service]
 		rows, err := db.SQL.QueryContext(ctx, db.Pick(processedAt))
 		if err != nil {
 			return c, fmt.Errorf("%s: %w", service, err)

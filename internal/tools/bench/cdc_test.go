@@ -8,16 +8,16 @@ import (
 	"github.com/idem-go/idem/internal/testdb"
 )
 
-// TestBenchCDC runs "idem bench cdc" small: every part reports, and the
+// TestBenchCDC runs "bench cdc" small: every part reports, and the
 // scratch slots are gone afterwards.
 func TestBenchCDC(t *testing.T) {
 	t.Parallel()
 	pg := testdb.NewPostgres(t)
 	env := map[string]string{"IDEM_DB_URL": testdb.PostgresURL(t), "IDEM_BROKER_URL": testamqp.URL(t)}
-	code, out, errOut := idem(t, env, "", "bench", "cdc", "--rows", "600", "--aggregates", "60", "--runs", "1",
+	code, out, errOut := runBench(t, env, "cdc", "--rows", "600", "--aggregates", "60", "--runs", "1",
 		"--clients", "4", "--commit-duration", "200ms", "--rates", "200", "--rate-duration", "1s")
 	if code != 0 {
-		t.Fatalf("idem bench cdc = %d\n%s%s", code, out, errOut)
+		t.Fatalf("bench cdc = %d\n%s%s", code, out, errOut)
 	}
 	for _, want := range []string{"(a) CDC relay, table rows", "(b) CDC relay, WAL messages", "(c) polling relay", "(d) raw amqp091-go",
 		"of raw", "plain insert, no trigger", "outbox with NOTIFY trigger", "outbox without trigger (CDC)", "WAL message (CDC)",
@@ -33,12 +33,12 @@ func TestBenchCDC(t *testing.T) {
 
 func TestBenchCDCUsage(t *testing.T) {
 	t.Parallel()
-	code, _, errOut := idem(t, nil, "", "bench", "cdc", "--db", "postgres://x", "--broker", "kafka://localhost:9092")
+	code, _, errOut := runBench(t, nil, "cdc", "--db", "postgres://x", "--broker", "kafka://localhost:9092")
 	if code != 2 || !strings.Contains(errOut, "bench cdc measures against RabbitMQ") {
 		t.Errorf("bench cdc with a Kafka broker = %d %q", code, errOut)
 	}
-	code, out, _ := idem(t, nil, "", "help", "bench")
-	if code != 0 || !strings.Contains(out, "idem bench cdc") || !strings.Contains(out, "raw amqp091-go") {
-		t.Errorf("help bench = %d %q", code, out)
+	code, out, _ := runBench(t, nil, "help")
+	if code != 0 || !strings.Contains(out, "bench cdc [--db URL]") || !strings.Contains(out, "raw amqp091-go") {
+		t.Errorf("help = %d %q", code, out)
 	}
 }

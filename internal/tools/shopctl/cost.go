@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -18,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-go/idem/internal/procstat"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 )
 
 // costSample is what the processes, the shop and the database had spent at
@@ -25,7 +24,7 @@ import (
 type costSample struct {
 	at         time.Time
 	cpu        map[int]time.Duration // per --pids process, its tree included
-	loader     time.Duration         // shop load's own process
+	loader     time.Duration         // shopctl load's own process
 	machine    procstat.Machine      // the machine's CPU times (/proc/stat)
 	adminCPU   time.Duration         // process_cpu_seconds_total of --admin
 	published  float64               // idem_relay_published_total of --admin
@@ -35,7 +34,7 @@ type costSample struct {
 }
 
 // costProbe takes costSamples of the processes, admin endpoint and
-// PostgreSQL database that shop load was given.
+// PostgreSQL database that shopctl load was given.
 type costProbe struct {
 	pids  []int
 	admin string // base URL of the shop's admin address, or ""
@@ -50,7 +49,7 @@ func newCostProbe(ctx context.Context, pids []int, admin, db string) (*costProbe
 	p := &costProbe{pids: pids, admin: strings.TrimSuffix(admin, "/")}
 	for _, pid := range pids {
 		if _, err := procstat.TreeCPU(pid); err != nil {
-			return nil, fmt.Errorf("shop load: --pids %d: %v; give the ids of running processes (pgrep -o postgres, pgrep -f beam.smp, pgrep -f 'shop run')", pid, err)
+			return nil, fmt.Errorf("shopctl load: --pids %d: %v; give the ids of running processes (pgrep -o postgres, pgrep -f beam.smp, pgrep -f 'shop run')", pid, err)
 		}
 	}
 	if p.admin != "" {
@@ -58,19 +57,19 @@ func newCostProbe(ctx context.Context, pids []int, admin, db string) (*costProbe
 			p.admin = "http://" + p.admin
 		}
 		if _, err := p.scrape(ctx); err != nil {
-			return nil, fmt.Errorf("shop load: --admin %s: %v; give the shop's --admin-addr", admin, err)
+			return nil, fmt.Errorf("shopctl load: --admin %s: %v; give the shop's --admin-addr", admin, err)
 		}
 	}
 	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
 		conn, err := pgx.Connect(ctx, db)
 		if err != nil {
-			return nil, fmt.Errorf("shop load: --db: %v", err)
+			return nil, fmt.Errorf("shopctl load: --db: %v", err)
 		}
 		p.pg = conn
 		var loaded bool
 		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements')`).Scan(&loaded); err != nil {
 			p.close(ctx)
-			return nil, fmt.Errorf("shop load: --db: %v", err)
+			return nil, fmt.Errorf("shopctl load: --db: %v", err)
 		}
 		if !loaded {
 			if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
@@ -168,42 +167,7 @@ func (p *costProbe) scrape(ctx context.Context) (map[string]float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	return parseMetrics(resp.Body)
-}
-
-// parseMetrics sums the samples of each metric of a Prometheus text
-// exposition over their labels.
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, rest := line, ""
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name, rest = line[:i], line[i:]
-		}
-		if strings.HasPrefix(rest, "{") {
-			j := strings.LastIndexByte(rest, '}')
-			if j < 0 {
-				continue
-			}
-			rest = rest[j+1:]
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
-		out[name] += v
-	}
-	return out, sc.Err()
+	return shopkit.ParseMetrics(resp.Body)
 }
 
 // loadCost is the cost of a load run, per accepted order.
@@ -213,7 +177,7 @@ type loadCost struct {
 	CPUMsPerOrder       map[string]float64 `json:"cpu_ms_per_order,omitempty"` // per process ("pid 123 (postgres)")
 	TotalCPUMsPerOrder  float64            `json:"total_cpu_ms_per_order,omitempty"`
 	CoresUsed           float64            `json:"cores_used,omitempty"`
-	LoaderCPUMsPerOrder float64            `json:"loader_cpu_ms_per_order,omitempty"` // shop load itself
+	LoaderCPUMsPerOrder float64            `json:"loader_cpu_ms_per_order,omitempty"` // shopctl load itself
 	MachineCoresBusy    float64            `json:"machine_cores_busy,omitempty"`      // every process, of MachineCores
 	MachineCores        int                `json:"machine_cores,omitempty"`
 	AdminCPUMsPerOrder  float64            `json:"admin_cpu_ms_per_order,omitempty"`
@@ -289,7 +253,7 @@ func (c *loadCost) String() string {
 		fmt.Fprintf(&b, "  CPU of these processes, in all   %8.2f ms (%.2f cores)\n", c.TotalCPUMsPerOrder, c.CoresUsed)
 	}
 	if c.LoaderCPUMsPerOrder > 0 {
-		fmt.Fprintf(&b, "  CPU of shop load itself          %8.2f ms\n", c.LoaderCPUMsPerOrder)
+		fmt.Fprintf(&b, "  CPU of shopctl load itself       %8.2f ms\n", c.LoaderCPUMsPerOrder)
 	}
 	if c.MachineCores > 0 {
 		fmt.Fprintf(&b, "  machine, every process           %8.2f of %d cores busy\n", c.MachineCoresBusy, c.MachineCores)
@@ -320,7 +284,7 @@ func parsePids(s string) ([]int, error) {
 		}
 		n, err := strconv.Atoi(f)
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("shop load: --pids %q: want process ids separated by commas, such as --pids $(pgrep -o postgres),$(pgrep -f beam.smp)", s)
+			return nil, fmt.Errorf("shopctl load: --pids %q: want process ids separated by commas, such as --pids $(pgrep -o postgres),$(pgrep -f beam.smp)", s)
 		}
 		out = append(out, n)
 	}

@@ -34,14 +34,11 @@ import (
 	"github.com/idem-go/idem/relay/relaymetrics"
 )
 
-func init() {
-	register(&command{
-		name:    "bench",
-		summary: "measure the relay on a database (idem bench relay), the CDC relay against RabbitMQ (idem bench cdc)",
-		usage: `Usage:
-  idem bench relay [--db URL] [--rows N] [--aggregates N] [--runs N] [--workers N] [--rate R] [--duration D] [--metrics]
-                   [--workers-curve 1,2,4,8] [--producers N] [--producer-duration D] [--triggers waiting,always,none]
-                   [--broker URL]
+// relayUsage is the part of the usage about "bench relay".
+const relayUsage = `Usage:
+  bench relay [--db URL] [--rows N] [--aggregates N] [--runs N] [--workers N] [--rate R] [--duration D] [--metrics]
+             [--workers-curve 1,2,4,8] [--producers N] [--producer-duration D] [--triggers waiting,always,none]
+             [--broker URL]
 
 Runs in a scratch schema (idem_bench_<random>, dropped at the end) on the
 database, with an in-process publisher that accepts everything at once, so
@@ -86,84 +83,95 @@ every span sampled and dropped by a no-op exporter, and every row carries a
 traceparent as a traced producer's do: the cost of tracing. Unset, the
 relay runs with OpenTelemetry's no-op tracer, as when tracing is off.
 
-` + benchCDCUsage + `
-Examples:
-  idem bench relay --db postgres://localhost/bench --runs 3
-  idem bench cdc --db postgres://localhost/bench --broker amqp://guest:guest@localhost:5672/`,
-		setup: func(fs *flag.FlagSet) runFunc {
-			var db dbFlags
-			db.register(fs)
-			rows := fs.Int("rows", 100_000, "rows in the pre-filled outbox")
-			aggregates := fs.Int("aggregates", 10_000, "aggregates the rows belong to")
-			runs := fs.Int("runs", 3, "throughput runs (relay and bare loop each)")
-			workers := fs.Int("workers", relay.WorkersDefault, "relay workers")
-			batch := fs.Int("batch-size", relay.BatchSizeDefault, "rows per claim")
-			rate := fs.Int("rate", 1000, "events per second in the latency test; 0 skips it")
-			duration := fs.Duration("duration", 10*time.Second, "length of the latency test")
-			metrics := fs.Bool("metrics", false, "run the relay with its Prometheus metrics on")
-			cdcFlags := registerBenchCDC(fs)
-			curve := fs.String("workers-curve", "", "comma-separated worker counts to drain with (e.g. 1,2,4,8); empty skips it")
-			producers := fs.Int("producers", 16, "clients committing in the producer test")
-			producerDuration := fs.Duration("producer-duration", 0, "length of each producer commits/s measure; 0 skips it")
-			busyPoll := fs.Duration("busy-poll", 0, "the relay's BusyPollInterval (0: off, the default)")
-			triggers := fs.String("triggers", "waiting,always,none", "outbox triggers to measure the producers and the latency with")
-			return func(ctx context.Context, e *env, args []string) error {
-				if len(args) == 1 && args[0] == "cdc" {
-					return runBenchCDC(ctx, e, &db, cdcFlags, *rows, *aggregates, *runs)
-				}
-				if len(args) != 1 || args[0] != "relay" {
-					return usagef("want: idem bench relay, or idem bench cdc")
-				}
-				if *rows <= 0 || *aggregates <= 0 || *runs <= 0 || *workers <= 0 || *batch <= 0 || *rate < 0 || *producers <= 0 {
-					return usagef("--rows, --aggregates, --runs, --workers, --batch-size and --producers must be positive")
-				}
-				counts, err := parseCounts(*curve)
-				if err != nil {
-					return usagef("--workers-curve: %v", err)
-				}
-				designs, err := parseTriggers(*triggers)
-				if err != nil {
-					return usagef("--triggers: %v", err)
-				}
-				conn, err := db.open(ctx, e)
-				if err != nil {
-					return err
-				}
-				defer conn.Close()
-				if conn.Pgx == nil {
-					return fmt.Errorf("bench relay needs PostgreSQL")
-				}
-				b := &bench{e: e, rows: *rows, aggregates: *aggregates, workers: *workers, batch: *batch,
-					busyPoll: *busyPoll, curve: counts, producers: *producers, producerDuration: *producerDuration, triggers: designs}
-				if *metrics {
-					b.metrics = relaymetrics.New()
-					b.registry = prometheus.NewRegistry()
-					b.registry.MustRegister(b.metrics)
-				}
-				switch mode := e.getenv("IDEM_BENCH_TRACING"); mode {
-				case "":
-				case "sdk":
-					b.traced = true
-					defer benchTracing()()
-				default:
-					return usagef("IDEM_BENCH_TRACING=%q: want sdk, or unset", mode)
-				}
-				if u := cdcFlags.broker.url; u != "" {
-					pub, err := registry.Open(ctx, u)
-					if err != nil {
-						return fmt.Errorf("--broker: %w", err)
-					}
-					defer pub.Close()
-					b.pub, b.brokerURL = pub, broker.RedactURL(u)
-				}
-				if err := b.setup(ctx, conn.Pgx.Pgx()); err != nil {
-					return err
-				}
-				defer b.teardown()
-				return b.run(ctx, *runs, *rate, *duration)
-			}
-		},
-	})
+`
+
+// options are the flags of both benchmarks: those of one are ignored by the
+// other.
+type options struct {
+	db               dbFlags
+	rows, aggregates int
+	runs, workers    int
+	batch, rate      int
+	duration         time.Duration
+	metrics          bool
+	cdc              cdcFlags
+	curve            string
+	producers        int
+	producerDuration time.Duration
+	busyPoll         time.Duration
+	triggers         string
+}
+
+// registerFlags declares the flags of both benchmarks on fs.
+func registerFlags(fs *flag.FlagSet) *options {
+	o := &options{}
+	o.db.register(fs)
+	fs.IntVar(&o.rows, "rows", 100_000, "rows in the pre-filled outbox")
+	fs.IntVar(&o.aggregates, "aggregates", 10_000, "aggregates the rows belong to")
+	fs.IntVar(&o.runs, "runs", 3, "throughput runs (relay and bare loop each)")
+	fs.IntVar(&o.workers, "workers", relay.WorkersDefault, "relay workers")
+	fs.IntVar(&o.batch, "batch-size", relay.BatchSizeDefault, "rows per claim")
+	fs.IntVar(&o.rate, "rate", 1000, "events per second in the latency test; 0 skips it")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of the latency test")
+	fs.BoolVar(&o.metrics, "metrics", false, "run the relay with its Prometheus metrics on")
+	o.cdc.register(fs)
+	fs.StringVar(&o.curve, "workers-curve", "", "comma-separated worker counts to drain with (e.g. 1,2,4,8); empty skips it")
+	fs.IntVar(&o.producers, "producers", 16, "clients committing in the producer test")
+	fs.DurationVar(&o.producerDuration, "producer-duration", 0, "length of each producer commits/s measure; 0 skips it")
+	fs.DurationVar(&o.busyPoll, "busy-poll", 0, "the relay's BusyPollInterval (0: off, the default)")
+	fs.StringVar(&o.triggers, "triggers", "waiting,always,none", "outbox triggers to measure the producers and the latency with")
+	return o
+}
+
+// runBenchRelay runs "bench relay".
+func runBenchRelay(ctx context.Context, e *env, o *options) error {
+	if o.rows <= 0 || o.aggregates <= 0 || o.runs <= 0 || o.workers <= 0 || o.batch <= 0 || o.rate < 0 || o.producers <= 0 {
+		return usagef("--rows, --aggregates, --runs, --workers, --batch-size and --producers must be positive")
+	}
+	counts, err := parseCounts(o.curve)
+	if err != nil {
+		return usagef("--workers-curve: %v", err)
+	}
+	designs, err := parseTriggers(o.triggers)
+	if err != nil {
+		return usagef("--triggers: %v", err)
+	}
+	conn, err := o.db.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if conn.Pgx == nil {
+		return fmt.Errorf("bench relay needs PostgreSQL")
+	}
+	b := &bench{e: e, rows: o.rows, aggregates: o.aggregates, workers: o.workers, batch: o.batch,
+		busyPoll: o.busyPoll, curve: counts, producers: o.producers, producerDuration: o.producerDuration, triggers: designs}
+	if o.metrics {
+		b.metrics = relaymetrics.New()
+		b.registry = prometheus.NewRegistry()
+		b.registry.MustRegister(b.metrics)
+	}
+	switch mode := e.getenv("IDEM_BENCH_TRACING"); mode {
+	case "":
+	case "sdk":
+		b.traced = true
+		defer benchTracing()()
+	default:
+		return usagef("IDEM_BENCH_TRACING=%q: want sdk, or unset", mode)
+	}
+	if u := o.cdc.broker.url; u != "" {
+		pub, err := registry.Open(ctx, u)
+		if err != nil {
+			return fmt.Errorf("--broker: %w", err)
+		}
+		defer pub.Close()
+		b.pub, b.brokerURL = pub, broker.RedactURL(u)
+	}
+	if err := b.setup(ctx, conn.Pgx.Pgx()); err != nil {
+		return err
+	}
+	defer b.teardown()
+	return b.run(ctx, o.runs, o.rate, o.duration)
 }
 
 type bench struct {
@@ -290,7 +298,7 @@ FROM generate_series(0, $1 - 1) AS g`, b.rows, b.aggregates, b.traced)
 
 func (b *bench) run(ctx context.Context, runs, rate int, duration time.Duration) error {
 	out := b.e.stdout
-	fmt.Fprintf(out, "idem bench relay: %d rows over %d aggregates, %d workers, batch %d, metrics %v\n",
+	fmt.Fprintf(out, "bench relay: %d rows over %d aggregates, %d workers, batch %d, metrics %v\n",
 		b.rows, b.aggregates, b.workers, b.batch, map[bool]string{true: "on", false: "off"}[b.metrics != nil])
 	if b.pub != nil {
 		fmt.Fprintf(out, "publishing to %s (the bare loop publishes nothing)\n", b.brokerURL)
@@ -621,7 +629,7 @@ func (b *bench) drainRelay(ctx context.Context) (time.Duration, error) {
 // drainBare claims and marks as the relay does (the same statements, the
 // same round trips) and publishes nothing.
 func (b *bench) drainBare(ctx context.Context) (time.Duration, error) {
-	d := b.drv.PostgresDialect()
+	d := b.drv.Dialect()
 	cfg := b.relayConfig().WithDefaults()
 	var marked atomic.Int64
 	start := time.Now()

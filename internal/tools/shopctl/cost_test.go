@@ -8,24 +8,8 @@ import (
 
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 )
-
-func TestParseMetrics(t *testing.T) {
-	t.Parallel()
-	m, err := parseMetrics(strings.NewReader(`# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.
-# TYPE process_cpu_seconds_total counter
-process_cpu_seconds_total 12.5
-idem_relay_published_total{table="shop_order.outbox"} 40
-idem_relay_published_total{table="shop_stock.outbox",x="a}b"} 2.5e1
-idem_relay_published_totalx 7
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m["process_cpu_seconds_total"] != 12.5 || m["idem_relay_published_total"] != 65 || m["idem_relay_published_totalx"] != 7 {
-		t.Fatalf("parsed %v", m)
-	}
-}
 
 // TestParsePids: --pids takes process ids separated by commas, and says
 // what it wants otherwise.
@@ -41,33 +25,33 @@ func TestParsePids(t *testing.T) {
 	}
 }
 
-// TestLoadCost runs shop load against the shop on PostgreSQL + RabbitMQ
+// TestLoadCost runs shopctl load against the shop on PostgreSQL + RabbitMQ
 // with --pids (the shop process), --admin and --db: every figure of the
 // cost is there and plausible (the database is shared with other tests,
 // so its counts are lower bounds).
 func TestLoadCost(t *testing.T) {
 	t.Parallel()
 	pg, amqpURL := testdb.PostgresURL(t), testamqp.URL(t)
-	ns := "cost_" + randomSuffix()
-	in, err := openInspector(context.Background(), pg, ns)
+	ns := "cost_" + shopkit.RandomSuffix()
+	in, err := shopkit.OpenInspector(context.Background(), pg, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dropNamespace(in); in.close() })
-	admin, err := freeAddr()
+	t.Cleanup(func() { in.DropNamespace(); in.Close() })
+	admin, err := shopkit.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &cluster{binary: shopBinary, db: pg, broker: amqpURL, namespace: ns, logDir: t.TempDir(), extraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}
-	t.Cleanup(cl.stopAll)
-	p, err := cl.start(context.Background(), procSpec{name: "shop", services: "all"})
+	cl := &shopkit.Cluster{Binary: shopBinary, DB: pg, Broker: amqpURL, Namespace: ns, LogDir: t.TempDir(), ExtraEnv: []string{"SHOP_ADMIN_ADDR=" + admin}}
+	t.Cleanup(cl.StopAll)
+	p, err := cl.Start(context.Background(), shopkit.ProcSpec{Name: "shop", Services: "all"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const orders = 40
 	rep, err := runLoad(context.Background(), loadOptions{
-		URL: "http://" + p.http, Orders: orders, Concurrency: 4, Lines: 2, DB: pg, Namespace: ns, Wait: time.Minute,
-		Pids: []int{p.cmd.Process.Pid}, Admin: admin, Settle: 500 * time.Millisecond,
+		URL: "http://" + p.HTTP, Orders: orders, Concurrency: 4, Lines: 2, DB: pg, Namespace: ns, Wait: time.Minute,
+		Pids: []int{p.Pid()}, Admin: admin, Settle: 500 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -80,10 +64,10 @@ func TestLoadCost(t *testing.T) {
 	if c.TotalCPUMsPerOrder <= 0 || c.AdminCPUMsPerOrder <= 0 {
 		t.Errorf("CPU per order: processes %v ms, admin %v ms; want both", c.TotalCPUMsPerOrder, c.AdminCPUMsPerOrder)
 	}
-	// shop load's own CPU, and the machine's, so that a run bounded by
+	// shopctl load's own CPU, and the machine's, so that a run bounded by
 	// the machine shows as one.
 	if c.LoaderCPUMsPerOrder <= 0 || c.MachineCores <= 0 || c.MachineCoresBusy <= 0 || c.MachineCoresBusy > float64(c.MachineCores)+0.01 {
-		t.Errorf("shop load's CPU %v ms per order, machine %v of %d cores busy; want the three, busy at most the cores",
+		t.Errorf("shopctl load's CPU %v ms per order, machine %v of %d cores busy; want the three, busy at most the cores",
 			c.LoaderCPUMsPerOrder, c.MachineCoresBusy, c.MachineCores)
 	}
 	// order.placed, then stock's, shipping's and billing's events.
@@ -99,7 +83,7 @@ func TestLoadCost(t *testing.T) {
 	if c.StmtsPerOrder <= 0 {
 		t.Errorf("%.2f statements per order for %.2f transactions (notes %q): pg_stat_statements not read?", c.StmtsPerOrder, c.XactsPerOrder, c.Notes)
 	}
-	for _, want := range []string{"cost per order", "PostgreSQL transactions", "PostgreSQL statements", "broker messages", "shop load itself", "cores busy"} {
+	for _, want := range []string{"cost per order", "PostgreSQL transactions", "PostgreSQL statements", "broker messages", "shopctl load itself", "cores busy"} {
 		if !strings.Contains(rep.String(), want) {
 			t.Errorf("the report has no %q:\n%s", want, rep)
 		}

@@ -2,24 +2,26 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"debug/buildinfo"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/idem-go/idem/broker/nats/embedded"
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/registry"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 	"github.com/idem-go/idem/relay"
-	"github.com/idem-go/idem/shop/store"
 )
 
 // chaosCase is one line of the crash table.
@@ -38,7 +40,7 @@ type chaosCase struct {
 
 // applies reports whether the case runs on the database at dbURL.
 func (c chaosCase) applies(dbURL string) bool {
-	return c.Relay != relayCDC || isPostgresURL(dbURL)
+	return c.Relay != shopkit.RelayCDC || isPostgresURL(dbURL)
 }
 
 // isPostgresURL reports whether rawURL is a PostgreSQL URL.
@@ -63,23 +65,24 @@ func applicableCases(dbURL string) int {
 // chaosRun is the environment of one case: its own namespace (schemas,
 // exchange and queues) on shared servers.
 type chaosRun struct {
-	*cluster
-	in *inspector
+	*shopkit.Cluster
+	in *shopkit.Inspector
+	// appAddr is the HTTP address of the process with the carrier, picked
+	// before it starts when another process needs it first.
+	appAddr string
 }
 
-// allProcs are the services of the "app" process when the relay runs apart.
+// appServices are the services of the "app" process when the relay runs
+// apart.
 const appServices = "carrier,order,stock,shipping,billing"
 
-// settleTimeout bounds the wait for every effect after recovery.
-const settleTimeout = 45 * time.Second
-
-func (r *chaosRun) app(ctx context.Context, services, fault string) (*proc, error) {
-	return r.start(ctx, procSpec{name: strings.ReplaceAll(services, ",", "+"), services: services, fault: fault})
+func (r *chaosRun) app(ctx context.Context, services, fault string) (*shopkit.Proc, error) {
+	return r.Start(ctx, shopkit.ProcSpec{Name: strings.ReplaceAll(services, ",", "+"), Services: services, Fault: fault})
 }
 
 func (r *chaosRun) orders(ctx context.Context, addr string, n int) error {
 	for i := range n {
-		if _, err := placeOK(ctx, addr, fmt.Sprintf("c-%d", i), 1+i%3); err != nil {
+		if _, err := shopkit.PlaceOK(ctx, addr, fmt.Sprintf("c-%d", i), 1+i%3); err != nil {
 			return err
 		}
 	}
@@ -100,35 +103,35 @@ func crashAndRecover(split, fault string, n int) func(ctx context.Context, r *ch
 		}
 		// Consumers declare their queues before any relay publishes.
 		armedFirst := !strings.Contains(split, "relay")
-		var app, armed *proc
+		var app, armed *shopkit.Proc
 		var err error
 		if armedFirst {
-			if armed, err = r.start(ctx, procSpec{name: split, services: split, fault: fault, carrierURL: "http://" + mustAddr(r) + "/carrier"}); err != nil {
+			if armed, err = r.Start(ctx, shopkit.ProcSpec{Name: split, Services: split, Fault: fault, CarrierURL: "http://" + mustAddr(r) + "/carrier"}); err != nil {
 				return "", err
 			}
 		}
-		if app, err = r.start(ctx, procSpec{name: "app", services: strings.Join(rest, ","), http: r.appAddr}); err != nil {
+		if app, err = r.Start(ctx, shopkit.ProcSpec{Name: "app", Services: strings.Join(rest, ","), HTTP: r.appAddr}); err != nil {
 			return "", err
 		}
 		if !armedFirst {
-			if armed, err = r.start(ctx, procSpec{name: split, services: split, fault: fault}); err != nil {
+			if armed, err = r.Start(ctx, shopkit.ProcSpec{Name: split, Services: split, Fault: fault}); err != nil {
 				return "", err
 			}
 		}
-		if err := r.orders(ctx, app.http, n); err != nil {
+		if err := r.orders(ctx, app.HTTP, n); err != nil {
 			return "", err
 		}
-		if err := armed.waitKilled(30 * time.Second); err != nil {
+		if err := armed.WaitKilled(30 * time.Second); err != nil {
 			return "", err
 		}
-		spec := procSpec{name: split, services: split}
+		spec := shopkit.ProcSpec{Name: split, Services: split}
 		if armedFirst {
-			spec.carrierURL = "http://" + app.http + "/carrier"
+			spec.CarrierURL = "http://" + app.HTTP + "/carrier"
 		}
-		if _, err := r.start(ctx, spec); err != nil {
+		if _, err := r.Start(ctx, spec); err != nil {
 			return "", err
 		}
-		obs, ok := r.in.settle(ctx, settleTimeout, n)
+		obs, ok := r.in.Settle(ctx, shopkit.SettleTimeout, n)
 		if !ok {
 			return obs, errors.New(obs)
 		}
@@ -138,7 +141,7 @@ func crashAndRecover(split, fault string, n int) func(ctx context.Context, r *ch
 
 func mustAddr(r *chaosRun) string {
 	if r.appAddr == "" {
-		r.appAddr, _ = freeAddr()
+		r.appAddr, _ = shopkit.FreeAddr()
 	}
 	return r.appAddr
 }
@@ -152,13 +155,13 @@ var chaosCases = []chaosCase{
 			if err != nil {
 				return "", err
 			}
-			if _, err := placeOrder(ctx, app.http, "chaos-key-1", "c-1", 2); err == nil {
+			if _, err := shopkit.PlaceOrder(ctx, app.HTTP, "chaos-key-1", "c-1", 2); err == nil {
 				return "", errors.New("the order request succeeded although the process should have died before its commit")
 			}
-			if err := app.waitKilled(10 * time.Second); err != nil {
+			if err := app.WaitKilled(10 * time.Second); err != nil {
 				return "", err
 			}
-			if _, err := r.start(ctx, procSpec{name: "app", services: appServices + ",relay", http: app.http}); err != nil {
+			if _, err := r.Start(ctx, shopkit.ProcSpec{Name: "app", Services: appServices + ",relay", HTTP: app.HTTP}); err != nil {
 				return "", err
 			}
 			// The key's claim was in the crashed request's transaction: it
@@ -168,7 +171,7 @@ var chaosCases = []chaosCase{
 			conflicts := 0
 			deadline := time.Now().Add(15 * time.Second)
 			for {
-				res, err := placeOrder(ctx, app.http, "chaos-key-1", "c-1", 2)
+				res, err := shopkit.PlaceOrder(ctx, app.HTTP, "chaos-key-1", "c-1", 2)
 				if err != nil {
 					return "", err
 				}
@@ -181,10 +184,10 @@ var chaosCases = []chaosCase{
 				conflicts++
 				time.Sleep(200 * time.Millisecond)
 			}
-			if err := r.orders(ctx, app.http, 2); err != nil {
+			if err := r.orders(ctx, app.HTTP, 2); err != nil {
 				return "", err
 			}
-			obs, ok := r.in.settle(ctx, settleTimeout, 3)
+			obs, ok := r.in.Settle(ctx, shopkit.SettleTimeout, 3)
 			if !ok {
 				return obs, errors.New(obs)
 			}
@@ -204,26 +207,26 @@ var chaosCases = []chaosCase{
 	{
 		Name:     fault.CDCAfterReceive,
 		Expected: "CDC relay: received from the slot, nothing published: the restarted relay reads it again and publishes it",
-		Relay:    relayCDC,
+		Relay:    shopkit.RelayCDC,
 		run:      crashAndRecover("relay", fault.CDCAfterReceive, 3),
 	},
 	{
 		Name:     fault.CDCAfterPublishBeforeConfirm,
 		Expected: "CDC relay: published, slot position not confirmed: republished (duplicate source 1), consumers skip the copies",
-		Relay:    relayCDC,
+		Relay:    shopkit.RelayCDC,
 		run:      crashAndRecover("relay", fault.CDCAfterPublishBeforeConfirm, 3),
 	},
 	{
 		Name:     fault.CDCAfterConfirm,
 		Expected: "CDC relay: position confirmed: the restarted relay resumes after it, nothing lost",
-		Relay:    relayCDC,
+		Relay:    shopkit.RelayCDC,
 		run:      crashAndRecover("relay", fault.CDCAfterConfirm, 3),
 	},
 	{
 		Name:     fault.CDCAfterPublishBeforeConfirm + " (WAL messages)",
 		Expected: "events written as WAL messages (--outbox log), no outbox row: republished, consumers skip the copies",
-		Relay:    relayCDC,
-		Outbox:   outboxLog,
+		Relay:    shopkit.RelayCDC,
+		Outbox:   shopkit.OutboxLog,
 		run:      crashAndRecover("relay", fault.CDCAfterPublishBeforeConfirm, 3),
 	},
 	{
@@ -259,25 +262,25 @@ var chaosCases = []chaosCase{
 func simultaneous(ctx context.Context, r *chaosRun) (string, error) {
 	addr := mustAddr(r)
 	for i := range 2 {
-		if _, err := r.start(ctx, procSpec{name: fmt.Sprintf("shipping%d", i+1), services: "shipping", carrierURL: "http://" + addr + "/carrier"}); err != nil {
+		if _, err := r.Start(ctx, shopkit.ProcSpec{Name: fmt.Sprintf("shipping%d", i+1), Services: "shipping", CarrierURL: "http://" + addr + "/carrier"}); err != nil {
 			return "", err
 		}
 	}
-	app, err := r.start(ctx, procSpec{name: "app", services: "carrier,order,stock,billing,relay", http: addr})
+	app, err := r.Start(ctx, shopkit.ProcSpec{Name: "app", Services: "carrier,order,stock,billing,relay", HTTP: addr})
 	if err != nil {
 		return "", err
 	}
-	if err := r.orders(ctx, app.http, 4); err != nil {
+	if err := r.orders(ctx, app.HTTP, 4); err != nil {
 		return "", err
 	}
-	if obs, ok := r.in.settle(ctx, settleTimeout, 4); !ok {
+	if obs, ok := r.in.Settle(ctx, shopkit.SettleTimeout, 4); !ok {
 		return obs, errors.New(obs)
 	}
 	n, err := r.replay(ctx, 2)
 	if err != nil {
 		return "", err
 	}
-	obs, ok := r.in.settle(ctx, settleTimeout, 4)
+	obs, ok := r.in.Settle(ctx, shopkit.SettleTimeout, 4)
 	if !ok {
 		return obs, errors.New(obs)
 	}
@@ -289,20 +292,20 @@ func lostAnswer(ctx context.Context, r *chaosRun) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := postJSON(ctx, "http://"+app.http+"/carrier/control", map[string]int{"drop_responses": 3}); err != nil {
+	if err := shopkit.PostJSON(ctx, "http://"+app.HTTP+"/carrier/control", map[string]int{"drop_responses": 3}); err != nil {
 		return "", err
 	}
-	if err := r.orders(ctx, app.http, 3); err != nil {
+	if err := r.orders(ctx, app.HTTP, 3); err != nil {
 		return "", err
 	}
-	obs, ok := r.in.settle(ctx, settleTimeout, 3)
+	obs, ok := r.in.Settle(ctx, shopkit.SettleTimeout, 3)
 	if !ok {
 		return obs, errors.New(obs)
 	}
 	var st struct {
 		Dropped int `json:"dropped"`
 	}
-	if err := getJSON(ctx, "http://"+app.http+"/carrier/stats", &st); err != nil {
+	if err := shopkit.GetJSON(ctx, "http://"+app.HTTP+"/carrier/stats", &st); err != nil {
 		return "", err
 	}
 	if st.Dropped != 3 {
@@ -316,17 +319,17 @@ func replayPeriod(ctx context.Context, r *chaosRun) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := r.orders(ctx, app.http, 3); err != nil {
+	if err := r.orders(ctx, app.HTTP, 3); err != nil {
 		return "", err
 	}
-	if obs, ok := r.in.settle(ctx, settleTimeout, 3); !ok {
+	if obs, ok := r.in.Settle(ctx, shopkit.SettleTimeout, 3); !ok {
 		return obs, errors.New(obs)
 	}
 	n, err := r.replay(ctx, 1)
 	if err != nil {
 		return "", err
 	}
-	obs, ok := r.in.settle(ctx, settleTimeout, 3)
+	obs, ok := r.in.Settle(ctx, shopkit.SettleTimeout, 3)
 	if !ok {
 		return obs, errors.New(obs)
 	}
@@ -339,8 +342,8 @@ type duplicating struct {
 	copies int
 }
 
-func (d duplicating) Publish(ctx context.Context, msgs []idemMessage) error {
-	var out []idemMessage
+func (d duplicating) Publish(ctx context.Context, msgs []idem.Message) error {
+	var out []idem.Message
 	for _, m := range msgs {
 		for range d.copies {
 			out = append(out, m)
@@ -352,12 +355,12 @@ func (d duplicating) Publish(ctx context.Context, msgs []idemMessage) error {
 // replay publishes the order outbox's events of the last hour again, each
 // copies times, as "idem replay" would.
 func (r *chaosRun) replay(ctx context.Context, copies int) (int64, error) {
-	pub, err := registry.OpenPrefixed(ctx, r.broker, r.namespace)
+	pub, err := registry.OpenPrefixed(ctx, r.Broker, r.Namespace)
 	if err != nil {
 		return 0, err
 	}
 	defer pub.Close()
-	n, err := relay.Replay(ctx, r.in.dbs["order"].Driver, duplicating{pub, copies},
+	n, err := relay.Replay(ctx, r.in.DBs["order"].Driver, duplicating{pub, copies},
 		relay.ReplayFilter{Since: time.Now().Add(-time.Hour)}, relay.ReplayOptions{})
 	return n * int64(copies), err
 }
@@ -382,12 +385,6 @@ type chaosOptions struct {
 	Progress io.Writer
 }
 
-func randomSuffix() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // runChaos runs the crash table, each case in its own namespace, and returns
 // a row per case.
 func runChaos(ctx context.Context, o chaosOptions) []chaosResult {
@@ -400,22 +397,22 @@ func runChaos(ctx context.Context, o chaosOptions) []chaosResult {
 			continue
 		}
 		start := time.Now()
-		ns := "chaos_" + randomSuffix()
+		ns := "chaos_" + shopkit.RandomSuffix()
 		res := chaosResult{Case: c}
 		func() {
-			cl := &cluster{binary: o.Binary, db: o.DB, broker: o.Broker, namespace: ns, logDir: o.LogDir, relay: c.Relay, outbox: c.Outbox}
-			defer cl.stopAll()
-			in, err := openInspector(ctx, o.DB, ns)
+			cl := &shopkit.Cluster{Binary: o.Binary, DB: o.DB, Broker: o.Broker, Namespace: ns, LogDir: o.LogDir, Relay: c.Relay, Outbox: c.Outbox}
+			defer cl.StopAll()
+			in, err := shopkit.OpenInspector(ctx, o.DB, ns)
 			if err != nil {
 				res.Err = err
 				return
 			}
-			in.outboxRowsDeleted = c.Relay == relayCDC
-			defer in.close()
+			in.OutboxRowsDeleted = c.Relay == shopkit.RelayCDC
+			defer in.Close()
 			// The processes stop before their namespace goes: a CDC
 			// relay's slot can be dropped only once nobody reads it.
-			defer func() { cl.stopAll(); dropNamespace(in) }()
-			res.Observed, res.Err = c.run(ctx, &chaosRun{cluster: cl, in: in})
+			defer func() { cl.StopAll(); in.DropNamespace() }()
+			res.Observed, res.Err = c.run(ctx, &chaosRun{Cluster: cl, in: in})
 		}()
 		res.Took = time.Since(start)
 		if o.Progress != nil {
@@ -437,53 +434,6 @@ func matchesAny(name, words string) bool {
 		}
 	}
 	return false
-}
-
-// dropNamespace removes the schemas (PostgreSQL) or databases (MySQL) of a
-// finished case, and on PostgreSQL the replication slots and publications
-// of its CDC relays: a slot left behind would keep the server's WAL
-// forever. The namespace's processes must have stopped. SQLite files stay
-// in their directory, which the caller removes.
-func dropNamespace(in *inspector) {
-	for _, db := range in.dbs {
-		switch db.Dialect {
-		case store.Postgres:
-			dropSlot(db)
-			_, _ = db.SQL.Exec(`DROP SCHEMA IF EXISTS ` + db.Schema + ` CASCADE`)
-		case store.MySQL:
-			_, _ = db.SQL.Exec("DROP DATABASE IF EXISTS `" + db.Schema + "`")
-		}
-	}
-}
-
-// dropSlot drops the CDC slot of db's service, waiting a few seconds for
-// the server to notice that a relay which just exited is gone (its slot is
-// active until then).
-func dropSlot(db *store.DB) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := db.DropCDCSlot(ctx)
-		cancel()
-		if err == nil || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// embeddedChaos returns the settings of the crash table on the embedded
-// defaults: SQLite files under dir, shared by the shop processes, and a NATS
-// JetStream server run by this process (the processes it kills cannot own
-// it) with its data under dir, listening on a free local port. stop stops
-// the server.
-func embeddedChaos(ctx context.Context, dir string) (db, brokerURL string, stop func(), err error) {
-	srv, err := embedded.Start(ctx, embedded.Config{Dir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0"})
-	if err != nil {
-		return "", "", nil, err
-	}
-	// A short ack_wait has a killed consumer's messages delivered again soon.
-	return "sqlite:" + filepath.Join(dir, "db"), srv.ClientURL() + "?ack_wait=3s", func() { _ = srv.Shutdown(context.Background()) }, nil
 }
 
 // printTable writes the crash table.
@@ -509,11 +459,12 @@ func printTable(w io.Writer, results []chaosResult) (failed int) {
 var chaosEnv = map[string]string{"db": "SHOP_DB_URL", "broker": "SHOP_BROKER_URL"}
 
 func chaosMain(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("shop chaos", flag.ContinueOnError)
+	fs := flag.NewFlagSet("shopctl chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o chaosOptions
+	fs.StringVar(&o.Binary, "shop", "", "the shop binary to run, built with -tags "+fault.Tag+"; default: one built from this module in a temporary directory")
 	fs.StringVar(&o.DB, "db", "", "database URL the shop processes use (each case gets its own schemas); default: SQLite files in a temporary directory")
-	fs.StringVar(&o.Broker, "broker", "", "broker URL (each case gets its own exchange and queues); default: a NATS JetStream server run by shop chaos")
+	fs.StringVar(&o.Broker, "broker", "", "broker URL (each case gets its own exchange and queues); default: a NATS JetStream server run by shopctl chaos")
 	fs.StringVar(&o.Only, "only", "", "run only the cases whose name contains one of these comma-separated words")
 	keep := fs.Bool("keep-logs", false, "keep the processes' logs (their directory is printed)")
 	ro := randomDefaults
@@ -527,7 +478,7 @@ func chaosMain(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&ro.Outbox, "outbox", "", "with --random: the services' --outbox (rows, or log with --relay cdc)")
 	fs.IntVar(&ro.Replicas, "replicas", ro.Replicas, "with --random: processes of each service (consumers, relays, order API); replicas of a consumer\nshare its queue: the extra ones stand by, or share its partitions when the broker URL sets them")
 	fs.IntVar(&ro.Partitions, "partitions", 0, "with --random: partition each consumer's queue (RabbitMQ) or the stream (NATS) in this many\npartitions, which the replicas of a consumer share (adds partitions=N to the broker URL)")
-	fs.Usage = usageWithEnv(fs, chaosEnv, `Usage: shop chaos [flags]
+	fs.Usage = envflag.Usage(fs, chaosEnv, `Usage: shopctl chaos [flags]
 
 Runs the crash table: for each case, starts shop processes on fresh schemas,
 kills one at a named fault point (IDEM_FAULT), restarts it, and checks every
@@ -541,53 +492,63 @@ schemas.
 With --random DURATION, it runs the shop instead as separate processes,
 --replicas of each (the order API, the first with the carrier, stock,
 shipping, billing, the relays; on the embedded defaults, the broker too, as
-shop broker), places
---rate orders per second, each retried with its Idempotency-Key until it
-is accepted, as a client whose request failed would, and for DURATION
-kills one process at random with SIGKILL every --kill-min to --kill-max,
-restarting it at once. Orders go to the order API's replicas in turn. Then
-it waits for every effect and checks, from the databases: every accepted
-order committed once with all its effects and
+shop broker), places --rate orders per second, each retried with its
+Idempotency-Key until it is accepted, as a client whose request failed
+would, and for DURATION kills one process at random with SIGKILL every
+--kill-min to --kill-max, restarting it at once. Orders go to the order
+API's replicas in turn. Then it waits for every effect and checks, from the
+databases: every accepted order committed once with all its effects and
 nothing for an order never accepted, no message parked by a consumer, no
-outbox row quarantined by a relay, every invoice marked e-mailed. It
-prints a verdict table and fails if a check fails.
+outbox row quarantined by a relay, every invoice marked e-mailed. It prints
+a verdict table and fails if a check fails.
 
-Fault points exist only in a shop built with the build tag idemfault: run
-shop chaos from such a build (go run -tags idemfault ./cmd/shop chaos, or
-go build -tags idemfault -o shop-chaos ./cmd/shop). A plain build refuses.
+Fault points exist only in a shop built with the build tag idemfault. With
+no --shop, shopctl chaos builds one (go build -tags idemfault ./cmd/shop,
+which needs the Go toolchain and this module); --shop runs one built so (go
+build -tags idemfault -o shop-chaos ./cmd/shop). A shop built without the
+tag is refused.
 
 Flags:
 `, `
 With no --db and --broker, the processes share SQLite files in a temporary
-directory and a NATS JetStream server that shop chaos runs itself (with
+directory and a NATS JetStream server that shopctl chaos runs itself (with
 --random, as a process of its own that it kills and restarts too). On Kafka,
 give the consumers a short session timeout (?session_timeout=6s): a killed
 consumer keeps its partitions until its session expires, 45s by default,
 which is as long as a case waits for its effects after the restart.
 
 Examples:
-  go run -tags idemfault ./cmd/shop chaos
-  shop-chaos chaos --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
-  shop-chaos chaos --db mysql://root@localhost:3306/shop --broker 'kafka://localhost:9092?session_timeout=6s'
-  shop-chaos chaos --random 2m --rate 30 --relay cdc --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
+  go run ./internal/tools/shopctl chaos
+  go run ./internal/tools/shopctl chaos --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
+  shopctl chaos --shop ./shop-chaos --db mysql://root@localhost:3306/shop --broker 'kafka://localhost:9092?session_timeout=6s'
+  shopctl chaos --random 2m --rate 30 --relay cdc --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
 `)
-	if err := envFlags(fs, args, chaosEnv); err != nil {
+	if err := envflag.Parse(fs, args, chaosEnv); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usageError(fmt.Sprintf("shopctl chaos takes no arguments (got %q): see shopctl help chaos", fs.Args()))
+	}
 	if (o.DB == "") != (o.Broker == "") {
-		return errors.New("shop chaos needs both --db and --broker, or neither (the embedded defaults)")
+		return errors.New("shopctl chaos needs both --db and --broker, or neither (the embedded defaults)")
 	}
 	if err := ro.check(o.DB, fs); err != nil {
 		return err
 	}
-	if !fault.Enabled {
-		return fmt.Errorf("this shop was built without fault points, which shop chaos kills its processes at: build it with -tags %[1]s (go run -tags %[1]s ./cmd/shop chaos)", fault.Tag)
-	}
-	bin, err := os.Executable()
-	if err != nil {
+	if o.Binary == "" {
+		dir, err := os.MkdirTemp("", "shopctl-chaos-bin-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintf(stderr, "chaos: building the shop with -tags %s\n", fault.Tag)
+		if o.Binary, err = buildShop(dir, stderr); err != nil {
+			return err
+		}
+	} else if err := checkFaultBuild(o.Binary); err != nil {
 		return err
 	}
-	o.Binary = bin
+	var err error
 	if o.LogDir, err = os.MkdirTemp("", "shop-chaos-"); err != nil {
 		return err
 	}
@@ -608,7 +569,7 @@ Examples:
 			fmt.Fprintf(stdout, "embedded defaults: database %s, broker: shop broker with its data in %s\n", o.DB, dir)
 		} else {
 			var stop func()
-			if o.DB, o.Broker, stop, err = embeddedChaos(context.Background(), dir); err != nil {
+			if o.DB, o.Broker, stop, err = shopkit.StartEmbedded(context.Background(), dir); err != nil {
 				return err
 			}
 			defer stop()
@@ -633,4 +594,37 @@ Examples:
 		return fmt.Errorf("%d of %d cases failed", failed, len(results))
 	}
 	return nil
+}
+
+// shopPackage is the import path of the shop.
+const shopPackage = "github.com/idem-go/idem/cmd/shop"
+
+// buildShop builds the shop with its fault points into dir, with the go
+// command of the PATH, and returns the binary's path.
+func buildShop(dir string, stderr io.Writer) (string, error) {
+	bin := filepath.Join(dir, "shop")
+	cmd := exec.Command("go", "build", "-tags", fault.Tag, "-o", bin, shopPackage)
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build the shop (go build -tags %s %s): %w; run shopctl chaos in a clone of the repository, or give --shop", fault.Tag, shopPackage, err)
+	}
+	return bin, nil
+}
+
+// checkFaultBuild refuses a shop binary built without the fault points,
+// which the crash table and the random kills need.
+func checkFaultBuild(bin string) error {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return fmt.Errorf("--shop %s: %w; give a shop binary built by go build -tags %s ./cmd/shop", bin, err, fault.Tag)
+	}
+	if info.Path != shopPackage {
+		return fmt.Errorf("--shop %s is %s, not the shop (%s)", bin, info.Path, shopPackage)
+	}
+	for _, st := range info.Settings {
+		if st.Key == "-tags" && slices.Contains(strings.Split(st.Value, ","), fault.Tag) {
+			return nil
+		}
+	}
+	return fmt.Errorf("--shop %[1]s was built without fault points, which shopctl chaos kills its processes at: build it with -tags %[2]s (go build -tags %[2]s -o shop-chaos ./cmd/shop), or leave --shop out to have shopctl build it", bin, fault.Tag)
 }

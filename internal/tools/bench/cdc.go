@@ -23,16 +23,17 @@ import (
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/amqp"
 	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/cdc"
 )
 
-// benchCDCUsage is the part of "idem help bench" about "idem bench cdc".
-const benchCDCUsage = `
-  idem bench cdc [--db URL] --broker amqp://... [--rows N] [--aggregates N] [--runs N]
-                 [--clients N] [--commit-duration D] [--rates R,R] [--rate-duration D]
+// cdcUsage is the part of the usage about "bench cdc".
+const cdcUsage = `
+  bench cdc [--db URL] --broker amqp://... [--rows N] [--aggregates N] [--runs N]
+           [--clients N] [--commit-duration D] [--rates R,R] [--rate-duration D]
 
 Compares, in one run, on a scratch schema and a scratch exchange and queue
 of the RabbitMQ at --broker (both removed at the end; the slots it creates
@@ -54,39 +55,40 @@ speed (the database must run with wal_level=logical):
      needs), and a WAL message; each as a ratio to the plain insert; no relay
      runs;
   3. commit-to-receipt latency through the CDC relay (table rows, trigger
-     disabled): events
-     committed one per transaction at each of --rates events/s for
-     --rate-duration, received by a consumer of the queue; p50, p99, max.
+     disabled): events committed one per transaction at each of --rates
+     events/s for --rate-duration, received by a consumer of the queue;
+     p50, p99, max.
 `
 
-// benchCDCFlags are the flags of "idem bench cdc" that "idem bench relay"
-// does not have.
-type benchCDCFlags struct {
+// cdcFlags are the flags of "bench cdc" that "bench relay" does not have
+// (but --broker).
+type cdcFlags struct {
 	broker       brokerFlags
-	clients      *int
-	commitFor    *time.Duration
-	rates        *string
-	rateFor      *time.Duration
-	window       *int
-	skipProducer *bool
+	clients      int
+	commitFor    time.Duration
+	rates        string
+	rateFor      time.Duration
+	window       int
+	skipProducer bool
 }
 
-func registerBenchCDC(fs *flag.FlagSet) *benchCDCFlags {
-	f := &benchCDCFlags{}
-	f.broker.register(fs)
-	f.clients = fs.Int("clients", 16, "bench cdc: producer clients")
-	f.commitFor = fs.Duration("commit-duration", 5*time.Second, "bench cdc: how long each producer mode runs")
-	f.rates = fs.String("rates", "1000,5000", "bench cdc: events/s of the latency runs, comma-separated; empty skips them")
-	f.rateFor = fs.Duration("rate-duration", 10*time.Second, "bench cdc: length of each latency run")
-	f.window = fs.Int("cdc-window", cdc.WindowDefault, "bench cdc: messages in flight of the CDC relay and of the raw publisher")
-	f.skipProducer = fs.Bool("skip-producers", false, "bench cdc: skip the producer commits/s part")
-	return f
+// brokerFlags is the --broker flag.
+type brokerFlags struct{ url string }
+
+func (f *cdcFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.broker.url, "broker", "", "broker URL (default $IDEM_BROKER_URL):\n"+registry.BrokerURLHelp())
+	fs.IntVar(&f.clients, "clients", 16, "bench cdc: producer clients")
+	fs.DurationVar(&f.commitFor, "commit-duration", 5*time.Second, "bench cdc: how long each producer mode runs")
+	fs.StringVar(&f.rates, "rates", "1000,5000", "bench cdc: events/s of the latency runs, comma-separated; empty skips them")
+	fs.DurationVar(&f.rateFor, "rate-duration", 10*time.Second, "bench cdc: length of each latency run")
+	fs.IntVar(&f.window, "cdc-window", cdc.WindowDefault, "bench cdc: messages in flight of the CDC relay and of the raw publisher")
+	fs.BoolVar(&f.skipProducer, "skip-producers", false, "bench cdc: skip the producer commits/s part")
 }
 
-// benchCDC is one run of "idem bench cdc".
+// benchCDC is one run of "bench cdc".
 type benchCDC struct {
 	e                      *env
-	f                      *benchCDCFlags
+	f                      *cdcFlags
 	rows, aggregates, runs int
 	dbURL                  string // the scratch schema's URL (search_path)
 	admin, pool            *pgxpool.Pool
@@ -100,11 +102,13 @@ type benchCDC struct {
 	slots                  []string
 }
 
-func runBenchCDC(ctx context.Context, e *env, db *dbFlags, f *benchCDCFlags, rows, aggregates, runs int) error {
-	if *f.clients <= 0 || *f.window <= 0 {
+// runBenchCDC runs "bench cdc".
+func runBenchCDC(ctx context.Context, e *env, o *options) error {
+	f := &o.cdc
+	if f.clients <= 0 || f.window <= 0 {
 		return usagef("--clients and --cdc-window must be positive")
 	}
-	rates, err := parseRates(*f.rates)
+	rates, err := parseRates(f.rates)
 	if err != nil {
 		return err
 	}
@@ -115,7 +119,7 @@ func runBenchCDC(ctx context.Context, e *env, db *dbFlags, f *benchCDCFlags, row
 	if !strings.HasPrefix(amqpURL, "amqp://") && !strings.HasPrefix(amqpURL, "amqps://") {
 		return usagef("bench cdc measures against RabbitMQ: --broker amqp://user:pass@host:5672/ (got %q)", redactedOrEmpty(amqpURL))
 	}
-	conn, err := db.open(ctx, e)
+	conn, err := o.db.open(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -123,7 +127,7 @@ func runBenchCDC(ctx context.Context, e *env, db *dbFlags, f *benchCDCFlags, row
 	if conn.Pgx == nil {
 		return errors.New("bench cdc needs PostgreSQL (logical replication)")
 	}
-	b := &benchCDC{e: e, f: f, rows: rows, aggregates: aggregates, runs: runs, amqpURL: amqpURL,
+	b := &benchCDC{e: e, f: f, rows: o.rows, aggregates: o.aggregates, runs: o.runs, amqpURL: amqpURL,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := b.setup(ctx, conn.Pgx.Pgx(), conn.URL); err != nil {
 		b.teardown()
@@ -173,7 +177,7 @@ func (b *benchCDC) setup(ctx context.Context, base *pgxpool.Pool, baseURL string
 	}
 	cfg := base.Config()
 	cfg.ConnConfig.RuntimeParams["search_path"] = b.schema
-	cfg.MaxConns = int32(*b.f.clients) + 8
+	cfg.MaxConns = int32(b.f.clients) + 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -237,7 +241,7 @@ func (b *benchCDC) teardown() {
 
 func (b *benchCDC) run(ctx context.Context, rates []int) error {
 	out := b.e.stdout
-	fmt.Fprintf(out, "idem bench cdc: %d events over %d aggregates; RabbitMQ exchange %s; window %d\n", b.rows, b.aggregates, b.exchange, *b.f.window)
+	fmt.Fprintf(out, "bench cdc: %d events over %d aggregates; RabbitMQ exchange %s; window %d\n", b.rows, b.aggregates, b.exchange, b.f.window)
 
 	names := []string{"(a) CDC relay, table rows", "(b) CDC relay, WAL messages", "(c) polling relay", "(d) raw amqp091-go, confirms"}
 	drains := []func() (float64, error){
@@ -271,8 +275,8 @@ func (b *benchCDC) run(ctx context.Context, rates []int) error {
 		fmt.Fprintf(out, "  %-30s median %8.0f events/s   %.2f of raw\n", name, median(drained[i]), median(drained[i])/rawMedian)
 	}
 
-	if !*b.f.skipProducer {
-		fmt.Fprintf(out, "producer commits/s, %d clients, one event per transaction, %v each:\n", *b.f.clients, *b.f.commitFor)
+	if !b.f.skipProducer {
+		fmt.Fprintf(out, "producer commits/s, %d clients, one event per transaction, %v each:\n", b.f.clients, b.f.commitFor)
 		var plain float64
 		for _, m := range []struct {
 			name      string
@@ -306,7 +310,7 @@ func (b *benchCDC) run(ctx context.Context, rates []int) error {
 			return fmt.Errorf("latency at %d/s: %w", rate, err)
 		}
 		fmt.Fprintf(out, "CDC relay (table rows), %d events/s for %v (%d events): commit-to-receipt p50 %v  p99 %v  max %v\n",
-			rate, *b.f.rateFor, len(lat), percentile(lat, 50), percentile(lat, 99), percentile(lat, 100))
+			rate, b.f.rateFor, len(lat), percentile(lat, 50), percentile(lat, 99), percentile(lat, 100))
 	}
 	return nil
 }
@@ -405,7 +409,7 @@ func (b *benchCDC) rawPublish(ctx context.Context, msgs []idemmsg.Message) error
 	if err := ch.Confirm(false); err != nil {
 		return err
 	}
-	window := *b.f.window
+	window := b.f.window
 	confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, window))
 	inflight := 0
 	for _, m := range msgs {
@@ -450,7 +454,7 @@ func (b *benchCDC) publisher(ctx context.Context) (*amqp.Publisher, error) {
 func (b *benchCDC) newCDC(pub *amqp.Publisher, slot string) (*cdc.Relay, error) {
 	return cdc.New(b.dbURL, pub, cdc.Config{
 		Tables: idemmsg.Tables{Schema: b.schema}, Slot: slot, Publication: slot,
-		Window: *b.f.window, Logger: b.log, MessagePrefix: b.prefix(),
+		Window: b.f.window, Logger: b.log, MessagePrefix: b.prefix(),
 	})
 }
 
@@ -548,11 +552,11 @@ func (b *benchCDC) producers(ctx context.Context, table string, logMessages bool
 		}
 	}
 	var commits atomic.Int64
-	stop := time.Now().Add(*b.f.commitFor)
-	errs := make(chan error, *b.f.clients)
+	stop := time.Now().Add(b.f.commitFor)
+	errs := make(chan error, b.f.clients)
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	for c := range *b.f.clients {
+	for c := range b.f.clients {
 		wg.Go(func() {
 			for i := 0; time.Now().Before(stop); i++ {
 				ev := b.event(c*1_000_000 + i).Event

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 )
 
 // checkRandom runs a short random-kill run and fails on any failed check.
@@ -42,7 +43,7 @@ func checkRandom(t *testing.T, o randomOptions) {
 // before its producer's transaction was visible would park or miss it).
 func TestChaosRandomCDC(t *testing.T) {
 	t.Parallel()
-	checkRandom(t, randomOptions{DB: testdb.PostgresURL(t), Broker: testamqp.URL(t), Relay: relayCDC, Replicas: 2, Duration: 20 * time.Second})
+	checkRandom(t, randomOptions{DB: testdb.PostgresURL(t), Broker: testamqp.URL(t), Relay: shopkit.RelayCDC, Replicas: 2, Duration: 20 * time.Second})
 }
 
 // TestChaosRandomEmbedded does the same on the embedded defaults: SQLite

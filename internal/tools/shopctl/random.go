@@ -20,9 +20,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem/internal/ctxsleep"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 )
 
-// randomOptions configure a random-kill run (shop chaos --random).
+// randomOptions configure a random-kill run (shopctl chaos --random).
 type randomOptions struct {
 	Binary, DB, Broker string
 	// Relay and Outbox are every process's --relay and --outbox ("" for
@@ -74,13 +75,7 @@ type randomReport struct {
 	// Kills counts the SIGKILLs, per process.
 	Kills map[string]int
 	// Checks are the verdict, one row each.
-	Checks []randomCheck
-}
-
-// randomCheck is one row of the verdict.
-type randomCheck struct {
-	What, Observed string
-	OK             bool
+	Checks []shopkit.Check
 }
 
 // failed returns the rows that did not pass.
@@ -97,8 +92,8 @@ func (r randomReport) failed() int {
 // randomProcess is a process of a random-kill run.
 type randomProcess struct {
 	name  string
-	start func(ctx context.Context) (*proc, error)
-	p     *proc
+	start func(ctx context.Context) (*shopkit.Proc, error)
+	p     *shopkit.Proc
 }
 
 // replicaName names the i-th (from 1) of n replicas of a service.
@@ -122,56 +117,56 @@ func replicaName(service string, i, n int) string {
 // quarantined by a relay; every invoice is marked e-mailed.
 func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 	rep := randomReport{Options: o, Kills: map[string]int{}}
-	ns := "random_" + randomSuffix()
-	cl := &cluster{binary: o.Binary, db: o.DB, broker: o.Broker, namespace: ns, logDir: o.LogDir, relay: o.Relay, outbox: o.Outbox}
-	in, err := openInspector(ctx, o.DB, ns)
+	ns := "random_" + shopkit.RandomSuffix()
+	cl := &shopkit.Cluster{Binary: o.Binary, DB: o.DB, Broker: o.Broker, Namespace: ns, LogDir: o.LogDir, Relay: o.Relay, Outbox: o.Outbox}
+	in, err := shopkit.OpenInspector(ctx, o.DB, ns)
 	if err != nil {
 		return rep, err
 	}
-	in.outboxRowsDeleted = o.Relay == relayCDC
-	defer in.close()
-	defer func() { cl.stopAll(); dropNamespace(in) }()
+	in.OutboxRowsDeleted = o.Relay == shopkit.RelayCDC
+	defer in.Close()
+	defer func() { cl.StopAll(); in.DropNamespace() }()
 
 	var procs []*randomProcess
 	if o.BrokerDir != "" {
-		listen, err := freeAddr()
+		listen, err := shopkit.FreeAddr()
 		if err != nil {
 			return rep, err
 		}
 		// A short ack_wait has a killed consumer's messages delivered
 		// again soon.
-		cl.broker = "nats://" + listen + "?ack_wait=3s"
-		rep.Options.Broker = cl.broker
+		cl.Broker = "nats://" + listen + "?ack_wait=3s"
+		rep.Options.Broker = cl.Broker
 		args := []string{"broker", "--data-dir", o.BrokerDir, "--listen", listen}
-		procs = append(procs, &randomProcess{name: "broker", start: func(ctx context.Context) (*proc, error) {
-			return cl.run(ctx, "broker", "", "", args)
+		procs = append(procs, &randomProcess{name: "broker", start: func(ctx context.Context) (*shopkit.Proc, error) {
+			return cl.Run(ctx, "broker", "", "", args)
 		}})
 	}
 	if o.Partitions > 0 {
 		sep := "?"
-		if strings.Contains(cl.broker, "?") {
+		if strings.Contains(cl.Broker, "?") {
 			sep = "&"
 		}
-		cl.broker += fmt.Sprintf("%spartitions=%d", sep, o.Partitions)
-		rep.Options.Broker = cl.broker
+		cl.Broker += fmt.Sprintf("%spartitions=%d", sep, o.Partitions)
+		rep.Options.Broker = cl.Broker
 	}
 	replicas := max(o.Replicas, 1)
 	fronts := make([]string, replicas)
 	for i := range fronts {
-		if fronts[i], err = freeAddr(); err != nil {
+		if fronts[i], err = shopkit.FreeAddr(); err != nil {
 			return rep, err
 		}
 	}
 	carrierURL := "http://" + fronts[0] + "/carrier"
-	service := func(spec procSpec) *randomProcess {
-		return &randomProcess{name: spec.name, start: func(ctx context.Context) (*proc, error) {
+	service := func(spec shopkit.ProcSpec) *randomProcess {
+		return &randomProcess{name: spec.Name, start: func(ctx context.Context) (*shopkit.Proc, error) {
 			// As a supervisor would, start a process again that died
 			// during its start-up: on SQLite, a migration check may meet
 			// "database is locked" while the other processes write.
 			var err error
 			for range 5 {
-				var p *proc
-				if p, err = cl.start(ctx, spec); err == nil || !errors.Is(err, errExitedAtStart) {
+				var p *shopkit.Proc
+				if p, err = cl.Start(ctx, spec); err == nil || !errors.Is(err, shopkit.ErrExitedAtStart) {
 					return p, err
 				}
 			}
@@ -179,13 +174,13 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 		}}
 	}
 	// The consumers declare their queues before the relays publish.
-	procs = append(procs, service(procSpec{name: "order+carrier", services: "order,carrier", http: fronts[0]}))
+	procs = append(procs, service(shopkit.ProcSpec{Name: "order+carrier", Services: "order,carrier", HTTP: fronts[0]}))
 	for i := 2; i <= replicas; i++ {
-		procs = append(procs, service(procSpec{name: replicaName("order", i, replicas), services: "order", http: fronts[i-1]}))
+		procs = append(procs, service(shopkit.ProcSpec{Name: replicaName("order", i, replicas), Services: "order", HTTP: fronts[i-1]}))
 	}
 	for _, s := range []string{"stock", "shipping", "billing", "relay"} {
 		for i := 1; i <= replicas; i++ {
-			procs = append(procs, service(procSpec{name: replicaName(s, i, replicas), services: s, carrierURL: carrierURL}))
+			procs = append(procs, service(shopkit.ProcSpec{Name: replicaName(s, i, replicas), Services: s, CarrierURL: carrierURL}))
 		}
 	}
 	for _, rp := range procs {
@@ -229,7 +224,7 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 			break
 		}
 		rp := procs[rng.IntN(len(procs))]
-		rp.p.kill()
+		rp.p.Kill()
 		rep.Kills[rp.name]++
 		if rp.p, err = rp.start(ctx); err != nil {
 			killErr = fmt.Errorf("restart %s after its kill: %w", rp.name, err)
@@ -249,7 +244,7 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 	rep.Accepted, rep.Requests, rep.GaveUp = int(ld.accepted.Load()), int(ld.requests.Load()), int(ld.gaveUp.Load())
 	rep.Cancelled = int(ld.cancelled.Load())
 	if n := ld.cancelsGivenUp.Load(); n > 0 {
-		rep.Checks = append(rep.Checks, randomCheck{What: "every cancellation accepted", Observed: fmt.Sprintf("%d cancellations still refused at the end", n)})
+		rep.Checks = append(rep.Checks, shopkit.Check{What: "every cancellation accepted", Observed: fmt.Sprintf("%d cancellations still refused at the end", n)})
 	}
 	if killErr != nil {
 		return rep, killErr
@@ -260,13 +255,13 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 	if rep.GaveUp > 0 {
 		want = -1 // an order given up may or may not exist
 	}
-	obs, ok := in.settle(ctx, o.Settle, want)
+	obs, ok := in.Settle(ctx, o.Settle, want)
 	if ok {
 		// A sentinel: one more order, whose events follow every earlier one
 		// through the relays and the queues. Once all its effects are there,
 		// a copy still on its way (a redelivery, a republish) would have
 		// come before them.
-		id, err := placeOK(ctx, fronts[0], "sentinel", 1)
+		id, err := shopkit.PlaceOK(ctx, fronts[0], "sentinel", 1)
 		if err != nil {
 			return rep, fmt.Errorf("the sentinel order: %w", err)
 		}
@@ -276,20 +271,20 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 		if want >= 0 {
 			want++
 		}
-		obs, ok = in.settle(ctx, o.Settle, want)
+		obs, ok = in.Settle(ctx, o.Settle, want)
 	}
-	rep.Checks = append(rep.Checks, randomCheck{"every order: 1 reservation per line, 1 preparation, 1 pickup, 1 invoice, 1 e-mail; nothing for an order never committed", obs, ok})
-	s, err := in.state(ctx)
+	rep.Checks = append(rep.Checks, shopkit.Check{What: "every order: 1 reservation per line, 1 preparation, 1 pickup, 1 invoice, 1 e-mail; nothing for an order never committed", Observed: obs, OK: ok})
+	s, err := in.State(ctx)
 	if err != nil {
 		return rep, err
 	}
 	rep.Checks = append(rep.Checks, ld.checkOrders(s, rep.GaveUp))
-	left, err := in.leftovers(ctx)
+	left, err := in.Leftovers(ctx)
 	if err != nil {
 		return rep, err
 	}
 	rep.Checks = append(rep.Checks, left...)
-	inOrder, err := in.appliedInOrder(ctx)
+	inOrder, err := in.AppliedInOrder(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -360,7 +355,7 @@ func (l *randomLoad) place(ctx context.Context, customer string, lines int, canc
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		l.requests.Add(1)
 		addr := l.addrs[l.next.Add(1)%uint64(len(l.addrs))]
-		r, err := placeOrderWith(ctx, l.client, addr, key, customer, lines)
+		r, err := shopkit.PlaceOrderWith(ctx, l.client, addr, key, customer, lines)
 		if err == nil && r.Status == http.StatusCreated && r.ID != "" {
 			l.mu.Lock()
 			l.orders[r.ID] = true
@@ -387,7 +382,7 @@ func (l *randomLoad) cancel(ctx context.Context, id string, giveUp *atomic.Int64
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		addr := l.addrs[l.next.Add(1)%uint64(len(l.addrs))]
 		cctx, done := context.WithTimeout(ctx, 10*time.Second)
-		err := postJSON(cctx, "http://"+addr+"/orders/"+id+"/cancel", struct{}{})
+		err := shopkit.PostJSON(cctx, "http://"+addr+"/orders/"+id+"/cancel", struct{}{})
 		done()
 		if err == nil {
 			l.cancelled.Add(1)
@@ -402,23 +397,23 @@ func (l *randomLoad) cancel(ctx context.Context, id string, giveUp *atomic.Int64
 
 // checkOrders compares the orders in the database with those accepted:
 // each accepted order exists, and, when no order was given up, no other.
-func (l *randomLoad) checkOrders(s state, gaveUp int) randomCheck {
+func (l *randomLoad) checkOrders(s shopkit.State, gaveUp int) shopkit.Check {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var missing, extra []string
 	for id := range l.orders {
-		if s.lines[id] == 0 {
+		if s.Lines[id] == 0 {
 			missing = append(missing, id)
 		}
 	}
-	for id := range s.lines {
+	for id := range s.Lines {
 		if !l.orders[id] {
 			extra = append(extra, id)
 		}
 	}
 	sort.Strings(missing)
 	sort.Strings(extra)
-	c := randomCheck{What: "every accepted order committed, and no order for a request never accepted"}
+	c := shopkit.Check{What: "every accepted order committed, and no order for a request never accepted"}
 	switch {
 	case len(missing) > 0:
 		c.Observed = fmt.Sprintf("%d accepted orders missing from the database (first: %s)", len(missing), missing[0])
@@ -426,7 +421,7 @@ func (l *randomLoad) checkOrders(s state, gaveUp int) randomCheck {
 		c.Observed = fmt.Sprintf("%d orders in the database that no request was answered with (first: %s)", len(extra), extra[0])
 	default:
 		c.OK = true
-		c.Observed = fmt.Sprintf("%d orders accepted, %d in the database", len(l.orders), len(s.lines))
+		c.Observed = fmt.Sprintf("%d orders accepted, %d in the database", len(l.orders), len(s.Lines))
 		if gaveUp > 0 {
 			c.Observed += fmt.Sprintf(" (%d requests given up, %d of them committed)", gaveUp, len(extra))
 		}
@@ -438,7 +433,7 @@ func (l *randomLoad) checkOrders(s state, gaveUp int) randomCheck {
 func printRandom(w io.Writer, r randomReport) {
 	o := r.Options
 	stack := schemeOf(o.DB) + " + " + schemeOf(o.Broker)
-	relayMode := cmp.Or(o.Relay, relayPoll)
+	relayMode := cmp.Or(o.Relay, shopkit.RelayPoll)
 	if o.Outbox != "" {
 		relayMode += ", outbox " + o.Outbox
 	}
@@ -511,13 +506,13 @@ func (o *randomOptions) check(dbURL string, fs *flag.FlagSet) error {
 		return errors.New("--partitions: Kafka partitions its topics by itself; drop --partitions")
 	case o.Replicas < 1 || o.Replicas > 5:
 		return fmt.Errorf("--replicas %d: want 1 to 5 processes of each service", o.Replicas)
-	case o.Relay != "" && o.Relay != relayPoll && o.Relay != relayCDC:
-		return fmt.Errorf("--relay %q: want %q or %q", o.Relay, relayPoll, relayCDC)
-	case o.Relay == relayCDC && dbURL != "" && !isPostgresURL(dbURL), o.Relay == relayCDC && dbURL == "":
+	case o.Relay != "" && o.Relay != shopkit.RelayPoll && o.Relay != shopkit.RelayCDC:
+		return fmt.Errorf("--relay %q: want %q or %q", o.Relay, shopkit.RelayPoll, shopkit.RelayCDC)
+	case o.Relay == shopkit.RelayCDC && dbURL != "" && !isPostgresURL(dbURL), o.Relay == shopkit.RelayCDC && dbURL == "":
 		return errors.New("--relay cdc reads PostgreSQL's write-ahead log: give --db postgres://... (and --broker)")
-	case o.Outbox != "" && o.Outbox != outboxRows && o.Outbox != outboxLog:
-		return fmt.Errorf("--outbox %q: want %q or %q", o.Outbox, outboxRows, outboxLog)
-	case o.Outbox == outboxLog && o.Relay != relayCDC:
+	case o.Outbox != "" && o.Outbox != shopkit.OutboxRows && o.Outbox != shopkit.OutboxLog:
+		return fmt.Errorf("--outbox %q: want %q or %q", o.Outbox, shopkit.OutboxRows, shopkit.OutboxLog)
+	case o.Outbox == shopkit.OutboxLog && o.Relay != shopkit.RelayCDC:
 		return errors.New("--outbox log writes events as WAL messages, which only --relay cdc reads")
 	}
 	if o.Seed == 0 {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem/internal/envflag"
+	"github.com/idem-go/idem/internal/tools/shopkit"
 	"github.com/idem-go/idem/shop/store"
 )
 
@@ -39,7 +41,7 @@ type loadOptions struct {
 }
 
 func loadMain(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("shop load", flag.ContinueOnError)
+	fs := flag.NewFlagSet("shopctl load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o loadOptions
 	fs.StringVar(&o.URL, "url", "http://127.0.0.1:8080", "base URL of the order API")
@@ -49,13 +51,13 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&o.Rate, "rate", 0, "orders per second to aim at; 0 sends as fast as the clients can")
 	fs.IntVar(&o.Lines, "lines", 2, "lines per order")
 	fs.StringVar(&o.DB, "db", "", "database URL of the shop; when set, also reports the delay from order commit to preparation commit")
-	fs.StringVar(&o.Namespace, "namespace", namespaceDefault, "namespace of the shop's schemas, with --db")
+	fs.StringVar(&o.Namespace, "namespace", shopkit.NamespaceDefault, "namespace of the shop's schemas, with --db")
 	fs.DurationVar(&o.Wait, "wait", 2*time.Minute, "with --db, how long to wait for the preparations")
 	pids := fs.String("pids", "", "process ids whose CPU time per order to report, each with its child processes (PostgreSQL's postmaster, RabbitMQ's beam.smp, the shop), separated by commas")
 	fs.StringVar(&o.Admin, "admin", "", "the shop's admin address (its --admin-addr): report its CPU per order (process_cpu_seconds_total) and the broker messages its relays published per order")
 	fs.DurationVar(&o.Settle, "settle", 3*time.Second, "with --pids or --admin, how long to go on measuring after the last order (with --db, after its preparation; with --admin, after the relays stopped publishing), so that the consumers' work is counted")
 	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
-	fs.Usage = usageWithEnv(fs, loadEnv, `Usage: shop load [flags]
+	fs.Usage = envflag.Usage(fs, loadEnv, `Usage: shopctl load [flags]
 
 Places orders through the order API, each with an Idempotency-Key, retries a
 share of them with the same key, and prints the throughput and the latency
@@ -68,7 +70,7 @@ It also reports what an order costs, measured from the first order to
   --pids       CPU ms per order of each process and its children, from
                /proc/<pid>/stat (the PostgreSQL postmaster's tree holds
                every backend; RabbitMQ's is beam.smp's); with --pids or
-               --admin, also the CPU of shop load itself and how many of
+               --admin, also the CPU of shopctl load itself and how many of
                the machine's cores were busy (/proc/stat), which tells a
                run bounded by the machine from one that is not
   --admin      the shop's own CPU ms per order and the broker messages its
@@ -82,12 +84,12 @@ It also reports what an order costs, measured from the first order to
 Flags:
 `, `
 Examples:
-  shop load --orders 10000 --concurrency 64 --retry-rate 0.05
-  shop load --orders 2000 --rate 200 --db postgres://localhost/shop
-  shop load --orders 6000 --rate 200 --db postgres://localhost/shop \
+  go run ./internal/tools/shopctl load --orders 10000 --concurrency 64 --retry-rate 0.05
+  shopctl load --orders 2000 --rate 200 --db postgres://localhost/shop
+  shopctl load --orders 6000 --rate 200 --db postgres://localhost/shop \
       --admin 127.0.0.1:9090 --pids $(pgrep -o postgres),$(pgrep -f beam.smp) --json
 `)
-	if err := envFlags(fs, args, loadEnv); err != nil {
+	if err := envflag.Parse(fs, args, loadEnv); err != nil {
 		return err
 	}
 	var err error
@@ -95,7 +97,7 @@ Examples:
 		return err
 	}
 	if o.Orders < 1 || o.Concurrency < 1 || o.RetryRate < 0 || o.RetryRate > 1 || o.Lines < 1 {
-		return errors.New("shop load: want --orders >= 1, --concurrency >= 1, --lines >= 1 and 0 <= --retry-rate <= 1")
+		return errors.New("shopctl load: want --orders >= 1, --concurrency >= 1, --lines >= 1 and 0 <= --retry-rate <= 1")
 	}
 	rep, err := runLoad(context.Background(), o)
 	if err != nil {
@@ -209,7 +211,7 @@ func runLoad(ctx context.Context, o loadOptions) (loadReport, error) {
 				}
 				key := uuid.NewString()
 				t0 := time.Now()
-				r, err := placeOrderWith(ctx, client, addr, key, "load", o.Lines)
+				r, err := shopkit.PlaceOrderWith(ctx, client, addr, key, "load", o.Lines)
 				if err != nil || r.Status != http.StatusCreated {
 					failed.Add(1)
 					continue
@@ -219,7 +221,7 @@ func runLoad(ctx context.Context, o loadOptions) (loadReport, error) {
 				mine = append(mine, r.ID)
 				if rand.Float64() < o.RetryRate {
 					retries.Add(1)
-					r2, err := placeOrderWith(ctx, client, addr, key, "load", o.Lines)
+					r2, err := shopkit.PlaceOrderWith(ctx, client, addr, key, "load", o.Lines)
 					switch {
 					case err == nil && r2.Status == http.StatusCreated && r2.Replayed && r2.ID == r.ID:
 						replayed.Add(1)

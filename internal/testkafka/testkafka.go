@@ -1,0 +1,42 @@
+// Package testkafka starts Kafka for tests whose clients run in other
+// processes: franz-go's in-process kfake cluster, listening on a TCP port.
+package testkafka
+
+import (
+	"net"
+	"strconv"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Start starts a kfake cluster of one broker listening on a local TCP port,
+// with topics created on first use in 2 partitions, stopped when the test
+// ends, and returns its kafka:// URL.
+func Start(t testing.TB) string {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return "kafka://" + c.ListenAddrs()[0]
+}
+
+// freePort returns a local TCP port free at the time of the call.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	_, p, err := net.SplitHostPort(l.Addr().String())
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(p)
+}

@@ -1,0 +1,129 @@
+// Command bench measures the polling relay and the CDC relay on a real
+// database and broker. It is a tool of this repository, run from a clone,
+// not part of the idem command that users install:
+//
+//	go run ./internal/tools/bench relay --db postgres://localhost/bench --runs 3
+//	go run ./internal/tools/bench cdc --db postgres://localhost/bench --broker amqp://guest:guest@localhost:5672/
+//	go run ./internal/tools/bench help
+//
+// docs/PERFORMANCE.md records what it measured, and how.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	idemmsg "github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/registry"
+)
+
+// env is what the benchmark needs from the process.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// usageError is an error in the command line: the usage follows it.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:]))
+}
+
+// run runs "bench relay|cdc [flags]" and returns the exit status: 0, 1 on a
+// failure, 2 on a command line error.
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printUsage(e.stdout)
+		return 0
+	}
+	mode := args[0]
+	if mode != "relay" && mode != "cdc" {
+		fmt.Fprintf(e.stderr, "bench: unknown benchmark %q: want relay or cdc\nRun \"go run ./internal/tools/bench help\" for usage.\n", mode)
+		return 2
+	}
+	fs := newFlagSet(e.stderr)
+	o := registerFlags(fs)
+	err := fs.Parse(args[1:])
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(e.stdout)
+		return 0
+	case err != nil:
+		err = &usageError{err.Error()}
+	case fs.NArg() > 0:
+		err = usagef("unexpected arguments %q", fs.Args())
+	case mode == "cdc":
+		err = runBenchCDC(ctx, e, o)
+	default:
+		err = runBenchRelay(ctx, e, o)
+	}
+	var ue *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(e.stderr, "bench %s: %v\nRun \"go run ./internal/tools/bench help\" for usage.\n", mode, err)
+		return 2
+	default:
+		fmt.Fprintf(e.stderr, "bench %s: %v\n", mode, err)
+		return 1
+	}
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {} // run prints the usage
+	return fs
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintf(w, "bench: measure the relay on a database (bench relay), the CDC relay against RabbitMQ (bench cdc)\n\n%s\n", strings.TrimSpace(relayUsage+cdcUsage+examples))
+	fs := newFlagSet(w)
+	registerFlags(fs)
+	fmt.Fprintln(w, "\nFlags:")
+	fs.PrintDefaults()
+}
+
+const examples = `
+Examples:
+  go run ./internal/tools/bench relay --db postgres://localhost/bench --runs 3
+  go run ./internal/tools/bench cdc --db postgres://localhost/bench --broker amqp://guest:guest@localhost:5672/`
+
+// dbFlags are the flags that name the database.
+type dbFlags struct {
+	url    string
+	schema string
+}
+
+func (f *dbFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.url, "db", "", "database URL (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
+	fs.StringVar(&f.schema, "schema", "", "schema holding idem's tables (default $IDEM_SCHEMA, else the connection's search_path)")
+}
+
+func (f *dbFlags) open(ctx context.Context, e *env) (*registry.Database, error) {
+	u := f.url
+	if u == "" {
+		u = e.getenv("IDEM_DB_URL")
+	}
+	schema := f.schema
+	if schema == "" {
+		schema = e.getenv("IDEM_SCHEMA")
+	}
+	return registry.OpenDatabase(ctx, u, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: schema}})
+}
