@@ -327,7 +327,7 @@ func (r *Relay[TTx]) claimBatch(log *slog.Logger) (*claimed, error) {
 // pool must not eat the lease).
 func (r *Relay[TTx]) claim(params driver.ClaimParams) (rows []driver.ClaimedRow, start time.Time, err error) {
 	start = time.Now()
-	defer observeSince(r.cfg.ObserveClaim, start)
+	defer observeSince(r.cfg.Observer.Claim, start)
 	ctx, cancel := context.WithTimeout(r.claimCtx, r.cfg.QueryTimeout)
 	defer cancel()
 	if r.claimer != nil {

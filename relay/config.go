@@ -146,19 +146,9 @@ type Config struct {
 	QueryTimeout time.Duration
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// ObserveDelay, when set, is called for every published row with the
-	// time from the row's insertion (the start of its transaction) to the
-	// broker's confirmation. It must be fast and safe for concurrent use;
-	// relaymetrics uses it for its histogram.
-	ObserveDelay func(time.Duration)
-	// ObserveClaim, ObservePublish and ObserveMark, when set, are called
-	// with the duration of each claim (its transaction or statement,
-	// claims that find nothing included), of each Publish call (one round
-	// of a batch, until the broker confirmed or refused every message),
-	// and of each marking of a batch's confirmed rows as published
-	// (retries included). Like ObserveDelay they must be fast and safe for
-	// concurrent use; relaymetrics uses them for its histograms.
-	ObserveClaim, ObservePublish, ObserveMark func(time.Duration)
+	// Observer is told what the relay does, for metrics: package
+	// relay/relaymetrics makes one that feeds Prometheus.
+	Observer Observer
 	// TracerProvider gives the tracer of the relay's spans: one producer
 	// span per published message, child of the producer's span whose
 	// trace context outbox.Writer wrote in the row's headers. Defaults to

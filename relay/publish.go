@@ -1,16 +1,14 @@
 package relay
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/outboxcodec"
 	"github.com/idem-go/idem/relay/internal/ordered"
 )
 
@@ -49,7 +47,7 @@ func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
 		if stuck[k] {
 			continue
 		}
-		msg, err := toMessage(row.OutboxRecord)
+		msg, err := outboxcodec.Message(row.OutboxRecord)
 		if err != nil {
 			// Retrying cannot fix the row: quarantine it at once; the rest
 			// of its aggregate waits.
@@ -119,41 +117,4 @@ func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
 		it.outcome, it.err, it.confirmed = e.Outcome, e.Err, e.At
 	}
 	r.settle(log, b, items, faultDelay, down)
-}
-
-// columns names the outbox columns behind the envelope's fields, for the
-// errors of rows that cannot become messages.
-var columns = map[string]string{
-	"event_id":          "id",
-	"event_name":        "type (the event name)",
-	"aggregate_type":    "aggregatetype",
-	"aggregate_id":      "aggregateid",
-	"aggregate_version": "aggregate_version",
-	"payload":           "payload",
-}
-
-// toMessage returns the message of a row, or an error (a
-// *driver.UnreadableError) when the row cannot become one.
-func toMessage(rec driver.OutboxRecord) (idem.Message, error) {
-	if rec.Unreadable != nil {
-		return idem.Message{}, rec.Unreadable
-	}
-	msg, err := idem.NewMessage(idem.Event{
-		ID:               rec.ID,
-		Name:             rec.Type,
-		OccurredAt:       rec.OccurredAt,
-		AggregateType:    rec.AggregateType,
-		AggregateID:      rec.AggregateID,
-		AggregateVersion: rec.AggregateVersion,
-		Payload:          rec.Payload,
-		Headers:          rec.Headers,
-	})
-	if err != nil {
-		var fe *idem.FieldError
-		if errors.As(err, &fe) {
-			err = fmt.Errorf("%s %s", cmp.Or(columns[fe.Field], fe.Field), fe.Problem)
-		}
-		return idem.Message{}, &driver.UnreadableError{Seq: rec.Seq, Problems: []error{err}}
-	}
-	return msg, nil
 }

@@ -197,7 +197,7 @@ func TestQuarantineUnroutableOnRabbitMQ(t *testing.T) {
 	}
 
 	q.bind(t, "order.order.shipped.v1")
-	d := b.pg.Driver.PostgresDialect()
+	d := b.pg.Driver.Dialect()
 	var seq int64
 	if err := b.pg.Pool.QueryRow(context.Background(), `SELECT seq FROM outbox WHERE id = $1`, shipped.ID).Scan(&seq); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/errlog"
@@ -28,18 +29,15 @@ const (
 	databaseFailingHealthMessage = "relay cannot claim from the database"
 )
 
-// ErrNotSupported is returned by New when the driver's dialect has no relay
-// support (driver.RelayDialect).
-var ErrNotSupported = errors.New("idem: relay: the database dialect does not support the polling relay")
-
 // ErrAlreadyStarted is returned by Start on a relay that was started before.
-var ErrAlreadyStarted = errors.New("idem: relay: already started")
+// It is idem.ErrStarted, which every service returns.
+var ErrAlreadyStarted = idem.ErrStarted
 
 // Relay publishes committed outbox rows to a broker. Create it with New,
 // run it with Start, end it with Stop.
 type Relay[TTx any] struct {
 	drv     driver.Driver[TTx]
-	dialect driver.RelayDialect
+	dialect driver.Dialect
 	claimer driver.OutboxClaimer // nil: claim with dialect in a transaction
 	pub     broker.Publisher
 	cfg     Config
@@ -56,14 +54,12 @@ type Relay[TTx any] struct {
 	// Config.BusyPollInterval after a round that found rows.
 	lingering atomic.Bool
 
-	// base is the lifecycle. claimCtx ends at Stop: no new claim; workCtx
-	// ends when Stop runs out of time: in-flight publications are
-	// cancelled.
-	base        startstop.Base
-	claimCtx    context.Context
-	cancelClaim context.CancelFunc
-	workCtx     context.Context
-	cancelWork  context.CancelFunc
+	// base is the lifecycle. claimCtx (its StopContext) ends at Stop: no
+	// new claim; workCtx (its WorkContext) ends when Stop runs out of time:
+	// in-flight publications are cancelled.
+	base     startstop.Base
+	claimCtx context.Context
+	workCtx  context.Context
 
 	// pauseUntil (unix nanoseconds) holds every worker back while the
 	// broker fails whole calls; brokerFailures counts them in a row.
@@ -157,10 +153,6 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 	if drv == nil || pub == nil {
 		return nil, errors.New("idem: relay: New needs a driver and a publisher")
 	}
-	dialect, ok := drv.Dialect().(driver.RelayDialect)
-	if !ok {
-		return nil, fmt.Errorf("%w (%s)", ErrNotSupported, drv.Dialect().Name())
-	}
 	if _, listens := any(drv).(driver.OutboxListener); cfg.PollInterval == 0 && (!listens || cfg.DisableListen) {
 		cfg.PollInterval = PollIntervalNoListenDefault
 	}
@@ -170,26 +162,20 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 	}
 	claimer, _ := any(drv).(driver.OutboxClaimer)
 	log := cfg.Logger.With("component", "relay")
-	// The contexts exist from the start, so that a Stop that runs out of
-	// time while Start still checks the outbox has something to cancel.
-	claimCtx, cancelClaim := context.WithCancel(context.Background())
-	workCtx, cancelWork := context.WithCancel(context.Background())
-	return &Relay[TTx]{
-		claimCtx:    claimCtx,
-		cancelClaim: cancelClaim,
-		workCtx:     workCtx,
-		cancelWork:  cancelWork,
-		drv:         drv,
-		dialect:     dialect,
-		claimer:     claimer,
-		pub:         pub,
-		cfg:         cfg,
-		log:         log,
-		wake:        make(chan struct{}, 1),
-		idle:        make(chan struct{}, 1),
-		tracing:     newTracing(cfg, pub),
-		errs:        newLimiters(log),
-	}, nil
+	r := &Relay[TTx]{
+		drv:     drv,
+		dialect: drv.Dialect(),
+		claimer: claimer,
+		pub:     pub,
+		cfg:     cfg,
+		log:     log,
+		wake:    make(chan struct{}, 1),
+		idle:    make(chan struct{}, 1),
+		tracing: newTracing(cfg, pub),
+		errs:    newLimiters(log),
+	}
+	r.claimCtx, r.workCtx = r.base.StopContext(), r.base.WorkContext()
+	return r, nil
 }
 
 // Config returns the relay's configuration, with defaults.
@@ -201,15 +187,17 @@ func (r *Relay[TTx]) Config() Config { return r.cfg }
 // error when the relay was started (or stopped) before or the check fails.
 func (r *Relay[TTx]) Start(ctx context.Context) error {
 	if err := r.base.Starting(); err != nil {
-		if errors.Is(err, startstop.ErrStarted) {
-			return ErrAlreadyStarted
-		}
 		return err
 	}
-	if err := r.measureBacklog(ctx); err != nil {
-		r.cancelClaim()
-		r.cancelWork()
+	// A Stop during the check ends it.
+	checkCtx, cancel := r.base.StartContext(ctx)
+	err := r.measureBacklog(checkCtx)
+	cancel()
+	if err != nil {
 		r.base.StartFailed()
+		if errors.Is(context.Cause(checkCtx), idem.ErrStopped) {
+			return fmt.Errorf("idem: relay: Stop was called during the start-up: %w", idem.ErrStopped)
+		}
 		return fmt.Errorf("idem: relay: read the outbox: %w", err)
 	}
 
@@ -229,12 +217,7 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 		wg.Go(r.statsLoop)
 	}
 	go func() {
-		<-r.base.Stopping()
-		r.cancelClaim()
-	}()
-	go func() {
 		wg.Wait()
-		r.cancelWork()
 		r.base.Finished()
 	}()
 	if !r.base.Running() {
@@ -252,12 +235,13 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 
 // Stop stops claiming, lets in-flight batches finish (their rows are marked
 // published or released) and returns when every goroutine has ended. If ctx
-// ends first, in-flight publications are cancelled, their rows released,
-// and Stop returns ctx's error once everything has ended. Stop is
-// idempotent and safe to call from several goroutines; on a relay that was
+// ends first, in-flight publications are cancelled and Stop returns ctx's
+// error at once, while their rows are released in the background: Done is
+// closed when everything has ended. Stop is idempotent and safe to call from
+// several goroutines, before, during or after Start; on a relay that was
 // never started it only prevents a later start.
 func (r *Relay[TTx]) Stop(ctx context.Context) error {
-	return r.base.Stop(ctx, func() { r.log.Info("relay stopping") }, func() { r.cancelWork() })
+	return r.base.Stop(ctx, func() { r.log.Info("relay stopping") }, nil)
 }
 
 // Done is closed when a started relay has stopped.

@@ -555,7 +555,7 @@ func TestClaimFencing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.insert(t, event(t, "1", 1), event(t, "1", 2), event(t, "2", 1))
-	d := b.pg.Driver.PostgresDialect()
+	d := b.pg.Driver.Dialect()
 	ctx := testsvc.Ctx(t, 30*time.Second)
 	claim := func(owner uuid.UUID, lease time.Duration) []driver.ClaimedRow {
 		tx, err := b.pg.Pool.Begin(ctx)

@@ -3,13 +3,14 @@ package relay
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/outboxcodec"
+	"github.com/idem-go/idem/relay/internal/ordered"
 )
 
 // ReplayFilter selects the events of a replay: published rows still in the
@@ -42,14 +43,6 @@ type Source interface {
 	Pool() driver.Executor
 }
 
-func relayDialect(src Source) (driver.RelayDialect, error) {
-	d, ok := src.Dialect().(driver.RelayDialect)
-	if !ok {
-		return nil, fmt.Errorf("%w (%s)", ErrNotSupported, src.Dialect().Name())
-	}
-	return d, nil
-}
-
 func (f ReplayFilter) driver() driver.ReplayFilter {
 	return driver.ReplayFilter{Since: f.Since, Until: f.Until, EventName: f.EventName, AggregateType: f.AggregateType}
 }
@@ -67,27 +60,21 @@ func ReplayCounts(ctx context.Context, src Source, f ReplayFilter) (map[string]i
 	if err := f.validate(); err != nil {
 		return nil, err
 	}
-	d, err := relayDialect(src)
-	if err != nil {
-		return nil, err
-	}
-	return d.ReplayCounts(ctx, src.Pool(), f.driver())
+	return src.Dialect().ReplayCounts(ctx, src.Pool(), f.driver())
 }
 
 // Replay publishes again, through pub, the published events f selects that
 // are still in the outbox (see Config.Retention), with their original event
 // ids so that consumers skip them as duplicates unless they lost them. Events
 // of one aggregate are published in their original order, each once the
-// previous one was confirmed. Replay stops at the first failure and returns
-// how many events it published; running it again is harmless.
+// previous one was confirmed, several calls in flight. Replay stops after
+// the first page with a failure and returns how many events it published;
+// running it again is harmless.
 func Replay(ctx context.Context, src Source, pub broker.Publisher, f ReplayFilter, opts ReplayOptions) (int64, error) {
 	if err := f.validate(); err != nil {
 		return 0, err
 	}
-	d, err := relayDialect(src)
-	if err != nil {
-		return 0, err
-	}
+	d := src.Dialect()
 	limit := cmp.Or(opts.BatchSize, BatchSizeDefault)
 	timeout := cmp.Or(opts.PublishTimeout, 30*time.Second)
 	var published, after int64
@@ -101,38 +88,36 @@ func Replay(ctx context.Context, src Source, pub broker.Publisher, f ReplayFilte
 		}
 		after = rows[len(rows)-1].Seq
 
-		var rounds [][]idem.Message
-		position := map[aggregateKey]int{}
-		for _, row := range rows {
-			msg, err := toMessage(row)
+		entries := make([]*ordered.Entry, len(rows))
+		for i, row := range rows {
+			msg, err := outboxcodec.Message(row)
 			if err != nil {
 				return published, fmt.Errorf("idem: replay: %w", err)
 			}
-			k := aggregateKey{row.AggregateType, row.AggregateID}
-			p := position[k]
-			position[k] = p + 1
-			if p == len(rounds) {
-				rounds = append(rounds, nil)
-			}
-			rounds[p] = append(rounds[p], msg)
+			entries[i] = &ordered.Entry{Key: row.AggregateType + "\x00" + row.AggregateID, Msg: msg}
 		}
-		for _, msgs := range rounds {
-			pctx, cancel := context.WithTimeout(ctx, timeout)
-			err := pub.Publish(pctx, msgs)
-			cancel()
-			if err != nil {
-				var accepted int64
-				var be *broker.BatchError
-				if errors.As(err, &be) {
-					for _, e := range be.Errs {
-						if e == nil {
-							accepted++
-						}
-					}
-				}
-				return published + accepted, fmt.Errorf("idem: replay: publish: %w", err)
+		p := ordered.New(ctx, ordered.Config{
+			Publish: func(ctx context.Context, _ []*ordered.Entry, msgs []idem.Message) error {
+				return pub.Publish(ctx, msgs)
+			},
+			Calls:   replayCalls,
+			MinCall: replayMinCall,
+			Timeout: timeout,
+			Mode:    ordered.GiveBack,
+		})
+		p.Add(entries...)
+		p.Wait()
+		var failed error
+		for _, e := range entries {
+			switch {
+			case e.Outcome == ordered.Published:
+				published++
+			case failed == nil && e.Err != nil:
+				failed = e.Err
 			}
-			published += int64(len(msgs))
+		}
+		if err := cmp.Or(ctx.Err(), failed); err != nil {
+			return published, fmt.Errorf("idem: replay: publish: %w", err)
 		}
 		if opts.Progress != nil {
 			opts.Progress(published)
@@ -142,3 +127,10 @@ func Replay(ctx context.Context, src Source, pub broker.Publisher, f ReplayFilte
 		}
 	}
 }
+
+// The calls in flight of a replay, and the fewest messages in each when that
+// many are ready.
+const (
+	replayCalls   = 4
+	replayMinCall = 64
+)

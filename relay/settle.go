@@ -48,10 +48,10 @@ func (r *Relay[TTx]) settle(log *slog.Logger, b *claimed, items []item, faultDel
 				r.stats.leasesLost.Add(lost)
 				log.Warn("lease lost: rows were taken over by another worker, which publishes them again", "rows", lost)
 			}
-			if r.cfg.ObserveDelay != nil && marked == int64(len(seqs)) {
+			if r.cfg.Observer.Delay != nil && marked == int64(len(seqs)) {
 				for i := range items {
 					if items[i].outcome == ordered.Published && !items[i].row.CreatedAt.IsZero() {
-						r.cfg.ObserveDelay(items[i].confirmed.Sub(items[i].row.CreatedAt))
+						r.cfg.Observer.Delay(items[i].confirmed.Sub(items[i].row.CreatedAt))
 					}
 				}
 			}
@@ -158,7 +158,7 @@ var errLeaseExpired = errors.New("the lease expired before the mark")
 // sends no mark once deadline, the lease's end as measured from before the
 // claim, has passed: the rows may be another owner's by then.
 func (r *Relay[TTx]) mark(owner uuid.UUID, deadline time.Time, seqs []int64) (int64, error) {
-	defer observeSince(r.cfg.ObserveMark, time.Now())
+	defer observeSince(r.cfg.Observer.Mark, time.Now())
 	var err error
 	for attempt := 1; ; attempt++ {
 		if !time.Now().Before(deadline) {

@@ -19,7 +19,8 @@ import (
 // application that does not trace), with the no-op tracer and the W3C
 // propagator (the commands with tracing off), and with the SDK sampling
 // every span, dropped by a no-op exporter. No database or broker: this is
-// the CPU cost only, to compare with a message's cost in idem bench relay.
+// the CPU cost only, to compare with a message's cost in bench relay
+// (internal/tools/bench).
 //
 // Run: go test -run '^$' -bench BenchmarkTracingOverhead -benchmem ./relay/
 func BenchmarkTracingOverhead(b *testing.B) {

@@ -13,8 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/errlog"
+	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/startstop"
 )
@@ -35,9 +37,8 @@ type Relay struct {
 	schema string // the outbox's schema, resolved at Start
 	sql    queries
 
-	ctx    context.Context // cancelled by an abandoned Stop
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx context.Context // the base's WorkContext: cancelled by an abandoned Stop
+	wg  sync.WaitGroup
 
 	stats stats
 	errs  limiters
@@ -138,9 +139,10 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("idem: cdc: database URL: %w", err)
 	}
 	rc.RuntimeParams["replication"] = "database"
-	ctx, cancel := context.WithCancel(context.Background())
 	log := cfg.Logger.With("slot", cfg.Slot)
-	return &Relay{cfg: cfg, log: log, errs: newLimiters(log), pub: pub, dbURL: dbURL, replCfg: rc, ctx: ctx, cancel: cancel}, nil
+	r := &Relay{cfg: cfg, log: log, errs: newLimiters(log), pub: pub, dbURL: dbURL, replCfg: rc}
+	r.ctx = r.base.WorkContext()
+	return r, nil
 }
 
 // Start checks the server (wal_level=logical, the outbox table, the
@@ -153,13 +155,19 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.base.Starting(); err != nil {
 		return err
 	}
-	if err := r.setup(ctx); err != nil {
+	// A Stop during the start-up ends it.
+	setupCtx, cancel := r.base.StartContext(ctx)
+	err := r.setup(setupCtx)
+	cancel()
+	if err != nil {
 		r.dropInitial()
 		if r.pool != nil {
 			r.pool.Close()
 		}
-		r.cancel()
 		r.base.StartFailed()
+		if errors.Is(context.Cause(setupCtx), idem.ErrStopped) {
+			return fmt.Errorf("idem: cdc: Stop was called during the start-up: %w", idem.ErrStopped)
+		}
 		return err
 	}
 	r.wg.Add(2)
@@ -168,7 +176,6 @@ func (r *Relay) Start(ctx context.Context) error {
 	go func() {
 		r.wg.Wait()
 		r.pool.Close()
-		r.cancel()
 		r.base.Finished()
 	}()
 	r.base.Running()
@@ -179,9 +186,10 @@ func (r *Relay) Start(ctx context.Context) error {
 // the published rows and confirms the position to the server, then
 // returns. When ctx ends first, the publishing in progress is abandoned
 // (those messages are published again by the next relay on the slot) and
-// Stop returns ctx's error once everything has ended. Stop is idempotent.
+// Stop returns ctx's error at once; Done is closed when everything has
+// ended. Stop is idempotent, and safe before, during and after Start.
 func (r *Relay) Stop(ctx context.Context) error {
-	return r.base.Stop(ctx, nil, r.cancel)
+	return r.base.Stop(ctx, nil, nil)
 }
 
 // Done is closed when the relay has stopped.
@@ -251,6 +259,9 @@ func (r *Relay) backoff(n int) time.Duration {
 	d = min(d, r.cfg.MaxRetryBackoff)
 	return jitter(d)
 }
+
+// jitter returns d changed by a random fraction in [-20%, +20%].
+func jitter(d time.Duration) time.Duration { return backoff.Jitter(d, 0.2) }
 
 // dropSlotWait is how long DropSlot waits for the server process of a
 // relay that stopped.

@@ -90,6 +90,7 @@ func TestWALMessagesWrittenInSQL(t *testing.T) {
 			t.Errorf("message %d: %+v, want event %s with a recent occurred_at", i, ev, ids[i])
 		}
 	}
+	streamedPast(t, pg, "the position confirmed past the messages")
 	if s := pub.Messages(); len(s) != 3 {
 		t.Fatalf("%d messages, want 3", len(s))
 	}
@@ -175,7 +176,7 @@ func TestUnreadableWALMessageQuarantined(t *testing.T) {
 	eventually(t, 10*time.Second, "the WAL message kept as a quarantined row", func() bool {
 		return pg.Count(t, "outbox WHERE quarantined_at IS NOT NULL") == 1
 	})
-	q, err := pg.Driver.PostgresDialect().ListQuarantined(context.Background(), pg.Driver.Pool(), driver.QuarantineFilter{Limit: 10})
+	q, err := pg.Driver.Dialect().ListQuarantined(context.Background(), pg.Driver.Pool(), driver.QuarantineFilter{Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestUnreadableWALMessageQuarantined(t *testing.T) {
 	if s := r.Stats(); s.Quarantined != 1 || s.Unreadable != 1 {
 		t.Fatalf("stats %+v", s)
 	}
-	time.Sleep(200 * time.Millisecond)
+	streamedPast(t, pg, "the position confirmed past the quarantined row")
 	if n := pub.Len(); n != 1 {
 		t.Fatalf("%d messages published, want 1: the quarantined row is not published", n)
 	}
@@ -424,9 +425,13 @@ func TestConfirmedNeverPassesUnconfirmed(t *testing.T) {
 			t.Fatal("the stuck message was accepted")
 		}
 	}
-	// Several flush intervals: the position must stay before the stuck
-	// transaction's commit, and the later rows stay.
-	time.Sleep(300 * time.Millisecond)
+	// Once the relay has the broker's answers for the later rows and has
+	// reported its position since, that position must still be before the
+	// stuck transaction's commit, and the later rows stay.
+	eventually(t, 10*time.Second, "the later rows' answers taken", func() bool {
+		return r.Stats().Published == int64(1+len(later))
+	})
+	statusSentAfterNow(t, pg, slot)
 	if got := confirmedLSN(t, pg, slot); got >= stuckEnd {
 		t.Fatalf("confirmed %s, past the unconfirmed transaction ending at %s", got, stuckEnd)
 	}
@@ -554,6 +559,7 @@ func TestTwoRelaysOneSlot(t *testing.T) {
 	// The second relay published the rows it found at start, then reads
 	// the slot.
 	eventually(t, 10*time.Second, "the second relay streaming", func() bool { return r2.Stats().Streaming })
+	streamedPast(t, pg, "the second relay's position confirmed past the rows") // a copy from the stream would have come
 	if pub2.Len() != len(second) {
 		t.Fatalf("the second relay published %d messages, want %d", pub2.Len(), len(second))
 	}
@@ -593,7 +599,7 @@ func TestKeepRowsAndInsertThenDelete(t *testing.T) {
 	if !ids[kept.ID] || !ids[gone.ID] {
 		t.Fatalf("published %v", ids)
 	}
-	time.Sleep(200 * time.Millisecond)
+	streamedPast(t, pg, "the position confirmed past both events")
 	if n := pg.Count(t, "outbox"); n != 1 {
 		t.Fatalf("%d rows, want the kept one", n)
 	}
@@ -698,10 +704,12 @@ func TestStopAbandonsThenNextRelayPublishes(t *testing.T) {
 	if err := r.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("stop: %v", err)
 	}
+	// Stop returned at its deadline; the abandoned work ends in the
+	// background.
 	select {
 	case <-r.Done():
-	default:
-		t.Fatal("Stop returned before the relay ended")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not end after its Stop ran out of time")
 	}
 	if pg.Count(t, "outbox") != 1 {
 		t.Fatal("the unconfirmed row was deleted")
@@ -789,7 +797,7 @@ func TestRowsBeforeTheSlotArePublished(t *testing.T) {
 	}
 	waitLen(t, pub, len(before), 20*time.Second)
 	eventually(t, 10*time.Second, "the outbox emptied but for the published row", func() bool { return pg.Count(t, "outbox") == 1 })
-	time.Sleep(300 * time.Millisecond) // a copy from the stream would come now
+	streamedPast(t, pg, "the position confirmed past every row") // a copy from the stream would have come
 	msgs := pub.Messages()
 	if len(msgs) != len(before) {
 		t.Fatalf("published %d messages, want %d (49 found at start, 1 written after): %+v", len(msgs), len(before), r.Stats())
@@ -879,7 +887,7 @@ func TestRefusedMessagesQuarantined(t *testing.T) {
 		return confirmedLSN(t, pg, cdc.SlotName(idem.Tables{Schema: pg.Schema})) >= written
 	})
 	// The WAL message's quarantined row reads as the row would have.
-	d := pg.Driver.PostgresDialect()
+	d := pg.Driver.Dialect()
 	q, err := d.ListQuarantined(ctx, pg.Driver.Pool(), driver.QuarantineFilter{Limit: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -912,7 +920,7 @@ func TestRefusedMessagesQuarantined(t *testing.T) {
 	}
 	msgs := waitLen(t, pub, len(good)+2, 20*time.Second)
 	eventually(t, 10*time.Second, "the outbox emptied", func() bool { return pg.Count(t, "outbox") == 0 })
-	time.Sleep(200 * time.Millisecond)
+	streamedPast(t, pg, "the position confirmed past the re-driven rows") // a second copy would have come
 	if n := pub.Len(); n != len(good)+2 {
 		t.Fatalf("%d messages accepted, want %d: each once", n, len(good)+2)
 	}
@@ -923,4 +931,46 @@ func TestRefusedMessagesQuarantined(t *testing.T) {
 	if seen[badRow.ID] != 1 || seen[badLog.ID] != 1 {
 		t.Fatalf("re-driven events accepted %d and %d times, want once each", seen[badRow.ID], seen[badLog.ID])
 	}
+}
+
+// streamedPast waits until the slot's confirmed position passes the server's
+// current position. The relay confirms a position only once every message
+// the log held before it is published or quarantined and its row deleted
+// (unless KeepRows): whatever it would do with what was written until now
+// is then done. It is the barrier after which a test checks that something
+// did not happen.
+func streamedPast(t *testing.T, pg *testdb.PG, what string) {
+	t.Helper()
+	lsn := currentLSN(t, pg)
+	slot := cdc.SlotName(idem.Tables{Schema: pg.Schema})
+	eventually(t, 20*time.Second, what, func() bool { return confirmedLSN(t, pg, slot) >= lsn })
+}
+
+// statusSentAfterNow waits until the server has taken two standby status
+// updates that the relay reading slot sent after now (pg_stat_replication's
+// reply_time): a position the relay would report from what it knows now
+// has then reached the slot. The relay sends one every StandbyInterval
+// even when its position stays.
+func statusSentAfterNow(t *testing.T, pg *testdb.PG, slot string) {
+	t.Helper()
+	var now time.Time
+	if err := pg.Pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	replyAfter := func(after time.Time) time.Time {
+		t.Helper()
+		var at time.Time
+		eventually(t, 20*time.Second, "a standby status update from the relay", func() bool {
+			err := pg.Pool.QueryRow(context.Background(), `SELECT coalesce(max(r.reply_time), 'epoch'::timestamptz)
+				FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid
+				WHERE s.slot_name = $1`, slot).Scan(&at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return at.After(after)
+		})
+		return at
+	}
+	// The second update is taken after the first one's position is.
+	replyAfter(replyAfter(now))
 }

@@ -174,17 +174,24 @@ type Config struct {
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 
-	// ObservePublish, when set, is called after each Publish call with its
-	// number of messages, its duration and its error.
-	ObservePublish func(n int, d time.Duration, err error)
-	// ObserveConfirm, when set, is called for each transaction whose
-	// position is confirmed to the server, with the time from its commit
-	// to that confirmation.
-	ObserveConfirm func(d time.Duration)
-	// ObserveCommitToPublish, when set, is called for each published
-	// message with the time from its transaction's commit to the broker's
-	// confirmation.
-	ObserveCommitToPublish func(d time.Duration)
+	// Observer is told what the relay does, for metrics: package
+	// relay/cdc/cdcmetrics makes one that feeds Prometheus.
+	Observer Observer
+}
+
+// Observer is told what a CDC relay does, for metrics. Set it as
+// Config.Observer. Its functions are called from several goroutines: they
+// must be fast and safe for concurrent use. A nil function is not called.
+type Observer struct {
+	// Publish is called after each Publish call with its number of
+	// messages, its duration and its error.
+	Publish func(n int, d time.Duration, err error)
+	// Confirm is called for each transaction whose position is confirmed
+	// to the server, with the time from its commit to that confirmation.
+	Confirm func(d time.Duration)
+	// CommitToPublish is called for each published message with the time
+	// from its transaction's commit to the broker's confirmation.
+	CommitToPublish func(d time.Duration)
 }
 
 var slotChars = regexp.MustCompile(`[^a-z0-9_]`)

@@ -11,9 +11,8 @@
 //
 // What it reads. The inserts into the outbox table (Debezium's five
 // columns id, aggregatetype, aggregateid, type, payload, and idem's), read
-// with the polling relay's rules (postgres.DecodeOutboxText,
-// relay.RecordMessage): a row written by another program becomes the same
-// message whichever relay reads it. And the transactional WAL messages of
+// with the polling relay's rules: a row written by another program becomes
+// the same message whichever relay reads it. And the transactional WAL messages of
 // outbox.NewLogWriter (pg_logical_emit_message(true, prefix, event)), an
 // outbox with no table, published exactly as rows. Updates, deletes and
 // truncates are not published; rows of other tables in the publication and

@@ -91,8 +91,8 @@ func newPipeline(ctx context.Context, r *Relay) *pipeline {
 			start := time.Now()
 			err := r.pub.Publish(ctx, msgs)
 			r.stats.calls.Add(1)
-			if r.cfg.ObservePublish != nil {
-				r.cfg.ObservePublish(len(msgs), time.Since(start), err)
+			if r.cfg.Observer.Publish != nil {
+				r.cfg.Observer.Publish(len(msgs), time.Since(start), err)
 			}
 			return err
 		},
@@ -303,8 +303,8 @@ func (p *pipeline) settled(out *ordered.Entry) {
 	p.mu.Unlock()
 	if out.Outcome == ordered.Published {
 		r.stats.published.Add(1)
-		if r.cfg.ObserveCommitToPublish != nil {
-			r.cfg.ObserveCommitToPublish(out.At.Sub(e.commit))
+		if r.cfg.Observer.CommitToPublish != nil {
+			r.cfg.Observer.CommitToPublish(out.At.Sub(e.commit))
 		}
 	}
 	p.signal()

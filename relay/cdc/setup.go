@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -396,9 +394,4 @@ func replicationError(err error, user string) error {
 		}
 	}
 	return fmt.Errorf("idem: cdc: replication connection: %w", err)
-}
-
-// jitter returns d ±20%.
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }

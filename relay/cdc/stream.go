@@ -14,11 +14,9 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
-	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
-	"github.com/idem-go/idem/outbox"
-	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/internal/outboxcodec"
 )
 
 // run reads the slot until Stop, reconnecting after failures with capped
@@ -298,7 +296,7 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 			r.log.Warn("read a WAL message of the outbox though Config.RowsOnly (--rows-only) says every event is a row: a failover to a standby without the slot would lose such events; publishing it",
 				"lsn", m.LSN.String())
 		}
-		rec := outbox.DecodeLogMessage(m.Content)
+		rec := outboxcodec.DecodeLogMessage(m.Content)
 		return s.add(ctx, rec, false, m.Content, m.LSN)
 	case *pglogrepl.CommitMessage:
 		if s.tx == nil {
@@ -331,7 +329,7 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, ra
 	if rec.OccurredAt.IsZero() {
 		rec.OccurredAt = s.tx.commit // a table without occurred_at
 	}
-	msg, err := relay.RecordMessage(rec)
+	msg, err := outboxcodec.Message(rec)
 	if err == nil {
 		e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, xid: s.tx.xid, commit: s.tx.commit, rec: &rec}
 		if row && r.cfg.Delete == DeletePublished {
@@ -429,7 +427,7 @@ func decodeTuple(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (dr
 	for i, c := range rel.Columns {
 		idx[c.Name] = i
 	}
-	rec, err := postgres.DecodeOutboxText(func(col string) ([]byte, bool) {
+	rec, err := outboxcodec.DecodeText(func(col string) ([]byte, bool) {
 		i, ok := idx[col]
 		if !ok || i >= len(tuple.Columns) {
 			return nil, false
@@ -516,9 +514,9 @@ func (s *session) flush(ctx context.Context, force bool) error {
 		if lsn != 0 && fault.Enabled {
 			fault.Point(fault.CDCAfterConfirm)
 		}
-		if r.cfg.ObserveConfirm != nil {
+		if r.cfg.Observer.Confirm != nil {
 			for _, c := range commits {
-				r.cfg.ObserveConfirm(s.lastStatus.Sub(c))
+				r.cfg.Observer.Confirm(s.lastStatus.Sub(c))
 			}
 		}
 	}

@@ -9,8 +9,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
-	"github.com/idem-go/idem/driver/postgres"
-	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/internal/outboxcodec"
 	"github.com/idem-go/idem/relay/internal/ordered"
 )
 
@@ -131,7 +130,7 @@ func (r *Relay) sweepPage(ctx context.Context, tx pgx.Tx, sel string, after int6
 	var recs []driver.OutboxRecord
 	for rows.Next() {
 		raw := rows.RawValues()
-		rec, err := postgres.DecodeOutboxText(func(col string) ([]byte, bool) {
+		rec, err := outboxcodec.DecodeText(func(col string) ([]byte, bool) {
 			i, ok := idx[col]
 			if !ok {
 				return nil, false
@@ -159,7 +158,7 @@ func (r *Relay) sweepPage(ctx context.Context, tx pgx.Tx, sel string, after int6
 func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) ([]int64, error) {
 	entries := make([]*ordered.Entry, 0, len(recs))
 	for i, rec := range recs {
-		msg, err := relay.RecordMessage(rec)
+		msg, err := outboxcodec.Message(rec)
 		if err != nil {
 			r.stats.unreadable.Add(1)
 			if _, qerr := r.pool.Exec(ctx, r.sql.quarantine, rec.Seq, err.Error()); qerr != nil {

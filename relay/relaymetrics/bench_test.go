@@ -20,12 +20,12 @@ func BenchmarkHooks(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			if i%1000 == 0 {
-				cfg.ObserveClaim(3 * time.Millisecond)
-				cfg.ObservePublish(5 * time.Millisecond)
-				cfg.ObserveMark(4 * time.Millisecond)
+				cfg.Observer.Claim(3 * time.Millisecond)
+				cfg.Observer.Publish(5 * time.Millisecond)
+				cfg.Observer.Mark(4 * time.Millisecond)
 			}
 			i++
-			cfg.ObserveDelay(20 * time.Millisecond)
+			cfg.Observer.Delay(20 * time.Millisecond)
 		}
 	})
 }

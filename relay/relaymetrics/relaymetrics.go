@@ -1,7 +1,7 @@
 // Package relaymetrics exports a relay's statistics to Prometheus.
 //
 //	m := relaymetrics.New()
-//	cfg = m.Instrument(cfg) // sets the Observe* hooks that feed the histograms
+//	cfg = m.Instrument(cfg) // sets cfg.Observer to feed the histograms
 //	r, err := relay.New(drv, pub, cfg)
 //	...
 //	m.Watch(r)
@@ -53,12 +53,17 @@ type StatsSource interface {
 	Stats() relay.Stats
 }
 
-// DelayBuckets are the commit-to-publish histogram's buckets, in seconds.
-var DelayBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+// DelayBuckets returns the commit-to-publish histogram's buckets, in
+// seconds.
+func DelayBuckets() []float64 {
+	return []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+}
 
-// DurationBuckets are the buckets of the claim, publish and mark
+// DurationBuckets returns the buckets of the claim, publish and mark
 // histograms, in seconds.
-var DurationBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+func DurationBuckets() []float64 {
+	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+}
 
 // Options configures Metrics. The zero value is valid.
 type Options struct {
@@ -109,13 +114,13 @@ func NewWith(o Options) *Metrics {
 	}
 	return &Metrics{
 		delay: h("commit_to_publish_seconds",
-			"Time from the insertion of an outbox row (start of its transaction) to the broker's confirm.", DelayBuckets),
+			"Time from the insertion of an outbox row (start of its transaction) to the broker's confirm.", DelayBuckets()),
 		claim: h("claim_duration_seconds",
-			"Time of one claim of outbox rows (its transaction or statement), claims that find nothing included.", DurationBuckets),
+			"Time of one claim of outbox rows (its transaction or statement), claims that find nothing included.", DurationBuckets()),
 		publish: h("publish_duration_seconds",
-			"Time of one Publish call: one round of a batch, until the broker confirmed or refused every message.", DurationBuckets),
+			"Time of one Publish call: one round of a batch, until the broker confirmed or refused every message.", DurationBuckets()),
 		mark: h("mark_duration_seconds",
-			"Time to mark a batch's confirmed rows published, retries included.", DurationBuckets),
+			"Time to mark a batch's confirmed rows published, retries included.", DurationBuckets()),
 		inFlight:      d("inflight_publishes", "Messages handed to the broker whose Publish call has not returned."),
 		backlog:       d("backlog_rows", "Unpublished outbox rows, quarantined ones excluded."),
 		inQuarantine:  d("quarantined_rows", "Quarantined outbox rows: unpublished, holding the later rows of their aggregates back until re-driven or removed."),
@@ -133,17 +138,22 @@ func NewWith(o Options) *Metrics {
 	}
 }
 
-// ObserveDelay records one commit-to-publish delay; set it as
-// relay.Config.ObserveDelay.
+// ObserveDelay records one commit-to-publish delay (relay.Observer.Delay).
 func (m *Metrics) ObserveDelay(d time.Duration) { m.delay.Observe(d.Seconds()) }
 
-// Instrument returns cfg with its Observe hooks set to feed m's
-// histograms (ObserveDelay, ObserveClaim, ObservePublish, ObserveMark).
+// Observer returns a relay.Observer that feeds m's histograms.
+func (m *Metrics) Observer() relay.Observer {
+	return relay.Observer{
+		Delay:   m.ObserveDelay,
+		Claim:   func(d time.Duration) { m.claim.Observe(d.Seconds()) },
+		Publish: func(d time.Duration) { m.publish.Observe(d.Seconds()) },
+		Mark:    func(d time.Duration) { m.mark.Observe(d.Seconds()) },
+	}
+}
+
+// Instrument returns cfg with its Observer set to feed m's histograms.
 func (m *Metrics) Instrument(cfg relay.Config) relay.Config {
-	cfg.ObserveDelay = m.ObserveDelay
-	cfg.ObserveClaim = func(d time.Duration) { m.claim.Observe(d.Seconds()) }
-	cfg.ObservePublish = func(d time.Duration) { m.publish.Observe(d.Seconds()) }
-	cfg.ObserveMark = func(d time.Duration) { m.mark.Observe(d.Seconds()) }
+	cfg.Observer = m.Observer()
 	return cfg
 }
 

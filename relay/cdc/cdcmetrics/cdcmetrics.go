@@ -2,7 +2,7 @@
 // Prometheus.
 //
 //	m := cdcmetrics.New()
-//	cfg = m.Instrument(cfg) // sets the Observe* hooks that feed the histograms
+//	cfg = m.Instrument(cfg) // sets cfg.Observer to feed the histograms
 //	r, err := cdc.New(dbURL, pub, cfg)
 //	...
 //	m.Watch(r)
@@ -47,8 +47,10 @@ type StatsSource interface {
 	Stats() cdc.Stats
 }
 
-// Buckets are the histograms' buckets, in seconds.
-var Buckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+// Buckets returns the histograms' buckets, in seconds.
+func Buckets() []float64 {
+	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+}
 
 // Metrics is a prometheus.Collector for one CDC relay.
 type Metrics struct {
@@ -67,7 +69,7 @@ func New(slot string) *Metrics {
 		labels["slot"] = slot
 	}
 	h := func(name, help string) prometheus.Histogram {
-		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "idem", Subsystem: "cdc", Name: name, Help: help, Buckets: Buckets, ConstLabels: labels})
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "idem", Subsystem: "cdc", Name: name, Help: help, Buckets: Buckets(), ConstLabels: labels})
 	}
 	m := &Metrics{
 		publish:         h("publish_duration_seconds", "Duration of one Publish call."),
@@ -95,23 +97,23 @@ func New(slot string) *Metrics {
 	return m
 }
 
-// Instrument returns cfg with its Observe* hooks feeding the histograms
+// Instrument returns cfg with its Observer's functions feeding the histograms
 // (hooks already set are called too).
 func (m *Metrics) Instrument(cfg cdc.Config) cdc.Config {
-	prevPub, prevC2P, prevConf := cfg.ObservePublish, cfg.ObserveCommitToPublish, cfg.ObserveConfirm
-	cfg.ObservePublish = func(n int, d time.Duration, err error) {
+	prevPub, prevC2P, prevConf := cfg.Observer.Publish, cfg.Observer.CommitToPublish, cfg.Observer.Confirm
+	cfg.Observer.Publish = func(n int, d time.Duration, err error) {
 		m.publish.Observe(d.Seconds())
 		if prevPub != nil {
 			prevPub(n, d, err)
 		}
 	}
-	cfg.ObserveCommitToPublish = func(d time.Duration) {
+	cfg.Observer.CommitToPublish = func(d time.Duration) {
 		m.commitToPublish.Observe(d.Seconds())
 		if prevC2P != nil {
 			prevC2P(d)
 		}
 	}
-	cfg.ObserveConfirm = func(d time.Duration) {
+	cfg.Observer.Confirm = func(d time.Duration) {
 		m.confirm.Observe(d.Seconds())
 		if prevConf != nil {
 			prevConf(d)

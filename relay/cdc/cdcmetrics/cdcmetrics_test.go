@@ -22,9 +22,9 @@ func (f fixed) Stats() cdc.Stats { return cdc.Stats(f) }
 func TestCollect(t *testing.T) {
 	m := cdcmetrics.New("idem_public_outbox")
 	cfg := m.Instrument(cdc.Config{})
-	cfg.ObservePublish(3, 2*time.Millisecond, nil)
-	cfg.ObserveCommitToPublish(4 * time.Millisecond)
-	cfg.ObserveConfirm(20 * time.Millisecond)
+	cfg.Observer.Publish(3, 2*time.Millisecond, nil)
+	cfg.Observer.CommitToPublish(4 * time.Millisecond)
+	cfg.Observer.Confirm(20 * time.Millisecond)
 	m.Watch(fixed{Published: 7, SlotLagBytes: 1024, RetainedBytes: 4096, Lag: 1500 * time.Millisecond, Streaming: true, InFlight: 2})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
