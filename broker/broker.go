@@ -1,9 +1,13 @@
 // Package broker is the seam between idem and message brokers. A Publisher is
 // what the relay (and the failure-store and replay commands) publish through;
-// broker/amqp, broker/kafka and broker/nats implement it, and broker/memory is
-// an in-process implementation for tests and benchmarks.
+// broker/amqp, broker/kafka and broker/nats implement it, with a Subscriber
+// each; broker/webhook posts to an HTTP endpoint, and broker/memory is an
+// in-process implementation for tests and benchmarks.
 //
-// Every implementation passes the conformance suite in broker/brokertest.
+// Every implementation passes the conformance suite in broker/brokertest:
+// broker/amqp, broker/kafka and broker/nats all of it (brokertest.Run),
+// broker/memory and broker/webhook, which have no subscriber, its
+// publisher part (brokertest.RunPublisher).
 package broker
 
 import (

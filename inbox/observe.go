@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -102,16 +101,9 @@ func noop() {}
 
 // FailureCounts counts, in the consumer's database, its parked messages
 // and the events it is retrying (see driver.ConsumerCounts): one query, two
-// index range scans on the consumer's name. The error wraps
-// errors.ErrUnsupported when the driver's dialect cannot count
-// (driver.ConsumerCounter; every dialect of idem can).
+// index range scans on the consumer's name.
 func (c *Consumer[TTx]) FailureCounts(ctx context.Context) (driver.ConsumerCounts, error) {
-	cc, ok := c.drv.Dialect().(driver.ConsumerCounter)
-	if !ok {
-		return driver.ConsumerCounts{}, fmt.Errorf("idem: inbox %s: the %s dialect cannot count parked and retried messages (driver.ConsumerCounter): %w",
-			c.cfg.Name, c.drv.Dialect().Name(), errors.ErrUnsupported)
-	}
-	n, err := cc.ConsumerCounts(ctx, c.drv.Pool(), c.cfg.Name)
+	n, err := c.drv.Dialect().ConsumerCounts(ctx, c.drv.Pool(), c.cfg.Name)
 	if err != nil {
 		return n, fmt.Errorf("idem: inbox %s: count parked and retried messages: %w", c.cfg.Name, err)
 	}

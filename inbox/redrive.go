@@ -13,7 +13,7 @@ import (
 // ErrUnknownSource is returned by Redrive for a parked message whose
 // source (the queue, topic or subject it came from) was not recorded:
 // there is nowhere to send it back to.
-var ErrUnknownSource = errors.New("idem: the queue the message came from is unknown; it cannot be re-driven")
+var ErrUnknownSource = errors.New("idem: inbox: the queue the message came from is unknown; it cannot be re-driven")
 
 // Redrive publishes a parked message again through rd, to the one queue it
 // came from (m.Source), unchanged: same body, key, event id and name, its

@@ -58,13 +58,13 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 func (p RetryPolicy) validate() error {
 	switch {
 	case p.InitialDelay < 0:
-		return fmt.Errorf("idem: RetryPolicy.InitialDelay %v is negative", p.InitialDelay)
+		return fmt.Errorf("idem: inbox: RetryPolicy.InitialDelay %v is negative", p.InitialDelay)
 	case p.MaxDelay < 0:
-		return fmt.Errorf("idem: RetryPolicy.MaxDelay %v is negative", p.MaxDelay)
+		return fmt.Errorf("idem: inbox: RetryPolicy.MaxDelay %v is negative", p.MaxDelay)
 	case p.Multiplier < 0 || (p.Multiplier > 0 && p.Multiplier < 1):
-		return fmt.Errorf("idem: RetryPolicy.Multiplier %v must be at least 1", p.Multiplier)
+		return fmt.Errorf("idem: inbox: RetryPolicy.Multiplier %v must be at least 1", p.Multiplier)
 	case p.Jitter > 1:
-		return fmt.Errorf("idem: RetryPolicy.Jitter %v must be at most 1", p.Jitter)
+		return fmt.Errorf("idem: inbox: RetryPolicy.Jitter %v must be at most 1", p.Jitter)
 	}
 	return nil
 }

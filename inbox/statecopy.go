@@ -55,17 +55,17 @@ func (r VersionResult) Stale() bool { return !r.Applied }
 // serialised on its row.
 func ApplyState[TTx any](ctx context.Context, drv driver.Driver[TTx], tx TTx, s StateCopy, key any, version int64, values ...any) (VersionResult, error) {
 	if len(values) != len(s.Columns) {
-		return VersionResult{}, fmt.Errorf("idem: StateCopy %s: %d values for %d columns", s.Table, len(values), len(s.Columns))
+		return VersionResult{}, fmt.Errorf("idem: inbox: StateCopy %s: %d values for %d columns", s.Table, len(values), len(s.Columns))
 	}
 	if s.Table == "" || s.Key == "" {
-		return VersionResult{}, errors.New("idem: StateCopy needs Table and Key")
+		return VersionResult{}, errors.New("idem: inbox: StateCopy needs Table and Key")
 	}
 	r, err := drv.Dialect().UpsertVersioned(ctx, drv.Tx(tx), driver.UpsertVersionedParams{
 		Table: s.Table, KeyColumn: s.Key, VersionColumn: cmp.Or(s.Version, "version"), Columns: s.Columns,
 		Key: key, Version: version, Values: values,
 	})
 	if err != nil {
-		return VersionResult{}, fmt.Errorf("idem: StateCopy %s: %w", s.Table, err)
+		return VersionResult{}, fmt.Errorf("idem: inbox: StateCopy %s: %w", s.Table, err)
 	}
 	return VersionResult{Applied: r.Applied, Previous: r.Previous, Gap: r.Applied && r.Previous > 0 && version > r.Previous+1}, nil
 }

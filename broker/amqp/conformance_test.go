@@ -46,7 +46,9 @@ func newConformanceInstance(t *testing.T, o brokertest.Options) brokertest.Insta
 	return brokertest.Instance{
 		Publisher: newInspectingPublisher(t, url, exchange, queue),
 		NewSubscriber: func(t *testing.T, consumer string, deliver broker.DeliverFunc) broker.Subscriber {
-			return newSubscriber(t, subscriberConfig(url, exchange, queue(consumer), o.EventNames...), deliver)
+			cfg := subscriberConfig(url, exchange, queue(consumer), o.EventNames...)
+			cfg.Logger = brokertest.LogTo(t)
+			return newSubscriber(t, cfg, deliver)
 		},
 		PublishRaw: func(t *testing.T, name string, body []byte, headers map[string]string) {
 			table := amqp091.Table{}

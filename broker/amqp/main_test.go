@@ -1,6 +1,7 @@
 package amqp_test
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 
 func TestMain(m *testing.M) {
 	brokertest.ChildMain(newChildSubscriber)
+	// What a test gives no logger of its own (brokertest.LogTo) logs nowhere.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	goleak.VerifyTestMain(m)
 }
 

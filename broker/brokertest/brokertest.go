@@ -1,6 +1,8 @@
 // Package brokertest is the conformance suite of idem's transports. A
 // transport (broker/amqp, broker/kafka, broker/nats) passes it or is not
-// done. Its tests are a constructor and the flags of what it supports:
+// done; a publisher without a subscriber (broker/memory, broker/webhook)
+// passes its publisher part, RunPublisher. Its tests are a constructor and
+// the flags of what it supports:
 //
 //	func TestMain(m *testing.M) {
 //		brokertest.ChildMain(newChildSubscriber) // returns unless this process is the suite's child
@@ -50,7 +52,8 @@
 // ever skipped: a missing server, hook or build tag fails.
 //
 // CheckDelivery and CheckRoundTrip are for each transport's fuzz test of
-// its conversion of received messages.
+// its conversion of received messages. The services a test starts log to
+// the test's output (LogTo), so that a failure shows its own lines only.
 package brokertest
 
 import (

@@ -2,10 +2,7 @@ package brokertest
 
 import (
 	"context"
-	"flag"
-	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"testing"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testlog"
 )
 
 // effectTable is the table EffectConsumer's handler writes to: one row per
@@ -27,12 +25,15 @@ const effectTable = `CREATE TABLE IF NOT EXISTS effect (
 	aggregate_id text NOT NULL)`
 
 // EffectConsumer returns an idempotent consumer on drv, configured by cfg
-// (its Logger defaults to Logger()), with one handler for every event: it calls fail, if set, and
-// returns its error, or inserts a row (event_id, consumer, aggregate_id)
-// into the table effect, created if needed. The table has no unique key: an
+// (its Logger defaults to LogTo(t)), with one handler for every event: it
+// calls fail, if set, and returns its error, or inserts a row (event_id,
+// consumer, aggregate_id) into the table effect, created if needed. The table has no unique key: an
 // event applied twice has two rows (CheckOnceInOrder).
 func EffectConsumer(t testing.TB, drv *postgres.PgxDriver, cfg inbox.Config, fail func(idem.Event) error) *inbox.Consumer[pgx.Tx] {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = LogTo(t)
+	}
 	c, err := effectConsumer(drv, cfg, fail)
 	if err != nil {
 		t.Fatal(err)
@@ -64,14 +65,15 @@ func effectConsumer(drv *postgres.PgxDriver, cfg inbox.Config, fail func(idem.Ev
 	return c, nil
 }
 
-// Logger returns a logger for tests: warnings on stderr under go test -v,
-// nothing otherwise.
-func Logger() *slog.Logger {
-	if flag.Parsed() && testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
+// Logger returns a logger that writes nothing, for what a test builds
+// where it has no testing.TB at hand. Where it has one, LogTo is better.
+func Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// LogTo returns a logger writing to t's output, as t.Log does: the lines of
+// the services a test starts show with the test when it fails, or under go
+// test -v, and nowhere else. Give it to the subscribers Instance.NewSubscriber
+// returns.
+func LogTo(t testing.TB) *slog.Logger { return testlog.New(t) }
 
 // CheckOnceInOrder checks the effects EffectConsumer wrote for consumer:
 // every message of msgs applied exactly once, nothing else applied, and the

@@ -100,6 +100,7 @@ func newConformanceInstance(t *testing.T, r *restartable, o brokertest.Options) 
 		NewSubscriber: func(t *testing.T, consumer string, deliver broker.DeliverFunc) broker.Subscriber {
 			sub := newSubscriber(t, r.cluster(), prefix+consumer, []string{topic}, deliver, func(cfg *kafka.SubscriberConfig) {
 				cfg.TopicPrefix = prefix
+				cfg.Logger = brokertest.LogTo(t)
 				cfg.DeadLetter = o.DeadLetterAfter > 0
 				cfg.DeadLetterAfter = o.DeadLetterAfter
 			})

@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -24,6 +25,8 @@ import (
 
 func TestMain(m *testing.M) {
 	brokertest.ChildMain(newChildSubscriber)
+	// What a test gives no logger of its own (brokertest.LogTo) logs nowhere.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	goleak.VerifyTestMain(m)
 }
 

@@ -7,9 +7,11 @@ import (
 	"time"
 )
 
-// DelayBuckets are the upper bounds of the commit-to-handle delay histogram
-// in Stats.
-var DelayBuckets = []time.Duration{
+// DelayBuckets returns the upper bounds of the commit-to-handle delay
+// histogram in Stats.
+func DelayBuckets() []time.Duration { return slices.Clone(delayBuckets) }
+
+var delayBuckets = []time.Duration{
 	time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond,
 	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
 	time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
@@ -42,9 +44,9 @@ type Stats struct {
 	Partitions []PartitionStats
 }
 
-// DelayHistogram is a cumulative histogram over DelayBuckets.
+// DelayHistogram is a cumulative histogram over DelayBuckets().
 type DelayHistogram struct {
-	// Counts[i] counts delays at most DelayBuckets[i]; the last entry counts
+	// Counts[i] counts delays at most DelayBuckets()[i]; the last entry counts
 	// every observation (the +Inf bucket).
 	Counts []uint64
 	// Count is the number of observations and Sum their total.
@@ -85,7 +87,7 @@ type subStats struct {
 func (s *subStats) init() {
 	s.committed = map[tp]int64{}
 	s.hwm = map[tp]int64{}
-	s.delay.counts = make([]atomic.Uint64, len(DelayBuckets)+1)
+	s.delay.counts = make([]atomic.Uint64, len(delayBuckets)+1)
 }
 
 func (s *subStats) committedAt(k tp, off int64) {
@@ -102,7 +104,7 @@ type histogram struct {
 }
 
 func (h *histogram) observe(d time.Duration) {
-	i, _ := slices.BinarySearch(DelayBuckets, d)
+	i, _ := slices.BinarySearch(delayBuckets, d)
 	h.counts[i].Add(1)
 	h.sum.Add(int64(d))
 }

@@ -62,7 +62,9 @@ func newConformanceInstance(t *testing.T, srv *server, o brokertest.Options) bro
 	return brokertest.Instance{
 		Publisher: pub,
 		NewSubscriber: func(t *testing.T, consumer string, deliver broker.DeliverFunc) broker.Subscriber {
-			sub, err := nats.NewSubscriber(config(consumer), deliver)
+			cfg := config(consumer)
+			cfg.Logger = brokertest.LogTo(t)
+			sub, err := nats.NewSubscriber(cfg, deliver)
 			if err != nil {
 				t.Fatal(err)
 			}

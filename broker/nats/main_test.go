@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -23,6 +24,8 @@ import (
 func TestMain(m *testing.M) {
 	brokertest.ChildMain(newChildSubscriber)
 	orderChildMain()
+	// What a test gives no logger of its own (brokertest.LogTo) logs nowhere.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	code := testdb.RunWithExampleDatabase(m, func() error { return goleak.Find() })
 	os.Exit(code)
 }

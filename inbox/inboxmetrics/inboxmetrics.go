@@ -58,12 +58,21 @@ const (
 	QueryTimeoutDefault = 5 * time.Second
 )
 
-// Buckets of the histograms, in seconds (batch sizes in deliveries).
-var (
-	HandlerBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
-	DelayBuckets   = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
-	BatchBuckets   = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
-)
+// HandlerBuckets returns the buckets of the handler duration histogram, in
+// seconds.
+func HandlerBuckets() []float64 {
+	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+}
+
+// DelayBuckets returns the buckets of the commit-to-handle delay histogram,
+// in seconds.
+func DelayBuckets() []float64 {
+	return []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+}
+
+// BatchBuckets returns the buckets of the batch size histogram, in
+// deliveries.
+func BatchBuckets() []float64 { return []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000} }
 
 // Options configures Metrics. The zero value is valid.
 type Options struct {
@@ -139,19 +148,19 @@ func New(consumer string, opts Options) *Metrics {
 		handler: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:        "idem_consumer_handler_duration_seconds",
 			Help:        "Time the handlers of one event took, in the consumer's transaction, without the commit.",
-			Buckets:     HandlerBuckets,
+			Buckets:     HandlerBuckets(),
 			ConstLabels: cl,
 		}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:        "idem_consumer_commit_to_handle_seconds",
 			Help:        "Delay from an applied event's occurred_at (producer's clock) to the end of its handling (consumer's clock).",
-			Buckets:     DelayBuckets,
+			Buckets:     DelayBuckets(),
 			ConstLabels: cl,
 		}),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:        "idem_consumer_batch_size",
 			Help:        "Deliveries per batch handed to the consumer.",
-			Buckets:     BatchBuckets,
+			Buckets:     BatchBuckets(),
 			ConstLabels: cl,
 		}),
 		parked: prometheus.NewDesc("idem_consumer_parked_messages",

@@ -103,8 +103,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.requeued, st.Requeued)
 	counter(c.commits, st.Commits)
 	counter(c.cErr, st.CommitErrors)
-	buckets := make(map[float64]uint64, len(kafka.DelayBuckets))
-	for i, b := range kafka.DelayBuckets {
+	bounds := kafka.DelayBuckets()
+	buckets := make(map[float64]uint64, len(bounds))
+	for i, b := range bounds {
 		buckets[b.Seconds()] = st.Delay.Counts[i]
 	}
 	ch <- prometheus.MustNewConstHistogram(c.delay, st.Delay.Count, st.Delay.Sum.Seconds(), buckets)

@@ -17,7 +17,7 @@ type fixed kafka.Stats
 func (f fixed) Stats() kafka.Stats { return kafka.Stats(f) }
 
 func TestCollector(t *testing.T) {
-	counts := make([]uint64, len(kafka.DelayBuckets)+1)
+	counts := make([]uint64, len(kafka.DelayBuckets())+1)
 	for i := range counts {
 		counts[i] = 2
 	}
