@@ -293,8 +293,12 @@ func (r *Relay[TTx]) claimBatch(log *slog.Logger) (*claimed, error) {
 	owner := uuid.New()
 	params := r.cfg.ClaimParams(owner)
 	rows, start, err := r.claim(params)
-	if err != nil || len(rows) == 0 {
+	if err != nil {
 		return nil, err
+	}
+	if len(rows) == 0 {
+		r.stats.emptyClaims.Add(1)
+		return nil, nil
 	}
 	if fault.Enabled {
 		fault.Point(fault.RelayAfterClaim)

@@ -99,14 +99,19 @@ type counters struct {
 	quarantined                               atomic.Int64
 	backlog, oldest, measuredAt, inQuarantine atomic.Int64
 	inFlight                                  atomic.Int64
+	emptyClaims                               atomic.Int64
 }
 
 // Stats is a snapshot of a relay's counters since it was created, and of the
 // backlog as last measured (every Config.StatsInterval).
 type Stats struct {
 	// Claims is the number of claims that returned rows; Claimed the rows
-	// they returned.
-	Claims, Claimed int64
+	// they returned; EmptyClaims the number of claims that found nothing.
+	Claims, Claimed, EmptyClaims int64
+	// Wakeups is the number of wake-ups from outside: notifications from
+	// the database (and the listener's own, when it starts and when the
+	// relay's wait lock is taken) and calls to Notify.
+	Wakeups int64
 	// Published is the number of rows confirmed by the broker and marked
 	// published.
 	Published int64
@@ -252,6 +257,8 @@ func (r *Relay[TTx]) Stats() Stats {
 	s := Stats{
 		Claims:        r.stats.claims.Load(),
 		Claimed:       r.stats.claimed.Load(),
+		EmptyClaims:   r.stats.emptyClaims.Load(),
+		Wakeups:       int64(r.signals.Load()),
 		Published:     r.stats.published.Load(),
 		PublishErrors: r.stats.publishErrors.Load(),
 		Quarantined:   r.stats.quarantined.Load(),

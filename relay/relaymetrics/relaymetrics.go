@@ -22,6 +22,8 @@
 //	lease_takeovers_total               counter   rows claimed from an expired lease
 //	leases_lost_total                   counter   confirmed rows this relay could not mark (taken over)
 //	claims_total, claimed_rows_total    counter   claims that returned rows, and their rows
+//	empty_claims_total                  counter   claims that found nothing
+//	wakeups_total                       counter   wake-ups by notifications and Notify
 //	released_total, deleted_total       counter   rows released unpublished; published rows deleted
 //	broker_paused                       gauge     1 while the relay waits for a failing broker
 //	inflight_publishes                  gauge     messages handed to the broker, not yet confirmed or refused
@@ -86,6 +88,7 @@ type Metrics struct {
 	backlog, oldest, paused, inQuarantine     *prometheus.Desc
 	published, publishErrors, takeovers, lost *prometheus.Desc
 	claims, claimed, released, deleted        *prometheus.Desc
+	emptyClaims, wakeups                      *prometheus.Desc
 	quarantined                               *prometheus.Desc
 }
 
@@ -133,6 +136,8 @@ func NewWith(o Options) *Metrics {
 		lost:          d("leases_lost_total", "Confirmed rows this relay could not mark because another worker had taken them over."),
 		claims:        d("claims_total", "Claims that returned rows."),
 		claimed:       d("claimed_rows_total", "Rows returned by claims."),
+		emptyClaims:   d("empty_claims_total", "Claims that found nothing."),
+		wakeups:       d("wakeups_total", "Wake-ups from outside: notifications from the database, Relay.Notify."),
 		released:      d("released_total", "Rows released unpublished."),
 		deleted:       d("deleted_total", "Published rows deleted after the retention."),
 	}
@@ -170,7 +175,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		h.Describe(ch)
 	}
 	for _, d := range []*prometheus.Desc{m.inFlight, m.backlog, m.oldest, m.paused, m.inQuarantine, m.published, m.publishErrors,
-		m.takeovers, m.lost, m.claims, m.claimed, m.released, m.deleted, m.quarantined} {
+		m.takeovers, m.lost, m.claims, m.claimed, m.released, m.deleted, m.quarantined, m.emptyClaims, m.wakeups} {
 		ch <- d
 	}
 }
@@ -211,6 +216,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(m.lost, s.LeasesLost)
 	counter(m.claims, s.Claims)
 	counter(m.claimed, s.Claimed)
+	counter(m.emptyClaims, s.EmptyClaims)
+	counter(m.wakeups, s.Wakeups)
 	counter(m.released, s.Released)
 	counter(m.deleted, s.Deleted)
 	counter(m.quarantined, s.Quarantined)

@@ -38,3 +38,27 @@ idem_relay_quarantined_total 3
 		t.Error(err)
 	}
 }
+
+// TestClaimMetrics: claims that found rows, claims that found nothing and
+// wake-ups are counters of their own.
+func TestClaimMetrics(t *testing.T) {
+	m := relaymetrics.New()
+	m.Watch(fixed{Claims: 5, EmptyClaims: 9, Wakeups: 4})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	want := `
+# HELP idem_relay_claims_total Claims that returned rows.
+# TYPE idem_relay_claims_total counter
+idem_relay_claims_total 5
+# HELP idem_relay_empty_claims_total Claims that found nothing.
+# TYPE idem_relay_empty_claims_total counter
+idem_relay_empty_claims_total 9
+# HELP idem_relay_wakeups_total Wake-ups from outside: notifications from the database, Relay.Notify.
+# TYPE idem_relay_wakeups_total counter
+idem_relay_wakeups_total 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"idem_relay_claims_total", "idem_relay_empty_claims_total", "idem_relay_wakeups_total"); err != nil {
+		t.Error(err)
+	}
+}

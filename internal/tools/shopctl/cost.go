@@ -28,6 +28,9 @@ type costSample struct {
 	machine    procstat.Machine      // the machine's CPU times (/proc/stat)
 	adminCPU   time.Duration         // process_cpu_seconds_total of --admin
 	published  float64               // idem_relay_published_total of --admin
+	claims     float64               // claims of --admin's relays: claim_duration_seconds_count
+	empty      float64               // idem_relay_empty_claims_total of --admin
+	wakeups    float64               // idem_relay_wakeups_total of --admin
 	xacts      int64                 // pg_stat_database: commits + rollbacks
 	statements int64                 // pg_stat_statements: calls
 	hasStmts   bool
@@ -115,6 +118,9 @@ func (p *costProbe) sample(ctx context.Context) costSample {
 		} else {
 			s.adminCPU = time.Duration(m["process_cpu_seconds_total"] * float64(time.Second))
 			s.published = m["idem_relay_published_total"]
+			s.claims = m["idem_relay_claim_duration_seconds_count"]
+			s.empty = m["idem_relay_empty_claims_total"]
+			s.wakeups = m["idem_relay_wakeups_total"]
 		}
 	}
 	if p.pg != nil {
@@ -182,6 +188,9 @@ type loadCost struct {
 	MachineCores        int                `json:"machine_cores,omitempty"`
 	AdminCPUMsPerOrder  float64            `json:"admin_cpu_ms_per_order,omitempty"`
 	MessagesPerOrder    float64            `json:"broker_messages_per_order,omitempty"`
+	ClaimsPerOrder      float64            `json:"claims_per_order,omitempty"`
+	EmptyClaimsPerOrder float64            `json:"empty_claims_per_order,omitempty"`
+	WakeupsPerOrder     float64            `json:"wakeups_per_order,omitempty"`
 	XactsPerOrder       float64            `json:"transactions_per_order,omitempty"`
 	StmtsPerOrder       float64            `json:"statements_per_order,omitempty"`
 	Notes               []string           `json:"notes,omitempty"`
@@ -222,6 +231,9 @@ func (p *costProbe) cost(before, after costSample, orders int) *loadCost {
 	if p.admin != "" {
 		c.AdminCPUMsPerOrder = per(float64(after.adminCPU-before.adminCPU) / float64(time.Millisecond))
 		c.MessagesPerOrder = per(after.published - before.published)
+		c.ClaimsPerOrder = per(after.claims - before.claims)
+		c.EmptyClaimsPerOrder = per(after.empty - before.empty)
+		c.WakeupsPerOrder = per(after.wakeups - before.wakeups)
 	}
 	if p.pg != nil {
 		// The probe's own two samples are a few transactions and
@@ -261,6 +273,8 @@ func (c *loadCost) String() string {
 	if c.AdminCPUMsPerOrder > 0 || c.MessagesPerOrder > 0 {
 		fmt.Fprintf(&b, "  CPU of the shop (--admin)        %8.2f ms\n", c.AdminCPUMsPerOrder)
 		fmt.Fprintf(&b, "  broker messages (relays)         %8.2f\n", c.MessagesPerOrder)
+		fmt.Fprintf(&b, "  relay claims (empty ones)        %8.2f (%.2f)\n", c.ClaimsPerOrder, c.EmptyClaimsPerOrder)
+		fmt.Fprintf(&b, "  relay wake-ups (notifications)   %8.2f\n", c.WakeupsPerOrder)
 	}
 	if c.XactsPerOrder > 0 {
 		fmt.Fprintf(&b, "  PostgreSQL transactions          %8.2f\n", c.XactsPerOrder)

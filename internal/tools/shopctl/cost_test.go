@@ -74,6 +74,11 @@ func TestLoadCost(t *testing.T) {
 	if c.MessagesPerOrder < 3 {
 		t.Errorf("%.2f broker messages per order, want at least 3", c.MessagesPerOrder)
 	}
+	// Every message was claimed, and the relays were woken by notifications
+	// (the shop's relays listen on PostgreSQL).
+	if c.ClaimsPerOrder-c.EmptyClaimsPerOrder <= 0 || c.WakeupsPerOrder <= 0 {
+		t.Errorf("%.2f claims per order of which %.2f empty, %.2f wake-ups: want claims that found rows and wake-ups", c.ClaimsPerOrder, c.EmptyClaimsPerOrder, c.WakeupsPerOrder)
+	}
 	if c.XactsPerOrder < 4 {
 		t.Errorf("%.2f transactions per order, want at least one per service", c.XactsPerOrder)
 	}
@@ -83,9 +88,23 @@ func TestLoadCost(t *testing.T) {
 	if c.StmtsPerOrder <= 0 {
 		t.Errorf("%.2f statements per order for %.2f transactions (notes %q): pg_stat_statements not read?", c.StmtsPerOrder, c.XactsPerOrder, c.Notes)
 	}
-	for _, want := range []string{"cost per order", "PostgreSQL transactions", "PostgreSQL statements", "broker messages", "shopctl load itself", "cores busy"} {
+	for _, want := range []string{"cost per order", "PostgreSQL transactions", "PostgreSQL statements", "broker messages", "relay claims", "wake-ups", "shopctl load itself", "cores busy"} {
 		if !strings.Contains(rep.String(), want) {
 			t.Errorf("the report has no %q:\n%s", want, rep)
+		}
+	}
+}
+
+// TestParseRates: --rates takes orders per second separated by commas, 0
+// for unpaced, and says what it wants otherwise.
+func TestParseRates(t *testing.T) {
+	t.Parallel()
+	if got, err := parseRates("10, 2.5,0,"); err != nil || len(got) != 3 || got[0] != 10 || got[1] != 2.5 || got[2] != 0 {
+		t.Fatalf("parseRates: %v, %v", got, err)
+	}
+	for _, bad := range []string{"10,x", "-1"} {
+		if _, err := parseRates(bad); err == nil || !strings.Contains(err.Error(), "want orders per second") {
+			t.Errorf("parseRates(%q): %v, want an error saying what --rates wants", bad, err)
 		}
 	}
 }

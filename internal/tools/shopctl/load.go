@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +40,10 @@ type loadOptions struct {
 	Admin       string
 	Settle      time.Duration
 	JSON        bool
+	// Rates, when set, makes a sweep: one run per rate, SweepSeconds long
+	// (0: unpaced, --orders orders), and a table of them at the end.
+	Rates        []float64
+	SweepSeconds float64
 }
 
 func loadMain(args []string, stdout, stderr io.Writer) error {
@@ -57,6 +63,8 @@ func loadMain(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.Admin, "admin", "", "the shop's admin address (its --admin-addr): report its CPU per order (process_cpu_seconds_total) and the broker messages its relays published per order")
 	fs.DurationVar(&o.Settle, "settle", 3*time.Second, "with --pids or --admin, how long to go on measuring after the last order (with --db, after its preparation; with --admin, after the relays stopped publishing), so that the consumers' work is counted")
 	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
+	rates := fs.String("rates", "", "a sweep: one run per rate of this list, separated by commas (0 for unpaced, with --orders orders), each --sweep-seconds long, then a table of the cost and the latency at each rate; such as --rates 10,25,50,100,200,0")
+	fs.Float64Var(&o.SweepSeconds, "sweep-seconds", 20, "with --rates, how long each paced run lasts (its orders: rate x seconds, at least 50)")
 	fs.Usage = envflag.Usage(fs, loadEnv, `Usage: shopctl load [flags]
 
 Places orders through the order API, each with an Idempotency-Key, retries a
@@ -86,6 +94,8 @@ Flags:
 Examples:
   go run ./internal/tools/shopctl load --orders 10000 --concurrency 64 --retry-rate 0.05
   shopctl load --orders 2000 --rate 200 --db postgres://localhost/shop
+  shopctl load --rates 10,25,50,100,200,0 --orders 3000 --db postgres://localhost/shop \
+      --admin 127.0.0.1:9090 --pids $(pgrep -o postgres),$(pgrep -f beam.smp),$(pgrep -f 'shop$')
   shopctl load --orders 6000 --rate 200 --db postgres://localhost/shop \
       --admin 127.0.0.1:9090 --pids $(pgrep -o postgres),$(pgrep -f beam.smp) --json
 `)
@@ -95,6 +105,12 @@ Examples:
 	var err error
 	if o.Pids, err = parsePids(*pids); err != nil {
 		return err
+	}
+	if o.Rates, err = parseRates(*rates); err != nil {
+		return err
+	}
+	if len(o.Rates) > 0 {
+		return sweep(context.Background(), o, stdout)
 	}
 	if o.Orders < 1 || o.Concurrency < 1 || o.RetryRate < 0 || o.RetryRate > 1 || o.Lines < 1 {
 		return errors.New("shopctl load: want --orders >= 1, --concurrency >= 1, --lines >= 1 and 0 <= --retry-rate <= 1")
@@ -110,6 +126,90 @@ Examples:
 	}
 	fmt.Fprint(stdout, rep.String())
 	return nil
+}
+
+// parseRates reads --rates: orders per second separated by commas, 0 for
+// unpaced.
+func parseRates(s string) ([]float64, error) {
+	var out []float64
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		r, err := strconv.ParseFloat(f, 64)
+		if err != nil || r < 0 {
+			return nil, fmt.Errorf("shopctl load: --rates %q: want orders per second separated by commas, 0 for unpaced, such as --rates 10,25,50,100,200,0", s)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// sweep runs one load per rate of o.Rates, printing each report as it ends,
+// then a table of them: the cost and latency curve.
+func sweep(ctx context.Context, o loadOptions, stdout io.Writer) error {
+	type step struct {
+		rate float64
+		rep  loadReport
+	}
+	var steps []step
+	for _, rate := range o.Rates {
+		run := o
+		run.Rate = rate
+		if rate > 0 {
+			run.Orders = max(50, int(rate*o.SweepSeconds))
+		}
+		fmt.Fprintf(stdout, "--- rate %s: %d orders\n", rateName(rate), run.Orders)
+		rep, err := runLoad(ctx, run)
+		if err != nil {
+			return fmt.Errorf("rate %s: %w", rateName(rate), err)
+		}
+		fmt.Fprint(stdout, rep.String())
+		steps = append(steps, step{rate, rep})
+	}
+	if o.JSON {
+		var out []map[string]any
+		for _, s := range steps {
+			j := s.rep.json()
+			j["rate"] = s.rate
+			out = append(out, j)
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	fmt.Fprintf(stdout, "\nsweep: CPU ms per order of each --pids process, in all; per order: PostgreSQL transactions, statements, relay claims, empty claims, wake-ups; order commit -> preparation p50/p90/p99 (ms)\n")
+	fmt.Fprintf(stdout, "%8s %8s  %-26s %6s %6s %6s %6s %6s %6s %8s %8s %8s\n", "rate", "orders/s", "CPU ms/order by process", "CPU", "xacts", "stmts", "claims", "empty", "wakes", "p50", "p90", "p99")
+	for _, s := range steps {
+		var procs []string
+		c := s.rep.Cost
+		if c == nil {
+			c = &loadCost{}
+		}
+		for _, name := range slices.Sorted(maps.Keys(c.CPUMsPerOrder)) {
+			procs = append(procs, fmt.Sprintf("%.1f", c.CPUMsPerOrder[name]))
+		}
+		ms := func(p float64) string {
+			if len(s.rep.ToPreparation) == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.1f", float64(percentile(s.rep.ToPreparation, p))/float64(time.Millisecond))
+		}
+		fmt.Fprintf(stdout, "%8s %8.1f  %-26s %6.1f %6.1f %6.1f %6.2f %6.2f %6.2f %8s %8s %8s\n", rateName(s.rate),
+			float64(s.rep.Accepted)/s.rep.Elapsed.Seconds(), strings.Join(procs, " "), c.TotalCPUMsPerOrder,
+			c.XactsPerOrder, c.StmtsPerOrder, c.ClaimsPerOrder, c.EmptyClaimsPerOrder, c.WakeupsPerOrder, ms(.5), ms(.9), ms(.99))
+	}
+	if len(steps) > 0 && steps[0].rep.Cost != nil {
+		fmt.Fprintf(stdout, "processes (in the order of the columns): %s\n", strings.Join(slices.Sorted(maps.Keys(steps[0].rep.Cost.CPUMsPerOrder)), ", "))
+	}
+	return nil
+}
+
+func rateName(r float64) string {
+	if r == 0 {
+		return "unpaced"
+	}
+	return strconv.FormatFloat(r, 'f', -1, 64) + "/s"
 }
 
 // loadReport is the result of a load run.
