@@ -91,12 +91,16 @@ type OutboxListener interface {
 type OutboxWaitListener interface {
 	OutboxListener
 	// ListenOutboxWaiting is ListenOutbox for such databases. The relay
-	// sends on idle when a claim found nothing; the listener then declares
-	// the relay waiting, once every transaction that inserted rows without
-	// notifying has ended, and calls notify once more so that the relay
-	// claims those rows. From then on inserts notify, until a notification
-	// arrives: the listener calls notify and declares the relay busy again
-	// (it finds further rows by claiming until a claim finds nothing).
+	// sends on idle when a claim found nothing and no batch is in flight;
+	// the listener then declares the relay waiting, once every transaction
+	// that inserted rows without notifying has ended, and calls notify
+	// once more if rows may be waiting to be claimed (it may call it when
+	// none are; it must not skip it when some are). It looks again at each
+	// later idle while the relay waits: a batch marked since may have freed
+	// its aggregates' next rows. From then on inserts notify, until a
+	// notification arrives: the listener calls notify and declares the
+	// relay busy again (it finds further rows by claiming until a claim
+	// finds nothing).
 	ListenOutboxWaiting(ctx context.Context, notify func(), idle <-chan struct{}) error
 }
 

@@ -23,7 +23,9 @@ import (
 //     the database, Notify, or another worker's nudge), then claims until a
 //     claim finds nothing.
 //   - A claim that finds nothing while a wake-up came during it claims again:
-//     the rows may have committed after the claim's snapshot.
+//     the rows may have committed after the claim's snapshot; unless another
+//     claim started since. A woken worker does not claim either when a
+//     claim started after every wake-up so far: it sees their rows.
 //   - A batch that held every aggregate waiting (no more heads) ends the
 //     round: another claim would find nothing until it is marked. A full
 //     batch, or an aggregate with as many rows as a claim takes, nudges a
@@ -144,6 +146,12 @@ func (w *worker[TTx]) run() {
 				w.release()
 				return
 			}
+			if !r.nudged.Swap(false) && r.answered() {
+				// Another worker's claim started after every wake-up so
+				// far: it sees their rows.
+				w.release()
+				continue
+			}
 		}
 		w.waiting.Store(false)
 		found, ok := w.round()
@@ -208,7 +216,7 @@ func (w *worker[TTx]) round() (found, ok bool) {
 			return found, false
 		}
 		reserved = false
-		signals := r.signals.Load()
+		r.coverSignals()
 		b, err := r.claimBatch(w.log)
 		if err != nil || b == nil {
 			w.release()
@@ -231,9 +239,9 @@ func (w *worker[TTx]) round() (found, ok bool) {
 		r.claimFailures.Store(0)
 		r.errs.claim.OK(w.ctx)
 		if b == nil {
-			if r.signals.Load() != signals {
-				// Woken while claiming: the rows may have committed after
-				// the claim's snapshot.
+			if !r.answered() {
+				// Woken while claiming, and no claim started since: the
+				// rows may have committed after the claim's snapshot.
 				found = true
 				continue
 			}
@@ -266,6 +274,24 @@ func (w *worker[TTx]) round() (found, ok bool) {
 	}
 	return found, false
 }
+
+// coverSignals records, as a claim starts, that the wake-ups so far are
+// answered.
+func (r *Relay[TTx]) coverSignals() {
+	n := r.signals.Load()
+	for {
+		c := r.covered.Load()
+		if c >= n || r.covered.CompareAndSwap(c, n) {
+			return
+		}
+	}
+}
+
+// answered reports whether a claim started after every wake-up so far. A
+// wake-up that another worker's claim answered needs no claim of its own:
+// notifications that arrive together (a commit's, and the listener's after
+// the batch before it) cost one claim, not one each.
+func (r *Relay[TTx]) answered() bool { return r.covered.Load() >= r.signals.Load() }
 
 // declareIdle tells a driver.OutboxWaitListener that the relay is about to
 // wait.

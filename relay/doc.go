@@ -59,8 +59,11 @@
 // listener holds an advisory lock while the relay has nothing to claim, and
 // inserts notify only when they cannot take it shared. Before it waits, the
 // relay takes the lock, which waits for every transaction that inserted
-// without notifying, and claims once more; at the first notification it
-// gives the lock back and claims until a claim finds nothing. Producers
+// without notifying, and claims once more if the database holds rows a
+// claim could take (one cheap query on the listener's connection, so that
+// a relay that keeps up claims once per wake-up, not twice); at the first
+// notification it gives the lock back and claims until a claim finds
+// nothing. Producers
 // thus notify once per wake-up of a waiting relay, not once per commit (with
 // BusyPollInterval set, a relay that keeps up with a steady stream is never
 // notified).

@@ -48,6 +48,13 @@ type Relay[TTx any] struct {
 	// so that a worker whose claim found nothing can tell whether one came
 	// during the claim.
 	signals atomic.Uint64
+	// covered is the value signals had when the latest claim started: the
+	// wake-ups up to it are answered, since a claim sees every row
+	// committed before it starts.
+	covered atomic.Uint64
+	// nudged is set by nudge: the next woken worker claims even if the
+	// wake-ups are answered.
+	nudged atomic.Bool
 	// idle tells a driver.OutboxWaitListener that a claim found nothing.
 	idle chan struct{}
 	// lingering is held by the one worker that polls at
@@ -308,11 +315,18 @@ func (r *Relay[TTx]) Notify() { r.signal() }
 // one idle worker.
 func (r *Relay[TTx]) signal() {
 	r.signals.Add(1)
-	r.nudge()
+	r.wakeOne()
 }
 
-// nudge wakes one idle worker.
+// nudge wakes one idle worker to claim, whatever claims started since: rows
+// are known to wait (more aggregates than a claim takes, or aggregates
+// whose batch just ended).
 func (r *Relay[TTx]) nudge() {
+	r.nudged.Store(true)
+	r.wakeOne()
+}
+
+func (r *Relay[TTx]) wakeOne() {
 	select {
 	case r.wake <- struct{}{}:
 	default:

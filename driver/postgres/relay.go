@@ -275,13 +275,16 @@ const listenLockRetry = 100 * time.Millisecond
 // migration 0006 the outbox trigger notifies only while a session holds
 // the advisory lock (7194, the outbox's oid); other inserts take it shared
 // until their transaction ends. On a second connection taken out of the
-// pool, ListenOutboxWaiting takes that lock when the relay reports a claim
-// that found nothing (it waits for the transactions that hold it shared,
-// which inserted rows without notifying, to end), then calls notify so that
-// the relay claims their rows. It gives the lock back at the first
+// pool, ListenOutboxWaiting takes that lock when the relay reports that it
+// is idle (it waits for the transactions that hold it shared, which
+// inserted rows without notifying, to end), then looks whether a claim
+// could find rows, and calls notify only if so. It looks again at every
+// later report while it holds the lock: a batch just marked may have made
+// the next row of its aggregate a head. It gives the lock back at the first
 // notification: the relay is then busy, and claims until a claim finds
-// nothing again. Producers therefore notify only while the relay waits, and
-// a row is never left behind by a wake-up.
+// nothing again. Producers therefore notify only while the relay waits, a
+// row is never left behind by a wake-up, and a relay that keeps up claims
+// once per wake-up, not once more for nothing after each batch.
 func (d *PgxDriver) ListenOutboxWaiting(ctx context.Context, notify func(), idle <-chan struct{}) error {
 	conn, err := d.listenConn(ctx)
 	if err != nil {
@@ -320,10 +323,10 @@ func (d *PgxDriver) ListenOutboxWaiting(ctx context.Context, notify func(), idle
 	}
 }
 
-// holdWhileIdle takes the wait lock on conn when the relay reports a claim
-// that found nothing, then calls notify; it gives the lock back on release.
-// Releases go first: a report of idleness older than a notification must
-// not keep the lock after it.
+// holdWhileIdle takes the wait lock on conn when the relay reports that it
+// is idle, then calls notify if a claim could find rows; it gives the lock
+// back on release. Releases go first: a report of idleness older than a
+// notification must not keep the lock after it.
 func (d *PgxDriver) holdWhileIdle(ctx context.Context, conn *pgx.Conn, notify func(), idle, release <-chan struct{}) error {
 	held := false
 	unlock := func() error {
@@ -351,16 +354,33 @@ func (d *PgxDriver) holdWhileIdle(ctx context.Context, conn *pgx.Conn, notify fu
 				return err
 			}
 		case <-idle:
-			if held {
-				continue
-			}
-			if _, err := conn.Exec(ctx, d.dialect.rq.waitLock); err != nil {
+			rows, err := d.lockAndCheck(ctx, conn, !held)
+			if err != nil {
 				return err
 			}
 			held = true
-			notify()
+			if rows {
+				notify()
+			}
 		}
 	}
+}
+
+// lockAndCheck takes the wait lock when lock is set, then runs the check,
+// in one round trip: the check is a statement of its own, so its snapshot
+// is taken once the lock is held, after every transaction that inserted
+// without notifying has ended.
+func (d *PgxDriver) lockAndCheck(ctx context.Context, conn *pgx.Conn, lock bool) (bool, error) {
+	var b pgx.Batch
+	if lock {
+		b.Queue(d.dialect.rq.waitLock)
+	}
+	var rows bool
+	b.Queue(d.dialect.rq.waitCheck).QueryRow(func(r pgx.Row) error { return r.Scan(&rows) })
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		return false, err
+	}
+	return rows, nil
 }
 
 // listenConn takes a connection out of the pool for good and listens on the

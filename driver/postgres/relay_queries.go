@@ -15,6 +15,13 @@ type relayQueries struct {
 	// a relay holds while it waits for notifications: the outbox trigger
 	// (migration 0006) notifies only when it cannot take it shared.
 	waitLock, waitTryLock, waitUnlock string
+	// waitCheck says whether a claim could find rows: an unpublished,
+	// unquarantined row whose lease is free or expired, with no unpublished
+	// row of its aggregate before it. The listener runs it once it holds
+	// the wait lock, and after every batch while it holds it, and wakes the
+	// relay only when it says yes: a relay that keeps up does not claim
+	// once more for nothing after each batch.
+	waitCheck string
 	// claim selects aggregates' heads, the rows that follow them, leases
 	// them and returns them, in one statement run after claimLock. Heads
 	// are unpublished rows with no unpublished row of their aggregate before
@@ -71,6 +78,17 @@ func newRelayQueries(outbox string) relayQueries {
 		waitLock:    `SELECT pg_advisory_lock(7194, ((` + literal + `::regclass::oid::bigint) - 2147483648)::integer)`,
 		waitTryLock: `SELECT pg_try_advisory_lock(7194, ((` + literal + `::regclass::oid::bigint) - 2147483648)::integer)`,
 		waitUnlock:  `SELECT pg_advisory_unlock(7194, ((` + literal + `::regclass::oid::bigint) - 2147483648)::integer)`,
+		waitCheck: `SELECT EXISTS (
+    SELECT 1 FROM ` + outbox + ` o
+    WHERE o.published_at IS NULL AND o.quarantined_at IS NULL
+      AND (o.lease_until IS NULL OR o.lease_until <= now())
+      AND NOT EXISTS (
+        SELECT 1 FROM (
+          SELECT p.seq FROM ` + outbox + ` p
+          WHERE p.aggregatetype = o.aggregatetype AND p.aggregateid = o.aggregateid
+            AND p.published_at IS NULL AND p.seq < o.seq
+          ORDER BY p.seq DESC
+          LIMIT 1) prev))`,
 		claimLock: `SELECT pg_advisory_xact_lock(7193, ((` + literal + `::regclass::oid::bigint) - 2147483648)::integer),
     set_config('synchronous_commit', 'off', true)`,
 

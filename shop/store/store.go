@@ -282,8 +282,8 @@ type Relay interface {
 }
 
 // NewRelay returns a relay publishing the service's outbox through pub. On
-// PostgreSQL it uses pgx, whose LISTEN/NOTIFY wakes it on every commit.
-// Elsewhere the relay polls; Notify then wakes it, so that it can poll
+// PostgreSQL it uses pgx, whose LISTEN/NOTIFY wakes it on every commit, and
+// Notify does nothing. Elsewhere the relay polls; Notify then wakes it, so that it can poll
 // rarely when idle (relay.Config.MaxPollInterval) and still publish the
 // rows of this process at once.
 func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
@@ -299,7 +299,9 @@ func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n, ok := r.(interface{ Notify() }); ok {
+	// With pgx the database's notifications wake the relay; a Notify
+	// after the same commit would only make it claim a second time.
+	if n, ok := r.(interface{ Notify() }); ok && db.pgx == nil {
 		notify := n.Notify
 		db.notify.Store(&notify)
 	}
@@ -309,8 +311,9 @@ func (db *DB) NewRelay(pub broker.Publisher, cfg relay.Config) (Relay, error) {
 // Notify tells the relay of the service's outbox, when one runs in this
 // process (NewRelay), that outbox rows were just committed, so that it
 // claims them now rather than at its next poll. Without a relay in the
-// process it does nothing; a relay in another process finds the rows when
-// it polls, or through LISTEN/NOTIFY on PostgreSQL. It never blocks: call
+// process, or on PostgreSQL (where LISTEN/NOTIFY wakes it), it does
+// nothing; a relay in another process finds the rows when it polls, or
+// through LISTEN/NOTIFY on PostgreSQL. It never blocks: call
 // it after each commit that wrote outbox rows.
 func (db *DB) Notify() {
 	if f := db.notify.Load(); f != nil {
