@@ -26,6 +26,9 @@ type Process struct {
 	PID, PPID int
 	// Comm is the command name (at most 15 bytes, as the kernel keeps it).
 	Comm string
+	// State is the kernel's one-letter state: R running, S sleeping,
+	// T stopped by a signal, Z zombie, and so on.
+	State string
 	// Own is the process's user and system time; Reaped that of its
 	// children it has waited for (cutime and cstime).
 	Own, Reaped time.Duration
@@ -55,7 +58,7 @@ func parse(pid int, s string) (Process, error) {
 	if len(f) < 15 {
 		return Process{}, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
-	p := Process{PID: pid, Comm: s[l+1 : r]}
+	p := Process{PID: pid, Comm: s[l+1 : r], State: f[0]}
 	p.PPID, _ = strconv.Atoi(f[1]) // field 4
 	var ticks [4]int64             // fields 14-17: utime stime cutime cstime
 	for i := range ticks {
@@ -153,4 +156,53 @@ func (m Machine) CoresBusy(later Machine) float64 {
 		return 0
 	}
 	return float64(later.Busy-m.Busy) / float64(total) * float64(runtime.NumCPU())
+}
+
+// WaitStopped waits until every thread of process pid is stopped by a signal
+// (state T), as they are some time after a SIGSTOP: the kernel delivers it to
+// each thread on its way back to user space, so a process read just after
+// kill(2) returns may still be running. It returns an error naming the first
+// thread still running when timeout passes, or ErrNoProcess.
+func WaitStopped(pid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		running, err := runningThread(pid)
+		if err != nil || running == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d: thread %d not stopped after %v", pid, running, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// runningThread returns a thread of pid that is not stopped, or 0.
+func runningThread(pid int) (int, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, ErrNoProcess
+		}
+		return 0, err
+	}
+	for _, e := range tasks {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/stat")
+		if err != nil {
+			continue // the thread has ended
+		}
+		th, err := parse(tid, string(b))
+		if err != nil {
+			return 0, err
+		}
+		if th.State != "T" && th.State != "t" && th.State != "Z" && th.State != "X" {
+			return tid, nil
+		}
+	}
+	return 0, nil
 }

@@ -3,6 +3,8 @@ package procstat
 import (
 	"errors"
 	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -15,7 +17,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Process{PID: 4242, PPID: 17, Comm: "my (odd) cmd", Own: 100 * time.Millisecond, Reaped: 300 * time.Millisecond}
+	want := Process{PID: 4242, PPID: 17, Comm: "my (odd) cmd", State: "S", Own: 100 * time.Millisecond, Reaped: 300 * time.Millisecond}
 	if p != want {
 		t.Fatalf("parse = %+v, want %+v", p, want)
 	}
@@ -73,5 +75,34 @@ func TestTreeCPUAndMachine(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("All does not list this process")
+	}
+}
+
+// TestWaitStopped: a process sent SIGSTOP is reported stopped once all its
+// threads are; a running one is not; a process that is not there is
+// ErrNoProcess.
+func TestWaitStopped(t *testing.T) {
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	if err := WaitStopped(pid, 20*time.Millisecond); err == nil {
+		t.Fatal("WaitStopped on a sleeping process: no error")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitStopped(pid, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := Read(pid); err != nil || p.State != "T" {
+		t.Fatalf("after WaitStopped: state %q, %v; want T", p.State, err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if err := WaitStopped(pid, time.Second); !errors.Is(err, ErrNoProcess) {
+		t.Fatalf("WaitStopped on an ended process = %v, want ErrNoProcess", err)
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/procstat"
 )
 
 // BinDirEnv names the variable that may hold the directory of the RabbitMQ
@@ -403,7 +405,14 @@ func (c *Cluster) Kill(t testing.TB, i int) {
 
 // Freeze stops node i's Erlang VM with SIGSTOP: its sockets stay open but
 // nothing answers, as with a VM paused by its hypervisor. Thaw resumes it.
-func (c *Cluster) Freeze(t testing.TB, i int) { t.Helper(); c.signal(t, i, syscall.SIGSTOP) }
+// Freeze returns once every thread of the VM is stopped.
+func (c *Cluster) Freeze(t testing.TB, i int) {
+	t.Helper()
+	c.signal(t, i, syscall.SIGSTOP)
+	if err := procstat.WaitStopped(c.Pid(t, i), 30*time.Second); err != nil {
+		t.Fatalf("testamqp: freeze node %s: %v", c.nodes[i].name, err)
+	}
+}
 
 // Thaw resumes node i after Freeze (SIGCONT).
 func (c *Cluster) Thaw(t testing.TB, i int) { t.Helper(); c.signal(t, i, syscall.SIGCONT) }

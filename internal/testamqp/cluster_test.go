@@ -3,13 +3,14 @@ package testamqp
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idem-go/idem/internal/procstat"
 )
 
 // TestCluster starts a 2-node cluster (broker/amqp/clustertest runs a
@@ -83,11 +84,9 @@ func TestCluster(t *testing.T) {
 }
 
 func procState(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	p, err := procstat.Read(pid)
 	if err != nil {
 		return ""
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return f[0]
+	return p.State
 }

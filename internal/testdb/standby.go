@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-go/idem/internal/procstat"
 )
 
 // Replication says how a standby made by StartStandby follows its primary.
@@ -147,6 +149,11 @@ func dead(pid int) bool {
 func (s *Server) Freeze(t testing.TB) {
 	t.Helper()
 	pids := s.signalAll(t, syscall.SIGSTOP)
+	for _, pid := range pids {
+		if err := procstat.WaitStopped(pid, 30*time.Second); err != nil && !errors.Is(err, procstat.ErrNoProcess) {
+			t.Fatalf("freeze the server on port %d: %v", s.Port, err)
+		}
+	}
 	t.Cleanup(func() {
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGCONT)

@@ -32,6 +32,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/procstat"
 )
 
 // module is the module path of the server.
@@ -229,6 +231,9 @@ func (c *Cluster) signal(i int, sig syscall.Signal) {
 		s.mu.Lock()
 		s.frozen = true
 		s.mu.Unlock()
+		if err := procstat.WaitStopped(cmd.Process.Pid, 30*time.Second); err != nil {
+			c.t.Fatalf("testnatscluster: freeze %s: %v", s.name, err)
+		}
 	case syscall.SIGCONT:
 		s.mu.Lock()
 		s.frozen = false
