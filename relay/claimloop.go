@@ -37,7 +37,11 @@ import (
 //     lingers, declares the relay idle to a driver.OutboxWaitListener,
 //     which then makes the database notify again.
 //   - Without rows, the poll interval doubles up to Config.MaxPollInterval;
-//     a wake-up or a round with rows brings it back to Config.PollInterval.
+//     a poll (not a wake-up) that finds rows brings it back to
+//     Config.PollInterval: someone writes rows without notifying. Wake-ups
+//     leave it alone: rows that are announced need no poll, and a relay
+//     woken ten times a second that went back to polling every
+//     PollInterval after each would claim for nothing between them.
 
 // pacer is a worker's poll interval: how long it waits before claiming
 // again, after a round that found rows or not.
@@ -50,24 +54,21 @@ func newPacer(cfg Config) pacer {
 	return pacer{poll: cfg.PollInterval, busy: cfg.BusyPollInterval, max: cfg.MaxPollInterval, idle: cfg.PollInterval}
 }
 
-// woken records a wake-up from outside: the interval comes back to poll.
-func (p *pacer) woken() { p.idle = p.poll }
-
 // mayLinger reports whether a round that found rows lets the worker poll at
 // the busy pace (if it gets the relay's one lingering place).
 func (p *pacer) mayLinger(found bool) bool { return found && p.busy > 0 }
 
 // next returns the wait before the next claim (before jitter) after a
-// round: found says it claimed rows, lingers that the worker holds the
-// lingering place.
-func (p *pacer) next(found, lingers bool) time.Duration {
+// round: found says it claimed rows, woken that a wake-up (not the timer)
+// started it, lingers that the worker holds the lingering place.
+func (p *pacer) next(found, woken, lingers bool) time.Duration {
 	switch {
 	case lingers:
 		p.idle = p.poll
 		return p.busy
-	case found || p.max == 0:
+	case p.max == 0 || found && !woken:
 		p.idle = p.poll
-	default:
+	case !found:
 		p.idle = min(2*p.idle, p.max)
 	}
 	return p.idle
@@ -135,13 +136,14 @@ func (w *worker[TTx]) run() {
 		if !w.acquire() {
 			return
 		}
+		woken := false
 		select {
 		case <-w.ctx.Done():
 			w.release()
 			return
 		case <-timer.C:
 		case <-r.wake:
-			w.pace.woken()
+			woken = true
 			if !ctxsleep.Sleep(w.ctx, r.cfg.Debounce) {
 				w.release()
 				return
@@ -169,7 +171,7 @@ func (w *worker[TTx]) run() {
 				r.declareIdle()
 			}
 		}
-		d := w.pace.next(found, w.lingers)
+		d := w.pace.next(found, woken, w.lingers)
 		if !w.lingers {
 			d = backoff.Jitter(d, pollJitter)
 		}

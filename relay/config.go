@@ -66,11 +66,14 @@ type Config struct {
 	PollInterval time.Duration
 	// MaxPollInterval, when set, makes idle workers back off: after a
 	// claim that finds nothing, the next poll waits twice as long as the
-	// previous one, up to MaxPollInterval; a claim that finds rows, a
-	// notification from the database or Relay.Notify brings it back to
-	// PollInterval. Processes that write their outbox rows themselves call
+	// previous one, up to MaxPollInterval; a poll that finds rows brings it
+	// back to PollInterval (someone writes rows without notifying). A
+	// notification from the database or Relay.Notify wakes a worker at once
+	// and leaves the interval as it is: rows that are announced need no
+	// poll. Processes that write their outbox rows themselves call
 	// Relay.Notify after committing, so that a relay idle for a while picks
-	// their rows up at once. Zero (the default) polls every PollInterval.
+	// their rows up at once; rows of a process that does not are found
+	// within MaxPollInterval. Zero (the default) polls every PollInterval.
 	// It must not be shorter than PollInterval.
 	MaxPollInterval time.Duration
 	// BusyPollInterval, when positive, is how soon a worker whose last

@@ -333,23 +333,23 @@ func (a *app) addConsumers(db *store.DB, cs ...*inbox.Consumer[*sql.Tx]) {
 	}
 }
 
-// notifyAfterWrite wakes db's relay after each request to h that may have
-// committed outbox rows (any method but GET and HEAD).
+// notifyAfterWrite wakes db's relay after each request to h that inserted
+// outbox rows (a retried order with the same Idempotency-Key inserts none).
 func notifyAfterWrite(h http.Handler, db *store.DB) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		before := db.OutboxAdds()
 		h.ServeHTTP(w, r)
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			db.Notify()
-		}
+		db.NotifyIfAdded(before)
 	})
 }
 
 // notifyAfterDelivery wakes db's relay after each batch that deliver
-// handled: the consumer's handlers may have committed outbox rows.
+// handled, when its handlers inserted outbox rows.
 func notifyAfterDelivery(deliver broker.DeliverFunc, db *store.DB) broker.DeliverFunc {
 	return func(ctx context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+		before := db.OutboxAdds()
 		disps, errs := deliver(ctx, ds)
-		db.Notify()
+		db.NotifyIfAdded(before)
 		return disps, errs
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
@@ -17,33 +18,10 @@ import (
 func TestNotifyWakesTheRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, err := Open(ctx, "order", "sqlite:"+t.TempDir(), "shop_order", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Migrate(ctx, Migrations{SQLite: nil}, nil); err != nil {
-		t.Fatal(err)
-	}
+	db := openOrderDB(ctx, t)
 	db.Notify() // no relay: nothing happens
 	w := outbox.NewWriter(db.Driver)
-	write := func(id string) {
-		t.Helper()
-		ev, err := idem.NewEvent("order.order.placed.v1", "order", id, map[string]string{"order_id": id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx, err := db.Driver.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Add(ctx, tx, ev); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(id string) { t.Helper(); writeOrderPlaced(t, db, w, id) }
 	pub := memory.New()
 	published := func(n int, within time.Duration) bool {
 		deadline := time.Now().Add(within)
@@ -84,4 +62,70 @@ func TestNotifyWakesTheRelay(t *testing.T) {
 		t.Fatal("the second row was not published after Notify")
 	}
 	t.Logf("published %v after Notify", time.Since(start))
+}
+
+// TestNotifyIfAdded: the writers of OutboxWriter count their inserts, and
+// NotifyIfAdded wakes the relay only after work that inserted rows: an
+// order retried with the same Idempotency-Key, or a delivery whose handler
+// writes no event, costs the relay no claim.
+func TestNotifyIfAdded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := openOrderDB(ctx, t)
+	notified := 0
+	notify := func() { notified++ }
+	db.notify.Store(&notify)
+
+	before := db.OutboxAdds()
+	db.NotifyIfAdded(before)
+	if notified != 0 {
+		t.Fatalf("NotifyIfAdded with no insert notified %d times", notified)
+	}
+	writeOrderPlaced(t, db, db.OutboxWriter(), "1")
+	if got := db.OutboxAdds(); got != before+1 {
+		t.Fatalf("OutboxAdds = %d after one Add, want %d", got, before+1)
+	}
+	db.NotifyIfAdded(before)
+	if notified != 1 {
+		t.Fatalf("NotifyIfAdded after an insert notified %d times, want 1", notified)
+	}
+	db.NotifyIfAdded(db.OutboxAdds())
+	if notified != 1 {
+		t.Fatalf("NotifyIfAdded with nothing inserted since notified again (%d)", notified)
+	}
+}
+
+// writeOrderPlaced commits an order placed event for order id through w.
+func writeOrderPlaced(t *testing.T, db *DB, w *outbox.Writer[*sql.Tx], id string) {
+	t.Helper()
+	ctx := context.Background()
+	ev, err := idem.NewEvent("order.order.placed.v1", "order", id, map[string]string{"order_id": id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Driver.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(ctx, tx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openOrderDB opens and migrates an order database in a SQLite file of the
+// test's.
+func openOrderDB(ctx context.Context, t *testing.T) *DB {
+	t.Helper()
+	db, err := Open(ctx, "order", "sqlite:"+t.TempDir(), "shop_order", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if err := db.Migrate(ctx, Migrations{SQLite: nil}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }

@@ -72,6 +72,9 @@ type DB struct {
 	observer  func(consumer string) inbox.Observer
 	outboxLog bool
 	notify    atomic.Pointer[func()]
+	// added counts the InsertOutbox calls of OutboxWriter's writers
+	// (OutboxAdds).
+	added atomic.Uint64
 }
 
 // Options adjust Open.
@@ -330,7 +333,45 @@ func (db *DB) OutboxWriter() *outbox.Writer[*sql.Tx] {
 			return w
 		}
 	}
-	return outbox.NewWriter(db.Driver)
+	return outbox.NewWriter[*sql.Tx](countingDriver{db.Driver, &db.added})
+}
+
+// OutboxAdds is how many times the writers of OutboxWriter inserted outbox
+// rows, committed or not. Compare it before and after a piece of work to
+// tell whether the work may have committed rows, and call Notify only then
+// (NotifyIfAdded): a Notify after a commit that wrote none makes the relay
+// claim for nothing.
+func (db *DB) OutboxAdds() uint64 { return db.added.Load() }
+
+// NotifyIfAdded calls Notify when outbox rows were inserted since OutboxAdds
+// returned before. Rows inserted by other work meanwhile count too: a
+// Notify too many costs one claim, one too few would leave rows waiting for
+// the relay's poll.
+func (db *DB) NotifyIfAdded(before uint64) {
+	if db.added.Load() != before {
+		db.Notify()
+	}
+}
+
+// countingDriver is the driver of OutboxWriter's writers: it counts their
+// inserts in added.
+type countingDriver struct {
+	*driver.SQLDriver
+	added *atomic.Uint64
+}
+
+func (d countingDriver) Dialect() driver.Dialect {
+	return countingDialect{d.SQLDriver.Dialect(), d.added}
+}
+
+type countingDialect struct {
+	driver.Dialect
+	added *atomic.Uint64
+}
+
+func (d countingDialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
+	d.added.Add(1)
+	return d.Dialect.InsertOutbox(ctx, ex, rows)
 }
 
 // CDCPrefix is the prefix of the service's events written as WAL messages
