@@ -974,3 +974,51 @@ func statusSentAfterNow(t *testing.T, pg *testdb.PG, slot string) {
 	// The second update is taken after the first one's position is.
 	replyAfter(replyAfter(now))
 }
+
+// TestStagesAddUp: no published message's stage is negative, and the
+// stages add up to the commit-to-confirmation times reported beside them.
+func TestStagesAddUp(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	var (
+		mu      sync.Mutex
+		totals  []time.Duration
+		reports []cdc.Stages
+	)
+	cfg := fastConfig(t)
+	cfg.Observer.CommitToPublish = func(d time.Duration) { mu.Lock(); totals = append(totals, d); mu.Unlock() }
+	cfg.Observer.Stages = func(s cdc.Stages) { mu.Lock(); reports = append(reports, s); mu.Unlock() }
+	start(t, pg, pub, cfg)
+	const n = 20
+	for i := range n {
+		pg.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			VALUES ($1, 'order', $2, 'order.order.placed.v1', '{}')`, uuid.New(), fmt.Sprint(i%3))
+	}
+	waitLen(t, pub, n, 20*time.Second)
+	eventually(t, 10*time.Second, "a report per message", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reports) == n && len(totals) == n
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i, s := range reports {
+		// The two hooks are called one after the other for each message,
+		// under no common lock: compare the sums, not message by message.
+		if s.Receive <= 0 || s.Visible < 0 || s.Queue < 0 || s.Confirm < 0 {
+			t.Errorf("message %d: stages %+v, want receive positive, none negative", i, s)
+		}
+	}
+	var sum, total time.Duration
+	for i := range n {
+		s := reports[i]
+		sum += s.Receive + s.Visible + s.Queue + s.Confirm
+		total += totals[i]
+	}
+	// The commit time is the server's wall clock, the others carry Go's
+	// monotonic reading too: the sums may differ by nanoseconds.
+	if d := (sum - total).Abs(); d > n*time.Microsecond {
+		t.Errorf("stages add up to %v over %d messages, commit-to-publish to %v", sum, n, total)
+	}
+}

@@ -192,6 +192,30 @@ type Observer struct {
 	// CommitToPublish is called for each published message with the time
 	// from its transaction's commit to the broker's confirmation.
 	CommitToPublish func(d time.Duration)
+	// Stages is called for each published message with the parts of its
+	// commit-to-confirmation time: where a relay's latency goes.
+	Stages func(Stages)
+}
+
+// Stages splits a message's time from its transaction's commit to the
+// broker's confirmation (Observer.CommitToPublish) into its parts, which add
+// up to it.
+type Stages struct {
+	// Receive is from the commit (the server's commit timestamp) to the
+	// relay's reading the transaction's end from the stream: the
+	// walsender's decoding and sending, and the relay's reading, including
+	// while its window was full.
+	Receive time.Duration
+	// Visible is from then to the transaction's being seen visible to other
+	// sessions (one query for the transactions read meanwhile).
+	Visible time.Duration
+	// Queue is from then to the start of the Publish call that carried the
+	// message: waiting for the previous message of its aggregate, for a
+	// free call, or for a failed call's retry.
+	Queue time.Duration
+	// Confirm is the Publish call that carried it: sending and the broker's
+	// confirmation.
+	Confirm time.Duration
 }
 
 var slotChars = regexp.MustCompile(`[^a-z0-9_]`)

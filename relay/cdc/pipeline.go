@@ -35,7 +35,10 @@ type entry struct {
 	// it are published.
 	lsn    pglogrepl.LSN
 	commit time.Time
-	state  uint8
+	// read is when the relay read the transaction's commit; shown when it
+	// was seen visible and handed to the publisher.
+	read, shown time.Time
+	state       uint8
 }
 
 const (
@@ -156,7 +159,9 @@ func (p *pipeline) add(es []*entry) {
 			return
 		}
 	}
+	now := time.Now()
 	for _, e := range es {
+		e.read = now
 		if e.hasMsg {
 			p.unsent++
 			e.out = &ordered.Entry{Key: e.key, Msg: e.msg}
@@ -277,8 +282,10 @@ func (p *pipeline) unseen() (xids []uint32, seqs []uint64, end uint64) {
 func (p *pipeline) handLocked() {
 	var out []*ordered.Entry
 	i := p.first
+	now := time.Now()
 	for ; i < len(p.entries) && p.entries[i].seq < p.shown; i++ {
 		if e := p.entries[i]; e.state == pending {
+			e.shown = now
 			out = append(out, e.out)
 		}
 	}
@@ -305,6 +312,14 @@ func (p *pipeline) settled(out *ordered.Entry) {
 		r.stats.published.Add(1)
 		if r.cfg.Observer.CommitToPublish != nil {
 			r.cfg.Observer.CommitToPublish(out.At.Sub(e.commit))
+		}
+		if r.cfg.Observer.Stages != nil {
+			r.cfg.Observer.Stages(Stages{
+				Receive: e.read.Sub(e.commit),
+				Visible: e.shown.Sub(e.read),
+				Queue:   out.Sent.Sub(e.shown),
+				Confirm: out.At.Sub(out.Sent),
+			})
 		}
 	}
 	p.signal()

@@ -25,6 +25,9 @@
 //	publish_duration_seconds        histogram one Publish call
 //	commit_to_publish_seconds       histogram commit to the broker's confirmation
 //	confirm_delay_seconds           histogram commit to its position confirmed to the server
+//	stage_seconds{stage}            histogram commit_to_publish in parts (cdc.Stages): receive (commit
+//	                                          to read from the stream), visible (to seen visible), queue
+//	                                          (to its Publish call), confirm (the call)
 //
 // The slot gauges are as fresh as cdc.Config.StandbyInterval; the others
 // are read when Prometheus scrapes. Alert on slot_retained_bytes
@@ -55,6 +58,7 @@ func Buckets() []float64 {
 // Metrics is a prometheus.Collector for one CDC relay.
 type Metrics struct {
 	publish, commitToPublish, confirm prometheus.Histogram
+	stages                            *prometheus.HistogramVec
 	descs                             map[string]*prometheus.Desc
 
 	mu  sync.Mutex
@@ -75,7 +79,10 @@ func New(slot string) *Metrics {
 		publish:         h("publish_duration_seconds", "Duration of one Publish call."),
 		commitToPublish: h("commit_to_publish_seconds", "Time from a transaction's commit to the broker's confirmation of its message."),
 		confirm:         h("confirm_delay_seconds", "Time from a transaction's commit to its position confirmed to the server."),
-		descs:           map[string]*prometheus.Desc{},
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "idem", Subsystem: "cdc", Name: "stage_seconds",
+			Help:    "Parts of the time from a transaction's commit to the broker's confirmation of its message: receive, visible, queue, confirm.",
+			Buckets: Buckets(), ConstLabels: labels}, []string{"stage"}),
+		descs: map[string]*prometheus.Desc{},
 	}
 	for name, help := range map[string]string{
 		"slot_lag_bytes":         "WAL bytes between the server's current position and the slot's confirmed position.",
@@ -100,7 +107,9 @@ func New(slot string) *Metrics {
 // Instrument returns cfg with its Observer's functions feeding the histograms
 // (hooks already set are called too).
 func (m *Metrics) Instrument(cfg cdc.Config) cdc.Config {
-	prevPub, prevC2P, prevConf := cfg.Observer.Publish, cfg.Observer.CommitToPublish, cfg.Observer.Confirm
+	prevPub, prevC2P, prevConf, prevStages := cfg.Observer.Publish, cfg.Observer.CommitToPublish, cfg.Observer.Confirm, cfg.Observer.Stages
+	receive, visible := m.stages.WithLabelValues("receive"), m.stages.WithLabelValues("visible")
+	queue, confirm := m.stages.WithLabelValues("queue"), m.stages.WithLabelValues("confirm")
 	cfg.Observer.Publish = func(n int, d time.Duration, err error) {
 		m.publish.Observe(d.Seconds())
 		if prevPub != nil {
@@ -117,6 +126,15 @@ func (m *Metrics) Instrument(cfg cdc.Config) cdc.Config {
 		m.confirm.Observe(d.Seconds())
 		if prevConf != nil {
 			prevConf(d)
+		}
+	}
+	cfg.Observer.Stages = func(s cdc.Stages) {
+		receive.Observe(s.Receive.Seconds())
+		visible.Observe(s.Visible.Seconds())
+		queue.Observe(s.Queue.Seconds())
+		confirm.Observe(s.Confirm.Seconds())
+		if prevStages != nil {
+			prevStages(s)
 		}
 	}
 	return cfg
@@ -137,6 +155,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.publish.Describe(ch)
 	m.commitToPublish.Describe(ch)
 	m.confirm.Describe(ch)
+	m.stages.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -144,6 +163,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.publish.Collect(ch)
 	m.commitToPublish.Collect(ch)
 	m.confirm.Collect(ch)
+	m.stages.Collect(ch)
 	m.mu.Lock()
 	src := m.src
 	m.mu.Unlock()

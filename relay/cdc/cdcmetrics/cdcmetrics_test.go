@@ -25,6 +25,7 @@ func TestCollect(t *testing.T) {
 	cfg.Observer.Publish(3, 2*time.Millisecond, nil)
 	cfg.Observer.CommitToPublish(4 * time.Millisecond)
 	cfg.Observer.Confirm(20 * time.Millisecond)
+	cfg.Observer.Stages(cdc.Stages{Receive: time.Millisecond, Visible: time.Millisecond, Queue: time.Millisecond, Confirm: time.Millisecond})
 	m.Watch(fixed{Published: 7, SlotLagBytes: 1024, RetainedBytes: 4096, Lag: 1500 * time.Millisecond, Streaming: true, InFlight: 2})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
@@ -51,5 +52,8 @@ idem_cdc_streaming{slot="idem_public_outbox"} 1
 	}
 	if n := testutil.CollectAndCount(m, "idem_cdc_confirm_delay_seconds", "idem_cdc_publish_duration_seconds", "idem_cdc_commit_to_publish_seconds"); n != 3 {
 		t.Fatalf("%d histograms", n)
+	}
+	if n := testutil.CollectAndCount(m, "idem_cdc_stage_seconds"); n != 4 {
+		t.Fatalf("%d stage histograms, want receive, visible, queue and confirm", n)
 	}
 }

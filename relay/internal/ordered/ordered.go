@@ -126,10 +126,12 @@ type Entry struct {
 	Ref int
 
 	// Outcome, Err (the last failure) and At (when the broker confirmed the
-	// entry) are set by the publisher once the entry's fate is known.
+	// entry) are set by the publisher once the entry's fate is known; Sent
+	// when the last Publish call that carried it started.
 	Outcome Outcome
 	Err     error
 	At      time.Time
+	Sent    time.Time
 
 	next *Entry // the next entry of the key
 	done bool
@@ -349,8 +351,10 @@ func (p *Publisher) sleep(d time.Duration) bool {
 // every message (a fault of the whole broker), and the first error.
 func (p *Publisher) call(batch []*Entry) (retry []*Entry, down bool, first error) {
 	msgs := make([]idem.Message, len(batch))
+	sent := time.Now()
 	for i, e := range batch {
 		msgs[i] = e.Msg
+		e.Sent = sent
 	}
 	ctx, cancel := p.ctx, context.CancelFunc(func() {})
 	if p.cfg.Timeout > 0 {
