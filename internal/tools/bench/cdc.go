@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,10 +55,14 @@ speed (the database must run with wal_level=logical):
      trigger, into the outbox with the trigger disabled (what the CDC relay
      needs), and a WAL message; each as a ratio to the plain insert; no relay
      runs;
-  3. commit-to-receipt latency through the CDC relay (table rows, trigger
-     disabled): events committed one per transaction at each of --rates
-     events/s for --rate-duration, received by a consumer of the queue;
-     p50, p99, max.
+  3. commit-to-receipt latency at each of --rates events/s for
+     --rate-duration, events committed one per transaction by 16 clients
+     and received by a consumer of the queue (p50, p99, max; after a
+     second at the rate that is not counted), through, in turn: the CDC relay reading table rows (trigger disabled), the CDC
+     relay reading WAL messages, and the polling relay with its defaults
+     (the waiting trigger); for the CDC relays, the commit-to-confirmation
+     time in its stages (cdc.Stages: receive, visible, queue, confirm),
+     p50 and p99 of each.
 `
 
 // cdcFlags are the flags of "bench cdc" that "bench relay" does not have
@@ -299,20 +304,57 @@ func (b *benchCDC) run(ctx context.Context, rates []int) error {
 		}
 	}
 
-	// The CDC relay needs no wake-up: its producers commit without the
-	// trigger, as they would in production.
-	if err := b.notifyTrigger(ctx, false); err != nil {
-		return err
-	}
 	for _, rate := range rates {
-		lat, err := b.latency(ctx, rate)
-		if err != nil {
-			return fmt.Errorf("latency at %d/s: %w", rate, err)
+		fmt.Fprintf(out, "latency at %d events/s for %v, one event per transaction:\n", rate, b.f.rateFor)
+		for _, m := range latencyModes {
+			lat, stages, err := b.latency(ctx, rate, m)
+			if err != nil {
+				return fmt.Errorf("latency at %d/s, %s: %w", rate, m, err)
+			}
+			fmt.Fprintf(out, "  %-22s commit-to-receipt p50 %v  p99 %v  max %v (%d events)\n",
+				m, percentile(lat, 50), percentile(lat, 99), percentile(lat, 100), len(lat))
+			if len(stages) > 0 {
+				fmt.Fprintf(out, "  %-22s %s\n", "", stagesLine(stages))
+			}
 		}
-		fmt.Fprintf(out, "CDC relay (table rows), %d events/s for %v (%d events): commit-to-receipt p50 %v  p99 %v  max %v\n",
-			rate, b.f.rateFor, len(lat), percentile(lat, 50), percentile(lat, 99), percentile(lat, 100))
 	}
 	return nil
+}
+
+// latencyMode is a relay the latency runs measure.
+type latencyMode string
+
+const (
+	cdcRows    latencyMode = "CDC relay, table rows"
+	cdcLog     latencyMode = "CDC relay, WAL messages"
+	pollingRun latencyMode = "polling relay"
+)
+
+var latencyModes = []latencyMode{cdcRows, cdcLog, pollingRun}
+
+// stagesLine returns the p50 and p99 of each stage of a CDC relay's
+// commit-to-confirmation time, and of their sum.
+func stagesLine(stages []cdc.Stages) string {
+	parts := []struct {
+		name string
+		get  func(cdc.Stages) time.Duration
+	}{
+		{"commit-to-confirm", func(s cdc.Stages) time.Duration { return s.Receive + s.Visible + s.Queue + s.Confirm }},
+		{"receive", func(s cdc.Stages) time.Duration { return s.Receive }},
+		{"visible", func(s cdc.Stages) time.Duration { return s.Visible }},
+		{"queue", func(s cdc.Stages) time.Duration { return s.Queue }},
+		{"confirm", func(s cdc.Stages) time.Duration { return s.Confirm }},
+	}
+	var b strings.Builder
+	b.WriteString("p50/p99:")
+	for _, part := range parts {
+		d := make([]time.Duration, len(stages))
+		for i, s := range stages {
+			d[i] = part.get(s)
+		}
+		fmt.Fprintf(&b, " %s %v/%v", part.name, percentile(d, 50), percentile(d, 99))
+	}
+	return b.String()
 }
 
 // prefix is the prefix of the bench's WAL messages: its own, since every
@@ -451,10 +493,10 @@ func (b *benchCDC) publisher(ctx context.Context) (*amqp.Publisher, error) {
 }
 
 // newCDC returns a CDC relay on the bench's outbox with a fresh slot.
-func (b *benchCDC) newCDC(pub *amqp.Publisher, slot string) (*cdc.Relay, error) {
+func (b *benchCDC) newCDC(pub *amqp.Publisher, slot string, obs cdc.Observer) (*cdc.Relay, error) {
 	return cdc.New(b.dbURL, pub, cdc.Config{
 		Tables: idemmsg.Tables{Schema: b.schema}, Slot: slot, Publication: slot,
-		Window: b.f.window, Logger: b.log, MessagePrefix: b.prefix(),
+		Window: b.f.window, Logger: b.log, MessagePrefix: b.prefix(), Observer: obs,
 	})
 }
 
@@ -468,7 +510,7 @@ func (b *benchCDC) drainCDC(ctx context.Context, logMessages bool) (float64, err
 		return 0, err
 	}
 	defer pub.Close()
-	r, err := b.newCDC(pub, slot)
+	r, err := b.newCDC(pub, slot, cdc.Observer{})
 	if err != nil {
 		return 0, err
 	}
@@ -481,7 +523,7 @@ func (b *benchCDC) drainCDC(ctx context.Context, logMessages bool) (float64, err
 	if err := b.fill(ctx, logMessages); err != nil {
 		return 0, err
 	}
-	if r, err = b.newCDC(pub, slot); err != nil {
+	if r, err = b.newCDC(pub, slot, cdc.Observer{}); err != nil {
 		return 0, err
 	}
 	defer func() { _ = r.Stop(context.Background()) }()
@@ -580,26 +622,29 @@ func (b *benchCDC) producers(ctx context.Context, table string, logMessages bool
 // latency runs the CDC relay (table rows) and a consumer of the queue, and
 // commits events one per transaction at rate for --rate-duration from 16
 // producers; it returns each event's commit-to-receipt delay.
-func (b *benchCDC) latency(ctx context.Context, rate int) ([]time.Duration, error) {
+// latency commits events at rate through relay m and returns each one's
+// time from its commit to its receipt by a consumer of the queue, and, for
+// a CDC relay, each message's stages.
+func (b *benchCDC) latency(ctx context.Context, rate int, m latencyMode) ([]time.Duration, []cdc.Stages, error) {
 	if _, err := b.pool.Exec(ctx, "TRUNCATE outbox"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := b.ch.QueuePurge(b.queue, false); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var mu sync.Mutex
 	received := map[string]time.Time{}
 	cch, err := b.conn.Channel()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer cch.Close()
 	if err := cch.Qos(2000, 0, false); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	deliveries, err := cch.Consume(b.queue, "", true, false, false, false, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	consumed := make(chan struct{})
 	go func() {
@@ -615,43 +660,96 @@ func (b *benchCDC) latency(ctx context.Context, rate int) ([]time.Duration, erro
 	}()
 	defer func() { _ = cch.Close(); <-consumed }()
 
-	slot := fmt.Sprintf("%s_%d", b.schema, len(b.slots))
-	b.slots = append(b.slots, slot)
 	pub, err := b.publisher(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer pub.Close()
-	r, err := b.newCDC(pub, slot)
-	if err != nil {
-		return nil, err
+	// The CDC relays need no wake-up: their producers commit without the
+	// trigger, as they would in production; the polling relay runs as it
+	// does by default, with the trigger that notifies while it waits.
+	if err := b.notifyTrigger(ctx, m == pollingRun); err != nil {
+		return nil, nil, err
 	}
-	if err := r.Start(ctx); err != nil {
-		return nil, err
+	w := outbox.NewWriter(b.drv)
+	var stages []cdc.Stages
+	var r interface{ Stop(context.Context) error }
+	switch m {
+	case pollingRun:
+		pr, err := relay.New(b.drv, pub, relay.Config{StatsInterval: -1, Retention: -1, Logger: b.log})
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := pr.Start(ctx); err != nil {
+			return nil, nil, err
+		}
+		r = pr
+	default:
+		if m == cdcLog {
+			if w, err = outbox.NewLogWriter(b.drv, b.prefix()); err != nil {
+				return nil, nil, err
+			}
+		}
+		slot := fmt.Sprintf("%s_%d", b.schema, len(b.slots))
+		b.slots = append(b.slots, slot)
+		cr, err := b.newCDC(pub, slot, cdc.Observer{Stages: func(s cdc.Stages) {
+			mu.Lock()
+			stages = append(stages, s)
+			mu.Unlock()
+		}})
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := cr.Start(ctx); err != nil {
+			return nil, nil, err
+		}
+		r = cr
+		// Measure the relay that streams, not its start: events committed
+		// while it creates its slot wait for it.
+		for deadline := time.Now().Add(time.Minute); !cr.Stats().Streaming; {
+			if time.Now().After(deadline) {
+				return nil, nil, errors.New("the CDC relay does not stream after a minute")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	defer func() { _ = r.Stop(context.Background()) }()
 
-	w := outbox.NewWriter(b.drv)
-	total := int(b.f.rateFor.Seconds() * float64(rate))
-	committed, err := commitAtRate(total, rate, func(i int) (uuid.UUID, error) {
-		ev := b.event(i).Event
-		return ev.ID, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, ev) })
-	})
-	if err != nil {
-		return nil, err
+	commit := func(n, from int) (map[uuid.UUID]time.Time, error) {
+		committed, err := commitAtRate(n, rate, func(i int) (uuid.UUID, error) {
+			ev := b.event(from + i).Event
+			return ev.ID, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, ev) })
+		})
+		if err != nil {
+			return nil, err
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			mu.Lock()
+			got := len(received)
+			mu.Unlock()
+			if got >= from+n {
+				return committed, nil
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("%d of %d events received within 60s of the last commit", got, from+n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		mu.Lock()
-		n := len(received)
-		mu.Unlock()
-		if n >= total {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d of %d events received within 60s of the last commit", n, total)
-		}
-		time.Sleep(5 * time.Millisecond)
+	// A second at the rate first, not counted: the relay's first reads
+	// (a new slot's decoding, the first connections) are its start, not
+	// its pace.
+	if _, err := commit(rate, 0); err != nil {
+		return nil, nil, fmt.Errorf("warm-up: %w", err)
+	}
+	mu.Lock()
+	stages = stages[:0]
+	mu.Unlock()
+	total := int(b.f.rateFor.Seconds() * float64(rate))
+	committed, err := commit(total, rate)
+	if err != nil {
+		return nil, nil, err
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -659,9 +757,9 @@ func (b *benchCDC) latency(ctx context.Context, rate int) ([]time.Duration, erro
 	for id, c := range committed {
 		at, ok := received[id.String()]
 		if !ok {
-			return nil, fmt.Errorf("event %s not received", id)
+			return nil, nil, fmt.Errorf("event %s not received", id)
 		}
 		out = append(out, max(0, at.Sub(c)))
 	}
-	return out, nil
+	return out, slices.Clone(stages), nil
 }
