@@ -91,7 +91,10 @@ type OutboxListener interface {
 type OutboxWaitListener interface {
 	OutboxListener
 	// ListenOutboxWaiting is ListenOutbox for such databases. The relay
-	// sends on idle when a claim found nothing and no batch is in flight;
+	// sends on idle when a claim found nothing and no batch is in flight
+	// (once per such stretch: after a poll that found nothing it sends
+	// again only if a notification, a batch's end or another wake-up came
+	// since);
 	// the listener then declares the relay waiting, once every transaction
 	// that inserted rows without notifying has ended, and calls notify
 	// once more if rows may be waiting to be claimed (it may call it when

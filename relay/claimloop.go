@@ -35,7 +35,9 @@ import (
 //     notifications (producers notify only while the relay waits).
 //   - A worker about to wait with no batch in flight, while no worker
 //     lingers, declares the relay idle to a driver.OutboxWaitListener,
-//     which then makes the database notify again.
+//     which then makes the database notify again; a poll that found
+//     nothing declares it only if a wake-up, a nudge or a batch's end came
+//     since the last declaration (declareIdle).
 //   - Without rows, the poll interval doubles up to Config.MaxPollInterval;
 //     a poll (not a wake-up) that finds rows brings it back to
 //     Config.PollInterval: someone writes rows without notifying. Wake-ups
@@ -168,7 +170,7 @@ func (w *worker[TTx]) run() {
 			// declares it when it ends.
 			w.waiting.Store(true)
 			if w.held.Load() == 0 && !r.lingering.Load() {
-				r.declareIdle()
+				r.declareIdle(!found)
 			}
 		}
 		d := w.pace.next(found, woken, w.lingers)
@@ -261,7 +263,7 @@ func (w *worker[TTx]) round() (found, ok bool) {
 				// nothing while they were leased would now find rows.
 				r.nudge()
 			case left == 0 && w.waiting.Load() && !r.lingering.Load():
-				r.declareIdle()
+				r.declareIdle(false)
 			}
 		})
 		if !b.moreHeads {
@@ -296,8 +298,18 @@ func (r *Relay[TTx]) coverSignals() {
 func (r *Relay[TTx]) answered() bool { return r.covered.Load() >= r.signals.Load() }
 
 // declareIdle tells a driver.OutboxWaitListener that the relay is about to
-// wait.
-func (r *Relay[TTx]) declareIdle() {
+// wait; the listener then looks whether a claim could find rows. After a
+// round whose claims found nothing (emptyRound), it does not when it
+// already did and nothing happened since that the listener's last look
+// would miss: no wake-up (a notification releases the listener's lock and
+// wakes a worker: signal clears r.declared), no nudge, no batch ended
+// (which always declares). The round's own claims just looked; an idle
+// relay that polls thus costs one claim per poll, not a claim and a check.
+func (r *Relay[TTx]) declareIdle(emptyRound bool) {
+	if emptyRound && r.declared.Load() {
+		return
+	}
+	r.declared.Store(true)
 	select {
 	case r.idle <- struct{}{}:
 	default:

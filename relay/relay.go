@@ -55,8 +55,11 @@ type Relay[TTx any] struct {
 	// nudged is set by nudge: the next woken worker claims even if the
 	// wake-ups are answered.
 	nudged atomic.Bool
-	// idle tells a driver.OutboxWaitListener that a claim found nothing.
-	idle chan struct{}
+	// idle tells a driver.OutboxWaitListener that a claim found nothing;
+	// declared says that it was told and nothing happened since
+	// (declareIdle).
+	idle     chan struct{}
+	declared atomic.Bool
 	// lingering is held by the one worker that polls at
 	// Config.BusyPollInterval after a round that found rows.
 	lingering atomic.Bool
@@ -315,6 +318,7 @@ func (r *Relay[TTx]) Notify() { r.signal() }
 // one idle worker.
 func (r *Relay[TTx]) signal() {
 	r.signals.Add(1)
+	r.declared.Store(false)
 	r.wakeOne()
 }
 
@@ -323,6 +327,7 @@ func (r *Relay[TTx]) signal() {
 // whose batch just ended).
 func (r *Relay[TTx]) nudge() {
 	r.nudged.Store(true)
+	r.declared.Store(false)
 	r.wakeOne()
 }
 
@@ -346,6 +351,7 @@ func (r *Relay[TTx]) listen(l driver.OutboxListener) {
 		}
 		var err error
 		if wl, ok := l.(driver.OutboxWaitListener); ok {
+			r.declared.Store(false) // a new listener holds no lock yet
 			err = wl.ListenOutboxWaiting(ctx, notify, r.idle)
 		} else {
 			err = l.ListenOutbox(ctx, notify)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/memory"
@@ -109,6 +110,83 @@ func TestRelayClaimsOncePerWakeUp(t *testing.T) {
 		t.Errorf("%d empty claims and %d claims with rows for %d events committed one at a time, want about one claim each",
 			empty, s.Claims-base.Claims, events)
 	}
+}
+
+// TestIdlePollsDoNotAskTheListenerAgain: an idle relay that polls and finds
+// nothing does not ask the listener to look for rows again after each poll
+// (its claim just looked): the listener is told once, and again only after
+// something that its last look could miss (here a notification).
+func TestIdlePollsDoNotAskTheListenerAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	drv := &countingWaitListener{PgxDriver: b.pg.Driver}
+	claims := make(chan struct{}, 1000)
+	cfg := fastConfig(t)
+	cfg.PollInterval = 5 * time.Millisecond
+	cfg.Observer.Claim = func(time.Duration) {
+		select {
+		case claims <- struct{}{}:
+		default:
+		}
+	}
+	r, err := relay.New[pgx.Tx](drv, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	polls := func(n int) {
+		t.Helper()
+		ctx := testsvc.Ctx(t, 30*time.Second)
+		for range n {
+			select {
+			case <-claims:
+			case <-ctx.Done():
+				t.Fatal("the relay stopped polling")
+			}
+		}
+	}
+	polls(50)
+	if n := drv.reports.Load(); n > 3 {
+		t.Fatalf("%d reports of idleness for 50 polls that found nothing, want the first only (and a spare)", n)
+	}
+	before := drv.reports.Load()
+	b.insert(t, event(t, "1", 1)) // notifies: the listener held the lock
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 10*time.Second), 1); err != nil {
+		t.Fatal(err)
+	}
+	polls(50)
+	if n := drv.reports.Load() - before; n < 1 || n > 3 {
+		t.Fatalf("%d reports of idleness after a notification and 50 empty polls, want 1 (and a spare)", n)
+	}
+}
+
+// countingWaitListener counts the relay's reports of idleness to its
+// listener.
+type countingWaitListener struct {
+	*postgres.PgxDriver
+	reports atomic.Int64
+}
+
+func (d *countingWaitListener) ListenOutboxWaiting(ctx context.Context, notify func(), idle <-chan struct{}) error {
+	fwd := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-idle:
+				d.reports.Add(1)
+				select {
+				case fwd <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return d.PgxDriver.ListenOutboxWaiting(ctx, notify, fwd)
 }
 
 // TestRelayFreedFollowerWhileWaiting: a row committed behind a batch in

@@ -44,7 +44,9 @@ Runs in a scratch schema (idem_bench_<random>, dropped at the end) on the
 database, with an in-process publisher that accepts everything at once, so
 that what is measured is the relay and the database; with --broker, the
 relay publishes to that broker instead (nats://embedded?dir=... for an
-embedded NATS JetStream), and step 2 is what it is measured against:
+embedded NATS JetStream; with amqp://, bind a queue to the exchange first,
+routing key #: RabbitMQ refuses messages nothing is bound for, and the
+relay quarantines them), and step 2 is what it is measured against:
 
   1. throughput: a pre-filled outbox of --rows rows over --aggregates
      aggregates is drained by one relay (--workers workers); events/s;
