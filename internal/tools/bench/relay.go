@@ -770,7 +770,11 @@ func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) (
 	return out, nil
 }
 
+// median returns the median of v, 0 when v is empty.
 func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
 	s := slices.Clone(v)
 	slices.Sort(s)
 	if len(s)%2 == 1 {

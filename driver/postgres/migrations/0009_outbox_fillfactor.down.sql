@@ -1,0 +1,1 @@
+ALTER TABLE {{.Outbox}} RESET (fillfactor);

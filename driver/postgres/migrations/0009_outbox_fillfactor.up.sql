@@ -1,0 +1,11 @@
+-- Room on the outbox's pages for the relay's leases. A claim sets
+-- lease_owner and lease_until on each row it takes, columns no index
+-- holds: when the row's page has room for the new version, PostgreSQL
+-- writes it as a heap-only tuple (HOT) and touches no index. At the
+-- default fillfactor (100) the producers' inserts leave no room, and each
+-- claimed row was written into every index of the table. With 70, a
+-- claim reads and writes about a quarter fewer pages (33 to 26 buffers per
+-- row) and the relay drains about 10% faster (docs/PERFORMANCE.md). It
+-- applies to the pages written from now on; VACUUM FULL (or pg_repack)
+-- rewrites an existing table with it.
+ALTER TABLE {{.Outbox}} SET (fillfactor = 70);
