@@ -588,18 +588,24 @@ func (c *Cluster) Close() error {
 		cmd, done := nd.cmd, nd.done
 		nd.cmd, nd.done = nil, nil
 		nd.mu.Unlock()
+		vm := ""
 		if pid := readPid(filepath.Join(nd.dir, "rabbitmq.pid")); pid > 0 {
+			vm = processID(pid)
 			_ = syscall.Kill(pid, syscall.SIGCONT) // a frozen node
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if cmd == nil {
-			continue
+		if cmd != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				errs = append(errs, fmt.Errorf("testamqp: node %s: process %d did not exit", nd.name, cmd.Process.Pid))
+			}
 		}
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			errs = append(errs, fmt.Errorf("testamqp: node %s: process %d did not exit", nd.name, cmd.Process.Pid))
+		// The script may end before its VM is gone: SIGKILL takes effect
+		// when the kernel has torn the process down.
+		if vm != "" && !waitGone(vm, 30*time.Second) {
+			errs = append(errs, fmt.Errorf("testamqp: node %s: Erlang VM %s still runs 30s after SIGKILL", nd.name, vm))
 		}
 	}
 	if c.epmd != nil {
@@ -643,6 +649,24 @@ func alive(id string) bool {
 	}
 	pid, err := strconv.Atoi(f[0])
 	return err == nil && startTime(pid) == f[1]
+}
+
+// waitGone waits until the process id written by processID has ended (a
+// zombie counts as ended) or timeout passes, and reports whether it ended.
+func waitGone(id string, timeout time.Duration) bool {
+	pid, _ := strconv.Atoi(strings.Fields(id)[0])
+	for deadline := time.Now().Add(timeout); ; {
+		if !alive(id) {
+			return true
+		}
+		if p, err := procstat.Read(pid); err == nil && (p.State == "Z" || p.State == "X") {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func readPid(path string) int {
