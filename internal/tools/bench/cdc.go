@@ -715,39 +715,19 @@ func (b *benchCDC) latency(ctx context.Context, rate int, m latencyMode) ([]time
 	}
 	defer func() { _ = r.Stop(context.Background()) }()
 
-	commit := func(n, from int) (map[uuid.UUID]time.Time, error) {
-		committed, err := commitAtRate(n, rate, func(i int) (uuid.UUID, error) {
-			ev := b.event(from + i).Event
-			return ev.ID, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, ev) })
-		})
-		if err != nil {
-			return nil, err
-		}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			mu.Lock()
-			got := len(received)
-			mu.Unlock()
-			if got >= from+n {
-				return committed, nil
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("%d of %d events received within 60s of the last commit", got, from+n)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	// A second at the rate first, not counted: the relay's first reads
-	// (a new slot's decoding, the first connections) are its start, not
-	// its pace.
-	if _, err := commit(rate, 0); err != nil {
-		return nil, nil, fmt.Errorf("warm-up: %w", err)
-	}
-	mu.Lock()
-	stages = stages[:0]
-	mu.Unlock()
 	total := int(b.f.rateFor.Seconds() * float64(rate))
-	committed, err := commit(total, rate)
+	committed, err := warmThenCommit(rate, total, func(i int) (uuid.UUID, error) {
+		ev := b.event(i).Event
+		return ev.ID, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, ev) })
+	}, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(received)
+	}, func() {
+		mu.Lock()
+		stages = stages[:0]
+		mu.Unlock()
+	})
 	if err != nil {
 		return nil, nil, err
 	}

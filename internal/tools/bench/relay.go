@@ -709,6 +709,33 @@ func commitAtRate(total, rate int, commit func(i int) (uuid.UUID, error)) (map[u
 	return committed, nil
 }
 
+// warmThenCommit commits a second's worth of events at rate (not counted:
+// the relay's start is not its pace), waits until arrived counts them,
+// calls reset (when set), then commits total events and waits until they
+// arrived too. It returns when each counted event committed; commit gets
+// the event's index, from 0 across both parts.
+func warmThenCommit(rate, total int, commit func(i int) (uuid.UUID, error), arrived func() int, reset func()) (map[uuid.UUID]time.Time, error) {
+	part := func(n, from int) (map[uuid.UUID]time.Time, error) {
+		committed, err := commitAtRate(n, rate, func(i int) (uuid.UUID, error) { return commit(from + i) })
+		if err != nil {
+			return nil, err
+		}
+		for deadline := time.Now().Add(60 * time.Second); arrived() < from+n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("%d of %d events arrived within 60s of the last commit", arrived(), from+n)
+			}
+		}
+		return committed, nil
+	}
+	if _, err := part(rate, 0); err != nil {
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+	if reset != nil {
+		reset()
+	}
+	return part(total, rate)
+}
+
 func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) ([]time.Duration, error) {
 	pub := &countingPublisher{next: b.pub, times: map[uuid.UUID]time.Time{}}
 	r, err := relay.New(b.drv, pub, b.relayConfig())
@@ -722,38 +749,21 @@ func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) (
 	defer func() { _ = r.Stop(context.Background()) }()
 
 	w := outbox.NewWriter(b.drv)
-	commit := func(n, from int) (map[uuid.UUID]time.Time, error) {
-		committed, err := commitAtRate(n, rate, func(i int) (uuid.UUID, error) {
-			i += from
-			ev, err := idemmsg.NewEvent("order.order.changed.v1", "order", fmt.Sprint(i%1000), map[string]int{"n": i})
-			if err != nil {
-				return uuid.Nil, err
-			}
-			pctx, span := ctx, trace.Span(nil)
-			if b.traced {
-				pctx, span = otel.Tracer("idem-bench").Start(ctx, "produce")
-			}
-			err = pgx.BeginFunc(pctx, b.pool, func(tx pgx.Tx) error { return w.Add(pctx, tx, ev) })
-			if span != nil {
-				span.End()
-			}
-			return ev.ID, err
-		})
+	committed, err := warmThenCommit(rate, int(duration.Seconds()*float64(rate)), func(i int) (uuid.UUID, error) {
+		ev, err := idemmsg.NewEvent("order.order.changed.v1", "order", fmt.Sprint(i%1000), map[string]int{"n": i})
 		if err != nil {
-			return nil, err
+			return uuid.Nil, err
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for pub.n.Load() < int64(from+n) && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
+		pctx, span := ctx, trace.Span(nil)
+		if b.traced {
+			pctx, span = otel.Tracer("idem-bench").Start(ctx, "produce")
 		}
-		return committed, nil
-	}
-	// A second at the rate first, not counted: the relay's start (its
-	// listener taking the wait lock, the first claims) is not its pace.
-	if _, err := commit(rate, 0); err != nil {
-		return nil, fmt.Errorf("warm-up: %w", err)
-	}
-	committed, err := commit(int(duration.Seconds()*float64(rate)), rate)
+		err = pgx.BeginFunc(pctx, b.pool, func(tx pgx.Tx) error { return w.Add(pctx, tx, ev) })
+		if span != nil {
+			span.End()
+		}
+		return ev.ID, err
+	}, func() int { return int(pub.n.Load()) }, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -763,7 +773,7 @@ func (b *bench) latency(ctx context.Context, rate int, duration time.Duration) (
 	for id, c := range committed {
 		p, ok := pub.times[id]
 		if !ok {
-			return nil, fmt.Errorf("event %s not published within 30s", id)
+			return nil, fmt.Errorf("event %s counted but not published", id)
 		}
 		out = append(out, max(0, p.Sub(c)))
 	}
