@@ -145,12 +145,16 @@ type ClaimParams struct {
 
 // OutboxRecord is an outbox row as the relay reads it.
 type OutboxRecord struct {
-	// OutboxRow holds the row's content. Its ID is uuid.Nil when the id
-	// column does not hold a UUID.
+	// OutboxRow holds the row's content. Its ID is the event id the relay
+	// publishes: idem.EventID(RawID), that is the UUID RawID holds, or the
+	// name-based UUID derived from an id that is not a UUID (the message
+	// then carries RawID in the header idem.HeaderOriginalID). It is
+	// uuid.Nil when RawID cannot become an event id (Unreadable says why).
 	OutboxRow
 	// Seq is the insertion order; it identifies the row.
 	Seq int64
-	// RawID is the id column as stored.
+	// RawID is the id column as stored: the writer's id, whatever it is.
+	// Statements that find the row by its id use it, never ID.String().
 	RawID string
 	// RawHeaders is the headers column as stored (on PostgreSQL, the text
 	// of the jsonb value).
@@ -163,8 +167,9 @@ type OutboxRecord struct {
 	// last requeued. Failures of the whole publish call do not count.
 	Attempts int
 	// Unreadable, when not nil, says why the row cannot become a message: an
-	// id that is not a UUID, headers that are not a JSON object, a timestamp
-	// or version of the wrong type. The relay quarantines such a row at once.
+	// id that cannot become an event id (idem.EventID: empty, over 64
+	// bytes, not UTF-8), headers that are not a JSON object, a timestamp or
+	// version of the wrong type. The relay quarantines such a row at once.
 	Unreadable error
 }
 

@@ -122,9 +122,9 @@ type Config struct {
 	// other aggregate goes on. Operators list, show, re-drive and remove
 	// quarantined rows with "idem failed ... --relay" (or the
 	// driver.RelayDialect methods). A row that cannot become a message (an
-	// id that is not a UUID, headers that are not a JSON object, a missing
-	// event name...) is quarantined at its first claim, whatever this
-	// setting: retrying cannot fix it.
+	// id that cannot become an event id, see idem.EventID; headers that are
+	// not a JSON object, a missing event name...) is quarantined at its
+	// first claim, whatever this setting: retrying cannot fix it.
 	//
 	// Failures that say the broker did not answer (the whole Publish call
 	// failed, or per message: a deadline, a lost connection, an error

@@ -76,9 +76,11 @@
 // delay (Config.RetryBackoff, doubled per attempt, with jitter): it holds
 // back only its own aggregate. On its Config.QuarantineAfter-th refusal it is
 // quarantined. A row that cannot become a message (written by another
-// program with an id that is not a UUID, headers that are not a JSON object,
-// no event name...) is quarantined at its first claim: claims never fail on
-// a row's content.
+// program with an empty id or one over 64 bytes, headers that are not a JSON
+// object, no event name...) is quarantined at its first claim: claims never
+// fail on a row's content. An id that is not a UUID but 1 to 64 bytes of
+// text is published under the UUID idem.EventID derives from it, with the
+// id in the header idem.HeaderOriginalID.
 //
 // A quarantined row stays in the outbox, unpublished, with quarantined_at set
 // and its error in last_error. Claims skip it; the later rows of its

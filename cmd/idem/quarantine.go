@@ -28,9 +28,9 @@ Relay quarantine (--relay):
 
 With --relay, the commands work on the relay's quarantine in the producer's
 outbox (--db is the database the relay reads) instead of a consumer's failure
-store. The relay quarantines a row it cannot turn into a message (an id that
-is not a UUID, headers that are not a JSON object, a missing event name...)
-at its first claim, and a row the broker refused itself (unroutable, nacked,
+store. The relay quarantines a row it cannot turn into a message (an empty
+id or one over 64 bytes, headers that are not a JSON object, a missing event
+name...) at its first claim, and a row the broker refused itself (unroutable, nacked,
 rejected, too large) on each of "idem relay --quarantine-after" attempts.
 A broker that is down or slow never gets a row quarantined. A quarantined row
 is not published, and the later rows of its aggregate wait behind it; every
@@ -297,6 +297,9 @@ func printQuarantineList(w io.Writer, rows []driver.QuarantinedRow, more bool) {
 func printQuarantined(w io.Writer, r driver.QuarantinedRow) {
 	fmt.Fprintf(w, "Seq:             %d\n", r.Seq)
 	fmt.Fprintf(w, "ID:              %s\n", textshow.Printable([]byte(r.RawID)))
+	if idemmsg.IsDerivedEventID(r.RawID) {
+		fmt.Fprintf(w, "Event ID:        %s (derived from the id, which is not a UUID; header %s)\n", r.ID, idemmsg.HeaderOriginalID)
+	}
 	fmt.Fprintf(w, "Aggregate type:  %s\n", textshow.Printable([]byte(r.AggregateType)))
 	fmt.Fprintf(w, "Aggregate ID:    %s\n", textshow.Printable([]byte(r.AggregateID)))
 	fmt.Fprintf(w, "Event:           %s\n", orDash(textshow.Printable([]byte(r.Type))))

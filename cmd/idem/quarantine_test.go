@@ -170,7 +170,7 @@ func failedRelay(t *testing.T, q *quarantineDB) {
 	case "postgres":
 		wantShown = append(wantShown, `"not an object"`)
 	case "sqlite":
-		wantShown = append(wantShown, `"\xff\x00"`, "is not a UUID")
+		wantShown = append(wantShown, `"\xff\x00"`, "holds the control character 0x07")
 	default:
 		wantShown = append(wantShown, "ID:              "+strconv.Quote("E42\x01-"+held))
 	}
@@ -226,6 +226,72 @@ func failedRelay(t *testing.T, q *quarantineDB) {
 	code, _, errOut = idem(t, env, "", "failed", "show", "--relay", strconv.FormatInt(first, 10))
 	if code != 1 || !strings.Contains(errOut, "no quarantined outbox row with seq") {
 		t.Fatalf("failed show --relay of a published row = %d %s", code, errOut)
+	}
+	if q.dialect != "postgres" { // its outbox takes UUIDs only
+		legacyQuarantined(t, q, r, pub)
+	}
+}
+
+// legacyQuarantined: a row whose id is not a UUID, quarantined for it by an
+// idem before idem.EventID's rule, is published under the derived id, with
+// the id in the header idem-original-id, once "idem failed retry --relay"
+// re-drives it.
+func legacyQuarantined(t *testing.T, q *quarantineDB, r *relay.Relay[*sql.Tx], pub *memory.Publisher) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.Stop(ctx); err != nil { // so that it does not publish the row before it is quarantined
+		t.Fatal(err)
+	}
+	q.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('E42', 'order', 'legacy', 'OrderCreated', '{"orderId": 42}')`)
+	seq := q.seq(t, "legacy")
+	d, owner := q.drv.Dialect(), uuid.New()
+	tx, err := q.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := d.ClaimOutbox(ctx, q.drv.Tx(tx), driver.ClaimParams{Owner: owner, Lease: time.Minute, Limit: 10, MaxPerAggregate: 1})
+	if err != nil || len(claimed) != 1 || claimed[0].Seq != seq {
+		t.Fatalf("claim the legacy row: %v, %v", claimed, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.QuarantineOutbox(ctx, q.drv.Pool(), owner, []driver.QuarantineRow{{Seq: seq,
+		Error: fmt.Sprintf(`idem: outbox row seq %d cannot be published: id "E42" is not a UUID`, seq)}}); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := relay.New(q.drv, pub, relay.Config{
+		Workers: 1, PollInterval: 20 * time.Millisecond, StatsInterval: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r2.Stop(context.Background()) })
+	env := map[string]string{"IDEM_DB_URL": q.url}
+	want, err := idemmsg.EventID("E42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := idem(t, env, "", "failed", "show", "--relay", strconv.FormatInt(seq, 10))
+	if code != 0 || !strings.Contains(out, "Event ID:        "+want.String()) {
+		t.Fatalf("failed show --relay of the legacy row = %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = idem(t, env, "", "failed", "retry", "--relay", strconv.FormatInt(seq, 10))
+	if code != 0 || !strings.Contains(out, "Requeued seq "+strconv.FormatInt(seq, 10)) {
+		t.Fatalf("failed retry --relay of the legacy row = %d\n%s%s", code, out, errOut)
+	}
+	if err := pub.Wait(ctx, func(msgs []idemmsg.Message, _ int) bool {
+		return slices.ContainsFunc(msgs, func(m idemmsg.Message) bool { return m.EventID == want })
+	}); err != nil {
+		t.Fatalf("waiting for the re-driven legacy row: %v", err)
+	}
+	for _, m := range pub.Messages() {
+		if m.EventID == want && m.Headers[idemmsg.HeaderOriginalID] != "E42" {
+			t.Fatalf("legacy row published with headers %v, want %s: E42", m.Headers, idemmsg.HeaderOriginalID)
+		}
 	}
 }
 

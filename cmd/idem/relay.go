@@ -48,10 +48,12 @@ publish them with broker confirms, and mark them published. Events of one
 aggregate are published in order; a relay that dies leaves leases that other
 relays take over when they expire. Several relays can run on one database.
 
-A row the relay cannot turn into a message (written by another program with
-an id that is not a UUID, headers that are not a JSON object, no event
-name...) is quarantined at its first claim; a row the broker refuses itself
-(unroutable, nacked, rejected, too large) is retried with backoff and
+An id that is not a UUID (1 to 64 bytes of text, as another program may
+write) is published under the UUID idem.EventID derives from it, with the id
+in the header idem-original-id. A row the relay cannot turn into a message
+(an empty id or one over 64 bytes, headers that are not a JSON object, no
+event name...) is quarantined at its first claim; a row the broker refuses
+itself (unroutable, nacked, rejected, too large) is retried with backoff and
 quarantined after --quarantine-after attempts. Each quarantine is logged at
 error level with the row's seq, id, aggregate and error. A quarantined row is
 not published and the later rows of its aggregate wait behind it; every other

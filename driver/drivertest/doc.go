@@ -29,7 +29,9 @@
 // counts; the purges; which errors are transient; errors in the middle of a
 // result reaching the caller (FaultExecutor); versioned state copies; the
 // relay's claims (aggregate heads only, fencing, retry delays, retention,
-// quarantine), per-aggregate order and wake-ups; the idempotency key
+// quarantine), per-aggregate order and wake-ups; outbox ids that are not
+// UUIDs (published under idem.EventID's derived id, applied once by a
+// consumer, quarantined when empty or over 64 bytes); the idempotency key
 // store; and the status figures (driver.StatusReader: backlog, last
 // publish, each consumer's last processed time, recent markers, parked
 // messages and retries).

@@ -45,6 +45,12 @@ type DB[TTx any] struct {
 	// Blocking reports whether some connection waits for a lock held by the
 	// session. Required unless Features.SingleWriter.
 	Blocking func(ctx context.Context, session int64) (bool, error)
+	// TextIDs, with Features.UUIDColumns, is a statement that turns the
+	// test's outbox id column into text of up to 64 characters, as another
+	// program's outbox may have it (Debezium's article: id VARCHAR(64)), so
+	// that the suite checks ids that are not UUIDs on the dialect's relay
+	// too. Required with Features.UUIDColumns.
+	TextIDs string
 	// Features say how the database takes and types values.
 	Features Features
 }
@@ -69,9 +75,13 @@ type Features struct {
 	// time.Time as it is.
 	TimeArg func(time.Time) any
 	// UUIDColumns is true when the event id columns have a UUID type that
-	// refuses any other value (PostgreSQL). When false they are text: the
-	// suite writes outbox rows whose id is not a UUID, as another program
-	// may, and checks that the relay quarantines them.
+	// refuses any other value (PostgreSQL): idem's own outbox cannot hold
+	// an id that is not a UUID, and the suite checks such ids on a copy of
+	// the outbox whose id column DB.TextIDs makes text. When false they
+	// are text: the suite writes outbox rows whose id is not a UUID, as
+	// another program may, and checks that the relay publishes those of 1
+	// to 64 bytes under the id idem.EventID derives, and quarantines the
+	// others.
 	UUIDColumns bool
 	// DynamicTyping is true when a column takes a value of any type
 	// (SQLite): the suite writes outbox rows whose timestamp, version and
@@ -113,6 +123,8 @@ func (s Setup[TTx]) open(t *testing.T, o Options) *DB[TTx] {
 		t.Fatal("drivertest: DB.IsUniqueViolation is required")
 	case !db.Features.SingleWriter && (db.Session == nil || db.Blocking == nil):
 		t.Fatal("drivertest: DB.Session and DB.Blocking are required unless Features.SingleWriter")
+	case db.Features.UUIDColumns && db.TextIDs == "":
+		t.Fatal("drivertest: DB.TextIDs is required with Features.UUIDColumns")
 	}
 	return db
 }

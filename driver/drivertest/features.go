@@ -16,7 +16,8 @@ import (
 //   - Placeholders and TimeArg: a marker written with a time (in a zone
 //     other than UTC) reads back as that time, and PurgeProcessed compares
 //     it as that time;
-//   - UUIDColumns: an outbox id that is not a UUID is refused, or stored;
+//   - UUIDColumns: an outbox id that is not a UUID is refused, or stored
+//     (and with UUIDColumns, stored once DB.TextIDs ran);
 //   - DynamicTyping: text in the outbox's timestamp, version and headers
 //     columns is refused, or stored;
 //   - SingleWriter: a transaction writing a row goes on while another holds
@@ -59,6 +60,16 @@ func CheckFeatures[TTx any](t *testing.T, setup Setup[TTx]) {
 			t.Errorf("the outbox refused an id that is not a UUID (%v): set Features.UUIDColumns", err)
 		}
 		db.exec(t, `DELETE FROM outbox WHERE aggregateid = 'probe'`)
+		if f.UUIDColumns {
+			db.exec(t, db.TextIDs)
+			db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (?, 'order', 'probe', 'Probe', '{}')`, "E-probe")
+			var id string
+			db.queryRow(t, `SELECT id FROM outbox WHERE aggregateid = 'probe'`, nil, &id)
+			if id != "E-probe" {
+				t.Errorf("after DB.TextIDs, the outbox stored the id \"E-probe\" as %q", id)
+			}
+			db.exec(t, `DELETE FROM outbox WHERE aggregateid = 'probe'`)
+		}
 	})
 
 	t.Run("DynamicTyping", func(t *testing.T) {

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testlog"
 	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
@@ -331,6 +334,10 @@ func Relay[TTx any](t *testing.T, setup Setup[TTx]) {
 		t.Parallel()
 		relayUnreadable(t, setup)
 	})
+	t.Run("RelayPublishesTextIDs", func(t *testing.T) {
+		t.Parallel()
+		relayTextIDs(t, setup)
+	})
 	t.Run("RelayQuarantinesRefusedRow", func(t *testing.T) {
 		t.Parallel()
 		relayRefused(t, setup)
@@ -528,18 +535,27 @@ func relayOrder[TTx any](t *testing.T, setup Setup[TTx]) {
 }
 
 // foreignRow inserts, with plain SQL as another program would, a row of
-// aggregate order/aggregate that an idem relay cannot publish: its id is not
-// a UUID (where Features.UUIDColumns refuse such ids, its headers are not a
-// JSON object). It returns the row's seq.
+// aggregate order/aggregate that an idem relay cannot publish: its id is
+// not a UUID and is over 64 bytes (though 64 characters at most, which a
+// VARCHAR(64) takes), so that idem.EventID refuses it (where
+// Features.UUIDColumns refuse such ids, its headers are not a JSON object).
+// It returns the row's seq.
 func foreignRow[TTx any](t *testing.T, db *DB[TTx], aggregate string) int64 {
 	t.Helper()
-	id, headers := "E-"+aggregate, "{}"
+	id, headers := foreignID(aggregate), "{}"
 	if db.Features.UUIDColumns {
 		id, headers = uuid.NewString(), `"not an object"`
 	}
 	db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers)
 VALUES (?, 'order', ?, 'OrderCreated', '{"orderId": 42}', ?)`, id, aggregate, headers)
 	return seqOf(t, db, aggregate)
+}
+
+// foreignID is the id foreignRow writes: "E-<aggregate>" then "é" up to 64
+// characters, over 64 bytes.
+func foreignID(aggregate string) string {
+	id := "E-" + aggregate
+	return id + strings.Repeat("\u00e9", 64-utf8.RuneCountInString(id))
 }
 
 // seqOf returns the seq of the last outbox row of order/aggregate.
@@ -623,7 +639,7 @@ VALUES (?, 'order', 'g', 'OrderCreated', '{}', 'yesterday', 'v1', 'not json')`, 
 		if !strings.Contains(f.Unreadable.Error(), "headers") || string(f.RawHeaders) != `"not an object"` {
 			t.Errorf("unreadable headers: %v (raw %q)", f.Unreadable, f.RawHeaders)
 		}
-	} else if f.RawID != "E-f" || f.ID != uuid.Nil || !strings.Contains(f.Unreadable.Error(), `id "E-f" is not a UUID`) {
+	} else if f.RawID != foreignID("f") || f.ID != uuid.Nil || !strings.Contains(f.Unreadable.Error(), "is 125 bytes long, more than 64") {
 		t.Errorf("foreign row: raw id %q, id %v, unreadable %v", f.RawID, f.ID, f.Unreadable)
 	}
 	if f.Type != "OrderCreated" || f.AggregateID != "f" || string(f.Payload) == "" {
@@ -960,6 +976,129 @@ func relayUnreadable[TTx any](t *testing.T, setup Setup[TTx]) {
 	testsvc.WaitFor(t, 30*time.Second, "everything marked", func() bool {
 		return db.count(t, "outbox WHERE published_at IS NULL") == 0
 	})
+}
+
+// relayTextIDs: rows written by another program with ids that are not
+// UUIDs (the Debezium article's table has id VARCHAR(64), its events are
+// called E42) are published under the UUID idem.EventID derives, with the
+// id in the header idem.HeaderOriginalID, and a consumer applies each once;
+// an id of 65 bytes is quarantined, saying why; a row an idem before this
+// rule quarantined for its id ("is not a UUID") is published once
+// re-driven. With Features.UUIDColumns, on an outbox whose id column
+// DB.TextIDs made text.
+func relayTextIDs[TTx any](t *testing.T, setup Setup[TTx]) {
+	db := setup.open(t, Options{})
+	if db.Features.UUIDColumns {
+		db.exec(t, db.TextIDs)
+	}
+	db.exec(t, reservationTable)
+	rd := db.Driver.Dialect()
+	ctx := testsvc.Ctx(t, time.Minute)
+	pool := db.Driver.Pool()
+	row := func(id, aggregate string) int64 {
+		t.Helper()
+		db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (?, 'order', ?, 'order.order.placed.v1', '{"total": 1}')`,
+			id, aggregate)
+		return seqOf(t, db, aggregate)
+	}
+	// Quarantined by an idem before the rule: claimed, then set aside with
+	// the error it gave.
+	old := "E-old"
+	oldSeq := row(old, "old")
+	owner := uuid.New()
+	if got := claim(t, db, rd, owner, time.Minute, 10, 10); len(got) != 1 {
+		t.Fatalf("claimed %d rows, want the old one", len(got))
+	}
+	_, err := rd.QuarantineOutbox(ctx, pool, owner, []driver.QuarantineRow{{Seq: oldSeq,
+		Error: fmt.Sprintf(`idem: outbox row seq %d cannot be published: id "E-old" is not a UUID`, oldSeq)}})
+	fatalIf(t, err, "quarantine the old row")
+
+	ids := map[string]string{ // aggregate: id
+		"e42":  "E42",
+		"long": "E" + strings.Repeat("-", 62) + "2", // 64 bytes
+		"utf8": strings.Repeat("\u00e9", 32),        // 64 bytes, 32 characters
+	}
+	for agg, id := range ids {
+		row(id, agg)
+	}
+	tooLong := "x" + strings.Repeat("\u00e9", 32) // 65 bytes, 33 characters
+	tooLongSeq := row(tooLong, "too-long")
+
+	want := map[uuid.UUID]string{} // event id: original id
+	for _, id := range ids {
+		u, err := idem.EventID(id)
+		fatalIf(t, err, "EventID(%q)", id)
+		want[u] = id
+	}
+	pub := memory.New()
+	r := startRelay(t, db, pub, quarantineConfig())
+	fatalIf(t, waitPublished(ctx, pub, slices.Collect(maps.Keys(want))...), "the rows with text ids published")
+	testsvc.WaitFor(t, 30*time.Second, "the 65-byte id quarantined", func() bool {
+		return db.count(t, "outbox WHERE seq = ? AND quarantined_at IS NOT NULL", tooLongSeq) == 1
+	})
+	q, err := rd.GetQuarantined(ctx, pool, tooLongSeq)
+	fatalIf(t, err, "get the quarantined row")
+	if q.RawID != tooLong || q.ID != uuid.Nil || q.Attempts != 1 ||
+		!strings.Contains(q.LastError, `is 65 bytes long, more than 64: an event id is a UUID, or 1 to 64 bytes`) {
+		t.Errorf("quarantined 65-byte id: raw %q, id %v, attempts %d, error %q", q.RawID, q.ID, q.Attempts, q.LastError)
+	}
+
+	// The old row, re-driven, goes under its derived id.
+	oldID, err := idem.EventID(old)
+	fatalIf(t, err, "EventID(%q)", old)
+	want[oldID] = old
+	n, err := rd.RequeueQuarantined(ctx, pool, []int64{oldSeq})
+	fatalIf(t, err, "requeue the old row")
+	if n != 1 {
+		t.Fatalf("requeued %d rows, want 1", n)
+	}
+	fatalIf(t, waitPublished(ctx, pub, oldID), "the old row published once re-driven")
+	testsvc.WaitFor(t, 30*time.Second, "every readable row marked", func() bool {
+		return db.count(t, "outbox WHERE published_at IS NULL") == 1
+	})
+	if s := r.Stats(); s.Quarantined != 1 {
+		t.Errorf("relay quarantined %d rows, want 1 (the 65-byte id)", s.Quarantined)
+	}
+
+	// One copy of each event, checked; then each delivered twice.
+	first := map[uuid.UUID]idem.Message{}
+	for _, m := range pub.Messages() {
+		if _, ok := first[m.EventID]; !ok {
+			first[m.EventID] = m
+		}
+	}
+	if len(first) != len(want) {
+		t.Fatalf("published %d distinct events, want %d", len(first), len(want))
+	}
+	var ds []inbox.Delivery
+	for id, raw := range want {
+		m := first[id]
+		if m.Headers[idem.HeaderOriginalID] != raw {
+			t.Errorf("event %s: header %s = %q, want %q", id, idem.HeaderOriginalID, m.Headers[idem.HeaderOriginalID], raw)
+		}
+		ev, err := idem.Decode(m)
+		fatalIf(t, err, "decode %s", m.Body)
+		if ev.ID != id || ev.Headers[idem.HeaderOriginalID] != raw || ev.Name != "order.order.placed.v1" {
+			t.Errorf("event %s decoded as %+v", id, ev)
+		}
+		ds = append(ds, inbox.Delivery{Message: m, Source: "stock.events", Attempt: 1})
+	}
+	c := consumer(t, db, "stock", nil)
+	for i, wantOutcome := range []inbox.Outcome{inbox.Applied, inbox.Duplicate} {
+		for j, d := range deliver(t, c, ds...) {
+			if d.Outcome != wantOutcome {
+				t.Errorf("delivery %d of event %s: %v, want %v", i+1, ds[j].Message.EventID, d.Outcome, wantOutcome)
+			}
+		}
+	}
+	for id := range want {
+		if n := db.count(t, "processed_event WHERE consumer_name = 'stock' AND event_id = ?", id.String()); n != 1 {
+			t.Errorf("event %s: %d markers, want 1", id, n)
+		}
+		if n := db.count(t, "reservation WHERE product_id = ?", "p-"+id.String()); n != 1 {
+			t.Errorf("event %s applied %d times, want once", id, n)
+		}
+	}
 }
 
 // relayRefused: a row the broker refuses (unroutable) is quarantined after

@@ -11,7 +11,10 @@
 //	c, err := inbox.New(drv, inbox.Config{Name: "stock"})
 //
 // Tables are InnoDB, utf8mb4, with DATETIME(6) timestamps in UTC; event ids
-// are CHAR(36) UUID text. Tables.Schema names the database holding them.
+// are CHAR(36) UUID text, but for the outbox's id, VARCHAR(64) since
+// migration 0010: another program may write ids that are not UUIDs, which
+// the relay publishes under the UUID idem.EventID derives. Tables.Schema
+// names the database holding them.
 //
 // Deduplication inserts the (consumer_name, event_id) marker and recognises
 // the duplicate-key error 1062 on the processed_event primary key only

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/outboxcodec"
 )
@@ -44,12 +45,15 @@ func FuzzDecodeOutboxText(f *testing.F) {
 	seed(map[string]columnText{"id": text(id), "aggregatetype": text("order"), "aggregateid": text("42"),
 		"type": text("OrderCreated"), "payload": null})
 	for column, value := range map[string]columnText{
-		"id": text("not-a-uuid"), "headers": text("[1]"), "aggregate_version": text("three"),
+		"id": text(""), "headers": text("[1]"), "aggregate_version": text("three"),
 		"occurred_at": text("2026-12-03 16:15:00+05:30:12"), "created_at": text("infinity"), "seq": text("-9223372036854775808"),
 	} {
 		cols := fullRow(id)
 		cols[column] = value
 		seed(cols)
+	}
+	for _, other := range []string{"not-a-uuid", "E42", "{" + id + "}", string(make([]byte, 65))} {
+		seed(fullRow(other))
 	}
 
 	f.Fuzz(func(t *testing.T, id, aggType, aggID, typ, payload, occurredAt, version, headers, seq, createdAt, attempts string, absent, nulls uint16) {
@@ -89,9 +93,10 @@ func FuzzDecodeOutboxText(f *testing.F) {
 			}
 			return
 		}
-		if u, err := uuid.Parse(rec.RawID); err != nil || u != rec.ID {
+		if u, err := idem.EventID(rec.RawID); err != nil || u != rec.ID {
 			t.Fatalf("readable row with id %q: ID %v", rec.RawID, rec.ID)
 		}
+		checkOriginalID(t, rec)
 		if h, err := outboxcodec.DecodeHeaders(rec.RawHeaders); err != nil || !maps.Equal(h, rec.Headers) {
 			t.Fatalf("readable row with headers %q: %v, want %v", rec.RawHeaders, rec.Headers, h)
 		}
@@ -116,6 +121,7 @@ func FuzzDecodeLogMessage(f *testing.F) {
 		base + `,"occurred_at":"0000-01-01T00:00:00+01:00"}`,
 		base + `,"occurred_at":"9999-12-31 23:59:59-01"}`,
 		`{"id":"x","type":"t"}`,
+		`{"id":"","type":"t"}`,
 		`[1,2]`,
 		base + `,"headers":[1]}`,
 		base + `,"headers":{"n":1,"o":{"a":null}}}`,
@@ -132,9 +138,10 @@ func FuzzDecodeLogMessage(f *testing.F) {
 			}
 			return
 		}
-		if u, err := uuid.Parse(rec.RawID); err != nil || u != rec.ID {
+		if u, err := idem.EventID(rec.RawID); err != nil || u != rec.ID {
 			t.Fatalf("readable content with id %q: ID %v", rec.RawID, rec.ID)
 		}
+		checkOriginalID(t, rec)
 		again, err := outboxcodec.EncodeLogMessage(rec.OutboxRow)
 		if err != nil {
 			t.Fatalf("encode %+v again: %v", rec.OutboxRow, err)
@@ -149,6 +156,26 @@ func FuzzDecodeLogMessage(f *testing.F) {
 }
 
 // sameRecord compares two decodings of one row, their problems by text.
+// checkOriginalID checks that the message of a readable record carries
+// its id in idem.HeaderOriginalID exactly when the event id was derived
+// from it.
+func checkOriginalID(t *testing.T, rec driver.OutboxRecord) {
+	t.Helper()
+	msg, err := outboxcodec.Message(rec)
+	if err != nil {
+		return
+	}
+	got, ok := msg.Headers[idem.HeaderOriginalID]
+	switch derived := idem.IsDerivedEventID(rec.RawID); {
+	case msg.EventID != rec.ID:
+		t.Fatalf("message of id %q: event id %v, want %v", rec.RawID, msg.EventID, rec.ID)
+	case derived && got != rec.RawID:
+		t.Fatalf("message of id %q: header %s = %q, want the id", rec.RawID, idem.HeaderOriginalID, got)
+	case !derived && ok != (rec.Headers[idem.HeaderOriginalID] != ""):
+		t.Fatalf("message of the UUID %q: header %s = %q, not the row's", rec.RawID, idem.HeaderOriginalID, got)
+	}
+}
+
 func sameRecord(a, b driver.OutboxRecord) bool {
 	ua, ub := a.Unreadable, b.Unreadable
 	a.Unreadable, b.Unreadable = nil, nil

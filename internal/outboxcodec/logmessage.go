@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/idem-go/idem/driver"
 )
 
@@ -48,11 +46,12 @@ func EncodeLogMessage(row driver.OutboxRow) ([]byte, error) {
 
 // DecodeLogMessage reads the content of a WAL message written by
 // outbox.NewLogWriter (or by another program, in SQL) into the record a
-// relay publishes, under the rules of table rows: content that cannot become
-// a message (not a JSON object, an id that is not a UUID, a version that is
-// not an integer, headers that are not an object, a time that is not RFC
-// 3339, or outside years 0000 to 9999 in UTC) comes back with Unreadable
-// set. A missing occurred_at is left zero.
+// relay publishes, under the rules of table rows (the event id is EventID's
+// of the id): content that cannot become a message (not a JSON object, an
+// id that cannot become an event id, a version that is not an integer,
+// headers that are not an object, a time that is not RFC 3339, or outside
+// years 0000 to 9999 in UTC) comes back with Unreadable set. A missing
+// occurred_at is left zero.
 func DecodeLogMessage(content []byte) driver.OutboxRecord {
 	var rec driver.OutboxRecord
 	var fields map[string]json.RawMessage
@@ -78,9 +77,8 @@ func DecodeLogMessage(content []byte) driver.OutboxRecord {
 		rec.Payload = p
 	}
 	var err error
-	if rec.ID, err = uuid.Parse(rec.RawID); err != nil {
-		rec.ID = uuid.Nil
-		problems = append(problems, fmt.Errorf("id %q is not a UUID", rec.RawID))
+	if rec.ID, err = EventID(rec.RawID); err != nil {
+		problems = append(problems, err)
 	}
 	if v, ok := fields["aggregate_version"]; ok {
 		if err := json.Unmarshal(v, &rec.AggregateVersion); err != nil {

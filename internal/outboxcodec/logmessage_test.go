@@ -57,7 +57,9 @@ func TestDecodeLogMessage(t *testing.T) {
 		{base + `,"occurred_at":"yesterday"}`, "RFC 3339"},
 		{base + `,"occurred_at":"0000-01-01T00:00:00+01:00"}`, "outside years 0000 to 9999"}, // year -1 in UTC
 		{base + `,"occurred_at":"9999-12-31 23:59:59-01"}`, "outside years 0000 to 9999"},    // year 10000 in UTC
-		{`{"id":"x","type":"t"}`, `id "x" is not a UUID`},
+		{`{"id":"","type":"t"}`, `id "" is empty`},
+		{`{"type":"t"}`, `id "" is empty`},
+		{`{"id":"` + strings.Repeat("x", 65) + `","type":"t"}`, `is 65 bytes long, more than 64`},
 		{`[1,2]`, "not a JSON object"},
 		{base + `,"headers":[1]}`, "not a JSON object"},
 		{base + `,"aggregate_version":"3"}`, "not an integer"},

@@ -23,10 +23,21 @@ var columns = map[string]string{
 // Message returns the message a relay publishes for an outbox row, or an
 // error (a *driver.UnreadableError) when the row cannot become one. Every
 // relay (polling, CDC) uses it, so that a row written by another program is
-// published, or refused, the same way whichever relay reads it.
+// published, or refused, the same way whichever relay reads it. The
+// message's event id is rec.ID; when it was derived from an id that is not
+// a UUID (idem.EventID), the message carries that id, rec.RawID, in the
+// header idem.HeaderOriginalID.
 func Message(rec driver.OutboxRecord) (idem.Message, error) {
 	if rec.Unreadable != nil {
 		return idem.Message{}, rec.Unreadable
+	}
+	headers := rec.Headers
+	if rec.RawID != "" && idem.IsDerivedEventID(rec.RawID) {
+		headers = make(map[string]string, len(rec.Headers)+1)
+		for k, v := range rec.Headers {
+			headers[k] = v
+		}
+		headers[idem.HeaderOriginalID] = rec.RawID
 	}
 	msg, err := idem.NewMessage(idem.Event{
 		ID:               rec.ID,
@@ -36,7 +47,7 @@ func Message(rec driver.OutboxRecord) (idem.Message, error) {
 		AggregateID:      rec.AggregateID,
 		AggregateVersion: rec.AggregateVersion,
 		Payload:          rec.Payload,
-		Headers:          rec.Headers,
+		Headers:          headers,
 	})
 	if err != nil {
 		var fe *idem.FieldError

@@ -9,12 +9,14 @@ package outboxcodec
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 )
 
@@ -22,6 +24,21 @@ import (
 // source.
 type Scanner interface {
 	Scan(dest ...any) error
+}
+
+// EventID returns the event id of an outbox id, under the rule of
+// idem.EventID; its error is the problem of an unreadable row: "id ...
+// is empty: ...".
+func EventID(raw string) (uuid.UUID, error) {
+	id, err := idem.EventID(raw)
+	if err != nil {
+		var ie *idem.EventIDError
+		if errors.As(err, &ie) {
+			return uuid.Nil, fmt.Errorf("id %s %s", quoteCut([]byte(raw)), ie.Problem)
+		}
+		return uuid.Nil, fmt.Errorf("id %s: %w", quoteCut([]byte(raw)), err)
+	}
+	return id, nil
 }
 
 // DecodeHeaders decodes the JSON object of an outbox row's headers column.
@@ -57,9 +74,10 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 // attempts, then the columns of extra. timeDest adapts the two timestamps
 // to the dialect's representation; nil scans them into time.Time directly.
 //
-// It fails only when the result cannot be read. A row whose content cannot
-// become a message is returned with r.Unreadable set: an id that is not a
-// UUID, headers that are not a JSON object, and, where the database does not
+// r.ID is the event id of r.RawID (EventID). It fails only when the result
+// cannot be read. A row whose content cannot become a message is returned
+// with r.Unreadable set: an id that cannot become an event id (empty, over
+// 64 bytes...), headers that are not a JSON object, and, where the database does not
 // enforce the columns' types (SQLite, through a timeDest that is a
 // sql.Scanner), an occurred_at or aggregate_version that is not a timestamp
 // or an integer.
@@ -84,9 +102,8 @@ func ScanRow(row Scanner, r *driver.OutboxRecord, timeDest func(*time.Time) any,
 	r.RawHeaders = headers
 	var problems []error
 	var err error
-	if r.ID, err = uuid.Parse(r.RawID); err != nil {
-		r.ID = uuid.Nil
-		problems = append(problems, fmt.Errorf("id %q is not a UUID", r.RawID))
+	if r.ID, err = EventID(r.RawID); err != nil {
+		problems = append(problems, err)
 	}
 	if r.AggregateVersion, err = integer(version); err != nil {
 		problems = append(problems, fmt.Errorf("aggregate_version: %w", err))

@@ -81,7 +81,10 @@ func TestDecodeText(t *testing.T) {
 		value   columnText
 		problem string
 	}{
-		{"id", text("not-a-uuid"), `id "not-a-uuid" is not a UUID`},
+		{"id", text(""), `id "" is empty`},
+		{"id", text(strings.Repeat("x", 65)), `is 65 bytes long, more than 64`},
+		{"id", text("E\xff"), `id "E\xff" is not valid UTF-8`},
+		{"id", text("00000000-0000-0000-0000-000000000000"), `is the nil UUID`},
 		{"headers", text(`[1]`), "are not a JSON object"},
 		{"aggregate_version", text("three"), "not an integer"},
 		{"aggregate_version", null, "NULL is not an integer"},
@@ -103,7 +106,7 @@ func TestDecodeText(t *testing.T) {
 		}
 	}
 	var unreadable *driver.UnreadableError
-	cols := fullRow("x")
+	cols := fullRow("")
 	if rec, _ := decodeColumns(cols); !errors.As(rec.Unreadable, &unreadable) || unreadable.Seq != 17 {
 		t.Errorf("unreadable %v, want a *driver.UnreadableError of seq 17", rec.Unreadable)
 	}

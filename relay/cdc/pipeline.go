@@ -20,6 +20,7 @@ type entry struct {
 	hasMsg bool
 	key    string // aggregate type and id
 	id     string // the row's id, to delete it; "" for a WAL message
+	wal    bool   // a WAL message, which has no row
 	// xid is the transaction that wrote the entry's row or WAL message; 0
 	// for the end of a transaction without messages, which is never
 	// published.

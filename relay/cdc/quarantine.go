@@ -2,10 +2,13 @@ package cdc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idem-go/idem"
 )
 
 // park quarantines a message the broker refused on Config.QuarantineAfter
@@ -26,7 +29,27 @@ func (r *Relay) park(ctx context.Context, e *entry, reason error) error {
 	if len(rec.RawHeaders) > 0 {
 		headers = string(rec.RawHeaders)
 	}
-	_, err := r.pool.Exec(qctx, r.sql.park, rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type,
+	id := rec.RawID
+	if e.wal {
+		// A WAL message has no row: the row written holds its event id,
+		// which idem's uuid column takes whatever the message's id was,
+		// and, for an id derived from one that is not a UUID, that id in
+		// its header, so that a re-drive publishes the same message.
+		id = rec.ID.String()
+		if idem.IsDerivedEventID(rec.RawID) {
+			h := make(map[string]string, len(rec.Headers)+1)
+			for k, v := range rec.Headers {
+				h[k] = v
+			}
+			h[idem.HeaderOriginalID] = rec.RawID
+			b, err := json.Marshal(h)
+			if err != nil {
+				return fmt.Errorf("idem: cdc: quarantine a refused message: headers: %w", err)
+			}
+			headers = string(b)
+		}
+	}
+	_, err := r.pool.Exec(qctx, r.sql.park, id, rec.AggregateType, rec.AggregateID, rec.Type,
 		payload, rec.OccurredAt, rec.AggregateVersion, headers, lastError, e.out.Refusals)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column: not idem's table

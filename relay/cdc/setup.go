@@ -76,17 +76,21 @@ func newQueries(schema, table, publication string) queries {
 	return queries{
 		table:     t,
 		createPub: create,
-		// By the primary key: Debezium's outbox has no seq.
-		deleteRows: `DELETE FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
+		// By the primary key: Debezium's outbox has no seq. The ids are
+		// the column's text, and $1 takes the column's type: uuid in
+		// idem's outbox, text in another program's (Debezium's article
+		// has id VARCHAR(64)).
+		deleteRows: `DELETE FROM ` + t + ` WHERE id = ANY($1)`,
 		quarantine: `UPDATE ` + t + ` SET quarantined_at = now(), last_error = $2, attempts = attempts + 1 WHERE seq = $1`,
 		// A waiting row (the initial sweep) the broker refused $3 times.
 		quarantineAfter: `UPDATE ` + t + ` SET quarantined_at = now(), last_error = $2, attempts = attempts + $3 WHERE seq = $1`,
 		// A refused message: its row quarantined, or written as a
 		// quarantined row when there is none (a WAL message, a row its
 		// writer deleted). The insert comes back in the stream, quarantined:
-		// the relay skips it.
+		// the relay skips it. $1 takes the id column's type, as in
+		// deleteRows.
 		park: `INSERT INTO ` + t + ` AS o (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, quarantined_at, last_error, attempts)
-VALUES ($1::uuid, $2, $3, $4, $5::jsonb, $6, $7, coalesce($8::jsonb, '{}'), now(), $9, $10)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, coalesce($8::jsonb, '{}'), now(), $9, $10)
 ON CONFLICT (id) DO UPDATE SET quarantined_at = now(), last_error = excluded.last_error, attempts = excluded.attempts
 WHERE o.quarantined_at IS NULL`,
 		// A WAL message that cannot become a message: a quarantined row

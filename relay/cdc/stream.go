@@ -331,7 +331,7 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, ra
 	}
 	msg, err := outboxcodec.Message(rec)
 	if err == nil {
-		e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, xid: s.tx.xid, commit: s.tx.commit, rec: &rec}
+		e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, xid: s.tx.xid, commit: s.tx.commit, rec: &rec, wal: !row}
 		if row && r.cfg.Delete == DeletePublished {
 			e.id = rec.RawID
 		}
