@@ -20,6 +20,9 @@ const (
 	// tables of the ownership groups of consumers (inbox.Group).
 	ConsumerMemberTableDefault    = "consumer_member"
 	ConsumerPartitionTableDefault = "consumer_partition"
+	// BinlogPositionTableDefault is the table of the binlog relays'
+	// positions (MySQL and MariaDB; relay/binlog).
+	BinlogPositionTableDefault = "binlog_position"
 )
 
 // Tables names the tables idem uses. Every name is optional; the zero value
@@ -49,6 +52,10 @@ type Tables struct {
 	// ConsumerPartition is the table of the partition leases of
 	// consumers' ownership groups. Defaults to "consumer_partition".
 	ConsumerPartition string
+	// BinlogPosition is the table where the binlog relays of MySQL and
+	// MariaDB (relay/binlog) keep their positions, one row per outbox.
+	// Defaults to "binlog_position".
+	BinlogPosition string
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
@@ -79,6 +86,9 @@ func (t Tables) WithDefaults() Tables {
 	if t.ConsumerPartition == "" {
 		t.ConsumerPartition = ConsumerPartitionTableDefault
 	}
+	if t.BinlogPosition == "" {
+		t.BinlogPosition = BinlogPositionTableDefault
+	}
 	return t
 }
 
@@ -91,7 +101,7 @@ func (t Tables) Validate() error {
 		{"Schema", t.Schema}, {"Outbox", t.Outbox}, {"ProcessedEvent", t.ProcessedEvent},
 		{"FailedMessage", t.FailedMessage}, {"DeliveryAttempt", t.DeliveryAttempt}, {"Migrations", t.Migrations},
 		{"IdempotentRequest", t.IdempotentRequest}, {"ConsumerMember", t.ConsumerMember},
-		{"ConsumerPartition", t.ConsumerPartition},
+		{"ConsumerPartition", t.ConsumerPartition}, {"BinlogPosition", t.BinlogPosition},
 	} {
 		if f.field == "Schema" && f.v == "" {
 			continue

@@ -74,6 +74,11 @@ type OutboxStatus struct {
 	// LastPublished is the latest published_at; zero when no row is marked
 	// published (none yet, or retention deleted them).
 	LastPublished time.Time
+	// LogPosition is the position a relay reading the database's log
+	// stored for this outbox (MariaDB's binlog relay: a GTID position), and
+	// LogPositionAt when it stored it; empty when none did.
+	LogPosition   string
+	LogPositionAt time.Time
 }
 
 // ConsumerStatus is one consumer's state in its database.

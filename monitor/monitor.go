@@ -98,6 +98,11 @@ type OutboxStatus struct {
 	// LastPublished is the latest publication time; zero when nothing was
 	// published (or published rows were all deleted by retention).
 	LastPublished time.Time
+	// LogPosition is the position a relay reading the database's log
+	// stored for the outbox (MariaDB's binlog relay: its GTID position),
+	// and LogPositionAt when; empty when none did.
+	LogPosition   string
+	LogPositionAt time.Time
 }
 
 // ConsumerStatus is one consumer's state in its database.
@@ -142,6 +147,8 @@ func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
 			Quarantined:       st.Outbox.Quarantined,
 			OldestUnpublished: st.Outbox.OldestUnpublished,
 			LastPublished:     st.Outbox.LastPublished,
+			LogPosition:       st.Outbox.LogPosition,
+			LogPositionAt:     st.Outbox.LogPositionAt,
 		},
 		Consumers: make([]ConsumerStatus, len(st.Consumers)),
 	}

@@ -31,6 +31,8 @@
 #                      takes the next port for Erlang distribution and 14369
 #                      for its own epmd); the next free port is taken when one
 #                      is busy or claimed by another run on the machine
+#   IDEM_TEST_MARIADB_BINLOG=0  run MariaDB without its binary log (on by
+#                      default, in row format, for the binlog relay's tests)
 #   IDEM_TEST_SHELL=1  developer mode: instead of go test, run
 #                      ${SHELL:-bash} -c "$IDEM_TEST_CMD" with the servers up
 #                      and the variables below set (an interactive shell when

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idemmsg "github.com/idem-go/idem"
+	"github.com/idem-go/idem/relay/binlog"
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
 )
@@ -16,10 +17,12 @@ import (
 func cdcCommand() *command {
 	return &command{
 		name:    "cdc",
-		summary: "publish the outbox read from PostgreSQL's write-ahead log (runs until SIGTERM)",
+		summary: "publish the outbox read from PostgreSQL's write-ahead log or MariaDB's binary log (runs until SIGTERM)",
 		usage: `Usage:
   idem cdc [--db URL] [--broker URL] [--schema S] [--table T] [--slot NAME] [flags]
   idem cdc drop-slot [--db URL] [--schema S] [--table T] [--slot NAME]
+  idem cdc --db mysql://... [--broker URL] [--table T] [--server-id N] [flags]
+  idem cdc reset-position --db mysql://... [--table T]
 
 Runs the change-data-capture relay: it reads the inserts into the outbox
 table, and the events written as WAL messages (outbox.NewLogWriter), from a
@@ -68,10 +71,12 @@ prefix of its own: idem.outbox:<schema>.<table> by default, the default of
 outbox.NewLogWriter for the same tables. A writer given another prefix needs
 the same --prefix here.
 
-A row that cannot become a message (an id that is not a UUID, headers that
-are not a JSON object, no event name...) is quarantined in the table, as the
-polling relay does ("idem failed list --relay" shows it), and the relay goes
-on; fix it and insert it again to publish it. A WAL message that cannot
+An id that is not a UUID (1 to 64 bytes of text) is published under the UUID
+idem.EventID derives from it, with the id in the header idem-original-id, as
+the polling relay does. A row that cannot become a message (an empty id or
+one over 64 bytes, headers that are not a JSON object, no event name...) is
+quarantined in the table, as the polling relay does ("idem failed list
+--relay" shows it), and the relay goes on; fix it and insert it again to publish it. A WAL message that cannot
 become a message is kept as a quarantined row whose last_error holds its
 content ("idem failed show --relay SEQ").
 
@@ -104,6 +109,41 @@ deletes, or --accept-failover-loss accepts that loss. From PostgreSQL 17 on
 the slot is created with failover (synchronized to standbys with
 sync_replication_slots = on), and neither flag is needed.
 
+MariaDB. With a mysql:// URL the relay reads MariaDB's binary log (10.5 or
+later; MySQL is not supported yet: run idem relay there), as a replica does.
+The server needs, in the [mysqld] section of its configuration:
+
+  log_bin = mariadb-bin        # the binary log, on
+  server_id = 1                # any number; --server-id must differ
+  binlog_format = ROW          # rows, not statements
+  binlog_row_image = FULL      # whole rows
+  binlog_row_metadata = FULL   # column names in the binlog
+
+and the relay's user needs GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*
+(plus SELECT, INSERT, UPDATE, DELETE on the outbox and its position table),
+with mysql_native_password and no TLS. The command checks each and says
+which is missing. "idem migrate" creates the table binlog_position, where the
+relay stores its position (a GTID position) once the broker confirmed
+everything before it (and the published rows are deleted): a restart resumes
+there; a crash publishes again what came after it (consumers deduplicate).
+At the first start (no position stored) the relay publishes the rows waiting
+in the outbox, in order, then reads the binlog from there. One relay reads
+an outbox at a time (a named lock): a second waits and takes over when the
+first stops or dies. An id that is not a UUID is published under its derived
+UUID, as everywhere. Transactions are published once committed (a locking
+read of one of their rows waits for it). The server keeps its binlog for
+binlog_expire_logs_seconds (or expire_logs_days) whether or not the relay
+reads it: a relay stopped for longer than that cannot resume ("the stored
+position is no longer in the server's binlog"); then run
+
+  idem cdc reset-position --db mysql://app@db/shop
+
+and start it again: it publishes the rows still waiting in the outbox, and
+reads on from the server's current position (events whose rows their writer
+deleted meanwhile are lost). Metrics are the same idem_cdc_* (label slot:
+binlog_<database>_<table>); slot_lag_bytes is the binlog written after what
+the relay read.
+
 On SIGTERM or SIGINT the relay stops reading, waits for the messages handed to
 the broker (up to --stop-timeout), confirms the position and exits.
 
@@ -111,6 +151,7 @@ Examples:
   IDEM_DB_URL=postgres://app@localhost/shop IDEM_BROKER_URL=amqp://localhost/ idem cdc
   idem cdc --schema order --window 2000 --metrics-addr :9465
   idem cdc drop-slot --schema order
+  idem cdc --db mysql://relay:secret@db:3306/shop --broker amqp://localhost/
 `,
 		setup: setupCdc,
 	}
@@ -130,6 +171,7 @@ type cdcOptions struct {
 	rowsOnly        bool
 	acceptLoss      bool
 	quarantineAfter int
+	serverID        uint
 	lagWarn         int64
 	metricsAddr     string
 	stopTimeout     time.Duration
@@ -153,6 +195,7 @@ func setupCdc(fs *flag.FlagSet) runFunc {
 	fs.BoolVar(&o.rowsOnly, "rows-only", false, "every event is a row the relay deletes (no WAL messages): lets the relay run on a server with a physical standby, and recover after a failover by publishing the rows still in the table")
 	fs.BoolVar(&o.acceptLoss, "accept-failover-loss", false, "start on a server with a physical standby though a failover loses the events existing only in the WAL (WAL messages, rows deleted by their writer) not yet published")
 	fs.IntVar(&o.quarantineAfter, "quarantine-after", cdc.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
+	fs.UintVar(&o.serverID, "server-id", 0, "MariaDB: the server_id the relay presents as a replica; must differ from every server's (default: derived from the database and table, in [2^30, 2^31))")
 	fs.Int64Var(&o.lagWarn, "lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9465", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long the messages in flight may take to be confirmed")
@@ -163,12 +206,13 @@ func setupCdc(fs *flag.FlagSet) runFunc {
 
 // run runs "idem cdc" with the positional arguments args.
 func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
-	dropSlot := false
-	if len(args) == 1 && args[0] == "drop-slot" {
-		dropSlot = true
+	sub := ""
+	if len(args) == 1 && (args[0] == "drop-slot" || args[0] == "reset-position") {
+		sub = args[0]
 	} else if len(args) != 0 {
-		return usagef("unexpected arguments %q (the only subcommand is drop-slot)", args)
+		return usagef("unexpected arguments %q (the subcommands are drop-slot and reset-position)", args)
 	}
+	dropSlot := sub == "drop-slot"
 	dbURL := o.db.url
 	if dbURL == "" {
 		dbURL = e.getenv("IDEM_DB_URL")
@@ -176,14 +220,20 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 	if dbURL == "" {
 		return usagef("--db is required (or IDEM_DB_URL): a postgres:// URL")
 	}
-	if !strings.HasPrefix(dbURL, "postgres://") && !strings.HasPrefix(dbURL, "postgresql://") {
-		return usagef("--db: idem cdc reads PostgreSQL's write-ahead log and needs a postgres:// URL; on MySQL, MariaDB and SQLite run idem relay")
-	}
 	schema := o.db.schema
 	if schema == "" {
 		schema = e.getenv("IDEM_SCHEMA")
 	}
 	tables := idemmsg.Tables{Schema: schema, Outbox: o.table}
+	if strings.HasPrefix(dbURL, "mysql://") || strings.HasPrefix(dbURL, "mariadb://") {
+		return o.runBinlog(ctx, e, dbURL, tables, sub)
+	}
+	if !strings.HasPrefix(dbURL, "postgres://") && !strings.HasPrefix(dbURL, "postgresql://") {
+		return usagef("--db: idem cdc reads PostgreSQL's write-ahead log (postgres://) or MariaDB's binary log (mysql://); on SQLite run idem relay")
+	}
+	if sub == "reset-position" {
+		return usagef("reset-position is for MariaDB's binlog relay (--db mysql://...); PostgreSQL's relay keeps its position in its slot (drop-slot)")
+	}
 	cfg := cdc.Config{Tables: tables, Slot: o.slot, Publication: o.publication, MessagePrefix: o.prefix,
 		Window: o.window, BatchSize: o.batch, LagWarnBytes: o.lagWarn, QuarantineAfter: o.quarantineAfter}
 	if o.keepRows {
@@ -229,5 +279,63 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 	}
 	s := r.Stats()
 	log.Info("cdc relay stopped", "published", s.Published, "transactions", s.Transactions, "unreadable", s.Unreadable)
+	return nil
+}
+
+// runBinlog runs "idem cdc" on MariaDB: the binlog relay.
+func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables idemmsg.Tables, sub string) error {
+	switch sub {
+	case "drop-slot":
+		return usagef("drop-slot is for PostgreSQL; the binlog relay keeps no state on the server (reset-position forgets its stored position)")
+	case "reset-position":
+		if err := binlog.ResetPosition(ctx, dbURL, tables); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "forgot the binlog position of %s; the next start publishes the rows waiting in it, then reads the binlog from the server's current position\n", tables.WithDefaults().Outbox)
+		return nil
+	}
+	if o.slot != "" || o.publication != "" || o.prefix != "" || o.rowsOnly || o.acceptLoss {
+		return usagef("--slot, --publication, --prefix, --rows-only and --accept-failover-loss are PostgreSQL's; the binlog relay (mysql://) has none of them")
+	}
+	if o.serverID > 1<<32-1 {
+		return usagef("--server-id %d: at most %d", o.serverID, uint32(1<<32-1))
+	}
+	log, err := newLogger(e, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg := binlog.Config{Tables: tables, ServerID: uint32(o.serverID), Window: o.window, BatchSize: o.batch,
+		QuarantineAfter: o.quarantineAfter, Logger: log}
+	if o.keepRows {
+		cfg.Delete = binlog.KeepRows
+	}
+	pub, brokerURL, err := o.br.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	label := "binlog_" + cfg.WithDefaults().Tables.Outbox
+	metrics := cdcmetrics.New(label)
+	cfg.Observer = metrics.Instrument(cdc.Config{}).Observer
+	r, err := binlog.New(dbURL, pub, cfg)
+	if err != nil {
+		return err
+	}
+	metrics.Watch(cdcmetrics.StatsFunc(r.CDCStats))
+	srv, err := serveOps(o.metricsAddr, log, r.Healthy, metrics)
+	if err != nil {
+		return err
+	}
+	startErr, stopErr := runUntilStopped(ctx, r, srv, o.stopTimeout, func() {
+		log.Info("relaying from the binary log", "table", cfg.WithDefaults().Tables.Outbox, "broker", brokerURL)
+	})
+	if startErr != nil {
+		return startErr
+	}
+	if stopErr != nil {
+		return fmt.Errorf("stop: messages in flight abandoned after %v (they are published again from the stored position): %w", o.stopTimeout, stopErr)
+	}
+	s := r.Stats()
+	log.Info("binlog relay stopped", "published", s.Published, "transactions", s.Transactions, "unreadable", s.Unreadable, "position", s.Position)
 	return nil
 }

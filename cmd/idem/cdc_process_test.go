@@ -225,6 +225,9 @@ type rabbit struct {
 	url, exchange string
 	consumer      *inbox.Consumer[pgx.Tx]
 	pg            *testdb.PG
+	// seen looks the business row of an event up in the producer's
+	// database: pg's by default.
+	seen func(ctx context.Context, id uuid.UUID) (bool, error)
 
 	mu        sync.Mutex
 	delivered []delivered
@@ -247,6 +250,11 @@ func newRabbit(t *testing.T, pg *testdb.PG, amqpURL string) *rabbit {
 	t.Helper()
 	pg.Exec(t, businessTable)
 	r := &rabbit{url: amqpURL, exchange: testamqp.Name("idem_cdc_"), pg: pg}
+	r.seen = func(ctx context.Context, id uuid.UUID) (bool, error) {
+		var seen bool
+		err := pg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM business WHERE event_id = $1)`, id).Scan(&seen)
+		return seen, err
+	}
 	r.consumer = brokertest.EffectConsumer(t, pg.Driver, inbox.Config{Name: "stock"}, nil)
 	sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{
 		ConnConfig: amqp.ConnConfig{URL: amqpURL, ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, Logger: brokertest.Logger()},
@@ -309,9 +317,11 @@ func (r *rabbit) record(t *testing.T) {
 			_ = json.Unmarshal(m.Body, &env)
 			d := delivered{id: id, key: env.AggregateID, version: env.AggregateVersion}
 			// A database that is away (a test stops it) tells nothing.
-			var seen bool
 			qctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			err := r.pg.Pool.QueryRow(qctx, `SELECT EXISTS (SELECT 1 FROM business WHERE event_id = $1)`, id).Scan(&seen)
+			r.mu.Lock()
+			lookup := r.seen
+			r.mu.Unlock()
+			seen, err := lookup(qctx, id)
 			cancel()
 			d.unseen = err == nil && !seen
 			r.mu.Lock()

@@ -130,14 +130,23 @@ func TestCDCCommand(t *testing.T) {
 func TestCDCUsage(t *testing.T) {
 	t.Parallel()
 	code, out, _ := idem(t, nil, "", "help", "cdc")
-	for _, want := range []string{"wal_level = logical", "max_slot_wal_keep_size", "drop-slot", "--keep-rows", "REPLICATION"} {
+	for _, want := range []string{"wal_level = logical", "max_slot_wal_keep_size", "drop-slot", "--keep-rows", "REPLICATION",
+		"binlog_format = ROW", "binlog_row_metadata = FULL", "REPLICATION SLAVE, REPLICATION CLIENT", "reset-position", "--server-id"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("help cdc = %d, no %q", code, want)
 		}
 	}
-	code, _, errOut := idem(t, nil, "", "cdc", "--db", "mysql://x/y")
+	code, _, errOut := idem(t, nil, "", "cdc", "--db", "sqlite:///tmp/x.db")
 	if code != 2 || !strings.Contains(errOut, "idem relay") {
-		t.Errorf("cdc on MySQL = %d %q", code, errOut)
+		t.Errorf("cdc on SQLite = %d %q", code, errOut)
+	}
+	code, _, errOut = idem(t, nil, "", "cdc", "--db", "mysql://x/y", "--slot", "s")
+	if code != 2 || !strings.Contains(errOut, "PostgreSQL's") {
+		t.Errorf("cdc --slot on MySQL = %d %q", code, errOut)
+	}
+	code, _, errOut = idem(t, nil, "", "cdc", "drop-slot", "--db", "mysql://x/y")
+	if code != 2 || !strings.Contains(errOut, "reset-position") {
+		t.Errorf("cdc drop-slot on MySQL = %d %q", code, errOut)
 	}
 	code, _, errOut = idem(t, nil, "", "cdc", "sideways")
 	if code != 2 || !strings.Contains(errOut, "drop-slot") {

@@ -386,6 +386,9 @@ func printSnapshot(w io.Writer, snap monitor.Snapshot) error {
 	default:
 		fmt.Fprintf(w, "  %s: backlog 0; last publish %s; quarantined %d\n", table, ago(now, o.LastPublished, "never"), o.Quarantined)
 	}
+	if o.LogPosition != "" {
+		fmt.Fprintf(w, "  binlog relay: position %s, stored %s\n", o.LogPosition, ago(now, o.LogPositionAt, "never"))
+	}
 	if snap.BrokerError != "" {
 		fmt.Fprintf(w, "  broker: %s\n", snap.BrokerError)
 	}
@@ -522,6 +525,8 @@ type (
 		OldestUnpublishedAgeS *float64   `json:"oldest_unpublished_age_seconds"`
 		LastPublishedAt       *time.Time `json:"last_published_at"`
 		LastPublishedAgeS     *float64   `json:"last_published_age_seconds"`
+		LogPosition           string     `json:"log_position,omitempty"`
+		LogPositionAt         *time.Time `json:"log_position_at,omitempty"`
 	}
 	consumerDoc struct {
 		Name                string     `json:"name"`
@@ -564,6 +569,8 @@ func statusJSON(snap monitor.Snapshot) statusDoc {
 	doc.Outbox = outboxDoc{Table: o.Table, Present: o.Present, Backlog: o.Backlog, Quarantined: o.Quarantined}
 	doc.Outbox.OldestUnpublishedAt, doc.Outbox.OldestUnpublishedAgeS = at(o.OldestUnpublished)
 	doc.Outbox.LastPublishedAt, doc.Outbox.LastPublishedAgeS = at(o.LastPublished)
+	doc.Outbox.LogPosition = o.LogPosition
+	doc.Outbox.LogPositionAt, _ = at(o.LogPositionAt)
 	for _, c := range snap.Consumers {
 		cd := consumerDoc{Name: c.Name, ProcessedLastMinute: c.ProcessedLastMinute, Parked: c.Parked, Retrying: c.Retrying}
 		cd.LastProcessedAt, cd.LastProcessedAgeS = at(c.LastProcessed)

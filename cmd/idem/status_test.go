@@ -200,6 +200,27 @@ func TestStatusConsumerOnly(t *testing.T) {
 	}
 }
 
+// TestStatusBinlogPosition: on MariaDB, the position the binlog relay
+// stored is shown under the outbox, in text and in JSON; without one,
+// nothing is.
+func TestStatusBinlogPosition(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMariaDB(t)
+	code, out, errOut := idem(t, nil, "", "status", "--db", db.URL)
+	if code != 0 || strings.Contains(out, "binlog relay") {
+		t.Fatalf("idem status without a position = %d\n%s%s", code, out, errOut)
+	}
+	db.Exec(t, `INSERT INTO binlog_position (outbox_table, gtid_pos) VALUES ('outbox', '0-1-42')`)
+	code, out, errOut = idem(t, nil, "", "status", "--db", db.URL)
+	if code != 0 || !regexp.MustCompile(`\n  binlog relay: position 0-1-42, stored (\d+ms|\d+s) ago\n`).MatchString(out) {
+		t.Fatalf("idem status = %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = idem(t, nil, "", "status", "--db", db.URL, "--json")
+	if code != 0 || !strings.Contains(out, `"log_position":"0-1-42"`) {
+		t.Fatalf("idem status --json = %d\n%s%s", code, out, errOut)
+	}
+}
+
 // TestStatusWatch: --watch refreshes until its context ends, then exits 0.
 func TestStatusWatch(t *testing.T) {
 	t.Parallel()

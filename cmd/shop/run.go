@@ -23,6 +23,7 @@ import (
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/billing"
 	"github.com/idem-go/idem/shop/carrier"
@@ -96,7 +97,8 @@ const namespaceDefault = "shop"
 const (
 	// relayPoll is the polling relay (package relay), on every dialect.
 	relayPoll = "poll"
-	// relayCDC is the CDC relay (package relay/cdc), on PostgreSQL.
+	// relayCDC is the CDC relay: package relay/cdc on PostgreSQL,
+	// relay/binlog on MariaDB.
 	relayCDC = "cdc"
 )
 
@@ -271,7 +273,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 				if err != nil {
 					return nil, fmt.Errorf("relay of %s (--relay cdc): %w", s, err)
 				}
-				watch(r.Relay)
+				watch(cdcmetrics.StatsFunc(r.CDCStats))
 				a.relays[s] = r
 				continue
 			}
@@ -470,8 +472,12 @@ func (a *app) banner(w io.Writer) {
 	}
 	if len(a.relays) > 0 {
 		if a.cfg.Relay == relayCDC {
-			fmt.Fprintf(w, "shop:   relays   CDC (logical replication slots %s...), events as %s\n", a.dbs["order"].CDCSlot(),
-				map[string]string{outboxRows: "outbox rows", outboxLog: "WAL messages"}[a.cfg.Outbox])
+			if a.dbs["order"].Dialect == store.MySQL {
+				fmt.Fprintln(w, "shop:   relays   CDC (MariaDB's binary log), events as outbox rows")
+			} else {
+				fmt.Fprintf(w, "shop:   relays   CDC (logical replication slots %s...), events as %s\n", a.dbs["order"].CDCSlot(),
+					map[string]string{outboxRows: "outbox rows", outboxLog: "WAL messages"}[a.cfg.Outbox])
+			}
 		} else {
 			fmt.Fprintln(w, "shop:   relays   polling")
 		}

@@ -57,16 +57,19 @@ const (
 	RelayAfterPublishBeforeMark = "relay.after-publish-before-mark"
 	// RelayAfterMark: the relay, after it marked a batch published.
 	RelayAfterMark = "relay.after-mark"
-	// CDCAfterReceive: the CDC relay (relay/cdc), a transaction's events
-	// received from the log (its commit read), nothing of it published:
-	// the slot gives the transaction again.
+	// CDCAfterReceive: the CDC relays (relay/cdc, relay/binlog), a
+	// transaction's events received from the log (its commit read), nothing
+	// of it published: the slot, or the stored binlog position, gives the
+	// transaction again.
 	CDCAfterReceive = "cdc.after-receive"
-	// CDCAfterPublishBeforeConfirm: the CDC relay, after the broker
+	// CDCAfterPublishBeforeConfirm: the CDC relays, after the broker
 	// confirmed every message up to a transaction's commit, before that
-	// position is confirmed to the server: they are published again.
+	// position is confirmed to the server (or stored, for the binlog
+	// relay): they are published again.
 	CDCAfterPublishBeforeConfirm = "cdc.after-publish-before-confirm"
-	// CDCAfterConfirm: the CDC relay, after a position was confirmed to the
-	// server (standby status update sent).
+	// CDCAfterConfirm: the CDC relays, after a position was confirmed to
+	// the server (standby status update sent), or stored in the binlog
+	// relay's position table.
 	CDCAfterConfirm = "cdc.after-confirm"
 	// InboxAfterCommitBeforeAck: the RabbitMQ subscriber, and the NATS and
 	// Kafka subscribers the commands open (internal/registry), after the

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/driver/sqlite"
+	"github.com/idem-go/idem/internal/testlock"
 	"github.com/idem-go/idem/migrate"
 )
 
@@ -20,14 +22,55 @@ import (
 // (mysql://user:pass@host:port/db).
 const MariaDBURLEnv = "IDEM_TEST_MARIADB_URL"
 
-// MariaDBURL returns the test server URL or fails the test.
-func MariaDBURL(t testing.TB) string {
+// mariaLock keeps the test MariaDB server up while tests use it: see
+// MariaDBExclusive.
+var mariaLock = testlock.New("mariadb")
+
+func mariaDBURL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv(MariaDBURLEnv)
 	if u == "" {
 		t.Fatalf("%s is not set: run the tests with `make test` (IDEM_TEST_SERVERS=\"postgres mariadb\"), which starts a private MariaDB server", MariaDBURLEnv)
 	}
 	return u
+}
+
+// MariaDBURL returns the test server URL or fails the test. The server is
+// not stopped by another test until this test ends.
+func MariaDBURL(t testing.TB) string {
+	t.Helper()
+	u := mariaDBURL(t)
+	mariaLock.Shared(t)
+	return u
+}
+
+// MariaDBExclusive returns the test server URL and holds the server alone
+// until the test ends, so that it may call RestartMariaDB: every other test
+// of the run that uses MariaDB waits meanwhile. Call it first, in a test
+// that does not run in parallel.
+func MariaDBExclusive(t testing.TB) string {
+	t.Helper()
+	u := mariaDBURL(t)
+	mariaLock.Exclusive(t)
+	return u
+}
+
+// RestartMariaDB stops the test server, keeping its data, and starts it
+// again; the test must hold it (MariaDBExclusive).
+func RestartMariaDB(t testing.TB) {
+	t.Helper()
+	if !mariaLock.HeldExclusively() {
+		t.Fatalf("testdb: call MariaDBExclusive before restarting the server")
+	}
+	for _, env := range []string{"IDEM_TEST_MARIADB_STOP", "IDEM_TEST_MARIADB_START"} {
+		path := os.Getenv(env)
+		if path == "" {
+			t.Fatalf("%s is not set: run the tests with `make test`, which starts a private MariaDB server", env)
+		}
+		if out, err := exec.Command(path).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", path, err, out)
+		}
+	}
 }
 
 // SQLDB is a fresh MariaDB database or SQLite file with idem's tables.

@@ -28,6 +28,8 @@ mariadb_start() {
 	client=$(mariadb_cmd mariadb mysql)
 	is_root && user=mysql
 	port=$(pick_port "${IDEM_TEST_MARIADB_PORT:-13306}")
+	local binlog=1
+	[ "${IDEM_TEST_MARIADB_BINLOG:-1}" = 0 ] && binlog=""
 
 	local ver
 	ver=$("$mysqld" --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -n 1)
@@ -58,6 +60,14 @@ mariadb_start() {
 		innodb_buffer_pool_size = 256M
 		# durable commits (the default), so that benchmarks are honest
 		innodb_flush_log_at_trx_commit = 1
+		# the binary log in row format with full rows and column names, as
+		# the binlog relay (relay/binlog) needs; IDEM_TEST_MARIADB_BINLOG=0
+		# runs without it (to measure what it costs the writers)
+		server_id = 1
+		${binlog:+log_bin = mariadb-bin}
+		binlog_format = ROW
+		binlog_row_image = FULL
+		binlog_row_metadata = FULL
 	EOF
 	[ -n "$user" ] && chown -R "$user:" "$dir"
 	check_reachable "$user" "$dir/data"

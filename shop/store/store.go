@@ -32,6 +32,7 @@ import (
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
+	"github.com/idem-go/idem/relay/binlog"
 	"github.com/idem-go/idem/relay/cdc"
 )
 
@@ -386,14 +387,25 @@ func (db *DB) CDCPrefix() string { return outbox.LogPrefix(idem.Tables{Schema: d
 // several shops (namespaces) on one server never share one.
 func (db *DB) CDCSlot() string { return "idem_" + db.Schema + "_outbox" }
 
-// NewCDCRelay returns a relay that reads the service's outbox from
-// PostgreSQL's logical replication stream (package relay/cdc) through the
-// slot CDCSlot, and publishes through pub. cfg.Tables, cfg.Slot,
-// cfg.Publication and cfg.MessagePrefix (CDCPrefix) are set here. Other dialects have no CDC relay: the error
-// says to run the polling relay.
+// NewCDCRelay returns a relay that reads the service's outbox from the
+// database's log and publishes through pub: on PostgreSQL the logical
+// replication stream (package relay/cdc) through the slot CDCSlot, with
+// cfg.Tables, cfg.Slot, cfg.Publication and cfg.MessagePrefix (CDCPrefix)
+// set here; on MariaDB the binary log (package relay/binlog), with
+// cfg.Logger, cfg.Observer, cfg.Window, cfg.BatchSize and
+// cfg.QuarantineAfter. SQLite has no log to read: the error says to run the
+// polling relay.
 func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (*CDCRelay, error) {
+	if db.Dialect == MySQL && db.url != "" {
+		r, err := binlog.New(db.url, pub, binlog.Config{Tables: idem.Tables{Schema: db.Schema}, Logger: cfg.Logger,
+			Observer: cfg.Observer, Window: cfg.Window, BatchSize: cfg.BatchSize, QuarantineAfter: cfg.QuarantineAfter})
+		if err != nil {
+			return nil, err
+		}
+		return &CDCRelay{Binlog: r}, nil
+	}
 	if db.Dialect != Postgres || db.url == "" {
-		return nil, fmt.Errorf("%s: the CDC relay reads PostgreSQL's logical replication stream, and this database is %s: run the polling relay (--relay poll)", db.Service, db.Dialect)
+		return nil, fmt.Errorf("%s: a CDC relay reads PostgreSQL's logical replication stream or MariaDB's binary log, and this database is %s: run the polling relay (--relay poll)", db.Service, db.Dialect)
 	}
 	cfg.Tables = idem.Tables{Schema: db.Schema}
 	cfg.Slot = db.CDCSlot()
@@ -403,7 +415,7 @@ func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (*CDCRelay, erro
 	if err != nil {
 		return nil, err
 	}
-	return &CDCRelay{r}, nil
+	return &CDCRelay{Relay: r}, nil
 }
 
 // DropCDCSlot drops the replication slot and the publication of the
@@ -429,22 +441,43 @@ func (db *DB) DropCDCSlot(ctx context.Context) error {
 	return nil
 }
 
-// CDCRelay is a CDC relay seen as a Relay; Relay is the CDC relay itself,
-// with its own Stats (for its metrics: relay/cdc/cdcmetrics).
-type CDCRelay struct{ Relay *cdc.Relay }
+// CDCRelay is a CDC relay seen as a Relay: Relay is PostgreSQL's, Binlog
+// MariaDB's (the other is nil).
+type CDCRelay struct {
+	Relay  *cdc.Relay
+	Binlog *binlog.Relay
+}
 
-// Start starts the relay (cdc.Relay.Start).
-func (r *CDCRelay) Start(ctx context.Context) error { return r.Relay.Start(ctx) }
+// Start starts the relay.
+func (r *CDCRelay) Start(ctx context.Context) error {
+	if r.Binlog != nil {
+		return r.Binlog.Start(ctx)
+	}
+	return r.Relay.Start(ctx)
+}
 
-// Stop stops the relay (cdc.Relay.Stop).
-func (r *CDCRelay) Stop(ctx context.Context) error { return r.Relay.Stop(ctx) }
+// Stop stops the relay.
+func (r *CDCRelay) Stop(ctx context.Context) error {
+	if r.Binlog != nil {
+		return r.Binlog.Stop(ctx)
+	}
+	return r.Relay.Stop(ctx)
+}
+
+// CDCStats returns the relay's figures as relay/cdc/cdcmetrics reads them.
+func (r *CDCRelay) CDCStats() cdc.Stats {
+	if r.Binlog != nil {
+		return r.Binlog.CDCStats()
+	}
+	return r.Relay.Stats()
+}
 
 // Stats maps the CDC relay's figures onto relay.Stats: what it published,
 // its failed publish calls, the messages read and not yet confirmed as the
 // backlog (and in flight), the oldest of their commits, and what it
 // quarantined.
 func (r *CDCRelay) Stats() relay.Stats {
-	s := r.Relay.Stats()
+	s := r.CDCStats()
 	out := relay.Stats{
 		Published:         s.Published,
 		PublishErrors:     s.PublishFailures,

@@ -28,7 +28,7 @@ import (
 type Names struct {
 	Outbox, ProcessedEvent, FailedMessage, DeliveryAttempt string
 	IdempotentRequest, ConsumerMember, ConsumerPartition   string
-	Migrations                                             string
+	Migrations, BinlogPosition                             string
 	OutboxName, ProcessedEventName, FailedMessageName      string
 	DeliveryAttemptName, IdempotentRequestName             string
 	ConsumerMemberName, ConsumerPartitionName              string
@@ -54,6 +54,7 @@ func TableNames(t idem.Tables, quote func(string) string) Names {
 		ConsumerMember:        qualify(t.ConsumerMember),
 		ConsumerPartition:     qualify(t.ConsumerPartition),
 		Migrations:            qualify(t.Migrations),
+		BinlogPosition:        qualify(t.BinlogPosition),
 		OutboxName:            t.Outbox,
 		ProcessedEventName:    t.ProcessedEvent,
 		FailedMessageName:     t.FailedMessage,

@@ -2,10 +2,12 @@ package dialectkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/internal/textenc"
 )
@@ -36,6 +38,10 @@ type StatusSQL struct {
 	// Time returns a scan destination for a nullable timestamp column,
 	// storing the zero time for NULL.
 	Time func(*time.Time) any
+	// LogPosition, when set, selects the position a log-reading relay
+	// stored for the outbox and when (MySQL: binlog_position); a missing
+	// table or row leaves them empty.
+	LogPosition string
 }
 
 // ReadStatus implements driver.StatusReader.
@@ -54,6 +60,12 @@ func (b *Base) ReadStatus(ctx context.Context, ex driver.Executor, p driver.Stat
 		// A consumer-only database; the consumer tables are checked below.
 	default:
 		return st, b.Wrap(fmt.Errorf("outbox: %w", err))
+	}
+	if o.Present && s.LogPosition != "" {
+		err := driver.QueryRow(ctx, ex, s.LogPosition, nil, &o.LogPosition, s.Time(&o.LogPositionAt))
+		if err != nil && !errors.Is(err, idem.ErrNotFound) && !b.IsMissingTable(err) {
+			return st, b.Wrap(fmt.Errorf("log position: %w", err))
+		}
 	}
 
 	names := map[string]bool{}

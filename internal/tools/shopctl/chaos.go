@@ -31,7 +31,8 @@ type chaosCase struct {
 	// Expected is what must hold after recovery.
 	Expected string
 	// Relay, when set, is the --relay of every process of the case; the
-	// CDC relay's cases run only on PostgreSQL.
+	// CDC relay's cases run on PostgreSQL and MariaDB (its binlog), those
+	// with WAL messages on PostgreSQL only.
 	Relay string
 	// Outbox, when set, is the --outbox of every process of the case.
 	Outbox string
@@ -40,7 +41,14 @@ type chaosCase struct {
 
 // applies reports whether the case runs on the database at dbURL.
 func (c chaosCase) applies(dbURL string) bool {
-	return c.Relay != shopkit.RelayCDC || isPostgresURL(dbURL)
+	switch {
+	case c.Relay != shopkit.RelayCDC || isPostgresURL(dbURL):
+		return true
+	case c.Outbox == shopkit.OutboxLog:
+		return false // WAL messages: PostgreSQL's
+	}
+	scheme, _, _ := strings.Cut(strings.ToLower(dbURL), "://")
+	return scheme == "mysql" || scheme == "mariadb"
 }
 
 // isPostgresURL reports whether rawURL is a PostgreSQL URL.
@@ -206,13 +214,13 @@ var chaosCases = []chaosCase{
 	},
 	{
 		Name:     fault.CDCAfterReceive,
-		Expected: "CDC relay: received from the slot, nothing published: the restarted relay reads it again and publishes it",
+		Expected: "CDC relay: received from the log, nothing published: the restarted relay reads it again and publishes it",
 		Relay:    shopkit.RelayCDC,
 		run:      crashAndRecover("relay", fault.CDCAfterReceive, 3),
 	},
 	{
 		Name:     fault.CDCAfterPublishBeforeConfirm,
-		Expected: "CDC relay: published, slot position not confirmed: republished (duplicate source 1), consumers skip the copies",
+		Expected: "CDC relay: published, position not confirmed (slot) or stored (binlog): republished (duplicate source 1), consumers skip the copies",
 		Relay:    shopkit.RelayCDC,
 		run:      crashAndRecover("relay", fault.CDCAfterPublishBeforeConfirm, 3),
 	},

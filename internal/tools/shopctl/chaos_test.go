@@ -58,7 +58,7 @@ func TestChaosEmbedded(t *testing.T) {
 	}
 	defer stop()
 	results := runChaos(ctx, chaosOptions{Binary: shopBinary, DB: db, Broker: brokerURL, LogDir: t.TempDir()})
-	// Every case but the CDC relay's, which needs PostgreSQL.
+	// Every case but the CDC relay's, which needs PostgreSQL or MariaDB.
 	checkChaos(t, results, applicableCases(db))
 }
 
@@ -77,7 +77,8 @@ func TestChaosPostgresKafka(t *testing.T) {
 
 // TestChaosMariaDBKafka runs the crash table on the stack of the second
 // article: MariaDB (one database per service) + Kafka, every case but the
-// CDC relay's, which need PostgreSQL. Kafka is kfake listening on a TCP
+// one of WAL messages (PostgreSQL's): the CDC relay's cases read MariaDB's
+// binary log. Kafka is kfake listening on a TCP
 // port, as in TestChaosPostgresKafka.
 func TestChaosMariaDBKafka(t *testing.T) {
 	t.Parallel()

@@ -1,5 +1,5 @@
-// Package cdcmetrics exports a CDC relay's statistics (package relay/cdc) to
-// Prometheus.
+// Package cdcmetrics exports a CDC relay's statistics (package relay/cdc, or
+// relay/binlog through StatsFunc) to Prometheus.
 //
 //	m := cdcmetrics.New()
 //	cfg = m.Instrument(cfg) // sets cfg.Observer to feed the histograms
@@ -49,6 +49,13 @@ import (
 type StatsSource interface {
 	Stats() cdc.Stats
 }
+
+// StatsFunc is a function seen as a StatsSource: the binlog relay's
+// (relay/binlog.Relay.CDCStats), for example.
+type StatsFunc func() cdc.Stats
+
+// Stats implements StatsSource.
+func (f StatsFunc) Stats() cdc.Stats { return f() }
 
 // Buckets returns the histograms' buckets, in seconds.
 func Buckets() []float64 {

@@ -1,0 +1,430 @@
+package binlog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/broker/memory"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/driver/mysql"
+	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testlog"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/relay/binlog"
+)
+
+// fastConfig returns a configuration with short delays for tests.
+func fastConfig(t testing.TB) binlog.Config {
+	return binlog.Config{
+		FlushInterval:   20 * time.Millisecond,
+		Heartbeat:       time.Second,
+		StandbyPoll:     50 * time.Millisecond,
+		PublishTimeout:  5 * time.Second,
+		RetryBackoff:    10 * time.Millisecond,
+		MaxRetryBackoff: 200 * time.Millisecond,
+		Logger:          testlog.New(t),
+	}
+}
+
+func start(t testing.TB, db *testdb.SQLDB, pub broker.Publisher, cfg binlog.Config) *binlog.Relay {
+	t.Helper()
+	r, err := binlog.New(db.URL, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stop(t, r) })
+	return r
+}
+
+func stop(t testing.TB, r *binlog.Relay) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := r.Stop(ctx); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+}
+
+// add writes versions from..to of aggregate id, one transaction each.
+func add(t testing.TB, db *testdb.SQLDB, id string, from, to int) []uuid.UUID {
+	t.Helper()
+	w := outbox.NewWriter(db.Driver)
+	var ids []uuid.UUID
+	for v := from; v <= to; v++ {
+		ev, err := idem.NewEvent("order.changed.v1", "order", id, map[string]any{"version": v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.AggregateVersion = int64(v)
+		if err := w.AddExec(context.Background(), db.Driver.Pool(), ev); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ev.ID)
+	}
+	return ids
+}
+
+func waitLen(t *testing.T, pub *memory.Publisher, n int) []idem.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := pub.WaitLen(ctx, n); err != nil {
+		t.Fatalf("waiting for %d messages, got %d: %v", n, pub.Len(), err)
+	}
+	return pub.Messages()
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkFirstOrder checks that the first copy of each aggregate's events
+// follows their versions, and that every id of want was published.
+func checkFirstOrder(t *testing.T, msgs []idem.Message, want []uuid.UUID) {
+	t.Helper()
+	seen := map[uuid.UUID]bool{}
+	last := map[string]int64{}
+	for _, m := range msgs {
+		if seen[m.EventID] {
+			continue
+		}
+		seen[m.EventID] = true
+		ev, err := idem.Decode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := last[ev.AggregateID]; ev.AggregateVersion <= v {
+			t.Fatalf("aggregate %s: version %d published after %d", ev.AggregateID, ev.AggregateVersion, v)
+		}
+		last[ev.AggregateID] = ev.AggregateVersion
+	}
+	for _, id := range want {
+		if !seen[id] {
+			t.Errorf("event %s never published", id)
+		}
+	}
+}
+
+func TestPublishesInsertsInOrder(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	pub := memory.New()
+	r := start(t, db, pub, fastConfig(t))
+	var want []uuid.UUID
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids := add(t, db, fmt.Sprint("agg-", w), 1, 50)
+			mu.Lock()
+			want = append(want, ids...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	msgs := waitLen(t, pub, 200)
+	checkFirstOrder(t, msgs, want)
+	eventually(t, "published rows deleted", func() bool { return db.Count(t, "outbox") == 0 })
+	eventually(t, "position stored", func() bool {
+		return db.Count(t, "binlog_position WHERE outbox_table = 'outbox' AND gtid_pos = ?", r.Stats().Position) == 1
+	})
+	if s := r.Stats(); s.Published != 200 || s.Unreadable != 0 || s.Deleted != 200 {
+		t.Errorf("stats: %+v", s)
+	}
+	// idem status reads the stored position.
+	st, err := db.Driver.Dialect().ReadStatus(context.Background(), db.Driver.Pool(), driver.StatusParams{})
+	if err != nil || st.Outbox.LogPosition == "" || st.Outbox.LogPositionAt.IsZero() {
+		t.Errorf("ReadStatus: %+v, %v", st.Outbox, err)
+	}
+}
+
+// TestFirstStartPublishesWaitingRows: rows written before the relay's first
+// start are published first, in order, then the binlog's.
+func TestFirstStartPublishesWaitingRows(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	before := add(t, db, "a", 1, 30)
+	pub := memory.New()
+	start(t, db, pub, fastConfig(t))
+	after := add(t, db, "a", 31, 40)
+	msgs := waitLen(t, pub, 40)
+	checkFirstOrder(t, msgs, append(before, after...))
+	if len(msgs) != 40 {
+		t.Errorf("%d messages, want 40 (no copy after a clean run)", len(msgs))
+	}
+}
+
+// TestRestartResumes: a relay stopped and started again publishes what was
+// written meanwhile, from its stored position, and nothing twice.
+func TestRestartResumes(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	pub := memory.New()
+	r := start(t, db, pub, fastConfig(t))
+	first := add(t, db, "a", 1, 10)
+	waitLen(t, pub, 10)
+	stop(t, r)
+	second := add(t, db, "a", 11, 20)
+	start(t, db, pub, fastConfig(t))
+	msgs := waitLen(t, pub, 20)
+	checkFirstOrder(t, msgs, append(first, second...))
+	// A sentinel after everything: once it is published, no copy can follow.
+	third := add(t, db, "a", 21, 21)
+	msgs = waitLen(t, pub, 21)
+	checkFirstOrder(t, msgs, third)
+	if len(msgs) != 21 {
+		t.Errorf("%d messages, want 21", len(msgs))
+	}
+}
+
+// TestSecondRelayTakesOver: two relays on one outbox: one publishes, the
+// other waits and takes over when the first stops.
+func TestSecondRelayTakesOver(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	pubA, pubB := memory.New(), memory.New()
+	a := start(t, db, pubA, fastConfig(t))
+	eventually(t, "first relay streaming", func() bool { return a.Stats().Streaming })
+	b := start(t, db, pubB, fastConfig(t))
+	eventually(t, "second relay waiting", func() bool { return b.Stats().Waiting })
+	first := add(t, db, "a", 1, 10)
+	waitLen(t, pubA, 10)
+	if b.Stats().Streaming || pubB.Len() != 0 {
+		t.Fatalf("the second relay published while the first held the outbox: %d", pubB.Len())
+	}
+	stop(t, a)
+	eventually(t, "second relay streaming", func() bool { return b.Stats().Streaming })
+	second := add(t, db, "a", 11, 20)
+	msgs := waitLen(t, pubB, 10)
+	checkFirstOrder(t, append(pubA.Messages(), msgs...), append(first, second...))
+}
+
+// TestRolledBackAndOtherStatements: a rolled-back insert publishes
+// nothing, updates and deletes are ignored, other tables too.
+func TestRolledBackAndOtherStatements(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	pub := memory.New()
+	start(t, db, pub, fastConfig(t))
+	db.Exec(t, "CREATE TABLE other (id INT PRIMARY KEY, v VARCHAR(10))")
+	tx, err := db.DB.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := outbox.NewWriter(db.Driver)
+	ev, _ := idem.NewEvent("order.changed.v1", "order", "rolled-back", map[string]any{})
+	if err := w.Add(context.Background(), tx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("INSERT INTO other VALUES (1, 'x')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	db.Exec(t, "INSERT INTO other VALUES (2, 'y')")
+	kept := add(t, db, "a", 1, 1)
+	db.Exec(t, "UPDATE other SET v = 'z'")
+	sentinel := add(t, db, "a", 2, 2)
+	msgs := waitLen(t, pub, 2)
+	checkFirstOrder(t, msgs, append(kept, sentinel...))
+	if len(msgs) != 2 {
+		t.Errorf("%d messages, want 2: %v", len(msgs), msgs)
+	}
+}
+
+// TestUnreadableRowQuarantined: a row that cannot become a message is
+// quarantined in place and the stream goes on.
+func TestUnreadableRowQuarantined(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	pub := memory.New()
+	r := start(t, db, pub, fastConfig(t))
+	db.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers)
+VALUES (?, 'order', 'a', 'order.changed.v1', '{}', '[1,2]')`, uuid.NewString())
+	sentinel := add(t, db, "a", 1, 1)
+	msgs := waitLen(t, pub, 1)
+	checkFirstOrder(t, msgs, sentinel)
+	eventually(t, "the bad row quarantined", func() bool {
+		return db.Count(t, "outbox WHERE quarantined_at IS NOT NULL AND last_error LIKE '%headers%'") == 1
+	})
+	if s := r.Stats(); s.Unreadable != 1 || s.Quarantined != 1 {
+		t.Errorf("stats: %+v", s)
+	}
+	// Fixed with SQL and re-driven (idem failed retry --relay clears
+	// quarantined_at): published.
+	db.Exec(t, `UPDATE outbox SET headers = '{}' WHERE quarantined_at IS NOT NULL`)
+	var seq int64
+	if err := db.DB.QueryRow(`SELECT seq FROM outbox WHERE quarantined_at IS NOT NULL`).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	n, err := db.Driver.Dialect().RequeueQuarantined(context.Background(), db.Driver.Pool(), []int64{seq})
+	if err != nil || n != 1 {
+		t.Fatalf("requeue: %d, %v", n, err)
+	}
+	msgs = waitLen(t, pub, 2)
+	if ev, err := idem.Decode(msgs[1]); err != nil || ev.AggregateID != "a" || ev.AggregateVersion != 0 {
+		t.Fatalf("re-driven message: %+v, %v", ev, err)
+	}
+	eventually(t, "the re-driven row deleted", func() bool { return db.Count(t, "outbox") == 0 })
+}
+
+// TestDebeziumTableFromTheCommandLineClient: rows inserted by the mariadb
+// client into a table with Debezium's five columns only are published.
+func TestDebeziumTableFromTheCommandLineClient(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	db.Exec(t, `CREATE TABLE ext_outbox (
+    id VARCHAR(64) NOT NULL PRIMARY KEY,
+    aggregatetype VARCHAR(255) NOT NULL,
+    aggregateid VARCHAR(255) NOT NULL,
+    type VARCHAR(255) NOT NULL,
+    payload JSON NULL)`)
+	pub := memory.New()
+	cfg := fastConfig(t)
+	cfg.Tables.Outbox = "ext_outbox"
+	start(t, db, pub, cfg)
+	ids := []string{uuid.NewString(), uuid.NewString()}
+	client := mariadbClient(t)
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass, _ := u.User.Password()
+	sqlText := fmt.Sprintf(`BEGIN;
+INSERT INTO ext_outbox VALUES ('%s', 'customer', 'c-1', 'customer.created.v1', '{"name": "Ada"}');
+INSERT INTO ext_outbox VALUES ('%s', 'customer', 'c-1', 'customer.renamed.v1', '{"name": "Ada L."}');
+COMMIT;`, ids[0], ids[1])
+	cmd := exec.Command(client, "--no-defaults", "--protocol=tcp", "-h", u.Hostname(), "-P", u.Port(),
+		"-u", u.User.Username(), "-p"+pass, strings.TrimPrefix(u.Path, "/"), "-e", sqlText)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", client, err, out)
+	}
+	msgs := waitLen(t, pub, 2)
+	for i, m := range msgs {
+		ev, err := idem.Decode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.ID.String() != ids[i] || ev.AggregateID != "c-1" || string(ev.Payload) == "" {
+			t.Errorf("message %d: %+v", i, ev)
+		}
+	}
+	eventually(t, "published rows deleted", func() bool { return db.Count(t, "ext_outbox") == 0 })
+}
+
+func mariadbClient(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"mariadb", "mysql"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("the mariadb command-line client is not installed (make test installs mariadb-server, which brings it)")
+	return ""
+}
+
+// TestStartChecks: each start-up check refuses with its message.
+func TestStartChecks(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	for _, c := range []struct{ param, want string }{
+		{"binlog_format=%27STATEMENT%27", "binlog_format is STATEMENT"},
+		{"binlog_row_image=%27MINIMAL%27", "binlog_row_image is MINIMAL"},
+	} {
+		t.Run(c.param, func(t *testing.T) {
+			sep := "?"
+			if strings.Contains(db.URL, "?") {
+				sep = "&"
+			}
+			r, err := binlog.New(db.URL+sep+c.param, memory.New(), fastConfig(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = r.Start(context.Background())
+			if !errors.Is(err, binlog.ErrServerSettings) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Start: %v, want %q", err, c.want)
+			}
+		})
+	}
+	t.Run("privileges", func(t *testing.T) {
+		user := "idem_norepl_" + strings.TrimPrefix(db.Name, "idem_t_")
+		// The test server's root may grant privileges (idem may not).
+		u, _ := url.Parse(db.URL)
+		root := *u
+		root.User = url.User("root")
+		admin, err := mysql.Open(root.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		for _, q := range []string{"CREATE USER '" + user + "'@'%' IDENTIFIED BY 'pw'",
+			"GRANT ALL PRIVILEGES ON " + db.Name + ".* TO '" + user + "'@'%'"} {
+			if _, err := admin.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { db.Exec(t, "DROP USER '"+user+"'@'%'") })
+		u.User = url.UserPassword(user, "pw")
+		r, err := binlog.New(u.String(), memory.New(), fastConfig(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = r.Start(context.Background())
+		if !errors.Is(err, binlog.ErrPrivileges) || !strings.Contains(err.Error(), "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*") {
+			t.Fatalf("Start: %v", err)
+		}
+	})
+	t.Run("no position table", func(t *testing.T) {
+		db.Exec(t, "DROP TABLE binlog_position")
+		r, err := binlog.New(db.URL, memory.New(), fastConfig(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "idem migrate") {
+			t.Fatalf("Start: %v", err)
+		}
+	})
+}
+
+// TestPurgedPosition: a stored position the server's binlog no longer
+// holds stops the relay with ErrPositionPurged; ResetPosition forgets it,
+// and the next start publishes the rows waiting in the outbox.
+func TestPurgedPosition(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	// A GTID of a server that never wrote this binlog: as if the files
+	// holding it were purged.
+	db.Exec(t, "INSERT INTO binlog_position (outbox_table, gtid_pos) VALUES ('outbox', '0-4000000-7')")
+	waiting := add(t, db, "a", 1, 5)
+	r, err := binlog.New(db.URL, memory.New(), fastConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Start(context.Background())
+	if !errors.Is(err, binlog.ErrPositionPurged) || !strings.Contains(err.Error(), "reset-position") {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := binlog.ResetPosition(context.Background(), db.URL, idem.Tables{}); err != nil {
+		t.Fatal(err)
+	}
+	pub := memory.New()
+	start(t, db, pub, fastConfig(t))
+	checkFirstOrder(t, waitLen(t, pub, 5), waiting)
+}

@@ -1,0 +1,176 @@
+package binlog
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/relay/cdc"
+)
+
+// Defaults of Config.
+const (
+	// WindowDefault is the number of messages read and not yet confirmed by
+	// the broker.
+	WindowDefault = 1000
+	// BatchSizeDefault is the largest number of messages in one Publish call.
+	BatchSizeDefault = 200
+	// FlushIntervalDefault is how often the confirmed position is stored
+	// (after the published rows are deleted).
+	FlushIntervalDefault = 200 * time.Millisecond
+	// HeartbeatDefault is the period of the server's heartbeats while the
+	// binlog is quiet.
+	HeartbeatDefault = 5 * time.Second
+	// StandbyPollDefault is how often a relay waiting for the outbox's lock
+	// tries to take it.
+	StandbyPollDefault = time.Second
+	// PublishTimeoutDefault bounds each Publish call.
+	PublishTimeoutDefault = 10 * time.Second
+	// RetryBackoffDefault is the first delay before a failed publish or
+	// connection is retried; it doubles up to MaxRetryBackoffDefault.
+	RetryBackoffDefault = 100 * time.Millisecond
+	// MaxRetryBackoffDefault caps the delay between retries.
+	MaxRetryBackoffDefault = 5 * time.Second
+	// QuarantineAfterDefault is the number of refusals after which a
+	// message is quarantined.
+	QuarantineAfterDefault = 10
+	// QueryTimeoutDefault bounds the relay's SQL statements.
+	QueryTimeoutDefault = 30 * time.Second
+)
+
+// DeleteMode says what happens to the outbox rows the relay published: the
+// same modes as the PostgreSQL CDC relay's.
+type DeleteMode = cdc.DeleteMode
+
+// The delete modes.
+const (
+	// DeletePublished deletes each published row once the broker confirmed
+	// it, before the position of its transaction is stored (a crash in
+	// between publishes it again from the binlog). The default.
+	DeletePublished = cdc.DeletePublished
+	// KeepRows leaves the rows alone: the writer deletes them itself, often
+	// in the same transaction as the insert (the insert is in the binlog
+	// either way), or a job of its own does.
+	KeepRows = cdc.KeepRows
+)
+
+// Observer is told what the relay does, for metrics; the same as the
+// PostgreSQL CDC relay's (package relay/cdc/cdcmetrics makes one that feeds
+// Prometheus). A transaction's commit time comes from the binlog, whose
+// timestamps have a resolution of one second: CommitToPublish and
+// Stages.Receive are that coarse.
+type Observer = cdc.Observer
+
+// Config configures a Relay. The zero value is valid: every field has a
+// default.
+type Config struct {
+	// Tables names the outbox (Tables.Schema, Tables.Outbox; defaults to
+	// the database of the connection and "outbox") and the table holding
+	// the relay's position (Tables.BinlogPosition, created by "idem
+	// migrate").
+	Tables idem.Tables
+	// ServerID is the server_id the relay presents to the server, as a
+	// replica does: it must differ from the server_id of every server and
+	// replica of the topology. Defaults to DefaultServerID of the outbox
+	// (its database resolved from the URL when Tables.Schema is empty).
+	ServerID uint32
+	// Window is the largest number of messages read and not yet confirmed
+	// by the broker. Defaults to 1000.
+	Window int
+	// BatchSize is the largest number of messages in one Publish call.
+	// Defaults to 200 (at most Window).
+	BatchSize int
+	// Delete says what happens to published rows. Defaults to
+	// DeletePublished.
+	Delete DeleteMode
+	// FlushInterval is how often the confirmed position is stored.
+	// Defaults to 200ms.
+	FlushInterval time.Duration
+	// Heartbeat is the period of the heartbeats the server sends while its
+	// binlog is quiet; a connection on which the server sends nothing for
+	// three periods (at least 10s) is taken for dead. Defaults to 5s.
+	Heartbeat time.Duration
+	// StandbyPoll is how often a relay that waits for another process
+	// holding the outbox's lock tries to take it. Defaults to 1s.
+	StandbyPoll time.Duration
+	// PublishTimeout bounds each Publish call. Defaults to 10s.
+	PublishTimeout time.Duration
+	// RetryBackoff is the first delay before a failed publish, or a
+	// reconnection, is retried; it doubles up to MaxRetryBackoff, with
+	// jitter. Defaults to 100ms.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps those delays. Defaults to 5s.
+	MaxRetryBackoff time.Duration
+	// QuarantineAfter is the number of refusals of a message by the broker
+	// itself (unroutable, nacked, too large) after which the relay
+	// quarantines it in the outbox table, so that one message no broker
+	// takes does not hold the position for good. Faults (the broker did not
+	// answer) never count. Defaults to 10; negative retries forever.
+	QuarantineAfter int
+	// QueryTimeout bounds each SQL statement of the relay. Defaults to 30s.
+	QueryTimeout time.Duration
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Observer is told what the relay does, for metrics.
+	Observer Observer
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Tables = c.Tables.WithDefaults()
+	c.Window = cmp.Or(c.Window, WindowDefault)
+	c.BatchSize = min(cmp.Or(c.BatchSize, BatchSizeDefault), c.Window)
+	c.FlushInterval = cmp.Or(c.FlushInterval, FlushIntervalDefault)
+	c.Heartbeat = cmp.Or(c.Heartbeat, HeartbeatDefault)
+	c.StandbyPoll = cmp.Or(c.StandbyPoll, StandbyPollDefault)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
+	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, MaxRetryBackoffDefault)
+	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, QuarantineAfterDefault)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// DefaultServerID returns the server_id a relay of the outbox t presents
+// when Config.ServerID is not set: a number in [1<<30, 1<<31) derived from
+// the schema and table names, far from the small numbers servers are
+// usually given.
+func DefaultServerID(t idem.Tables) uint32 {
+	t = t.WithDefaults()
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(t.Schema + "." + t.Outbox))
+	return 1<<30 | h.Sum32()&(1<<30-1)
+}
+
+func (c Config) validate() error {
+	if err := c.Tables.Validate(); err != nil {
+		return fmt.Errorf("idem: binlog: Config.Tables: %w", err)
+	}
+	if c.Window < 1 {
+		return fmt.Errorf("idem: binlog: Config.Window %d: must be positive", c.Window)
+	}
+	if c.BatchSize < 1 {
+		return fmt.Errorf("idem: binlog: Config.BatchSize %d: must be positive", c.BatchSize)
+	}
+	if c.Delete != DeletePublished && c.Delete != KeepRows {
+		return fmt.Errorf("idem: binlog: Config.Delete %v: unknown mode", c.Delete)
+	}
+	for name, d := range map[string]time.Duration{"FlushInterval": c.FlushInterval, "Heartbeat": c.Heartbeat,
+		"StandbyPoll": c.StandbyPoll, "PublishTimeout": c.PublishTimeout, "RetryBackoff": c.RetryBackoff,
+		"MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout} {
+		if d < 0 {
+			return fmt.Errorf("idem: binlog: Config.%s %v: must not be negative", name, d)
+		}
+	}
+	if c.Heartbeat > 0 && c.Heartbeat < time.Millisecond {
+		return errors.New("idem: binlog: Config.Heartbeat: at least 1ms")
+	}
+	return nil
+}

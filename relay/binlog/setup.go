@@ -1,0 +1,259 @@
+package binlog
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem/driver/mysql"
+	"github.com/idem-go/idem/internal/mysqlrepl"
+)
+
+// queries are the relay's statements on its outbox.
+type queries struct {
+	table, position string
+	quarantine      string
+	park            string
+	loadPosition    string
+	storePosition   string
+	snapshot        string
+	lockName        string
+}
+
+func newQueries(schema, outbox, position string) queries {
+	t := mysql.QuoteIdent(schema) + "." + mysql.QuoteIdent(outbox)
+	p := mysql.QuoteIdent(schema) + "." + mysql.QuoteIdent(position)
+	lock := "idem_binlog_" + schema + "." + outbox
+	if len(lock) > 64 { // the server's limit on lock names
+		lock = lock[:64]
+	}
+	return queries{
+		table: t, position: p, lockName: lock,
+		quarantine: `UPDATE ` + t + ` SET quarantined_at = UTC_TIMESTAMP(6), last_error = ?, attempts = ?
+WHERE id = ? AND published_at IS NULL`,
+		park: `INSERT INTO ` + t + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers,
+    quarantined_at, last_error, attempts)
+VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}'), UTC_TIMESTAMP(6), ?, ?)`,
+		loadPosition: `SELECT gtid_pos FROM ` + p + ` WHERE outbox_table = ?`,
+		storePosition: `INSERT INTO ` + p + ` (outbox_table, gtid_pos, binlog_file, binlog_pos, updated_at)
+VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE gtid_pos = VALUES(gtid_pos), binlog_file = VALUES(binlog_file),
+    binlog_pos = VALUES(binlog_pos), updated_at = VALUES(updated_at)`,
+		snapshot: `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, seq,
+    created_at, attempts
+FROM ` + t + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq`,
+	}
+}
+
+// serverSettings are the settings Start checks.
+type serverSettings struct {
+	version, format, rowImage, rowMetadata string
+	logBin, compress                       bool
+	serverID                               uint32
+}
+
+// ErrServerSettings is wrapped by the errors of Start that name a server
+// setting the relay needs and how to set it.
+var ErrServerSettings = errors.New("idem: binlog: server settings")
+
+// checkSettings checks the server's binlog settings: each failure names the
+// setting and how to set it.
+func checkSettings(s serverSettings, serverID uint32) error {
+	var problems []string
+	if !strings.Contains(strings.ToLower(s.version), "mariadb") {
+		return fmt.Errorf("%w: the server is MySQL %s: the binlog relay reads MariaDB's binlog only (10.5 or later) for now; publish this outbox with the polling relay (idem relay)", ErrServerSettings, s.version)
+	}
+	if !s.logBin {
+		problems = append(problems, "the binary log is off (log_bin): add log_bin = mariadb-bin and server_id = 1 (any number unique in the topology) to the [mysqld] section of the server's configuration, then restart it")
+	}
+	if !strings.EqualFold(s.format, "ROW") {
+		problems = append(problems, fmt.Sprintf("binlog_format is %s: the relay reads rows, not statements: SET GLOBAL binlog_format = 'ROW' and binlog_format = ROW in the configuration (sessions opened before keep their format: reconnect the writers)", s.format))
+	}
+	if !strings.EqualFold(s.rowImage, "FULL") {
+		problems = append(problems, fmt.Sprintf("binlog_row_image is %s: with less than FULL an insert may leave out the columns that took their default: SET GLOBAL binlog_row_image = 'FULL' and binlog_row_image = FULL in the configuration", s.rowImage))
+	}
+	if !strings.EqualFold(s.rowMetadata, "FULL") {
+		problems = append(problems, fmt.Sprintf("binlog_row_metadata is %s: the relay reads column names from the binlog: SET GLOBAL binlog_row_metadata = 'FULL' and binlog_row_metadata = FULL in the configuration", s.rowMetadata))
+	}
+	if s.compress {
+		problems = append(problems, "log_bin_compress is ON: the relay does not read compressed events: SET GLOBAL log_bin_compress = OFF and log_bin_compress = OFF in the configuration")
+	}
+	if s.serverID == serverID {
+		problems = append(problems, fmt.Sprintf("the server's server_id is %d, the relay's too: set Config.ServerID (--server-id) to a number no server or replica of the topology uses", serverID))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrServerSettings, strings.Join(problems, "; "))
+}
+
+// ErrPrivileges is wrapped by the error of Start when the relay's user
+// lacks a privilege of replication.
+var ErrPrivileges = errors.New("idem: binlog: privileges")
+
+// checkPrivileges checks that the relay's user may read the binlog.
+func checkPrivileges(user string, privs []string) error {
+	has := map[string]bool{}
+	for _, p := range privs {
+		has[strings.ToUpper(p)] = true
+	}
+	var missing []string
+	if !has["REPLICATION SLAVE"] && !has["REPLICATION REPLICA"] {
+		missing = append(missing, "REPLICATION SLAVE")
+	}
+	if !has["REPLICATION CLIENT"] && !has["BINLOG MONITOR"] {
+		missing = append(missing, "REPLICATION CLIENT")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the user %s lacks %s, which reading the binlog needs: GRANT %s ON *.* TO %s",
+		ErrPrivileges, user, strings.Join(missing, " and "), strings.Join(missing, ", "), user)
+}
+
+// grantee returns CURRENT_USER() ("name@host") as information_schema
+// writes grantees ("'name'@'host'").
+func grantee(current string) string {
+	i := strings.LastIndexByte(current, '@')
+	if i < 0 {
+		return "'" + current + "'"
+	}
+	return "'" + current[:i] + "'@'" + current[i+1:] + "'"
+}
+
+// setup checks the server, its settings and the tables.
+func (r *Relay) setup(ctx context.Context) error {
+	if err := r.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("idem: binlog: connect: %w", err)
+	}
+	var s serverSettings
+	if err := r.db.QueryRowContext(ctx, `SELECT @@version`).Scan(&s.version); err != nil {
+		return fmt.Errorf("idem: binlog: read the server's version: %w", err)
+	}
+	if !strings.Contains(strings.ToLower(s.version), "mariadb") {
+		return checkSettings(s, r.cfg.ServerID) // MySQL, refused
+	}
+	err := r.db.QueryRowContext(ctx, `SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata,
+    @@log_bin_compress, @@server_id`).Scan(&s.logBin, &s.format, &s.rowImage, &s.rowMetadata, &s.compress, &s.serverID)
+	if err != nil {
+		return fmt.Errorf("idem: binlog: read the server's binlog settings (MariaDB 10.5 or later has them all): %w", err)
+	}
+	if err := checkSettings(s, r.cfg.ServerID); err != nil {
+		return err
+	}
+	var current string
+	if err := r.db.QueryRowContext(ctx, `SELECT CURRENT_USER()`).Scan(&current); err != nil {
+		return fmt.Errorf("idem: binlog: read the current user: %w", err)
+	}
+	rows, err := r.db.QueryContext(ctx, `SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ?`, grantee(current))
+	if err != nil {
+		return fmt.Errorf("idem: binlog: read the user's privileges: %w", err)
+	}
+	privs, err := scanStrings(rows)
+	if err != nil {
+		return fmt.Errorf("idem: binlog: read the user's privileges: %w", err)
+	}
+	if err := checkPrivileges(grantee(current), privs); err != nil {
+		return err
+	}
+	r.sql = newQueries(r.schema, r.cfg.Tables.Outbox, r.cfg.Tables.BinlogPosition)
+	if err := r.checkTables(ctx); err != nil {
+		return err
+	}
+	// When no other process reads this outbox, check that the binlog still
+	// holds the stored position, and keep the lock for run.
+	lock, err := r.acquireCtx(ctx)
+	if err != nil || lock == nil {
+		return err
+	}
+	pos, err := r.loadPosition(ctx)
+	if err == nil && pos != "" {
+		err = r.probe(ctx, pos)
+	}
+	if err != nil {
+		r.release(lock)
+		return err
+	}
+	r.lock = lock
+	return nil
+}
+
+// probe starts a dump from pos and reads until the server has accepted
+// it (its first GTID list, or the first transaction).
+func (r *Relay) probe(ctx context.Context, pos string) error {
+	conn, err := mysqlrepl.Dial(ctx, r.repl)
+	if err != nil {
+		return fmt.Errorf("idem: binlog: replication connection: %w", err)
+	}
+	defer conn.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	} else {
+		_ = conn.SetDeadline(time.Now().Add(r.cfg.QueryTimeout))
+	}
+	if err := conn.StartDump(ctx, pos); err != nil {
+		return r.dumpError(err, pos)
+	}
+	for {
+		ev, err := conn.ReadEvent()
+		if err != nil {
+			return r.dumpError(err, pos)
+		}
+		switch ev.(type) {
+		case *mysqlrepl.GTIDListEvent, *mysqlrepl.GTIDEvent, *mysqlrepl.HeartbeatEvent:
+			return nil
+		}
+	}
+}
+
+// checkTables checks the outbox's columns and the position table.
+func (r *Relay) checkTables(ctx context.Context) error {
+	rows, err := r.db.QueryContext(ctx, `SELECT COLUMN_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, r.schema, r.cfg.Tables.Outbox)
+	if err != nil {
+		return fmt.Errorf("idem: binlog: read the outbox's columns: %w", err)
+	}
+	cols, err := scanStrings(rows)
+	if err != nil {
+		return fmt.Errorf("idem: binlog: read the outbox's columns: %w", err)
+	}
+	if len(cols) == 0 {
+		return fmt.Errorf("idem: binlog: no outbox table %s: run \"idem migrate\" (or create a table with Debezium's columns id, aggregatetype, aggregateid, type, payload)", r.sql.table)
+	}
+	has := map[string]bool{}
+	for _, c := range cols {
+		has[strings.ToLower(c)] = true
+	}
+	for _, c := range []string{"id", "aggregatetype", "aggregateid", "type", "payload"} {
+		if !has[c] {
+			return fmt.Errorf("idem: binlog: the outbox %s has no column %s: the relay reads Debezium's outbox columns id, aggregatetype, aggregateid, type and payload", r.sql.table, c)
+		}
+	}
+	r.idemTable = has["seq"] && has["published_at"] && has["quarantined_at"] && has["last_error"] && has["attempts"]
+	var n int
+	err = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
+		r.schema, r.cfg.Tables.BinlogPosition).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("idem: binlog: look for the position table: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("idem: binlog: no table %s for the relay's position: run \"idem migrate\" on this database (it creates it)", r.sql.position)
+	}
+	return nil
+}
+
+func scanStrings(rows *sql.Rows) ([]string, error) {
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}

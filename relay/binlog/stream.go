@@ -1,0 +1,649 @@
+package binlog
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/internal/mysqlrepl"
+	"github.com/idem-go/idem/internal/outboxcodec"
+)
+
+// ErrPositionPurged is wrapped by the error of a relay whose stored
+// position is no longer in the server's binlog (purged by
+// binlog_expire_logs_seconds, expire_logs_days or PURGE BINARY LOGS).
+// ResetPosition ("idem cdc reset-position") forgets the position: the next
+// start publishes the rows still waiting in the outbox, then reads the
+// binlog from the server's current position.
+var ErrPositionPurged = errors.New("idem: binlog: the stored position is no longer in the server's binlog")
+
+// run takes the outbox's lock, then reads the binlog until Stop,
+// reconnecting after failures with capped backoff.
+func (r *Relay) run() {
+	stopping := r.base.Stopping()
+	lock := r.lock // taken by Start when free
+	r.lock = nil
+	defer func() {
+		if lock != nil {
+			r.release(lock)
+		}
+	}()
+	failures := 0
+	for {
+		if r.stopping() {
+			return
+		}
+		var err error
+		if lock == nil {
+			lock, err = r.acquire()
+		}
+		var read bool
+		if lock != nil {
+			read, err = r.session(lock)
+			if r.stopping() {
+				return
+			}
+			if !r.holds(lock) {
+				r.release(lock)
+				lock = nil
+			}
+		}
+		if read {
+			failures = 0
+		}
+		var d time.Duration
+		switch {
+		case lock == nil && err == nil:
+			if !r.stats.waiting.Swap(true) {
+				r.log.Info("another process reads this outbox's binlog; waiting to take over")
+			}
+			d = r.cfg.StandbyPoll
+		default:
+			failures++
+			r.stats.waiting.Store(false)
+			r.setErr(err)
+			d = r.backoff(failures)
+			if errors.Is(err, ErrPositionPurged) {
+				d = r.cfg.MaxRetryBackoff
+				r.errs.replication.Warn(r.ctx, "cannot resume", err, "retry_in", d.Round(time.Millisecond))
+			} else {
+				r.errs.replication.Warn(r.ctx, "binlog replication stopped; reconnecting", err, "retry_in", d.Round(time.Millisecond))
+			}
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-stopping:
+			t.Stop()
+			return
+		}
+	}
+}
+
+// acquire tries to take the outbox's named lock on a connection of its
+// own, which holds it for the relay's life: the server releases it when
+// that connection ends, the relay's process with it. It returns nil and no
+// error when another session holds it.
+func (r *Relay) acquire() (*sql.Conn, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	return r.acquireCtx(ctx)
+}
+
+func (r *Relay) acquireCtx(ctx context.Context) (*sql.Conn, error) {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("idem: binlog: connect: %w", err)
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 0)`, r.sql.lockName).Scan(&got); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("idem: binlog: take the outbox's lock: %w", err)
+	}
+	if got.Int64 != 1 {
+		_ = conn.Close()
+		return nil, nil
+	}
+	if r.stats.waiting.Swap(false) {
+		r.log.Info("took the outbox's binlog over")
+	}
+	return conn, nil
+}
+
+// holds reports whether the lock's connection still holds the lock.
+func (r *Relay) holds(lock *sql.Conn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.QueryTimeout)
+	defer cancel()
+	var mine sql.NullBool
+	err := lock.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, r.sql.lockName).Scan(&mine)
+	return err == nil && mine.Valid && mine.Bool
+}
+
+func (r *Relay) release(lock *sql.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = lock.ExecContext(ctx, `DO RELEASE_LOCK(?)`, r.sql.lockName)
+	_ = lock.Close()
+}
+
+// txState is the transaction being read.
+type txState struct {
+	entries []*entry
+	lockID  string
+	// own is set when the transaction wrote the relay's position table.
+	own bool
+}
+
+// session is one replication connection.
+type session struct {
+	r    *Relay
+	pipe *pipeline
+	conn *mysqlrepl.Conn
+	tx   *txState
+	pos  mysqlrepl.Position // after the last transaction read
+	file string
+	// toDelete holds the ids of published rows not deleted yet.
+	toDelete []string
+	// stored is the position last stored, at storedAt.
+	stored   string
+	storedAt time.Time
+	// pending is the end of the last transaction confirmed and not stored
+	// yet; pendingEvents and pendingForeign say what it passed.
+	pending                       *entry
+	pendingEvents, pendingForeign bool
+}
+
+// idleStoreInterval is how often the position is stored when only
+// transactions without events moved it.
+const idleStoreInterval = 10 * time.Second
+
+// event is what the reading goroutine passes on.
+type event struct {
+	ev  mysqlrepl.Event
+	err error
+}
+
+// session reads the binlog from the stored position (or, at the first
+// start, publishes the rows waiting in the outbox first) until Stop, an
+// error, or the loss of the lock. read reports whether it read at all.
+func (r *Relay) session(lock *sql.Conn) (read bool, err error) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	vis, err := r.db.Conn(ctx)
+	if err != nil {
+		return false, fmt.Errorf("idem: binlog: connect: %w", err)
+	}
+	defer vis.Close()
+	if _, err := vis.ExecContext(ctx, `SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
+		return false, fmt.Errorf("idem: binlog: connect: %w", err)
+	}
+	s := &session{r: r, pipe: newPipeline(ctx, r, vis)}
+	defer func() {
+		cancel()
+		s.pipe.wait()
+		r.stats.inFlight.Store(0)
+		r.stats.oldest.Store(0)
+	}()
+
+	stored, err := r.loadPosition(ctx)
+	if err != nil {
+		return false, err
+	}
+	if stored == "" {
+		if stored, err = s.initial(ctx); err != nil {
+			return false, err
+		}
+	}
+	if s.pos, err = mysqlrepl.ParsePosition(stored); err != nil {
+		return false, fmt.Errorf("idem: binlog: the stored position %q: %w", stored, err)
+	}
+	s.stored = stored
+	r.stats.position.Store(&stored)
+
+	conn, err := mysqlrepl.Dial(ctx, r.repl)
+	if err != nil {
+		return false, fmt.Errorf("idem: binlog: replication connection: %w", err)
+	}
+	s.conn = conn
+	defer conn.Close()
+	if err := conn.StartDump(ctx, stored); err != nil {
+		return false, r.dumpError(err, stored)
+	}
+	events := make(chan event, 64)
+	go func() {
+		for {
+			ev, err := conn.ReadEvent()
+			select {
+			case events <- event{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return s.loop(ctx, lock, events)
+}
+
+func (r *Relay) dumpError(err error, pos string) error {
+	if mysqlrepl.IsPurged(err) {
+		return fmt.Errorf("%w: %s (%v): the server purged the binlog files that hold it (binlog_expire_logs_seconds, expire_logs_days, PURGE BINARY LOGS). The rows still waiting in the outbox can be published: \"idem cdc reset-position\" forgets the position, and the next start publishes them, then reads from the server's current position; events whose rows are gone are lost",
+			ErrPositionPurged, pos, err)
+	}
+	var se *mysqlrepl.ServerError
+	if errors.As(err, &se) && se.Code == 1227 {
+		return fmt.Errorf("%w: %v: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO the relay's user", ErrPrivileges, err)
+	}
+	return fmt.Errorf("idem: binlog: dump: %w", err)
+}
+
+// silenceLimit is how long a server may send nothing before the
+// connection is taken for dead.
+func silenceLimit(heartbeat time.Duration) time.Duration {
+	return max(3*heartbeat, 10*time.Second)
+}
+
+func (s *session) loop(ctx context.Context, lock *sql.Conn, events <-chan event) (read bool, err error) {
+	r := s.r
+	stopping := r.base.Stopping()
+	r.stats.streaming.Store(true)
+	defer r.stats.streaming.Store(false)
+	r.setErr(nil)
+	r.errs.replication.OK(ctx)
+	r.log.Debug("binlog replication started", "gtid_position", s.stored)
+	flush := time.NewTicker(r.cfg.FlushInterval)
+	defer flush.Stop()
+	check := time.NewTicker(r.cfg.Heartbeat)
+	defer check.Stop()
+	heard := time.Now()
+	for {
+		in := events
+		if s.pipe.full() {
+			in = nil // the window is full: read nothing until it frees
+			heard = time.Now()
+		}
+		select {
+		case <-stopping:
+			if !s.pipe.drainWait(r.ctx) {
+				return read, nil
+			}
+			return read, s.flush(ctx, true)
+		case <-flush.C:
+			if err := s.flush(ctx, false); err != nil {
+				return read, err
+			}
+		case <-check.C:
+			if !r.holds(lock) {
+				return read, errors.New("idem: binlog: lost the outbox's lock (its connection ended): stopping, another relay may have taken over")
+			}
+			if silent := time.Since(heard); silent > silenceLimit(r.cfg.Heartbeat) {
+				return read, fmt.Errorf("idem: binlog: the server sent nothing for %v though asked for a heartbeat every %v: the connection is taken for dead",
+					silent.Round(time.Second), r.cfg.Heartbeat)
+			}
+		case <-s.pipe.progress:
+			// The window may have freed. (drainWait, once stopping, looks
+			// at the count first: a signal taken here is not missed.)
+		case e := <-in:
+			if e.err != nil {
+				return read, fmt.Errorf("idem: binlog: read: %w", e.err)
+			}
+			heard = time.Now()
+			read = true
+			if err := s.handle(ctx, e.ev); err != nil {
+				return read, err
+			}
+		}
+	}
+}
+
+// handle reads one event.
+func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
+	r := s.r
+	h := ev.EventHeader()
+	if h.NextPos != 0 {
+		r.stats.filePos.Store(uint64(h.NextPos))
+	}
+	switch e := ev.(type) {
+	case *mysqlrepl.RotateEvent:
+		s.file = e.File
+		f := e.File
+		r.stats.file.Store(&f)
+		r.stats.filePos.Store(e.Pos)
+	case *mysqlrepl.GTIDEvent:
+		s.tx = &txState{}
+		s.pos.Update(mysqlrepl.GTID{Domain: e.Domain, Server: h.ServerID, Seq: e.Seq})
+	case *mysqlrepl.RowsEvent:
+		if s.tx == nil || e.Table == nil || e.Table.Schema != r.schema {
+			return nil
+		}
+		if e.Table.Table == r.cfg.Tables.BinlogPosition {
+			s.tx.own = true
+		}
+		if e.Table.Table != r.cfg.Tables.Outbox {
+			return nil
+		}
+		switch e.Kind {
+		case mysqlrepl.Insert:
+			return s.rows(ctx, e)
+		case mysqlrepl.Update:
+			if r.idemTable {
+				return s.requeued(ctx, e)
+			}
+		}
+		return nil
+	case *mysqlrepl.XIDEvent:
+		return s.commit(h)
+	case *mysqlrepl.QueryEvent:
+		if s.tx == nil {
+			return nil
+		}
+		q := strings.TrimSpace(e.Query)
+		if strings.EqualFold(q, "BEGIN") {
+			return nil
+		}
+		// COMMIT of a non-transactional table, or a statement logged alone
+		// (DDL): the end of its GTID's transaction.
+		return s.commit(h)
+	}
+	return nil
+}
+
+// rows adds the inserts of a rows event into the outbox.
+func (s *session) rows(ctx context.Context, e *mysqlrepl.RowsEvent) error {
+	rows, err := e.Rows()
+	if err != nil {
+		s.undecodable(e, err)
+		return nil
+	}
+	return s.addRows(ctx, e, columnIndex(e.Table), rows)
+}
+
+// requeued adds the rows an update took out of quarantine: "idem failed
+// retry --relay" re-drives a quarantined row by clearing its
+// quarantined_at.
+func (s *session) requeued(ctx context.Context, e *mysqlrepl.RowsEvent) error {
+	idx := columnIndex(e.Table)
+	q, okQ := idx["quarantined_at"]
+	p, okP := idx["published_at"]
+	if !okQ || !okP {
+		return nil
+	}
+	before, after, err := e.Images()
+	if err != nil {
+		s.undecodable(e, err)
+		return nil
+	}
+	var rows [][]any
+	for i := range min(len(before), len(after)) {
+		b, a := before[i], after[i]
+		if q < len(b) && q < len(a) && p < len(a) && b[q] != nil && a[q] == nil && a[p] == nil {
+			rows = append(rows, a)
+		}
+	}
+	return s.addRows(ctx, e, idx, rows)
+}
+
+func (s *session) undecodable(e *mysqlrepl.RowsEvent, err error) {
+	r := s.r
+	r.stats.unreadable.Add(1)
+	r.log.Error("rows written into the outbox cannot be decoded (a column type the relay does not read?); skipped: publish them another way",
+		"table", r.sql.table, "binlog_file", s.file, "binlog_pos", e.NextPos, "error", err)
+}
+
+// columnIndex maps a table's column names, lower-cased, to their positions.
+func columnIndex(t *mysqlrepl.TableMapEvent) map[string]int {
+	idx := make(map[string]int, len(t.Columns))
+	for i, c := range t.Columns {
+		idx[strings.ToLower(c.Name)] = i
+	}
+	return idx
+}
+
+// addRows adds outbox rows, as the binlog gives their columns, to the
+// transaction being read.
+func (s *session) addRows(ctx context.Context, e *mysqlrepl.RowsEvent, idx map[string]int, rows [][]any) error {
+	for _, row := range rows {
+		if i, ok := idx["quarantined_at"]; ok && i < len(row) && row[i] != nil {
+			continue // set aside as written: a parked message
+		}
+		rec, err := outboxcodec.DecodeText(func(col string) ([]byte, bool) {
+			i, ok := idx[col]
+			if !ok || i >= len(row) {
+				return nil, false
+			}
+			return text(row[i]), true
+		})
+		if err != nil && rec.Unreadable == nil {
+			rec.Unreadable = &driver.UnreadableError{Problems: []error{err}}
+		}
+		if rec.OccurredAt.IsZero() {
+			rec.OccurredAt = e.Timestamp
+		}
+		if err := s.add(ctx, rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// text returns a decoded binlog value as the text outboxcodec.DecodeText
+// reads.
+func text(v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case []byte:
+		return x
+	case string:
+		return []byte(x)
+	case int64:
+		return strconv.AppendInt(nil, x, 10)
+	case uint64:
+		return strconv.AppendUint(nil, x, 10)
+	case float64:
+		return strconv.AppendFloat(nil, x, 'g', -1, 64)
+	case time.Time:
+		return []byte(x.UTC().Format("2006-01-02 15:04:05.999999-07"))
+	}
+	return []byte(fmt.Sprint(v))
+}
+
+// add adds a decoded row to the transaction being read, or quarantines it
+// when it cannot become a message.
+func (s *session) add(ctx context.Context, rec driver.OutboxRecord) error {
+	r := s.r
+	if s.tx.lockID == "" && rec.RawID != "" {
+		s.tx.lockID = rec.RawID
+	}
+	msg, err := outboxcodec.Message(rec)
+	if err != nil {
+		r.stats.unreadable.Add(1)
+		return r.quarantine(ctx, rec, err)
+	}
+	e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, rec: &rec}
+	if r.cfg.Delete == DeletePublished {
+		e.id = rec.RawID
+	}
+	s.tx.entries = append(s.tx.entries, e)
+	return nil
+}
+
+// commit ends the transaction being read.
+func (s *session) commit(h *mysqlrepl.Header) error {
+	r := s.r
+	tx := s.tx
+	s.tx = nil
+	end := &entry{pos: s.pos.String(), file: s.file, filePos: uint64(h.NextPos), commit: h.Timestamp}
+	if len(tx.entries) == 0 {
+		end.foreign = !tx.own
+		s.pipe.add([]*entry{end})
+		return nil
+	}
+	r.stats.txs.Add(1)
+	if fault.Enabled {
+		fault.Point(fault.CDCAfterReceive)
+	}
+	last := tx.entries[len(tx.entries)-1]
+	last.pos, last.file, last.filePos = end.pos, end.file, end.filePos
+	tx.entries[0].lockID = tx.lockID
+	for _, e := range tx.entries {
+		e.commit = h.Timestamp
+	}
+	s.pipe.add(tx.entries)
+	return nil
+}
+
+// flush deletes the published rows, then stores the position they reach.
+// With force (at a stop) it stores any position that moved.
+func (s *session) flush(ctx context.Context, force bool) error {
+	r := s.r
+	end, ids, commits, events, foreign := s.pipe.confirmed()
+	s.toDelete = append(s.toDelete, ids...)
+	if end != nil {
+		if s.pending == nil || end.pos != s.pending.pos {
+			s.pending = end
+		}
+		s.pendingEvents = s.pendingEvents || events
+		s.pendingForeign = s.pendingForeign || foreign
+	}
+	end = s.pending
+	if end == nil && len(s.toDelete) == 0 {
+		return nil
+	}
+	if len(s.toDelete) > 0 {
+		if err := r.deleteRows(ctx, s.toDelete); err != nil {
+			return err
+		}
+		s.toDelete = s.toDelete[:0]
+	}
+	if end == nil || end.pos == s.stored {
+		return nil
+	}
+	// The position moves with every transaction of the server, the
+	// relay's own writes of it included: it is stored at once after events,
+	// at most every idleStoreInterval after other sessions' transactions
+	// only, and never for the relay's own writes alone (which would write
+	// again and again).
+	if !s.pendingEvents && (!s.pendingForeign || time.Since(s.storedAt) < idleStoreInterval) && !force {
+		return nil
+	}
+	if fault.Enabled {
+		fault.Point(fault.CDCAfterPublishBeforeConfirm)
+	}
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	if _, err := r.db.ExecContext(qctx, r.sql.storePosition, r.cfg.Tables.Outbox, end.pos, end.file, end.filePos); err != nil {
+		return fmt.Errorf("idem: binlog: store the position: %w", err)
+	}
+	if fault.Enabled {
+		fault.Point(fault.CDCAfterConfirm)
+	}
+	s.stored = end.pos
+	s.storedAt = time.Now()
+	s.pending, s.pendingEvents, s.pendingForeign = nil, false, false
+	pos := end.pos
+	r.stats.position.Store(&pos)
+	if r.cfg.Observer.Confirm != nil {
+		now := time.Now()
+		for _, c := range commits {
+			r.cfg.Observer.Confirm(now.Sub(c))
+		}
+	}
+	return nil
+}
+
+// deleteRows deletes published rows by id.
+func (r *Relay) deleteRows(ctx context.Context, ids []string) error {
+	for len(ids) > 0 {
+		n := min(len(ids), 1000)
+		args := make([]any, n)
+		for i, id := range ids[:n] {
+			args[i] = id
+		}
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		res, err := r.db.ExecContext(qctx, `DELETE FROM `+r.sql.table+` WHERE id IN (`+placeholders(n)+`)`, args...)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("idem: binlog: delete published rows: %w", err)
+		}
+		d, _ := res.RowsAffected()
+		r.stats.deleted.Add(d)
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// loadPosition returns the stored position, "" when none is.
+func (r *Relay) loadPosition(ctx context.Context) (string, error) {
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	var pos string
+	err := r.db.QueryRowContext(qctx, r.sql.loadPosition, r.cfg.Tables.Outbox).Scan(&pos)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("idem: binlog: read the stored position: %w", err)
+	}
+	return pos, nil
+}
+
+// monitor measures the binlog written after what the relay read.
+func (r *Relay) monitor() {
+	stopping := r.base.Stopping()
+	t := time.NewTicker(r.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-stopping:
+			return
+		case <-t.C:
+		}
+		f := r.stats.file.Load()
+		if f == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.QueryTimeout)
+		lag, err := r.lagBytes(ctx, *f, int64(r.stats.filePos.Load()))
+		cancel()
+		if err == nil {
+			r.stats.lagBytes.Store(lag)
+		}
+	}
+}
+
+// lagBytes sums the binlog after file:pos.
+func (r *Relay) lagBytes(ctx context.Context, file string, pos int64) (int64, error) {
+	rows, err := r.db.QueryContext(ctx, `SHOW BINARY LOGS`)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var lag int64
+	for rows.Next() {
+		var name string
+		var size int64
+		dest := []any{&name, &size}
+		for len(dest) < len(cols) {
+			dest = append(dest, new(any))
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return 0, err
+		}
+		switch {
+		case name == file:
+			lag += max(0, size-pos)
+		case name > file:
+			lag += size
+		}
+	}
+	return lag, rows.Err()
+}
