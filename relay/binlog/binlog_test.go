@@ -428,3 +428,39 @@ func TestPurgedPosition(t *testing.T) {
 	start(t, db, pub, fastConfig(t))
 	checkFirstOrder(t, waitLen(t, pub, 5), waiting)
 }
+
+// TestTextIDs: ids that are not UUIDs (Debezium's E42, 64 characters) are
+// published under the UUID idem.EventID derives from them, with the id in
+// idem-original-id, as every relay does; an id over 64 bytes (33 "é": the
+// column takes 64 characters) is quarantined.
+func TestTextIDs(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	pub := memory.New()
+	r := start(t, db, pub, fastConfig(t))
+	long := strings.Repeat("x", 64)
+	for i, id := range []string{"E42", long, strings.Repeat("é", 33)} {
+		db.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, aggregate_version)
+VALUES (?, 'order', 'text-ids', 'order.changed.v1', '{}', ?)`, id, i+1)
+	}
+	sentinel := add(t, db, "after", 1, 1)
+	msgs := waitLen(t, pub, 3)
+	checkFirstOrder(t, msgs, sentinel)
+	for i, raw := range []string{"E42", long} {
+		want, err := idem.EventID(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msgs[i].EventID != want || msgs[i].Headers[idem.HeaderOriginalID] != raw {
+			t.Errorf("message %d: id %s, header %q; want %s and %q", i, msgs[i].EventID, msgs[i].Headers[idem.HeaderOriginalID], want, raw)
+		}
+	}
+	if want := "3f240152-ed00-547c-b98c-d4d274c69d5e"; msgs[0].EventID.String() != want {
+		t.Errorf("E42 published as %s, want %s", msgs[0].EventID, want)
+	}
+	eventually(t, "the 66-byte id quarantined", func() bool {
+		return db.Count(t, "outbox WHERE quarantined_at IS NOT NULL AND last_error LIKE '%66 bytes%'") == 1
+	})
+	if s := r.Stats(); s.Quarantined != 1 {
+		t.Errorf("stats: %+v", s)
+	}
+}

@@ -1,0 +1,51 @@
+package binlog
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestCheckSettings: each setting the relay needs is named, with how to
+// set it.
+func TestCheckSettings(t *testing.T) {
+	good := serverSettings{version: "10.11.6-MariaDB-0+deb12u1-log", logBin: true, format: "ROW", rowImage: "FULL", rowMetadata: "FULL", serverID: 1}
+	if err := checkSettings(good, 7); err != nil {
+		t.Fatalf("good settings refused: %v", err)
+	}
+	for _, tc := range []struct {
+		change func(*serverSettings)
+		want   string
+	}{
+		{func(s *serverSettings) { s.version = "8.0.36" }, "the server is MySQL 8.0.36"},
+		{func(s *serverSettings) { s.logBin = false }, "add log_bin = mariadb-bin"},
+		{func(s *serverSettings) { s.format = "STATEMENT" }, "SET GLOBAL binlog_format = 'ROW'"},
+		{func(s *serverSettings) { s.format = "MIXED" }, "binlog_format is MIXED"},
+		{func(s *serverSettings) { s.rowImage = "MINIMAL" }, "SET GLOBAL binlog_row_image = 'FULL'"},
+		{func(s *serverSettings) { s.rowMetadata = "MINIMAL" }, "SET GLOBAL binlog_row_metadata = 'FULL'"},
+		{func(s *serverSettings) { s.compress = true }, "SET GLOBAL log_bin_compress = OFF"},
+		{func(s *serverSettings) { s.serverID = 7 }, "set Config.ServerID (--server-id)"},
+	} {
+		s := good
+		tc.change(&s)
+		err := checkSettings(s, 7)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", s, err, tc.want)
+		}
+	}
+}
+
+func TestCheckPrivileges(t *testing.T) {
+	if err := checkPrivileges("'relay'@'%'", []string{"SELECT", "REPLICATION SLAVE", "BINLOG MONITOR"}); err != nil {
+		t.Errorf("MariaDB 10.5+ names refused: %v", err)
+	}
+	if err := checkPrivileges("'relay'@'%'", []string{"REPLICATION SLAVE", "REPLICATION CLIENT"}); err != nil {
+		t.Errorf("older names refused: %v", err)
+	}
+	err := checkPrivileges("'relay'@'%'", []string{"SELECT"})
+	if err == nil || !strings.Contains(err.Error(), "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'relay'@'%'") {
+		t.Errorf("no privileges: %v", err)
+	}
+	if g := grantee("relay@10.0.0.%"); g != "'relay'@'10.0.0.%'" {
+		t.Errorf("grantee = %s", g)
+	}
+}
