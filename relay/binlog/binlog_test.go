@@ -464,3 +464,63 @@ VALUES (?, 'order', 'text-ids', 'order.changed.v1', '{}', ?)`, id, i+1)
 		t.Errorf("stats: %+v", s)
 	}
 }
+
+// TestSavepoints: a transaction's savepoints do not end it, and the
+// outbox rows a rollback to a savepoint undid are not published, whether
+// the server dropped them from the binlog (InnoDB only) or logged the
+// rollback (changes to a non-transactional table after the savepoint).
+func TestSavepoints(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	db.Exec(t, "CREATE TABLE audit (n INT) ENGINE=MyISAM")
+	pub := memory.New()
+	start(t, db, pub, fastConfig(t))
+	w := outbox.NewWriter(db.Driver)
+	ctx := context.Background()
+	var want []uuid.UUID
+	for _, nonTransactional := range []bool{false, true} {
+		tx, err := db.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec := func(q string) {
+			t.Helper()
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ev := func(v int) idem.Event {
+			e, err := idem.NewEvent("order.changed.v1", "order", fmt.Sprint("sp-", nonTransactional), map[string]any{"v": v})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.AggregateVersion = int64(v)
+			return e
+		}
+		kept, undone, last := ev(1), ev(2), ev(3)
+		if err := w.Add(ctx, tx, kept); err != nil {
+			t.Fatal(err)
+		}
+		exec("SAVEPOINT sp1")
+		if err := w.Add(ctx, tx, undone); err != nil {
+			t.Fatal(err)
+		}
+		if nonTransactional {
+			exec("INSERT INTO audit VALUES (1)")
+		}
+		exec("ROLLBACK TO SAVEPOINT sp1")
+		exec("SAVEPOINT sp2")
+		if err := w.Add(ctx, tx, last); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, kept.ID, last.ID)
+	}
+	sentinel := add(t, db, "after", 1, 1)
+	msgs := waitLen(t, pub, 5)
+	checkFirstOrder(t, msgs, append(want, sentinel...))
+	if len(msgs) != 5 {
+		t.Errorf("%d messages, want 5 (the rows undone by the rollbacks to sp1 are not published)", len(msgs))
+	}
+}

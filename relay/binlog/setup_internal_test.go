@@ -49,3 +49,25 @@ func TestCheckPrivileges(t *testing.T) {
 		t.Errorf("grantee = %s", g)
 	}
 }
+
+func TestSavepoint(t *testing.T) {
+	rollback := []string{"ROLLBACK TO SAVEPOINT", "ROLLBACK TO", "ROLLBACK WORK TO SAVEPOINT", "ROLLBACK WORK TO"}
+	for _, tc := range []struct {
+		q, name  string
+		prefixes []string
+		ok       bool
+	}{
+		{"SAVEPOINT `sp1`", "sp1", []string{"SAVEPOINT"}, true},
+		{"savepoint a", "a", []string{"SAVEPOINT"}, true},
+		{"ROLLBACK TO `sp1`", "sp1", rollback, true},
+		{"ROLLBACK TO SAVEPOINT `sp1`", "sp1", rollback, true},
+		{"rollback work to savepoint b", "b", rollback, true},
+		{"ROLLBACK", "", rollback, false},
+		{"SAVEPOINTS", "", []string{"SAVEPOINT"}, false},
+	} {
+		name, ok := savepoint(tc.q, tc.prefixes...)
+		if name != tc.name || ok != tc.ok {
+			t.Errorf("savepoint(%q) = %q, %v", tc.q, name, ok)
+		}
+	}
+}

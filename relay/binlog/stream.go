@@ -138,6 +138,26 @@ type txState struct {
 	lockID  string
 	// own is set when the transaction wrote the relay's position table.
 	own bool
+	// standalone: a statement logged alone (DDL), ended by its query
+	// event, without XID or COMMIT.
+	standalone bool
+	// savepoints are the entries read when each savepoint was set.
+	savepoints map[string]int
+}
+
+// savepoint returns the savepoint named by a statement that starts with one
+// of prefixes (case aside), unquoted.
+func savepoint(q string, prefixes ...string) (string, bool) {
+	for _, p := range prefixes {
+		if len(q) > len(p) && strings.EqualFold(q[:len(p)], p) && q[len(p)] == ' ' {
+			name := strings.TrimSpace(q[len(p):])
+			if strings.ContainsAny(name, " \t") {
+				continue // a longer prefix ("ROLLBACK TO SAVEPOINT x" read as "ROLLBACK TO")
+			}
+			return strings.Trim(name, "`"), true
+		}
+	}
+	return "", false
 }
 
 // session is one replication connection.
@@ -317,7 +337,7 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 		r.stats.file.Store(&f)
 		r.stats.filePos.Store(e.Pos)
 	case *mysqlrepl.GTIDEvent:
-		s.tx = &txState{}
+		s.tx = &txState{standalone: e.Standalone}
 		s.pos.Update(mysqlrepl.GTID{Domain: e.Domain, Server: h.ServerID, Seq: e.Seq})
 	case *mysqlrepl.RowsEvent:
 		if s.tx == nil || e.Table == nil || e.Table.Schema != r.schema {
@@ -345,12 +365,34 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 			return nil
 		}
 		q := strings.TrimSpace(e.Query)
-		if strings.EqualFold(q, "BEGIN") {
-			return nil
+		switch {
+		case s.tx.standalone, strings.EqualFold(q, "COMMIT"):
+			// A statement logged alone (DDL), or the COMMIT that ends a
+			// transaction with non-transactional changes: the end of its
+			// GTID's transaction.
+			return s.commit(h)
+		case strings.EqualFold(q, "ROLLBACK"):
+			// A transaction rolled back after changes the server had to
+			// log (non-transactional tables): its rows were not committed.
+			s.tx.entries = nil
+			s.tx.lockID = ""
+			return s.commit(h)
 		}
-		// COMMIT of a non-transactional table, or a statement logged alone
-		// (DDL): the end of its GTID's transaction.
-		return s.commit(h)
+		// BEGIN, SAVEPOINT, ROLLBACK TO SAVEPOINT...: inside the
+		// transaction, which goes on. The server logs a rollback to a
+		// savepoint only when changes it cannot undo came after it; the
+		// outbox's rows after the savepoint are undone.
+		if name, ok := savepoint(q, "SAVEPOINT"); ok {
+			if s.tx.savepoints == nil {
+				s.tx.savepoints = map[string]int{}
+			}
+			s.tx.savepoints[name] = len(s.tx.entries)
+		} else if name, ok := savepoint(q, "ROLLBACK TO SAVEPOINT", "ROLLBACK TO", "ROLLBACK WORK TO SAVEPOINT", "ROLLBACK WORK TO"); ok {
+			if n, ok := s.tx.savepoints[name]; ok && n <= len(s.tx.entries) {
+				s.tx.entries = s.tx.entries[:n]
+			}
+		}
+		return nil
 	}
 	return nil
 }
