@@ -445,17 +445,26 @@ VALUES (?, 'order', 'text-ids', 'order.changed.v1', '{}', ?)`, id, i+1)
 	sentinel := add(t, db, "after", 1, 1)
 	msgs := waitLen(t, pub, 3)
 	checkFirstOrder(t, msgs, sentinel)
+	var texts []idem.Message // the text-ids aggregate's, in order
+	for _, m := range msgs {
+		if m.Headers[idem.HeaderOriginalID] != "" || string(m.Key) == "text-ids" {
+			texts = append(texts, m)
+		}
+	}
+	if len(texts) != 2 {
+		t.Fatalf("%d messages of the text ids, want 2: %v", len(texts), msgs)
+	}
 	for i, raw := range []string{"E42", long} {
 		want, err := idem.EventID(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if msgs[i].EventID != want || msgs[i].Headers[idem.HeaderOriginalID] != raw {
-			t.Errorf("message %d: id %s, header %q; want %s and %q", i, msgs[i].EventID, msgs[i].Headers[idem.HeaderOriginalID], want, raw)
+		if texts[i].EventID != want || texts[i].Headers[idem.HeaderOriginalID] != raw {
+			t.Errorf("message %d: id %s, header %q; want %s and %q", i, texts[i].EventID, texts[i].Headers[idem.HeaderOriginalID], want, raw)
 		}
 	}
-	if want := "3f240152-ed00-547c-b98c-d4d274c69d5e"; msgs[0].EventID.String() != want {
-		t.Errorf("E42 published as %s, want %s", msgs[0].EventID, want)
+	if want := "3f240152-ed00-547c-b98c-d4d274c69d5e"; texts[0].EventID.String() != want {
+		t.Errorf("E42 published as %s, want %s", texts[0].EventID, want)
 	}
 	eventually(t, "the 66-byte id quarantined", func() bool {
 		return db.Count(t, "outbox WHERE quarantined_at IS NOT NULL AND last_error LIKE '%66 bytes%'") == 1
@@ -522,5 +531,63 @@ func TestSavepoints(t *testing.T) {
 	checkFirstOrder(t, msgs, append(want, sentinel...))
 	if len(msgs) != 5 {
 		t.Errorf("%d messages, want 5 (the rows undone by the rollbacks to sp1 are not published)", len(msgs))
+	}
+}
+
+// TestColumnNamesFromInformationSchema: when binlog_row_metadata leaves
+// FULL while the relay runs, the rows come without column names: the relay
+// takes them from information_schema and goes on.
+func TestColumnNamesFromInformationSchema(t *testing.T) {
+	testdb.MariaDBExclusive(t)
+	db := testdb.NewMariaDB(t)
+	pub := memory.New()
+	r := start(t, db, pub, fastConfig(t))
+	eventually(t, "the relay streaming", func() bool { return r.Stats().Streaming })
+	db.Exec(t, "SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+	t.Cleanup(func() { db.Exec(t, "SET GLOBAL binlog_row_metadata = 'FULL'") })
+	ids := add(t, db, "minimal", 1, 3)
+	msgs := waitLen(t, pub, 3)
+	checkFirstOrder(t, msgs, ids)
+	if s := r.Stats(); s.Unreadable != 0 {
+		t.Errorf("stats: %+v", s)
+	}
+}
+
+// TestStatementLoggedInsert: an insert logged as a statement (a writer's
+// session with binlog_format STATEMENT) cannot be read as rows: the relay
+// says so, counts it, and goes on; the row stays in the table.
+func TestStatementLoggedInsert(t *testing.T) {
+	db := testdb.NewMariaDB(t)
+	// Debezium's five columns: idem's table has default expressions
+	// (UTC_TIMESTAMP), which MariaDB logs as rows whatever the format.
+	db.Exec(t, `CREATE TABLE ext_outbox (id VARCHAR(64) NOT NULL PRIMARY KEY, aggregatetype VARCHAR(255) NOT NULL,
+    aggregateid VARCHAR(255) NOT NULL, type VARCHAR(255) NOT NULL, payload JSON NULL)`)
+	pub := memory.New()
+	cfg := fastConfig(t)
+	cfg.Tables.Outbox = "ext_outbox"
+	r := start(t, db, pub, cfg)
+	ctx := context.Background()
+	conn, err := db.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"SET SESSION binlog_format = 'STATEMENT'",
+		"INSERT INTO ext_outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('" + uuid.NewString() + "', 'order', 'st', 'order.changed.v1', '{}')",
+		"SET SESSION binlog_format = 'ROW'",
+		"INSERT INTO ext_outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('" + uuid.NewString() + "', 'order', 'after', 'order.changed.v1', '{}')"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs := waitLen(t, pub, 1)
+	if ev, err := idem.Decode(msgs[0]); err != nil || ev.AggregateID != "after" {
+		t.Fatalf("published %+v, %v; want the row logged as rows", ev, err)
+	}
+	if s := r.Stats(); s.Unreadable != 1 {
+		t.Errorf("stats: %+v", s)
+	}
+	if n := db.Count(t, "ext_outbox WHERE aggregateid = 'st'"); n != 1 {
+		t.Errorf("%d statement-logged rows left in the outbox, want 1", n)
 	}
 }

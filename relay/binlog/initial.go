@@ -64,17 +64,9 @@ func (s *session) initial(ctx context.Context) (string, error) {
 	}
 	s.file = file
 	n := 0
-	switch {
-	case r.idemTable && r.cfg.Delete == DeletePublished:
-		n, err = s.initialRows(ctx, conn)
-		if err != nil {
+	if r.idemTable && r.cfg.Delete == DeletePublished {
+		if n, err = s.initialRows(ctx, conn); err != nil {
 			return "", err
-		}
-	default:
-		var held int
-		if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+r.sql.table+` LIMIT 1) t`).Scan(&held); err == nil && held > 0 {
-			r.log.Warn("the outbox held rows at the relay's first start; they are not in the binlog it reads, and without idem's seq, published_at and quarantined_at columns (or with Delete = KeepRows) the relay cannot tell which wait: publish them another way (the polling relay, idem relay), or delete them",
-				"table", r.sql.table)
 		}
 	}
 	// The position of the snapshot, stored once what comes before it (the

@@ -49,6 +49,9 @@ type Relay struct {
 
 	stats stats
 	errs  limiters
+	// warnedNames is set once the relay read column names from
+	// information_schema (warned once).
+	warnedNames atomic.Bool
 }
 
 type limiters struct {

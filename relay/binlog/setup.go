@@ -170,8 +170,14 @@ func (r *Relay) setup(ctx context.Context) error {
 		return err
 	}
 	pos, err := r.loadPosition(ctx)
-	if err == nil && pos != "" {
+	switch {
+	case err == nil && pos != "":
 		err = r.probe(ctx, pos)
+	case err == nil && !(r.idemTable && r.cfg.Delete == DeletePublished):
+		// The first start on an outbox whose waiting rows the relay cannot
+		// publish: what is written once Start returns must be in the
+		// binlog it reads, so the position is taken now.
+		err = r.storeCurrentPosition(ctx)
 	}
 	if err != nil {
 		r.release(lock)
@@ -256,4 +262,34 @@ func scanStrings(rows *sql.Rows) ([]string, error) {
 		out = append(out, s)
 	}
 	return out, rows.Err()
+}
+
+// storeCurrentPosition stores the server's current binlog position as the
+// relay's, at the first start on an outbox whose waiting rows it cannot
+// tell (a table without idem's columns, or Delete = KeepRows): they are
+// left to another relay, with a warning.
+func (r *Relay) storeCurrentPosition(ctx context.Context) error {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("idem: binlog: connect: %w", err)
+	}
+	defer conn.Close()
+	file, pos, err := masterStatus(ctx, conn)
+	if err != nil {
+		return err
+	}
+	gtid, err := gtidAt(ctx, conn, file, pos)
+	if err != nil {
+		return err
+	}
+	var held int
+	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+r.sql.table+` LIMIT 1) t`).Scan(&held); err == nil && held > 0 {
+		r.log.Warn("the outbox held rows at the relay's first start; they are not in the binlog it reads, and without idem's seq, published_at and quarantined_at columns (or with Delete = KeepRows) the relay cannot tell which wait: publish them another way (the polling relay, idem relay), or delete them",
+			"table", r.sql.table)
+	}
+	if _, err := conn.ExecContext(ctx, r.sql.storePosition, r.cfg.Tables.Outbox, gtid, file, pos); err != nil {
+		return fmt.Errorf("idem: binlog: store the position: %w", err)
+	}
+	r.log.Info("first start on this outbox: reading the binlog from the server's current position", "gtid_position", gtid, "binlog_file", file, "binlog_pos", pos)
+	return nil
 }

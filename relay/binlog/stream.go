@@ -145,6 +145,16 @@ type txState struct {
 	savepoints map[string]int
 }
 
+// statementInsert reports whether a statement logged as such inserts into
+// a table named table (any schema: a guess, for a loud error).
+func statementInsert(q, table string) bool {
+	u := strings.ToUpper(q)
+	if !strings.HasPrefix(u, "INSERT") && !strings.HasPrefix(u, "REPLACE") {
+		return false
+	}
+	return strings.Contains(strings.ToLower(q), strings.ToLower(table))
+}
+
 // savepoint returns the savepoint named by a statement that starts with one
 // of prefixes (case aside), unquoted.
 func savepoint(q string, prefixes ...string) (string, bool) {
@@ -170,6 +180,9 @@ type session struct {
 	file string
 	// toDelete holds the ids of published rows not deleted yet.
 	toDelete []string
+	// names are the outbox's columns from information_schema, when the
+	// binlog holds none; nil until needed.
+	names []string
 	// stored is the position last stored, at storedAt.
 	stored   string
 	storedAt time.Time
@@ -365,6 +378,9 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 			return nil
 		}
 		q := strings.TrimSpace(e.Query)
+		if s.tx.standalone {
+			s.names = nil // DDL: the columns may have changed
+		}
 		switch {
 		case s.tx.standalone, strings.EqualFold(q, "COMMIT"):
 			// A statement logged alone (DDL), or the COMMIT that ends a
@@ -377,6 +393,12 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 			s.tx.entries = nil
 			s.tx.lockID = ""
 			return s.commit(h)
+		}
+		if statementInsert(q, r.cfg.Tables.Outbox) {
+			r.stats.unreadable.Add(1)
+			r.log.Error("an insert into the outbox was logged as a statement, not as rows (a session with binlog_format STATEMENT or MIXED): the relay cannot read its rows; set binlog_format = ROW for every writer, and publish the rows it left in the table with idem relay",
+				"schema", e.Schema, "statement", quote([]byte(q)), "binlog_file", s.file, "binlog_pos", h.NextPos)
+			return nil
 		}
 		// BEGIN, SAVEPOINT, ROLLBACK TO SAVEPOINT...: inside the
 		// transaction, which goes on. The server logs a rollback to a
@@ -399,19 +421,66 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 
 // rows adds the inserts of a rows event into the outbox.
 func (s *session) rows(ctx context.Context, e *mysqlrepl.RowsEvent) error {
+	idx, err := s.columnIndex(ctx, e.Table)
+	if err != nil {
+		return err
+	}
 	rows, err := e.Rows()
 	if err != nil {
 		s.undecodable(e, err)
 		return nil
 	}
-	return s.addRows(ctx, e, columnIndex(e.Table), rows)
+	return s.addRows(ctx, e, idx, rows)
+}
+
+// columnIndex maps the outbox's column names, lower-cased, to their
+// positions in its rows events: from the table map (binlog_row_metadata =
+// FULL), or, when a change of that setting left the names out, from
+// information_schema, read again after any statement logged alone (DDL).
+func (s *session) columnIndex(ctx context.Context, t *mysqlrepl.TableMapEvent) (map[string]int, error) {
+	idx := make(map[string]int, len(t.Columns))
+	for i, c := range t.Columns {
+		if c.Name == "" {
+			break
+		}
+		idx[strings.ToLower(c.Name)] = i
+	}
+	if len(idx) == len(t.Columns) {
+		return idx, nil
+	}
+	if s.names == nil {
+		qctx, cancel := context.WithTimeout(ctx, s.r.cfg.QueryTimeout)
+		defer cancel()
+		rows, err := s.r.db.QueryContext(qctx, `SELECT COLUMN_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, s.r.schema, s.r.cfg.Tables.Outbox)
+		if err != nil {
+			return nil, fmt.Errorf("idem: binlog: read the outbox's columns (the binlog holds no names: binlog_row_metadata is not FULL): %w", err)
+		}
+		if s.names, err = scanStrings(rows); err != nil {
+			return nil, fmt.Errorf("idem: binlog: read the outbox's columns: %w", err)
+		}
+		if !s.r.warnedNames.Swap(true) {
+			s.r.log.Warn("the binlog holds no column names for the outbox (binlog_row_metadata is not FULL): reading them from information_schema; SET GLOBAL binlog_row_metadata = 'FULL'")
+		}
+	}
+	if len(s.names) != len(t.Columns) {
+		return nil, fmt.Errorf("%w: the outbox %s has %d columns and its rows in the binlog %d, without names (binlog_row_metadata is not FULL): SET GLOBAL binlog_row_metadata = 'FULL'; rows written before are in the table: publish them with idem relay, then idem cdc reset-position",
+			ErrServerSettings, s.r.sql.table, len(s.names), len(t.Columns))
+	}
+	for i, n := range s.names {
+		idx[strings.ToLower(n)] = i
+	}
+	return idx, nil
 }
 
 // requeued adds the rows an update took out of quarantine: "idem failed
 // retry --relay" re-drives a quarantined row by clearing its
 // quarantined_at.
 func (s *session) requeued(ctx context.Context, e *mysqlrepl.RowsEvent) error {
-	idx := columnIndex(e.Table)
+	idx, err := s.columnIndex(ctx, e.Table)
+	if err != nil {
+		return err
+	}
 	q, okQ := idx["quarantined_at"]
 	p, okP := idx["published_at"]
 	if !okQ || !okP {
@@ -437,15 +506,6 @@ func (s *session) undecodable(e *mysqlrepl.RowsEvent, err error) {
 	r.stats.unreadable.Add(1)
 	r.log.Error("rows written into the outbox cannot be decoded (a column type the relay does not read?); skipped: publish them another way",
 		"table", r.sql.table, "binlog_file", s.file, "binlog_pos", e.NextPos, "error", err)
-}
-
-// columnIndex maps a table's column names, lower-cased, to their positions.
-func columnIndex(t *mysqlrepl.TableMapEvent) map[string]int {
-	idx := make(map[string]int, len(t.Columns))
-	for i, c := range t.Columns {
-		idx[strings.ToLower(c.Name)] = i
-	}
-	return idx
 }
 
 // addRows adds outbox rows, as the binlog gives their columns, to the
