@@ -248,3 +248,46 @@ func TestBinlogSurvivesMariaDBRestart(t *testing.T) {
 	checkDelivered(t, rb.deliveries(), all)
 	brokertest.CheckOnceInOrder(t, rb.pg, "stock", all)
 }
+
+// TestBinlogStandbyTakesOver runs two "idem cdc" processes on one MariaDB
+// outbox: one reads, the other waits; the first is SIGKILLed mid-stream and
+// the second takes over from the stored position: every event delivered,
+// applied once, in order.
+func TestBinlogStandbyTakesOver(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMariaDB(t, testdb.Options{MaxConns: 20})
+	rb := newMariaRabbit(t, db)
+	active := startBinlog(t, "active", db, rb.brokerURL(), "")
+	active.waitStreaming(t)
+	standby := startBinlog(t, "standby", db, rb.brokerURL(), "")
+	testsvc.WaitFor(t, 60*time.Second, "the second process waiting", func() bool {
+		return strings.Contains(standby.out.String(), "waiting to take over")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	first, err := writeMariaLoad(ctx, db, "first", 4, 100, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsvc.WaitFor(t, 60*time.Second, "some events applied", func() bool { return applied(t, rb.pg) > 0 })
+	active.kill()
+	second, err := writeMariaLoad(ctx, db, "second", 4, 100, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(first, second...)
+	testsvc.WaitFor(t, 120*time.Second, "every event applied", func() bool { return applied(t, rb.pg) >= len(all) })
+	if !strings.Contains(standby.out.String(), "took the outbox's binlog over") {
+		t.Errorf("the standby never said it took over:\n%s", tail(standby.out.String(), 4000))
+	}
+	testsvc.WaitFor(t, 120*time.Second, "every event delivered to the recorder", func() bool {
+		seen := map[uuid.UUID]bool{}
+		for _, d := range rb.deliveries() {
+			seen[d.id] = true
+		}
+		return len(seen) >= len(all)
+	})
+	standby.stop(t)
+	checkDelivered(t, rb.deliveries(), all)
+	brokertest.CheckOnceInOrder(t, rb.pg, "stock", all)
+}
