@@ -18,7 +18,9 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/dashboard"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testsvc"
+	"github.com/idem-go/idem/monitor"
 	"github.com/idem-go/idem/outbox"
 )
 
@@ -194,5 +196,24 @@ func TestScrape(t *testing.T) {
 	}
 	if counts["stock"] != 3 || counts["billing"] != 3 {
 		t.Errorf("sample counts %v, want stock 3 (1+2 from two processes) and billing 3", counts)
+	}
+}
+
+// TestOverviewBinlogPosition: on MariaDB, the overview shows the position
+// the binlog relay stored for the outbox.
+func TestOverviewBinlogPosition(t *testing.T) {
+	t.Parallel()
+	my := testdb.NewMariaDB(t)
+	my.Exec(t, `INSERT INTO binlog_position (outbox_table, gtid_pos) VALUES ('outbox', '0-1-42')`)
+	b := setup(t, func(c *dashboard.Config) {
+		c.Databases = append(c.Databases, dashboard.Database{Name: "billing", Store: my.Driver,
+			Source: monitor.New(my.Driver, monitor.Options{Name: "billing"})})
+	})
+	_, page := b.get(t, "/dashboard/")
+	if got := figure(t, page, `id="db-billing"`, "log-position"); !strings.HasPrefix(got, "0-1-42, ") {
+		t.Errorf("binlog position %q, want 0-1-42 and its age", got)
+	}
+	if strings.Contains(page[:strings.Index(page, `id="db-billing"`)], `data-figure="log-position"`) {
+		t.Error("a PostgreSQL database shows a binlog position")
 	}
 }
