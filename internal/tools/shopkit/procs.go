@@ -105,7 +105,9 @@ type ProcSpec struct {
 // it was ready.
 var ErrExitedAtStart = errors.New("exited before it was ready")
 
-// Start starts a process and waits until it prints "shop: ready".
+// Start starts a process and waits until it prints "shop: ready". For a
+// process that exited before, it returns the process (its output) with an
+// error wrapping ErrExitedAtStart.
 func (c *Cluster) Start(ctx context.Context, spec ProcSpec) (*Proc, error) {
 	addr := spec.HTTP
 	if addr == "" {
@@ -179,7 +181,7 @@ func (c *Cluster) Run(ctx context.Context, name, addr, fault string, args []stri
 	case <-ready:
 		return p, nil
 	case <-p.exited:
-		return nil, fmt.Errorf("process %s %w: %v\n%s", name, ErrExitedAtStart, p.err, p.Tail())
+		return p, fmt.Errorf("process %s %w: %v\n%s", name, ErrExitedAtStart, p.err, p.Tail())
 	case <-t.C:
 		p.Kill()
 		return nil, fmt.Errorf("process %s not ready after 60s\n%s", name, p.Tail())
