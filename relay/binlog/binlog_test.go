@@ -591,3 +591,24 @@ func TestStatementLoggedInsert(t *testing.T) {
 		t.Errorf("%d statement-logged rows left in the outbox, want 1", n)
 	}
 }
+
+// TestFirstPositionStored: the first start on an empty outbox stores its
+// position at once, so that what is written while the relay is stopped is
+// read from the binlog at the next start, with Delete = KeepRows too (the
+// rows waiting then are not published from the table).
+func TestFirstPositionStored(t *testing.T) {
+	for _, mode := range []binlog.DeleteMode{binlog.DeletePublished, binlog.KeepRows} {
+		t.Run(mode.String(), func(t *testing.T) {
+			db := testdb.NewMariaDB(t)
+			pub := memory.New()
+			cfg := fastConfig(t)
+			cfg.Delete = mode
+			r := start(t, db, pub, cfg)
+			eventually(t, "the position stored", func() bool { return db.Count(t, "binlog_position") == 1 })
+			stop(t, r)
+			ids := add(t, db, "a", 1, 5)
+			start(t, db, pub, cfg)
+			checkFirstOrder(t, waitLen(t, pub, 5), ids)
+		})
+	}
+}

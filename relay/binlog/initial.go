@@ -71,7 +71,7 @@ func (s *session) initial(ctx context.Context) (string, error) {
 	}
 	// The position of the snapshot, stored once what comes before it (the
 	// rows above) is published.
-	s.pipe.add([]*entry{{pos: start, file: file, filePos: uint64(pos)}})
+	s.pipe.add([]*entry{{pos: start, file: file, filePos: uint64(pos), store: true}})
 	r.log.Info("first start on this outbox: reading the binlog from the server's current position",
 		"gtid_position", start, "binlog_file", file, "binlog_pos", pos, "waiting_rows", n)
 	return start, nil

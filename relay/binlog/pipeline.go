@@ -45,6 +45,8 @@ type entry struct {
 	// the relay's own write of its position: moving past it is worth
 	// storing (the next start reads less), though not at once.
 	foreign bool
+	// store marks a position to store at once: the first start's.
+	store bool
 }
 
 // pipeline holds what a session read and has not stored, in binlog order,
@@ -144,7 +146,7 @@ func (p *pipeline) add(es []*entry) {
 	if len(es) == 1 && !es[0].hasMsg && len(p.entries) > 0 {
 		// A transaction without events after another one without events:
 		// move the latter's position.
-		if last := p.entries[len(p.entries)-1]; !last.hasMsg && last.lockID == "" && last.pos != "" {
+		if last := p.entries[len(p.entries)-1]; !last.hasMsg && !last.store && last.lockID == "" && last.pos != "" {
 			last.pos, last.file, last.filePos = es[0].pos, es[0].file, es[0].filePos
 			last.foreign = last.foreign || es[0].foreign
 			return
@@ -332,7 +334,7 @@ func (p *pipeline) confirmed() (end *entry, ids []string, commits []time.Time, e
 		if e.id != "" {
 			ids = append(ids, e.id)
 		}
-		events = events || e.hasMsg
+		events = events || e.hasMsg || e.store
 		foreign = foreign || e.foreign
 		if e.pos != "" {
 			end = e

@@ -228,16 +228,21 @@ func (r *Relay) session(lock *sql.Conn) (read bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	start := stored
 	if stored == "" {
-		if stored, err = s.initial(ctx); err != nil {
+		// The snapshot's position goes through the pipeline after its
+		// rows, and is stored once they are published.
+		if start, err = s.initial(ctx); err != nil {
 			return false, err
 		}
+	} else {
+		r.stats.position.Store(&stored)
 	}
-	if s.pos, err = mysqlrepl.ParsePosition(stored); err != nil {
-		return false, fmt.Errorf("idem: binlog: the stored position %q: %w", stored, err)
+	if s.pos, err = mysqlrepl.ParsePosition(start); err != nil {
+		return false, fmt.Errorf("idem: binlog: the stored position %q: %w", start, err)
 	}
 	s.stored = stored
-	r.stats.position.Store(&stored)
+	stored = start
 
 	conn, err := mysqlrepl.Dial(ctx, r.repl)
 	if err != nil {
@@ -290,7 +295,7 @@ func (s *session) loop(ctx context.Context, lock *sql.Conn, events <-chan event)
 	defer r.stats.streaming.Store(false)
 	r.setErr(nil)
 	r.errs.replication.OK(ctx)
-	r.log.Debug("binlog replication started", "gtid_position", s.stored)
+	r.log.Debug("binlog replication started", "gtid_position", s.pos.String())
 	flush := time.NewTicker(r.cfg.FlushInterval)
 	defer flush.Stop()
 	check := time.NewTicker(r.cfg.Heartbeat)
@@ -372,6 +377,9 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 		}
 		return nil
 	case *mysqlrepl.XIDEvent:
+		if s.tx == nil {
+			return nil // the end of a transaction begun before the dump's start
+		}
 		return s.commit(h)
 	case *mysqlrepl.QueryEvent:
 		if s.tx == nil {
