@@ -82,12 +82,12 @@ type brokerFlags struct{ url string }
 
 func (f *cdcFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.broker.url, "broker", "", "broker URL (default $IDEM_BROKER_URL):\n"+registry.BrokerURLHelp())
-	fs.IntVar(&f.clients, "clients", 16, "bench cdc: producer clients")
-	fs.DurationVar(&f.commitFor, "commit-duration", 5*time.Second, "bench cdc: how long each producer mode runs")
-	fs.StringVar(&f.rates, "rates", "1000,5000", "bench cdc: events/s of the latency runs, comma-separated; empty skips them")
-	fs.DurationVar(&f.rateFor, "rate-duration", 10*time.Second, "bench cdc: length of each latency run")
-	fs.IntVar(&f.window, "cdc-window", cdc.WindowDefault, "bench cdc: messages in flight of the CDC relay and of the raw publisher")
-	fs.BoolVar(&f.skipProducer, "skip-producers", false, "bench cdc: skip the producer commits/s part")
+	fs.IntVar(&f.clients, "clients", 16, "bench cdc, binlog: producer clients")
+	fs.DurationVar(&f.commitFor, "commit-duration", 5*time.Second, "bench cdc, binlog: how long each producer mode runs")
+	fs.StringVar(&f.rates, "rates", "1000,5000", "bench cdc, binlog: events/s of the latency runs, comma-separated; empty skips them (bench binlog: 1000 unless given)")
+	fs.DurationVar(&f.rateFor, "rate-duration", 10*time.Second, "bench cdc, binlog: length of each latency run")
+	fs.IntVar(&f.window, "cdc-window", cdc.WindowDefault, "bench cdc, binlog: messages in flight of the CDC or binlog relay and of the raw publisher")
+	fs.BoolVar(&f.skipProducer, "skip-producers", false, "bench cdc, binlog: skip the producer commits/s part")
 }
 
 // benchCDC is one run of "bench cdc".
@@ -199,8 +199,15 @@ func (b *benchCDC) setup(ctx context.Context, base *pgxpool.Pool, baseURL string
 		return fmt.Errorf("plain table: %w", err)
 	}
 
+	return b.setupBroker(suffix)
+}
+
+// setupBroker declares the scratch exchange idem_bench_<suffix> and its
+// queue, bound with the routing key #.
+func (b *benchCDC) setupBroker(suffix string) error {
 	b.exchange = "idem_bench_" + suffix
 	b.queue = b.exchange + ".all"
+	var err error
 	if b.conn, err = amqp091.Dial(b.amqpURL); err != nil {
 		return fmt.Errorf("RabbitMQ %s: %w", redactedOrEmpty(b.amqpURL), err)
 	}
@@ -632,33 +639,12 @@ func (b *benchCDC) latency(ctx context.Context, rate int, m latencyMode) ([]time
 	if _, err := b.ch.QueuePurge(b.queue, false); err != nil {
 		return nil, nil, err
 	}
-	var mu sync.Mutex
-	received := map[string]time.Time{}
-	cch, err := b.conn.Channel()
+	rc, err := b.consume()
 	if err != nil {
 		return nil, nil, err
 	}
-	defer cch.Close()
-	if err := cch.Qos(2000, 0, false); err != nil {
-		return nil, nil, err
-	}
-	deliveries, err := cch.Consume(b.queue, "", true, false, false, false, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	consumed := make(chan struct{})
-	go func() {
-		defer close(consumed)
-		for d := range deliveries {
-			at := time.Now()
-			mu.Lock()
-			if _, ok := received[d.MessageId]; !ok {
-				received[d.MessageId] = at
-			}
-			mu.Unlock()
-		}
-	}()
-	defer func() { _ = cch.Close(); <-consumed }()
+	defer rc.close()
+	mu, received := &rc.mu, rc.at
 
 	pub, err := b.publisher(ctx)
 	if err != nil {
@@ -742,4 +728,57 @@ func (b *benchCDC) latency(ctx context.Context, rate int, m latencyMode) ([]time
 		out = append(out, max(0, at.Sub(c)))
 	}
 	return out, slices.Clone(stages), nil
+}
+
+// receipts are the messages a consumer of the bench's queue received: each
+// message id, with when it first arrived.
+type receipts struct {
+	mu       sync.Mutex
+	at       map[string]time.Time
+	ch       *amqp091.Channel
+	consumed chan struct{}
+}
+
+// consume starts a consumer of the bench's queue (auto-ack) that records
+// when each message arrives.
+func (b *benchCDC) consume() (*receipts, error) {
+	cch, err := b.conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := cch.Qos(2000, 0, false); err != nil {
+		_ = cch.Close()
+		return nil, err
+	}
+	deliveries, err := cch.Consume(b.queue, "", true, false, false, false, nil)
+	if err != nil {
+		_ = cch.Close()
+		return nil, err
+	}
+	rc := &receipts{at: map[string]time.Time{}, ch: cch, consumed: make(chan struct{})}
+	go func() {
+		defer close(rc.consumed)
+		for d := range deliveries {
+			at := time.Now()
+			rc.mu.Lock()
+			if _, ok := rc.at[d.MessageId]; !ok {
+				rc.at[d.MessageId] = at
+			}
+			rc.mu.Unlock()
+		}
+	}()
+	return rc, nil
+}
+
+// count returns the number of distinct messages received.
+func (rc *receipts) count() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.at)
+}
+
+// close stops the consumer and waits for its goroutine.
+func (rc *receipts) close() {
+	_ = rc.ch.Close()
+	<-rc.consumed
 }

@@ -1,9 +1,10 @@
-// Command bench measures the polling relay and the CDC relay on a real
-// database and broker. It is a tool of this repository, run from a clone,
+// Command bench measures the polling relay, the CDC relay and the binlog
+// relay on a real database and broker. It is a tool of this repository, run from a clone,
 // not part of the idem command that users install:
 //
 //	go run ./internal/tools/bench relay --db postgres://localhost/bench --runs 3
 //	go run ./internal/tools/bench cdc --db postgres://localhost/bench --broker amqp://guest:guest@localhost:5672/
+//	go run ./internal/tools/bench binlog --db mysql://user:pass@localhost:3306/bench --broker amqp://guest:guest@localhost:5672/
 //	go run ./internal/tools/bench help
 //
 // docs/PERFORMANCE.md records what it measured, and how.
@@ -43,7 +44,7 @@ func main() {
 	os.Exit(run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:]))
 }
 
-// run runs "bench relay|cdc [flags]" and returns the exit status: 0, 1 on a
+// run runs "bench relay|cdc|binlog [flags]" and returns the exit status: 0, 1 on a
 // failure, 2 on a command line error.
 func run(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
@@ -51,13 +52,14 @@ func run(ctx context.Context, e *env, args []string) int {
 		return 0
 	}
 	mode := args[0]
-	if mode != "relay" && mode != "cdc" {
-		fmt.Fprintf(e.stderr, "bench: unknown benchmark %q: want relay or cdc\nRun \"go run ./internal/tools/bench help\" for usage.\n", mode)
+	if mode != "relay" && mode != "cdc" && mode != "binlog" {
+		fmt.Fprintf(e.stderr, "bench: unknown benchmark %q: want relay, cdc or binlog\nRun \"go run ./internal/tools/bench help\" for usage.\n", mode)
 		return 2
 	}
 	fs := newFlagSet(e.stderr)
 	o := registerFlags(fs)
 	err := fs.Parse(args[1:])
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		printUsage(e.stdout)
@@ -68,6 +70,8 @@ func run(ctx context.Context, e *env, args []string) int {
 		err = usagef("unexpected arguments %q", fs.Args())
 	case mode == "cdc":
 		err = runBenchCDC(ctx, e, o)
+	case mode == "binlog":
+		err = runBenchBinlog(ctx, e, o)
 	default:
 		err = runBenchRelay(ctx, e, o)
 	}
@@ -93,7 +97,7 @@ func newFlagSet(out io.Writer) *flag.FlagSet {
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprintf(w, "bench: measure the relay on a database (bench relay), the CDC relay against RabbitMQ (bench cdc)\n\n%s\n", strings.TrimSpace(relayUsage+cdcUsage+examples))
+	fmt.Fprintf(w, "bench: measure the relay on a database (bench relay), the CDC relay against RabbitMQ (bench cdc), the binlog relay on MariaDB against RabbitMQ (bench binlog)\n\n%s\n", strings.TrimSpace(relayUsage+cdcUsage+binlogUsage+examples))
 	fs := newFlagSet(w)
 	registerFlags(fs)
 	fmt.Fprintln(w, "\nFlags:")
@@ -103,7 +107,9 @@ func printUsage(w io.Writer) {
 const examples = `
 Examples:
   go run ./internal/tools/bench relay --db postgres://localhost/bench --runs 3
-  go run ./internal/tools/bench cdc --db postgres://localhost/bench --broker amqp://guest:guest@localhost:5672/`
+  go run ./internal/tools/bench cdc --db postgres://localhost/bench --broker amqp://guest:guest@localhost:5672/
+  go run ./internal/tools/bench binlog --db mysql://idem:idem@127.0.0.1:13306/idem_test --broker amqp://guest:guest@localhost:5672/ \
+      --db-nobinlog mysql://idem:idem@127.0.0.1:13307/idem_test --runs 3`
 
 // dbFlags are the flags that name the database.
 type dbFlags struct {

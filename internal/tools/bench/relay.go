@@ -88,7 +88,7 @@ relay runs with OpenTelemetry's no-op tracer, as when tracing is off.
 
 `
 
-// options are the flags of both benchmarks: those of one are ignored by the
+// options are the flags of every benchmark: those of one are ignored by the
 // other.
 type options struct {
 	db               dbFlags
@@ -103,13 +103,16 @@ type options struct {
 	producerDuration time.Duration
 	busyPoll         time.Duration
 	triggers         string
+	binlog           binlogFlags
+	// set holds the names of the flags given on the command line.
+	set map[string]bool
 }
 
-// registerFlags declares the flags of both benchmarks on fs.
+// registerFlags declares the flags of every benchmark on fs.
 func registerFlags(fs *flag.FlagSet) *options {
-	o := &options{}
+	o := &options{set: map[string]bool{}}
 	o.db.register(fs)
-	fs.IntVar(&o.rows, "rows", 100_000, "rows in the pre-filled outbox")
+	fs.IntVar(&o.rows, "rows", 100_000, "rows in the pre-filled outbox (bench binlog: 50000 unless given)")
 	fs.IntVar(&o.aggregates, "aggregates", 10_000, "aggregates the rows belong to")
 	fs.IntVar(&o.runs, "runs", 3, "throughput runs (relay and bare loop each)")
 	fs.IntVar(&o.workers, "workers", relay.WorkersDefault, "relay workers")
@@ -123,6 +126,7 @@ func registerFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.producerDuration, "producer-duration", 0, "length of each producer commits/s measure; 0 skips it")
 	fs.DurationVar(&o.busyPoll, "busy-poll", 0, "the relay's BusyPollInterval (0: off, the default)")
 	fs.StringVar(&o.triggers, "triggers", "waiting,always,none", "outbox triggers to measure the producers and the latency with")
+	o.binlog.register(fs)
 	return o
 }
 
