@@ -1,8 +1,8 @@
 package shop
 
 import (
-	"encoding/json"
-	"errors"
+	"context"
+	"database/sql"
 	"fmt"
 	"regexp"
 	"strings"
@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
 )
 
 // MaxLines is the largest number of lines an order may have.
@@ -45,64 +46,40 @@ func NormalizeQuantity(q string) (string, error) {
 	return intPart + "." + frac, nil
 }
 
-// InvalidEventError says why an event's payload cannot be applied: it is
-// not the JSON object its name promises, or a field breaks the contract
-// (a missing or malformed id, no lines, a product on two lines, a quantity
-// that is not a positive decimal...). Retrying cannot fix it: Decode wraps
-// it with idem.Permanent, and the consumer parks the message.
-type InvalidEventError struct {
-	// EventID and EventName identify the event.
-	EventID   uuid.UUID
-	EventName string
-	// Err is the problem, often an *idem.FieldError naming the field.
-	Err error
-}
-
-// Error implements error.
-func (e *InvalidEventError) Error() string {
-	return fmt.Sprintf("shop: event %s (%s) cannot be applied: %v; fix its producer, then remove the parked message (idem failed remove)",
-		e.EventID, e.EventName, e.Err)
-}
-
-// Unwrap returns the problem.
-func (e *InvalidEventError) Unwrap() error { return e.Err }
-
-// payload is what Decode needs of a payload type: its rules and its order
-// id (every shop event's aggregate id is the order id).
+// payload is what ForOrder needs of a payload type: its rules (run by
+// inbox.DecodeJSON) and its order id (every shop event's aggregate id is
+// the order id).
 type payload interface {
 	Validate() error
 	orderID() string
 }
 
-// Decode returns the payload of ev as a T, checked by T's Validate method
-// and against the event's aggregate id (the order id, when the event has
-// one). A payload that is not a JSON object of T's shape (a field of the
-// wrong type, not an object at all) or breaks its rules is reported as
-// idem.Permanent(*InvalidEventError): a handler returns that error as is,
-// and the consumer parks the message in its failure store, never applied
-// and never retried.
-func Decode[T payload](ev idem.Event) (T, error) {
-	var p T
-	if err := json.Unmarshal(ev.Payload, &p); err != nil {
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) {
-			err = fmt.Errorf("payload is not JSON: %v", err)
-		} else {
-			err = fmt.Errorf("payload does not have the shape of %s: %v", ev.Name, err)
+// ForOrder returns h behind a check that the event's aggregate id, when it
+// has one, is the payload's order id, for inbox.HandleJSON, which decodes
+// the payload strictly and runs its Validate first:
+//
+//	inbox.HandleJSON(c, shop.OrderPlaced, shop.ForOrder(s.reserve))
+//
+// A payload that breaks the contract never reaches h: the consumer parks
+// the message (a permanent *inbox.PayloadError), never applied and never
+// retried.
+func ForOrder[T payload](h inbox.JSONHandlerFunc[*sql.Tx, T]) inbox.JSONHandlerFunc[*sql.Tx, T] {
+	return func(ctx context.Context, tx *sql.Tx, ev idem.Event, p T) error {
+		if err := CheckOrder(ev, p); err != nil {
+			return err
 		}
-		return p, invalid(ev, err)
+		return h(ctx, tx, ev, p)
 	}
-	if err := p.Validate(); err != nil {
-		return p, invalid(ev, err)
-	}
-	if ev.AggregateID != "" && ev.AggregateID != p.orderID() {
-		return p, invalid(ev, fieldError("aggregate_id", "%q is not the payload's orderId %q", ev.AggregateID, p.orderID()))
-	}
-	return p, nil
 }
 
-func invalid(ev idem.Event, err error) error {
-	return idem.Permanent(&InvalidEventError{EventID: ev.ID, EventName: ev.Name, Err: err})
+// CheckOrder returns a permanent *inbox.PayloadError when ev's aggregate id
+// is set and is not p's order id.
+func CheckOrder[T payload](ev idem.Event, p T) error {
+	if ev.AggregateID == "" || ev.AggregateID == p.orderID() {
+		return nil
+	}
+	return idem.Permanent(&inbox.PayloadError{EventID: ev.ID, EventName: ev.Name, Field: "aggregate_id",
+		Err: fieldError("aggregate_id", "%q is not the payload's orderId %q", ev.AggregateID, p.orderID())})
 }
 
 func fieldError(field, format string, args ...any) error {

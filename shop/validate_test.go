@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/internal/shoptest"
 )
@@ -22,6 +23,16 @@ func TestNormalizeQuantity(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
+}
+
+// decodeOrderPlaced decodes as the shop's handlers do: inbox.DecodeJSON,
+// then shop.CheckOrder (shop.ForOrder).
+func decodeOrderPlaced(ev idem.Event) (shop.OrderPlacedV1, error) {
+	p, err := inbox.DecodeJSON[shop.OrderPlacedV1](ev)
+	if err == nil {
+		err = shop.CheckOrder(ev, p)
+	}
+	return p, err
 }
 
 // TestDecodeOrderPlaced checks that every impossible payload is a permanent
@@ -44,22 +55,22 @@ func TestDecodeOrderPlaced(t *testing.T) {
 		"order id as number":  "cannot unmarshal number",
 		"lines not a list":    "cannot unmarshal string",
 		"payload not object":  "cannot unmarshal array",
-		"null payload":        "orderId is missing",
+		"null payload":        "the payload is null",
 	}
 	for what, payload := range shoptest.BadOrderPlaced(id) {
 		ev := shoptest.Event(t, shop.OrderPlaced, id, 1, payload)
-		_, err := shop.Decode[shop.OrderPlacedV1](ev)
-		var inv *shop.InvalidEventError
+		_, err := decodeOrderPlaced(ev)
+		var inv *inbox.PayloadError
 		switch {
 		case err == nil:
 			t.Errorf("%s: accepted", what)
 		case !idem.IsPermanent(err) || !errors.As(err, &inv):
-			t.Errorf("%s: %v is not a permanent InvalidEventError", what, err)
+			t.Errorf("%s: %v is not a permanent inbox.PayloadError", what, err)
 		case !strings.Contains(err.Error(), want[what]) || !strings.Contains(err.Error(), ev.ID.String()):
 			t.Errorf("%s: %q does not say %q and the event id", what, err, want[what])
 		}
 	}
-	p, err := shop.Decode[shop.OrderPlacedV1](shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
+	p, err := decodeOrderPlaced(shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
 	if err != nil || p.OrderID != id || len(p.Lines) != 2 {
 		t.Fatalf("good payload: %+v %v", p, err)
 	}

@@ -156,10 +156,10 @@ func New(db *store.DB, mail *carrier.Client, log *slog.Logger) (*Service, error)
 		return nil, err
 	}
 	s := &Service{db: db, outbox: db.OutboxWriter(), mail: mail, invoice: inv, mailer: mailer}
-	inv.Handle(shop.OrderPlaced, s.onOrderPlaced)
-	inv.Handle(shop.OrderCancelled, s.onOrderCancelled)
-	mailer.Handle(shop.InvoiceCreated, s.onInvoiceCreated)
-	mailer.Handle(shop.InvoiceVoided, s.onInvoiceVoided)
+	inbox.HandleJSON(inv, shop.OrderPlaced, shop.ForOrder(s.onOrderPlaced))
+	inbox.HandleJSON(inv, shop.OrderCancelled, shop.ForOrder(s.onOrderCancelled))
+	inbox.HandleJSON(mailer, shop.InvoiceCreated, shop.ForOrder(s.onInvoiceCreated))
+	inbox.HandleJSON(mailer, shop.InvoiceVoided, shop.ForOrder(s.onInvoiceVoided))
 	return s, nil
 }
 
@@ -168,11 +168,7 @@ func (s *Service) Consumers() []*inbox.Consumer[*sql.Tx] {
 	return []*inbox.Consumer[*sql.Tx]{s.invoice, s.mailer}
 }
 
-func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.OrderPlacedV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.OrderPlacedV1) error {
 	copied, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "placed")
 	if err != nil {
 		return err
@@ -219,11 +215,7 @@ func (s *Service) invoiceOf(ctx context.Context, tx *sql.Tx, orderID string) (in
 	return inv, err
 }
 
-func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.InvoiceCreatedV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.InvoiceCreatedV1) error {
 	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return notYet("invoice", p.OrderID)
@@ -272,11 +264,7 @@ func updateOne(ctx context.Context, tx *sql.Tx, query, what string, args ...any)
 
 // onOrderCancelled voids the order's invoice and publishes
 // billing.invoice.voided.v1.
-func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.OrderCancelledV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.OrderCancelledV1) error {
 	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "cancelled"); err != nil {
 		return err
 	}
@@ -302,11 +290,7 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 // onInvoiceVoided tells the customer that the invoice is void, if it was
 // e-mailed: the mailer handles an invoice's events in order, so an invoice
 // not e-mailed by now never will be.
-func (s *Service) onInvoiceVoided(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.InvoiceVoidedV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onInvoiceVoided(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.InvoiceVoidedV1) error {
 	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return notYet("voided invoice", p.OrderID)

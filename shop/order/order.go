@@ -152,10 +152,10 @@ func New(db *store.DB, cfg Config) (*Service, error) {
 		errs:     errs,
 	}
 	s.placeTx = keys.TxHandler(s.create)
-	c.Handle(shop.PreparationCreated, s.onPreparationCreated)
-	c.Handle(shop.ShipmentRequested, s.onShipmentRequested)
-	c.Handle(shop.PreparationCancelled, s.onPreparationCancelled)
-	c.Handle(shop.ShipmentCancelled, s.onShipmentCancelled)
+	inbox.HandleJSON(c, shop.PreparationCreated, shop.ForOrder(s.onPreparationCreated))
+	inbox.HandleJSON(c, shop.ShipmentRequested, shop.ForOrder(s.onShipmentRequested))
+	inbox.HandleJSON(c, shop.PreparationCancelled, shop.ForOrder(s.onPreparationCancelled))
+	inbox.HandleJSON(c, shop.ShipmentCancelled, shop.ForOrder(s.onShipmentCancelled))
 	return s, nil
 }
 
@@ -505,38 +505,22 @@ func (s *Service) Get(ctx context.Context, id string) (Order, error) {
 	return o, rows.Err()
 }
 
-func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.PreparationCreatedV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.PreparationCreatedV1) error {
 	return s.advance(ctx, tx, p.OrderID, FulfilmentPreparing, 1, "")
 }
 
-func (s *Service) onShipmentRequested(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.ShipmentRequestedV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onShipmentRequested(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.ShipmentRequestedV1) error {
 	return s.advance(ctx, tx, p.OrderID, FulfilmentShipment, 2, p.PickupID)
 }
 
-func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.PreparationCancelledV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.PreparationCancelledV1) error {
 	if p.PickupID != "" {
 		return s.advance(ctx, tx, p.OrderID, FulfilmentCancellingShipment, 3, p.PickupID)
 	}
 	return s.advance(ctx, tx, p.OrderID, FulfilmentCancelled, 3, "")
 }
 
-func (s *Service) onShipmentCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.ShipmentCancelledV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onShipmentCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.ShipmentCancelledV1) error {
 	return s.advance(ctx, tx, p.OrderID, FulfilmentShipmentCancelled, 4, p.PickupID)
 }
 

@@ -65,7 +65,7 @@ func TestCancelAfterShipmentRequested(t *testing.T) {
 	if len(prepCancelled) != 1 {
 		t.Fatalf("%d preparation.cancelled events, want 1", len(prepCancelled))
 	}
-	p, err := shop.Decode[shop.PreparationCancelledV1](prepCancelled[0])
+	p, err := inbox.DecodeJSON[shop.PreparationCancelledV1](prepCancelled[0])
 	if err != nil || p.PickupID == "" || p.PreparationID == "" {
 		t.Fatalf("preparation.cancelled %+v (%v), want the preparation and the pickup to cancel", p, err)
 	}
@@ -84,7 +84,7 @@ func TestCancelAfterShipmentRequested(t *testing.T) {
 	if len(done) != 1 {
 		t.Fatalf("%d shipment.cancelled events, want 1", len(done))
 	}
-	sc, err := shop.Decode[shop.ShipmentCancelledV1](done[0])
+	sc, err := inbox.DecodeJSON[shop.ShipmentCancelledV1](done[0])
 	if err != nil || sc.PickupID != p.PickupID || sc.IdempotencyKey != CancelKey(id) {
 		t.Fatalf("shipment.cancelled %+v (%v)", sc, err)
 	}
@@ -199,7 +199,7 @@ func TestCancelDuringPickupRequest(t *testing.T) {
 
 	seen := map[uuid.UUID]bool{created[0].ID: true}
 	ev := next(t, s, s.pickup, shop.PreparationCancelled, id, seen)
-	if p, err := shop.Decode[shop.PreparationCancelledV1](ev); err != nil || p.PickupID == "" {
+	if p, err := inbox.DecodeJSON[shop.PreparationCancelledV1](ev); err != nil || p.PickupID == "" {
 		t.Errorf("preparation.cancelled %+v (%v): the cancellation did not see the pickup it waited for", p, err)
 	}
 	if st := pickups(t, srv); st.Pickups != 1 || st.Cancelled != 1 {

@@ -215,10 +215,10 @@ func New(db *store.DB, c *carrier.Client, cfg Config) (*Service, error) {
 	}
 	s := &Service{db: db, outbox: db.OutboxWriter(), carrier: c, preparation: prep, pickup: pickup,
 		log: log.With("service", "shipping")}
-	prep.Handle(shop.OrderPlaced, beforeCommit(s.onOrderPlaced, cfg.BeforeCommit))
-	prep.Handle(shop.OrderCancelled, beforeCommit(s.onOrderCancelled, cfg.BeforeCommit))
-	pickup.Handle(shop.PreparationCreated, s.onPreparationCreated)
-	pickup.Handle(shop.PreparationCancelled, s.onPreparationCancelled)
+	inbox.HandleJSON(prep, shop.OrderPlaced, beforeCommit(shop.ForOrder(s.onOrderPlaced), cfg.BeforeCommit))
+	inbox.HandleJSON(prep, shop.OrderCancelled, beforeCommit(shop.ForOrder(s.onOrderCancelled), cfg.BeforeCommit))
+	inbox.HandleJSON(pickup, shop.PreparationCreated, shop.ForOrder(s.onPreparationCreated))
+	inbox.HandleJSON(pickup, shop.PreparationCancelled, shop.ForOrder(s.onPreparationCancelled))
 	return s, nil
 }
 
@@ -230,12 +230,12 @@ func (s *Service) Consumers() []*inbox.Consumer[*sql.Tx] {
 // beforeCommit runs h, then hook (Config.BeforeCommit) when h succeeded:
 // the effects and the processed_event marker are written, not committed.
 // Without a hook, it is h.
-func beforeCommit(h inbox.HandlerFunc[*sql.Tx], hook func()) inbox.HandlerFunc[*sql.Tx] {
+func beforeCommit[T any](h inbox.JSONHandlerFunc[*sql.Tx, T], hook func()) inbox.JSONHandlerFunc[*sql.Tx, T] {
 	if hook == nil {
 		return h
 	}
-	return func(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-		if err := h(ctx, tx, ev); err != nil {
+	return func(ctx context.Context, tx *sql.Tx, ev idem.Event, p T) error {
+		if err := h(ctx, tx, ev, p); err != nil {
 			return err
 		}
 		hook()
@@ -243,11 +243,7 @@ func beforeCommit(h inbox.HandlerFunc[*sql.Tx], hook func()) inbox.HandlerFunc[*
 	}
 }
 
-func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.OrderPlacedV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.OrderPlacedV1) error {
 	id := p.OrderID
 	copied, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, id, ev.AggregateVersion, "placed")
 	if err != nil {
@@ -288,11 +284,8 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event) 
 // any: the carrier consumer then cancels it (onPreparationCancelled). An
 // order cancelled before its preparation gets the event too, with no
 // preparation id, and never gets a preparation.
-func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.OrderCancelledV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.OrderCancelledV1) error {
+	var err error
 	id := p.OrderID
 	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, id, ev.AggregateVersion, "cancelled"); err != nil {
 		return err
@@ -326,11 +319,8 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 	return s.outbox.Add(ctx, tx, out)
 }
 
-func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.PreparationCreatedV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.PreparationCreatedV1) error {
+	var err error
 	id := p.OrderID
 	// Lock the preparation so that a cancellation waits for the pickup
 	// request, or the request sees the cancellation.
@@ -377,11 +367,8 @@ func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.
 // and publishes shipping.shipment.cancelled.v1. With no shipment recorded,
 // it still asks the carrier by reference: a pickup request whose answer was
 // lost, and whose attempt then failed, may have created one.
-func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.PreparationCancelledV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.PreparationCancelledV1) error {
+	var err error
 	id := p.OrderID
 	var (
 		pickupID  string

@@ -105,19 +105,15 @@ func New(db *store.DB, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{db: db, consumer: c}
-	c.Handle(shop.OrderPlaced, s.reserve)
-	c.Handle(shop.OrderCancelled, s.release)
+	inbox.HandleJSON(c, shop.OrderPlaced, shop.ForOrder(s.reserve))
+	inbox.HandleJSON(c, shop.OrderCancelled, shop.ForOrder(s.release))
 	return s, nil
 }
 
 // Consumer returns the stock consumer.
 func (s *Service) Consumer() *inbox.Consumer[*sql.Tx] { return s.consumer }
 
-func (s *Service) reserve(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.OrderPlacedV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) reserve(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.OrderPlacedV1) error {
 	copied, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "placed")
 	if err != nil {
 		return err
@@ -150,11 +146,7 @@ func (s *Service) reserve(ctx context.Context, tx *sql.Tx, ev idem.Event) error 
 
 // release releases the reservations of a cancelled order. Releasing is a
 // state, not a movement: a second cancellation changes nothing.
-func (s *Service) release(ctx context.Context, tx *sql.Tx, ev idem.Event) error {
-	p, err := shop.Decode[shop.OrderCancelledV1](ev)
-	if err != nil {
-		return err
-	}
+func (s *Service) release(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.OrderCancelledV1) error {
 	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, p.OrderID, ev.AggregateVersion, "cancelled"); err != nil {
 		return err
 	}
