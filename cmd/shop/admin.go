@@ -121,7 +121,7 @@ func (a *app) adminMux() *http.ServeMux {
 func (a *app) listenAdmin() error {
 	addr := a.cfg.AdminAddr
 	if !netaddr.IsLoopback(addr) {
-		a.log.Warn("--admin-addr is not a loopback address: /metrics and /debug/pprof/ (which shows the program's memory and command line) are served to anyone who can reach it; prefer 127.0.0.1:PORT behind your own access control",
+		a.log.Warn("--admin-addr is not a loopback address, and it has no authentication: /metrics, /debug/pprof/ (which shows the program's memory and command line) and /dashboard/ (parked messages, bodies included) are served to anyone who can reach it; the dashboard is read-only there (its retry and remove are refused: run idem dashboard on loopback for them); prefer 127.0.0.1:PORT behind your own access control",
 			"admin_addr", addr)
 	}
 	ln, err := net.Listen("tcp", addr)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/dashboard"
+	"github.com/idem-go/idem/internal/netaddr"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/monitor"
 	"github.com/idem-go/idem/shop/billing"
@@ -99,7 +100,9 @@ func (a *app) openDashboard(ctx context.Context) error {
 	if a.metrics != nil {
 		gatherer = a.metrics.reg
 	}
-	d, err := shopDashboard(a.dbs, pub, a.log, dashboardOptions{Gatherer: gatherer})
+	// The admin address has no authentication: beyond this machine the
+	// dashboard shows, and refuses to retry or remove (listenAdmin warns).
+	d, err := shopDashboard(a.dbs, pub, a.log, dashboardOptions{Gatherer: gatherer, ReadOnly: !netaddr.IsLoopback(a.cfg.AdminAddr)})
 	if err != nil {
 		if ad.pub != nil {
 			_ = ad.pub.Close()

@@ -368,3 +368,29 @@ func placeProduct(t *testing.T, ctx context.Context, addr, product string) strin
 	}
 	return o.ID
 }
+
+// TestAdminBeyondLoopbackReadOnly: an --admin-addr reachable beyond this
+// machine has no authentication: the shop warns, saying what it serves, and
+// its dashboard shows parked messages but offers no retry or remove.
+func TestAdminBeyondLoopbackReadOnly(t *testing.T) {
+	t.Parallel()
+	local, err := shopkit.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := strings.Cut(local, ":")
+	cl := &shopkit.Cluster{Binary: shopBinary, DataDir: t.TempDir(), LogDir: t.TempDir(), ExtraEnv: []string{"SHOP_ADMIN_ADDR=0.0.0.0:" + port}}
+	t.Cleanup(cl.StopAll)
+	ctx := context.Background()
+	p, err := cl.Start(ctx, shopkit.ProcSpec{Name: "shop", Services: "all"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := p.Tail(); !strings.Contains(out, "has no authentication") || !strings.Contains(out, "the dashboard is read-only there") {
+		t.Errorf("no warning about the admin address:\n%s", out)
+	}
+	code, page, err := adminGet(ctx, "http://127.0.0.1:"+port+"/dashboard/")
+	if err != nil || code != http.StatusOK || !strings.Contains(page, "read-only") {
+		t.Fatalf("dashboard: %d %v\n%s", code, err, page)
+	}
+}
