@@ -189,13 +189,7 @@ func TestBinlogKilledAtFaultPoints(t *testing.T) {
 				t.Fatalf("%d events written, want 10000", len(res.msgs))
 			}
 			testsvc.WaitFor(t, 120*time.Second, "10,000 events applied", func() bool { return applied(t, rb.pg) >= len(res.msgs) })
-			testsvc.WaitFor(t, 120*time.Second, "10,000 events delivered to the recorder", func() bool {
-				seen := map[uuid.UUID]bool{}
-				for _, d := range rb.deliveries() {
-					seen[d.id] = true
-				}
-				return len(seen) >= len(res.msgs)
-			})
+			rb.waitRecorded(t, len(res.msgs), 120*time.Second)
 			testsvc.WaitFor(t, 30*time.Second, "the outbox emptied", func() bool { return db.Count(t, "outbox") == 0 })
 			p2.stop(t)
 
@@ -234,13 +228,7 @@ func TestBinlogSurvivesMariaDBRestart(t *testing.T) {
 	all := append(first, second...)
 	testsvc.WaitFor(t, 120*time.Second, "every event applied", func() bool { return applied(t, rb.pg) >= len(all) })
 	testsvc.WaitFor(t, 60*time.Second, "the outbox emptied", func() bool { return db.Count(t, "outbox") == 0 })
-	testsvc.WaitFor(t, 120*time.Second, "every event delivered to the recorder", func() bool {
-		seen := map[uuid.UUID]bool{}
-		for _, d := range rb.deliveries() {
-			seen[d.id] = true
-		}
-		return len(seen) >= len(all)
-	})
+	rb.waitRecorded(t, len(all), 120*time.Second)
 	if !strings.Contains(p.out.String(), "reconnecting") {
 		t.Errorf("the relay never lost its connection: was MariaDB restarted?")
 	}
@@ -280,13 +268,7 @@ func TestBinlogStandbyTakesOver(t *testing.T) {
 	if !strings.Contains(standby.out.String(), "took the outbox's binlog over") {
 		t.Errorf("the standby never said it took over:\n%s", tail(standby.out.String(), 4000))
 	}
-	testsvc.WaitFor(t, 120*time.Second, "every event delivered to the recorder", func() bool {
-		seen := map[uuid.UUID]bool{}
-		for _, d := range rb.deliveries() {
-			seen[d.id] = true
-		}
-		return len(seen) >= len(all)
-	})
+	rb.waitRecorded(t, len(all), 120*time.Second)
 	standby.stop(t)
 	checkDelivered(t, rb.deliveries(), all)
 	brokertest.CheckOnceInOrder(t, rb.pg, "stock", all)

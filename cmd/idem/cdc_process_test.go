@@ -345,6 +345,20 @@ func (r *rabbit) record(t *testing.T) {
 	})
 }
 
+// waitRecorded waits until the recorder got every one of n distinct
+// events. It looks each delivery's business row up, one query at a time:
+// on a loaded machine that takes longer than the consumer's batches.
+func (r *rabbit) waitRecorded(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	testsvc.WaitFor(t, within, fmt.Sprintf("%d events delivered to the recorder", n), func() bool {
+		seen := map[uuid.UUID]bool{}
+		for _, d := range r.deliveries() {
+			seen[d.id] = true
+		}
+		return len(seen) >= n
+	})
+}
+
 func (r *rabbit) deliveries() []delivered {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -536,16 +550,7 @@ func TestCDCKilledAtFaultPoints(t *testing.T) {
 				t.Fatalf("%d events written, want 10000", len(res.msgs))
 			}
 			testsvc.WaitFor(t, 90*time.Second, "10,000 events applied", func() bool { return applied(t, pg) >= len(res.msgs) })
-			// The recorder looks each delivery's business row up, one
-			// query at a time: on a loaded machine 10,000 of them take
-			// longer than the consumer's batches.
-			testsvc.WaitFor(t, 120*time.Second, "10,000 events delivered to the recorder", func() bool {
-				seen := map[uuid.UUID]bool{}
-				for _, d := range rb.deliveries() {
-					seen[d.id] = true
-				}
-				return len(seen) >= len(res.msgs)
-			})
+			rb.waitRecorded(t, len(res.msgs), 120*time.Second)
 			checkEmptied(t, pg, rb)
 			p2.stop(t)
 

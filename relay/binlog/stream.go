@@ -183,6 +183,10 @@ type session struct {
 	// names are the outbox's columns from information_schema, when the
 	// binlog holds none; nil until needed.
 	names []string
+	// idx is the outbox's column index of the table id idxTable, from the
+	// binlog's column names.
+	idx      map[string]int
+	idxTable uint64
 	// stored is the position last stored, at storedAt.
 	stored   string
 	storedAt time.Time
@@ -387,7 +391,7 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 		}
 		q := strings.TrimSpace(e.Query)
 		if s.tx.standalone {
-			s.names = nil // DDL: the columns may have changed
+			s.names, s.idx = nil, nil // DDL: the columns may have changed
 		}
 		switch {
 		case s.tx.standalone, strings.EqualFold(q, "COMMIT"):
@@ -446,6 +450,11 @@ func (s *session) rows(ctx context.Context, e *mysqlrepl.RowsEvent) error {
 // FULL), or, when a change of that setting left the names out, from
 // information_schema, read again after any statement logged alone (DDL).
 func (s *session) columnIndex(ctx context.Context, t *mysqlrepl.TableMapEvent) (map[string]int, error) {
+	// The server maps the table again before each statement's rows: the
+	// same table id (new after DDL) with the same columns.
+	if s.idx != nil && s.idxTable == t.TableID && len(s.idx) == len(t.Columns) {
+		return s.idx, nil
+	}
 	idx := make(map[string]int, len(t.Columns))
 	for i, c := range t.Columns {
 		if c.Name == "" {
@@ -454,6 +463,7 @@ func (s *session) columnIndex(ctx context.Context, t *mysqlrepl.TableMapEvent) (
 		idx[strings.ToLower(c.Name)] = i
 	}
 	if len(idx) == len(t.Columns) {
+		s.idx, s.idxTable = idx, t.TableID
 		return idx, nil
 	}
 	if s.names == nil {

@@ -285,7 +285,6 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event, 
 // order cancelled before its preparation gets the event too, with no
 // preparation id, and never gets a preparation.
 func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.OrderCancelledV1) error {
-	var err error
 	id := p.OrderID
 	if _, err := inbox.ApplyState(ctx, s.db.Driver, tx, statusCopy, id, ev.AggregateVersion, "cancelled"); err != nil {
 		return err
@@ -293,7 +292,7 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 	// The lock waits for a pickup request in flight (onPreparationCreated
 	// holds it): its shipment is then committed and seen below.
 	var prepID, status string
-	err = tx.QueryRowContext(ctx, s.db.Pick(qLockPreparation), id).Scan(&prepID, &status)
+	err := tx.QueryRowContext(ctx, s.db.Pick(qLockPreparation), id).Scan(&prepID, &status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		s.log.Info("order cancelled before its preparation: none will be made", "order_id", id)
@@ -320,12 +319,11 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 }
 
 func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.PreparationCreatedV1) error {
-	var err error
 	id := p.OrderID
 	// Lock the preparation so that a cancellation waits for the pickup
 	// request, or the request sees the cancellation.
 	var prepID, status string
-	err = tx.QueryRowContext(ctx, s.db.Pick(qLockPreparation), id).Scan(&prepID, &status)
+	err := tx.QueryRowContext(ctx, s.db.Pick(qLockPreparation), id).Scan(&prepID, &status)
 	if errors.Is(err, sql.ErrNoRows) {
 		// The event announces a preparation committed with it, and idem's
 		// relays publish an event only once its transaction is visible:
@@ -368,13 +366,12 @@ func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.
 // it still asks the carrier by reference: a pickup request whose answer was
 // lost, and whose attempt then failed, may have created one.
 func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.PreparationCancelledV1) error {
-	var err error
 	id := p.OrderID
 	var (
 		pickupID  string
 		cancelled sql.NullTime
 	)
-	err = tx.QueryRowContext(ctx, s.db.Pick(qLockShipment), id).Scan(&pickupID, &cancelled)
+	err := tx.QueryRowContext(ctx, s.db.Pick(qLockShipment), id).Scan(&pickupID, &cancelled)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		found, err := s.carrier.FindPickup(ctx, id)
