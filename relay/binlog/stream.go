@@ -240,7 +240,8 @@ func (r *Relay) session(lock *sql.Conn) (read bool, err error) {
 			return false, err
 		}
 	} else {
-		r.stats.position.Store(&stored)
+		p := stored // stored changes below; Stats reads p
+		r.stats.position.Store(&p)
 	}
 	if s.pos, err = mysqlrepl.ParsePosition(start); err != nil {
 		return false, fmt.Errorf("idem: binlog: the stored position %q: %w", start, err)
