@@ -10,6 +10,7 @@ import (
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/outboxcodec"
 	"github.com/idem-go/idem/relay/internal/ordered"
+	"github.com/idem-go/idem/relay/internal/sendspan"
 )
 
 // item is one claimed row on its way to the broker.
@@ -71,13 +72,12 @@ func (r *Relay[TTx]) process(log *slog.Logger, b *claimed) {
 	)
 	p := ordered.New(r.workCtx, ordered.Config{
 		Publish: func(ctx context.Context, batch []*ordered.Entry, msgs []idem.Message) error {
-			rows := make([]*driver.ClaimedRow, len(batch))
-			for j, e := range batch {
-				rows[j] = items[e.Ref].row
-			}
-			spans := r.tracing.startSpans(ctx, rows, msgs)
+			spans := r.tracing.Start(ctx, msgs, func(j int) (int64, int) {
+				row := items[batch[j].Ref].row
+				return row.Seq, row.Attempts + 1
+			})
 			err := r.publish(ctx, msgs)
-			endSpans(spans, err)
+			sendspan.End(spans, err)
 			return err
 		},
 		Calls:           publishCalls,

@@ -16,6 +16,7 @@ import (
 	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/startstop"
+	"github.com/idem-go/idem/relay/internal/sendspan"
 )
 
 const (
@@ -78,7 +79,7 @@ type Relay[TTx any] struct {
 	claimFailures  atomic.Int64
 
 	stats   counters
-	tracing tracing
+	tracing sendspan.Tracer
 	errs    limiters
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/memory"
-	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/relay/internal/sendspan"
 )
 
 // BenchmarkTracingOverhead measures what the relay's tracing adds to the
@@ -38,10 +38,8 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			t := newTracing(tc.cfg, memory.New())
 			const n = 100
-			rows := make([]*driver.ClaimedRow, n)
 			base := make([]idem.Message, n)
 			for i := range n {
-				rows[i] = &driver.ClaimedRow{OutboxRecord: driver.OutboxRecord{Seq: int64(i)}}
 				ev, _ := idem.NewEvent("order.order.placed.v1", "order", fmt.Sprint(i), map[string]int{"i": i})
 				ev.Headers = map[string]string{"traceparent": fmt.Sprintf("00-%032x-%016x-01", i+1, i+1)}
 				base[i], _ = idem.NewMessage(ev)
@@ -50,7 +48,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				copy(msgs, base)
-				endSpans(t.startSpans(context.Background(), rows, msgs), nil)
+				sendspan.End(t.Start(context.Background(), msgs, func(j int) (int64, int) { return int64(j + 1), 1 }), nil)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/message")
 		})

@@ -8,10 +8,14 @@ import (
 	"time"
 
 	idemmsg "github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/telemetry"
 	"github.com/idem-go/idem/relay/binlog"
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
 )
+
+// cdcServiceName is the default service name of the CDC relays' spans.
+const cdcServiceName = "idem-cdc"
 
 // cdcCommand is "idem cdc".
 func cdcCommand() *command {
@@ -147,12 +151,19 @@ the relay read.
 On SIGTERM or SIGINT the relay stops reading, waits for the messages handed to
 the broker (up to --stop-timeout), confirms the position and exits.
 
+With tracing on (OTEL_* variables below), each published message has a
+producer span, child of the span whose trace context the row's (or the WAL
+message's) headers carry, so one trace runs from the request that wrote the
+event through the relay to every consumer.
+
 Examples:
   IDEM_DB_URL=postgres://app@localhost/shop IDEM_BROKER_URL=amqp://localhost/ idem cdc
   idem cdc --schema order --window 2000 --metrics-addr :9465
   idem cdc drop-slot --schema order
   idem cdc --db mysql://relay:secret@db:3306/shop --broker amqp://localhost/
-`,
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 idem cdc
+
+` + fmt.Sprintf(telemetry.Help, cdcServiceName),
 		setup: setupCdc,
 	}
 }
@@ -253,6 +264,11 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	cfg.Logger = log
+	closeTracing, err := startTracing(ctx, cdcServiceName, log)
+	if err != nil {
+		return err
+	}
+	defer closeTracing()
 	pub, brokerURL, err := o.br.open(ctx, e)
 	if err != nil {
 		return err
@@ -309,6 +325,11 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 	if o.keepRows {
 		cfg.Delete = binlog.KeepRows
 	}
+	closeTracing, err := startTracing(ctx, cdcServiceName, log)
+	if err != nil {
+		return err
+	}
+	defer closeTracing()
 	pub, brokerURL, err := o.br.open(ctx, e)
 	if err != nil {
 		return err

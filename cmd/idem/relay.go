@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,6 +35,20 @@ func (f *brokerFlags) open(ctx context.Context, e *env) (registry.Publisher, str
 
 // relayServiceName is the default service name of the relay's spans.
 const relayServiceName = "idem-relay"
+
+// startTracing sets up the OTEL_* tracing of a relay command (the global
+// tracer provider and propagator, which the relays use by default); the
+// function returned exports what is buffered and stops it.
+func startTracing(ctx context.Context, service string, log *slog.Logger) (func(), error) {
+	tracing, err := telemetry.Setup(ctx, service, log)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	if tracing.Enabled() {
+		log.Info("tracing on", "exporter", tracing.Exporter)
+	}
+	return func() { tracing.Close(log) }, nil
+}
 
 // relayCommand is "idem relay".
 func relayCommand() *command {
@@ -138,14 +153,11 @@ func (o *relayOptions) run(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	tracing, err := telemetry.Setup(ctx, relayServiceName, log)
+	closeTracing, err := startTracing(ctx, relayServiceName, log)
 	if err != nil {
-		return fmt.Errorf("tracing: %w", err)
+		return err
 	}
-	defer tracing.Close(log)
-	if tracing.Enabled() {
-		log.Info("tracing on", "exporter", tracing.Exporter)
-	}
+	defer closeTracing()
 	conn, err := o.db.open(ctx, e)
 	if err != nil {
 		return err

@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/relay/cdc"
 )
@@ -117,6 +120,16 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer is told what the relay does, for metrics.
 	Observer Observer
+	// TracerProvider gives the tracer of the relay's spans: one producer
+	// span per published message, child of the span whose trace context
+	// the row's headers carry (outbox.Writer writes it), so that one trace
+	// runs from the request that wrote the event through the relay to every
+	// consumer. Defaults to the global one (otel.GetTracerProvider), which
+	// records nothing until an application installs an SDK.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the producer's trace context from the rows'
+	// headers. Defaults to the global one (otel.GetTextMapPropagator).
+	Propagator propagation.TextMapPropagator
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -174,3 +187,6 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// TracerName is the instrumentation scope of the binlog relay's spans.
+const TracerName = "github.com/idem-go/idem/relay/binlog"

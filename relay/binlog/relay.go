@@ -21,6 +21,7 @@ import (
 	"github.com/idem-go/idem/internal/mysqlrepl"
 	"github.com/idem-go/idem/internal/startstop"
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/internal/sendspan"
 )
 
 // Relay publishes the inserts into a MariaDB outbox table, read from the
@@ -31,6 +32,8 @@ type Relay struct {
 	cfg  Config
 	log  *slog.Logger
 	pub  broker.Publisher
+	// tracing makes a producer span per published message.
+	tracing sendspan.Tracer
 
 	db   *sql.DB
 	repl mysqlrepl.Config
@@ -144,7 +147,7 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	log := cfg.Logger.With("relay", "binlog")
 	l := func(what string) *errlog.Limiter { return errlog.New(log, what, errlog.Config{}) }
 	r := &Relay{
-		cfg: cfg, log: log, pub: pub, db: db,
+		cfg: cfg, log: log, pub: pub, db: db, tracing: sendspan.New(TracerName, cfg.TracerProvider, cfg.Propagator, pub),
 		repl: mysqlrepl.Config{Network: mc.Net, Addr: mc.Addr, User: mc.User, Password: mc.Passwd,
 			ServerID: cfg.ServerID, Heartbeat: cfg.Heartbeat, DialTimeout: mc.Timeout},
 		schema: cfg.Tables.Schema,

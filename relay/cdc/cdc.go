@@ -19,6 +19,7 @@ import (
 	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/startstop"
+	"github.com/idem-go/idem/relay/internal/sendspan"
 )
 
 // Relay publishes the outbox's inserts and the outbox's WAL messages, read
@@ -29,6 +30,8 @@ type Relay struct {
 	cfg  Config
 	log  *slog.Logger
 	pub  broker.Publisher
+	// tracing makes a producer span per published message.
+	tracing sendspan.Tracer
 
 	dbURL   string
 	replCfg *pgconn.Config
@@ -140,7 +143,8 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	}
 	rc.RuntimeParams["replication"] = "database"
 	log := cfg.Logger.With("slot", cfg.Slot)
-	r := &Relay{cfg: cfg, log: log, errs: newLimiters(log), pub: pub, dbURL: dbURL, replCfg: rc}
+	r := &Relay{cfg: cfg, log: log, errs: newLimiters(log), pub: pub, dbURL: dbURL, replCfg: rc,
+		tracing: sendspan.New(TracerName, cfg.TracerProvider, cfg.Propagator, pub)}
 	r.ctx = r.base.WorkContext()
 	return r, nil
 }

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/outbox"
 )
@@ -177,6 +180,16 @@ type Config struct {
 	// Observer is told what the relay does, for metrics: package
 	// relay/cdc/cdcmetrics makes one that feeds Prometheus.
 	Observer Observer
+	// TracerProvider gives the tracer of the relay's spans: one producer
+	// span per published message, child of the span whose trace context
+	// the row's headers carry (outbox.Writer writes it), so that one trace
+	// runs from the request that wrote the event through the relay to every
+	// consumer. Defaults to the global one (otel.GetTracerProvider), which
+	// records nothing until an application installs an SDK.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the producer's trace context from the rows'
+	// headers. Defaults to the global one (otel.GetTextMapPropagator).
+	Propagator propagation.TextMapPropagator
 }
 
 // Observer is told what a CDC relay does, for metrics. Set it as
@@ -287,3 +300,6 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// TracerName is the instrumentation scope of the CDC relay's spans.
+const TracerName = "github.com/idem-go/idem/relay/cdc"

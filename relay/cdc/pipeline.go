@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/relay/internal/ordered"
+	"github.com/idem-go/idem/relay/internal/sendspan"
 )
 
 // entry is a message read from the log, or the end of a transaction with no
@@ -91,9 +92,11 @@ func newPipeline(ctx context.Context, r *Relay) *pipeline {
 		added:    make(chan struct{}, 1),
 	}
 	p.pub = ordered.New(ctx, ordered.Config{
-		Publish: func(ctx context.Context, _ []*ordered.Entry, msgs []idem.Message) error {
+		Publish: func(ctx context.Context, batch []*ordered.Entry, msgs []idem.Message) error {
 			start := time.Now()
+			spans := r.tracing.Start(ctx, msgs, func(j int) (int64, int) { return 0, batch[j].Refusals + 1 })
 			err := r.pub.Publish(ctx, msgs)
+			sendspan.End(spans, err)
 			r.stats.calls.Add(1)
 			if r.cfg.Observer.Publish != nil {
 				r.cfg.Observer.Publish(len(msgs), time.Since(start), err)

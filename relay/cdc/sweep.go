@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/outboxcodec"
 	"github.com/idem-go/idem/relay/internal/ordered"
+	"github.com/idem-go/idem/relay/internal/sendspan"
 )
 
 // sweepPage is the number of rows read, published and deleted at a time
@@ -173,12 +174,17 @@ func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) 
 			Refusals: rec.Attempts, Ref: i})
 	}
 	pub := ordered.New(ctx, ordered.Config{
-		Publish: func(ctx context.Context, _ []*ordered.Entry, msgs []idem.Message) error {
+		Publish: func(ctx context.Context, batch []*ordered.Entry, msgs []idem.Message) error {
 			n := int64(len(msgs))
 			r.stats.inFlight.Add(n)
 			defer r.stats.inFlight.Add(-n)
 			r.stats.calls.Add(1)
-			return r.pub.Publish(ctx, msgs)
+			spans := r.tracing.Start(ctx, msgs, func(j int) (int64, int) {
+				return recs[batch[j].Ref].Seq, batch[j].Refusals + 1
+			})
+			err := r.pub.Publish(ctx, msgs)
+			sendspan.End(spans, err)
+			return err
 		},
 		Calls:           sweepCalls,
 		MinCall:         sweepMinCall,
