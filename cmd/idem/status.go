@@ -29,6 +29,7 @@ func statusCommand() *command {
 		summary: "one screen of what to watch: outbox backlog, consumers' progress, parked messages, broker queues",
 		usage: `Usage:
   idem status [--db URL ...] [--schema NAME,...] [--broker URL] [--consumer NAME ...] [--json] [--watch [INTERVAL]]
+  idem status --dashboard URL [--json] [--watch [INTERVAL]]
 
 Reads each database given with --db (default $IDEM_DB_URL) and prints:
 
@@ -57,6 +58,12 @@ cheap: no statement reads all of processed_event (see docs/OPERATIONS.md).
 MySQL databases of every --db (the shop keeps one per service); SQLite has
 one file per database: give each with --db.
 
+--dashboard reads the same figures from a running dashboard ("idem
+dashboard", or the /dashboard/ of a shop started with --admin-addr) instead
+of the databases: one command for every database the dashboard watches,
+with its broker's figures, even when the broker is embedded in that
+process and cannot be reached from outside.
+
 --json prints one JSON document per database and refresh, on one line:
 
   {"database": "...", "taken_at": "RFC 3339", "outbox": {"table", "present",
@@ -82,7 +89,8 @@ Examples:
   idem status --db postgres://user:pass@localhost/app
   idem status --db postgres://localhost/shop --schema shop_order,shop_stock,shop_shipping,shop_billing --broker amqp://guest:guest@localhost:5672/
   idem status --db sqlite:shop-data/shop_order.db --db sqlite:shop-data/shop_stock.db --watch
-  idem status --db mysql://u:p@localhost:3306/stock --broker kafka://localhost:9092 --consumer stock --json | jq .consumers`,
+  idem status --db mysql://u:p@localhost:3306/stock --broker kafka://localhost:9092 --consumer stock --json | jq .consumers
+  idem status --dashboard http://127.0.0.1:9464/dashboard/ --watch`,
 		setup: setupStatus,
 	}
 }
@@ -95,6 +103,7 @@ type statusOptions struct {
 	br        brokerFlags
 	watch     watchFlag
 	prefix    string
+	dashboard string
 	asJSON    bool
 }
 
@@ -107,6 +116,7 @@ func setupStatus(fs *flag.FlagSet) runFunc {
 	fs.Var(&o.consumers, "consumer", "a consumer to report on besides those found in the tables (one that processed nothing yet), repeatable")
 	o.br.register(fs)
 	fs.StringVar(&o.prefix, "prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
+	fs.StringVar(&o.dashboard, "dashboard", "", "read the status from the running dashboard at this URL (idem dashboard, a shop's http://ADMIN-ADDR/dashboard/) instead of the databases")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON document per database and refresh, for scripts")
 	fs.Var(&o.watch, "watch", "refresh every INTERVAL until interrupted (default 2s when given without a value)")
 	return o.run
@@ -129,7 +139,16 @@ func (o *statusOptions) run(ctx context.Context, e *env, args []string) error {
 		return usagef("unexpected argument %q", args[0])
 	}
 	st := &statusCmd{e: e, json: o.asJSON}
-	if err := st.open(ctx, o.dbs, o.schemas, o.consumers, o.br.url, o.prefix); err != nil {
+	if o.dashboard != "" {
+		if len(o.dbs) > 0 || len(o.schemas) > 0 || len(o.consumers) > 0 || o.br.url != "" || o.prefix != "" {
+			return usagef("--dashboard reads what the dashboard watches: give it without --db, --schema, --consumer, --broker and --prefix")
+		}
+		r, err := newRemoteStatus(o.dashboard)
+		if err != nil {
+			return usagef("--dashboard %s: %v", o.dashboard, err)
+		}
+		st.remote = r
+	} else if err := st.open(ctx, o.dbs, o.schemas, o.consumers, o.br.url, o.prefix); err != nil {
 		st.close()
 		return err
 	}
@@ -192,6 +211,7 @@ type statusCmd struct {
 	e       *env
 	json    bool
 	sources []*monitor.Source
+	remote  *remoteStatus // with --dashboard, instead of sources
 	closers []func()
 }
 
@@ -262,6 +282,9 @@ func sqliteFile(u string) string {
 // snapshots reads every source; the error of a source is returned with the
 // snapshots read before it.
 func (s *statusCmd) snapshots(ctx context.Context) ([]monitor.Snapshot, error) {
+	if s.remote != nil {
+		return s.remote.snapshots(ctx)
+	}
 	out := make([]monitor.Snapshot, 0, len(s.sources))
 	for _, src := range s.sources {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
