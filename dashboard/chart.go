@@ -25,10 +25,37 @@ type chart struct {
 	span   time.Duration
 }
 
+// The chart's frame: the plot area leaves a band above it for the scale
+// and one below for the time axis, so that no label covers a line.
 const (
-	chartW, chartH = 320, 90
+	chartW, chartH = 320, 110
 	chartPad       = 4
+	chartTop       = 15 // the scale's band
+	chartBottom    = 15 // the time axis's band
 )
+
+// spans are the windows a chart may show, the shortest that holds the
+// samples: five minutes of traffic fill the chart as an hour does.
+var spans = []time.Duration{
+	time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute, 30 * time.Minute,
+	time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour,
+}
+
+// fitSpan returns the window of charts over samples taken at times: the
+// shortest of spans that holds them all, at most history (the samples
+// kept), and at least two sampling intervals.
+func fitSpan(times []time.Time, every, history time.Duration) time.Duration {
+	age := 2 * every
+	if n := len(times); n > 1 {
+		age = max(age, times[n-1].Sub(times[0]))
+	}
+	for _, s := range spans {
+		if s >= age {
+			return min(s, history)
+		}
+	}
+	return history
+}
 
 // svg renders the chart. Every text in it is escaped.
 func (c chart) svg() template.HTML {
@@ -50,17 +77,22 @@ func (c chart) svg() template.HTML {
 	x := func(t time.Time) float64 {
 		return chartPad + float64(chartW-2*chartPad)*float64(t.Sub(start))/float64(c.span)
 	}
+	plotTop, plotBottom := float64(chartTop+chartPad), float64(chartH-chartBottom-chartPad)
 	y := func(v float64) float64 {
 		if top == 0 {
-			return chartH - chartPad
+			return plotBottom
 		}
-		return chartH - chartPad - float64(chartH-2*chartPad)*v/top
+		return plotBottom - (plotBottom-plotTop)*v/top
 	}
 	fmt.Fprintf(&b, `<figure class="chart"><figcaption>%s</figcaption>`, html.EscapeString(c.title))
 	fmt.Fprintf(&b, `<svg viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s">`, chartW, chartH, chartW, chartH, html.EscapeString(c.title))
-	fmt.Fprintf(&b, `<rect class="frame" x="0.5" y="0.5" width="%d" height="%d"/>`, chartW-1, chartH-1)
-	fmt.Fprintf(&b, `<text class="axis" x="%d" y="12">%s</text>`, chartW-chartPad-2, html.EscapeString(c.format(top)))
-	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d">-%s</text>`, chartPad+40, chartH-chartPad-2, html.EscapeString(roundSpan(c.span)))
+	fmt.Fprintf(&b, `<rect class="frame" x="0.5" y="%d.5" width="%d" height="%d"/>`, chartTop, chartW-1, chartH-chartTop-chartBottom-1)
+	// The scale: a dotted line at the top value, its label above the frame.
+	fmt.Fprintf(&b, `<line class="grid" x1="1" x2="%d" y1="%.1f" y2="%.1f"/>`, chartW-1, plotTop, plotTop)
+	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d">%s</text>`, chartPad, chartTop-4, html.EscapeString(c.format(top)))
+	// The time axis, below the frame: the window's start and now.
+	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d">-%s</text>`, chartPad, chartH-4, html.EscapeString(roundSpan(c.span)))
+	fmt.Fprintf(&b, `<text class="axis end" x="%d" y="%d">now</text>`, chartW-chartPad, chartH-4)
 	if len(c.times) == 0 {
 		fmt.Fprintf(&b, `<text class="empty" x="%d" y="%d">no samples yet</text>`, chartW/2, chartH/2)
 	}

@@ -266,7 +266,7 @@ func (d *Dashboard) dbCharts(name string, hist []sample) []template.HTML {
 	parked := get(func(s dbSample) float64 { return float64(s.parked) })
 	p50 := get(func(s dbSample) float64 { return s.p50 })
 	p99 := get(func(s dbSample) float64 { return s.p99 })
-	span := d.cfg.History
+	span := fitSpan(times, d.cfg.SampleInterval, d.cfg.History)
 	charts := []chart{
 		{title: "Outbox backlog", times: times, span: span, series: []series{{"unpublished", "s0", backlog}, {"quarantined", "s3", quarantined}}},
 		{title: "Processed per minute", times: times, span: span, series: []series{{"every consumer", "s1", processed}}},
@@ -296,7 +296,7 @@ func (d *Dashboard) consumerSparkline(db, consumer string, hist []sample) templa
 		}
 		vals[i] = float64(cs.processed)
 	}
-	return sparkline(times, vals, d.cfg.History)
+	return sparkline(times, vals, fitSpan(times, d.cfg.SampleInterval, d.cfg.History))
 }
 
 // statusJSON serves the snapshots of every database, as "idem status

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -125,8 +126,16 @@ func (a *app) listenAdmin() error {
 			"admin_addr", addr)
 	}
 	ln, err := net.Listen("tcp", addr)
+	if err != nil && a.cfg.AdminDefault && errors.Is(err, syscall.EADDRINUSE) {
+		// Another shop (or anything else) has the default port: the
+		// banner prints the address taken instead.
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		if err == nil {
+			a.log.Info("the default admin address is taken; serving it on another port", "taken", addr, "admin_addr", ln.Addr().String())
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("listen on %s (--admin-addr): %w", addr, err)
+		return fmt.Errorf("listen on %s (--admin-addr; \"off\" serves none): %w", addr, err)
 	}
 	a.adminListener = ln
 	a.admin = &http.Server{Handler: a.adminMux(), ReadHeaderTimeout: 10 * time.Second}

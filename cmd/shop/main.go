@@ -103,7 +103,7 @@ Flags (each also read from the environment variable in brackets):
 `
 
 var runHelpTail = `
-Metrics: with --admin-addr 127.0.0.1:9464, curl -s http://127.0.0.1:9464/metrics;
+Metrics: curl -s http://127.0.0.1:9464/metrics (the admin address, --admin-addr);
 docs/OPERATIONS.md says what each metric means and which alerts to set.
 
 Services: order (HTTP API + consumer "order"), stock (consumer "stock"),
@@ -165,7 +165,7 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	fs.StringVar(&cfg.DB, "db", "", "database URL for every service (default: SQLite files under --data-dir); each service's tables in a schema, database or file of its own:\n"+registry.DatabaseURLHelp())
 	fs.StringVar(&cfg.Broker, "broker", "", "broker URL (default: embedded NATS JetStream under --data-dir):\n"+registry.BrokerURLHelp())
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "address of the order API and the fake carrier")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", "", "admin address (off when empty; keep it on loopback, e.g. 127.0.0.1:9464):\n/metrics (Prometheus: idem_relay_* and idem_consumer_* of every relay and consumer\nof the process, Go and process metrics), /debug/pprof/ (Go profiles) and /dashboard/\n(status, charts, parked messages to retry or remove: docs/OPERATIONS.md)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", adminAddrDefault, "admin address, \"off\" to serve none (keep it on loopback; with the default, a free\nport when "+adminAddrDefault+" is taken): /metrics (Prometheus: idem_relay_* and\nidem_consumer_* of every relay and consumer of the process, Go and process metrics),\n/debug/pprof/ (Go profiles) and /dashboard/ (status, charts, parked messages to retry\nor remove: docs/OPERATIONS.md); idem status --dashboard http://ADDR/dashboard/ prints the status")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the embedded defaults' data")
 	fs.StringVar(&cfg.Namespace, "namespace", namespaceDefault, "prefix of the services' schemas (<namespace>_order...) and, when not \"shop\", of the broker's exchange and queues, so several shops can share servers")
 	fs.StringVar(&cfg.CarrierURL, "carrier-url", "", "carrier base URL for shipping and billing (default: http://<--http>/carrier)")
@@ -189,6 +189,11 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, "", usageError(fmt.Sprintf("unexpected argument %q; run \"shop help\"", fs.Arg(0)))
+	}
+	cfg.AdminDefault = true
+	fs.Visit(func(f *flag.Flag) { cfg.AdminDefault = cfg.AdminDefault && f.Name != "admin-addr" })
+	if cfg.AdminAddr == "off" {
+		cfg.AdminAddr = ""
 	}
 	if cfg.Relay != relayPoll && cfg.Relay != relayCDC {
 		return cfg, "", fmt.Errorf("--relay %q: want %s or %s", cfg.Relay, relayPoll, relayCDC)

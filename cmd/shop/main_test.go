@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,11 @@ func TestEndToEndEmbedded(t *testing.T) {
 		if !strings.Contains(banner, want) {
 			t.Errorf("the banner does not mention %q:\n%s", want, banner)
 		}
+	}
+	// The dashboard and the status of the running shop, one command each.
+	m := regexp.MustCompile(`shop:   dashboard (http://\S+/dashboard/)  \(open it in a browser\)\nshop:   status    go run \./cmd/idem status --dashboard (\S+)\n`).FindStringSubmatch(banner)
+	if m == nil || m[1] != m[2] {
+		t.Fatalf("the banner does not say how to open the dashboard and the status:\n%s", banner)
 	}
 }
 

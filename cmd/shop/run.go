@@ -41,17 +41,20 @@ var databases = []string{"order", "stock", "shipping", "billing", "carrier"}
 
 // runConfig is the configuration of "shop" (run).
 type runConfig struct {
-	Services   []string
-	DB         string
-	ServiceDB  map[string]string
-	Broker     string
-	HTTP       string
-	AdminAddr  string
-	DataDir    string
-	Namespace  string
-	CarrierURL string
-	Summary    time.Duration
-	KeyLock    time.Duration
+	Services  []string
+	DB        string
+	ServiceDB map[string]string
+	Broker    string
+	HTTP      string
+	AdminAddr string
+	// AdminDefault is true when AdminAddr is the default one, not a
+	// choice: a free port replaces it when it is taken.
+	AdminDefault bool
+	DataDir      string
+	Namespace    string
+	CarrierURL   string
+	Summary      time.Duration
+	KeyLock      time.Duration
 	// Relay is relayPoll or relayCDC.
 	Relay string
 	// Outbox is outboxRows or outboxLog.
@@ -92,6 +95,10 @@ func (c runConfig) brokerPrefix() string {
 }
 
 const namespaceDefault = "shop"
+
+// adminAddrDefault is the default admin address: metrics, profiles and
+// the dashboard of the process, on loopback.
+const adminAddrDefault = "127.0.0.1:9464"
 
 // The relays of --relay.
 const (
@@ -493,8 +500,12 @@ func (a *app) banner(w io.Writer) {
 	if a.admin != nil {
 		fmt.Fprintf(w, "shop:   admin     http://%s/metrics  http://%[1]s/debug/pprof/\n", a.adminListener.Addr())
 		if a.dash != nil {
-			fmt.Fprintf(w, "shop:   dashboard http://%s%s\n", a.adminListener.Addr(), dashboardPath)
+			dash := fmt.Sprintf("http://%s%s", a.adminListener.Addr(), dashboardPath)
+			fmt.Fprintf(w, "shop:   dashboard %s  (open it in a browser)\n", dash)
+			fmt.Fprintf(w, "shop:   status    go run ./cmd/idem status --dashboard %s\n", dash)
 		}
+	} else {
+		fmt.Fprintln(w, "shop:   dashboard off (--admin-addr off); start without it to serve it on "+adminAddrDefault)
 	}
 	if a.order != nil {
 		fmt.Fprint(w, orderHowTo(a.cfg.HTTP, uuid.NewString()))
