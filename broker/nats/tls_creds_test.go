@@ -1,0 +1,245 @@
+package nats_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker/nats"
+)
+
+// runServer starts a nats-server with JetStream and opts' security
+// settings, and shuts it down at cleanup.
+func runServer(t *testing.T, opts *natsserver.Options) *natsserver.Server {
+	t.Helper()
+	opts.Host, opts.Port, opts.JetStream, opts.StoreDir = "127.0.0.1", -1, true, t.TempDir()
+	opts.NoSigs, opts.NoLog = true, true
+	s, err := natsserver.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// publishVia opens a publisher from a URL as idem's commands do
+// (nats.ParseURL) and publishes one event.
+func publishVia(t *testing.T, rawURL string) error {
+	t.Helper()
+	c, err := nats.ParseURL(rawURL)
+	if err != nil {
+		t.Fatalf("ParseURL: %v", err)
+	}
+	cfg := c.PublisherConfig()
+	cfg.ConnConfig.DialTimeout = 5 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := nats.NewPublisher(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ev, err := idem.NewEvent("order.order.placed.v1", "order", "42", map[string]any{"total": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := idem.NewMessage(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Publish(ctx, []idem.Message{msg})
+}
+
+// TestTLSURL: tls://host:port?ca=&cert=&key= reaches a server that
+// requires TLS and a client certificate signed by a private CA; the same
+// URL without the client certificate is refused by the server.
+func TestTLSURL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	caCert, caKey := newCert(t, dir, "ca", nil, nil)
+	newCert(t, dir, "server", caCert, caKey)
+	newCert(t, dir, "client", caCert, caKey)
+	tlsCfg, err := natsserver.GenTLSConfig(&natsserver.TLSConfigOpts{
+		CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"),
+		CaFile: filepath.Join(dir, "ca.pem"), Verify: true, Timeout: 5,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := runServer(t, &natsserver.Options{TLS: true, TLSVerify: true, TLSConfig: tlsCfg, TLSTimeout: 5})
+	addr := s.Addr().String()
+	n := newNames()
+	base := "tls://" + addr + "?stream=" + n.stream.Name + "&prefix=" + n.stream.SubjectPrefix + "&ca=" + filepath.Join(dir, "ca.pem")
+
+	if err := publishVia(t, base+"&cert="+filepath.Join(dir, "client.pem")+"&key="+filepath.Join(dir, "client-key.pem")); err != nil {
+		t.Fatalf("publish over TLS with a client certificate: %v", err)
+	}
+	if err := publishVia(t, base); err == nil || !strings.Contains(err.Error(), "tls") {
+		t.Fatalf("the server requires a client certificate; without one: %v, want a TLS error", err)
+	}
+	if err := publishVia(t, "tls://"+addr+"?stream="+n.stream.Name+"&prefix="+n.stream.SubjectPrefix+
+		"&cert="+filepath.Join(dir, "client.pem")+"&key="+filepath.Join(dir, "client-key.pem")); err == nil || !strings.Contains(err.Error(), "tls") {
+		t.Fatalf("without ca=, the private CA's server certificate: %v, want a TLS error", err)
+	}
+}
+
+// TestCredsURL: ?creds= names a credentials file (a user's JWT and seed,
+// as nsc writes it) for a server in operator mode: its user publishes; a
+// user of an account the operator did not sign is refused.
+func TestCredsURL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	operator, _ := nkeys.CreateOperator()
+	opub, _ := operator.PublicKey()
+	oc := jwt.NewOperatorClaims(opub)
+	sys, sysJWT := account(t, operator, false)
+	app, appJWT := account(t, operator, true)
+	oc.SystemAccount = pub(t, sys)
+	if _, err := oc.Encode(operator); err != nil {
+		t.Fatal(err)
+	}
+	resolver := &natsserver.MemAccResolver{}
+	for a, j := range map[string]string{pub(t, sys): sysJWT, pub(t, app): appJWT} {
+		if err := resolver.Store(a, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := runServer(t, &natsserver.Options{TrustedOperators: []*jwt.OperatorClaims{oc}, AccountResolver: resolver, SystemAccount: pub(t, sys)})
+	n := newNames()
+	url := "nats://" + s.Addr().String() + "?stream=" + n.stream.Name + "&prefix=" + n.stream.SubjectPrefix + "&creds="
+
+	good := filepath.Join(dir, "app.creds")
+	writeCreds(t, good, app)
+	if err := publishVia(t, url+good); err != nil {
+		t.Fatalf("publish with the credentials file: %v", err)
+	}
+	stranger, _ := nkeys.CreateOperator()
+	other, _ := account(t, stranger, true)
+	bad := filepath.Join(dir, "other.creds")
+	writeCreds(t, bad, other)
+	err := publishVia(t, url+bad)
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Fatalf("a user of an account the operator did not sign: %v, want an authorization error", err)
+	}
+	if err := publishVia(t, url+filepath.Join(dir, "missing.creds")); err == nil || !strings.Contains(err.Error(), "missing.creds") {
+		t.Fatalf("a missing credentials file: %v, want an error naming it", err)
+	}
+}
+
+func pub(t *testing.T, kp nkeys.KeyPair) string {
+	t.Helper()
+	p, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// account returns a new account signed by operator, with JetStream when
+// js is true.
+func account(t *testing.T, operator nkeys.KeyPair, js bool) (nkeys.KeyPair, string) {
+	t.Helper()
+	kp, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := jwt.NewAccountClaims(pub(t, kp))
+	if js {
+		ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	}
+	j, err := ac.Encode(operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp, j
+}
+
+// writeCreds writes the credentials file of a new user of account.
+func writeCreds(t *testing.T, path string, account nkeys.KeyPair) {
+	t.Helper()
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := jwt.NewUserClaims(pub(t, user)).Encode(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := user.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := jwt.FormatUserConfig(j, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newCert writes name.pem and name-key.pem in dir: a CA when parent is
+// nil, else a certificate for 127.0.0.1 signed by parent.
+func newCert(t *testing.T, dir, name string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	signer, signerKey := tmpl, key
+	if parent == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage |= x509.KeyUsageCertSign
+	} else {
+		signer, signerKey = parent, parentKey
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(file, typ string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, file), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(name+".pem", "CERTIFICATE", der)
+	write(name+"-key.pem", "EC PRIVATE KEY", keyDER)
+	return cert, key
+}
