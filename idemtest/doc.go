@@ -12,6 +12,7 @@
 //	placed := idemtest.RequireAdded(t, idemtest.OutboxTx(db.Driver, tx), "order.order.placed.v1",
 //		func(p OrderPlaced) bool { return p.OrderID == order.ID })
 //	idemtest.RequireNotAdded(t, idemtest.OutboxTx(db.Driver, tx), "order.order.cancelled.v1")
+//	err = tx.Commit() // SQLite has one connection: end the transaction before the consumer runs
 //
 // What a consumer does with it:
 //
