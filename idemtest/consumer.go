@@ -33,8 +33,9 @@ type Consumer[TTx any] struct {
 }
 
 // NewConsumer returns a consumer on drv, named cfg.Name ("test" when
-// empty), for t: unless cfg sets them, its clock is a new Clock (NewClock)
-// and it logs to t (Logger). Every other field of cfg (Retry,
+// empty), for t. Its clock (cfg.Now) is Consumer.Clock, a new Clock
+// standing at the current time: move it with Advance or Set. It logs to t
+// (Logger) unless cfg.Logger is set. Every other field of cfg (Retry,
 // OutageBudget, Parked...) is the application's to set, as in production.
 func NewConsumer[TTx any](t testing.TB, drv driver.Driver[TTx], cfg inbox.Config) *Consumer[TTx] {
 	t.Helper()
@@ -42,9 +43,7 @@ func NewConsumer[TTx any](t testing.TB, drv driver.Driver[TTx], cfg inbox.Config
 		cfg.Name = "test"
 	}
 	clock := NewClock()
-	if cfg.Now == nil {
-		cfg.Now = clock.Now
-	}
+	cfg.Now = clock.Now
 	if cfg.Logger == nil {
 		cfg.Logger = Logger(t)
 	}

@@ -423,3 +423,29 @@ func TestOutboxOnServers(t *testing.T) {
 		})
 	}
 }
+
+// The consumer kit runs on PostgreSQL too, with pgx transactions.
+func TestConsumerOnPostgres(t *testing.T) {
+	t.Parallel()
+	pg := testdb.NewPostgres(t)
+	pg.Exec(t, `CREATE TABLE reservation (order_id text NOT NULL)`)
+	stock := idemtest.NewConsumer(t, pg.Driver, inbox.Config{Name: "stock", Retry: inbox.RetryPolicy{MaxRetries: 1}})
+	inbox.HandleJSON(stock.Consumer, placedName, func(ctx context.Context, tx pgx.Tx, ev idem.Event, p orderPlaced) error {
+		if p.OrderID == "bad" {
+			return errors.New("no warehouse")
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO reservation VALUES ($1)`, p.OrderID)
+		return err
+	})
+	stock.RequireAppliedOnce(newEvent(t, placedName, "42", orderPlaced{OrderID: "42", Lines: 1}))
+	if n := pg.Count(t, "reservation"); n != 1 {
+		t.Errorf("reservations: %d, want 1", n)
+	}
+	bad := newEvent(t, placedName, "bad", orderPlaced{OrderID: "bad", Lines: 1})
+	if ds := stock.Settle(bad); len(ds) != 2 || ds[1].Outcome != inbox.Parked {
+		t.Fatalf("Settle: %+v; want failed, then parked", ds)
+	}
+	if m := stock.RequireParked(bad); m.Attempts != 2 || !strings.Contains(m.Error, "no warehouse") {
+		t.Errorf("parked %+v", m)
+	}
+}
