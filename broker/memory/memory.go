@@ -32,8 +32,15 @@
 // key waiting behind it; a Pause holds back every message of the queue for
 // its RetryAfter; a delivery that fails with an error is delivered again
 // after a second. Messages not acknowledged when a subscriber stops stay in
-// the queue for the next one. The queues live in memory only: they are
-// lost with the process, which no real broker does.
+// the queue, and the next subscriber gets them at once, a retry's delay
+// forgotten, as a broker requeues what a consumer that left held. The
+// queues live in memory only: they are lost with the process, which no
+// real broker does.
+//
+// The publisher is a broker.Redeliverer (a parked message sent back to its
+// consumer's queue, as "idem failed retry" does) and a broker.Inspector;
+// Pending and WaitPending tell what waits for a consumer, so that a test
+// waits until its messages are handled rather than sleeping.
 package memory
 
 import (
