@@ -139,3 +139,46 @@ func TestRedeliverToOneQueue(t *testing.T) {
 		t.Errorf("Redeliver to a source without a queue: %v, want ErrUnroutable", err)
 	}
 }
+
+// A delivery the consumer can neither handle nor park (an error) stays in
+// the queue and comes again after ErrorRetryDelay; so does one answered
+// with no disposition.
+func TestErrorsAreDeliveredAgain(t *testing.T) {
+	ctx := ctxT(t)
+	pub := memory.New()
+	var mu sync.Mutex
+	calls := 0
+	deliver := func(_ context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		switch calls {
+		case 1:
+			return make([]broker.Disposition, len(ds)), []error{errors.New("failure store away")}
+		case 2:
+			return nil, nil
+		}
+		disps := make([]broker.Disposition, len(ds))
+		for i := range disps {
+			disps[i] = broker.Disposition{Action: broker.Ack, Outcome: broker.Applied}
+		}
+		return disps, make([]error, len(ds))
+	}
+	sub, err := pub.NewSubscriber(memory.SubscriberConfig{Consumer: "stock", ErrorRetryDelay: time.Millisecond, Logger: brokertest.LogTo(t)}, deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop(ctx)
+	brokertest.Publish(t, pub, brokertest.NewMessage(t, "test.thing.created.v1", "k", 0))
+	if err := pub.WaitPending(ctx, "stock"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 3 {
+		t.Errorf("delivered %d times, want 3 (an error, no disposition, then acknowledged)", calls)
+	}
+}
