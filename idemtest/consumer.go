@@ -2,6 +2,8 @@ package idemtest
 
 import (
 	"fmt"
+	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +97,19 @@ func (c *Consumer[TTx]) DeliverMessage(msg idem.Message) inbox.Disposition {
 		c.t.Fatalf("idemtest: consumer %s could neither handle nor park message %s: %v", c.Name(), msg.EventID, errs[0])
 	}
 	return disps[0]
+}
+
+// Redrive delivers the parked message m again as "idem failed retry" sends
+// it (inbox.Redrive): its bytes as stored, marked with idem.HeaderRedrive,
+// to this consumer. Once it is applied (or found applied already) the
+// consumer removes its entry from the failure store; if it fails again, it
+// is parked again in the same entry. It returns the consumer's verdict.
+func (c *Consumer[TTx]) Redrive(m idem.FailedMessage) inbox.Disposition {
+	c.t.Helper()
+	headers := make(map[string]string, len(m.Headers)+1)
+	maps.Copy(headers, m.Headers)
+	headers[idem.HeaderRedrive] = strconv.FormatInt(m.ID, 10)
+	return c.DeliverMessage(idem.Message{EventID: m.EventID, EventName: m.EventName, Key: m.Key, Headers: headers, Body: m.Body})
 }
 
 // Settle delivers ev as a transport would until the consumer acknowledges

@@ -22,6 +22,7 @@
 //
 //	ds := stock.Settle(ev)                 // retried per the policy, then parked
 //	parked := stock.RequireParked(ev)      // its error, attempts, bytes
+//	stock.Redrive(parked)                  // as "idem failed retry" does, once the cause is fixed
 //
 // The Require helpers call t.Helper and fail the test with t.Fatalf, saying
 // what they found beside what was expected: the events in the outbox, the

@@ -325,8 +325,9 @@ func TestFailureModel(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Errorf("reservations: %d, want 1 (the transient one, applied after the pause)", n)
 	}
-	if n := len(c.Parked()); n != 3 {
-		t.Errorf("parked: %d, want 3", n)
+	parked := c.Parked()
+	if n := len(parked); n != 3 {
+		t.Fatalf("parked: %d, want 3", n)
 	}
 	requireFails(t, func(tb testing.TB) {
 		c.WithT(tb).RequireNoneParked()
@@ -334,6 +335,19 @@ func TestFailureModel(t *testing.T) {
 	requireFails(t, func(tb testing.TB) {
 		c.WithT(tb).RequireParked(newEvent(t, placedName, "5", orderPlaced{OrderID: "5", Lines: 1}))
 	}, "has not parked event", "holds 3 message(s)")
+
+	// The cause fixed, an operator re-drives the first parked message: it
+	// is applied, and its entry leaves the failure store.
+	fail = nil
+	if d := c.Redrive(parked[0]); d.Outcome != inbox.Applied {
+		t.Fatalf("re-driven: %+v, want applied", d)
+	}
+	if n := len(c.Parked()); n != 2 {
+		t.Errorf("parked after a re-drive: %d, want 2", n)
+	}
+	if n := count(); n != 2 {
+		t.Errorf("reservations after a re-drive: %d, want 2", n)
+	}
 }
 
 // An event that keeps failing transiently pauses until the outage budget

@@ -15,7 +15,9 @@ import (
 )
 
 // Outbox is the outbox of a database as a transaction, or the database,
-// sees it: what RequireAdded, RequireNotAdded and AddedEvents read.
+// sees it: what RequireAdded, RequireNotAdded and AddedEvents read. It is
+// the outbox table (idem.Tables.Outbox): events that outbox.NewLogWriter
+// writes to PostgreSQL's write-ahead log instead are not in it.
 type Outbox struct {
 	d  driver.Dialect
 	ex driver.Executor
