@@ -80,7 +80,8 @@ func Message(t testing.TB, ev idem.Event) idem.Message {
 // Duplicate, Ignored, Parked, Paused or Failed (to be retried after
 // RetryAfter), with the error and the attempts counted. It fails the test
 // when the consumer can neither handle nor park the message (DeliverBatch's
-// error).
+// error). It stands for inbox.Consumer's Deliver, still there as
+// c.Consumer.Deliver(ctx, delivery).
 func (c *Consumer[TTx]) Deliver(ev idem.Event) inbox.Disposition {
 	c.t.Helper()
 	return c.DeliverMessage(Message(c.t, ev))
