@@ -2,12 +2,13 @@
 // what the relay (and the failure-store and replay commands) publish through;
 // broker/amqp, broker/kafka and broker/nats implement it, with a Subscriber
 // each; broker/webhook posts to an HTTP endpoint, and broker/memory is an
-// in-process implementation for tests and benchmarks.
+// in-process broker, publisher and subscriber, for tests, examples and
+// benchmarks.
 //
 // Every implementation passes the conformance suite in broker/brokertest:
-// broker/amqp, broker/kafka and broker/nats all of it (brokertest.Run),
-// broker/memory and broker/webhook, which have no subscriber, its
-// publisher part (brokertest.RunPublisher).
+// broker/amqp, broker/kafka, broker/nats and broker/memory all of it
+// (brokertest.Run) but for what their Features lack, broker/webhook, which
+// has no subscriber, its publisher part (brokertest.RunPublisher).
 package broker
 
 import (

@@ -164,6 +164,12 @@ type Config struct {
 	// Propagator extracts the producer's trace context from the messages'
 	// headers. Defaults to the global one (otel.GetTextMapPropagator).
 	Propagator propagation.TextMapPropagator
+	// Now is the consumer's clock: when a pause after a transient failure
+	// ends, and how long an event has failed transiently (OutageBudget).
+	// Tests set it to a clock they advance (idemtest.Clock) to see pauses
+	// end and the outage budget run out without waiting. Defaults to
+	// time.Now.
+	Now func() time.Time
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -175,6 +181,9 @@ func (c Config) WithDefaults() Config {
 	c.PauseMax = cmp.Or(c.PauseMax, PauseMaxDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
@@ -236,7 +245,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 		handlers: map[string][]HandlerFunc[TTx]{},
 		tracing:  newTracing(cfg),
 	}
-	c.gate.min, c.gate.max = cfg.PauseMin, cfg.PauseMax
+	c.gate.min, c.gate.max, c.gate.now = cfg.PauseMin, cfg.PauseMax, cfg.Now
 	return c, nil
 }
 

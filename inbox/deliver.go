@@ -318,8 +318,9 @@ func (c *Consumer[TTx]) settle(ctx context.Context, d Delivery, it *item, o Outc
 		// because of it.
 		return Disposition{Action: Pause, Outcome: Paused, Err: err, Event: ev}, 0, nil
 	case transient:
-		since := c.failing.first(ev.ID, time.Now())
-		if time.Since(since) < c.cfg.OutageBudget {
+		now := c.cfg.Now()
+		since := c.failing.first(ev.ID, now)
+		if now.Sub(since) < c.cfg.OutageBudget {
 			return Disposition{Action: Pause, Outcome: Paused, RetryAfter: c.pause(err), Err: err, Event: ev}, 0, nil
 		}
 		c.log.Warn("event failing transiently for longer than the outage budget; counting its failures as attempts",
@@ -332,7 +333,7 @@ func (c *Consumer[TTx]) settle(ctx context.Context, d Delivery, it *item, o Outc
 		// The failure cannot be counted: the database misbehaves.
 		return Disposition{Action: Pause, Outcome: Paused, RetryAfter: c.pause(rerr), Err: err, Event: ev}, 0, nil
 	}
-	c.attempted.first(ev.ID, time.Now())
+	c.attempted.first(ev.ID, c.cfg.Now())
 	if c.cfg.Retry.Retry(n) {
 		return Disposition{Action: Retry, Outcome: Failed, RetryAfter: c.cfg.Retry.Delay(n), Attempts: n, Err: err, Event: ev}, 0, nil
 	}

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -222,5 +223,36 @@ func TestDeliveryTimeout(t *testing.T) {
 	}
 	if n := pg.Count(t, "delivery_attempt"); n != 0 {
 		t.Errorf("delivery_attempt rows: %d, want 0", n)
+	}
+}
+
+// Config.Now is the consumer's clock: a pause ends, and the outage budget
+// runs out, when it says so, whatever the wall clock says.
+func TestClockDrivesPausesAndOutageBudget(t *testing.T) {
+	t.Parallel()
+	pg := testdb.NewPostgres(t)
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 4, 8, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+	var calls atomic.Int32
+	c := effectConsumer(t, pg, inbox.Config{Now: clock, OutageBudget: time.Minute, PauseMin: time.Hour, PauseMax: time.Hour},
+		func(ctx context.Context, ev idem.Event) error {
+			calls.Add(1)
+			return idem.Transient(errors.New("carrier answers 503"))
+		})
+	d := delivery(t, placed(t, "42"))
+
+	got := deliver(t, c, d)[0]
+	if got.Action != inbox.Pause || got.RetryAfter < 30*time.Minute || got.RetryAfter > time.Hour {
+		t.Fatalf("transient failure: %+v; want Pause for 30m to 1h by the consumer's clock", got)
+	}
+	if again := deliver(t, c, d)[0]; again.Action != inbox.Pause || calls.Load() != 1 {
+		t.Fatalf("delivery while the clock stands still: %+v, handler calls %d; want Pause without a call", again, calls.Load())
+	}
+	advance(2 * time.Hour) // past the pause (at most 1h) and the outage budget (1m)
+	got = deliver(t, c, d)[0]
+	if calls.Load() != 2 || got.Action != inbox.Retry || got.Attempts != 1 {
+		t.Fatalf("after the clock passed the pause and the outage budget: %+v, handler calls %d; want the handler run and one attempt counted (Retry)", got, calls.Load())
 	}
 }

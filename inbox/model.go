@@ -73,6 +73,7 @@ func isNetworkError(err error) bool {
 // jitter, from min to max, and reset on the first success.
 type gate struct {
 	min, max time.Duration
+	now      func() time.Time // the consumer's clock (Config.Now)
 
 	mu     sync.Mutex
 	until  time.Time
@@ -84,7 +85,7 @@ type gate struct {
 func (g *gate) wait() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return max(time.Until(g.until), 0)
+	return max(g.until.Sub(g.now()), 0)
 }
 
 // fail records a transient failure and returns the pause it starts, and
@@ -92,7 +93,7 @@ func (g *gate) wait() time.Duration {
 func (g *gate) fail() (time.Duration, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := time.Now()
+	now := g.now()
 	first := g.since.IsZero()
 	if first {
 		g.since = now
@@ -110,7 +111,7 @@ func (g *gate) fail() (time.Duration, bool) {
 	if until := now.Add(d); until.After(g.until) {
 		g.until = until
 	}
-	return time.Until(g.until), first
+	return g.until.Sub(now), first
 }
 
 // ok records a success and returns how long the consumer had been paused
@@ -121,7 +122,7 @@ func (g *gate) ok() time.Duration {
 	if g.since.IsZero() {
 		return 0
 	}
-	d := time.Since(g.since)
+	d := g.now().Sub(g.since)
 	g.since, g.until, g.streak = time.Time{}, time.Time{}, 0
 	return d
 }

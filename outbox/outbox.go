@@ -60,6 +60,18 @@ func (w *Writer[TTx]) WithPropagator(p propagation.TextMapPropagator) *Writer[TT
 	return &c
 }
 
+// WithClock returns a copy of w that gives events without an OccurredAt
+// the time now returns rather than time.Now's: tests that check it set a
+// clock they control (idemtest.Clock). A nil now restores time.Now.
+func (w *Writer[TTx]) WithClock(now func() time.Time) *Writer[TTx] {
+	c := *w
+	c.now = now
+	if now == nil {
+		c.now = time.Now
+	}
+	return &c
+}
+
 // Add inserts events into the outbox in tx. They become visible to the relay
 // when tx commits, and never exist if it rolls back. Every event needs an id
 // (idem.NewEventID), a name, an aggregate type and id, and a JSON payload; an

@@ -1,6 +1,6 @@
 // Package brokertest is the conformance suite of idem's transports. A
-// transport (broker/amqp, broker/kafka, broker/nats) passes it or is not
-// done; a publisher without a subscriber (broker/memory, broker/webhook)
+// transport (broker/amqp, broker/kafka, broker/nats, broker/memory) passes it or is not
+// done; a publisher without a subscriber (broker/webhook)
 // passes its publisher part, RunPublisher. Its tests are a constructor and
 // the flags of what it supports:
 //

@@ -14,7 +14,7 @@ import (
 )
 
 // PublisherTransport is a publisher without a subscriber under test
-// (RunPublisher): broker/memory, broker/webhook.
+// (RunPublisher): broker/webhook, and broker/memory's test controls.
 type PublisherTransport struct {
 	// New returns a fresh publisher, isolated from every other test's.
 	// Cleanup is registered on t.

@@ -1,13 +1,46 @@
-// Package memory is an in-process broker.Publisher for tests and benchmarks.
-// It records what it accepts, in order, and can be told to fail, to hang, or
-// to accept messages and then report a failure (a lost confirm), per call or
-// per message.
+// Package memory is an in-process broker: a broker.Publisher that records
+// what it accepts, and a broker.Subscriber per consumer that delivers it to
+// an idempotent consumer in the same process. It needs no server, for
+// tests, examples, benchmarks and a first hour with idem.
+//
+// The publisher records what it accepts, in order, and can be told to
+// fail, to hang, or to accept messages and then report a failure (a lost
+// confirm), per call or per message:
 //
 //	pub := memory.New()
 //	pub.Fail(errors.New("broker down")) // every call fails until Recover
 //	...
 //	pub.Recover()
 //	msgs := pub.Messages()
+//
+// Each consumer name has a queue, as each consuming service has its own
+// queue on RabbitMQ: every message accepted once the queue exists (Declare,
+// or NewSubscriber) is kept in it for that consumer until the consumer
+// acknowledges it. A Subscriber feeds a consumer's DeliverBatch and does
+// what its dispositions say, as the real transports do:
+//
+//	pub := memory.New()
+//	sub, err := pub.NewSubscriber(memory.SubscriberConfig{Consumer: "stock"}, stock.DeliverBatch)
+//	err = sub.Start(ctx)
+//	// a relay publishing to pub; stock applies each event once
+//	err = sub.Stop(ctx)
+//
+// Delivery is at least once and in order per key (the aggregate id): a
+// message is removed from its queue when the consumer acknowledges it
+// (Ack: applied, duplicate, ignored or parked); one it asks to retry is
+// delivered again after Disposition.RetryAfter, the later messages of its
+// key waiting behind it; a Pause holds back every message of the queue for
+// its RetryAfter; a delivery that fails with an error is delivered again
+// after a second. Messages not acknowledged when a subscriber stops stay in
+// the queue, and the next subscriber gets them at once, a retry's delay
+// forgotten, as a broker requeues what a consumer that left held. The
+// queues live in memory only: they are lost with the process, which no
+// real broker does.
+//
+// The publisher is a broker.Redeliverer (a parked message sent back to its
+// consumer's queue, as "idem failed retry" does) and a broker.Inspector;
+// Pending and WaitPending tell what waits for a consumer, so that a test
+// waits until its messages are handled rather than sleeping.
 package memory
 
 import (
@@ -48,9 +81,14 @@ type Publisher struct {
 	decide   func(call int, msgs []idem.Message) Action
 	changed  chan struct{}
 	inflight int
+	queues   map[string]*queue
 }
 
-var _ broker.Publisher = (*Publisher)(nil)
+var (
+	_ broker.Publisher   = (*Publisher)(nil)
+	_ broker.Redeliverer = (*Publisher)(nil)
+	_ broker.Inspector   = (*Publisher)(nil)
+)
 
 // New returns a publisher that accepts everything.
 func New() *Publisher {
@@ -129,6 +167,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
 			}
 		}
 		p.msgs = append(p.msgs, cloneMessage(m))
+		for _, q := range p.queues {
+			q.push(m)
+		}
 	}
 	p.notifyLocked()
 	p.mu.Unlock()
@@ -190,7 +231,7 @@ func (p *Publisher) Calls() int {
 	return p.calls
 }
 
-// Reset forgets the accepted messages.
+// Reset forgets the accepted messages. The consumers' queues keep theirs.
 func (p *Publisher) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
