@@ -90,12 +90,12 @@ func (s *FailureStore) Groups(ctx context.Context, f idem.FailedFilter) ([]Failu
 	return c.Groups(), nil
 }
 
-// Snapshot returns f set to list, oldest first, the messages matching f
+// snapshot returns f set to list, oldest first, the messages matching f
 // stored so far only (f.BeforeID past the newest), in pages of
 // FailedPageSizeDefault, and false when none matches: the filter of a run
 // over every match that leaves out the messages parked while it runs (a
 // retried message failing again).
-func (s *FailureStore) Snapshot(ctx context.Context, f idem.FailedFilter) (idem.FailedFilter, bool, error) {
+func (s *FailureStore) snapshot(ctx context.Context, f idem.FailedFilter) (idem.FailedFilter, bool, error) {
 	newest := f
 	newest.Limit, newest.Oldest, newest.AfterID = 1, false, 0
 	last, err := s.d.ListFailed(ctx, s.ex, newest)
@@ -119,7 +119,7 @@ func (s *FailureStore) Snapshot(ctx context.Context, f idem.FailedFilter) (idem.
 // found, and how many messages were sent and not sent; err is an error
 // reading the store, which stops it.
 func (s *FailureStore) RetryGroup(ctx context.Context, rd broker.Redeliverer, f idem.FailedFilter, id string, report func(m idem.FailedMessage, inGroup bool, err error)) (found, sent, failed int, err error) {
-	f, ok, err := s.Snapshot(ctx, f)
+	f, ok, err := s.snapshot(ctx, f)
 	if err != nil || !ok {
 		return 0, 0, 0, err
 	}
@@ -162,7 +162,7 @@ func (s *FailureStore) RetryGroup(ctx context.Context, rd broker.Redeliverer, f 
 // removal. It returns how many it removed. Removing a message releases its
 // aggregate: the messages held behind it stay in the store.
 func (s *FailureStore) RemoveGroup(ctx context.Context, f idem.FailedFilter, id string, report func(idem.FailedMessage)) (removed int, err error) {
-	f, ok, err := s.Snapshot(ctx, f)
+	f, ok, err := s.snapshot(ctx, f)
 	if err != nil || !ok {
 		return 0, err
 	}

@@ -274,65 +274,41 @@ func listFailed(ctx context.Context, w io.Writer, store *inbox.FailureStore, fil
 // Only the messages stored when it starts are concerned: a retried message
 // that fails again, or a new one, waits for the next run.
 func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter idemmsg.FailedFilter, action string, yes bool, brokerURL string) error {
-	newest := filter
-	newest.Limit = 1
-	last, err := store.List(ctx, newest)
+	first := filter
+	first.Oldest, first.Limit = true, inbox.FailedPageSizeDefault
+	page, err := store.List(ctx, first)
 	if err != nil {
 		return err
 	}
-	if len(last) == 0 {
+	if len(page) == 0 {
 		fmt.Fprintln(e.stdout, "No failed message matches.")
 		return nil
 	}
-	filter.BeforeID = last[0].ID + 1
-	filter.Oldest = true
-	filter.Limit = inbox.FailedPageSizeDefault
-
 	if action == "remove" && !yes {
-		first, err := store.List(ctx, filter)
-		if err != nil {
-			return err
-		}
-		question := fmt.Sprintf("Remove %d failed message(s) for good?", len(first))
-		if len(first) == filter.Limit {
-			question = fmt.Sprintf("Remove every failed message matching the filters (more than %d) for good?", len(first)-1)
+		question := fmt.Sprintf("Remove %d failed message(s) for good?", len(page))
+		if len(page) == first.Limit {
+			question = fmt.Sprintf("Remove every failed message matching the filters (more than %d) for good?", len(page)-1)
 		}
 		if !confirm(e, question) {
 			return errors.New("not confirmed; nothing removed (pass --yes to skip the question)")
 		}
 	}
-	var rd broker.Redeliverer
-	if action == "retry" {
-		var closePub func()
-		if rd, closePub, err = openRedeliverer(ctx, e, brokerURL); err != nil {
+	if action == "remove" {
+		n, err := store.RemoveGroup(ctx, filter, "", func(m idemmsg.FailedMessage) { reportRemoved(ctx, e, store, m) })
+		if err != nil {
 			return err
 		}
-		defer closePub()
-	}
-	var done, failed int
-	err = store.Pages(ctx, filter, func(page []idemmsg.FailedMessage) error {
-		for _, m := range page {
-			if action == "remove" {
-				if err := removeFailed(ctx, e, store, m); err != nil {
-					return err
-				}
-				done++
-				continue
-			}
-			if retryFailed(ctx, e, rd, m) {
-				done++
-			} else {
-				failed++
-			}
-		}
+		fmt.Fprintf(e.stdout, "Removed %d failed message(s).\n", n)
 		return nil
-	})
+	}
+	rd, closePub, err := openRedeliverer(ctx, e, brokerURL)
 	if err != nil {
 		return err
 	}
-	if action == "remove" {
-		fmt.Fprintf(e.stdout, "Removed %d failed message(s).\n", done)
-		return nil
+	defer closePub()
+	_, done, failed, err := store.RetryGroup(ctx, rd, filter, "", func(m idemmsg.FailedMessage, _ bool, err error) { reportRetry(e, m, err) })
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(e.stdout, "Retried %d failed message(s).\n", done)
 	if failed > 0 {
@@ -359,15 +335,6 @@ func openRedeliverer(ctx context.Context, e *env, brokerURL string) (broker.Rede
 	return rd, func() { _ = pub.Close() }, nil
 }
 
-// retryFailed publishes m again to the queue it came from, marked with
-// idem.HeaderRedrive: the consumer removes it from the store once applied.
-// It reports false, after saying why on stderr, when m was not published.
-func retryFailed(ctx context.Context, e *env, rd broker.Redeliverer, m idemmsg.FailedMessage) bool {
-	err := inbox.Redrive(ctx, rd, m)
-	reportRetry(e, m, err)
-	return err == nil
-}
-
 // reportRetry says what became of the re-drive of m.
 func reportRetry(e *env, m idemmsg.FailedMessage, err error) {
 	switch {
@@ -384,11 +351,17 @@ func removeFailed(ctx context.Context, e *env, store *inbox.FailureStore, m idem
 	if _, err := store.Remove(ctx, m.ID); err != nil {
 		return err
 	}
+	reportRemoved(ctx, e, store, m)
+	return nil
+}
+
+// reportRemoved says that m was removed, and how to find the messages held
+// behind it.
+func reportRemoved(ctx context.Context, e *env, store *inbox.FailureStore, m idemmsg.FailedMessage) {
 	fmt.Fprintf(e.stdout, "Removed %d (%s %s)\n", m.ID, textshow.Printable([]byte(m.EventName)), m.EventID)
 	if held, err := store.List(ctx, idemmsg.FailedFilter{HeldBy: m.ID, Limit: 1}); err == nil && len(held) > 0 {
 		fmt.Fprintf(e.stdout, "  messages held behind %d stay in the store: idem failed list --held-by %d\n", m.ID, m.ID)
 	}
-	return nil
 }
 
 // failedRow is what the list shows of a message.

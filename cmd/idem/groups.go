@@ -117,16 +117,11 @@ func groupFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter 
 		return fmt.Errorf("not confirmed; nothing %s (pass --yes to skip the question)", map[string]string{"retry": "retried", "remove": "removed"}[action])
 	}
 	if action == "remove" {
-		n, err := store.RemoveGroup(ctx, filter, id, func(m idemmsg.FailedMessage) {
-			fmt.Fprintf(e.stdout, "Removed %d (%s %s)\n", m.ID, textshow.Printable([]byte(m.EventName)), eventIDText(m))
-		})
+		n, err := store.RemoveGroup(ctx, filter, id, func(m idemmsg.FailedMessage) { reportRemoved(ctx, e, store, m) })
 		if err != nil {
 			return fmt.Errorf("after removing %d message(s) of group %s: %w", n, id, err)
 		}
 		fmt.Fprintf(e.stdout, "Removed %d failed message(s) of group %s.\n", n, id)
-		if n > 0 && g.Class != failgroup.ClassHeld {
-			fmt.Fprintln(e.stdout, "Their aggregates are released; messages held behind them stay in the store (idem failed groups shows them as held).")
-		}
 		return nil
 	}
 	rd, closePub, err := openRedeliverer(ctx, e, brokerURL)
