@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,10 @@ import (
 // chromiumEnv names the headless browser the browser tests drive;
 // scripts/test.sh installs Debian's chromium and sets it.
 const chromiumEnv = "IDEM_TEST_CHROMIUM"
+
+// screenshotsEnv, when set, is the directory the browser test saves its
+// screenshots in.
+const screenshotsEnv = "IDEM_TEST_SCREENSHOTS"
 
 // TestGroupsInBrowser drives headless Chromium through the groups of the
 // list page: "Retry all…" of a group, confirmed, re-drives its messages to
@@ -55,6 +60,20 @@ func TestGroupsInBrowser(t *testing.T) {
 	otherID, _, _ := inbox.GroupOf(other)
 
 	browser := newBrowser(t, chromium)
+	shot := func(name string) {
+		t.Helper()
+		dir := os.Getenv(screenshotsEnv)
+		if dir == "" {
+			return
+		}
+		png, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	base := b.srv.URL + "/dashboard/"
 	count := func(sel string) int {
 		t.Helper()
@@ -74,6 +93,7 @@ func TestGroupsInBrowser(t *testing.T) {
 	if got := text(t, browser, fmt.Sprintf(`tr[data-group="%s"] [data-figure="count"]`, qtyID)); got != "3" {
 		t.Errorf("the qty group counts %q messages, want 3", got)
 	}
+	shot("groups")
 	if n := count(`#retry-all, #remove-all`); n != 2 {
 		t.Errorf("%d bulk buttons for the consumer, want 2", n)
 	}
@@ -84,6 +104,7 @@ func TestGroupsInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shot("groups-confirm")
 	if got := text(t, browser, `#count`); got != "3" {
 		t.Errorf("the confirmation counts %q messages, want 3", got)
 	}
