@@ -147,23 +147,40 @@ func failedGroups(t *testing.T, q *quarantineDB) {
 	}
 	exhausted := park("stock", "e0", qty(-3, false))
 	billing := park("billing", "b0", qty(-3, true))
+	// A later event of q1's aggregate, parked behind it: in the held
+	// group, and re-driven right after q1 when q1's group is.
+	heldEvent, err := idemmsg.NewEvent("order.order.placed.v1", "order", "q1", map[string]string{"customer": "q1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldMsg, err := idemmsg.NewMessage(heldEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := idemmsg.FailedMessage{Consumer: "stock", Source: queue, EventID: heldEvent.ID, EventName: heldEvent.Name, AggregateType: "order",
+		AggregateID: "q1", HeldBy: qtyGroup[1].ID, Key: heldMsg.Key, Headers: heldMsg.Headers, Body: heldMsg.Body, Attempts: 1,
+		Error: fmt.Sprintf("idem: held behind parked message %d of aggregate order q1, which is retried or removed first", qtyGroup[1].ID)}
+	if held.ID, err = store.Save(ctx, held); err != nil {
+		t.Fatal(err)
+	}
 
 	env := map[string]string{"IDEM_DB_URL": q.url, "IDEM_BROKER_URL": url}
 	const qtyCause = `idem: handling order.order.placed.v1 <uuid>: permanent: field <q> is <n> at <time>`
 	groups := groupsJSON(t, env)
 	qg, pg := groups["stock permanent "+qtyCause], groups[`stock permanent idem: handling order.order.placed.v1 <uuid>: permanent: unknown product <q>`]
 	eg, bg := groups[`stock exhausted idem: handling order.order.placed.v1 <uuid>: field <q> is <n> at <time>`], groups["billing permanent "+qtyCause]
-	if len(groups) != 4 || qg.Count != 3 || pg.Count != 3 || eg.Count != 1 || bg.Count != 1 {
-		t.Fatalf("groups %+v; want the three qty failures in one group, the three product ones in another, the exhausted one and billing's apart", groups)
+	hg := groups["stock held idem: held behind parked message <n> of aggregate order q1, which is retried or removed first"]
+	if len(groups) != 5 || qg.Count != 3 || pg.Count != 3 || eg.Count != 1 || bg.Count != 1 || hg.Count != 1 {
+		t.Fatalf("groups %+v; want the three qty failures in one group, the three product ones in another, the exhausted one, the held one and billing's apart", groups)
 	}
 	if qg.ID == bg.ID || len(qg.ID) != 12 || qg.Example != qtyGroup[2].Error || qg.LastFailed.Before(qg.FirstFailed) {
 		t.Errorf("qty group %+v", qg)
 	}
-	if again := groupsJSON(t, env, "--consumer", "stock"); len(again) != 3 || again["stock permanent "+qtyCause].ID != qg.ID {
+	if again := groupsJSON(t, env, "--consumer", "stock"); len(again) != 4 || again["stock permanent "+qtyCause].ID != qg.ID {
 		t.Errorf("groups of stock %+v: want the same ids, billing's left out", again)
 	}
 	code, out, errOut := idem(t, env, "", "failed", "groups")
-	if code != 0 || !strings.Contains(out, qg.ID+"  stock") || !strings.Contains(out, "field <q> is <n>") || !strings.Contains(out, "4 group(s), 8 message(s)") {
+	if code != 0 || !strings.Contains(out, qg.ID+"  stock") || !strings.Contains(out, "field <q> is <n>") || !strings.Contains(out, "5 group(s), 9 message(s)") {
 		t.Fatalf("failed groups = %d\n%s%s", code, out, errOut)
 	}
 
@@ -174,7 +191,7 @@ func failedGroups(t *testing.T, q *quarantineDB) {
 		t.Fatalf("failed retry --group answered no = %d %q", code, errOut)
 	}
 	code, out, errOut = idem(t, env, "y\n", "failed", "retry", "--group", qg.ID)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("Retried 3 failed message(s) of group %s.", qg.ID)) {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("Retried 3 failed message(s) of group %s, and 1 held behind them.", qg.ID)) {
 		t.Fatalf("failed retry --group = %d\n%s%s", code, out, errOut)
 	}
 	for _, m := range qtyGroup {
@@ -209,9 +226,9 @@ func failedGroups(t *testing.T, q *quarantineDB) {
 	mu.Lock()
 	got := slices.Clone(applied)
 	mu.Unlock()
-	want := []uuid.UUID{qtyGroup[0].EventID, qtyGroup[1].EventID, qtyGroup[2].EventID, sentinel.ID}
+	want := []uuid.UUID{qtyGroup[0].EventID, qtyGroup[1].EventID, heldEvent.ID, qtyGroup[2].EventID, sentinel.ID}
 	if !slices.Equal(got, want) {
-		t.Errorf("applied %v, want the qty group, oldest first, then the sentinel: %v", got, want)
+		t.Errorf("applied %v, want the qty group, oldest first, the held message right after the one it waited behind, then the sentinel: %v", got, want)
 	}
 	waitFor(t, "the applied messages gone from the store", func() bool { return remainingIDs(t, store) == 5 })
 	after := groupsJSON(t, env)
