@@ -22,10 +22,10 @@ import (
 func failedCommand() *command {
 	return &command{
 		name:    "failed",
-		summary: "list, show, retry or remove messages in a consumer's failure store",
+		summary: "list, group, show, retry or remove messages in a consumer's failure store",
 		usage: `Usage:
   idem failed list   [--db URL] [--consumer C] [--event NAME] [--since T] [--held-by ID] [--limit N]
-  idem failed groups [--db URL] [--consumer C] [--event NAME] [--since T] [--json]
+  idem failed groups [--db URL] [filters] [--json]
   idem failed show   [--db URL] ID
   idem failed retry  [--db URL] [--broker URL] ID... | --all [filters] | --group GROUP [--yes] [filters]
   idem failed remove [--db URL] [--yes] ID... | --all [filters] | --group GROUP [filters]
@@ -72,9 +72,8 @@ followed by the messages held behind it, as retrying it by ID does.
 
 remove deletes stored messages; it asks for confirmation unless --yes. With
 --all it goes through every matching message, with --group through the
-group's messages. Removing a message releases
-its aggregate: the messages held behind it stay in the store, to retry or
-remove (--held-by ID).
+group's messages. Removing a message releases its aggregate: the messages
+held behind it stay in the store, to retry or remove (--held-by ID).
 
 --since takes an RFC 3339 time, a date, or a duration back from now (2h).
 
