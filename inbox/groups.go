@@ -41,9 +41,15 @@ type FailureGroup struct {
 }
 
 // GroupOf returns the id, class and normalized cause of the group of m.
+// The messages held behind parked messages of an aggregate type are one
+// group: their aggregate ids are normalized away too.
 func GroupOf(m idem.FailedMessage) (id, class, cause string) {
 	class = failgroup.ConsumerClass(m.Error, m.HeldBy)
-	cause = failgroup.Normalize(m.Error)
+	if class == failgroup.ClassHeld {
+		cause = failgroup.HeldCause(m.Error, m.AggregateID)
+	} else {
+		cause = failgroup.Normalize(m.Error)
+	}
 	return failgroup.ID(m.Consumer, class, cause), class, cause
 }
 
@@ -55,7 +61,8 @@ type GroupCounter struct {
 
 // Add counts m and returns its group's id.
 func (g *GroupCounter) Add(m idem.FailedMessage) string {
-	return g.c.Add(m.Consumer, failgroup.ConsumerClass(m.Error, m.HeldBy), m.Error, m.FirstFailed, m.LastFailed)
+	_, class, cause := GroupOf(m)
+	return g.c.AddCause(m.Consumer, class, cause, m.Error, m.FirstFailed, m.LastFailed)
 }
 
 // Len returns the number of groups counted.

@@ -169,7 +169,7 @@ func failedGroups(t *testing.T, q *quarantineDB) {
 	groups := groupsJSON(t, env)
 	qg, pg := groups["stock permanent "+qtyCause], groups[`stock permanent idem: handling order.order.placed.v1 <uuid>: permanent: unknown product <q>`]
 	eg, bg := groups[`stock exhausted idem: handling order.order.placed.v1 <uuid>: field <q> is <n> at <time>`], groups["billing permanent "+qtyCause]
-	hg := groups["stock held idem: held behind parked message <n> of aggregate order q1, which is retried or removed first"]
+	hg := groups["stock held idem: held behind parked message <n> of aggregate order <id>, which is retried or removed first"]
 	if len(groups) != 5 || qg.Count != 3 || pg.Count != 3 || eg.Count != 1 || bg.Count != 1 || hg.Count != 1 {
 		t.Fatalf("groups %+v; want the three qty failures in one group, the three product ones in another, the exhausted one, the held one and billing's apart", groups)
 	}

@@ -206,9 +206,15 @@ type Counter struct {
 	order  []string
 }
 
-// Add counts one failure and returns its group's id.
+// Add counts one failure and returns its group's id: its cause is errText
+// normalized.
 func (c *Counter) Add(scope, class, errText string, first, last time.Time) string {
-	cause := Normalize(errText)
+	return c.AddCause(scope, class, Normalize(errText), errText, first, last)
+}
+
+// AddCause counts one failure whose normalized cause is cause and whose
+// error, as stored, is errText, and returns its group's id.
+func (c *Counter) AddCause(scope, class, cause, errText string, first, last time.Time) string {
 	id := ID(scope, class, cause)
 	if c.groups == nil {
 		c.groups = map[string]*Group{}
@@ -307,6 +313,26 @@ func ConsumerClass(errText string, heldBy int64) string {
 	}
 	return ClassExhausted
 }
+
+// HeldCause returns the cause of a message of class ClassHeld whose error
+// is errText and whose aggregate id is aggregateID: errText normalized,
+// with the aggregate id replaced by <id> first, so that the messages held
+// behind parked messages of every aggregate of a type are one group,
+// whatever their ids look like.
+func HeldCause(errText, aggregateID string) string {
+	if aggregateID != "" {
+		errText = strings.Replace(errText, " "+aggregateID+heldTextAfterID, " "+phID+heldTextAfterID, 1)
+	}
+	return Normalize(errText)
+}
+
+// heldTextAfterID follows the aggregate id in the error of a held message
+// (inbox's "idem: held behind parked message N of aggregate TYPE ID,
+// which is retried or removed first").
+const heldTextAfterID = ", which is retried"
+
+// phID stands for an aggregate id.
+const phID = "<id>"
 
 // RelayClass returns the class of a quarantined outbox row whose
 // last_error is lastError. It reads the error only, not the row, so that a

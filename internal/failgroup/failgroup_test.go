@@ -70,3 +70,11 @@ func TestClasses(t *testing.T) {
 		t.Error("RelayClass")
 	}
 }
+
+func TestHeldCause(t *testing.T) {
+	a := HeldCause("idem: held behind parked message 17 of aggregate order cust-abc, which is retried or removed first", "cust-abc")
+	b := HeldCause("idem: held behind parked message 4 of aggregate order o12, which is retried or removed first", "o12")
+	if a != b || a != "idem: held behind parked message <n> of aggregate order <id>, which is retried or removed first" {
+		t.Errorf("held causes %q, %q", a, b)
+	}
+}
