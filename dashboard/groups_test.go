@@ -224,6 +224,33 @@ func TestGroupActions(t *testing.T) {
 		if code, _ := b.get(t, "/dashboard/bulk/stock/remove?group="+productID); code != http.StatusNotFound {
 			t.Errorf("confirmation of a group gone: %d, want 404", code)
 		}
+
+		// Retry all of consumer stock: its messages of every cause.
+		late := []idem.FailedMessage{
+			parkEvent(t, b.store, "stock", "l0", `idem: handling order.order.placed.v1 %s: warehouse locked`),
+			parkEvent(t, b.store, "stock", "l1", `idem: undecodable message: payload: %s is not an object`),
+		}
+		lateID, _, _ := inbox.GroupOf(late[0])
+		_, page = b.get(t, "/dashboard/messages?db=stock&consumer=stock&event=order.order.placed.v1")
+		for _, want := range []string{`id="retry-all" href="/dashboard/bulk/stock/retry?consumer=stock&amp;event=order.order.placed.v1"`,
+			`href="/dashboard/bulk/stock/remove?group=` + lateID + `&amp;consumer=stock&amp;event=order.order.placed.v1"`} {
+			if !strings.Contains(page, want) {
+				t.Fatalf("the list of consumer stock lacks %s:\n%s", want, page)
+			}
+		}
+		token = b.confirmToken(t, "/dashboard/bulk/stock/retry?consumer=stock")
+		resp = b.post(t, "/dashboard/bulk/stock/retry", url.Values{"csrf": {token}, "consumer": {"stock"}})
+		if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "n=2") {
+			t.Fatalf("confirmed retry all of stock: %d to %q", resp.StatusCode, loc)
+		}
+		if sent := rd.sentIDs(); !slices.Equal(sent[3:], []uuid.UUID{late[0].EventID, late[1].EventID}) {
+			t.Errorf("retry all of stock re-drove %v, want %v then %v", sent[3:], late[0].EventID, late[1].EventID)
+		}
+		for _, m := range late {
+			if b.exists(t, m.ID) {
+				t.Errorf("message %d, retried and applied, is still stored", m.ID)
+			}
+		}
 		logs := b.logs.String()
 		for _, want := range []string{`action="retry all"`, "group=" + qtyID, "found=3", `action="remove all"`, "consumer=billing", "removed=2"} {
 			if !strings.Contains(logs, want) {

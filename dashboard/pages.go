@@ -322,7 +322,7 @@ func (d *Dashboard) statusJSON(w http.ResponseWriter, r *http.Request) {
 
 type listData struct {
 	Groups    groupsData
-	Bulk      string // the query of the bulk actions on the list's consumer
+	Bulk      template.URL // the query of the bulk actions: the list's consumer, event and since, encoded
 	DBs       []string
 	DB        string
 	Consumer  string
@@ -402,7 +402,7 @@ func (d *Dashboard) messages(w http.ResponseWriter, r *http.Request) {
 			bulk.Set(k, s)
 		}
 	}
-	data.Bulk = bulk.Encode()
+	data.Bulk = template.URL(bulk.Encode()) // url.Values.Encode escapes every value
 	link := func(before int64) string {
 		v := url.Values{"db": {data.DB}}
 		for k, s := range map[string]string{"consumer": data.Consumer, "event": data.Event, "source": data.Source, "since": data.Since, "held_by": data.HeldBy} {
