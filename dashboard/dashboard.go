@@ -98,6 +98,8 @@ func (d *Dashboard) routes() http.Handler {
 	mux.HandleFunc("GET /messages/{db}/{id}", d.message)
 	mux.HandleFunc("GET /messages/{db}/{id}/{action}", d.confirm)
 	mux.HandleFunc("POST /messages/{db}/{id}/{action}", d.act)
+	mux.HandleFunc("GET /bulk/{db}/{action}", d.bulkConfirm)
+	mux.HandleFunc("POST /bulk/{db}/{action}", d.bulkAct)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

@@ -59,10 +59,18 @@ type bundle struct {
 func setup(t *testing.T, configure func(*dashboard.Config)) *bundle {
 	t.Helper()
 	pg := testdb.NewPostgres(t)
-	b := &bundle{pg: pg, store: inbox.NewFailureStore(pg.Driver), logs: &syncBuffer{}}
+	b := setupWith(t, pg.Driver, configure)
+	b.pg = pg
+	return b
+}
+
+// setupWith is setup over db, of any dialect; the bundle has no pg.
+func setupWith(t *testing.T, db monitor.Database, configure func(*dashboard.Config)) *bundle {
+	t.Helper()
+	b := &bundle{store: inbox.NewFailureStore(db), logs: &syncBuffer{}}
 	cfg := dashboard.Config{
-		Databases: []dashboard.Database{{Name: "stock", Store: pg.Driver,
-			Source: monitor.New(pg.Driver, monitor.Options{Name: "stock", Consumers: []string{"stock"}})}},
+		Databases: []dashboard.Database{{Name: "stock", Store: db,
+			Source: monitor.New(db, monitor.Options{Name: "stock", Consumers: []string{"stock"}})}},
 		Path:   "/dashboard/",
 		Logger: slog.New(slog.NewTextHandler(b.logs, nil)),
 	}

@@ -11,13 +11,16 @@
 // messages, what waits for it in the broker when the broker can tell, and
 // the p50 and p99 of its commit-to-handle delay when Config.Gatherer holds
 // idem_consumer_commit_to_handle_seconds. The parked messages are listed
-// with filters (database, consumer, event name, source, since, held by) and
-// shown one by one: body as text, or a hex dump when it is not text,
+// with filters (database, consumer, event name, source, since, held by),
+// sorted first into groups by consumer and cause (as "idem failed groups"),
+// and shown one by one: body as text, or a hex dump when it is not text,
 // headers, error history, attempts, aggregate, and the message it is held
 // behind.
 //
 // Retry re-drives a message exactly as "idem failed retry" does
 // (inbox.FailureStore.Retry, through Config.Redeliverer); remove deletes it.
+// "Retry all" and "remove all" do the same for every message of a group,
+// or of a consumer, as "idem failed retry|remove --group|--all" do.
 // Each action has a confirmation page, is POSTed with a CSRF token tied to
 // a cookie, is refused from another origin, and is logged on
 // Config.Logger: who, from where, what, which message, and the result.

@@ -321,6 +321,8 @@ func (d *Dashboard) statusJSON(w http.ResponseWriter, r *http.Request) {
 // ---------------------------------------------------------------- messages
 
 type listData struct {
+	Groups    groupsData
+	Bulk      template.URL // the query of the bulk actions: the list's consumer, event and since, encoded
 	DBs       []string
 	DB        string
 	Consumer  string
@@ -387,6 +389,20 @@ func (d *Dashboard) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data.Rows, data.Scanned = rows, scanned
+	groupFilter := filter
+	groupFilter.BeforeID = 0
+	if data.Groups, err = groupsOf(ctx, store, groupFilter, data.Source); err != nil {
+		data.Err = explain(err)
+		d.render(w, http.StatusInternalServerError, "messages", p)
+		return
+	}
+	bulk := url.Values{}
+	for k, s := range map[string]string{"consumer": data.Consumer, "event": data.Event, "since": data.Since} {
+		if s != "" {
+			bulk.Set(k, s)
+		}
+	}
+	data.Bulk = template.URL(bulk.Encode()) // url.Values.Encode escapes every value
 	link := func(before int64) string {
 		v := url.Values{"db": {data.DB}}
 		for k, s := range map[string]string{"consumer": data.Consumer, "event": data.Event, "source": data.Source, "since": data.Since, "held_by": data.HeldBy} {
@@ -483,6 +499,17 @@ func notice(q url.Values) string {
 		return msg + " The consumer removes it from the store once it is applied; if it fails again, it is parked again here."
 	case "removed":
 		return fmt.Sprintf("Message %d was removed from the store. Messages held behind it stay, to retry or remove.", id)
+	case "retried-all":
+		n, _ := strconv.Atoi(q.Get("n"))
+		held, _ := strconv.Atoi(q.Get("held"))
+		msg := fmt.Sprintf("%d message(s) were sent back to their queues", n)
+		if held > 0 {
+			msg += fmt.Sprintf(", followed by the %d message(s) held behind them", held)
+		}
+		return msg + ". The consumer removes each from the store once it is applied; those that fail again are parked again here."
+	case "removed-all":
+		n, _ := strconv.Atoi(q.Get("n"))
+		return fmt.Sprintf("%d message(s) were removed from the store. Messages held behind them stay, to retry or remove.", n)
 	}
 	return ""
 }

@@ -22,12 +22,15 @@ import (
 func failedCommand() *command {
 	return &command{
 		name:    "failed",
-		summary: "list, show, retry or remove messages in a consumer's failure store",
+		summary: "list, group, show, retry or remove messages in a consumer's failure store",
 		usage: `Usage:
   idem failed list   [--db URL] [--consumer C] [--event NAME] [--since T] [--held-by ID] [--limit N]
+  idem failed groups [--db URL] [filters] [--json]
   idem failed show   [--db URL] ID
-  idem failed retry  [--db URL] [--broker URL] ID... | --all [--consumer C] [--event NAME] [--since T] [--held-by ID]
-  idem failed remove [--db URL] [--yes] ID... | --all [--consumer C] [--event NAME] [--since T] [--held-by ID]
+  idem failed retry  [--db URL] [--broker URL] ID... | --all [filters] | --group GROUP [--yes] [filters]
+  idem failed remove [--db URL] [--yes] ID... | --all [filters] | --group GROUP [filters]
+
+  filters: [--consumer C] [--event NAME] [--since T] [--held-by ID]
 
 The failure store (table failed_message of a consumer's database) keeps the
 messages a consumer could not decode, or that failed on every attempt or with
@@ -40,6 +43,19 @@ aggregate's events are never applied out of order. --held-by ID selects them.
 
 list shows the newest messages first, --limit of them (0: all).
 
+groups sorts the messages into groups by consumer and cause, largest group
+first: the cause is the class of the failure (undecodable: the message could
+not be decoded; permanent: the handler returned idem.Permanent; exhausted:
+the handler failed on every attempt; held: the message waits behind a parked
+message of its aggregate) and the error text with its variable parts
+(UUIDs, numbers, quoted values, hex, times) replaced by <uuid>, <n>, <q>,
+<hex>, <time>, so that messages that failed alike fall in one group. Each
+group has a GROUP id (12 hex digits, the same from one run to the next) and
+shows its count and the first and last failure. --json prints the groups as
+a JSON array, for scripts. retry --group GROUP and remove --group GROUP act
+on every message of the group (among those the filters select) after one
+confirmation (--yes skips it), and say what they did.
+
 retry publishes each stored message again, unchanged (same body, same event
 id, its headers plus idem-redrive with its ID), to the queue it was received
 from only. The consumer removes it from the store once it is applied (or
@@ -51,15 +67,20 @@ matching message, oldest first, so that the messages of one aggregate go
 back in the order they were parked; messages parked while it runs (a retried
 message failing again) wait for the next run.
 
+With --group it goes through the group's messages, oldest first, each
+followed by the messages held behind it, as retrying it by ID does.
+
 remove deletes stored messages; it asks for confirmation unless --yes. With
---all it goes through every matching message. Removing a message releases
-its aggregate: the messages held behind it stay in the store, to retry or
-remove (--held-by ID).
+--all it goes through every matching message, with --group through the
+group's messages. Removing a message releases its aggregate: the messages
+held behind it stay in the store, to retry or remove (--held-by ID).
 
 --since takes an RFC 3339 time, a date, or a duration back from now (2h).
 
 Examples:
   idem failed list --consumer stock --since 24h
+  idem failed groups --consumer stock
+  idem failed retry --group 3fa2c1d9e0b7 --broker amqp://guest:guest@localhost:5672/
   idem failed show 42
   idem failed retry 42 --broker amqp://guest:guest@localhost:5672/
   idem failed remove --all --event order.order.placed.v0 --yes` + quarantineUsage,
@@ -79,6 +100,8 @@ type failedOptions struct {
 	all        bool
 	yes        bool
 	heldBy     int64
+	group      string
+	asJSON     bool
 }
 
 // setupFailed declares the flags of "idem failed" on fs and returns the
@@ -93,7 +116,9 @@ func setupFailed(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&o.since, "since", "", "only messages failed since this time or duration back (24h)")
 	fs.IntVar(&o.limit, "limit", 100, "with list: the most messages to list (0: all)")
 	fs.BoolVar(&o.all, "all", false, "with retry or remove: every message matching the filters instead of IDs")
-	fs.BoolVar(&o.yes, "yes", false, "with remove: do not ask for confirmation")
+	fs.BoolVar(&o.yes, "yes", false, "with remove, or with --group: do not ask for confirmation")
+	fs.StringVar(&o.group, "group", "", "with retry or remove: every message of this group (see \"idem failed groups\") instead of IDs")
+	fs.BoolVar(&o.asJSON, "json", false, "with groups: print the groups as JSON")
 	fs.Int64Var(&o.heldBy, "held-by", 0, "only messages parked behind this message ID (held by it)")
 	return o.run
 }
@@ -104,9 +129,12 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 		return o.quarantine.run(ctx, e, args)
 	}
 	if len(args) == 0 {
-		return usagef("want one of list, show, retry, remove")
+		return usagef("want one of list, groups, show, retry, remove")
 	}
 	action, rest := args[0], args[1:]
+	if err := checkGroupFlags(action, rest, o.group, o.all, o.asJSON); err != nil {
+		return err
+	}
 	sinceT, err := parseTime("since", o.since, time.Now())
 	if err != nil {
 		return err
@@ -125,6 +153,10 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 			return usagef("--limit %d: want 0 (all) or more", o.limit)
 		}
 		filter.Limit = o.limit
+	case "groups":
+		if len(rest) != 0 {
+			return usagef("groups takes no arguments")
+		}
 	case "show":
 		if len(rest) != 1 || o.all {
 			return usagef("show takes one message ID")
@@ -133,13 +165,13 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 		if o.all && len(rest) > 0 {
 			return usagef("give message IDs or --all, not both")
 		}
-		if !o.all && len(rest) == 0 {
-			return usagef("%s needs message IDs (see \"idem failed list\") or --all", action)
+		if !o.all && o.group == "" && len(rest) == 0 {
+			return usagef("%s needs message IDs (see \"idem failed list\"), --group GROUP (see \"idem failed groups\") or --all", action)
 		}
 	default:
-		return usagef("unknown action %q: want list, show, retry or remove", action)
+		return usagef("unknown action %q: want list, groups, show, retry or remove", action)
 	}
-	if action != "list" {
+	if action != "list" && action != "groups" {
 		for _, a := range rest {
 			id, err := strconv.ParseInt(a, 10, 64)
 			if err != nil || id <= 0 {
@@ -159,6 +191,10 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 	switch {
 	case action == "list":
 		return listFailed(ctx, e.stdout, store, filter)
+	case action == "groups":
+		return listGroups(ctx, e.stdout, store, filter, o.asJSON)
+	case o.group != "":
+		return groupFailed(ctx, e, store, filter, action, o.group, o.yes, o.brokerURL)
 	case o.all:
 		return allFailed(ctx, e, store, filter, action, o.yes, o.brokerURL)
 	}
@@ -237,65 +273,41 @@ func listFailed(ctx context.Context, w io.Writer, store *inbox.FailureStore, fil
 // Only the messages stored when it starts are concerned: a retried message
 // that fails again, or a new one, waits for the next run.
 func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter idemmsg.FailedFilter, action string, yes bool, brokerURL string) error {
-	newest := filter
-	newest.Limit = 1
-	last, err := store.List(ctx, newest)
+	first := filter
+	first.Oldest, first.Limit = true, inbox.FailedPageSizeDefault
+	page, err := store.List(ctx, first)
 	if err != nil {
 		return err
 	}
-	if len(last) == 0 {
+	if len(page) == 0 {
 		fmt.Fprintln(e.stdout, "No failed message matches.")
 		return nil
 	}
-	filter.BeforeID = last[0].ID + 1
-	filter.Oldest = true
-	filter.Limit = inbox.FailedPageSizeDefault
-
 	if action == "remove" && !yes {
-		first, err := store.List(ctx, filter)
-		if err != nil {
-			return err
-		}
-		question := fmt.Sprintf("Remove %d failed message(s) for good?", len(first))
-		if len(first) == filter.Limit {
-			question = fmt.Sprintf("Remove every failed message matching the filters (more than %d) for good?", len(first)-1)
+		question := fmt.Sprintf("Remove %d failed message(s) for good?", len(page))
+		if len(page) == first.Limit {
+			question = fmt.Sprintf("Remove every failed message matching the filters (more than %d) for good?", len(page)-1)
 		}
 		if !confirm(e, question) {
 			return errors.New("not confirmed; nothing removed (pass --yes to skip the question)")
 		}
 	}
-	var rd broker.Redeliverer
-	if action == "retry" {
-		var closePub func()
-		if rd, closePub, err = openRedeliverer(ctx, e, brokerURL); err != nil {
+	if action == "remove" {
+		n, err := store.RemoveGroup(ctx, filter, "", func(m idemmsg.FailedMessage) { reportRemoved(ctx, e, store, m) })
+		if err != nil {
 			return err
 		}
-		defer closePub()
-	}
-	var done, failed int
-	err = store.Pages(ctx, filter, func(page []idemmsg.FailedMessage) error {
-		for _, m := range page {
-			if action == "remove" {
-				if err := removeFailed(ctx, e, store, m); err != nil {
-					return err
-				}
-				done++
-				continue
-			}
-			if retryFailed(ctx, e, rd, m) {
-				done++
-			} else {
-				failed++
-			}
-		}
+		fmt.Fprintf(e.stdout, "Removed %d failed message(s).\n", n)
 		return nil
-	})
+	}
+	rd, closePub, err := openRedeliverer(ctx, e, brokerURL)
 	if err != nil {
 		return err
 	}
-	if action == "remove" {
-		fmt.Fprintf(e.stdout, "Removed %d failed message(s).\n", done)
-		return nil
+	defer closePub()
+	_, done, failed, err := store.RetryGroup(ctx, rd, filter, "", func(m idemmsg.FailedMessage, _ bool, err error) { reportRetry(e, m, err) })
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(e.stdout, "Retried %d failed message(s).\n", done)
 	if failed > 0 {
@@ -322,15 +334,6 @@ func openRedeliverer(ctx context.Context, e *env, brokerURL string) (broker.Rede
 	return rd, func() { _ = pub.Close() }, nil
 }
 
-// retryFailed publishes m again to the queue it came from, marked with
-// idem.HeaderRedrive: the consumer removes it from the store once applied.
-// It reports false, after saying why on stderr, when m was not published.
-func retryFailed(ctx context.Context, e *env, rd broker.Redeliverer, m idemmsg.FailedMessage) bool {
-	err := inbox.Redrive(ctx, rd, m)
-	reportRetry(e, m, err)
-	return err == nil
-}
-
 // reportRetry says what became of the re-drive of m.
 func reportRetry(e *env, m idemmsg.FailedMessage, err error) {
 	switch {
@@ -347,11 +350,17 @@ func removeFailed(ctx context.Context, e *env, store *inbox.FailureStore, m idem
 	if _, err := store.Remove(ctx, m.ID); err != nil {
 		return err
 	}
+	reportRemoved(ctx, e, store, m)
+	return nil
+}
+
+// reportRemoved says that m was removed, and how to find the messages held
+// behind it.
+func reportRemoved(ctx context.Context, e *env, store *inbox.FailureStore, m idemmsg.FailedMessage) {
 	fmt.Fprintf(e.stdout, "Removed %d (%s %s)\n", m.ID, textshow.Printable([]byte(m.EventName)), m.EventID)
 	if held, err := store.List(ctx, idemmsg.FailedFilter{HeldBy: m.ID, Limit: 1}); err == nil && len(held) > 0 {
 		fmt.Fprintf(e.stdout, "  messages held behind %d stay in the store: idem failed list --held-by %d\n", m.ID, m.ID)
 	}
-	return nil
 }
 
 // failedRow is what the list shows of a message.

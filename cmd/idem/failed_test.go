@@ -148,7 +148,7 @@ func TestFailedUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"failed"}, "want one of list, show, retry, remove"},
+		{[]string{"failed"}, "want one of list, groups, show, retry, remove"},
 		{[]string{"failed", "show"}, "show takes one message ID"},
 		{[]string{"failed", "retry"}, "needs message IDs"},
 		{[]string{"failed", "remove", "1", "--all"}, "not both"},

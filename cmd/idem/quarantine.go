@@ -22,9 +22,10 @@ const quarantineUsage = `
 Relay quarantine (--relay):
   idem failed list   --relay [--db URL] [--event NAME] [--aggregate-type T] [--aggregate-id ID]
                      [--since T] [--limit N] [--after-seq SEQ]
+  idem failed groups --relay [--db URL] [filters] [--json]
   idem failed show   --relay [--db URL] SEQ
-  idem failed retry  --relay [--db URL] SEQ... | --all [filters]
-  idem failed remove --relay [--db URL] [--yes] SEQ... | --all [filters]
+  idem failed retry  --relay [--db URL] SEQ... | --all [filters] | --group GROUP [--yes] [filters]
+  idem failed remove --relay [--db URL] [--yes] SEQ... | --all [filters] | --group GROUP [filters]
 
 With --relay, the commands work on the relay's quarantine in the producer's
 outbox (--db is the database the relay reads) instead of a consumer's failure
@@ -50,11 +51,19 @@ or the relay quarantines it again. remove --relay deletes rows for good:
 their events are never published, and the rows behind them go on. It asks
 for confirmation unless --yes.
 
+groups --relay sorts the quarantined rows into groups by cause, as groups
+does a consumer's messages: the class (unreadable: the row cannot become a
+message; refused: the broker refused it on every attempt; other) and the
+normalized error. retry --relay --group GROUP and remove --relay --group
+GROUP act on the group's rows after one confirmation (--yes skips it).
+
 Examples:
   idem failed list --relay --since 24h
   idem failed show --relay 1042
   idem failed retry --relay --all --event order.order.shipped.v1
-  idem failed remove --relay 1042 --yes`
+  idem failed remove --relay 1042 --yes
+  idem failed groups --relay
+  idem failed retry --relay --group 5be0c2a41f3d --yes`
 
 // quarantineFlags are the flags of "idem failed" for the relay's quarantine;
 // the command's other flags (--event, --since, --limit, --all, --yes) are
@@ -101,7 +110,7 @@ const quarantinePage = 500
 // run runs "idem failed <action> --relay".
 func (q *quarantineFlags) run(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usagef("want one of list, show, retry, remove")
+		return usagef("want one of list, groups, show, retry, remove")
 	}
 	action, rest := args[0], args[1:]
 	for _, name := range []string{"consumer", "broker"} {
@@ -121,6 +130,10 @@ func (q *quarantineFlags) run(ctx context.Context, e *env, args []string) error 
 		return usagef("--after-seq %d: want a seq (0 or more)", q.afterSeq)
 	}
 	all := q.flag("all") == "true"
+	group := q.flag("group")
+	if err := checkGroupFlags(action, rest, group, all, q.flag("json") == "true"); err != nil {
+		return err
+	}
 	filter := driver.QuarantineFilter{
 		EventName:     q.flag("event"),
 		AggregateType: q.aggregateType,
@@ -129,9 +142,9 @@ func (q *quarantineFlags) run(ctx context.Context, e *env, args []string) error 
 		AfterSeq:      q.afterSeq,
 	}
 	switch action {
-	case "list":
+	case "list", "groups":
 		if len(rest) != 0 {
-			return usagef("list takes no arguments")
+			return usagef("%s takes no arguments", action)
 		}
 	case "show":
 		if len(rest) != 1 {
@@ -141,11 +154,11 @@ func (q *quarantineFlags) run(ctx context.Context, e *env, args []string) error 
 		if all && len(rest) > 0 {
 			return usagef("give row seqs or --all, not both")
 		}
-		if !all && len(rest) == 0 {
-			return usagef("%s --relay needs row seqs (see \"idem failed list --relay\") or --all", action)
+		if !all && group == "" && len(rest) == 0 {
+			return usagef("%s --relay needs row seqs (see \"idem failed list --relay\"), --group GROUP (see \"idem failed groups --relay\") or --all", action)
 		}
 	default:
-		return usagef("unknown action %q: want list, show, retry or remove", action)
+		return usagef("unknown action %q: want list, groups, show, retry or remove", action)
 	}
 	var seqs []int64
 	for _, a := range rest {
@@ -163,6 +176,9 @@ func (q *quarantineFlags) run(ctx context.Context, e *env, args []string) error 
 	defer conn.Close()
 	rd := conn.SQL.Dialect()
 	ex := conn.SQL.Pool()
+	if action == "groups" || group != "" {
+		return q.quarantineGroups(ctx, e, rd, ex, filter, action, group)
+	}
 
 	if action == "list" {
 		filter.Limit = limit

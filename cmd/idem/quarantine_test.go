@@ -330,7 +330,7 @@ func TestFailedRelayUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"failed", "--relay"}, "want one of list, show, retry, remove"},
+		{[]string{"failed", "--relay"}, "want one of list, groups, show, retry, remove"},
 		{[]string{"failed", "show", "--relay"}, "show --relay takes one row seq"},
 		{[]string{"failed", "retry", "--relay"}, "needs row seqs"},
 		{[]string{"failed", "remove", "--relay", "1", "--all"}, "not both"},
