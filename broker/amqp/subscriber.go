@@ -615,8 +615,10 @@ func tags(ds []amqp091.Delivery) []uint64 {
 
 // toDelivery turns an AMQP delivery into what the consumer receives: the
 // message exactly as received, its queue, and the attempt from the attempt
-// header (1 when absent). The redelivered flag is ignored: deduplication
-// does not trust it.
+// header (1 when absent). A content-type property other than
+// application/json is the header idem.HeaderContentType (the Decoder reads
+// CloudEvents by it; Publisher.Redeliver sets the property back from it).
+// The redelivered flag is ignored: deduplication does not trust it.
 func toDelivery(d amqp091.Delivery, queue string) broker.Delivery {
 	msg := idem.Message{EventName: d.Type, Body: d.Body}
 	if msg.EventName == "" && d.Exchange != "" {
@@ -645,6 +647,14 @@ func toDelivery(d amqp091.Delivery, queue string) broker.Delivery {
 				}
 			}
 			msg.Headers[k] = s
+		}
+	}
+	if d.ContentType != "" && d.ContentType != idem.ContentTypeJSON {
+		if _, ok := msg.Headers[idem.HeaderContentType]; !ok {
+			if msg.Headers == nil {
+				msg.Headers = make(map[string]string, 1)
+			}
+			msg.Headers[idem.HeaderContentType] = d.ContentType
 		}
 	}
 	return broker.Delivery{Message: msg, Source: queue, Attempt: attempt, System: broker.SystemRabbitMQ}
