@@ -10,8 +10,8 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/brokertest"
 	"github.com/idem-go/idem/broker/kafka"
-	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testdb"
 )
 
 // A publisher with CloudEvents set publishes what the Kafka binding says,
