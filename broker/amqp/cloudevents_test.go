@@ -3,6 +3,7 @@ package amqp_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +129,20 @@ func TestCloudEventsFromThirdParty(t *testing.T) {
 			t.Fatalf("publish not confirmed: %v %v", ok, err)
 		}
 	})
+}
+
+// The URL parameters cloudevents and cloudevents_source turn CloudEvents on,
+// and are not given to amqp091-go.
+func TestCloudEventsURL(t *testing.T) {
+	uc, err := amqp.ParseURL("amqp://u:p@h:5672/vh?heartbeat=5&cloudevents=structured&cloudevents_source=%2Fshop%2Forder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := idem.CloudEvents{Mode: idem.CloudEventsStructured, Source: "/shop/order"}
+	if uc.CloudEvents == nil || *uc.CloudEvents != want || uc.PublisherConfig().CloudEvents != uc.CloudEvents || uc.URL != "amqp://u:p@h:5672/vh?heartbeat=5" {
+		t.Errorf("ParseURL: CloudEvents %+v, URL %q", uc.CloudEvents, uc.URL)
+	}
+	if _, err := amqp.ParseURL("amqp://u:p@h/?cloudevents=json"); err == nil || !strings.Contains(err.Error(), "cloudevents=") {
+		t.Errorf("cloudevents=json: %v", err)
+	}
 }

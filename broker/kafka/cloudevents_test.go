@@ -101,3 +101,18 @@ func TestCloudEventsFromThirdParty(t *testing.T) {
 		produce(t, c.ListenAddrs(), r)
 	})
 }
+
+// The URL parameters cloudevents and cloudevents_source turn CloudEvents on.
+func TestCloudEventsURL(t *testing.T) {
+	uc, err := kafka.ParseURL("kafka://h:9092?cloudevents=binary&cloudevents_source=%2Fshop%2Forder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := idem.CloudEvents{Mode: idem.CloudEventsBinary, Source: "/shop/order"}
+	if uc.CloudEvents == nil || *uc.CloudEvents != want || uc.PublisherConfig().CloudEvents != uc.CloudEvents {
+		t.Errorf("ParseURL: CloudEvents %+v", uc.CloudEvents)
+	}
+	if _, err := kafka.ParseURL("kafka://h:9092?cloudevents=json"); err == nil || !strings.Contains(err.Error(), "cloudevents=") {
+		t.Errorf("cloudevents=json: %v", err)
+	}
+}

@@ -120,3 +120,19 @@ func TestCloudEventsFromThirdParty(t *testing.T) {
 		}
 	})
 }
+
+// The URL parameters cloudevents and cloudevents_source turn CloudEvents on,
+// and are not given to nats.go.
+func TestCloudEventsURL(t *testing.T) {
+	uc, err := nats.ParseURL("nats://h:4222?stream=S&cloudevents=structured&cloudevents_source=%2Fshop%2Forder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := idem.CloudEvents{Mode: idem.CloudEventsStructured, Source: "/shop/order"}
+	if uc.CloudEvents == nil || *uc.CloudEvents != want || uc.PublisherConfig().CloudEvents != uc.CloudEvents || strings.Contains(uc.URL, "cloudevents") {
+		t.Errorf("ParseURL: CloudEvents %+v, URL %q", uc.CloudEvents, uc.URL)
+	}
+	if _, err := nats.ParseURL("nats://h:4222?cloudevents=json"); err == nil || !strings.Contains(err.Error(), "cloudevents=") {
+		t.Errorf("cloudevents=json: %v", err)
+	}
+}
