@@ -136,3 +136,20 @@ func TestCloudEventsURL(t *testing.T) {
 		t.Errorf("cloudevents=json: %v", err)
 	}
 }
+
+// A binary CloudEvent another program published, without idem's key
+// header, is ordered by its subject; the key header wins when set.
+func TestCloudEventsOrderKey(t *testing.T) {
+	for _, c := range []struct {
+		h    natsgo.Header
+		want string
+	}{
+		{natsgo.Header{"ce-subject": {"42"}}, "42"},
+		{natsgo.Header{nats.HeaderKey: {"k"}, "ce-subject": {"42"}}, "k"},
+		{natsgo.Header{}, ""},
+	} {
+		if got := nats.OrderKey(c.h); got != c.want {
+			t.Errorf("OrderKey(%v) = %q, want %q", c.h, got, c.want)
+		}
+	}
+}
