@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -237,9 +238,14 @@ func (c CloudEvents) attributes(ev Event) []ceAttr {
 
 // EncodeEvent returns ev as a CloudEvent carried as binding b says, with
 // the transport fields of a message made by NewMessage (event id, name,
-// aggregate type, key). The event's headers that name CloudEvents
-// attributes of any binding, or a content type, are left out: the
-// attributes are written from the event.
+// aggregate type, key). An event header named as a CloudEvents attribute
+// in any binding ("ce_tenant", "ce-tenant", "cloudEvents_tenant") is an
+// extension attribute, unless it names an attribute written from the event
+// (specversion, id, source, type, time, subject, datacontenttype,
+// aggregatetype, aggregateversion, traceparent, tracestate), which is left
+// out, as is a content type header: so an outbox row's header "ce_tenant"
+// publishes the extension tenant, and a received CloudEvent's extensions
+// (its Event.Headers "ce_<name>") are published again.
 func (c CloudEvents) EncodeEvent(ev Event, b CloudEventsBinding) (Message, error) {
 	if err := c.Validate(); err != nil {
 		return Message{}, err
@@ -257,11 +263,33 @@ func (c CloudEvents) EncodeEvent(ev Event, b CloudEventsBinding) (Message, error
 	}
 	attrs := c.attributes(ev)
 	headers := make(map[string]string, len(ev.Headers)+len(attrs)+1)
+	var extensions map[string]string
 	for k, v := range ev.Headers {
-		if _, _, isAttr := cloudEventsHeader(k); isAttr || strings.EqualFold(k, HeaderContentType) {
+		if _, name, isAttr := cloudEventsHeader(k); isAttr {
+			if IsCloudEventsAttributeName(name) && !isWrittenAttribute(name) {
+				if extensions == nil {
+					extensions = make(map[string]string)
+				}
+				if old, dup := extensions[name]; !dup || k < old {
+					extensions[name] = k // the first header name, sorted, wins
+				}
+			}
+			continue
+		}
+		if strings.EqualFold(k, HeaderContentType) {
 			continue
 		}
 		headers[k] = v
+	}
+	if len(extensions) > 0 {
+		names := make([]string, 0, len(extensions))
+		for name := range extensions {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			attrs = append(attrs, ceAttr{name: name, value: ev.Headers[extensions[name]]})
+		}
 	}
 	msg := Message{
 		EventID:       ev.ID,
@@ -610,6 +638,17 @@ func structuredFields(fields map[string]json.RawMessage) (ceMessage, error) {
 		}
 	}
 	return ce, nil
+}
+
+// isWrittenAttribute reports whether EncodeEvent writes the attribute
+// name from the event, whatever its headers say.
+func isWrittenAttribute(name string) bool {
+	switch name {
+	case "specversion", "id", "source", "type", "time", "subject", "datacontenttype",
+		CloudEventsAggregateType, CloudEventsAggregateVersion, "traceparent", "tracestate", "data":
+		return true
+	}
+	return false
 }
 
 func isRequiredAttribute(name string) bool {

@@ -393,6 +393,30 @@ func TestCloudEventsAttributeNames(t *testing.T) {
 	wantUndecodable(t, "an object extension", structured(map[string]any{"specversion": "1.0", "id": "1", "source": "/s", "type": "t", "ext": map[string]int{}}, `{}`), "ext")
 }
 
+// Headers named as attributes are extension attributes, in every binding
+// and mode, but for the attributes written from the event.
+func TestCloudEventsExtensionsFromHeaders(t *testing.T) {
+	t.Parallel()
+	ev := goldenEvent()
+	ev.Headers = map[string]string{"ce_tenant": "acme corp", "cloudEvents_region": "eu", "ce-source": "/forged", "ce_id": "forged", "ce_Bad_Name": "x", "content-type": "text/plain"}
+	for name, b := range bindings {
+		for _, mode := range []idem.CloudEventsMode{idem.CloudEventsBinary, idem.CloudEventsStructured} {
+			msg, err := idem.CloudEvents{Mode: mode}.EncodeEvent(ev, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := idem.Decode(msg)
+			if err != nil {
+				t.Fatalf("%s %s: %v", name, mode, err)
+			}
+			if back.Headers["ce_tenant"] != "acme corp" || back.Headers["ce_region"] != "eu" || back.Headers["ce_source"] != "/idem/order" ||
+				back.ID != ev.ID || back.Headers["ce_bad_name"] != "" {
+				t.Errorf("%s %s: headers %v", name, mode, back.Headers)
+			}
+		}
+	}
+}
+
 func TestCloudEventsConfig(t *testing.T) {
 	t.Parallel()
 	if err := (idem.CloudEvents{Source: "/a b"}).Validate(); err == nil || !strings.Contains(err.Error(), "CloudEvents.Source") {
