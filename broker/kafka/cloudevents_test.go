@@ -1,10 +1,13 @@
 package kafka_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
@@ -12,6 +15,9 @@ import (
 	"github.com/idem-go/idem/broker/kafka"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/relay"
 )
 
 // A publisher with CloudEvents set publishes what the Kafka binding says,
@@ -114,5 +120,50 @@ func TestCloudEventsURL(t *testing.T) {
 	}
 	if _, err := kafka.ParseURL("kafka://h:9092?cloudevents=json"); err == nil || !strings.Contains(err.Error(), "cloudevents=") {
 		t.Errorf("cloudevents=json: %v", err)
+	}
+}
+
+// End to end in CloudEvents: events written to the outbox, published by the
+// relay as structured CloudEvents, consumed by two subscribers of one
+// group: every event is applied once, each aggregate in order.
+func TestCloudEventsRelayEndToEnd(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.order"
+	c := newCluster(t, 4, topic)
+	src, dst := testdb.NewPostgres(t), testdb.NewPostgres(t)
+	evs := newEvents(t, 300, 20)
+	cons := effectConsumer(t, dst, "e2e", inbox.RetryPolicy{}, nil)
+	for range 2 {
+		subscribe(t, c, "e2e", []string{topic}, cons.DeliverBatch)
+	}
+	pub := newPublisher(t, c, func(cfg *kafka.PublisherConfig) {
+		cfg.CloudEvents = &idem.CloudEvents{Mode: idem.CloudEventsStructured, Source: "/shop/order"}
+	})
+	r, err := relay.New(src.Driver, pub, relay.Config{Workers: 2, PollInterval: 50 * time.Millisecond, StatsInterval: -1, Logger: brokertest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsvc.Start(t, r)
+	w := outbox.NewWriter[pgx.Tx](src.Driver)
+	ctx := context.Background()
+	for i := 0; i < len(evs); i += 10 {
+		tx, err := src.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Add(ctx, tx, evs[i:i+10]...); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testsvc.WaitFor(t, 90*time.Second, "every event applied", func() bool {
+		return dst.Count(t, "effect") >= len(evs)
+	})
+	checkOnceInOrder(t, dst, "e2e", evs)
+	rec := readAll(t, c, topic, 1)[0]
+	if header(rec, "content-type") != idem.ContentTypeCloudEventsJSON || !strings.Contains(string(rec.Value), `"source":"/shop/order"`) {
+		t.Errorf("the relay published %s with headers %v, want a structured CloudEvent", rec.Value, rec.Headers)
 	}
 }
