@@ -1,6 +1,7 @@
 // Package idem holds the types shared by every part of idem: the Event that
 // producers write to the outbox and consumers receive, the Message that brokers
-// carry, the JSON envelope codec of the wire contract, and the errors that cross
+// carry, the JSON envelope codec of the wire contract and its CloudEvents 1.0
+// codec (CloudEvents, read back by the Decoder), and the errors that cross
 // package boundaries.
 //
 // idem delivers events between services reliably:

@@ -114,9 +114,41 @@ func appendJSONString(dst []byte, s string) []byte {
 }
 
 // Decoder turns received messages into events. It accepts the idem JSON
-// envelope and what Debezium's Outbox Event Router emits (key = aggregate id,
+// envelope, what Debezium's Outbox Event Router emits (key = aggregate id,
 // header "id" = event id, optional header "eventType", value = the bare payload
-// or a JSON string holding it). The zero Decoder is ready to use.
+// or a JSON string holding it), and CloudEvents 1.0 in binary and structured
+// content mode on every transport (see CloudEvents, and "Receiving
+// CloudEvents" below). The zero Decoder is ready to use.
+//
+// # Receiving CloudEvents
+//
+// A message is a structured CloudEvent when its content type (the header
+// "content-type" in any case; RabbitMQ's content-type property) starts with
+// application/cloudevents, or when it has no such header, no "id" header and
+// a JSON object body with "specversion" but no "event_id". It is a binary
+// CloudEvent when it has the header of a binding for specversion, id, source
+// or type: "ce_specversion" (Kafka), "ce-specversion" (NATS, values
+// percent-decoded), "cloudEvents_specversion" or "cloudEvents:specversion"
+// (AMQP), header names in any case. Only the
+// JSON event format is read.
+//
+// The attributes specversion ("1.0"), id, source and type are required; a
+// CloudEvent without one is undecodable, and the error names it. The id
+// becomes the event id by the rule of EventID: a UUID is itself, any other
+// id of 1 to 64 bytes gives a derived UUID and is kept in the header
+// HeaderOriginalID. type is the event name, time (RFC 3339) the occurrence,
+// subject the aggregate id (else the message key), the extensions
+// aggregatetype and aggregateversion the aggregate type (else the
+// transport's) and version. The data must be JSON (datacontenttype absent,
+// application/json, text/json or any +json type): a CloudEvent of another
+// datacontenttype (application/protobuf...) is undecodable, parked with its
+// bytes as received, rather than handed to handlers in a json.RawMessage
+// that does not hold JSON. No data is the payload null.
+//
+// The event's headers are the message's other headers, every attribute as
+// "ce_<name>" (CloudEventsHeaderPrefix) in its string form, and the
+// traceparent and tracestate attributes as the headers "traceparent" and
+// "tracestate" when the message has no header of that name.
 type Decoder struct {
 	// MaxBodyBytes limits the size of a body. Defaults to DefaultMaxBodyBytes.
 	MaxBodyBytes int
@@ -142,6 +174,12 @@ func (d Decoder) Decode(msg Message) (Event, error) {
 		return Event{}, decodeErr("body", fmt.Sprintf("is %d bytes, over the %d-byte limit", len(msg.Body), limit))
 	}
 	body := bytes.TrimSpace(msg.Body)
+	if ce, ok, err := detectCloudEvent(msg, body); ok {
+		if err != nil {
+			return Event{}, err
+		}
+		return decodeCloudEvent(msg, ce)
+	}
 	if len(body) == 0 {
 		return Event{}, decodeErr("body", "is empty")
 	}
@@ -151,6 +189,16 @@ func (d Decoder) Decode(msg Message) (Event, error) {
 	if isObject {
 		if _, ok := fields["event_id"]; ok && (!hasID || hasEnvelopeShape(fields)) {
 			return decodeEnvelope(fields, msg.Headers)
+		}
+		if _, ok := fields["specversion"]; ok && !hasID {
+			// A structured CloudEvent without its content type (the Kafka
+			// binding makes the header optional).
+			ce, err := structuredFields(fields)
+			if err != nil {
+				return Event{}, err
+			}
+			ce.headers = msg.Headers
+			return decodeCloudEvent(msg, ce)
 		}
 	}
 	if hasID {

@@ -54,21 +54,25 @@ func newTracing(cfg Config) tracing {
 }
 
 // startSpans starts a consumer span per delivery, child of the producer's
-// context found in the message's headers (or of ctx's span), and records it
-// in the items. The handlers of an item run in a context carrying its span
+// context found in the decoded event's headers (the message's, plus a
+// CloudEvent's traceparent and tracestate attributes), or in the message's
+// when it did not decode (or of ctx's span), and records it in the items.
+// The handlers of an item run in a context carrying its span
 // (itemContext), so that what they write to their own outbox continues the
 // trace.
 func (c *Consumer[TTx]) startSpans(ctx context.Context, ds []Delivery, items []item) {
 	for i := range ds {
 		d := &ds[i]
+		it := &items[i]
 		parent := ctx
-		if len(d.Message.Headers) > 0 {
+		if h := it.ev.Headers; len(h) > 0 {
+			parent = c.tracing.prop.Extract(ctx, propagation.MapCarrier(h))
+		} else if len(d.Message.Headers) > 0 {
 			parent = c.tracing.prop.Extract(ctx, propagation.MapCarrier(d.Message.Headers))
 		}
 		// The name and attributes are set only on a span that records:
 		// without an SDK, a span costs no string built.
 		tctx, span := c.tracing.tracer.Start(parent, "process", processOptions...)
-		it := &items[i]
 		if span.IsRecording() {
 			if d.Source != "" {
 				span.SetName("process " + d.Source)

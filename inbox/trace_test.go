@@ -184,3 +184,50 @@ func TestDeliverSpans(t *testing.T) {
 		}
 	}
 }
+
+// A CloudEvent whose trace context is only in its traceparent attribute
+// (ce_traceparent, as another program publishes it) gets a consumer span
+// that continues it, and its handler runs in that span.
+func TestDeliverSpansCloudEvents(t *testing.T) {
+	t.Parallel()
+	pg := testdb.NewPostgres(t)
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	cfg := fastPause
+	cfg.Name, cfg.TracerProvider, cfg.Propagator = "stock", tp, w3c
+	var handled trace.SpanContext
+	c := effectConsumer(t, pg, cfg, func(ctx context.Context, ev idem.Event) error {
+		handled = trace.SpanContextFromContext(ctx)
+		return nil
+	})
+	_, producer := tp.Tracer("test").Start(context.Background(), "POST /orders")
+	producer.End()
+	carrier := propagation.MapCarrier{}
+	w3c.Inject(trace.ContextWithSpanContext(context.Background(), producer.SpanContext()), carrier)
+	id := idem.NewEventID()
+	d := inbox.Delivery{Source: "things/0", System: "kafka", Attempt: 1, Message: idem.Message{
+		Headers: map[string]string{
+			"ce_specversion": "1.0", "ce_id": id.String(), "ce_source": "/third/party", "ce_type": "com.example.thing.created",
+			"ce_subject": "7", "ce_traceparent": carrier["traceparent"], "content-type": "application/json",
+		},
+		Body: []byte(`{"n":1}`),
+	}}
+	if disps := deliver(t, c, d); disps[0].Outcome != inbox.Applied {
+		t.Fatalf("outcome %v (%v), want applied", disps[0].Outcome, disps[0].Err)
+	}
+	var span *tracetest.SpanStub
+	for _, s := range exporter.GetSpans() {
+		if s.InstrumentationScope.Name == inbox.TracerName && spanAttrs(s)["messaging.message.id"] == id.String() {
+			span = &s
+		}
+	}
+	if span == nil {
+		t.Fatal("no consumer span")
+	}
+	if span.Parent.TraceID() != producer.SpanContext().TraceID() || span.Parent.SpanID() != producer.SpanContext().SpanID() {
+		t.Errorf("consumer span's parent %v, want the producer's span %v", span.Parent, producer.SpanContext())
+	}
+	if handled.SpanID() != span.SpanContext.SpanID() {
+		t.Errorf("handler ran in span %v, want the consumer span %v", handled.SpanID(), span.SpanContext.SpanID())
+	}
+}

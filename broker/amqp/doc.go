@@ -10,7 +10,10 @@
 // type = event name and content type application/json, with publisher
 // confirms and the mandatory flag: a message no queue is bound for fails
 // with broker.ErrUnroutable instead of vanishing. It implements
-// broker.Publisher, so the relay publishes through it:
+// broker.Publisher, so the relay publishes through it. With
+// PublisherConfig.CloudEvents it publishes CloudEvents instead of the
+// envelope, as the AMQP binding says (cloudEvents_ headers and the content
+// type property, or the JSON event format):
 //
 //	pub, err := amqp.NewPublisher(amqp.PublisherConfig{
 //		ConnConfig: amqp.ConnConfig{URL: "amqp://guest:guest@localhost:5672/"},

@@ -16,8 +16,9 @@ import (
 // and headers (of the types AMQP tables hold): it must not panic, must keep
 // the body as received, and what it produces must decode or be rejected
 // with idem.ErrUndecodable, so that the consumer parks it. The same inputs
-// also make an event, published as the Publisher does: the consumer must get
-// it back as the envelope says.
+// also make an event, published as the Publisher does, as an envelope and as
+// a CloudEvent in both modes: the consumer must get it back as the envelope
+// says.
 func FuzzToDelivery(f *testing.F) {
 	id := "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 	f.Add([]byte(brokertest.FuzzEnvelope), "order.order.placed.v1", "events", "order.order.placed.v1", id, "", "42", "1", "v", int64(0))
@@ -90,6 +91,19 @@ func FuzzToDelivery(f *testing.F) {
 		brokertest.CheckRoundTrip(t, msg, got)
 		if got.Attempt != 1 {
 			t.Fatalf("a first delivery has attempt %d", got.Attempt)
+		}
+		for _, mode := range brokertest.CloudEventsModes {
+			ce, err := idem.CloudEvents{Mode: mode}.Encode(msg, idem.CloudEventsAMQP)
+			if err != nil {
+				t.Fatalf("%s: %v", mode, err)
+			}
+			pub := publishing(ce)
+			got := toDelivery(amqp091.Delivery{
+				Headers: pub.Headers, ContentType: pub.ContentType, DeliveryMode: pub.DeliveryMode,
+				MessageId: pub.MessageId, Type: pub.Type, Body: pub.Body,
+				Exchange: "events", RoutingKey: ce.EventName,
+			}, "stock.events")
+			brokertest.CheckCloudEventsRoundTrip(t, mode, msg, got)
 		}
 	})
 }

@@ -58,3 +58,33 @@ func TestBucketHeader(t *testing.T) {
 		}
 	}
 }
+
+// A binary CloudEvent another program published, without idem's key header,
+// is ordered by its subject; the key header wins when set. Its content type
+// is the message's content-type header unless it is application/json.
+func TestCloudEventsOrderKeyAndContentType(t *testing.T) {
+	for _, c := range []struct {
+		headers amqp091.Table
+		want    string
+	}{
+		{amqp091.Table{"cloudEvents_subject": "42"}, "42"},
+		{amqp091.Table{"cloudEvents:subject": "43"}, "43"},
+		{amqp091.Table{HeaderKey: "k", "cloudEvents_subject": "42"}, "k"},
+		{amqp091.Table{}, ""},
+	} {
+		if got := orderKey(amqp091.Delivery{Headers: c.headers}); got != c.want {
+			t.Errorf("orderKey(%v) = %q, want %q", c.headers, got, c.want)
+		}
+	}
+	d := toDelivery(amqp091.Delivery{ContentType: "application/cloudevents+json", Body: []byte("{}")}, "q")
+	if d.Message.Headers[idem.HeaderContentType] != "application/cloudevents+json" {
+		t.Errorf("content type not carried: %v", d.Message.Headers)
+	}
+	d = toDelivery(amqp091.Delivery{ContentType: "application/json", Body: []byte("{}")}, "q")
+	if _, ok := d.Message.Headers[idem.HeaderContentType]; ok {
+		t.Errorf("application/json carried as a header: %v", d.Message.Headers)
+	}
+	if p := publishing(idem.Message{Headers: map[string]string{idem.HeaderContentType: "text/plain", "x": "y"}}); p.ContentType != "text/plain" || p.Headers[idem.HeaderContentType] != nil {
+		t.Errorf("published content type %q, headers %v", p.ContentType, p.Headers)
+	}
+}

@@ -34,6 +34,14 @@ type PublisherConfig struct {
 	// QueueOf returns the queue a consumer reads, for Inspect. Defaults to
 	// QueueName ("<consumer>.events", the queues of "idem" and the shop).
 	QueueOf func(consumer string) string
+	// CloudEvents, when set, publishes CloudEvents 1.0 instead of idem's
+	// envelope, in binary content mode (the payload as the body,
+	// attributes in the headers "cloudEvents_<name>", datacontenttype in
+	// the content-type property) or in structured content mode (content
+	// type application/cloudevents+json), as idem.CloudEventsAMQP says.
+	// message_id, type, the routing key and idem's own headers are as
+	// with the envelope. Redeliver sends stored messages as they are.
+	CloudEvents *idem.CloudEvents
 }
 
 // QueueName returns "<consumer>.events", the queue of a consumer when
@@ -61,6 +69,11 @@ func (c PublisherConfig) validate() error {
 	}
 	if c.Channels < 1 {
 		return fmt.Errorf("idem: amqp: PublisherConfig.Channels %d: want at least 1", c.Channels)
+	}
+	if c.CloudEvents != nil {
+		if err := c.CloudEvents.Validate(); err != nil {
+			return fmt.Errorf("idem: amqp: PublisherConfig.CloudEvents: %w", err)
+		}
 	}
 	return nil
 }
@@ -155,6 +168,14 @@ func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
 	targets := make([]target, len(msgs))
 	for i, m := range msgs {
 		targets[i] = target{exchange: p.cfg.Exchange, key: m.EventName, msg: m}
+		if p.cfg.CloudEvents != nil {
+			ce, err := p.cfg.CloudEvents.Encode(m, idem.CloudEventsAMQP)
+			if err != nil {
+				targets[i].err = fmt.Errorf("idem: amqp: message %s: %w", m.EventID, err)
+				continue
+			}
+			targets[i].msg = ce
+		}
 	}
 	return p.publish(ctx, targets)
 }
@@ -197,6 +218,7 @@ type target struct {
 	exchange, key string
 	msg           idem.Message
 	pub           *amqp091.Publishing
+	err           error // the message could not be made: not sent
 }
 
 // bucketNames holds the bucket header value of each bucket, its number in
@@ -209,10 +231,16 @@ var bucketNames = func() (names [Buckets]string) {
 }()
 
 // publishing returns the AMQP message for m, with the headers of m, the key
-// header and the bucket header.
+// header and the bucket header. The header idem.HeaderContentType, when m
+// has it, is the content-type property (application/json otherwise).
 func publishing(m idem.Message) amqp091.Publishing {
 	headers := make(amqp091.Table, len(m.Headers)+2)
+	contentType := idem.ContentTypeJSON
 	for k, v := range m.Headers {
+		if k == idem.HeaderContentType {
+			contentType = v
+			continue
+		}
 		headers[k] = v
 	}
 	if len(m.Key) > 0 {
@@ -224,7 +252,7 @@ func publishing(m idem.Message) amqp091.Publishing {
 	headers[HeaderBucket] = bucketNames[Bucket(m.Key)]
 	pub := amqp091.Publishing{
 		Headers:      headers,
-		ContentType:  idem.ContentTypeJSON,
+		ContentType:  contentType,
 		DeliveryMode: amqp091.Persistent,
 		Type:         m.EventName,
 		Body:         m.Body,
@@ -251,6 +279,11 @@ func (p *Publisher) publish(ctx context.Context, targets []target) error {
 	errs := make([]error, len(targets))
 	failed, nacked := false, false
 	for i, t := range targets {
+		if t.err != nil {
+			errs[i] = t.err
+			failed = true
+			continue
+		}
 		if t.key == "" {
 			errs[i] = fmt.Errorf("idem: amqp: message %s has no event name (routing key)", t.msg.EventID)
 			failed = true

@@ -571,14 +571,14 @@ func (s *Subscriber) deliverAndFault(ctx context.Context, ds []broker.Delivery) 
 // pause.
 func (s *Subscriber) Held() int { return int(s.held.Load()) }
 
-// worker picks the worker of d: by key header, so one aggregate's messages
-// stay in order, else by message id.
+// worker picks the worker of d: by key (orderKey), so one aggregate's
+// messages stay in order, else by message id.
 func (s *Subscriber) worker(d amqp091.Delivery, n int) int {
 	if n == 1 {
 		return 0
 	}
 	key := d.MessageId
-	if k, ok := headerString(d.Headers[HeaderKey]); ok && k != "" {
+	if k := orderKey(d); k != "" {
 		key = k
 	}
 	return int(maphash.String(s.seed, key) % uint64(n))
@@ -590,9 +590,18 @@ type sessionTransport struct {
 	ack *acker
 }
 
-func (t sessionTransport) Key(d amqp091.Delivery) string {
-	k, _ := headerString(d.Headers[HeaderKey])
-	return k
+func (t sessionTransport) Key(d amqp091.Delivery) string { return orderKey(d) }
+
+// orderKey returns what orders d among the messages of its aggregate: the
+// key header, else, on a binary CloudEvent another program published, its
+// subject attribute (idem's publishers set the key header).
+func orderKey(d amqp091.Delivery) string {
+	for _, h := range [...]string{HeaderKey, "cloudEvents_subject", "cloudEvents:subject"} {
+		if k, ok := headerString(d.Headers[h]); ok && k != "" {
+			return k
+		}
+	}
+	return ""
 }
 
 func (t sessionTransport) Delivery(d amqp091.Delivery, attempt int) broker.Delivery {
@@ -615,8 +624,10 @@ func tags(ds []amqp091.Delivery) []uint64 {
 
 // toDelivery turns an AMQP delivery into what the consumer receives: the
 // message exactly as received, its queue, and the attempt from the attempt
-// header (1 when absent). The redelivered flag is ignored: deduplication
-// does not trust it.
+// header (1 when absent). A content-type property other than
+// application/json is the header idem.HeaderContentType (the Decoder reads
+// CloudEvents by it; Publisher.Redeliver sets the property back from it).
+// The redelivered flag is ignored: deduplication does not trust it.
 func toDelivery(d amqp091.Delivery, queue string) broker.Delivery {
 	msg := idem.Message{EventName: d.Type, Body: d.Body}
 	if msg.EventName == "" && d.Exchange != "" {
@@ -645,6 +656,14 @@ func toDelivery(d amqp091.Delivery, queue string) broker.Delivery {
 				}
 			}
 			msg.Headers[k] = s
+		}
+	}
+	if d.ContentType != "" && d.ContentType != idem.ContentTypeJSON {
+		if _, ok := msg.Headers[idem.HeaderContentType]; !ok {
+			if msg.Headers == nil {
+				msg.Headers = make(map[string]string, 1)
+			}
+			msg.Headers[idem.HeaderContentType] = d.ContentType
 		}
 	}
 	return broker.Delivery{Message: msg, Source: queue, Attempt: attempt, System: broker.SystemRabbitMQ}

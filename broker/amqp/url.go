@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 )
 
@@ -38,6 +39,10 @@ type URLConfig struct {
 	// can tell a URL that names one.
 	Partition    int
 	PartitionSet bool
+	// CloudEvents is set by the parameters cloudevents and
+	// cloudevents_source (broker.CloudEventsFromURL): a publisher publishes
+	// CloudEvents. nil when absent.
+	CloudEvents *idem.CloudEvents
 }
 
 // ParseURL parses a RabbitMQ URL, amqp://user:pass@host:5672/vhost or
@@ -49,7 +54,9 @@ type URLConfig struct {
 //   - queue_type=classic|quorum: the type of a subscriber's queue (a queue
 //     keeps the type it was declared with);
 //   - partitions=P and partition=K: a subscriber consumes partition K of
-//     its queue split in P (the queue <queue>.p<K>).
+//     its queue split in P (the queue <queue>.p<K>);
+//   - cloudevents=binary|structured and cloudevents_source=URI: a
+//     publisher publishes CloudEvents (PublisherConfig.CloudEvents).
 //
 // A URL without credentials takes them from $IDEM_AMQP_USERNAME and
 // $IDEM_AMQP_PASSWORD. Errors name the parameter and never contain the
@@ -89,7 +96,10 @@ func ParseURL(rawURL string) (URLConfig, error) {
 		}
 	}
 	c.PartitionSet = q.Has("partition")
-	for _, k := range []string{"exchange", "queue_type", "partitions", "partition"} {
+	if c.CloudEvents, err = broker.CloudEventsFromURL(q); err != nil {
+		return URLConfig{}, bad("%v", err)
+	}
+	for _, k := range append([]string{"exchange", "queue_type", "partitions", "partition"}, broker.CloudEventsParams...) {
 		q.Del(k)
 	}
 	// The hosts of rawURL are kept: only the query changes.
@@ -106,9 +116,9 @@ func ParseURL(rawURL string) (URLConfig, error) {
 }
 
 // PublisherConfig returns the configuration of a publisher to the URL's
-// broker and exchange.
+// broker and exchange, publishing CloudEvents if the URL says so.
 func (c URLConfig) PublisherConfig() PublisherConfig {
-	return PublisherConfig{ConnConfig: c.ConnConfig, Exchange: c.Exchange}
+	return PublisherConfig{ConnConfig: c.ConnConfig, Exchange: c.Exchange, CloudEvents: c.CloudEvents}
 }
 
 // SubscriberConfig returns the configuration of a subscriber of the URL's

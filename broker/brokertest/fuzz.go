@@ -72,3 +72,32 @@ func CheckRoundTrip(t *testing.T, msg idem.Message, d broker.Delivery) {
 		t.Fatalf("payload %q is not JSON", got.Payload)
 	}
 }
+
+// CloudEventsModes are the content modes the fuzz tests publish in.
+var CloudEventsModes = []idem.CloudEventsMode{idem.CloudEventsBinary, idem.CloudEventsStructured}
+
+// CheckCloudEventsRoundTrip checks that the delivery d of msg, published as
+// a CloudEvent as the transport's publisher does with
+// PublisherConfig.CloudEvents set, decodes to the event msg's envelope
+// holds, with the message's headers.
+func CheckCloudEventsRoundTrip(t *testing.T, mode idem.CloudEventsMode, msg idem.Message, d broker.Delivery) {
+	t.Helper()
+	want, err := idem.Decode(idem.Message{Body: msg.Body})
+	if err != nil {
+		t.Fatalf("the envelope %s does not decode: %v", msg.Body, err)
+	}
+	got, err := idem.Decode(d.Message)
+	if err != nil {
+		t.Fatalf("%s: published %+v, received %+v: %v", mode, msg, d.Message, err)
+	}
+	if got.ID != want.ID || got.Name != want.Name || !got.OccurredAt.Equal(want.OccurredAt) ||
+		got.AggregateType != want.AggregateType || got.AggregateID != want.AggregateID ||
+		got.AggregateVersion != want.AggregateVersion || !bytes.Equal(got.Payload, want.Payload) {
+		t.Fatalf("%s: received\n%+v\nwant\n%+v", mode, got, want)
+	}
+	for k, v := range msg.Headers {
+		if got.Headers[k] != v {
+			t.Fatalf("%s: header %q: received %q, want %q", mode, k, got.Headers[k], v)
+		}
+	}
+}

@@ -9,7 +9,9 @@
 // route.topic.replacement), record key = aggregate id, so that the events of
 // one aggregate share a partition and keep their order, headers "id" (event
 // id) and "eventType" (event name), value = the idem JSON envelope, or the
-// bare payload with ValueFormat DebeziumPayload. The producer is idempotent
+// bare payload with ValueFormat DebeziumPayload, or a CloudEvent with
+// PublisherConfig.CloudEvents (the Kafka binding: ce_ headers and the
+// payload as the value, or the JSON event format). The producer is idempotent
 // with acks=all, and Publish returns once every record is acknowledged, with
 // one error per record that was not.
 //
@@ -22,8 +24,8 @@
 //
 // A Subscriber joins a consumer group and processes its partitions in
 // parallel, each in offset order, handing batches of records to a
-// DeliverFunc, normally inbox.Consumer.DeliverBatch, which reads both idem
-// envelopes and Debezium's records:
+// DeliverFunc, normally inbox.Consumer.DeliverBatch, which reads idem
+// envelopes, Debezium's records and CloudEvents:
 //
 //	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 //		ClientConfig: kafka.ClientConfig{Brokers: []string{"localhost:9092"}},

@@ -18,9 +18,10 @@ import (
 // topic and headers (repeated ones too): it must not panic, must keep the
 // value and key as received, and what it produces must decode or be rejected
 // with idem.ErrUndecodable, so that the consumer parks it. The same inputs
-// also make an event, produced as the Publisher does in both value formats:
-// an envelope must come back as it was sent, a Debezium-style record must
-// decode or be undecodable.
+// also make an event, produced as the Publisher does in both value formats
+// and as a CloudEvent in both modes: an envelope or a CloudEvent must come
+// back as it was sent, a Debezium-style record must decode or be
+// undecodable.
 func FuzzDelivery(f *testing.F) {
 	id := "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 	f.Add([]byte(brokertest.FuzzEnvelope), []byte("42"), "outbox.event.order", id, "order.order.placed.v1", "x-h", "v", int32(0), uint8(0))
@@ -69,6 +70,14 @@ func FuzzDelivery(f *testing.F) {
 		msg, err := idem.NewMessage(ev)
 		if err != nil {
 			return // not an event a producer can write: nothing to produce
+		}
+		for _, mode := range brokertest.CloudEventsModes {
+			p := &Publisher{cfg: PublisherConfig{CloudEvents: &idem.CloudEvents{Mode: mode}}.WithDefaults()}
+			rec, err := p.record(msg)
+			if err != nil {
+				continue // an aggregate type that makes no topic name: refused
+			}
+			brokertest.CheckCloudEventsRoundTrip(t, mode, msg, s.delivery(rec, 1))
 		}
 		for _, format := range []ValueFormat{Envelope, DebeziumPayload} {
 			p := &Publisher{cfg: PublisherConfig{ValueFormat: format}.WithDefaults()}

@@ -61,6 +61,17 @@ type PublisherConfig struct {
 	TopicReplacement string
 	// ValueFormat is Envelope (the default) or DebeziumPayload.
 	ValueFormat ValueFormat
+	// CloudEvents, when set, publishes CloudEvents 1.0 instead of idem's
+	// envelope, as idem.CloudEventsKafka says: in binary content mode, the
+	// payload as the value and the attributes in the headers "ce_<name>"
+	// with datacontenttype in "content-type"; in structured content mode,
+	// the JSON event format as the value with "content-type:
+	// application/cloudevents+json". The topic, the key (aggregate id) and
+	// the headers "id" and "eventType" are as with the envelope, so a
+	// consumer that reads Debezium's records reads a binary CloudEvent's
+	// too. It excludes ValueFormat DebeziumPayload. Redeliver sends stored
+	// records as they are.
+	CloudEvents *idem.CloudEvents
 	// GroupOf returns the consumer group of a consumer, for Inspect.
 	// Defaults to the consumer's name.
 	GroupOf func(consumer string) string
@@ -87,6 +98,14 @@ func (c PublisherConfig) validate() error {
 	}
 	if c.ValueFormat != Envelope && c.ValueFormat != DebeziumPayload {
 		return fmt.Errorf("idem: kafka: PublisherConfig.ValueFormat %d: want Envelope or DebeziumPayload", c.ValueFormat)
+	}
+	if c.CloudEvents != nil {
+		if c.ValueFormat == DebeziumPayload {
+			return errors.New("idem: kafka: PublisherConfig.CloudEvents with ValueFormat DebeziumPayload: choose one value format")
+		}
+		if err := c.CloudEvents.Validate(); err != nil {
+			return fmt.Errorf("idem: kafka: PublisherConfig.CloudEvents: %w", err)
+		}
 	}
 	if probe := strings.ReplaceAll(c.TopicReplacement, RoutedByValue, "x"); !validTopic(probe) {
 		return fmt.Errorf("idem: kafka: PublisherConfig.TopicReplacement %q does not make a valid topic name (letters, digits, '.', '_', '-')", c.TopicReplacement)
@@ -289,6 +308,13 @@ func (p *Publisher) record(m idem.Message) (*kgo.Record, error) {
 	topic, err := p.Topic(m)
 	if err != nil {
 		return nil, err
+	}
+	if p.cfg.CloudEvents != nil {
+		ce, err := p.cfg.CloudEvents.Encode(m, idem.CloudEventsKafka)
+		if err != nil {
+			return nil, fmt.Errorf("idem: kafka: message %s: %w", m.EventID, err)
+		}
+		m = ce
 	}
 	value := m.Body
 	if p.cfg.ValueFormat == DebeziumPayload {

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 )
 
@@ -33,10 +34,15 @@ type URLConfig struct {
 	// aggregate type in the topic names. Empty when absent
 	// (TopicPrefixDefault).
 	TopicPrefix string
+	// CloudEvents is set by the parameters cloudevents and
+	// cloudevents_source (broker.CloudEventsFromURL): a publisher produces
+	// CloudEvents. nil when absent.
+	CloudEvents *idem.CloudEvents
 }
 
 // urlParams are the parameters of a Kafka URL.
-var urlParams = []string{"topic_prefix", "client_id", "session_timeout", "tls", "tls_ca", "tls_cert", "tls_key", "sasl", "sasl_user", "sasl_password"}
+var urlParams = []string{"topic_prefix", "client_id", "session_timeout", "tls", "tls_ca", "tls_cert", "tls_key", "sasl", "sasl_user", "sasl_password",
+	"cloudevents", "cloudevents_source"}
 
 // ParseURL parses a Kafka URL, kafka://host:9092[,host2:9092][?params].
 // Its parameters:
@@ -51,7 +57,9 @@ var urlParams = []string{"topic_prefix", "client_id", "session_timeout", "tls", 
 //     certificate (any of them implies tls=true); the files are read now;
 //   - sasl=plain|scram-sha-256|scram-sha-512 authenticates with sasl_user
 //     and sasl_password, or $IDEM_KAFKA_SASL_PASSWORD when the URL has no
-//     password.
+//     password;
+//   - cloudevents=binary|structured and cloudevents_source=URI: a
+//     publisher produces CloudEvents (PublisherConfig.CloudEvents).
 //
 // Any other parameter is an error. Errors name the parameter and never
 // contain the password.
@@ -85,6 +93,9 @@ func ParseURL(rawURL string) (URLConfig, error) {
 		}
 	}
 	c.TopicPrefix = q.Get("topic_prefix")
+	if c.CloudEvents, err = broker.CloudEventsFromURL(q); err != nil {
+		return URLConfig{}, bad("%v", err)
+	}
 	c.ClientID = q.Get("client_id")
 	if v := q.Get("session_timeout"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -186,9 +197,10 @@ func urlSASL(q url.Values) (sasl.Mechanism, error) {
 }
 
 // PublisherConfig returns the configuration of a publisher to the URL's
-// cluster, routing to the topics <TopicPrefix><aggregate type>.
+// cluster, routing to the topics <TopicPrefix><aggregate type>, producing
+// CloudEvents if the URL says so.
 func (c URLConfig) PublisherConfig() PublisherConfig {
-	pc := PublisherConfig{ClientConfig: c.ClientConfig}
+	pc := PublisherConfig{ClientConfig: c.ClientConfig, CloudEvents: c.CloudEvents}
 	if c.TopicPrefix != "" {
 		pc.TopicReplacement = c.TopicPrefix + RoutedByValue
 	}

@@ -17,7 +17,10 @@
 //	idem-key             the aggregate id (idem.Message.Key)
 //	idem-aggregate-type  the aggregate type
 //
-// plus the event's own headers. Event names must be valid subject tokens
+// plus the event's own headers. With PublisherConfig.CloudEvents the body
+// is a CloudEvent's data with its attributes in ce- headers, or the JSON
+// event format with Content-Type application/cloudevents+json, as the NATS
+// binding says. Event names must be valid subject tokens
 // joined by dots: no spaces, no * or >, no empty token; Publish reports the
 // offending message without sending it.
 //

@@ -40,3 +40,6 @@ func RenewLease(ctx context.Context, s *Subscriber) (bool, error) { return s.lea
 
 // LeaseTTL returns the time to live s's lease runs with.
 func LeaseTTL(s *Subscriber) time.Duration { return s.lease.ttl }
+
+// OrderKey is orderKey, for the tests of CloudEvents from other programs.
+var OrderKey = orderKey

@@ -38,8 +38,9 @@ func (m *fuzzMsg) Metadata() (*jetstream.MsgMetadata, error) {
 // data, subject and headers (empty ones too): it must not panic, must keep
 // the data as received, and what it produces must decode or be rejected with
 // idem.ErrUndecodable, so that the consumer parks it. The same inputs also
-// make an event, published as the Publisher does: the consumer must get it
-// back as the envelope says.
+// make an event, published as the Publisher does, as an envelope and as a
+// CloudEvent in both modes: the consumer must get it back as the envelope
+// says.
 func FuzzToDelivery(f *testing.F) {
 	id := "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 	f.Add([]byte(brokertest.FuzzEnvelope), "events.order.order.placed.v1", id, "", "order.order.placed.v1", "42", "order", "x-h", "v", uint32(1))
@@ -94,6 +95,15 @@ func FuzzToDelivery(f *testing.F) {
 		brokertest.CheckRoundTrip(t, msg, got)
 		if got.Message.AggregateType != msg.AggregateType || got.Message.EventName != msg.EventName {
 			t.Fatalf("published %q %q, received %q %q", msg.AggregateType, msg.EventName, got.Message.AggregateType, got.Message.EventName)
+		}
+		for _, mode := range brokertest.CloudEventsModes {
+			ce, err := idem.CloudEvents{Mode: mode}.Encode(msg, idem.CloudEventsNATS)
+			if err != nil {
+				t.Fatalf("%s: %v", mode, err)
+			}
+			out := natsMsg(subj, ce, ce.EventID.String())
+			got := s.toDelivery(&fuzzMsg{data: out.Data, headers: out.Header, subject: out.Subject, delivered: 1})
+			brokertest.CheckCloudEventsRoundTrip(t, mode, msg, got)
 		}
 	})
 }

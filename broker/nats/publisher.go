@@ -48,6 +48,16 @@ type PublisherConfig struct {
 	// AckTimeout bounds the wait for each message's acknowledgement by
 	// JetStream. Defaults to 30s.
 	AckTimeout time.Duration
+	// CloudEvents, when set, publishes CloudEvents 1.0 instead of idem's
+	// envelope, as idem.CloudEventsNATS says (the NATS protocol binding,
+	// NATS 2.2 and later): in binary content mode, the payload as the
+	// data and every attribute, datacontenttype included, in a header
+	// "ce-<name>" with its value percent-encoded; in structured content
+	// mode, the JSON event format as the data with "Content-Type:
+	// application/cloudevents+json". The subject, Nats-Msg-Id and idem's
+	// headers are as with the envelope. Redeliver sends stored messages as
+	// they are.
+	CloudEvents *idem.CloudEvents
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -71,6 +81,11 @@ func (c PublisherConfig) validate() error {
 	}
 	if c.AckTimeout < 0 {
 		return fmt.Errorf("idem: nats: PublisherConfig.AckTimeout %v is negative", c.AckTimeout)
+	}
+	if c.CloudEvents != nil {
+		if err := c.CloudEvents.Validate(); err != nil {
+			return fmt.Errorf("idem: nats: PublisherConfig.CloudEvents: %w", err)
+		}
 	}
 	return nil
 }
@@ -176,6 +191,14 @@ func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
 		if err != nil {
 			errs[i] = err
 			continue
+		}
+		if p.cfg.CloudEvents != nil {
+			ce, err := p.cfg.CloudEvents.Encode(m, idem.CloudEventsNATS)
+			if err != nil {
+				errs[i] = fmt.Errorf("idem: nats: message %s: %w", m.EventID, err)
+				continue
+			}
+			m = ce
 		}
 		outs[i] = natsMsg(subject, m, m.EventID.String())
 	}

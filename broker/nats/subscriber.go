@@ -724,14 +724,14 @@ func (s *Subscriber) serve(iter jetstream.MessagesContext, t *termState) {
 // pause.
 func (s *Subscriber) Held() int { return int(s.held.Load()) }
 
-// worker picks the worker of m: by key header, so one aggregate's messages
-// stay in order, else by event id.
+// worker picks the worker of m: by key (orderKey), so one aggregate's
+// messages stay in order, else by event id.
 func (s *Subscriber) worker(m jetstream.Msg, n int) int {
 	if n == 1 {
 		return 0
 	}
 	h := m.Headers()
-	key := h.Get(HeaderKey)
+	key := orderKey(h)
 	if key == "" {
 		key = h.Get(idem.HeaderEventID)
 	}
@@ -765,7 +765,17 @@ type msgTransport struct {
 	t *termState
 }
 
-func (t msgTransport) Key(m jetstream.Msg) string { return m.Headers().Get(HeaderKey) }
+func (t msgTransport) Key(m jetstream.Msg) string { return orderKey(m.Headers()) }
+
+// orderKey returns what orders a message among those of its aggregate: the
+// key header, else, on a binary CloudEvent another program published, its
+// subject attribute as sent (idem's publishers set the key header).
+func orderKey(h nats.Header) string {
+	if k := h.Get(HeaderKey); k != "" {
+		return k
+	}
+	return h.Get("ce-subject")
+}
 
 func (t msgTransport) Delivery(m jetstream.Msg, attempt int) broker.Delivery {
 	d := t.s.toDelivery(m)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 )
 
@@ -46,6 +47,10 @@ type URLConfig struct {
 	// server to run in the process, with package broker/nats/embedded,
 	// rather than one to connect to. Connect to it and set ConnConfig.Conn.
 	Embedded *EmbeddedServer
+	// CloudEvents is set by the parameters cloudevents and
+	// cloudevents_source (broker.CloudEventsFromURL): a publisher publishes
+	// CloudEvents. nil when absent.
+	CloudEvents *idem.CloudEvents
 }
 
 // EmbeddedServer is the server an embedded URL asks to run in the process
@@ -64,7 +69,8 @@ type EmbeddedServer struct {
 }
 
 // Parameters of a NATS URL that are idem's, not the server's.
-var urlParams = []string{"stream", "prefix", "replicas", "partitions", "partition", "ack_wait", "ca", "cert", "key", "creds"}
+var urlParams = []string{"stream", "prefix", "replicas", "partitions", "partition", "ack_wait", "ca", "cert", "key", "creds",
+	"cloudevents", "cloudevents_source"}
 
 // ParseURL parses a NATS URL:
 //
@@ -83,8 +89,10 @@ var urlParams = []string{"stream", "prefix", "replicas", "partitions", "partitio
 // EVENTS, and subject prefix, default events), replicas=N (the servers of
 // a cluster that keep the stream), partitions=P (a stream of P
 // partitions), and, for a subscriber, partition=K (the partition it reads)
-// and ack_wait=DURATION (at least 1s). Errors name the parameter and never
-// contain the password.
+// and ack_wait=DURATION (at least 1s), and, for a publisher,
+// cloudevents=binary|structured and cloudevents_source=URI (publish
+// CloudEvents, PublisherConfig.CloudEvents). Errors name the parameter and
+// never contain the password.
 func ParseURL(rawURL string) (URLConfig, error) {
 	if rawURL == "embedded" || strings.HasPrefix(rawURL, "embedded?") {
 		rawURL = "nats://" + rawURL
@@ -111,6 +119,9 @@ func ParseURL(rawURL string) (URLConfig, error) {
 		c.Stream.Partitions = n
 	}
 	c.PartitionsSet = q.Has("partitions")
+	if c.CloudEvents, err = broker.CloudEventsFromURL(q); err != nil {
+		return URLConfig{}, bad("%v", err)
+	}
 	if v := q.Get("replicas"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -170,7 +181,7 @@ func ParseURL(rawURL string) (URLConfig, error) {
 // servers and stream. For an embedded server (Embedded), set its
 // ConnConfig.Conn.
 func (c URLConfig) PublisherConfig() PublisherConfig {
-	return PublisherConfig{ConnConfig: c.ConnConfig, Stream: c.Stream}
+	return PublisherConfig{ConnConfig: c.ConnConfig, Stream: c.Stream, CloudEvents: c.CloudEvents}
 }
 
 // SubscriberConfig returns the configuration of a subscriber of the URL's

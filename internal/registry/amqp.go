@@ -27,7 +27,8 @@ func publishAMQP(ctx context.Context, rawURL, prefix string) (Publisher, error) 
 		return nil, err
 	}
 	named, _ := SubscribeConfig{Prefix: prefix}.Names()
-	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqpConn(uc, "idem"), Exchange: cmp.Or(uc.Exchange, named), QueueOf: amqpQueueOf(prefix)})
+	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqpConn(uc, "idem"), Exchange: cmp.Or(uc.Exchange, named), QueueOf: amqpQueueOf(prefix),
+		CloudEvents: uc.CloudEvents})
 	if err != nil {
 		return nil, err
 	}

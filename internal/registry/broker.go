@@ -75,7 +75,7 @@ func BrokerURLHelp() string {
 	for i, t := range transports {
 		lines[i] = t.help
 	}
-	return strings.Join(lines, ",\n")
+	return strings.Join(lines, ",\n") + ";\nany of them publishes CloudEvents with ?cloudevents=binary or ?cloudevents=structured (&cloudevents_source=/shop/order)"
 }
 
 // BrokerSchemes returns the supported broker URL schemes, sorted.

@@ -87,7 +87,7 @@ func publishNATS(ctx context.Context, rawURL, prefix string) (Publisher, error) 
 	if err != nil {
 		return nil, err
 	}
-	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: natsStream(uc, prefix)})
+	p, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: cc, Stream: natsStream(uc, prefix), CloudEvents: uc.CloudEvents})
 	if err != nil {
 		return nil, errors.Join(err, release())
 	}
