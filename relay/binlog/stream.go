@@ -178,8 +178,11 @@ type session struct {
 	tx   *txState
 	pos  mysqlrepl.Position // after the last transaction read
 	file string
-	// toDelete holds the ids of published rows not deleted yet.
-	toDelete []string
+	// toDelete holds the ids of published rows not deleted yet, and
+	// toArchive the events published and not archived yet
+	// (Config.ArchiveRetention), in binlog order.
+	toDelete  []string
+	toArchive []*driver.OutboxRecord
 	// names are the outbox's columns from information_schema, when the
 	// binlog holds none; nil until needed.
 	names []string
@@ -625,8 +628,9 @@ func (s *session) commit(h *mysqlrepl.Header) error {
 // With force (at a stop) it stores any position that moved.
 func (s *session) flush(ctx context.Context, force bool) error {
 	r := s.r
-	end, ids, commits, events, foreign := s.pipe.confirmed()
+	end, ids, archive, commits, events, foreign := s.pipe.confirmed()
 	s.toDelete = append(s.toDelete, ids...)
+	s.toArchive = append(s.toArchive, archive...)
 	if end != nil {
 		if s.pending == nil || end.pos != s.pending.pos {
 			s.pending = end
@@ -635,14 +639,14 @@ func (s *session) flush(ctx context.Context, force bool) error {
 		s.pendingForeign = s.pendingForeign || foreign
 	}
 	end = s.pending
-	if end == nil && len(s.toDelete) == 0 {
+	if end == nil && len(s.toDelete) == 0 && len(s.toArchive) == 0 {
 		return nil
 	}
-	if len(s.toDelete) > 0 {
-		if err := r.deleteRows(ctx, s.toDelete); err != nil {
+	if len(s.toDelete) > 0 || len(s.toArchive) > 0 {
+		if err := r.deleteRows(ctx, s.toDelete, s.toArchive); err != nil {
 			return err
 		}
-		s.toDelete = s.toDelete[:0]
+		s.toDelete, s.toArchive = s.toDelete[:0], s.toArchive[:0]
 	}
 	if end == nil || end.pos == s.stored {
 		return nil
@@ -680,26 +684,88 @@ func (s *session) flush(ctx context.Context, force bool) error {
 	return nil
 }
 
-// deleteRows deletes published rows by id.
-func (r *Relay) deleteRows(ctx context.Context, ids []string) error {
-	for len(ids) > 0 {
-		n := min(len(ids), 1000)
-		args := make([]any, n)
-		for i, id := range ids[:n] {
-			args[i] = id
-		}
+// deleteRows deletes published rows by id and, when the relay archives
+// what it publishes, archives the events recs in the same transactions:
+// deleted and archived together, or neither.
+func (r *Relay) deleteRows(ctx context.Context, ids []string, recs []*driver.OutboxRecord) error {
+	for len(ids) > 0 || len(recs) > 0 {
+		n, m := min(len(ids), 1000), min(len(recs), 1000)
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		res, err := r.db.ExecContext(qctx, `DELETE FROM `+r.sql.table+` WHERE id IN (`+placeholders(n)+`)`, args...)
+		d, err := r.deleteBatch(qctx, ids[:n], recs[:m])
 		cancel()
 		if err != nil {
 			return fmt.Errorf("idem: binlog: delete published rows: %w", err)
 		}
-		d, _ := res.RowsAffected()
 		r.stats.deleted.Add(d)
-		ids = ids[n:]
+		ids, recs = ids[n:], recs[m:]
 	}
 	return nil
 }
+
+// deleteBatch deletes the rows of ids and archives recs in one
+// transaction, and returns how many rows it deleted.
+func (r *Relay) deleteBatch(ctx context.Context, ids []string, recs []*driver.OutboxRecord) (int64, error) {
+	del := func(ex interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+	}) (int64, error) {
+		if len(ids) == 0 {
+			return 0, nil
+		}
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id
+		}
+		res, err := ex.ExecContext(ctx, `DELETE FROM `+r.sql.table+` WHERE id IN (`+placeholders(len(ids))+`)`, args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+	if len(recs) == 0 {
+		return del(r.db)
+	}
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	args := make([]any, 0, 8*len(recs))
+	for _, rec := range recs {
+		var payload, headers any
+		if rec.Payload != nil {
+			payload = string(rec.Payload)
+		}
+		if rec.RawHeaders != nil {
+			headers = string(rec.RawHeaders)
+		}
+		args = append(args, rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type, payload,
+			rec.OccurredAt.UTC().Format(dateTime6), rec.AggregateVersion, headers)
+	}
+	// The rows in the order of publication: the archive's seq follows it.
+	// An event archived already (the binlog gave its transaction again
+	// after a crash) is kept as it was.
+	res, err := tx.ExecContext(ctx, `INSERT INTO `+r.sql.archive+` (id, aggregatetype, aggregateid, type, payload, occurred_at,
+    aggregate_version, headers) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}')),", len(recs)), ",")+`
+ON DUPLICATE KEY UPDATE id = id`, args...)
+	if err != nil {
+		return 0, fmt.Errorf("archive the published events: %w", err)
+	}
+	n, err := del(tx)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	// ON DUPLICATE KEY UPDATE counts 1 per row inserted, 0 per row kept.
+	if a, err := res.RowsAffected(); err == nil {
+		r.stats.archived.Add(a)
+	}
+	return n, nil
+}
+
+// dateTime6 is how a DATETIME(6) value is written: UTC, microseconds.
+const dateTime6 = "2006-01-02 15:04:05.000000"
 
 // loadPosition returns the stored position, "" when none is.
 func (r *Relay) loadPosition(ctx context.Context) (string, error) {
