@@ -237,3 +237,46 @@ func TestArchiveOff(t *testing.T) {
 	}
 	start(t, pg, pub, cfg) // off: starts
 }
+
+// TestArchiveRefusedValue: a published event whose values the archive
+// cannot hold (a WAL message's aggregate id with a NUL character, which
+// PostgreSQL's text refuses) is left out of it, and the others of its batch
+// archived: the slot's position goes on. JSON that jsonb would refuse
+// (\u0000 in a string) is archived as it was published.
+func TestArchiveRefusedValue(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	pub := memory.New()
+	r := start(t, pg, pub, fastConfig(t))
+	ctx := context.Background()
+	nul, escaped, plain := uuid.New(), uuid.New(), uuid.New()
+	msg := func(id uuid.UUID, agg, payload string) string {
+		return fmt.Sprintf(`SELECT pg_logical_emit_message(true, '%s', '{"id": "%s", "aggregatetype": "order", "aggregateid": "%s", "type": "order.order.changed.v1", "payload": %s}')`,
+			pg.Schema, id, agg, payload)
+	}
+	err := pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
+		for _, q := range []string{msg(nul, `a\u0000b`, `{}`), msg(escaped, "b", `{"note": "x\u0000y"}`), msg(plain, "c", `{}`)} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLen(t, pub, 3, 30*time.Second)
+	eventually(t, 10*time.Second, "the archivable events archived", func() bool { return r.Stats().Archived == 2 })
+	if n := pg.Count(t, "outbox_archive WHERE id = ANY($1)", []string{escaped.String(), plain.String()}); n != 2 {
+		t.Errorf("the archive holds %d of the two archivable events", n)
+	}
+	var payload string
+	if err := pg.Pool.QueryRow(ctx, `SELECT payload::text FROM outbox_archive WHERE id = $1`, escaped.String()).Scan(&payload); err != nil || payload != `{"note": "x\u0000y"}` {
+		t.Errorf("archived payload = %q, %v", payload, err)
+	}
+	// The position went on: a later event is archived too.
+	later := writeTimed(t, pg, "rows", 1, 1)
+	eventually(t, 10*time.Second, "a later event archived", func() bool {
+		return pg.Count(t, "outbox_archive WHERE id = $1", later[0].ID.String()) == 1
+	})
+}

@@ -88,8 +88,8 @@ func archiveSQL(table, archive, where string) string {
 	return `WITH d AS (DELETE FROM ` + table + ` WHERE ` + where + ` RETURNING 1),
 a AS (
     INSERT INTO ` + archive + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers)
-    SELECT u.id, u.aggregatetype, u.aggregateid, u.type, u.payload::jsonb, u.occurred_at, u.aggregate_version,
-        coalesce(u.headers::jsonb, '{}')
+    SELECT u.id, u.aggregatetype, u.aggregateid, u.type, u.payload::json, u.occurred_at, u.aggregate_version,
+        coalesce(u.headers::json, '{}')
     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bigint[], $9::text[])
         WITH ORDINALITY AS u(id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, n)
     ORDER BY u.n

@@ -561,6 +561,18 @@ func (s *session) deleteRows(ctx context.Context) error {
 			err = r.pool.QueryRow(qctx, r.sql.archiveRows, args...).Scan(&deleted, &archived)
 		}
 		cancel()
+		if err != nil && m > 0 && dataError(err) {
+			// An event the archive cannot hold: archive the others one by
+			// one, then delete the rows.
+			archived, err = r.archiveEach(ctx, s.toArchive[:m])
+			if err == nil {
+				qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+				var tag pgconn.CommandTag
+				tag, err = r.pool.Exec(qctx, r.sql.deleteRows, s.toDelete[:n])
+				cancel()
+				deleted = tag.RowsAffected()
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -570,6 +582,42 @@ func (s *session) deleteRows(ctx context.Context) error {
 	}
 	s.toDelete, s.toArchive = nil, nil
 	return nil
+}
+
+// archiveEach archives recs one at a time, in order, after a batch failed
+// on a value the database refuses (dataError): an event whose own values
+// are refused (an id or an aggregate with a NUL character, from a WAL
+// message) is left out of the archive, logged at error level with its
+// content, rather than hold the slot's position for good. It returns how
+// many it archived, and fails when the database does.
+func (r *Relay) archiveEach(ctx context.Context, recs []*driver.OutboxRecord) (int64, error) {
+	var n int64
+	for _, rec := range recs {
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		var archived int64
+		args := append([]any{[]string{}}, archiveArgs([]*driver.OutboxRecord{rec})...)
+		err := r.pool.QueryRow(qctx, r.sql.archiveRows, args...).Scan(new(int64), &archived)
+		cancel()
+		switch {
+		case err == nil:
+			n += archived
+		case dataError(err):
+			r.log.Error("a published event cannot be archived: the database refuses one of its values; it was published, and idem replay will not find it",
+				"id", rec.RawID, "aggregate_type", quote([]byte(rec.AggregateType)), "aggregate_id", quote([]byte(rec.AggregateID)),
+				"type", quote([]byte(rec.Type)), "payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "error", err)
+		default:
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// dataError reports whether a statement failed on a value (SQLSTATE class
+// 22: a character the encoding refuses, invalid JSON, a value out of
+// range): trying it again as it is cannot help.
+func dataError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22")
 }
 
 // firstInvisibleSQL returns the position (from 1) of the first of the

@@ -89,14 +89,22 @@ func (r *Relay) publishInitial() {
 			done, published, err = r.publishInOrder(r.ctx, recs)
 		}
 		if err == nil && len(done) > 0 {
+			archived := int64(0)
 			if r.archiving {
-				// Deleted and archived at once, as the stream's rows.
-				var archived int64
+				// Deleted and archived at once, as the stream's rows; an
+				// event the archive cannot hold leaves the others archived
+				// one by one before the rows are deleted.
 				err = r.pool.QueryRow(r.ctx, r.sql.archiveSeqs, append([]any{done}, archiveArgs(published)...)...).Scan(new(int64), &archived)
-				r.stats.archived.Add(archived)
+				if err != nil && dataError(err) {
+					archived, err = r.archiveEach(r.ctx, published)
+					if err == nil {
+						_, err = r.pool.Exec(r.ctx, del, done)
+					}
+				}
 			} else {
 				_, err = r.pool.Exec(r.ctx, del, done)
 			}
+			r.stats.archived.Add(archived)
 			if err == nil {
 				r.stats.deleted.Add(int64(len(done)))
 				n += int64(len(done))

@@ -6,7 +6,9 @@
 -- deletes their rows, in the order it published them (seq), and deletes
 -- those published longer ago than its retention. The columns are the
 -- outbox's that a message is made of; id is text, as a WAL message's or
--- another program's id may not be a UUID. An event written twice (a crash
+-- another program's id may not be a UUID, and payload and headers are
+-- json, which keeps the text published as it is (a WAL message's JSON may
+-- hold what jsonb refuses, such as \u0000). An event written twice (a crash
 -- between this statement and the slot's confirmation: the slot gives the
 -- transaction again) is kept once, by its id.
 CREATE TABLE {{.OutboxArchive}} (
@@ -14,10 +16,10 @@ CREATE TABLE {{.OutboxArchive}} (
     aggregatetype     text        NOT NULL,
     aggregateid       text        NOT NULL,
     type              text        NOT NULL,
-    payload           jsonb,
+    payload           json,
     occurred_at       timestamptz NOT NULL,
     aggregate_version bigint      NOT NULL DEFAULT 0,
-    headers           jsonb       NOT NULL DEFAULT '{}',
+    headers           json        NOT NULL DEFAULT '{}',
     -- The order in which the relay published the events.
     seq               bigint      GENERATED ALWAYS AS IDENTITY,
     published_at      timestamptz NOT NULL DEFAULT now(),
