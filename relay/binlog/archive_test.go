@@ -218,3 +218,46 @@ func TestArchiveOff(t *testing.T) {
 		t.Errorf("Archive without its table = %+v, %v, %v; want it missing", info, ok, err)
 	}
 }
+
+// TestArchiveRefusedValue: a published event whose values the archive
+// cannot hold (an aggregate id longer than its VARCHAR(255), from a foreign
+// outbox with a wider column) is left out of it, the others of its batch
+// archived, in the transaction that deletes their rows: the position goes
+// on.
+func TestArchiveRefusedValue(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMariaDB(t)
+	db.Exec(t, `ALTER TABLE outbox DROP INDEX outbox_aggregate_pending_idx, MODIFY aggregateid VARCHAR(600) NOT NULL`)
+	pub := memory.New()
+	r := start(t, db, pub, fastConfig(t))
+	long := strings.Repeat("x", 300)
+	w := outbox.NewWriter(db.Driver)
+	var evs []idem.Event
+	for _, agg := range []string{"a", long, "b"} {
+		ev, err := idem.NewEvent("order.changed.v1", "order", agg, map[string]any{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	ctx := context.Background()
+	tx, err := db.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(ctx, tx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitLen(t, pub, 3)
+	eventually(t, "the archivable events archived and the rows deleted", func() bool {
+		return r.Stats().Archived == 2 && db.Count(t, "outbox") == 0
+	})
+	if n := db.Count(t, "outbox_archive WHERE id IN (?, ?)", evs[0].ID.String(), evs[2].ID.String()); n != 2 {
+		t.Errorf("the archive holds %d of the two archivable events", n)
+	}
+	later := writeTimed(t, db, 1, 1)
+	eventually(t, "a later event archived", func() bool { return db.Count(t, "outbox_archive WHERE id = ?", later[0].ID.String()) == 1 })
+}

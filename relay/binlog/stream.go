@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/mysqlrepl"
@@ -729,26 +731,9 @@ func (r *Relay) deleteBatch(ctx context.Context, ids []string, recs []*driver.Ou
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	args := make([]any, 0, 8*len(recs))
-	for _, rec := range recs {
-		var payload, headers any
-		if rec.Payload != nil {
-			payload = string(rec.Payload)
-		}
-		if rec.RawHeaders != nil {
-			headers = string(rec.RawHeaders)
-		}
-		args = append(args, rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type, payload,
-			rec.OccurredAt.UTC().Format(dateTime6), rec.AggregateVersion, headers)
-	}
-	// The rows in the order of publication: the archive's seq follows it.
-	// An event archived already (the binlog gave its transaction again
-	// after a crash) is kept as it was.
-	res, err := tx.ExecContext(ctx, `INSERT INTO `+r.sql.archive+` (id, aggregatetype, aggregateid, type, payload, occurred_at,
-    aggregate_version, headers) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}')),", len(recs)), ",")+`
-ON DUPLICATE KEY UPDATE id = id`, args...)
+	archived, err := r.archive(ctx, tx, recs)
 	if err != nil {
-		return 0, fmt.Errorf("archive the published events: %w", err)
+		return 0, err
 	}
 	n, err := del(tx)
 	if err != nil {
@@ -757,11 +742,80 @@ ON DUPLICATE KEY UPDATE id = id`, args...)
 	if err := tx.Commit(); err != nil {
 		return 0, err
 	}
-	// ON DUPLICATE KEY UPDATE counts 1 per row inserted, 0 per row kept.
-	if a, err := res.RowsAffected(); err == nil {
-		r.stats.archived.Add(a)
+	r.stats.archived.Add(archived)
+	return n, nil
+}
+
+// archive inserts recs into the archive in tx, in the order of publication
+// (the archive's seq follows it), and returns how many it inserted. An
+// event archived already (the binlog gave its transaction again after a
+// crash) is kept as it was. When the batch fails on a value the table
+// refuses (dataError: a foreign outbox's column wider than the archive's),
+// the events are inserted one at a time, and one refused is logged at error
+// level with its content and left out, rather than hold the position for
+// good: a failed statement leaves the transaction's other statements be.
+func (r *Relay) archive(ctx context.Context, tx *sql.Tx, recs []*driver.OutboxRecord) (int64, error) {
+	insert := func(recs []*driver.OutboxRecord) (int64, error) {
+		args := make([]any, 0, 8*len(recs))
+		for _, rec := range recs {
+			var payload, headers any
+			if rec.Payload != nil {
+				payload = string(rec.Payload)
+			}
+			if rec.RawHeaders != nil {
+				headers = string(rec.RawHeaders)
+			}
+			args = append(args, rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type, payload,
+				rec.OccurredAt.UTC().Format(dateTime6), rec.AggregateVersion, headers)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO `+r.sql.archive+` (id, aggregatetype, aggregateid, type, payload, occurred_at,
+    aggregate_version, headers) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}')),", len(recs)), ",")+`
+ON DUPLICATE KEY UPDATE id = id`, args...)
+		if err != nil {
+			return 0, err
+		}
+		// ON DUPLICATE KEY UPDATE counts 1 per row inserted, 0 per row
+		// kept.
+		return res.RowsAffected()
+	}
+	n, err := insert(recs)
+	if err == nil || !dataError(err) {
+		if err != nil {
+			return 0, fmt.Errorf("archive the published events: %w", err)
+		}
+		return n, nil
+	}
+	n = 0
+	for _, rec := range recs {
+		a, err := insert([]*driver.OutboxRecord{rec})
+		switch {
+		case err == nil:
+			n += a
+		case dataError(err):
+			r.log.Error("a published event cannot be archived: the archive refuses one of its values; it was published, and idem replay will not find it",
+				"id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "type", rec.Type,
+				"payload", string(rec.Payload), "headers", string(rec.RawHeaders), "error", err)
+		default:
+			return 0, fmt.Errorf("archive the published events: %w", err)
+		}
 	}
 	return n, nil
+}
+
+// dataError reports whether a statement failed on a value in strict mode:
+// too long (1406), not in the column's character set (1366), out of range
+// (1264), JSON the column refuses (4025, MariaDB's JSON check; 3140,
+// MySQL's). Trying it again as it is cannot help.
+func dataError(err error) bool {
+	var me *gomysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case 1406, 1366, 1264, 4025, 3140:
+		return true
+	}
+	return false
 }
 
 // dateTime6 is how a DATETIME(6) value is written: UTC, microseconds.
