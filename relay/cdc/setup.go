@@ -52,15 +52,18 @@ type queries struct {
 
 // The statements that do not depend on the table.
 const (
-	walLevelSQL     = `SHOW wal_level`
-	currentSchema   = `SELECT current_schema()`
-	tableExistsSQL  = `SELECT to_regclass($1) IS NOT NULL`
-	pubExistsSQL    = `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`
-	pubHasTableSQL  = `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`
-	slotSQL         = `SELECT plugin, database, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1 AND slot_type = 'logical'`
-	dropSlotSQL     = `SELECT pg_drop_replication_slot($1)`
-	currentDBSQL    = `SELECT current_database()`
-	canDeleteSQL    = `SELECT has_table_privilege($1, 'DELETE')`
+	walLevelSQL    = `SHOW wal_level`
+	currentSchema  = `SELECT current_schema()`
+	tableExistsSQL = `SELECT to_regclass($1) IS NOT NULL`
+	pubExistsSQL   = `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`
+	pubHasTableSQL = `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`
+	slotSQL        = `SELECT plugin, database, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1 AND slot_type = 'logical'`
+	dropSlotSQL    = `SELECT pg_drop_replication_slot($1)`
+	currentDBSQL   = `SELECT current_database()`
+	canDeleteSQL   = `SELECT has_table_privilege($1, 'DELETE')`
+	// canArchiveSQL: the archive's inserts, and its purge (a delete that
+	// reads the rows it deletes).
+	canArchiveSQL   = `SELECT has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND has_table_privilege($1, 'DELETE')`
 	versionSQL      = `SELECT current_setting('server_version_num')::int`
 	slotFailoverSQL = `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`
 	// standbysSQL names the physical standbys: walsenders connected to no
@@ -203,6 +206,14 @@ func (r *Relay) setup(ctx context.Context) error {
 		}
 		if !exists {
 			return fmt.Errorf("%w: %s, the archive of the events the relay publishes, for idem replay: run idem migrate (migration 0013), or turn the archive off (Config.ArchiveRetention negative, idem cdc --archive-retention 0)", idem.ErrMissingTable, r.sql.archive)
+		}
+		var can bool
+		if err := pool.QueryRow(ctx, canArchiveSQL, r.sql.archive).Scan(&can); err != nil {
+			return fmt.Errorf("idem: cdc: read privileges on %s: %w", r.sql.archive, err)
+		}
+		if !can {
+			return fmt.Errorf("idem: cdc: the relay's role cannot write %s, the archive of the events it publishes, for idem replay: GRANT SELECT, INSERT, DELETE ON %s TO %s, or turn the archive off (Config.ArchiveRetention negative, idem cdc --archive-retention 0)",
+				r.sql.archive, r.sql.archive, postgres.QuoteIdent(r.replCfg.User))
 		}
 		drv, err := postgres.NewPgxTables(pool, idem.Tables{Schema: r.schema, Outbox: r.cfg.Tables.Outbox})
 		if err != nil {
