@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/idem-go/idem"
 )
 
 // RelayDialect is the part of a Dialect that the relays (package relay,
@@ -294,7 +292,8 @@ func (e *UnreadableError) Unwrap() []error { return e.Problems }
 
 // OutboxArchiver is implemented by the dialects of the databases a CDC
 // relay serves (PostgreSQL, MySQL/MariaDB): it reads and purges the outbox's
-// archive, the table ArchiveTable names (migration 0013), where the CDC
+// archive, the table idem.Tables.OutboxArchive names ("outbox_archive",
+// migration 0013: one row per event and outbox table), where the CDC
 // relays (relay/cdc, relay/binlog) keep the events they published when their
 // archive is on, since they leave no published row in the outbox: they
 // delete their rows (or leave them to their writer, unmarked), and WAL
@@ -333,10 +332,4 @@ type ArchiveInfo struct {
 	// OldestOccurred is the lowest occurred_at in the archive. Zero when
 	// Empty.
 	OldestOccurred time.Time
-}
-
-// ArchiveTable returns the name of the archive of the outbox of t:
-// "<outbox>_archive" ("outbox_archive" by default), in t.Schema.
-func ArchiveTable(t idem.Tables) string {
-	return t.WithDefaults().Outbox + "_archive"
 }

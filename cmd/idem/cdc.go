@@ -55,7 +55,7 @@ Updates and deletes in the stream are never published.
 
 Archive. Since this relay leaves no published row in the outbox (and a WAL
 message is no row at all), it keeps the events it publishes in the table
-<outbox>_archive (migration 0013) for --archive-retention (168h, 7 days, by
+outbox_archive (migration 0013) for --archive-retention (168h, 7 days, by
 default, as the polling relay's --retention), so that "idem replay" can
 publish a period again: each confirmed batch is archived in the statement
 (PostgreSQL) or transaction (MariaDB) that deletes its rows, before its

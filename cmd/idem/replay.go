@@ -7,7 +7,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 )
@@ -34,7 +33,7 @@ A replay covers what the relay of the outbox keeps:
                deletes its rows (or leaves them unmarked, --keep-rows), and
                a WAL message is no row at all. It keeps the events it
                published, rows and WAL messages, in the archive
-               <outbox>_archive (migration 0013) for its
+               outbox_archive (migration 0013) for its
                --archive-retention (7 days by default), then deletes them;
                with --archive-retention 0 it keeps nothing, and nothing it
                published can be replayed.
@@ -183,12 +182,12 @@ func explainArchive(ctx context.Context, e *env, conn *registry.Database, from t
 	case !info.Exists:
 		if empty {
 			fmt.Fprintf(e.stdout, "  This database has no archive (table %s, migration 0013): the events idem cdc published are not kept.\n  Run idem migrate, and idem cdc keeps what it publishes from then on (--archive-retention, 7 days by default).\n  (%s.)\n",
-				driver.ArchiveTable(conn.SQL.Dialect().Tables()), keeps)
+				conn.SQL.Dialect().Tables().OutboxArchive, keeps)
 		}
 	case info.Empty:
 		if empty {
 			fmt.Fprintf(e.stdout, "  The archive (%s) is empty: idem cdc runs with --archive-retention 0 (no archive), or published nothing within its retention.\n  Start it without --archive-retention 0 (or with --archive-retention 168h) to keep what it publishes from then on.\n  (%s.)\n",
-				driver.ArchiveTable(conn.SQL.Dialect().Tables()), keeps)
+				conn.SQL.Dialect().Tables().OutboxArchive, keeps)
 		}
 	case from.Before(info.OldestOccurred):
 		fmt.Fprintf(e.stdout, "  The period starts before the archive's oldest event (occurred at %s; the oldest was archived at %s):\n  events published by idem cdc before then are beyond its --archive-retention (deleted), or were published before the archive was on.\n  (%s.)\n",

@@ -137,7 +137,7 @@ func TestReplayHelp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("help replay = %d\n%s", code, errOut)
 	}
-	for _, want := range []string{"idem relay", "--retention", "idem cdc", "<outbox>_archive", "--archive-retention", "nothing it\n               published can be replayed"} {
+	for _, want := range []string{"idem relay", "--retention", "idem cdc", "outbox_archive", "--archive-retention", "nothing it\n               published can be replayed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("idem help replay does not say %q:\n%s", want, out)
 		}

@@ -15,7 +15,8 @@ import (
 // of the databases a CDC relay serves; SQLite has none): what ArchiveInfo
 // tells of a missing, an empty and a filled archive, the filters, order and
 // pages of ArchiveRows and ArchiveCounts, the events left to the outbox's
-// replay, and PurgeArchive's batches.
+// replay, PurgeArchive's batches, and that another outbox's events in the
+// same table are none of these.
 func Archive[TTx any](t *testing.T, setup Setup[TTx]) {
 	db := setup.open(t, Options{})
 	a, ok := db.Driver.Dialect().(driver.OutboxArchiver)
@@ -24,7 +25,8 @@ func Archive[TTx any](t *testing.T, setup Setup[TTx]) {
 	}
 	ctx := testsvc.Ctx(t, 30*time.Second)
 	pool := db.Driver.Pool()
-	table := driver.ArchiveTable(db.Driver.Dialect().Tables())
+	tables := db.Driver.Dialect().Tables()
+	table := tables.OutboxArchive
 
 	info, err := a.ArchiveInfo(ctx, pool)
 	fatalIf(t, err, "archive info")
@@ -48,10 +50,16 @@ func Archive[TTx any](t *testing.T, setup Setup[TTx]) {
 		all = append(all, archived{ev, now.Add(time.Duration(i-6) * time.Hour)})
 	}
 	for _, r := range all {
-		db.exec(t, `INSERT INTO `+table+` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, published_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.ev.ID.String(), r.ev.AggregateType, r.ev.AggregateID, r.ev.Name, string(r.ev.Payload),
+		db.exec(t, `INSERT INTO `+table+` (outbox_table, id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, published_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, tables.Outbox, r.ev.ID.String(), r.ev.AggregateType, r.ev.AggregateID, r.ev.Name, string(r.ev.Payload),
 			db.timeArg(r.ev.OccurredAt), r.ev.AggregateVersion, `{"traceparent": "`+r.ev.Headers["traceparent"]+`"}`, db.timeArg(r.published))
 	}
+	// An event of another outbox of the schema, published first: not this
+	// outbox's.
+	other := changed(t, "a", 0)
+	db.exec(t, `INSERT INTO `+table+` (outbox_table, id, aggregatetype, aggregateid, type, payload, occurred_at, published_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, "other_outbox", other.ID.String(), other.AggregateType, other.AggregateID, other.Name, "{}",
+		db.timeArg(base.Add(-time.Hour)), db.timeArg(now.Add(-8*time.Hour)))
 	c := all[5].ev
 	insert(t, db, c)
 	owner := uuid.New()
@@ -107,7 +115,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.ev.ID.String(), r.ev.AggregateType, r.ev.
 	// before 4.5 hours ago (6 and 5 hours ago), in batches of 1, the oldest
 	// first.
 	if n, err := a.PurgeArchive(ctx, pool, now.Add(-7*time.Hour), 10); err != nil || n != 0 {
-		t.Errorf("PurgeArchive before 7 hours ago = %d, %v; want 0", n, err)
+		t.Errorf("PurgeArchive before 7 hours ago = %d, %v; want 0 (the other outbox's event is not this one's)", n, err)
 	}
 	for i := range 3 {
 		n, err := a.PurgeArchive(ctx, pool, now.Add(-270*time.Minute), 1)
@@ -122,6 +130,9 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.ev.ID.String(), r.ev.AggregateType, r.ev.
 		t.Errorf("after the purge, ArchiveInfo = %+v; want the oldest %v, published %v", info, all[2].ev.OccurredAt, all[2].published)
 	}
 
+	if n := db.count(t, table+` WHERE outbox_table = ?`, "other_outbox"); n != 1 {
+		t.Errorf("the other outbox's event purged")
+	}
 	db.exec(t, `DROP TABLE `+table)
 	info, err = a.ArchiveInfo(ctx, pool)
 	if err != nil || info.Exists {

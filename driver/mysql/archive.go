@@ -25,32 +25,38 @@ type archiveQueries struct {
 const archiveColumns = `a.id, a.aggregatetype, a.aggregateid, a.type, a.payload, a.occurred_at,
     a.aggregate_version, a.headers, a.seq, a.published_at, 0`
 
-// archiveWhere selects archived events by period, event name and aggregate
-// type (archiveArgs), leaving out those still in the outbox as published
+// archiveWhere selects the archived events of the outbox table name (an
+// SQL literal) by period, event name and aggregate type (archiveArgs),
+// leaving out those still in the outbox as published
 // rows (the outbox's replay takes them).
-func archiveWhere(outbox string) string {
-	return `(? IS NULL OR a.occurred_at >= ?)
+func archiveWhere(outbox, name string) string {
+	return `a.outbox_table = ` + name + `
+  AND (? IS NULL OR a.occurred_at >= ?)
   AND (? IS NULL OR a.occurred_at < ?)
   AND (? = '' OR a.type = ?)
   AND (? = '' OR a.aggregatetype = ?)
   AND NOT EXISTS (SELECT 1 FROM ` + outbox + ` o WHERE o.id = a.id AND o.published_at IS NOT NULL)`
 }
 
-func newArchiveQueries(outbox, archive string) archiveQueries {
+// newArchiveQueries returns the statements on the archive of the outbox
+// table outboxName (qualified and quoted: outbox). Table names are plain
+// identifiers (idem.Tables.Validate): no quote to escape.
+func newArchiveQueries(outbox, outboxName, archive string) archiveQueries {
+	name := "'" + outboxName + "'"
+	mine := ` WHERE outbox_table = ` + name
 	return archiveQueries{
-		info: `SELECT (SELECT MIN(published_at) FROM ` + archive + `), (SELECT MAX(published_at) FROM ` + archive + `),
-    (SELECT MIN(occurred_at) FROM ` + archive + `)`,
+		info: `SELECT (SELECT MIN(published_at) FROM ` + archive + mine + `), (SELECT MAX(published_at) FROM ` + archive + mine + `),
+    (SELECT MIN(occurred_at) FROM ` + archive + mine + `)`,
 		counts: `SELECT a.type, COUNT(*) FROM ` + archive + ` a
-WHERE ` + archiveWhere(outbox) + `
+WHERE ` + archiveWhere(outbox, name) + `
 GROUP BY a.type
 ORDER BY a.type`,
 		rows: `SELECT ` + archiveColumns + ` FROM ` + archive + ` a
-WHERE ` + archiveWhere(outbox) + `
+WHERE ` + archiveWhere(outbox, name) + `
   AND a.seq > ?
 ORDER BY a.seq
 LIMIT ?`,
-		purge: `DELETE FROM ` + archive + `
-WHERE published_at < ?
+		purge: `DELETE FROM ` + archive + mine + ` AND published_at < ?
 ORDER BY published_at
 LIMIT ?`,
 	}

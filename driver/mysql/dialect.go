@@ -65,7 +65,7 @@ func NewDialect(tables idem.Tables) (driver.Dialect, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &dialect{Dialect: base, aq: newArchiveQueries(n.Outbox, n.OutboxArchive)}, nil
+	return &dialect{Dialect: base, aq: newArchiveQueries(n.Outbox, n.OutboxName, n.OutboxArchive)}, nil
 }
 
 // MustDialect is NewDialect for table names known to be valid.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem/driver"
@@ -20,12 +21,14 @@ type archiveQueries struct {
 const archiveColumns = `a.id, a.aggregatetype, a.aggregateid, a.type, a.payload::text, a.occurred_at,
     a.aggregate_version, a.headers::text, a.seq, a.published_at, 0`
 
-// archiveWhere selects archived events by period ($1, $2), event name ($3)
-// and aggregate type ($4), leaving out those still in the outbox as
+// archiveWhere selects the archived events of the outbox table name (an
+// SQL literal) by period ($1, $2), event name ($3) and aggregate type ($4),
+// leaving out those still in the outbox as
 // published rows (the outbox's replay takes them). The outbox's id is a
 // uuid: an archived id that is not one in its text form cannot be there.
-func archiveWhere(outbox string) string {
-	return `($1::timestamptz IS NULL OR a.occurred_at >= $1::timestamptz)
+func archiveWhere(outbox, name string) string {
+	return `a.outbox_table = ` + name + `
+  AND ($1::timestamptz IS NULL OR a.occurred_at >= $1::timestamptz)
   AND ($2::timestamptz IS NULL OR a.occurred_at < $2::timestamptz)
   AND ($3::text = '' OR a.type = $3::text)
   AND ($4::text = '' OR a.aggregatetype = $4::text)
@@ -34,22 +37,25 @@ func archiveWhere(outbox string) string {
       AND o.published_at IS NOT NULL)`
 }
 
-func newArchiveQueries(outbox, archive string) archiveQueries {
+// newArchiveQueries returns the statements on the archive of the outbox
+// table outboxName (qualified and quoted: outbox).
+func newArchiveQueries(outbox, outboxName, archive string) archiveQueries {
+	name := "'" + strings.ReplaceAll(outboxName, "'", "''") + "'"
+	mine := ` WHERE outbox_table = ` + name
 	return archiveQueries{
-		info: `SELECT (SELECT min(published_at) FROM ` + archive + `), (SELECT max(published_at) FROM ` + archive + `),
-    (SELECT min(occurred_at) FROM ` + archive + `)`,
+		info: `SELECT (SELECT min(published_at) FROM ` + archive + mine + `), (SELECT max(published_at) FROM ` + archive + mine + `),
+    (SELECT min(occurred_at) FROM ` + archive + mine + `)`,
 		counts: `SELECT a.type, count(*) FROM ` + archive + ` a
-WHERE ` + archiveWhere(outbox) + `
+WHERE ` + archiveWhere(outbox, name) + `
 GROUP BY a.type
 ORDER BY a.type`,
 		rows: `SELECT ` + archiveColumns + ` FROM ` + archive + ` a
-WHERE ` + archiveWhere(outbox) + `
+WHERE ` + archiveWhere(outbox, name) + `
   AND a.seq > $5
 ORDER BY a.seq
 LIMIT $6`,
-		purge: `DELETE FROM ` + archive + ` WHERE id IN (
-    SELECT id FROM ` + archive + `
-    WHERE published_at < $1
+		purge: `DELETE FROM ` + archive + mine + ` AND id IN (
+    SELECT id FROM ` + archive + mine + ` AND published_at < $1
     ORDER BY published_at
     LIMIT $2)`,
 	}

@@ -74,7 +74,7 @@ func newDialect(tables idem.Tables) (*dialect, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &dialect{Base: base, q: q, rq: newRelayQueries(n.Outbox), aq: newArchiveQueries(n.Outbox, n.OutboxArchive), keys: newIdempotencyQueries(n.IdempotentRequest)}, nil
+	return &dialect{Base: base, q: q, rq: newRelayQueries(n.Outbox), aq: newArchiveQueries(n.Outbox, n.OutboxName, n.OutboxArchive), keys: newIdempotencyQueries(n.IdempotentRequest)}, nil
 }
 
 // MustDialect is NewDialect for table names known to be valid.

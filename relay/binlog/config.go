@@ -114,8 +114,8 @@ type Config struct {
 	// QueryTimeout bounds each SQL statement of the relay. Defaults to 30s.
 	QueryTimeout time.Duration
 	// ArchiveRetention is how long the relay keeps the events it published
-	// in the outbox's archive, the table "<outbox>_archive" (migration
-	// 0013), for "idem replay" (relay.Replay) to publish a period again:
+	// in the archive, the table Tables.OutboxArchive ("outbox_archive",
+	// migration 0013; one for every outbox of the database), for "idem replay" (relay.Replay) to publish a period again:
 	// this relay leaves no published row in the outbox (it deletes its
 	// rows, or leaves them to their writer unmarked with KeepRows). Each
 	// confirmed batch is written there in the transaction that deletes its

@@ -756,7 +756,7 @@ func (r *Relay) deleteBatch(ctx context.Context, ids []string, recs []*driver.Ou
 // good: a failed statement leaves the transaction's other statements be.
 func (r *Relay) archive(ctx context.Context, tx *sql.Tx, recs []*driver.OutboxRecord) (int64, error) {
 	insert := func(recs []*driver.OutboxRecord) (int64, error) {
-		args := make([]any, 0, 8*len(recs))
+		args := make([]any, 0, 9*len(recs))
 		for _, rec := range recs {
 			var payload, headers any
 			if rec.Payload != nil {
@@ -765,11 +765,11 @@ func (r *Relay) archive(ctx context.Context, tx *sql.Tx, recs []*driver.OutboxRe
 			if rec.RawHeaders != nil {
 				headers = string(rec.RawHeaders)
 			}
-			args = append(args, rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type, payload,
+			args = append(args, r.cfg.Tables.Outbox, rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type, payload,
 				rec.OccurredAt.UTC().Format(dateTime6), rec.AggregateVersion, headers)
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO `+r.sql.archive+` (id, aggregatetype, aggregateid, type, payload, occurred_at,
-    aggregate_version, headers) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}')),", len(recs)), ",")+`
+		res, err := tx.ExecContext(ctx, `INSERT INTO `+r.sql.archive+` (outbox_table, id, aggregatetype, aggregateid, type, payload,
+    occurred_at, aggregate_version, headers) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}')),", len(recs)), ",")+`
 ON DUPLICATE KEY UPDATE id = id`, args...)
 		if err != nil {
 			return 0, err

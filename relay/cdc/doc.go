@@ -34,8 +34,8 @@
 // The archive. This relay leaves no published row in the outbox (it
 // deletes its rows, or leaves them unmarked to their writer with KeepRows,
 // and a WAL message is no row at all), so relay.Replay ("idem replay")
-// reads what it published from the outbox's archive, the table
-// "<outbox>_archive" of migration 0013: each confirmed batch of messages,
+// reads what it published from the archive, the table "outbox_archive" of
+// migration 0013 (Config.Tables.OutboxArchive): each confirmed batch of messages,
 // rows and WAL messages alike, is written there in the order of
 // publication, in the statement that deletes the batch's rows, before the
 // position is confirmed. A crash in between gives the transactions again;

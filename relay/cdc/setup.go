@@ -81,22 +81,23 @@ const (
 	FROM pg_replication_slots WHERE slot_name = $1`
 )
 
-// archiveSQL returns the statement that deletes the published rows the
-// condition on $1 selects and archives the published events given in $2 to
+// archiveSQL returns the statement that deletes the published rows of
+// table (quoted and qualified; tableName bare) the condition on $1 selects
+// and archives the published events given in $2 to
 // $9 (one array per column, in the order of publication: the archive's seq
 // follows it), at once: a crash leaves both done or neither. An event
 // archived already (the slot gave its transaction again after a crash) is
 // kept as it was. It returns the rows deleted and the events archived.
-func archiveSQL(table, archive, where string) string {
+func archiveSQL(table, tableName, archive, where string) string {
 	return `WITH d AS (DELETE FROM ` + table + ` WHERE ` + where + ` RETURNING 1),
 a AS (
-    INSERT INTO ` + archive + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers)
-    SELECT u.id, u.aggregatetype, u.aggregateid, u.type, u.payload::json, u.occurred_at, u.aggregate_version,
+    INSERT INTO ` + archive + ` (outbox_table, id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers)
+    SELECT '` + strings.ReplaceAll(tableName, "'", "''") + `', u.id, u.aggregatetype, u.aggregateid, u.type, u.payload::json, u.occurred_at, u.aggregate_version,
         coalesce(u.headers::json, '{}')
     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bigint[], $9::text[])
         WITH ORDINALITY AS u(id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, n)
     ORDER BY u.n
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT (outbox_table, id) DO NOTHING
     RETURNING 1)
 SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM a)`
 }
@@ -122,9 +123,9 @@ func archiveArgs(recs []*driver.OutboxRecord) []any {
 	return []any{ids, types, aggIDs, names, payloads, occurred, versions, headers}
 }
 
-func newQueries(schema, table, publication string) queries {
+func newQueries(schema, table, archiveTable, publication string) queries {
 	t := postgres.QuoteIdent(schema) + "." + postgres.QuoteIdent(table)
-	archive := postgres.QuoteIdent(schema) + "." + postgres.QuoteIdent(driver.ArchiveTable(idem.Tables{Outbox: table}))
+	archive := postgres.QuoteIdent(schema) + "." + postgres.QuoteIdent(archiveTable)
 	create := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`, postgres.QuoteIdent(publication), t)
 	return queries{
 		table:     t,
@@ -152,8 +153,8 @@ WHERE o.quarantined_at IS NULL`,
 VALUES (gen_random_uuid(), $1, $2, $3, NULL, now(), $4, 1)`,
 		publicationHint: create,
 		archive:         archive,
-		archiveRows:     archiveSQL(t, archive, `id = ANY($1)`),
-		archiveSeqs:     archiveSQL(t, archive, `seq = ANY($1::bigint[])`),
+		archiveRows:     archiveSQL(t, table, archive, `id = ANY($1)`),
+		archiveSeqs:     archiveSQL(t, table, archive, `seq = ANY($1::bigint[])`),
 	}
 }
 
@@ -182,7 +183,7 @@ func (r *Relay) setup(ctx context.Context) error {
 			return fmt.Errorf("idem: cdc: current schema: %w", err)
 		}
 	}
-	r.sql = newQueries(r.schema, r.cfg.Tables.Outbox, r.cfg.Publication)
+	r.sql = newQueries(r.schema, r.cfg.Tables.Outbox, r.cfg.Tables.OutboxArchive, r.cfg.Publication)
 	var exists bool
 	if err := pool.QueryRow(ctx, tableExistsSQL, r.sql.table).Scan(&exists); err != nil {
 		return fmt.Errorf("idem: cdc: look for the outbox: %w", err)
@@ -215,7 +216,7 @@ func (r *Relay) setup(ctx context.Context) error {
 			return fmt.Errorf("idem: cdc: the relay's role cannot write %s, the archive of the events it publishes, for idem replay: GRANT SELECT, INSERT, DELETE ON %s TO %s, or turn the archive off (Config.ArchiveRetention negative, idem cdc --archive-retention 0)",
 				r.sql.archive, r.sql.archive, postgres.QuoteIdent(r.replCfg.User))
 		}
-		drv, err := postgres.NewPgxTables(pool, idem.Tables{Schema: r.schema, Outbox: r.cfg.Tables.Outbox})
+		drv, err := postgres.NewPgxTables(pool, idem.Tables{Schema: r.schema, Outbox: r.cfg.Tables.Outbox, OutboxArchive: r.cfg.Tables.OutboxArchive})
 		if err != nil {
 			return fmt.Errorf("idem: cdc: %w", err)
 		}

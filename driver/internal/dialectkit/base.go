@@ -35,7 +35,7 @@ type Names struct {
 	ClaimLock                                              string // MySQL's claim lock table
 	NotifyFunc                                             string // PostgreSQL's trigger function
 	// OutboxArchive is the archive of the events the CDC relays published
-	// (migration 0013 of PostgreSQL and MySQL): "<outbox>_archive".
+	// (migration 0013 of PostgreSQL and MySQL).
 	OutboxArchive, OutboxArchiveName string
 }
 
@@ -67,8 +67,8 @@ func TableNames(t idem.Tables, quote func(string) string) Names {
 		ConsumerPartitionName: t.ConsumerPartition,
 		ClaimLock:             qualify(t.Outbox + "_claim_lock"),
 		NotifyFunc:            qualify(t.Outbox + "_notify"),
-		OutboxArchive:         qualify(driver.ArchiveTable(t)),
-		OutboxArchiveName:     driver.ArchiveTable(t),
+		OutboxArchive:         qualify(t.OutboxArchive),
+		OutboxArchiveName:     t.OutboxArchive,
 	}
 }
 
