@@ -30,7 +30,7 @@ import (
 // (make test adds -race; without it: IDEM_TEST_SHELL=1 IDEM_TEST_SERVERS="postgres rabbitmq"
 // IDEM_TEST_CMD='go test -tags idemfault -run XXX -bench Drain -benchtime 50000x ./relay/cdc/' bash scripts/test.sh)
 func BenchmarkDrain(b *testing.B) {
-	for _, name := range []string{"table", "table-archive", "wal", "wal-archive", "table-rabbitmq"} {
+	for _, name := range []string{"table", "table-archive", "wal", "wal-archive", "table-rabbitmq", "table-rabbitmq-archive"} {
 		b.Run(name, func(b *testing.B) {
 			pg := newDB(b)
 			cfg := fastConfig(nil)
