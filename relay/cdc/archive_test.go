@@ -92,21 +92,27 @@ func inPeriod(evs []idem.Event, since, until time.Time) []idem.Event {
 
 // TestArchiveReplay: with the archive on (the default), the events the
 // relay published, table rows and WAL messages alike, are archived once
-// each, the rows deleted from the outbox, and relay.Replay of a period
+// each, the rows deleted from the outbox (or kept, with KeepRows), and relay.Replay of a period
 // publishes exactly that period's events again, each aggregate's in order.
 func TestArchiveReplay(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"rows", "wal", "mixed"} {
+	for _, mode := range []string{"rows", "wal", "mixed", "rows-kept"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			pg := newDB(t)
 			pub := memory.New()
-			r := start(t, pg, pub, fastConfig(t))
+			cfg := fastConfig(t)
+			kept := 0
+			if mode == "rows-kept" {
+				// The rows stay, unmarked: the archive holds them too.
+				cfg.Delete, mode, kept = cdc.KeepRows, "rows", 120
+			}
+			r := start(t, pg, pub, cfg)
 			evs := writeTimed(t, pg, mode, 120, 7)
 			waitLen(t, pub, len(evs), 30*time.Second)
 			eventually(t, 10*time.Second, "every event archived", func() bool { return r.Stats().Archived == int64(len(evs)) })
-			if n := pg.Count(t, "outbox"); n != 0 {
-				t.Errorf("%d rows left in the outbox", n)
+			if n := pg.Count(t, "outbox"); n != kept {
+				t.Errorf("%d rows left in the outbox, want %d", n, kept)
 			}
 			if n := pg.Count(t, "outbox_archive"); n != len(evs) {
 				t.Errorf("the archive holds %d events, want %d", n, len(evs))
