@@ -238,13 +238,9 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		schema = e.getenv("IDEM_SCHEMA")
 	}
 	tables := idemmsg.Tables{Schema: schema, Outbox: o.table}
-	archive := time.Duration(-1)
-	if o.archive != "0" && o.archive != "" {
-		d, err := parseDays("archive-retention", o.archive)
-		if err != nil {
-			return err
-		}
-		archive = d
+	archive, err := archiveRetention(o.archive)
+	if err != nil {
+		return err
 	}
 	if strings.HasPrefix(dbURL, "mysql://") || strings.HasPrefix(dbURL, "mariadb://") {
 		return o.runBinlog(ctx, e, dbURL, tables, sub, archive)
@@ -368,4 +364,14 @@ func archiveLog(d time.Duration) string {
 		return "off (idem replay finds nothing this relay publishes)"
 	}
 	return d.String()
+}
+
+// archiveRetention parses --archive-retention: a positive duration (h, m,
+// s or d), or 0 (0s, 0h, 0d), which turns the archive off (a negative
+// retention in the relays' Config).
+func archiveRetention(s string) (time.Duration, error) {
+	if d, err := time.ParseDuration(strings.Replace(s, "d", "h", 1)); err == nil && d == 0 {
+		return -1, nil
+	}
+	return parseDays("archive-retention", s)
 }

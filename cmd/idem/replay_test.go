@@ -143,3 +143,20 @@ func TestReplayHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestArchiveRetentionFlag: --archive-retention takes a positive duration,
+// in days too; any zero turns the archive off (a negative retention).
+func TestArchiveRetentionFlag(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]time.Duration{"168h": 168 * time.Hour, "7d": 7 * 24 * time.Hour, "90m": 90 * time.Minute,
+		"0": -1, "0s": -1, "0h": -1, "0d": -1} {
+		if got, err := archiveRetention(in); err != nil || got != want {
+			t.Errorf("archiveRetention(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"-1h", "soon", ""} {
+		if got, err := archiveRetention(in); err == nil {
+			t.Errorf("archiveRetention(%q) = %v, want an error", in, got)
+		}
+	}
+}
