@@ -261,3 +261,23 @@ func TestArchiveRefusedValue(t *testing.T) {
 	later := writeTimed(t, db, 1, 1)
 	eventually(t, "a later event archived", func() bool { return db.Count(t, "outbox_archive WHERE id = ?", later[0].ID.String()) == 1 })
 }
+
+// TestArchiveInitialRows: the rows waiting in the outbox at the relay's
+// first start, published before the binlog, are archived with the others.
+func TestArchiveInitialRows(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMariaDB(t)
+	evs := writeTimed(t, db, 30, 4)
+	pub := memory.New()
+	r := start(t, db, pub, fastConfig(t))
+	waitLen(t, pub, len(evs))
+	eventually(t, "the waiting rows archived and deleted", func() bool {
+		return r.Stats().Archived == int64(len(evs)) && db.Count(t, "outbox") == 0
+	})
+	replayed := memory.New()
+	n, err := relay.Replay(context.Background(), db.Driver, replayed, relay.ReplayFilter{Since: archiveBase}, relay.ReplayOptions{})
+	if err != nil || n != int64(len(evs)) {
+		t.Fatalf("Replay = %d, %v; want %d", n, err, len(evs))
+	}
+	checkReplayed(t, replayed.Messages(), evs)
+}

@@ -286,3 +286,24 @@ func TestArchiveRefusedValue(t *testing.T) {
 		return pg.Count(t, "outbox_archive WHERE id = $1", later[0].ID.String()) == 1
 	})
 }
+
+// TestArchiveInitialRows: the rows waiting in the outbox when the slot is
+// created, which the relay publishes before the stream and deletes by seq,
+// are archived in the statement that deletes them.
+func TestArchiveInitialRows(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	evs := writeTimed(t, pg, "rows", 30, 4)
+	pub := memory.New()
+	r := start(t, pg, pub, fastConfig(t))
+	waitLen(t, pub, len(evs), 30*time.Second)
+	eventually(t, 10*time.Second, "the waiting rows archived and deleted", func() bool {
+		return r.Stats().Archived == int64(len(evs)) && pg.Count(t, "outbox") == 0
+	})
+	replayed := memory.New()
+	n, err := relay.Replay(context.Background(), pg.Driver, replayed, relay.ReplayFilter{Since: archiveBase}, relay.ReplayOptions{})
+	if err != nil || n != int64(len(evs)) {
+		t.Fatalf("Replay = %d, %v; want %d", n, err, len(evs))
+	}
+	checkReplayed(t, replayed.Messages(), evs)
+}
