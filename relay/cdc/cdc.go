@@ -321,10 +321,16 @@ func DropSlot(ctx context.Context, dbURL, slot string) error {
 
 // purgeArchive deletes the events archived longer ago than
 // Config.ArchiveRetention, a batch at a time, as the polling relay deletes
-// its published rows after its Retention.
+// its published rows after its Retention. A Stop ends it between batches.
 func (r *Relay) purgeArchive(ctx context.Context) {
 	before := time.Now().Add(-r.cfg.ArchiveRetention)
+	stopping := r.base.Stopping()
 	for ctx.Err() == nil {
+		select {
+		case <-stopping:
+			return
+		default:
+		}
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 		n, err := r.archiver.PurgeArchive(qctx, r.archiveEx, before, ArchivePurgeBatchSize)
 		cancel()
