@@ -101,7 +101,7 @@ func Archive(ctx context.Context, src Source) (info driver.ArchiveInfo, ok bool,
 }
 
 // replaySource is where Replay reads events: the outbox's published rows,
-// then the archive.
+// or the archive.
 type replaySource struct {
 	what string
 	page func(ctx context.Context, after int64, limit int) ([]driver.OutboxRecord, error)
@@ -112,11 +112,14 @@ type replaySource struct {
 // archived (see Archive) that are not in the outbox too, with their
 // original event ids so that consumers skip them as duplicates unless they
 // lost them. Events of one aggregate are published in their original order
-// (the outbox's seq, the archive's order of publication; an aggregate whose
-// events of the period are in both sources, the polling relay having
-// published some and a CDC relay the others, has the outbox's published
-// first), each once the previous one was confirmed, several calls in
-// flight. Replay stops after the first page with a failure and returns how
+// (the outbox's seq, the archive's order of publication), each once the
+// previous one was confirmed, several calls in flight. When both sources
+// hold events of the period (the polling relay published some, a CDC relay
+// the others: one replaced the other during the period), the one whose
+// events of the period came first is replayed first: the outbox's when its
+// first row was written before the archive's first event was published
+// (a move from the polling relay to CDC), the archive's otherwise (a move
+// back), so that an aggregate's events keep their order across the move. Replay stops after the first page with a failure and returns how
 // many events it published; running it again is harmless.
 func Replay(ctx context.Context, src Source, pub broker.Publisher, f ReplayFilter, opts ReplayOptions) (int64, error) {
 	if err := f.validate(); err != nil {
@@ -136,6 +139,13 @@ func Replay(ctx context.Context, src Source, pub broker.Publisher, f ReplayFilte
 			sources = append(sources, replaySource{what: "the archive", page: func(ctx context.Context, after int64, limit int) ([]driver.OutboxRecord, error) {
 				return a.ArchiveRows(ctx, src.Pool(), df, after, limit)
 			}})
+			first, err := archiveFirst(ctx, sources[0], sources[1])
+			if err != nil {
+				return 0, err
+			}
+			if first {
+				sources[0], sources[1] = sources[1], sources[0]
+			}
 		}
 	}
 	limit := cmp.Or(opts.BatchSize, BatchSizeDefault)
@@ -149,6 +159,24 @@ func Replay(ctx context.Context, src Source, pub broker.Publisher, f ReplayFilte
 		}
 	}
 	return published, nil
+}
+
+// archiveFirst reports whether the archive's events of the period came
+// before the outbox's published rows: the first archived event (by seq)
+// was published before the first outbox row (by seq) was written. Either
+// source without events of the period leaves the outbox first.
+func archiveFirst(ctx context.Context, outbox, archive replaySource) (bool, error) {
+	o, err := outbox.page(ctx, 0, 1)
+	if err != nil {
+		return false, fmt.Errorf("idem: replay: read %s: %w", outbox.what, err)
+	}
+	a, err := archive.page(ctx, 0, 1)
+	if err != nil {
+		return false, fmt.Errorf("idem: replay: read %s: %w", archive.what, err)
+	}
+	// An outbox row's CreatedAt is its created_at; an archived event's, its
+	// published_at.
+	return len(o) == 1 && len(a) == 1 && a[0].CreatedAt.Before(o[0].CreatedAt), nil
 }
 
 // replayFrom publishes the events of one source, a page at a time, and

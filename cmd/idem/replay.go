@@ -38,10 +38,10 @@ A replay covers what the relay of the outbox keeps:
                with --archive-retention 0 it keeps nothing, and nothing it
                published can be replayed.
 
-The replay reads both: the outbox's published rows, then the archived events
-(an event in both is published once; an aggregate with events of the period
-in both, a relay having replaced the other during the period, has the
-outbox's first). When the period holds nothing, or starts before the
+The replay reads both, the outbox's published rows and the archived events
+(an event in both is published once). When a relay replaced the other
+during the period, the events of the one that ran first are published
+first, so that each aggregate's keep their order across the move. When the period holds nothing, or starts before the
 archive's oldest event, it says what the archive holds. Consumers must keep
 processed_event markers at least as long as that retention ("idem purge"
 refuses a shorter horizon than the replay window), or a replay would apply
