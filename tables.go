@@ -23,6 +23,9 @@ const (
 	// BinlogPositionTableDefault is the table of the binlog relays'
 	// positions (MySQL and MariaDB; relay/binlog).
 	BinlogPositionTableDefault = "binlog_position"
+	// OutboxArchiveTableDefault is the table where the CDC relays keep the
+	// events they published, for replays (relay/cdc, relay/binlog).
+	OutboxArchiveTableDefault = "outbox_archive"
 )
 
 // Tables names the tables idem uses. Every name is optional; the zero value
@@ -56,6 +59,12 @@ type Tables struct {
 	// MariaDB (relay/binlog) keep their positions, one row per outbox.
 	// Defaults to "binlog_position".
 	BinlogPosition string
+	// OutboxArchive is the table where the CDC relays (relay/cdc,
+	// relay/binlog) keep the events they published, for "idem replay": one
+	// row per event and outbox, the outbox's table name in its outbox_table
+	// column (PostgreSQL and MySQL/MariaDB, migration 0013). Defaults to
+	// "outbox_archive".
+	OutboxArchive string
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
@@ -89,6 +98,9 @@ func (t Tables) WithDefaults() Tables {
 	if t.BinlogPosition == "" {
 		t.BinlogPosition = BinlogPositionTableDefault
 	}
+	if t.OutboxArchive == "" {
+		t.OutboxArchive = OutboxArchiveTableDefault
+	}
 	return t
 }
 
@@ -101,7 +113,7 @@ func (t Tables) Validate() error {
 		{"Schema", t.Schema}, {"Outbox", t.Outbox}, {"ProcessedEvent", t.ProcessedEvent},
 		{"FailedMessage", t.FailedMessage}, {"DeliveryAttempt", t.DeliveryAttempt}, {"Migrations", t.Migrations},
 		{"IdempotentRequest", t.IdempotentRequest}, {"ConsumerMember", t.ConsumerMember},
-		{"ConsumerPartition", t.ConsumerPartition}, {"BinlogPosition", t.BinlogPosition},
+		{"ConsumerPartition", t.ConsumerPartition}, {"BinlogPosition", t.BinlogPosition}, {"OutboxArchive", t.OutboxArchive},
 	} {
 		if f.field == "Schema" && f.v == "" {
 			continue

@@ -289,3 +289,47 @@ func (e *UnreadableError) Error() string {
 
 // Unwrap returns the problems.
 func (e *UnreadableError) Unwrap() []error { return e.Problems }
+
+// OutboxArchiver is implemented by the dialects of the databases a CDC
+// relay serves (PostgreSQL, MySQL/MariaDB): it reads and purges the outbox's
+// archive, the table idem.Tables.OutboxArchive names ("outbox_archive",
+// migration 0013: one row per event and outbox table), where the CDC
+// relays (relay/cdc, relay/binlog) keep the events they published when their
+// archive is on, since they leave no published row in the outbox: they
+// delete their rows (or leave them to their writer, unmarked), and WAL
+// messages are no row at all. The relays write it; "idem replay" reads it
+// besides the outbox's published rows. SQLite has no CDC relay and no
+// archive.
+type OutboxArchiver interface {
+	// ArchiveInfo describes the archive. A database without the archive's
+	// table (migration 0013 not applied) gives ArchiveInfo{}, no error.
+	ArchiveInfo(ctx context.Context, ex Executor) (ArchiveInfo, error)
+	// ArchiveCounts counts the archived events f selects, per event name,
+	// leaving out those whose id is also a published row of the outbox
+	// (ReplayCounts counts them).
+	ArchiveCounts(ctx context.Context, ex Executor, f ReplayFilter) (map[string]int64, error)
+	// ArchiveRows returns up to limit of the archived events ArchiveCounts
+	// counts with an archive seq above afterSeq, in archive seq order: the
+	// order in which the relay published them (each aggregate's in its
+	// order). OutboxRecord.Seq is the archive's seq, CreatedAt the event's
+	// published_at.
+	ArchiveRows(ctx context.Context, ex Executor, f ReplayFilter, afterSeq int64, limit int) ([]OutboxRecord, error)
+	// PurgeArchive deletes at most limit archived events published before
+	// before, the oldest first, and returns how many.
+	PurgeArchive(ctx context.Context, ex Executor, before time.Time, limit int) (int64, error)
+}
+
+// ArchiveInfo describes an outbox's archive (OutboxArchiver.ArchiveInfo).
+type ArchiveInfo struct {
+	// Exists is false when the database has no archive table.
+	Exists bool
+	// Empty is true when the archive holds no event.
+	Empty bool
+	// OldestPublished is the published_at of the oldest archived event,
+	// and NewestPublished that of the newest: the relay deletes events
+	// older than its archive's retention. Zero when Empty.
+	OldestPublished, NewestPublished time.Time
+	// OldestOccurred is the lowest occurred_at in the archive. Zero when
+	// Empty.
+	OldestOccurred time.Time
+}

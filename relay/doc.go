@@ -102,6 +102,10 @@
 // Published rows stay in the outbox for Config.Retention, then are deleted in
 // batches of Config.DeleteBatchSize. Until then, Replay (and "idem replay")
 // can publish the events of a period again, with their original ids. The
+// CDC relays (relay/cdc, relay/binlog) leave no published row: they keep
+// what they published in the outbox's archive (migration 0013 on
+// PostgreSQL and MySQL/MariaDB) for their ArchiveRetention, and Replay reads
+// it besides the outbox's published rows (Archive describes it). The
 // retention is therefore the replay window: consumers must keep their
 // processed_event markers at least that long (inbox.PurgeConfig.ReplayWindow),
 // or a replay would apply events a second time.

@@ -924,3 +924,57 @@ func TestReplay(t *testing.T) {
 		t.Errorf("Replay with an event name = %d, %v; want 2", n, err)
 	}
 }
+
+// TestReplayAcrossAMove: an aggregate whose events of the period are partly
+// in the outbox (published by the polling relay) and partly in the CDC
+// relays' archive is replayed in order, whichever relay came first.
+func TestReplayAcrossAMove(t *testing.T) {
+	t.Parallel()
+	for _, archiveFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("archive-first=%v", archiveFirst), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			base := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+			var evs []idem.Event
+			for v := range 8 {
+				ev := event(t, fmt.Sprint(v%2), v/2+1)
+				ev.OccurredAt = base.Add(time.Duration(v) * time.Minute)
+				evs = append(evs, ev)
+			}
+			older, newer := evs[:4], evs[4:]
+			archived, polled := newer, older
+			if archiveFirst {
+				archived, polled = older, newer
+			}
+			// The archive's events published an hour ago when they came
+			// first, in an hour otherwise: the outbox's rows are written
+			// and published now.
+			at := time.Now().Add(time.Hour)
+			if archiveFirst {
+				at = time.Now().Add(-time.Hour)
+			}
+			for _, ev := range archived {
+				b.pg.Exec(t, `INSERT INTO outbox_archive (outbox_table, id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, published_at)
+VALUES ('outbox', $1, $2, $3, $4, $5, $6, $7, $8)`, ev.ID.String(), ev.AggregateType, ev.AggregateID, ev.Name, string(ev.Payload), ev.OccurredAt, ev.AggregateVersion, at)
+			}
+			b.insert(t, polled...)
+			b.start(t, fastConfig(t))
+			testsvc.WaitFor(t, 10*time.Second, "the outbox's rows published", func() bool {
+				return b.pg.Count(t, "outbox WHERE published_at IS NULL") == 0
+			})
+			replayed := memory.New()
+			n, err := relay.Replay(context.Background(), b.pg.Driver, replayed, relay.ReplayFilter{Since: base}, relay.ReplayOptions{})
+			if err != nil || n != 8 {
+				t.Fatalf("Replay = %d, %v; want 8", n, err)
+			}
+			last := map[string]int64{}
+			for _, m := range replayed.Messages() {
+				ev := decode(t, m)
+				if ev.AggregateVersion != last[ev.AggregateID]+1 {
+					t.Errorf("aggregate %s: version %d replayed after %d", ev.AggregateID, ev.AggregateVersion, last[ev.AggregateID])
+				}
+				last[ev.AggregateID] = ev.AggregateVersion
+			}
+		})
+	}
+}

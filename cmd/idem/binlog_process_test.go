@@ -179,6 +179,12 @@ func TestBinlogKilledAtFaultPoints(t *testing.T) {
 			if tc.point != fault.CDCAfterReceive && before == 0 {
 				t.Errorf("the relay killed at %s had delivered nothing", tc.point)
 			}
+			// Killed after archiving a batch and before confirming its
+			// position: the next relay publishes it again, and must not
+			// archive it twice (checkArchived).
+			if n := len(mariaArchive(t, db)); tc.republishes && n == 0 {
+				t.Errorf("the relay killed at %s had archived nothing", tc.point)
+			}
 
 			p2 := startBinlog(t, "restarted", db, rb.brokerURL(), "")
 			res := <-written
@@ -195,6 +201,7 @@ func TestBinlogKilledAtFaultPoints(t *testing.T) {
 
 			dups := checkDelivered(t, rb.deliveries(), res.msgs)
 			brokertest.CheckOnceInOrder(t, rb.pg, "stock", res.msgs)
+			checkArchived(t, res.msgs, func() []archivedRow { return mariaArchive(t, db) })
 			st := rb.consumer.Stats()
 			t.Logf("%s@%d: %d delivered before the kill; %d deliveries in all, %d copies; consumer applied %d, skipped %d duplicates",
 				tc.point, tc.nth, before, len(rb.deliveries()), dups, st.Applied, st.Duplicates)
@@ -272,4 +279,27 @@ func TestBinlogStandbyTakesOver(t *testing.T) {
 	standby.stop(t)
 	checkDelivered(t, rb.deliveries(), all)
 	brokertest.CheckOnceInOrder(t, rb.pg, "stock", all)
+}
+
+// mariaArchive returns db's archive in its seq order: the order in which a
+// replay publishes it.
+func mariaArchive(t *testing.T, db *testdb.SQLDB) []archivedRow {
+	t.Helper()
+	rows, err := db.DB.QueryContext(context.Background(), `SELECT id, aggregateid, aggregate_version FROM outbox_archive ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []archivedRow
+	for rows.Next() {
+		var r archivedRow
+		if err := rows.Scan(&r.id, &r.aggregate, &r.version); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -53,10 +53,21 @@ Retention. By default each published row is deleted once confirmed, before
 its position is confirmed to the server, so the table stays small. With
 --keep-rows rows are left alone: the writer deletes them itself, often in
 the same transaction as the insert (Debezium's "insert then delete": the
-insert is in the log either way), or a job of its own does. Choose
---keep-rows when you want the rows as a history (idem replay reads
-published_at, which this relay does not set: keep rows only for your own
-tools). Updates and deletes in the stream are never published.
+insert is in the log either way), or a job of its own does. Kept rows are
+not marked published: "idem replay" reads the archive (below), not them.
+Updates and deletes in the stream are never published.
+
+Archive. Since this relay leaves no published row in the outbox (and a WAL
+message is no row at all), it keeps the events it publishes in the table
+outbox_archive (migration 0013) for --archive-retention (168h, 7 days, by
+default, as the polling relay's --retention), so that "idem replay" can
+publish a period again: each confirmed batch is archived in the statement
+(PostgreSQL) or transaction (MariaDB) that deletes its rows, before its
+position is confirmed, and the relay deletes what it archived longer ago
+than the retention every minute. It costs one more insert per event in the
+relay's database. --archive-retention 0 turns it off: then nothing this relay
+published can be replayed. Keep the consumers' processed_event markers at
+least as long as the retention ("idem purge --replay-window").
 
 The slot keeps WAL. A slot holds the server's WAL from its confirmed
 position on, even while no relay reads it: a relay stopped for a day keeps a
@@ -184,6 +195,7 @@ type cdcOptions struct {
 	quarantineAfter int
 	serverID        uint
 	lagWarn         int64
+	archive         string
 	metricsAddr     string
 	stopTimeout     time.Duration
 	logFormat       string
@@ -208,6 +220,7 @@ func setupCdc(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&o.quarantineAfter, "quarantine-after", cdc.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
 	fs.UintVar(&o.serverID, "server-id", 0, "MariaDB: the server_id the relay presents as a replica; must differ from every server's (default: derived from the database and table, in [2^30, 2^31))")
 	fs.Int64Var(&o.lagWarn, "lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
+	fs.StringVar(&o.archive, "archive-retention", "168h", "how long the archive keeps the events published, for idem replay (h, m, s or d: 168h, 30d); 0 turns the archive off")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9465", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long the messages in flight may take to be confirmed")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -236,8 +249,12 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		schema = e.getenv("IDEM_SCHEMA")
 	}
 	tables := idemmsg.Tables{Schema: schema, Outbox: o.table}
+	archive, err := archiveRetention(o.archive)
+	if err != nil {
+		return err
+	}
 	if strings.HasPrefix(dbURL, "mysql://") || strings.HasPrefix(dbURL, "mariadb://") {
-		return o.runBinlog(ctx, e, dbURL, tables, sub)
+		return o.runBinlog(ctx, e, dbURL, tables, sub, archive)
 	}
 	if !strings.HasPrefix(dbURL, "postgres://") && !strings.HasPrefix(dbURL, "postgresql://") {
 		return usagef("--db: idem cdc reads PostgreSQL's write-ahead log (postgres://) or MariaDB's binary log (mysql://); on SQLite run idem relay")
@@ -246,7 +263,8 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		return usagef("reset-position is for MariaDB's binlog relay (--db mysql://...); PostgreSQL's relay keeps its position in its slot (drop-slot)")
 	}
 	cfg := cdc.Config{Tables: tables, Slot: o.slot, Publication: o.publication, MessagePrefix: o.prefix,
-		Window: o.window, BatchSize: o.batch, LagWarnBytes: o.lagWarn, QuarantineAfter: o.quarantineAfter}
+		Window: o.window, BatchSize: o.batch, LagWarnBytes: o.lagWarn, QuarantineAfter: o.quarantineAfter,
+		ArchiveRetention: archive}
 	if o.keepRows {
 		cfg.Delete = cdc.KeepRows
 	}
@@ -285,7 +303,7 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	startErr, stopErr := runUntilStopped(ctx, r, srv, o.stopTimeout, func() {
-		log.Info("relaying from the write-ahead log", "slot", cfg.WithDefaults().Slot, "broker", brokerURL)
+		log.Info("relaying from the write-ahead log", "slot", cfg.WithDefaults().Slot, "broker", brokerURL, "archive_retention", archiveLog(archive))
 	})
 	if startErr != nil {
 		return startErr
@@ -299,7 +317,7 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 }
 
 // runBinlog runs "idem cdc" on MariaDB: the binlog relay.
-func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables idemmsg.Tables, sub string) error {
+func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables idemmsg.Tables, sub string, archive time.Duration) error {
 	switch sub {
 	case "drop-slot":
 		return usagef("drop-slot is for PostgreSQL; the binlog relay keeps no state on the server (reset-position forgets its stored position)")
@@ -321,7 +339,7 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 		return err
 	}
 	cfg := binlog.Config{Tables: tables, ServerID: uint32(o.serverID), Window: o.window, BatchSize: o.batch,
-		QuarantineAfter: o.quarantineAfter, Logger: log}
+		QuarantineAfter: o.quarantineAfter, ArchiveRetention: archive, Logger: log}
 	if o.keepRows {
 		cfg.Delete = binlog.KeepRows
 	}
@@ -348,7 +366,7 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 		return err
 	}
 	startErr, stopErr := runUntilStopped(ctx, r, srv, o.stopTimeout, func() {
-		log.Info("relaying from the binary log", "table", cfg.WithDefaults().Tables.Outbox, "broker", brokerURL)
+		log.Info("relaying from the binary log", "table", cfg.WithDefaults().Tables.Outbox, "broker", brokerURL, "archive_retention", archiveLog(archive))
 	})
 	if startErr != nil {
 		return startErr
@@ -359,4 +377,22 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 	s := r.Stats()
 	log.Info("binlog relay stopped", "published", s.Published, "transactions", s.Transactions, "unreadable", s.Unreadable, "position", s.Position)
 	return nil
+}
+
+// archiveLog is the archive's retention as the start-up line logs it.
+func archiveLog(d time.Duration) string {
+	if d < 0 {
+		return "off (idem replay finds nothing this relay publishes)"
+	}
+	return d.String()
+}
+
+// archiveRetention parses --archive-retention: a positive duration (h, m,
+// s or d), or 0 (0s, 0h, 0d), which turns the archive off (a negative
+// retention in the relays' Config).
+func archiveRetention(s string) (time.Duration, error) {
+	if d, err := time.ParseDuration(strings.Replace(s, "d", "h", 1)); err == nil && d == 0 {
+		return -1, nil
+	}
+	return parseDays("archive-retention", s)
 }

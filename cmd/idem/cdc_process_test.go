@@ -540,6 +540,12 @@ func TestCDCKilledAtFaultPoints(t *testing.T) {
 			if tc.point != fault.CDCAfterReceive && before == 0 {
 				t.Errorf("the relay killed at %s had delivered nothing", tc.point)
 			}
+			// Killed after archiving a batch and before confirming its
+			// position: the next relay publishes it again, and must not
+			// archive it twice (checkArchived).
+			if n := len(pgArchive(t, pg)); tc.republishes && n == 0 {
+				t.Errorf("the relay killed at %s had archived nothing", tc.point)
+			}
 
 			p2 := startCDC(t, "restarted", pg, rb.brokerURL(), "")
 			res := <-written
@@ -556,6 +562,7 @@ func TestCDCKilledAtFaultPoints(t *testing.T) {
 
 			dups := checkDelivered(t, rb.deliveries(), res.msgs)
 			brokertest.CheckOnceInOrder(t, pg, "stock", res.msgs)
+			checkArchived(t, res.msgs, func() []archivedRow { return pgArchive(t, pg) })
 			st := rb.consumer.Stats()
 			t.Logf("%s@%d: %d delivered before the kill; %d deliveries in all, %d copies; consumer applied %d, skipped %d duplicates",
 				tc.point, tc.nth, before, len(rb.deliveries()), dups, st.Applied, st.Duplicates)
@@ -563,6 +570,66 @@ func TestCDCKilledAtFaultPoints(t *testing.T) {
 				t.Errorf("killed at %s, nothing was published twice: the fault point was not between the broker's confirm and the slot's", tc.point)
 			}
 		})
+	}
+}
+
+// archivedRow is an event of the outbox's archive.
+type archivedRow struct {
+	id, aggregate string
+	version       int64
+}
+
+// pgArchive returns pg's archive in its seq order: the order in which a
+// replay publishes it.
+func pgArchive(t *testing.T, pg *testdb.PG) []archivedRow {
+	t.Helper()
+	rows, err := pg.Pool.Query(context.Background(), `SELECT id, aggregateid, aggregate_version FROM outbox_archive ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []archivedRow
+	for rows.Next() {
+		var r archivedRow
+		if err := rows.Scan(&r.id, &r.aggregate, &r.version); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkArchived waits until the archive holds as many events as want (the
+// relay archives WAL messages, which leave no row, once their position is
+// confirmed), then checks that it holds each event of want once, after a
+// relay was killed between publishing and confirming, and each aggregate's
+// in version order: a replay publishes every event once, in order.
+func checkArchived(t *testing.T, want []idemmsg.Message, archive func() []archivedRow) {
+	t.Helper()
+	var got []archivedRow
+	testsvc.WaitFor(t, 30*time.Second, "every event archived", func() bool {
+		got = archive()
+		return len(got) >= len(want)
+	})
+	if len(got) != len(want) {
+		t.Errorf("the archive holds %d events, want %d", len(got), len(want))
+	}
+	seen := map[string]int{}
+	last := map[string]int64{}
+	for _, r := range got {
+		seen[r.id]++
+		if r.version <= last[r.aggregate] {
+			t.Errorf("archive: aggregate %s version %d after %d", r.aggregate, r.version, last[r.aggregate])
+		}
+		last[r.aggregate] = r.version
+	}
+	for _, m := range want {
+		if seen[m.EventID.String()] != 1 {
+			t.Errorf("event %s archived %d times, want once", m.EventID, seen[m.EventID.String()])
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 )
 
@@ -14,20 +15,37 @@ import (
 func replayCommand() *command {
 	return &command{
 		name:    "replay",
-		summary: "publish again the events of a period still in the outbox",
+		summary: "publish again the events of a period the relay kept (outbox or archive)",
 		usage: `Usage:
   idem replay --since T [--until T] [--event NAME] [--aggregate-type T] [--db URL] [--broker URL] [--yes]
 
 Publishes again, with their original event ids, the events already published
-whose occurred_at is in [--since, --until) and that are still in the outbox:
-after an incident that lost messages at the broker or in a consumer. Events of
-one aggregate are published in their original order. Consumers skip the events
-they had already processed, as duplicates.
+whose occurred_at is in [--since, --until): after an incident that lost
+messages at the broker or in a consumer. Events of one aggregate are
+published in their original order. Consumers skip the events they had
+already processed, as duplicates.
 
-The outbox keeps published events for the relay's --retention: that is the
-period a replay can cover. Consumers must keep processed_event markers at
-least as long ("idem purge" refuses a shorter horizon than the replay window),
-or a replay would apply events a second time.
+A replay covers what the relay of the outbox keeps:
+
+  idem relay   (the polling relay) the published rows, in the outbox, for
+               its --retention (7 days by default), then deleted.
+  idem cdc     (PostgreSQL's WAL, MariaDB's binlog) no published row: it
+               deletes its rows (or leaves them unmarked, --keep-rows), and
+               a WAL message is no row at all. It keeps the events it
+               published, rows and WAL messages, in the archive
+               outbox_archive (migration 0013) for its
+               --archive-retention (7 days by default), then deletes them;
+               with --archive-retention 0 it keeps nothing, and nothing it
+               published can be replayed.
+
+The replay reads both, the outbox's published rows and the archived events
+(an event in both is published once). When a relay replaced the other
+during the period, the events of the one that ran first are published
+first, so that each aggregate's keep their order across the move. When the period holds nothing, or starts before the
+archive's oldest event, it says what the archive holds. Consumers must keep
+processed_event markers at least as long as that retention ("idem purge"
+refuses a shorter horizon than the replay window), or a replay would apply
+events a second time.
 
 It first prints how many events of each name would be published, then asks
 for confirmation; --yes skips the question. Times are RFC 3339
@@ -110,10 +128,15 @@ func (o *replayOptions) run(ctx context.Context, e *env, args []string) error {
 		total += n
 	}
 	sort.Strings(names)
-	fmt.Fprintf(e.stdout, "Published events with occurred_at in [%s, %s) still in the outbox:\n",
+	fmt.Fprintf(e.stdout, "Published events with occurred_at in [%s, %s) kept by the relay (outbox and archive):\n",
 		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	if total == 0 {
 		fmt.Fprintln(e.stdout, "  none. Nothing to replay.")
+	}
+	if err := explainArchive(ctx, e, conn, from, total == 0); err != nil {
+		return err
+	}
+	if total == 0 {
 		return nil
 	}
 	width := len("total")
@@ -138,5 +161,37 @@ func (o *replayOptions) run(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%d of %d events published: %w", n, total, err)
 	}
 	fmt.Fprintf(e.stdout, "Replayed %d events.\n", n)
+	return nil
+}
+
+// explainArchive tells, under the counts of a replay, what the outbox's
+// archive holds when the period may hold events the relays did not keep:
+// always when nothing was found (empty), otherwise when the period starts
+// before the archive's oldest event.
+func explainArchive(ctx context.Context, e *env, conn *registry.Database, from time.Time, empty bool) error {
+	info, ok, err := relay.Archive(ctx, conn.SQL)
+	if err != nil {
+		return err
+	}
+	const keeps = "idem relay keeps published rows in the outbox for its --retention; idem cdc keeps the events it publishes in the archive for its --archive-retention (7 days by default; 0 keeps nothing)"
+	switch {
+	case !ok:
+		if empty {
+			fmt.Fprintf(e.stdout, "  This database keeps the published rows the polling relay has not deleted yet (its --retention): the period holds none.\n")
+		}
+	case !info.Exists:
+		if empty {
+			fmt.Fprintf(e.stdout, "  This database has no archive (table %s, migration 0013): the events idem cdc published are not kept.\n  Run idem migrate, and idem cdc keeps what it publishes from then on (--archive-retention, 7 days by default).\n  (%s.)\n",
+				conn.SQL.Dialect().Tables().OutboxArchive, keeps)
+		}
+	case info.Empty:
+		if empty {
+			fmt.Fprintf(e.stdout, "  The archive (%s) is empty: idem cdc runs with --archive-retention 0 (no archive), or published nothing within its retention.\n  Start it without --archive-retention 0 (or with --archive-retention 168h) to keep what it publishes from then on.\n  (%s.)\n",
+				conn.SQL.Dialect().Tables().OutboxArchive, keeps)
+		}
+	case from.Before(info.OldestOccurred):
+		fmt.Fprintf(e.stdout, "  The period starts before the archive's oldest event (occurred at %s; the oldest was archived at %s):\n  events published by idem cdc before then are beyond its --archive-retention (deleted), or were published before the archive was on.\n  (%s.)\n",
+			info.OldestOccurred.UTC().Format(time.RFC3339), info.OldestPublished.UTC().Format(time.RFC3339), keeps)
+	}
 	return nil
 }

@@ -32,9 +32,11 @@
 // quarantine), per-aggregate order and wake-ups; outbox ids that are not
 // UUIDs (published under idem.EventID's derived id, applied once by a
 // consumer, quarantined when empty or over 64 bytes); the idempotency key
-// store; and the status figures (driver.StatusReader: backlog, last
+// store; the status figures (driver.StatusReader: backlog, last
 // publish, each consumer's last processed time, recent markers, parked
-// messages and retries).
+// messages and retries); and, on the dialects that have one, the CDC
+// relays' archive (driver.OutboxArchiver: what a replay reads of it, in
+// order and by page, its purge, each outbox's events apart).
 //
 // The suite has no branch on a dialect's name. What differs between
 // databases is either asked of the driver (a driver.OutboxListener is

@@ -153,6 +153,7 @@ func Run[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("IdempotencyKeys", func(t *testing.T) { t.Parallel(); IdempotencyKeys(t, setup) })
 	t.Run("Status", func(t *testing.T) { t.Parallel(); Status(t, setup) })
 	t.Run("GroupLeases", func(t *testing.T) { t.Parallel(); GroupLeases(t, setup) })
+	t.Run("Archive", func(t *testing.T) { t.Parallel(); Archive(t, setup) })
 }
 
 // --- helpers ---

@@ -30,7 +30,10 @@ const (
 
 // dialect is the MySQL/MariaDB dialect bound to a set of table names: the
 // statements it shares with SQLite (sqlbase), and its own.
-type dialect struct{ *sqlbase.Dialect }
+type dialect struct {
+	*sqlbase.Dialect
+	aq archiveQueries
+}
 
 // NewDialect returns the MySQL dialect for tables (zero value: defaults).
 // Tables.Schema names the database holding the tables; empty means the
@@ -62,7 +65,7 @@ func NewDialect(tables idem.Tables) (driver.Dialect, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &dialect{base}, nil
+	return &dialect{Dialect: base, aq: newArchiveQueries(n.Outbox, n.OutboxName, n.OutboxArchive)}, nil
 }
 
 // MustDialect is NewDialect for table names known to be valid.

@@ -30,6 +30,7 @@ type dialect struct {
 	*dialectkit.Base
 	q    queries
 	rq   relayQueries
+	aq   archiveQueries
 	keys idempotencyQueries
 }
 
@@ -73,7 +74,7 @@ func newDialect(tables idem.Tables) (*dialect, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &dialect{Base: base, q: q, rq: newRelayQueries(n.Outbox), keys: newIdempotencyQueries(n.IdempotentRequest)}, nil
+	return &dialect{Base: base, q: q, rq: newRelayQueries(n.Outbox), aq: newArchiveQueries(n.Outbox, n.OutboxName, n.OutboxArchive), keys: newIdempotencyQueries(n.IdempotentRequest)}, nil
 }
 
 // MustDialect is NewDialect for table names known to be valid.

@@ -116,6 +116,22 @@ type Config struct {
 	QuarantineAfter int
 	// QueryTimeout bounds each SQL statement of the relay. Defaults to 30s.
 	QueryTimeout time.Duration
+	// ArchiveRetention is how long the relay keeps the events it published
+	// in the archive, the table Tables.OutboxArchive ("outbox_archive",
+	// migration 0013; one for every outbox of the database), for "idem replay" (relay.Replay) to publish a period again:
+	// this relay leaves no published row in the outbox (it deletes its
+	// rows, or leaves them to their writer unmarked with KeepRows). Each
+	// confirmed batch is written there in the transaction that deletes its
+	// rows, before its position is stored, so that neither a crash nor a
+	// stop loses an archived event or keeps one twice; events archived
+	// longer ago than this are deleted every ArchivePurgeInterval. It is the
+	// replay window of this outbox: keep the consumers' processed_event
+	// markers at least this long. Defaults to 7 days
+	// (cdc.ArchiveRetentionDefault); negative turns the archive off.
+	ArchiveRetention time.Duration
+	// ArchivePurgeInterval is how often archived events older than
+	// ArchiveRetention are deleted. Defaults to 1m.
+	ArchivePurgeInterval time.Duration
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Observer is told what the relay does, for metrics.
@@ -145,6 +161,8 @@ func (c Config) WithDefaults() Config {
 	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, MaxRetryBackoffDefault)
 	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, QuarantineAfterDefault)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
+	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, cdc.ArchiveRetentionDefault)
+	c.ArchivePurgeInterval = cmp.Or(c.ArchivePurgeInterval, cdc.ArchivePurgeIntervalDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -177,7 +195,7 @@ func (c Config) validate() error {
 	}
 	for name, d := range map[string]time.Duration{"FlushInterval": c.FlushInterval, "Heartbeat": c.Heartbeat,
 		"StandbyPoll": c.StandbyPoll, "PublishTimeout": c.PublishTimeout, "RetryBackoff": c.RetryBackoff,
-		"MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout} {
+		"MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout, "ArchivePurgeInterval": c.ArchivePurgeInterval} {
 		if d < 0 {
 			return fmt.Errorf("idem: binlog: Config.%s %v: must not be negative", name, d)
 		}

@@ -48,6 +48,9 @@ type entry struct {
 	foreign bool
 	// store marks a position to store at once: the first start's.
 	store bool
+	// archive is set once the broker confirmed the message, when the
+	// relay archives what it publishes (Config.ArchiveRetention).
+	archive bool
 }
 
 // pipeline holds what a session read and has not stored, in binlog order,
@@ -291,6 +294,7 @@ func (p *pipeline) settled(out *ordered.Entry) {
 	if out.Outcome == ordered.Quarantined {
 		e.id = "" // the row stays, quarantined
 	}
+	e.archive = out.Outcome == ordered.Published && r.archiving
 	p.unsent--
 	r.stats.inFlight.Store(int64(p.unsent))
 	p.mu.Unlock()
@@ -319,9 +323,10 @@ func (p *pipeline) settled(out *ordered.Entry) {
 // confirmed takes the published entries from the front, whole transactions
 // only, and returns the position they reach (nil when none ends a
 // transaction), the ids of the rows to delete, the commit times of the
-// transactions they end, and whether any of those held events (events) or
-// was another session's transaction without events (foreign).
-func (p *pipeline) confirmed() (end *entry, ids []string, commits []time.Time, events, foreign bool) {
+// transactions they end, the events to archive, in binlog order, and whether
+// any of those held events (events) or was another session's transaction
+// without events (foreign).
+func (p *pipeline) confirmed() (end *entry, ids []string, archive []*driver.OutboxRecord, commits []time.Time, events, foreign bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	last := 0
@@ -331,11 +336,14 @@ func (p *pipeline) confirmed() (end *entry, ids []string, commits []time.Time, e
 		}
 	}
 	if last == 0 {
-		return nil, nil, nil, false, false
+		return nil, nil, nil, nil, false, false
 	}
 	for _, e := range p.entries[:last] {
 		if e.id != "" {
 			ids = append(ids, e.id)
+		}
+		if e.archive {
+			archive = append(archive, e.rec)
 		}
 		events = events || e.hasMsg || e.store
 		foreign = foreign || e.foreign
@@ -355,7 +363,7 @@ func (p *pipeline) confirmed() (end *entry, ids []string, commits []time.Time, e
 			break
 		}
 	}
-	return end, ids, commits, events, foreign
+	return end, ids, archive, commits, events, foreign
 }
 
 // drainWait waits until the broker confirmed every message read, and

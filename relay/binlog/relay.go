@@ -15,10 +15,12 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/mysqlrepl"
+	"github.com/idem-go/idem/internal/periodic"
 	"github.com/idem-go/idem/internal/startstop"
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/internal/sendspan"
@@ -52,17 +54,24 @@ type Relay struct {
 
 	stats stats
 	errs  limiters
+	// archiving is set when the relay archives what it publishes
+	// (Config.ArchiveRetention); archiver purges the archive.
+	archiving bool
+	archiver  driver.OutboxArchiver
+	archiveEx driver.Executor
+	purge     periodic.Loop
 	// warnedNames is set once the relay read column names from
 	// information_schema (warned once).
 	warnedNames atomic.Bool
 }
 
 type limiters struct {
-	replication, publish, visibility, store *errlog.Limiter
+	replication, publish, visibility, store, purge *errlog.Limiter
 }
 
 type stats struct {
 	published, calls, failures, txs, unreadable, deleted, quarantined atomic.Int64
+	archived, purged                                                  atomic.Int64
 	inFlight, lagBytes                                                atomic.Int64
 	oldest                                                            atomic.Int64 // unix nanos of the oldest unconfirmed commit
 	streaming, waiting                                                atomic.Bool
@@ -88,6 +97,10 @@ type Stats struct {
 	Quarantined int64
 	// Deleted counts the published rows deleted.
 	Deleted int64
+	// Archived counts the events written into the archive
+	// (Config.ArchiveRetention), and ArchivePurged those deleted from it
+	// after the retention.
+	Archived, ArchivePurged int64
 	// InFlight is the number of messages read and not yet confirmed.
 	InFlight int64
 	// Position is the GTID position last stored: the binlog up to it is
@@ -152,8 +165,10 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 			ServerID: cfg.ServerID, Heartbeat: cfg.Heartbeat, DialTimeout: mc.Timeout},
 		schema: cfg.Tables.Schema,
 		errs: limiters{replication: l("binlog replication"), publish: l("binlog relay publications"),
-			visibility: l("binlog visibility checks"), store: l("binlog position updates")},
+			visibility: l("binlog visibility checks"), store: l("binlog position updates"), purge: l("binlog purge of the archive")},
+		archiving: cfg.ArchiveRetention > 0,
 	}
+	r.purge = periodic.Loop{Interval: cfg.ArchivePurgeInterval, Jitter: 0.1, Run: r.purgeArchive}
 	if r.schema == "" {
 		r.schema = mc.DBName
 	}
@@ -188,8 +203,14 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.wg.Add(2)
 	go func() { defer r.wg.Done(); r.run() }()
 	go func() { defer r.wg.Done(); r.monitor() }()
+	if r.archiving {
+		_ = r.purge.Start()
+	}
 	go func() {
 		r.wg.Wait()
+		if r.archiving {
+			_ = r.purge.Stop(context.Background())
+		}
 		_ = r.db.Close()
 		r.base.Finished()
 	}()
@@ -220,6 +241,8 @@ func (r *Relay) Stats() Stats {
 		Unreadable:      r.stats.unreadable.Load(),
 		Quarantined:     r.stats.quarantined.Load(),
 		Deleted:         r.stats.deleted.Load(),
+		Archived:        r.stats.archived.Load(),
+		ArchivePurged:   r.stats.purged.Load(),
 		InFlight:        r.stats.inFlight.Load(),
 		FilePos:         r.stats.filePos.Load(),
 		LagBytes:        r.stats.lagBytes.Load(),
@@ -248,6 +271,7 @@ func (r *Relay) CDCStats() cdc.Stats {
 	s := r.Stats()
 	return cdc.Stats{Published: s.Published, PublishCalls: s.PublishCalls, PublishFailures: s.PublishFailures,
 		Transactions: s.Transactions, Unreadable: s.Unreadable, Quarantined: s.Quarantined, Deleted: s.Deleted,
+		Archived: s.Archived, ArchivePurged: s.ArchivePurged,
 		InFlight: s.InFlight, SlotLagBytes: s.LagBytes, Lag: s.Lag, Streaming: s.Streaming, Waiting: s.Waiting,
 		LastError: s.LastError}
 }
@@ -320,4 +344,33 @@ func ResetPosition(ctx context.Context, dbURL string, tables idem.Tables) error 
 		return fmt.Errorf("idem: binlog: forget the position: %w", err)
 	}
 	return nil
+}
+
+// purgeArchive deletes the events archived longer ago than
+// Config.ArchiveRetention, a batch at a time, as the polling relay deletes
+// its published rows after its Retention. A Stop ends it between batches.
+func (r *Relay) purgeArchive(ctx context.Context) {
+	before := time.Now().Add(-r.cfg.ArchiveRetention)
+	stopping := r.base.Stopping()
+	for ctx.Err() == nil {
+		select {
+		case <-stopping:
+			return
+		default:
+		}
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		n, err := r.archiver.PurgeArchive(qctx, r.archiveEx, before, cdc.ArchivePurgeBatchSize)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.errs.purge.Warn(ctx, "deleting the events archived longer ago than the archive's retention failed", err)
+			}
+			return
+		}
+		r.errs.purge.OK(ctx)
+		r.stats.purged.Add(n)
+		if n < cdc.ArchivePurgeBatchSize {
+			return
+		}
+	}
 }

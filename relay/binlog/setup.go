@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/internal/mysqlrepl"
 )
@@ -15,6 +17,7 @@ import (
 // queries are the relay's statements on its outbox.
 type queries struct {
 	table, position string
+	archive         string // the outbox's archive (migration 0013)
 	quarantine      string
 	park            string
 	loadPosition    string
@@ -23,7 +26,7 @@ type queries struct {
 	lockName        string
 }
 
-func newQueries(schema, outbox, position string) queries {
+func newQueries(schema, outbox, position, archive string) queries {
 	t := mysql.QuoteIdent(schema) + "." + mysql.QuoteIdent(outbox)
 	p := mysql.QuoteIdent(schema) + "." + mysql.QuoteIdent(position)
 	lock := "idem_binlog_" + schema + "." + outbox
@@ -32,6 +35,7 @@ func newQueries(schema, outbox, position string) queries {
 	}
 	return queries{
 		table: t, position: p, lockName: lock,
+		archive: mysql.QuoteIdent(schema) + "." + mysql.QuoteIdent(archive),
 		quarantine: `UPDATE ` + t + ` SET quarantined_at = UTC_TIMESTAMP(6), last_error = ?, attempts = ?
 WHERE id = ? AND published_at IS NULL`,
 		park: `INSERT INTO ` + t + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers,
@@ -159,7 +163,7 @@ func (r *Relay) setup(ctx context.Context) error {
 	if err := checkPrivileges(grantee(current), privs); err != nil {
 		return err
 	}
-	r.sql = newQueries(r.schema, r.cfg.Tables.Outbox, r.cfg.Tables.BinlogPosition)
+	r.sql = newQueries(r.schema, r.cfg.Tables.Outbox, r.cfg.Tables.BinlogPosition, r.cfg.Tables.OutboxArchive)
 	if err := r.checkTables(ctx); err != nil {
 		return err
 	}
@@ -248,6 +252,23 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, r.schema, r.cfg.Tables.Outbox)
 	if n == 0 {
 		return fmt.Errorf("idem: binlog: no table %s for the relay's position: run \"idem migrate\" on this database (it creates it)", r.sql.position)
 	}
+	if !r.archiving {
+		return nil
+	}
+	err = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
+		r.schema, r.cfg.Tables.OutboxArchive).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("idem: binlog: look for the outbox's archive: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s, the archive of the events the relay publishes, for idem replay: run \"idem migrate\" (migration 0013), or turn the archive off (Config.ArchiveRetention negative, idem cdc --archive-retention 0)", idem.ErrMissingTable, r.sql.archive)
+	}
+	drv, err := mysql.NewTables(r.db, idem.Tables{Schema: r.schema, Outbox: r.cfg.Tables.Outbox, OutboxArchive: r.cfg.Tables.OutboxArchive})
+	if err != nil {
+		return fmt.Errorf("idem: binlog: %w", err)
+	}
+	r.archiver = drv.Dialect().(driver.OutboxArchiver)
+	r.archiveEx = drv.Pool()
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/mysqlrepl"
@@ -178,8 +180,11 @@ type session struct {
 	tx   *txState
 	pos  mysqlrepl.Position // after the last transaction read
 	file string
-	// toDelete holds the ids of published rows not deleted yet.
-	toDelete []string
+	// toDelete holds the ids of published rows not deleted yet, and
+	// toArchive the events published and not archived yet
+	// (Config.ArchiveRetention), in binlog order.
+	toDelete  []string
+	toArchive []*driver.OutboxRecord
 	// names are the outbox's columns from information_schema, when the
 	// binlog holds none; nil until needed.
 	names []string
@@ -625,8 +630,9 @@ func (s *session) commit(h *mysqlrepl.Header) error {
 // With force (at a stop) it stores any position that moved.
 func (s *session) flush(ctx context.Context, force bool) error {
 	r := s.r
-	end, ids, commits, events, foreign := s.pipe.confirmed()
+	end, ids, archive, commits, events, foreign := s.pipe.confirmed()
 	s.toDelete = append(s.toDelete, ids...)
+	s.toArchive = append(s.toArchive, archive...)
 	if end != nil {
 		if s.pending == nil || end.pos != s.pending.pos {
 			s.pending = end
@@ -635,14 +641,14 @@ func (s *session) flush(ctx context.Context, force bool) error {
 		s.pendingForeign = s.pendingForeign || foreign
 	}
 	end = s.pending
-	if end == nil && len(s.toDelete) == 0 {
+	if end == nil && len(s.toDelete) == 0 && len(s.toArchive) == 0 {
 		return nil
 	}
-	if len(s.toDelete) > 0 {
-		if err := r.deleteRows(ctx, s.toDelete); err != nil {
+	if len(s.toDelete) > 0 || len(s.toArchive) > 0 {
+		if err := r.deleteRows(ctx, s.toDelete, s.toArchive); err != nil {
 			return err
 		}
-		s.toDelete = s.toDelete[:0]
+		s.toDelete, s.toArchive = s.toDelete[:0], s.toArchive[:0]
 	}
 	if end == nil || end.pos == s.stored {
 		return nil
@@ -680,26 +686,140 @@ func (s *session) flush(ctx context.Context, force bool) error {
 	return nil
 }
 
-// deleteRows deletes published rows by id.
-func (r *Relay) deleteRows(ctx context.Context, ids []string) error {
-	for len(ids) > 0 {
-		n := min(len(ids), 1000)
-		args := make([]any, n)
-		for i, id := range ids[:n] {
-			args[i] = id
-		}
+// deleteRows deletes published rows by id and, when the relay archives
+// what it publishes, archives the events recs in the same transactions:
+// deleted and archived together, or neither.
+func (r *Relay) deleteRows(ctx context.Context, ids []string, recs []*driver.OutboxRecord) error {
+	for len(ids) > 0 || len(recs) > 0 {
+		n, m := min(len(ids), 1000), min(len(recs), 1000)
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		res, err := r.db.ExecContext(qctx, `DELETE FROM `+r.sql.table+` WHERE id IN (`+placeholders(n)+`)`, args...)
+		d, err := r.deleteBatch(qctx, ids[:n], recs[:m])
 		cancel()
 		if err != nil {
 			return fmt.Errorf("idem: binlog: delete published rows: %w", err)
 		}
-		d, _ := res.RowsAffected()
 		r.stats.deleted.Add(d)
-		ids = ids[n:]
+		ids, recs = ids[n:], recs[m:]
 	}
 	return nil
 }
+
+// deleteBatch deletes the rows of ids and archives recs in one
+// transaction, and returns how many rows it deleted.
+func (r *Relay) deleteBatch(ctx context.Context, ids []string, recs []*driver.OutboxRecord) (int64, error) {
+	del := func(ex interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+	}) (int64, error) {
+		if len(ids) == 0 {
+			return 0, nil
+		}
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id
+		}
+		res, err := ex.ExecContext(ctx, `DELETE FROM `+r.sql.table+` WHERE id IN (`+placeholders(len(ids))+`)`, args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+	if len(recs) == 0 {
+		return del(r.db)
+	}
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	archived, err := r.archive(ctx, tx, recs)
+	if err != nil {
+		return 0, err
+	}
+	n, err := del(tx)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	r.stats.archived.Add(archived)
+	return n, nil
+}
+
+// archive inserts recs into the archive in tx, in the order of publication
+// (the archive's seq follows it), and returns how many it inserted. An
+// event archived already (the binlog gave its transaction again after a
+// crash) is kept as it was. When the batch fails on a value the table
+// refuses (dataError: a foreign outbox's column wider than the archive's),
+// the events are inserted one at a time, and one refused is logged at error
+// level with its content and left out, rather than hold the position for
+// good: a failed statement leaves the transaction's other statements be.
+func (r *Relay) archive(ctx context.Context, tx *sql.Tx, recs []*driver.OutboxRecord) (int64, error) {
+	insert := func(recs []*driver.OutboxRecord) (int64, error) {
+		args := make([]any, 0, 9*len(recs))
+		for _, rec := range recs {
+			var payload, headers any
+			if rec.Payload != nil {
+				payload = string(rec.Payload)
+			}
+			if rec.RawHeaders != nil {
+				headers = string(rec.RawHeaders)
+			}
+			args = append(args, r.cfg.Tables.Outbox, rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type, payload,
+				rec.OccurredAt.UTC().Format(dateTime6), rec.AggregateVersion, headers)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO `+r.sql.archive+` (outbox_table, id, aggregatetype, aggregateid, type, payload,
+    occurred_at, aggregate_version, headers) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}')),", len(recs)), ",")+`
+ON DUPLICATE KEY UPDATE id = id`, args...)
+		if err != nil {
+			return 0, err
+		}
+		// ON DUPLICATE KEY UPDATE counts 1 per row inserted, 0 per row
+		// kept.
+		return res.RowsAffected()
+	}
+	n, err := insert(recs)
+	if err == nil || !dataError(err) {
+		if err != nil {
+			return 0, fmt.Errorf("archive the published events: %w", err)
+		}
+		return n, nil
+	}
+	n = 0
+	for _, rec := range recs {
+		a, err := insert([]*driver.OutboxRecord{rec})
+		switch {
+		case err == nil:
+			n += a
+		case dataError(err):
+			r.log.Error("a published event cannot be archived: the archive refuses one of its values; it was published, and idem replay will not find it",
+				"id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "type", rec.Type,
+				"payload", string(rec.Payload), "headers", string(rec.RawHeaders), "error", err)
+		default:
+			return 0, fmt.Errorf("archive the published events: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// dataError reports whether a statement failed on a value in strict mode:
+// too long (1406), not in the column's character set (1366), out of range
+// (1264), JSON the column refuses (4025, MariaDB's JSON check; 3140,
+// MySQL's). Trying it again as it is cannot help.
+func dataError(err error) bool {
+	var me *gomysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case 1406, 1366, 1264, 4025, 3140:
+		return true
+	}
+	return false
+}
+
+// dateTime6 is how a DATETIME(6) value is written: UTC, microseconds.
+const dateTime6 = "2006-01-02 15:04:05.000000"
 
 // loadPosition returns the stored position, "" when none is.
 func (r *Relay) loadPosition(ctx context.Context) (string, error) {

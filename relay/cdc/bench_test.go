@@ -3,6 +3,7 @@ package cdc_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,17 +20,25 @@ import (
 
 // BenchmarkDrain measures the drain of a backlog written before the relay
 // starts (the slot exists): rows and WAL messages to the in-process
-// publisher, rows to RabbitMQ (until the queue holds them all). b.N events in 1,000 aggregates, 100 per transaction.
+// publisher, without the archive and with it (-archive: until every event
+// is archived too; the rows until they are deleted too), rows to RabbitMQ
+// (until the queue holds them all). b.N events in 1,000 aggregates, 100 per
+// transaction.
 //
 //	IDEM_TEST_SERVERS=postgres make test ARGS='-run XXX -bench Drain -benchtime 20000x ./relay/cdc/'
 //
 // (make test adds -race; without it: IDEM_TEST_SHELL=1 IDEM_TEST_SERVERS="postgres rabbitmq"
 // IDEM_TEST_CMD='go test -tags idemfault -run XXX -bench Drain -benchtime 50000x ./relay/cdc/' bash scripts/test.sh)
 func BenchmarkDrain(b *testing.B) {
-	for _, mode := range []string{"table", "wal", "table-rabbitmq"} {
-		b.Run(mode, func(b *testing.B) {
+	for _, name := range []string{"table", "table-archive", "wal", "wal-archive", "table-rabbitmq", "table-rabbitmq-archive"} {
+		b.Run(name, func(b *testing.B) {
 			pg := newDB(b)
 			cfg := fastConfig(nil)
+			archive := strings.HasSuffix(name, "-archive")
+			mode := strings.TrimSuffix(name, "-archive")
+			if !archive {
+				cfg.ArchiveRetention = -1
+			}
 			// The slot first: it reads from its creation on.
 			first := start(b, pg, memory.New(), cfg)
 			stop(b, first)
@@ -71,9 +80,24 @@ func BenchmarkDrain(b *testing.B) {
 				if err := pub.WaitLen(ctx2, b.N); err != nil {
 					b.Fatal(err)
 				}
+				// The relay's writes after the broker's confirmation.
+				for (archive && r.Stats().Archived < int64(b.N)) || (mode == "table" && r.Stats().Deleted < int64(b.N)) {
+					if ctx2.Err() != nil {
+						b.Fatalf("archived %d, deleted %d of %d", r.Stats().Archived, r.Stats().Deleted, b.N)
+					}
+					time.Sleep(time.Millisecond)
+				}
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "events/s")
+			if archive {
+				// What the archive keeps per event: heap, indexes, TOAST.
+				var size int64
+				if err := pg.Pool.QueryRow(ctx, `SELECT pg_total_relation_size('outbox_archive')`).Scan(&size); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(size)/float64(b.N), "archive-B/event")
+			}
 			if s := r.Stats(); s.PublishCalls > 0 {
 				b.ReportMetric(float64(s.Published)/float64(s.PublishCalls), "msgs/call")
 			}

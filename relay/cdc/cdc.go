@@ -15,9 +15,11 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/ctxsleep"
+	"github.com/idem-go/idem/internal/periodic"
 	"github.com/idem-go/idem/internal/startstop"
 	"github.com/idem-go/idem/relay/internal/sendspan"
 )
@@ -50,6 +52,13 @@ type Relay struct {
 	// Config.RowsOnly (warned once).
 	warnedRowsOnly atomic.Bool
 
+	// archiving is set when the relay archives what it publishes
+	// (Config.ArchiveRetention); archiver and archiveEx purge the archive.
+	archiving bool
+	archiver  driver.OutboxArchiver
+	archiveEx driver.Executor
+	purge     periodic.Loop
+
 	// initial holds, from the creation of the slot until the reading
 	// goroutine published them, the rows that were waiting in the outbox
 	// then (sweep.go).
@@ -59,7 +68,7 @@ type Relay struct {
 // limiters log the failures that repeat while a dependency is away once
 // per cause and interval, then a recovered line (package errlog).
 type limiters struct {
-	replication, publish, visibility, delete *errlog.Limiter
+	replication, publish, visibility, delete, purge *errlog.Limiter
 }
 
 func newLimiters(log *slog.Logger) limiters {
@@ -69,12 +78,14 @@ func newLimiters(log *slog.Logger) limiters {
 		publish:     l("CDC publications"),
 		visibility:  l("CDC visibility checks"),
 		delete:      l("CDC deletion of published rows"),
+		purge:       l("CDC purge of the archive"),
 	}
 }
 
 // stats are the counters behind Stats.
 type stats struct {
 	published, calls, failures, txs, unreadable, deleted, quarantined atomic.Int64
+	archived, purged                                                  atomic.Int64
 	visibilityWaits                                                   atomic.Int64
 	inFlight                                                          atomic.Int64
 	confirmed                                                         atomic.Uint64
@@ -101,6 +112,10 @@ type Stats struct {
 	Quarantined int64
 	// Deleted counts the published rows deleted.
 	Deleted int64
+	// Archived counts the events written into the archive
+	// (Config.ArchiveRetention), and ArchivePurged those deleted from it
+	// after the retention.
+	Archived, ArchivePurged int64
 	// VisibilityWaits counts the checks that found a transaction the log
 	// sent as committed not yet visible to other sessions: its messages,
 	// and those after it, waited (nothing is published before its
@@ -143,9 +158,10 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	}
 	rc.RuntimeParams["replication"] = "database"
 	log := cfg.Logger.With("slot", cfg.Slot)
-	r := &Relay{cfg: cfg, log: log, errs: newLimiters(log), pub: pub, dbURL: dbURL, replCfg: rc,
+	r := &Relay{cfg: cfg, log: log, errs: newLimiters(log), pub: pub, dbURL: dbURL, replCfg: rc, archiving: cfg.ArchiveRetention > 0,
 		tracing: sendspan.New(TracerName, cfg.TracerProvider, cfg.Propagator, pub)}
 	r.ctx = r.base.WorkContext()
+	r.purge = periodic.Loop{Interval: cfg.ArchivePurgeInterval, Jitter: 0.1, Run: r.purgeArchive}
 	return r, nil
 }
 
@@ -177,8 +193,14 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.wg.Add(2)
 	go func() { defer r.wg.Done(); r.run() }()
 	go func() { defer r.wg.Done(); r.monitor() }()
+	if r.archiving {
+		_ = r.purge.Start()
+	}
 	go func() {
 		r.wg.Wait()
+		if r.archiving {
+			_ = r.purge.Stop(context.Background())
+		}
 		r.pool.Close()
 		r.base.Finished()
 	}()
@@ -209,6 +231,8 @@ func (r *Relay) Stats() Stats {
 		Unreadable:      r.stats.unreadable.Load(),
 		Quarantined:     r.stats.quarantined.Load(),
 		Deleted:         r.stats.deleted.Load(),
+		Archived:        r.stats.archived.Load(),
+		ArchivePurged:   r.stats.purged.Load(),
 		VisibilityWaits: r.stats.visibilityWaits.Load(),
 		InFlight:        r.stats.inFlight.Load(),
 		ConfirmedLSN:    r.stats.confirmed.Load(),
@@ -295,6 +319,35 @@ func DropSlot(ctx context.Context, dbURL, slot string) error {
 		err = slotError(err, slot, cmp.Or(cfg.User, "the relay's user"))
 		if !errors.Is(err, ErrSlotActive) || time.Now().After(deadline) || !ctxsleep.Sleep(ctx, 50*time.Millisecond) {
 			return err
+		}
+	}
+}
+
+// purgeArchive deletes the events archived longer ago than
+// Config.ArchiveRetention, a batch at a time, as the polling relay deletes
+// its published rows after its Retention. A Stop ends it between batches.
+func (r *Relay) purgeArchive(ctx context.Context) {
+	before := time.Now().Add(-r.cfg.ArchiveRetention)
+	stopping := r.base.Stopping()
+	for ctx.Err() == nil {
+		select {
+		case <-stopping:
+			return
+		default:
+		}
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		n, err := r.archiver.PurgeArchive(qctx, r.archiveEx, before, ArchivePurgeBatchSize)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.errs.purge.Warn(ctx, "deleting the events archived longer ago than the archive's retention failed", err)
+			}
+			return
+		}
+		r.errs.purge.OK(ctx)
+		r.stats.purged.Add(n)
+		if n < ArchivePurgeBatchSize {
+			return
 		}
 	}
 }

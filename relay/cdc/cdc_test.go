@@ -657,6 +657,10 @@ func TestPrivilegeErrors(t *testing.T) {
 		t.Fatalf("without DELETE: %v", err)
 	}
 	pg.Exec(t, "GRANT DELETE ON outbox TO "+role)
+	if err := startErr(); err == nil || !strings.Contains(err.Error(), "GRANT SELECT, INSERT, DELETE ON \""+pg.Schema+"\".\"outbox_archive\"") || !strings.Contains(err.Error(), "--archive-retention 0") {
+		t.Fatalf("without the archive's privileges: %v", err)
+	}
+	pg.Exec(t, "GRANT SELECT, INSERT, DELETE ON outbox_archive TO "+role)
 	if err := startErr(); err == nil || !strings.Contains(err.Error(), "CREATE PUBLICATION") || !strings.Contains(err.Error(), "ownership") {
 		t.Fatalf("not the table's owner: %v", err)
 	}
@@ -680,6 +684,7 @@ func TestPrivilegeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLen(t, pub, 1, 20*time.Second)
+	eventually(t, 10*time.Second, "the event archived", func() bool { return r.Stats().Archived == 1 })
 }
 
 // Stop waits for the broker; past its context it abandons the messages in

@@ -45,6 +45,16 @@ const (
 	// QueryTimeoutDefault bounds the relay's SQL statements (set-up,
 	// deletes, slot lag).
 	QueryTimeoutDefault = 30 * time.Second
+	// ArchiveRetentionDefault is how long the archive keeps the events the
+	// relay published: the period "idem replay" can publish again, the
+	// polling relay's relay.RetentionDefault.
+	ArchiveRetentionDefault = 7 * 24 * time.Hour
+	// ArchivePurgeIntervalDefault is how often the events archived longer
+	// ago than the retention are deleted.
+	ArchivePurgeIntervalDefault = time.Minute
+	// ArchivePurgeBatchSize is the number of archived events deleted per
+	// statement.
+	ArchivePurgeBatchSize = 1000
 )
 
 // DeleteMode says what happens to the outbox rows the relay published.
@@ -151,6 +161,25 @@ type Config struct {
 	LagWarnBytes int64
 	// QueryTimeout bounds each SQL statement of the relay. Defaults to 30s.
 	QueryTimeout time.Duration
+
+	// ArchiveRetention is how long the relay keeps the events it published
+	// in the archive, the table Tables.OutboxArchive ("outbox_archive",
+	// migration 0013; one for every outbox of the schema), for "idem replay" (relay.Replay) to publish a period again:
+	// this relay leaves no published row in the outbox (it deletes its
+	// rows, or leaves them to their writer unmarked with KeepRows, and a WAL
+	// message is no row at all). Each confirmed batch is written there in
+	// the statement that deletes its rows, before its position is confirmed
+	// to the server, so that neither a crash nor a stop loses an archived
+	// event or keeps one twice; events archived longer ago than this are
+	// deleted every ArchivePurgeInterval. It is the replay window of this
+	// outbox: keep the consumers' processed_event markers at least this
+	// long. Defaults to 7 days, as the polling relay's Retention; negative
+	// turns the archive off (nothing is written, and "idem replay" finds
+	// nothing this relay published).
+	ArchiveRetention time.Duration
+	// ArchivePurgeInterval is how often archived events older than
+	// ArchiveRetention are deleted. Defaults to 1m.
+	ArchivePurgeInterval time.Duration
 
 	// RowsOnly declares that every event of the outbox is a row that stays
 	// in the table until the relay deletes it: no writer emits WAL messages
@@ -262,6 +291,8 @@ func (c Config) WithDefaults() Config {
 	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, QuarantineAfterDefault)
 	c.LagWarnBytes = cmp.Or(c.LagWarnBytes, LagWarnBytesDefault)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
+	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, ArchiveRetentionDefault)
+	c.ArchivePurgeInterval = cmp.Or(c.ArchivePurgeInterval, ArchivePurgeIntervalDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -293,7 +324,8 @@ func (c Config) validate() error {
 		return errors.New("idem: cdc: Config.RowsOnly with Delete = KeepRows: kept rows cannot tell which of them wait, so a failover loses them; drop one of the two")
 	}
 	for name, d := range map[string]time.Duration{"StandbyInterval": c.StandbyInterval, "FlushInterval": c.FlushInterval,
-		"PublishTimeout": c.PublishTimeout, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout} {
+		"PublishTimeout": c.PublishTimeout, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout,
+		"ArchivePurgeInterval": c.ArchivePurgeInterval} {
 		if d < 0 {
 			return fmt.Errorf("idem: cdc: Config.%s %v: must not be negative", name, d)
 		}
@@ -303,3 +335,7 @@ func (c Config) validate() error {
 
 // TracerName is the instrumentation scope of the CDC relay's spans.
 const TracerName = "github.com/idem-go/idem/relay/cdc"
+
+// Archiving reports whether the relay keeps the events it publishes in the
+// archive (Config.ArchiveRetention not negative).
+func (c Config) Archiving() bool { return c.WithDefaults().ArchiveRetention > 0 }

@@ -26,9 +26,22 @@
 // or refused publish is retried, with backoff, before its aggregate goes on;
 // a broker away for minutes costs time only. The slot's confirmed position
 // moves to a transaction's commit only once the broker confirmed that
-// transaction's messages and every one before them, and the published rows
-// were deleted (Config.Delete): after a crash, the server sends again what
+// transaction's messages and every one before them, the published rows
+// were deleted (Config.Delete) and the messages archived
+// (Config.ArchiveRetention): after a crash, the server sends again what
 // was not confirmed (at least once; consumers deduplicate).
+//
+// The archive. This relay leaves no published row in the outbox (it
+// deletes its rows, or leaves them unmarked to their writer with KeepRows,
+// and a WAL message is no row at all), so relay.Replay ("idem replay")
+// reads what it published from the archive, the table "outbox_archive" of
+// migration 0013 (Config.Tables.OutboxArchive): each confirmed batch of messages,
+// rows and WAL messages alike, is written there in the order of
+// publication, in the statement that deletes the batch's rows, before the
+// position is confirmed. A crash in between gives the transactions again;
+// the archive keeps each event once, by its id. Events archived longer ago
+// than Config.ArchiveRetention (7 days) are deleted every
+// Config.ArchivePurgeInterval; a negative retention turns the archive off.
 //
 // Rows waiting when the slot is created. A slot streams what commits after
 // its creation only. The relay creates it with an exported snapshot, reads

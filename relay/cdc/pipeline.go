@@ -41,6 +41,9 @@ type entry struct {
 	// was seen visible and handed to the publisher.
 	read, shown time.Time
 	state       uint8
+	// archive is set once the broker confirmed the message, when the
+	// relay archives what it publishes (Config.ArchiveRetention).
+	archive bool
 }
 
 const (
@@ -309,6 +312,7 @@ func (p *pipeline) settled(out *ordered.Entry) {
 	if out.Outcome == ordered.Quarantined {
 		e.id = "" // the row stays, quarantined
 	}
+	e.archive = out.Outcome == ordered.Published && r.archiving
 	p.unsent--
 	r.stats.inFlight.Store(int64(p.unsent))
 	p.mu.Unlock()
@@ -338,8 +342,9 @@ func (p *pipeline) signal() {
 
 // confirmed takes the entries published from the front, and returns the
 // position they reach (0 when none ends a transaction), the ids of the rows
-// to delete, and the commit times of the transactions they end.
-func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, commits []time.Time) {
+// to delete, the events to archive, in log order, and the commit times of
+// the transactions they end.
+func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, archive []*driver.OutboxRecord, commits []time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// Only whole transactions: the entries of one not entirely published
@@ -351,11 +356,14 @@ func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, commits []time.
 		}
 	}
 	if last == 0 {
-		return 0, nil, nil
+		return 0, nil, nil, nil
 	}
 	for _, e := range p.entries[:last] {
 		if e.id != "" {
 			ids = append(ids, e.id)
+		}
+		if e.archive {
+			archive = append(archive, e.rec)
 		}
 		if e.lsn != 0 {
 			lsn = e.lsn
@@ -371,7 +379,7 @@ func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, commits []time.
 	} else {
 		p.r.stats.oldest.Store(0)
 	}
-	return lsn, ids, commits
+	return lsn, ids, archive, commits
 }
 
 // drainWait waits until the broker confirmed every message read, and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
 )
 
@@ -40,19 +42,28 @@ type queries struct {
 	park            string
 	parkUnreadable  string
 	publicationHint string
+	// archive is the outbox's archive (migration 0013), quoted and
+	// qualified; archiveRows and archiveSeqs delete published rows (by id,
+	// or by seq for the rows waiting at the slot's creation) and archive
+	// the events published, in one statement.
+	archive                  string
+	archiveRows, archiveSeqs string
 }
 
 // The statements that do not depend on the table.
 const (
-	walLevelSQL     = `SHOW wal_level`
-	currentSchema   = `SELECT current_schema()`
-	tableExistsSQL  = `SELECT to_regclass($1) IS NOT NULL`
-	pubExistsSQL    = `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`
-	pubHasTableSQL  = `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`
-	slotSQL         = `SELECT plugin, database, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1 AND slot_type = 'logical'`
-	dropSlotSQL     = `SELECT pg_drop_replication_slot($1)`
-	currentDBSQL    = `SELECT current_database()`
-	canDeleteSQL    = `SELECT has_table_privilege($1, 'DELETE')`
+	walLevelSQL    = `SHOW wal_level`
+	currentSchema  = `SELECT current_schema()`
+	tableExistsSQL = `SELECT to_regclass($1) IS NOT NULL`
+	pubExistsSQL   = `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`
+	pubHasTableSQL = `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`
+	slotSQL        = `SELECT plugin, database, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1 AND slot_type = 'logical'`
+	dropSlotSQL    = `SELECT pg_drop_replication_slot($1)`
+	currentDBSQL   = `SELECT current_database()`
+	canDeleteSQL   = `SELECT has_table_privilege($1, 'DELETE')`
+	// canArchiveSQL: the archive's inserts, and its purge (a delete that
+	// reads the rows it deletes).
+	canArchiveSQL   = `SELECT has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND has_table_privilege($1, 'DELETE')`
 	versionSQL      = `SELECT current_setting('server_version_num')::int`
 	slotFailoverSQL = `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`
 	// standbysSQL names the physical standbys: walsenders connected to no
@@ -70,8 +81,51 @@ const (
 	FROM pg_replication_slots WHERE slot_name = $1`
 )
 
-func newQueries(schema, table, publication string) queries {
+// archiveSQL returns the statement that deletes the published rows of
+// table (quoted and qualified; tableName bare) the condition on $1 selects
+// and archives the published events given in $2 to
+// $9 (one array per column, in the order of publication: the archive's seq
+// follows it), at once: a crash leaves both done or neither. An event
+// archived already (the slot gave its transaction again after a crash) is
+// kept as it was. It returns the rows deleted and the events archived.
+func archiveSQL(table, tableName, archive, where string) string {
+	return `WITH d AS (DELETE FROM ` + table + ` WHERE ` + where + ` RETURNING 1),
+a AS (
+    INSERT INTO ` + archive + ` (outbox_table, id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers)
+    SELECT '` + strings.ReplaceAll(tableName, "'", "''") + `', u.id, u.aggregatetype, u.aggregateid, u.type, u.payload::json, u.occurred_at, u.aggregate_version,
+        coalesce(u.headers::json, '{}')
+    FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bigint[], $9::text[])
+        WITH ORDINALITY AS u(id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, n)
+    ORDER BY u.n
+    ON CONFLICT (outbox_table, id) DO NOTHING
+    RETURNING 1)
+SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM a)`
+}
+
+// archiveArgs returns the arguments $2 to $9 of archiveSQL for recs.
+func archiveArgs(recs []*driver.OutboxRecord) []any {
+	n := len(recs)
+	ids, types, aggIDs, names := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	payloads, headers := make([]*string, n), make([]*string, n)
+	occurred, versions := make([]time.Time, n), make([]int64, n)
+	for i, rec := range recs {
+		ids[i], types[i], aggIDs[i], names[i] = rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type
+		if rec.Payload != nil {
+			p := string(rec.Payload)
+			payloads[i] = &p
+		}
+		if rec.RawHeaders != nil {
+			h := string(rec.RawHeaders)
+			headers[i] = &h
+		}
+		occurred[i], versions[i] = rec.OccurredAt, rec.AggregateVersion
+	}
+	return []any{ids, types, aggIDs, names, payloads, occurred, versions, headers}
+}
+
+func newQueries(schema, table, archiveTable, publication string) queries {
 	t := postgres.QuoteIdent(schema) + "." + postgres.QuoteIdent(table)
+	archive := postgres.QuoteIdent(schema) + "." + postgres.QuoteIdent(archiveTable)
 	create := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`, postgres.QuoteIdent(publication), t)
 	return queries{
 		table:     t,
@@ -98,6 +152,9 @@ WHERE o.quarantined_at IS NULL`,
 		parkUnreadable: `INSERT INTO ` + t + ` (id, aggregatetype, aggregateid, type, payload, quarantined_at, last_error, attempts)
 VALUES (gen_random_uuid(), $1, $2, $3, NULL, now(), $4, 1)`,
 		publicationHint: create,
+		archive:         archive,
+		archiveRows:     archiveSQL(t, table, archive, `id = ANY($1)`),
+		archiveSeqs:     archiveSQL(t, table, archive, `seq = ANY($1::bigint[])`),
 	}
 }
 
@@ -107,7 +164,7 @@ func (r *Relay) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("idem: cdc: database URL: %w", err)
 	}
-	pcfg.MaxConns = 2
+	pcfg.MaxConns = 3 // visibility checks, deletes, and the archive's purge
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("idem: cdc: connect: %w", err)
@@ -126,7 +183,7 @@ func (r *Relay) setup(ctx context.Context) error {
 			return fmt.Errorf("idem: cdc: current schema: %w", err)
 		}
 	}
-	r.sql = newQueries(r.schema, r.cfg.Tables.Outbox, r.cfg.Publication)
+	r.sql = newQueries(r.schema, r.cfg.Tables.Outbox, r.cfg.Tables.OutboxArchive, r.cfg.Publication)
 	var exists bool
 	if err := pool.QueryRow(ctx, tableExistsSQL, r.sql.table).Scan(&exists); err != nil {
 		return fmt.Errorf("idem: cdc: look for the outbox: %w", err)
@@ -143,6 +200,28 @@ func (r *Relay) setup(ctx context.Context) error {
 			// Without it the slot's position could never move.
 			return fmt.Errorf("idem: cdc: the relay's role cannot delete from %s, which it does once rows are published: GRANT DELETE ON %s TO %s, or leave the rows to their writer (Config.Delete = KeepRows, idem cdc --keep-rows)", r.sql.table, r.sql.table, postgres.QuoteIdent(r.replCfg.User))
 		}
+	}
+	if r.archiving {
+		if err := pool.QueryRow(ctx, tableExistsSQL, r.sql.archive).Scan(&exists); err != nil {
+			return fmt.Errorf("idem: cdc: look for the outbox's archive: %w", err)
+		}
+		if !exists {
+			return fmt.Errorf("%w: %s, the archive of the events the relay publishes, for idem replay: run idem migrate (migration 0013), or turn the archive off (Config.ArchiveRetention negative, idem cdc --archive-retention 0)", idem.ErrMissingTable, r.sql.archive)
+		}
+		var can bool
+		if err := pool.QueryRow(ctx, canArchiveSQL, r.sql.archive).Scan(&can); err != nil {
+			return fmt.Errorf("idem: cdc: read privileges on %s: %w", r.sql.archive, err)
+		}
+		if !can {
+			return fmt.Errorf("idem: cdc: the relay's role cannot write %s, the archive of the events it publishes, for idem replay: GRANT SELECT, INSERT, DELETE ON %s TO %s, or turn the archive off (Config.ArchiveRetention negative, idem cdc --archive-retention 0)",
+				r.sql.archive, r.sql.archive, postgres.QuoteIdent(r.replCfg.User))
+		}
+		drv, err := postgres.NewPgxTables(pool, idem.Tables{Schema: r.schema, Outbox: r.cfg.Tables.Outbox, OutboxArchive: r.cfg.Tables.OutboxArchive})
+		if err != nil {
+			return fmt.Errorf("idem: cdc: %w", err)
+		}
+		r.archiver = drv.Dialect().(driver.OutboxArchiver)
+		r.archiveEx = drv.Pool()
 	}
 	if err := r.ensurePublication(ctx); err != nil {
 		return err

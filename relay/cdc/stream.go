@@ -132,7 +132,10 @@ type session struct {
 	flushed  pglogrepl.LSN // confirmed to the server
 	walEnd   pglogrepl.LSN // the server's position in its last keepalive
 	toDelete []string
-	ready    pglogrepl.LSN // published, and its rows deleted: to confirm
+	// toArchive holds the events published and not archived yet
+	// (Config.ArchiveRetention), in log order.
+	toArchive []*driver.OutboxRecord
+	ready     pglogrepl.LSN // published, its rows deleted and its events archived: to confirm
 	// deleteFailures counts the failed deletes in a row; none is tried
 	// before deleteAfter.
 	deleteFailures int
@@ -456,13 +459,14 @@ func quote(b []byte) string {
 // not move (the server asked, or StandbyInterval passed).
 func (s *session) flush(ctx context.Context, force bool) error {
 	r := s.r
-	lsn, ids, commits := s.pipe.confirmed()
+	lsn, ids, archive, commits := s.pipe.confirmed()
 	s.toDelete = append(s.toDelete, ids...)
+	s.toArchive = append(s.toArchive, archive...)
 	if lsn > s.ready {
 		s.ready = lsn
 	}
 	pos := s.ready
-	if len(s.toDelete) > 0 {
+	if len(s.toDelete) > 0 || len(s.toArchive) > 0 {
 		err := errDeleteLater
 		if !time.Now().Before(s.deleteAfter) {
 			err = s.deleteRows(ctx)
@@ -490,7 +494,7 @@ func (s *session) flush(ctx context.Context, force bool) error {
 			lsn = 0
 		}
 	}
-	if s.tx == nil && s.walEnd > pos && s.pipe.empty() && len(s.toDelete) == 0 {
+	if s.tx == nil && s.walEnd > pos && s.pipe.empty() && len(s.toDelete) == 0 && len(s.toArchive) == 0 {
 		// Nothing read waits: everything the server sent is done.
 		pos = s.walEnd
 	}
@@ -537,23 +541,83 @@ func serverGoing(err error) bool {
 	return errors.As(err, &connErr) || pgconn.SafeToRetry(err)
 }
 
-// deleteRows deletes the published rows. Their transactions are visible:
-// nothing is published before (pipeline.watch).
+// deleteRows deletes the published rows and, when the relay archives what
+// it publishes, archives the published events in the same statements:
+// deleted and archived together, or neither. Their transactions are
+// visible: nothing is published before (pipeline.watch).
 func (s *session) deleteRows(ctx context.Context) error {
 	r := s.r
-	for len(s.toDelete) > 0 {
-		n := min(len(s.toDelete), 1000)
+	for len(s.toDelete) > 0 || len(s.toArchive) > 0 {
+		n, m := min(len(s.toDelete), 1000), min(len(s.toArchive), 1000)
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		tag, err := r.pool.Exec(qctx, r.sql.deleteRows, s.toDelete[:n])
+		var deleted, archived int64
+		var err error
+		if m == 0 {
+			var tag pgconn.CommandTag
+			tag, err = r.pool.Exec(qctx, r.sql.deleteRows, s.toDelete[:n])
+			deleted = tag.RowsAffected()
+		} else {
+			args := append([]any{s.toDelete[:n]}, archiveArgs(s.toArchive[:m])...)
+			err = r.pool.QueryRow(qctx, r.sql.archiveRows, args...).Scan(&deleted, &archived)
+		}
 		cancel()
+		if err != nil && m > 0 && dataError(err) {
+			// An event the archive cannot hold: archive the others one by
+			// one, then delete the rows.
+			archived, err = r.archiveEach(ctx, s.toArchive[:m])
+			if err == nil {
+				qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+				var tag pgconn.CommandTag
+				tag, err = r.pool.Exec(qctx, r.sql.deleteRows, s.toDelete[:n])
+				cancel()
+				deleted = tag.RowsAffected()
+			}
+		}
 		if err != nil {
 			return err
 		}
-		r.stats.deleted.Add(tag.RowsAffected())
-		s.toDelete = s.toDelete[n:]
+		r.stats.deleted.Add(deleted)
+		r.stats.archived.Add(archived)
+		s.toDelete, s.toArchive = s.toDelete[n:], s.toArchive[m:]
 	}
-	s.toDelete = nil
+	s.toDelete, s.toArchive = nil, nil
 	return nil
+}
+
+// archiveEach archives recs one at a time, in order, after a batch failed
+// on a value the database refuses (dataError): an event whose own values
+// are refused (an id or an aggregate with a NUL character, from a WAL
+// message) is left out of the archive, logged at error level with its
+// content, rather than hold the slot's position for good. It returns how
+// many it archived, and fails when the database does.
+func (r *Relay) archiveEach(ctx context.Context, recs []*driver.OutboxRecord) (int64, error) {
+	var n int64
+	for _, rec := range recs {
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		var archived int64
+		args := append([]any{[]string{}}, archiveArgs([]*driver.OutboxRecord{rec})...)
+		err := r.pool.QueryRow(qctx, r.sql.archiveRows, args...).Scan(new(int64), &archived)
+		cancel()
+		switch {
+		case err == nil:
+			n += archived
+		case dataError(err):
+			r.log.Error("a published event cannot be archived: the database refuses one of its values; it was published, and idem replay will not find it",
+				"id", rec.RawID, "aggregate_type", quote([]byte(rec.AggregateType)), "aggregate_id", quote([]byte(rec.AggregateID)),
+				"type", quote([]byte(rec.Type)), "payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "error", err)
+		default:
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// dataError reports whether a statement failed on a value (SQLSTATE class
+// 22: a character the encoding refuses, invalid JSON, a value out of
+// range): trying it again as it is cannot help.
+func dataError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22")
 }
 
 // firstInvisibleSQL returns the position (from 1) of the first of the

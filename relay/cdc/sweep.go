@@ -84,12 +84,28 @@ func (r *Relay) publishInitial() {
 			return
 		}
 		var done []int64
+		var published []*driver.OutboxRecord
 		if err == nil {
 			in.after = recs[len(recs)-1].Seq
-			done, err = r.publishInOrder(r.ctx, recs)
+			done, published, err = r.publishInOrder(r.ctx, recs)
 		}
 		if err == nil && len(done) > 0 {
-			_, err = r.pool.Exec(r.ctx, del, done)
+			archived := int64(0)
+			if r.archiving {
+				// Deleted and archived at once, as the stream's rows; an
+				// event the archive cannot hold leaves the others archived
+				// one by one before the rows are deleted.
+				err = r.pool.QueryRow(r.ctx, r.sql.archiveSeqs, append([]any{done}, archiveArgs(published)...)...).Scan(new(int64), &archived)
+				if err != nil && dataError(err) {
+					archived, err = r.archiveEach(r.ctx, published)
+					if err == nil {
+						_, err = r.pool.Exec(r.ctx, del, done)
+					}
+				}
+			} else {
+				_, err = r.pool.Exec(r.ctx, del, done)
+			}
+			r.stats.archived.Add(archived)
 			if err == nil {
 				r.stats.deleted.Add(int64(len(done)))
 				n += int64(len(done))
@@ -154,16 +170,17 @@ func (r *Relay) sweepPage(ctx context.Context, tx pgx.Tx, sel string, after int6
 // calls in flight, failures retried with backoff, and a row the broker
 // refuses Config.QuarantineAfter times quarantined in the table (the later
 // rows of its aggregate go on). Rows that cannot become messages are
-// quarantined at once. It returns the seqs of the rows published; a Stop
-// ends it early, and what is left waits for the next start.
-func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) ([]int64, error) {
+// quarantined at once. It returns the seqs of the rows published, and the
+// rows, in seq order; a Stop ends it early, and what is left waits for the
+// next start.
+func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) ([]int64, []*driver.OutboxRecord, error) {
 	entries := make([]*ordered.Entry, 0, len(recs))
 	for i, rec := range recs {
 		msg, err := outboxcodec.Message(rec)
 		if err != nil {
 			r.stats.unreadable.Add(1)
 			if _, qerr := r.pool.Exec(ctx, r.sql.quarantine, rec.Seq, err.Error()); qerr != nil {
-				return nil, fmt.Errorf("idem: cdc: quarantine row seq %d: %w", rec.Seq, qerr)
+				return nil, nil, fmt.Errorf("idem: cdc: quarantine row seq %d: %w", rec.Seq, qerr)
 			}
 			r.stats.quarantined.Add(1)
 			r.log.Error("quarantined an outbox row that cannot be published (idem failed list --relay)",
@@ -220,16 +237,18 @@ func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) 
 	pub.Add(entries...)
 	pub.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var done []int64
+	var published []*driver.OutboxRecord
 	for _, e := range entries {
 		if e.Outcome == ordered.Published {
 			done = append(done, recs[e.Ref].Seq)
+			published = append(published, &recs[e.Ref])
 		}
 	}
 	r.stats.published.Add(int64(len(done)))
-	return done, nil
+	return done, published, nil
 }
 
 // The calls in flight of the initial sweep, and the fewest messages in

@@ -392,13 +392,14 @@ func (db *DB) CDCSlot() string { return "idem_" + db.Schema + "_outbox" }
 // replication stream (package relay/cdc) through the slot CDCSlot, with
 // cfg.Tables, cfg.Slot, cfg.Publication and cfg.MessagePrefix (CDCPrefix)
 // set here; on MariaDB the binary log (package relay/binlog), with
-// cfg.Logger, cfg.Observer, cfg.Window, cfg.BatchSize and
-// cfg.QuarantineAfter. SQLite has no log to read: the error says to run the
-// polling relay.
+// cfg.Logger, cfg.Observer, cfg.Window, cfg.BatchSize, cfg.QuarantineAfter
+// and the archive's retention and purge interval. SQLite has no log to
+// read: the error says to run the polling relay.
 func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (*CDCRelay, error) {
 	if db.Dialect == MySQL && db.url != "" {
 		r, err := binlog.New(db.url, pub, binlog.Config{Tables: idem.Tables{Schema: db.Schema}, Logger: cfg.Logger,
-			Observer: cfg.Observer, Window: cfg.Window, BatchSize: cfg.BatchSize, QuarantineAfter: cfg.QuarantineAfter})
+			Observer: cfg.Observer, Window: cfg.Window, BatchSize: cfg.BatchSize, QuarantineAfter: cfg.QuarantineAfter,
+			ArchiveRetention: cfg.ArchiveRetention, ArchivePurgeInterval: cfg.ArchivePurgeInterval})
 		if err != nil {
 			return nil, err
 		}

@@ -34,6 +34,9 @@ type Names struct {
 	ConsumerMemberName, ConsumerPartitionName              string
 	ClaimLock                                              string // MySQL's claim lock table
 	NotifyFunc                                             string // PostgreSQL's trigger function
+	// OutboxArchive is the archive of the events the CDC relays published
+	// (migration 0013 of PostgreSQL and MySQL).
+	OutboxArchive, OutboxArchiveName string
 }
 
 // TableNames returns the names of t (with defaults), quoted by quote and
@@ -64,6 +67,8 @@ func TableNames(t idem.Tables, quote func(string) string) Names {
 		ConsumerPartitionName: t.ConsumerPartition,
 		ClaimLock:             qualify(t.Outbox + "_claim_lock"),
 		NotifyFunc:            qualify(t.Outbox + "_notify"),
+		OutboxArchive:         qualify(t.OutboxArchive),
+		OutboxArchiveName:     t.OutboxArchive,
 	}
 }
 

@@ -22,6 +22,8 @@
 //	unreadable_total                counter   rows and WAL messages that could not become messages
 //	quarantined_total               counter   rows quarantined in the outbox table
 //	deleted_total                   counter   published rows deleted
+//	archived_total                  counter   events written into the archive (for idem replay)
+//	archive_purged_total            counter   archived events deleted after the archive's retention
 //	publish_duration_seconds        histogram one Publish call
 //	commit_to_publish_seconds       histogram commit to the broker's confirmation
 //	confirm_delay_seconds           histogram commit to its position confirmed to the server
@@ -105,6 +107,8 @@ func New(slot string) *Metrics {
 		"unreadable_total":       "Rows and WAL messages that could not become messages.",
 		"quarantined_total":      "Rows quarantined in the outbox table.",
 		"deleted_total":          "Published rows deleted.",
+		"archived_total":         "Events written into the outbox's archive, for idem replay.",
+		"archive_purged_total":   "Archived events deleted after the archive's retention.",
 	} {
 		m.descs[name] = prometheus.NewDesc("idem_cdc_"+name, help, nil, labels)
 	}
@@ -202,6 +206,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		"unreadable_total":       s.Unreadable,
 		"quarantined_total":      s.Quarantined,
 		"deleted_total":          s.Deleted,
+		"archived_total":         s.Archived,
+		"archive_purged_total":   s.ArchivePurged,
 	} {
 		ch <- prometheus.MustNewConstMetric(m.descs[name], prometheus.CounterValue, float64(v))
 	}

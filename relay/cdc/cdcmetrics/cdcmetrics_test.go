@@ -26,7 +26,7 @@ func TestCollect(t *testing.T) {
 	cfg.Observer.CommitToPublish(4 * time.Millisecond)
 	cfg.Observer.Confirm(20 * time.Millisecond)
 	cfg.Observer.Stages(cdc.Stages{Receive: time.Millisecond, Visible: time.Millisecond, Queue: time.Millisecond, Confirm: time.Millisecond})
-	m.Watch(fixed{Published: 7, SlotLagBytes: 1024, RetainedBytes: 4096, Lag: 1500 * time.Millisecond, Streaming: true, InFlight: 2})
+	m.Watch(fixed{Published: 7, Archived: 6, ArchivePurged: 5, SlotLagBytes: 1024, RetainedBytes: 4096, Lag: 1500 * time.Millisecond, Streaming: true, InFlight: 2})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
 	want := `
@@ -45,9 +45,15 @@ idem_cdc_lag_seconds{slot="idem_public_outbox"} 1.5
 # HELP idem_cdc_streaming 1 while the relay reads the slot.
 # TYPE idem_cdc_streaming gauge
 idem_cdc_streaming{slot="idem_public_outbox"} 1
+# HELP idem_cdc_archived_total Events written into the outbox's archive, for idem replay.
+# TYPE idem_cdc_archived_total counter
+idem_cdc_archived_total{slot="idem_public_outbox"} 6
+# HELP idem_cdc_archive_purged_total Archived events deleted after the archive's retention.
+# TYPE idem_cdc_archive_purged_total counter
+idem_cdc_archive_purged_total{slot="idem_public_outbox"} 5
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idem_cdc_published_total", "idem_cdc_slot_lag_bytes",
-		"idem_cdc_slot_retained_bytes", "idem_cdc_lag_seconds", "idem_cdc_streaming"); err != nil {
+		"idem_cdc_slot_retained_bytes", "idem_cdc_lag_seconds", "idem_cdc_streaming", "idem_cdc_archived_total", "idem_cdc_archive_purged_total"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(m, "idem_cdc_confirm_delay_seconds", "idem_cdc_publish_duration_seconds", "idem_cdc_commit_to_publish_seconds"); n != 3 {

@@ -1,0 +1,3 @@
+-- Forgets the archive: "idem replay" finds no period the CDC relay
+-- published any more.
+DROP TABLE {{.OutboxArchive}};
