@@ -26,13 +26,14 @@ func flavor(n dialectkit.Names) sqlbase.Flavor {
 				// each part: two ranges, the first entry of one, and its
 				// greatest published_at.
 				Outbox: `SELECT
-    (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL),
-    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT 1),
+    (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL),
+    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL ORDER BY seq LIMIT 1),
     (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NOT NULL),
     (SELECT MAX(published_at) FROM ` + outbox + `)`,
 				LogPosition: `SELECT gtid_pos, updated_at FROM ` + n.BinlogPosition + ` WHERE outbox_table = '` + n.OutboxName + `'`,
 				// GROUP BY on the first column of a key is a loose index scan
 				// ("Using index for group-by"): one probe per name.
+				Scheduled: dialectkit.ScheduledSQL(outbox, now),
 				Names: `SELECT 0, consumer_name FROM ` + n.ProcessedEvent + ` GROUP BY consumer_name
 UNION ALL SELECT 0, consumer_name FROM ` + n.DeliveryAttempt + ` GROUP BY consumer_name
 UNION ALL SELECT 1, consumer_name FROM ` + n.FailedMessage + ` GROUP BY consumer_name`,
