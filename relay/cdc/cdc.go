@@ -23,7 +23,9 @@ import (
 
 // Relay publishes the outbox's inserts and the outbox's WAL messages, read
 // from a logical replication slot, through a broker.Publisher. Make one with
-// New; Start and Stop it like the polling relay.
+// New; Start and Stop it like the polling relay. Delayed rows wait in the
+// table and are published from it once due (see the package
+// documentation).
 type Relay struct {
 	base startstop.Base
 	cfg  Config
@@ -73,6 +75,7 @@ func newLimiters(log *slog.Logger) limiters {
 type stats struct {
 	published, calls, failures, txs, unreadable, deleted, quarantined atomic.Int64
 	visibilityWaits                                                   atomic.Int64
+	held, due                                                         atomic.Int64
 	inFlight                                                          atomic.Int64
 	confirmed                                                         atomic.Uint64
 	lagBytes, retained                                                atomic.Int64
@@ -98,6 +101,10 @@ type Stats struct {
 	Quarantined int64
 	// Deleted counts the published rows deleted.
 	Deleted int64
+	// Delayed counts the inserts of delayed rows (idem.Event.NotBefore)
+	// the stream left in the table to wait for their time, and
+	// DuePublished the delayed rows published from the table once due.
+	Delayed, DuePublished int64
 	// VisibilityWaits counts the checks that found a transaction the log
 	// sent as committed not yet visible to other sessions: its messages,
 	// and those after it, waited (nothing is published before its
@@ -205,6 +212,8 @@ func (r *Relay) Stats() Stats {
 		Unreadable:      r.stats.unreadable.Load(),
 		Quarantined:     r.stats.quarantined.Load(),
 		Deleted:         r.stats.deleted.Load(),
+		Delayed:         r.stats.held.Load(),
+		DuePublished:    r.stats.due.Load(),
 		VisibilityWaits: r.stats.visibilityWaits.Load(),
 		InFlight:        r.stats.inFlight.Load(),
 		ConfirmedLSN:    r.stats.confirmed.Load(),

@@ -42,6 +42,9 @@ const (
 	// QueryTimeoutDefault bounds the relay's SQL statements (set-up,
 	// deletes, slot lag).
 	QueryTimeoutDefault = 30 * time.Second
+	// DueIntervalDefault is how often the relay looks for delayed rows
+	// that fell due.
+	DueIntervalDefault = time.Second
 )
 
 // DeleteMode says what happens to the outbox rows the relay published.
@@ -148,6 +151,14 @@ type Config struct {
 	LagWarnBytes int64
 	// QueryTimeout bounds each SQL statement of the relay. Defaults to 30s.
 	QueryTimeout time.Duration
+	// DueInterval is how often the relay looks in the table for delayed
+	// rows (idem.Event.NotBefore) that fell due, while it reads the slot:
+	// a delayed row is published within about DueInterval of its time.
+	// Defaults to 1s.
+	DueInterval time.Duration
+	// Now is the clock that says which delayed rows are due. Defaults to
+	// time.Now; tests set a clock of their own.
+	Now func() time.Time
 
 	// RowsOnly declares that every event of the outbox is a row that stays
 	// in the table until the relay deletes it: no writer emits WAL messages
@@ -249,6 +260,10 @@ func (c Config) WithDefaults() Config {
 	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, QuarantineAfterDefault)
 	c.LagWarnBytes = cmp.Or(c.LagWarnBytes, LagWarnBytesDefault)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
+	c.DueInterval = cmp.Or(c.DueInterval, DueIntervalDefault)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -280,7 +295,8 @@ func (c Config) validate() error {
 		return errors.New("idem: cdc: Config.RowsOnly with Delete = KeepRows: kept rows cannot tell which of them wait, so a failover loses them; drop one of the two")
 	}
 	for name, d := range map[string]time.Duration{"StandbyInterval": c.StandbyInterval, "FlushInterval": c.FlushInterval,
-		"PublishTimeout": c.PublishTimeout, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout} {
+		"PublishTimeout": c.PublishTimeout, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout,
+		"DueInterval": c.DueInterval} {
 		if d < 0 {
 			return fmt.Errorf("idem: cdc: Config.%s %v: must not be negative", name, d)
 		}

@@ -56,8 +56,13 @@ func (r *Relay) initialRowsQuery(ctx context.Context) (string, error) {
 		}
 		return "", nil
 	}
+	// Delayed rows wait in the table for their time (publishDue).
+	delayed := ""
+	if r.sql.due != "" {
+		delayed = " AND not_before IS NULL"
+	}
 	return `SELECT * FROM ` + r.sql.table + ` WHERE seq > $1
-		AND published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage), nil
+		AND published_at IS NULL AND quarantined_at IS NULL` + delayed + ` ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage), nil
 }
 
 // publishInitial publishes the rows waiting in the outbox when the slot was
@@ -112,12 +117,18 @@ func (r *Relay) dropInitial() {
 	}
 }
 
-// sweepPage reads up to sweepPage waiting rows with a seq above after, as
+// querier is a transaction or the pool.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// sweepPage reads the rows of sel with its argument arg (up to sweepPage
+// waiting rows with a seq above after, or delayed rows due at a time), as
 // text (the simple protocol), decoded like the stream's.
-func (r *Relay) sweepPage(ctx context.Context, tx pgx.Tx, sel string, after int64) ([]driver.OutboxRecord, error) {
+func (r *Relay) sweepPage(ctx context.Context, q querier, sel string, arg any) ([]driver.OutboxRecord, error) {
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	rows, err := tx.Query(qctx, sel, pgx.QueryExecModeSimpleProtocol, after)
+	rows, err := q.Query(qctx, sel, pgx.QueryExecModeSimpleProtocol, arg)
 	if err != nil {
 		return nil, fmt.Errorf("idem: cdc: read the outbox: %w", err)
 	}
