@@ -22,9 +22,10 @@ func flavor(n dialectkit.Names) sqlbase.Flavor {
 	return sqlbase.Flavor{
 		Spec: dialectkit.Spec{
 			Status: dialectkit.StatusSQL{
-				// pending_idx (published_at, quarantined_at, seq) answers
-				// each part: two ranges, the first entry of one, and its
-				// greatest published_at.
+				// pending_idx (published_at, quarantined_at, not_before,
+				// seq) answers each part: two ranges, the first entry of
+				// one, and its greatest published_at; scheduled_idx
+				// (published_at, not_before) the delayed rows.
 				Outbox: `SELECT
     (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL),
     (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL ORDER BY seq LIMIT 1),
