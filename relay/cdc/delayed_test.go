@@ -108,3 +108,48 @@ func TestDelayedRowsKeepRows(t *testing.T) {
 		return pg.Count(t, "outbox WHERE published_at IS NOT NULL") == 1
 	})
 }
+
+// A relay abandoned while the broker holds a due delayed row's message
+// (a crash between the publish and the delete, as far as the table can
+// tell) leaves the row in the table: the next relay publishes it.
+func TestDelayedRowSurvivesAnAbandonedPublish(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	hung := memory.New()
+	hang := make(chan struct{})
+	defer close(hang)
+	hung.SetFunc(func(int, []idem.Message) memory.Action { return memory.Action{Hang: hang} })
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	cfg := fastConfig(t)
+	cfg.PublishTimeout = time.Minute
+	cfg.DueInterval = 20 * time.Millisecond
+	cfg.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	r := start(t, pg, hung, cfg)
+	d := event(t, "a", 1)
+	d.NotBefore = time.Now().Add(time.Hour)
+	if err := outbox.NewWriter(pg.Driver).AddExec(context.Background(), pg.Driver.Pool(), d); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the insert read", func() bool { return r.Stats().Delayed == 1 })
+	clock.Store(d.NotBefore.Add(time.Second).UnixNano())
+	eventually(t, 20*time.Second, "the due row handed to the broker", func() bool { return hung.Calls() > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = r.Stop(ctx) // nil, or its deadline: the publish is abandoned either way
+	select {
+	case <-r.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not end after its Stop ran out of time")
+	}
+	if n := pg.Count(t, "outbox"); n != 1 {
+		t.Fatalf("%d rows in the outbox: the unconfirmed delayed row was deleted", n)
+	}
+	pub := memory.New()
+	start(t, pg, pub, cfg)
+	msgs := waitLen(t, pub, 1, 20*time.Second)
+	if msgs[0].EventID != d.ID {
+		t.Fatalf("published %s, want the delayed event", msgs[0].EventID)
+	}
+	eventually(t, 10*time.Second, "the delayed row deleted", func() bool { return pg.Count(t, "outbox") == 0 })
+}
