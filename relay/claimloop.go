@@ -175,11 +175,14 @@ func (w *worker[TTx]) run() {
 				r.declareIdle(!found)
 			}
 		}
-		d := w.pace.next(found, woken, w.lingers)
+		base := w.pace.next(found, woken, w.lingers)
+		d := base
 		if !w.lingers {
 			d = backoff.Jitter(d, pollJitter)
 		}
-		if d > r.cfg.PollInterval {
+		if base > r.cfg.PollInterval {
+			// Backing off (MaxPollInterval): one index probe per wait, so
+			// that a delayed row is not left until the next poll.
 			d = r.untilNextDue(d)
 		}
 		timer.Reset(d)
