@@ -40,7 +40,7 @@ func (r *Relay) publishDue(ctx context.Context) {
 		if len(recs) == 0 {
 			return
 		}
-		done, err := r.publishInOrder(ctx, recs)
+		done, err := r.publishInOrder(ctx, recs, false)
 		if err != nil {
 			return // stopping: what is left waits in the table
 		}

@@ -90,7 +90,7 @@ func (r *Relay) publishInitial() {
 		var done []int64
 		if err == nil {
 			in.after = recs[len(recs)-1].Seq
-			done, err = r.publishInOrder(r.ctx, recs)
+			done, err = r.publishInOrder(r.ctx, recs, true)
 		}
 		if err == nil && len(done) > 0 {
 			_, err = r.pool.Exec(r.ctx, del, done)
@@ -165,8 +165,10 @@ func (r *Relay) sweepPage(ctx context.Context, q querier, sel string, arg any) (
 // refuses Config.QuarantineAfter times quarantined in the table (the later
 // rows of its aggregate go on). Rows that cannot become messages are
 // quarantined at once. It returns the seqs of the rows published; a Stop
-// ends it early, and what is left waits for the next start.
-func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) ([]int64, error) {
+// ends it early, and what is left waits for the next start. Stats.InFlight
+// counts its messages when inFlight says so: not while the stream's
+// pipeline, which sets that figure, runs beside it.
+func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord, inFlight bool) ([]int64, error) {
 	entries := make([]*ordered.Entry, 0, len(recs))
 	for i, rec := range recs {
 		msg, err := outboxcodec.Message(rec)
@@ -185,9 +187,11 @@ func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) 
 	}
 	pub := ordered.New(ctx, ordered.Config{
 		Publish: func(ctx context.Context, _ []*ordered.Entry, msgs []idem.Message) error {
-			n := int64(len(msgs))
-			r.stats.inFlight.Add(n)
-			defer r.stats.inFlight.Add(-n)
+			if inFlight {
+				n := int64(len(msgs))
+				r.stats.inFlight.Add(n)
+				defer r.stats.inFlight.Add(-n)
+			}
 			r.stats.calls.Add(1)
 			return r.pub.Publish(ctx, msgs)
 		},
