@@ -56,18 +56,36 @@ func (h *timedHook) at(id uuid.UUID) (time.Time, bool) {
 	return at, ok
 }
 
-// TestCDCKilledHoldingDelayedRows: "idem cdc" SIGKILLed while delayed rows
-// wait in the table for their time; the next process publishes each of
-// them once due, never before, and deletes them.
+// TestCDCKilledHoldingDelayedRows: "idem cdc" on PostgreSQL SIGKILLed while
+// delayed rows wait in the table for their time; the next process publishes
+// each of them once due, never before, and deletes them.
 func TestCDCKilledHoldingDelayedRows(t *testing.T) {
 	t.Parallel()
 	pg := testdb.NewPostgres(t)
 	dropSlotAtCleanup(t, pg)
+	w := outbox.NewWriter(pg.Driver)
+	killedHoldingDelayed(t,
+		func(name, url string) *cdcProc { return startCDC(t, name, pg, url, "") },
+		func(evs ...idemmsg.Event) error { return w.AddExec(context.Background(), pg.Driver.Pool(), evs...) },
+		func() int { return pg.Count(t, "outbox") })
+}
+
+// TestBinlogKilledHoldingDelayedRows is the same on MariaDB's binlog relay.
+func TestBinlogKilledHoldingDelayedRows(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewMariaDB(t)
+	w := outbox.NewWriter(db.Driver)
+	killedHoldingDelayed(t,
+		func(name, url string) *cdcProc { return startBinlog(t, name, db, url, "") },
+		func(evs ...idemmsg.Event) error { return w.AddExec(context.Background(), db.Driver.Pool(), evs...) },
+		func() int { return db.Count(t, "outbox") })
+}
+
+func killedHoldingDelayed(t *testing.T, start func(name, url string) *cdcProc, add func(...idemmsg.Event) error, rows func() int) {
 	h := newTimedHook(t)
-	p := startCDC(t, "first", pg, h.srv.URL+"/events", "")
+	p := start("first", h.srv.URL+"/events")
 	p.waitStreaming(t)
 
-	w := outbox.NewWriter(pg.Driver)
 	due := time.Now().Add(4 * time.Second)
 	var delayed []idemmsg.Event
 	for i := range 20 {
@@ -78,7 +96,7 @@ func TestCDCKilledHoldingDelayedRows(t *testing.T) {
 		ev.NotBefore = due
 		delayed = append(delayed, ev)
 	}
-	if err := w.AddExec(context.Background(), pg.Driver.Pool(), delayed...); err != nil {
+	if err := add(delayed...); err != nil {
 		t.Fatal(err)
 	}
 	// A sentinel of the same aggregate, committed after them: once it is
@@ -87,7 +105,7 @@ func TestCDCKilledHoldingDelayedRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.AddExec(context.Background(), pg.Driver.Pool(), sentinel); err != nil {
+	if err := add(sentinel); err != nil {
 		t.Fatal(err)
 	}
 	testsvc.WaitFor(t, 30*time.Second, "the sentinel published", func() bool { _, ok := h.at(sentinel.ID); return ok })
@@ -97,11 +115,11 @@ func TestCDCKilledHoldingDelayedRows(t *testing.T) {
 		}
 	}
 	testsvc.WaitFor(t, 30*time.Second, "the sentinel's row deleted, the delayed ones kept", func() bool {
-		return pg.Count(t, "outbox") == len(delayed)
+		return rows() == len(delayed)
 	})
 	p.kill()
 
-	p2 := startCDC(t, "second", pg, h.srv.URL+"/events", "")
+	p2 := start("second", h.srv.URL+"/events")
 	testsvc.WaitFor(t, 60*time.Second, "every delayed event published", func() bool {
 		for _, ev := range delayed {
 			if _, ok := h.at(ev.ID); !ok {
@@ -115,6 +133,6 @@ func TestCDCKilledHoldingDelayedRows(t *testing.T) {
 			t.Errorf("delayed event %s published %v before its time", ev.ID, ev.NotBefore.Sub(at))
 		}
 	}
-	testsvc.WaitFor(t, 30*time.Second, "the delayed rows deleted", func() bool { return pg.Count(t, "outbox") == 0 })
+	testsvc.WaitFor(t, 30*time.Second, "the delayed rows deleted", func() bool { return rows() == 0 })
 	p2.stop(t)
 }
