@@ -54,6 +54,11 @@ insert is in the log either way), or a job of its own does. Choose
 published_at, which this relay does not set: keep rows only for your own
 tools). Updates and deletes in the stream are never published.
 
+Delayed events (idem.Event.NotBefore) wait in the table: the stream skips
+their inserts, and the relay publishes them from the table once due (it
+looks every --due-interval), then deletes them (--keep-rows: sets their
+published_at). A relay killed meanwhile loses none of them.
+
 The slot keeps WAL. A slot holds the server's WAL from its confirmed
 position on, even while no relay reads it: a relay stopped for a day keeps a
 day of WAL on the server's disk. Bound it with max_slot_wal_keep_size in
@@ -175,6 +180,7 @@ type cdcOptions struct {
 	lagWarn         int64
 	metricsAddr     string
 	stopTimeout     time.Duration
+	dueInterval     time.Duration
 	logFormat       string
 	logLevel        string
 }
@@ -199,6 +205,7 @@ func setupCdc(fs *flag.FlagSet) runFunc {
 	fs.Int64Var(&o.lagWarn, "lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9465", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long the messages in flight may take to be confirmed")
+	fs.DurationVar(&o.dueInterval, "due-interval", cdc.DueIntervalDefault, "how often the relay looks in the table for delayed rows (idem.Event.NotBefore) that fell due")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return o.run
@@ -235,7 +242,7 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		return usagef("reset-position is for MariaDB's binlog relay (--db mysql://...); PostgreSQL's relay keeps its position in its slot (drop-slot)")
 	}
 	cfg := cdc.Config{Tables: tables, Slot: o.slot, Publication: o.publication, MessagePrefix: o.prefix,
-		Window: o.window, BatchSize: o.batch, LagWarnBytes: o.lagWarn, QuarantineAfter: o.quarantineAfter}
+		Window: o.window, BatchSize: o.batch, LagWarnBytes: o.lagWarn, QuarantineAfter: o.quarantineAfter, DueInterval: o.dueInterval}
 	if o.keepRows {
 		cfg.Delete = cdc.KeepRows
 	}
@@ -305,7 +312,7 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 		return err
 	}
 	cfg := binlog.Config{Tables: tables, ServerID: uint32(o.serverID), Window: o.window, BatchSize: o.batch,
-		QuarantineAfter: o.quarantineAfter, Logger: log}
+		QuarantineAfter: o.quarantineAfter, DueInterval: o.dueInterval, Logger: log}
 	if o.keepRows {
 		cfg.Delete = binlog.KeepRows
 	}
