@@ -72,6 +72,10 @@ func Delayed[TTx any](t *testing.T, setup Setup[TTx]) {
 		if !sameIDs(claimedIDs(rows), b1) {
 			t.Fatalf("claim once due, a3 leased = %v, want b1 only", claimedIDs(rows))
 		}
+		// It has waited since its due time.
+		if want := b1.NotBefore.UTC().Truncate(time.Microsecond); !rows[0].CreatedAt.Equal(want) {
+			t.Errorf("b1's created_at once claimed = %v, want its due time %v", rows[0].CreatedAt, want)
+		}
 		if n := db.count(t, "outbox WHERE not_before IS NOT NULL"); n != 0 {
 			t.Errorf("%d rows keep not_before once due and claimed, want 0", n)
 		}

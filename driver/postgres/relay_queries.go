@@ -50,6 +50,8 @@ type relayQueries struct {
 	claim string
 	// promoteDue clears not_before on the unpublished rows due at $1 (the
 	// relay's clock), through scheduled_idx: rows not due are never read.
+	// created_at takes the due time: the row waits from then on, for the
+	// status's oldest-waiting age and the relay's commit-to-publish delay.
 	promoteDue string
 	// nextDue selects the earliest not_before of the unpublished rows
 	// (NULL when none), for a relay about to sleep longer than its poll
@@ -173,7 +175,7 @@ leased AS (
 SELECT l.*, c.taken FROM leased l JOIN claimed c ON c.seq = l.seq
 ORDER BY l.seq`,
 
-		promoteDue: `UPDATE ` + outbox + ` SET not_before = NULL
+		promoteDue: `UPDATE ` + outbox + ` SET created_at = not_before, not_before = NULL
 WHERE published_at IS NULL AND not_before IS NOT NULL AND not_before <= $1`,
 		nextDue: `SELECT min(not_before) FROM ` + outbox + `
 WHERE published_at IS NULL AND not_before IS NOT NULL`,

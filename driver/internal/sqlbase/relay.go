@@ -289,7 +289,9 @@ func (r *relay) promote(ctx context.Context, ex driver.Executor, now time.Time) 
 	if err != nil || len(seqs) == 0 {
 		return err
 	}
-	_, err = ex.Exec(ctx, `UPDATE `+r.bySeq+` SET not_before = NULL
+	// created_at takes the due time: the row waits from then on. MySQL
+	// assigns left to right, each assignment seeing the ones before.
+	_, err = ex.Exec(ctx, `UPDATE `+r.bySeq+` SET created_at = not_before, not_before = NULL
 WHERE seq IN (`+Tuples(len(seqs), "?")+`) AND published_at IS NULL AND not_before IS NOT NULL`, seqArgs(seqs)...)
 	return err
 }

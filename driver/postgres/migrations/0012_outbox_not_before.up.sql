@@ -7,10 +7,11 @@
 -- checks that a head comes first in its aggregate and takes the rows after
 -- it) hold only rows whose not_before is NULL, so the claim never reads a
 -- row that is not due, however many wait for next month. The polling relay
--- clears not_before once it has passed (one UPDATE through scheduled_idx,
--- under the claim's lock), which puts the row into both indexes: from then
--- on it is an ordinary waiting row. The CDC relay reads due rows through
--- scheduled_idx and deletes them once published; it never clears the column.
+-- clears not_before once it has passed, and sets created_at to it (one
+-- UPDATE through scheduled_idx, under the claim's lock), which puts the row
+-- into both indexes: from then on it is an ordinary waiting row, waiting
+-- since its due time. The CDC relay reads due rows through scheduled_idx
+-- and deletes them once published; it never clears the column.
 ALTER TABLE {{.Outbox}} ADD COLUMN not_before timestamptz;
 
 DO $idem$

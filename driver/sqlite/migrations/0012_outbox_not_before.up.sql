@@ -4,8 +4,9 @@
 --
 -- A delayed row leaves the claim's two indexes until it is due: the claim
 -- never reads a row that is not due. The relay clears not_before once it
--- has passed (through scheduled_idx), which puts the row into both: from
--- then on it is an ordinary waiting row.
+-- has passed, and sets created_at to it (through scheduled_idx), which
+-- puts the row into both: from then on it is an ordinary waiting row,
+-- waiting since its due time.
 ALTER TABLE {{.Outbox}} ADD COLUMN not_before TEXT;
 DROP INDEX {{ident .OutboxName "pending_idx"}};
 DROP INDEX {{ident .OutboxName "aggregate_pending_idx"}};
