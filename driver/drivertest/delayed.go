@@ -65,7 +65,7 @@ func Delayed[TTx any](t *testing.T, setup Setup[TTx]) {
 			t.Errorf("status outbox = %+v, want backlog 3, 2 scheduled, next due %v", st.Outbox, due)
 		}
 
-		// Due, a2 is a2's aggregate head, but a3 after it is leased: it
+		// Due, a2 is its aggregate's head, but a3 after it is leased: it
 		// waits until a3 is settled. b1 goes.
 		later := due.Add(2 * time.Minute)
 		rows := claimWith(t, db, rd, driver.ClaimParams{Owner: uuid.New(), Lease: time.Minute, Limit: 10, MaxPerAggregate: 10, Now: later})
