@@ -37,6 +37,19 @@ type Event struct {
 	Payload json.RawMessage
 	// Headers are optional string metadata carried as transport headers.
 	Headers map[string]string
+	// NotBefore, when set, delays the event: the relay publishes it at or
+	// after that time, not before (a reminder, a cancellation window, a
+	// saga's timeout). The zero time, or a time already passed when the
+	// event is added to the outbox, means at once. It is kept in the
+	// outbox's not_before column and is not part of the message: consumers
+	// receive the event as any other, and NotBefore is zero on the events
+	// they decode.
+	//
+	// A delayed event does not hold back the later events of its
+	// aggregate: they are published when they are due, and the delayed one
+	// when it is, after them. Delay every event of the aggregate, or none,
+	// where their order matters.
+	NotBefore time.Time
 }
 
 // NewEventID returns a new UUIDv7 event id. UUIDv7 ids sort by creation time,

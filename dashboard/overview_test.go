@@ -75,8 +75,20 @@ func TestOverviewFigures(t *testing.T) {
 		}
 	}
 	b.park(t, idem.FailedMessage{Source: "stock.events", EventID: uuid.New(), Body: []byte("{}")})
+	if strings.Contains(page, `data-figure="scheduled"`) {
+		t.Error("a scheduled figure without delayed events")
+	}
+	// A delayed event: scheduled, apart from the backlog.
+	reminder, _ := idem.NewEvent("order.order.reminded.v1", "order", "0", map[string]string{})
+	reminder.NotBefore = time.Now().Add(time.Hour)
+	if err := pgx.BeginFunc(ctx, b.pg.Pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, reminder) }); err != nil {
+		t.Fatal(err)
+	}
 
 	_, page = b.get(t, "/dashboard/")
+	if got, want := figure(t, page, `id="db-stock"`, "scheduled"), "1, next due "+reminder.NotBefore.UTC().Format("2006-01-02 15:04:05Z"); got != want {
+		t.Errorf("scheduled %q, want %q", got, want)
+	}
 	for name, want := range map[string]string{"backlog": "3", "quarantined": "0"} {
 		if got := figure(t, page, `id="db-stock"`, name); got != want {
 			t.Errorf("%s %q, want %s", name, got, want)

@@ -167,6 +167,9 @@ type OutboxRow struct {
 	OccurredAt       time.Time
 	AggregateVersion int64
 	Headers          map[string]string
+	// NotBefore is when the row is due (the not_before column); zero is
+	// NULL: due at once.
+	NotBefore time.Time
 }
 
 // Mark is one processed_event marker to insert.

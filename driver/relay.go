@@ -15,6 +15,13 @@ import (
 // releases them or quarantines them, all fenced by the owner token: a worker
 // whose lease expired and was taken over changes nothing.
 //
+// Delayed rows (a not_before in the future, idem.Event.NotBefore) are not
+// claimed before it: ClaimOutbox first clears not_before on the rows due
+// at ClaimParams.Now, and claims only rows whose not_before is NULL. A row
+// not due yet is invisible to the claim, so it holds back nothing of its
+// aggregate: the later rows go when they are due, and it goes when it is,
+// as its aggregate's head.
+//
 // Per-aggregate order rests on ClaimOutbox: it only claims an aggregate's head
 // (its unpublished row with the lowest seq) and the rows that follow it, so
 // two workers never hold rows of one aggregate at the same time. A head whose
@@ -67,6 +74,11 @@ type RelayDialect interface {
 	DeletePublished(ctx context.Context, ex Executor, before time.Time, limit int) (int64, error)
 	// OutboxBacklog reports the unpublished rows.
 	OutboxBacklog(ctx context.Context, ex Executor) (Backlog, error)
+	// NextDue returns the earliest not_before of the unpublished rows that
+	// still have one (delayed rows not claimed yet, due or not), or the
+	// zero time when there is none: an idle relay sleeps no longer than
+	// until then. It reads one entry of an index.
+	NextDue(ctx context.Context, ex Executor) (time.Time, error)
 	// ReplayCounts counts the published rows f selects, per event name.
 	ReplayCounts(ctx context.Context, ex Executor, f ReplayFilter) (map[string]int64, error)
 	// ReplayRows returns up to limit published rows f selects with a seq
@@ -107,6 +119,14 @@ type OutboxWaitListener interface {
 	ListenOutboxWaiting(ctx context.Context, notify func(), idle <-chan struct{}) error
 }
 
+// DueAt returns Now, or time.Now() when it is zero.
+func (p ClaimParams) DueAt() time.Time {
+	if p.Now.IsZero() {
+		return time.Now()
+	}
+	return p.Now
+}
+
 // HeadLimit returns the number of heads a claim may take: Limit, or
 // MaxHeads when it is positive and smaller.
 func (p ClaimParams) HeadLimit() int {
@@ -136,6 +156,11 @@ type ClaimParams struct {
 	// MaxPerAggregate is the maximum number of rows of one aggregate claimed
 	// at once: its head and up to MaxPerAggregate-1 rows after it.
 	MaxPerAggregate int
+	// Now is the relay's clock: delayed rows whose not_before is at or
+	// before it are due, and the claim makes them claimable (it clears
+	// their not_before) before it selects. The zero time means time.Now().
+	// Every other time of a claim (leases) is the database's.
+	Now time.Time
 	// MaxHeads, when positive and below Limit, is the maximum number of
 	// aggregates claimed at once (their heads); the rest of the batch is
 	// filled with the rows that follow them. It leaves aggregates for the
@@ -246,13 +271,22 @@ func (f QuarantineFilter) PageLimit() int {
 // Backlog describes the unpublished rows of the outbox.
 type Backlog struct {
 	// Rows is the number of unpublished rows that are not quarantined
-	// (including those that wait behind a quarantined row).
+	// (including those that wait behind a quarantined row), and due.
 	Rows int64
-	// Oldest is the created_at of the unpublished, unquarantined row with
-	// the lowest seq; zero when there is none.
+	// Oldest is the created_at of the unpublished, unquarantined, undelayed
+	// row with the lowest seq, or the due time of a delayed row due before
+	// it; zero when there is none.
 	Oldest time.Time
 	// Quarantined is the number of quarantined rows.
 	Quarantined int64
+	// Scheduled is the number of delayed rows (idem.Event.NotBefore) not
+	// due yet, by the database's clock: unpublished, not quarantined, and
+	// not counted in Rows. A delayed row that is due counts in Rows, and
+	// Oldest is then at most its due time.
+	Scheduled int64
+	// NextDue is the earliest due time of the Scheduled rows; zero when
+	// there is none.
+	NextDue time.Time
 }
 
 // ReplayFilter selects outbox rows to replay. Zero fields match all.

@@ -64,12 +64,19 @@ type OutboxStatus struct {
 	// Present is false when the database has no outbox table.
 	Present bool
 	// Backlog counts unpublished rows that are not quarantined (including
-	// those that wait behind a quarantined row).
+	// those that wait behind a quarantined row) and are due: delayed rows
+	// not due yet are counted in Scheduled instead.
 	Backlog int64
 	// Quarantined counts quarantined rows.
 	Quarantined int64
-	// OldestUnpublished is the created_at of the unpublished, unquarantined
-	// row with the lowest seq; zero when there is none.
+	// Scheduled counts the delayed rows (idem.Event.NotBefore) not due yet
+	// by the database's clock, and NextDue is the earliest of their due
+	// times (zero when none).
+	Scheduled int64
+	NextDue   time.Time
+	// OldestUnpublished is the created_at of the unpublished, unquarantined,
+	// undelayed row with the lowest seq, or the due time of a delayed row
+	// due before it (it has waited since then); zero when there is none.
 	OldestUnpublished time.Time
 	// LastPublished is the latest published_at; zero when no row is marked
 	// published (none yet, or retention deleted them).

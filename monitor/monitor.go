@@ -88,10 +88,15 @@ type OutboxStatus struct {
 	Table string
 	// Present is false when the database has no outbox table.
 	Present bool
-	// Backlog counts unpublished rows that are not quarantined.
+	// Backlog counts unpublished rows that are not quarantined and are
+	// due: delayed rows not due yet are counted in Scheduled instead.
 	Backlog int64
 	// Quarantined counts quarantined rows ("idem failed list --relay").
 	Quarantined int64
+	// Scheduled counts the delayed rows (idem.Event.NotBefore) not due yet,
+	// and NextDue is the earliest of their due times (zero when none).
+	Scheduled int64
+	NextDue   time.Time
 	// OldestUnpublished is when the oldest unpublished row was written;
 	// zero when there is none.
 	OldestUnpublished time.Time
@@ -145,6 +150,8 @@ func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
 			Present:           st.Outbox.Present,
 			Backlog:           st.Outbox.Backlog,
 			Quarantined:       st.Outbox.Quarantined,
+			Scheduled:         st.Outbox.Scheduled,
+			NextDue:           st.Outbox.NextDue,
 			OldestUnpublished: st.Outbox.OldestUnpublished,
 			LastPublished:     st.Outbox.LastPublished,
 			LogPosition:       st.Outbox.LogPosition,

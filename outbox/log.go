@@ -38,6 +38,9 @@ var ErrNotSupported = errors.New("idem: outbox: not supported by this database")
 // vacuum. Only a CDC relay (package relay/cdc, "idem cdc") reading the same
 // prefix publishes these events: the polling relay never sees them.
 //
+// A delayed event (idem.Event.NotBefore in the future) needs a row to wait
+// in: Add refuses it with an error wrapping ErrNotSupported.
+//
 // prefix "" means LogPrefix of drv's tables. NewLogWriter returns an error wrapping
 // ErrNotSupported when drv's dialect does not implement
 // driver.LogMessageEmitter (only PostgreSQL does).

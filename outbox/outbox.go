@@ -75,7 +75,9 @@ func (w *Writer[TTx]) WithClock(now func() time.Time) *Writer[TTx] {
 // Add inserts events into the outbox in tx. They become visible to the relay
 // when tx commits, and never exist if it rolls back. Every event needs an id
 // (idem.NewEventID), a name, an aggregate type and id, and a JSON payload; an
-// event with no OccurredAt gets the current time. When ctx carries a trace
+// event with no OccurredAt gets the current time. An event whose NotBefore is
+// in the future is stored with it, and relays publish it at or after that
+// time (see idem.Event.NotBefore). When ctx carries a trace
 // span, its trace context and baggage are added to each event's headers
 // (see the package documentation); ev.Headers itself is not modified.
 func (w *Writer[TTx]) Add(ctx context.Context, tx TTx, events ...idem.Event) error {
@@ -99,6 +101,13 @@ func (w *Writer[TTx]) AddExec(ctx context.Context, ex driver.Executor, events ..
 		if at.IsZero() {
 			at = now
 		}
+		var notBefore time.Time
+		if ev.NotBefore.After(now) {
+			notBefore = ev.NotBefore.UTC().Truncate(time.Microsecond)
+			if w.emitter != nil {
+				return fmt.Errorf("idem: outbox: event %d (%s): %w: a delayed event (NotBefore) needs a row to wait in; write it with NewWriter", i, ev.Name, ErrNotSupported)
+			}
+		}
 		rows[i] = driver.OutboxRow{
 			ID:               ev.ID,
 			AggregateType:    ev.AggregateType,
@@ -108,6 +117,7 @@ func (w *Writer[TTx]) AddExec(ctx context.Context, ex driver.Executor, events ..
 			OccurredAt:       at.UTC().Truncate(time.Microsecond),
 			AggregateVersion: ev.AggregateVersion,
 			Headers:          withTrace(ev.Headers, trace),
+			NotBefore:        notBefore,
 		}
 	}
 	if w.emitter != nil {

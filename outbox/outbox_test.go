@@ -205,3 +205,26 @@ func TestSchemaQualifiedTables(t *testing.T) {
 		t.Fatal("the configured idempotency key table was not created")
 	}
 }
+
+// A delayed event needs a row to wait in: the log writer refuses it.
+func TestLogWriterRefusesDelayedEvents(t *testing.T) {
+	t.Parallel()
+	pg := testdb.NewPostgres(t)
+	w, err := outbox.NewLogWriter(pg.Driver, pg.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := idem.NewEvent("order.order.reminded.v1", "order", "1", map[string]int{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.NotBefore = time.Now().Add(time.Hour)
+	if err := w.AddExec(context.Background(), pg.Driver.Pool(), ev); !errors.Is(err, outbox.ErrNotSupported) {
+		t.Fatalf("log writer with a delayed event: %v, want ErrNotSupported", err)
+	}
+	// A time already passed is no delay.
+	ev.NotBefore = time.Now().Add(-time.Hour)
+	if err := w.AddExec(context.Background(), pg.Driver.Pool(), ev); err != nil {
+		t.Fatalf("log writer with NotBefore in the past: %v", err)
+	}
+}

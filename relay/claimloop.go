@@ -38,6 +38,8 @@ import (
 //     which then makes the database notify again; a poll that found
 //     nothing declares it only if a wake-up, a nudge or a batch's end came
 //     since the last declaration (declareIdle).
+//   - A worker about to wait longer than Config.PollInterval waits no
+//     longer than until the next delayed row falls due (untilNextDue).
 //   - Without rows, the poll interval doubles up to Config.MaxPollInterval;
 //     a poll (not a wake-up) that finds rows brings it back to
 //     Config.PollInterval: someone writes rows without notifying. Wake-ups
@@ -173,12 +175,31 @@ func (w *worker[TTx]) run() {
 				r.declareIdle(!found)
 			}
 		}
-		d := w.pace.next(found, woken, w.lingers)
+		base := w.pace.next(found, woken, w.lingers)
+		d := base
 		if !w.lingers {
 			d = backoff.Jitter(d, pollJitter)
 		}
+		if base > r.cfg.PollInterval {
+			// Backing off (MaxPollInterval): one index probe per wait, so
+			// that a delayed row is not left until the next poll.
+			d = r.untilNextDue(d)
+		}
 		timer.Reset(d)
 	}
+}
+
+// untilNextDue returns d, or less when a delayed row falls due before d
+// has passed: a relay whose poll interval grew (MaxPollInterval) still
+// claims a delayed row at its time. A failed read leaves d.
+func (r *Relay[TTx]) untilNextDue(d time.Duration) time.Duration {
+	ctx, cancel := context.WithTimeout(r.claimCtx, r.cfg.QueryTimeout)
+	defer cancel()
+	next, err := r.dialect.NextDue(ctx, r.drv.Pool())
+	if err != nil || next.IsZero() {
+		return d
+	}
+	return max(min(d, next.Sub(r.cfg.now())), 0)
 }
 
 // setLingering takes or gives back the relay's lingering place.

@@ -162,6 +162,11 @@ type Config struct {
 	// and writes the relay span's into the messages of rows that have none.
 	// Defaults to the global one (otel.GetTextMapPropagator).
 	Propagator propagation.TextMapPropagator
+	// Now is the clock that says which delayed rows (idem.Event.NotBefore)
+	// are due: each claim passes its time to the database, which makes the
+	// rows due by then claimable. Leases are timed by the database's clock.
+	// Defaults to time.Now; tests set a clock of their own.
+	Now func() time.Time
 }
 
 // ClaimParams returns the parameters of the claims that a relay configured
@@ -178,6 +183,7 @@ func (c Config) ClaimParams(owner uuid.UUID) driver.ClaimParams {
 		// smaller claims meant longer chains per aggregate and workers
 		// slower the more of them there were.
 		MaxHeads: (c.BatchSize + min(c.Workers, 2) - 1) / min(c.Workers, 2),
+		Now:      c.now(),
 	}
 }
 
@@ -238,6 +244,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("idem: relay: Config.MaxPerAggregate %d is larger than Config.BatchSize %d", c.MaxPerAggregate, c.BatchSize)
 	}
 	return nil
+}
+
+// now returns the time of c.Now, or of time.Now when it is nil.
+func (c Config) now() time.Time {
+	if c.Now == nil {
+		return time.Now()
+	}
+	return c.Now()
 }
 
 // leaseMargin is the part of the lease kept free after the last Publish

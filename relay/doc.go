@@ -41,6 +41,18 @@
 // there is no cursor, it simply becomes its aggregate's head. Unrelated
 // aggregates are published in parallel.
 //
+// # Delayed events
+//
+// A row whose not_before is set (idem.Event.NotBefore) is not claimed before
+// that time, by Config.Now: each claim first makes the rows due by then
+// ordinary waiting rows. Until it is due, a delayed row holds back nothing:
+// the later rows of its aggregate are published when they are due, and the
+// delayed one when it is, after them (once due, it waits for the rows of
+// its aggregate already in flight, and goes before those still waiting). A
+// worker about to wait longer than Config.PollInterval (MaxPollInterval)
+// wakes at the next due time, so a delayed row is published within about a
+// poll interval of its time.
+//
 // # Latency
 //
 // On PostgreSQL with the pgx driver, a listener (LISTEN on the channel the

@@ -109,6 +109,7 @@ type counters struct {
 	takeovers, leasesLost, released, deleted  atomic.Int64
 	quarantined                               atomic.Int64
 	backlog, oldest, measuredAt, inQuarantine atomic.Int64
+	scheduled                                 atomic.Int64
 	inFlight                                  atomic.Int64
 	emptyClaims                               atomic.Int64
 }
@@ -153,6 +154,9 @@ type Stats struct {
 	Backlog           int64
 	OldestUnpublished time.Time
 	BacklogMeasuredAt time.Time
+	// Scheduled is the number of delayed rows (idem.Event.NotBefore) not
+	// due yet, as measured at BacklogMeasuredAt; Backlog leaves them out.
+	Scheduled int64
 	// QuarantinedRows is the number of rows in quarantine in the outbox,
 	// whichever relay put them there, as measured at BacklogMeasuredAt.
 	QuarantinedRows int64
@@ -278,6 +282,7 @@ func (r *Relay[TTx]) Stats() Stats {
 		Released:      r.stats.released.Load(),
 		Deleted:       r.stats.deleted.Load(),
 		Backlog:       r.stats.backlog.Load(),
+		Scheduled:     r.stats.scheduled.Load(),
 		InFlight:      r.stats.inFlight.Load(),
 
 		QuarantinedRows: r.stats.inQuarantine.Load(),
@@ -419,6 +424,7 @@ func (r *Relay[TTx]) measureBacklog(ctx context.Context) error {
 	}
 	r.stats.backlog.Store(b.Rows)
 	r.stats.inQuarantine.Store(b.Quarantined)
+	r.stats.scheduled.Store(b.Scheduled)
 	var oldest int64
 	if !b.Oldest.IsZero() {
 		oldest = b.Oldest.UnixNano()

@@ -69,6 +69,11 @@ relay's database. --archive-retention 0 turns it off: then nothing this relay
 published can be replayed. Keep the consumers' processed_event markers at
 least as long as the retention ("idem purge --replay-window").
 
+Delayed events (idem.Event.NotBefore) wait in the table: the stream skips
+their inserts, and the relay publishes them from the table once due (it
+looks every --due-interval), then deletes them (--keep-rows: sets their
+published_at). A relay killed meanwhile loses none of them.
+
 The slot keeps WAL. A slot holds the server's WAL from its confirmed
 position on, even while no relay reads it: a relay stopped for a day keeps a
 day of WAL on the server's disk. Bound it with max_slot_wal_keep_size in
@@ -198,6 +203,7 @@ type cdcOptions struct {
 	archive         string
 	metricsAddr     string
 	stopTimeout     time.Duration
+	dueInterval     time.Duration
 	logFormat       string
 	logLevel        string
 }
@@ -223,6 +229,7 @@ func setupCdc(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&o.archive, "archive-retention", "168h", "how long the archive keeps the events published, for idem replay (h, m, s or d: 168h, 30d); 0 turns the archive off")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9465", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long the messages in flight may take to be confirmed")
+	fs.DurationVar(&o.dueInterval, "due-interval", cdc.DueIntervalDefault, "how often the relay looks in the table for delayed rows (idem.Event.NotBefore) that fell due")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return o.run
@@ -264,7 +271,7 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 	}
 	cfg := cdc.Config{Tables: tables, Slot: o.slot, Publication: o.publication, MessagePrefix: o.prefix,
 		Window: o.window, BatchSize: o.batch, LagWarnBytes: o.lagWarn, QuarantineAfter: o.quarantineAfter,
-		ArchiveRetention: archive}
+		ArchiveRetention: archive, DueInterval: o.dueInterval}
 	if o.keepRows {
 		cfg.Delete = cdc.KeepRows
 	}
@@ -339,7 +346,7 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 		return err
 	}
 	cfg := binlog.Config{Tables: tables, ServerID: uint32(o.serverID), Window: o.window, BatchSize: o.batch,
-		QuarantineAfter: o.quarantineAfter, ArchiveRetention: archive, Logger: log}
+		QuarantineAfter: o.quarantineAfter, ArchiveRetention: archive, DueInterval: o.dueInterval, Logger: log}
 	if o.keepRows {
 		cfg.Delete = binlog.KeepRows
 	}

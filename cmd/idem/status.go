@@ -36,6 +36,8 @@ Reads each database given with --db (default $IDEM_DB_URL) and prints:
   - its outbox: the backlog (rows not yet published, quarantined ones
     apart), how long the oldest of them has waited, when the relay last
     published, and how many rows it quarantined ("idem failed list --relay");
+    with a "scheduled" line when delayed events (idem.Event.NotBefore) wait
+    for their time: how many, and when the next one is due;
   - one line per consumer found in its tables (processed_event,
     failed_message, delivery_attempt) or named with --consumer: when it last
     processed an event, how many it processed in the last minute, how many
@@ -67,7 +69,8 @@ process and cannot be reached from outside.
 --json prints one JSON document per database and refresh, on one line:
 
   {"database": "...", "taken_at": "RFC 3339", "outbox": {"table", "present",
-   "backlog", "quarantined", "oldest_unpublished_at", "oldest_unpublished_age_seconds",
+   "backlog", "quarantined", "scheduled", "next_due_at", "next_due_in_seconds",
+   "oldest_unpublished_at", "oldest_unpublished_age_seconds",
    "last_published_at", "last_published_age_seconds"}, "consumers": [{"name",
    "last_processed_at", "last_processed_age_seconds", "processed_last_minute",
    "parked", "oldest_parked_at", "oldest_parked_age_seconds", "retrying",
@@ -409,6 +412,10 @@ func printSnapshot(w io.Writer, snap monitor.Snapshot) error {
 	default:
 		fmt.Fprintf(w, "  %s: backlog 0; last publish %s; quarantined %d\n", table, ago(now, o.LastPublished, "never"), o.Quarantined)
 	}
+	if o.Scheduled > 0 {
+		fmt.Fprintf(w, "  scheduled: %d delayed, the next due in %s (%s)\n", o.Scheduled,
+			humanDuration(max(o.NextDue.Sub(now), 0)), o.NextDue.UTC().Format("2006-01-02 15:04:05 MST"))
+	}
 	if o.LogPosition != "" {
 		fmt.Fprintf(w, "  binlog relay: position %s, stored %s\n", o.LogPosition, ago(now, o.LogPositionAt, "never"))
 	}
@@ -544,6 +551,9 @@ type (
 		Present               bool       `json:"present"`
 		Backlog               int64      `json:"backlog"`
 		Quarantined           int64      `json:"quarantined"`
+		Scheduled             int64      `json:"scheduled"`
+		NextDueAt             *time.Time `json:"next_due_at"`
+		NextDueInS            *float64   `json:"next_due_in_seconds"`
 		OldestUnpublishedAt   *time.Time `json:"oldest_unpublished_at"`
 		OldestUnpublishedAgeS *float64   `json:"oldest_unpublished_age_seconds"`
 		LastPublishedAt       *time.Time `json:"last_published_at"`
@@ -589,7 +599,11 @@ func statusJSON(snap monitor.Snapshot) statusDoc {
 	}
 	doc := statusDoc{Database: snap.Database, TakenAt: now.UTC(), BrokerError: snap.BrokerError, Consumers: []consumerDoc{}}
 	o := snap.Outbox
-	doc.Outbox = outboxDoc{Table: o.Table, Present: o.Present, Backlog: o.Backlog, Quarantined: o.Quarantined}
+	doc.Outbox = outboxDoc{Table: o.Table, Present: o.Present, Backlog: o.Backlog, Quarantined: o.Quarantined, Scheduled: o.Scheduled}
+	if !o.NextDue.IsZero() {
+		u, in := o.NextDue.UTC(), max(o.NextDue.Sub(now), 0).Seconds()
+		doc.Outbox.NextDueAt, doc.Outbox.NextDueInS = &u, &in
+	}
 	doc.Outbox.OldestUnpublishedAt, doc.Outbox.OldestUnpublishedAgeS = at(o.OldestUnpublished)
 	doc.Outbox.LastPublishedAt, doc.Outbox.LastPublishedAgeS = at(o.LastPublished)
 	doc.Outbox.LogPosition = o.LogPosition

@@ -18,7 +18,8 @@ import (
 
 // statusFixture fills a database with what idem status reports: an outbox
 // with three rows waiting (the oldest for five minutes), one published 30
-// seconds ago and one quarantined; stock with four events processed in the
+// seconds ago, one quarantined and two delayed (the first due in two
+// hours); stock with four events processed in the
 // last minute and one two hours ago; shipping with one event ten minutes
 // ago and one waiting for a retry; billing with a message parked an hour
 // ago.
@@ -30,6 +31,9 @@ VALUES (gen_random_uuid(), 'order', '1', 'order.order.placed.v1', '{}', now() - 
        (gen_random_uuid(), 'order', '3', 'order.order.placed.v1', '{}', now(), NULL, NULL),
        (gen_random_uuid(), 'order', '4', 'order.order.placed.v1', '{}', now() - interval '1 hour', now() - interval '30 seconds', NULL),
        (gen_random_uuid(), 'order', '5', 'order.order.placed.v1', '{}', now() - interval '1 hour', NULL, now() - interval '20 minutes')`)
+	pg.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, not_before)
+VALUES (gen_random_uuid(), 'order', '6', 'order.order.reminded.v1', '{}', now() + interval '2 hours'),
+       (gen_random_uuid(), 'order', '7', 'order.order.reminded.v1', '{}', now() + interval '3 hours')`)
 	pg.Exec(t, `INSERT INTO processed_event (consumer_name, event_id, processed_at)
 SELECT 'stock', gen_random_uuid(), now() - s * interval '5 seconds' FROM generate_series(1, 4) AS s`)
 	pg.Exec(t, `INSERT INTO processed_event (consumer_name, event_id, processed_at)
@@ -68,6 +72,7 @@ func TestStatusCommand(t *testing.T) {
 	}
 	for _, re := range []string{
 		`outbox: backlog 3, the oldest waiting for 5m0\ds; last publish 3\ds ago; quarantined 1\n`,
+		`\n  scheduled: 2 delayed, the next due in (1h59m|2h00m) \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)\n`,
 		`CONSUMER +LAST PROCESSED +PER MIN +PARKED +OLDEST PARKED +RETRYING +QUEUE +READY +UNACKED +LAG +CONSUMERS\n`,
 		`\n  billing +never +0 +1 +1h00m ago +0 +\(unknown to the broker\)\n`,
 		`\n  shipping +10m0\ds ago +0 +0 +- +1 +\(unknown to the broker\)\n`,
@@ -91,6 +96,9 @@ func TestStatusCommand(t *testing.T) {
 			Present             bool       `json:"present"`
 			Backlog             int64      `json:"backlog"`
 			Quarantined         int64      `json:"quarantined"`
+			Scheduled           int64      `json:"scheduled"`
+			NextDueAt           *time.Time `json:"next_due_at"`
+			NextDueInS          *float64   `json:"next_due_in_seconds"`
 			OldestUnpublishedAt *time.Time `json:"oldest_unpublished_at"`
 			OldestUnpublishedS  *float64   `json:"oldest_unpublished_age_seconds"`
 			LastPublishedAt     *time.Time `json:"last_published_at"`
@@ -134,6 +142,10 @@ func TestStatusCommand(t *testing.T) {
 		t.Errorf("outbox: %+v", o)
 	}
 	between("oldest unpublished age", o.OldestUnpublishedS, 300, 360)
+	if o.Scheduled != 2 || o.NextDueAt == nil {
+		t.Errorf("outbox scheduled %d, next due at %v; want 2, in two hours", o.Scheduled, o.NextDueAt)
+	}
+	between("next due in", o.NextDueInS, 7200-60, 7200)
 	between("last published age", o.LastPublishedS, 30, 90)
 	if time.Since(doc.TakenAt).Abs() > time.Minute || !strings.HasPrefix(doc.Database, "postgres://") || doc.BrokerError != "" {
 		t.Errorf("document: database %q, taken at %v, broker error %q", doc.Database, doc.TakenAt, doc.BrokerError)

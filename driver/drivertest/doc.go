@@ -29,7 +29,10 @@
 // counts; the purges; which errors are transient; errors in the middle of a
 // result reaching the caller (FaultExecutor); versioned state copies; the
 // relay's claims (aggregate heads only, fencing, retry delays, retention,
-// quarantine), per-aggregate order and wake-ups; outbox ids that are not
+// quarantine), per-aggregate order and wake-ups; delayed rows (not claimed
+// before their time by the claim's clock, holding back nothing of their
+// aggregate, counted as scheduled, published at their time by a relay that
+// backed off); outbox ids that are not
 // UUIDs (published under idem.EventID's derived id, applied once by a
 // consumer, quarantined when empty or over 64 bytes); the idempotency key
 // store; the status figures (driver.StatusReader: backlog, last

@@ -150,6 +150,7 @@ func Run[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("ResultErrors", func(t *testing.T) { t.Parallel(); ResultErrors(t, setup) })
 	t.Run("StateCopy", func(t *testing.T) { t.Parallel(); StateCopy(t, setup) })
 	t.Run("Relay", func(t *testing.T) { t.Parallel(); Relay(t, setup) })
+	t.Run("Delayed", func(t *testing.T) { t.Parallel(); Delayed(t, setup) })
 	t.Run("IdempotencyKeys", func(t *testing.T) { t.Parallel(); IdempotencyKeys(t, setup) })
 	t.Run("Status", func(t *testing.T) { t.Parallel(); Status(t, setup) })
 	t.Run("GroupLeases", func(t *testing.T) { t.Parallel(); GroupLeases(t, setup) })

@@ -22,17 +22,19 @@ func flavor(n dialectkit.Names) sqlbase.Flavor {
 	return sqlbase.Flavor{
 		Spec: dialectkit.Spec{
 			Status: dialectkit.StatusSQL{
-				// pending_idx (published_at, quarantined_at, seq) answers
-				// each part: two ranges, the first entry of one, and its
-				// greatest published_at.
+				// pending_idx (published_at, quarantined_at, not_before,
+				// seq) answers each part: two ranges, the first entry of
+				// one, and its greatest published_at; scheduled_idx
+				// (published_at, not_before) the delayed rows.
 				Outbox: `SELECT
-    (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL),
-    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT 1),
+    (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL),
+    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL ORDER BY seq LIMIT 1),
     (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NOT NULL),
     (SELECT MAX(published_at) FROM ` + outbox + `)`,
 				LogPosition: `SELECT gtid_pos, updated_at FROM ` + n.BinlogPosition + ` WHERE outbox_table = '` + n.OutboxName + `'`,
 				// GROUP BY on the first column of a key is a loose index scan
 				// ("Using index for group-by"): one probe per name.
+				Scheduled: dialectkit.ScheduledSQL(outbox, now),
 				Names: `SELECT 0, consumer_name FROM ` + n.ProcessedEvent + ` GROUP BY consumer_name
 UNION ALL SELECT 0, consumer_name FROM ` + n.DeliveryAttempt + ` GROUP BY consumer_name
 UNION ALL SELECT 1, consumer_name FROM ` + n.FailedMessage + ` GROUP BY consumer_name`,

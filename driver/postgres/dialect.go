@@ -99,7 +99,7 @@ func (d *dialect) OutboxChannel(currentSchema string) string {
 func (d *dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
 	return d.Wrap(dialectkit.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
 		return []any{r.ID, r.AggregateType, r.AggregateID, r.Type, payload, r.OccurredAt, r.AggregateVersion, headers}
-	}))
+	}, func(t time.Time) any { return t }))
 }
 
 // MarkProcessed implements driver.Dialect.

@@ -118,16 +118,27 @@ LIMIT 1`,
 	}
 }
 
-// insertOutbox returns a multi-row insert of n outbox rows.
-func (q queries) insertOutbox(n int) string {
+// insertOutbox returns a multi-row insert of n outbox rows, with their
+// not_before when delayed.
+func (q queries) insertOutbox(n int, delayed bool) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + q.outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers) VALUES `)
+	b.WriteString(`INSERT INTO ` + q.outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers`)
+	per := 8
+	if delayed {
+		b.WriteString(`, not_before`)
+		per = 9
+	}
+	b.WriteString(`) VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		p := i * 8
-		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d::jsonb, $%d, $%d, $%d::jsonb)", p+1, p+2, p+3, p+4, p+5, p+6, p+7, p+8)
+		p := i * per
+		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d::jsonb, $%d, $%d, $%d::jsonb", p+1, p+2, p+3, p+4, p+5, p+6, p+7, p+8)
+		if delayed {
+			fmt.Fprintf(&b, ", $%d::timestamptz", p+9)
+		}
+		b.WriteString(")")
 	}
 	return b.String()
 }

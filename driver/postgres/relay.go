@@ -25,7 +25,8 @@ var (
 // ClaimOutbox implements driver.RelayDialect. It takes a transaction-scoped
 // advisory lock so that concurrent claims on the table run one after the
 // other (each sees the leases of the previous ones), then, in one statement
-// run with a snapshot taken after the lock, selects heads with FOR UPDATE
+// run with a snapshot taken after the lock (and after the delayed rows due
+// at p.Now are made claimable), selects heads with FOR UPDATE
 // SKIP LOCKED, adds the rows that follow them in their aggregates, and writes
 // the lease.
 func (d *dialect) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.ClaimParams) ([]driver.ClaimedRow, error) {
@@ -33,6 +34,9 @@ func (d *dialect) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.
 		return nil, nil
 	}
 	if _, err := ex.Exec(ctx, d.rq.claimLock); err != nil {
+		return nil, d.Wrap(err)
+	}
+	if _, err := ex.Exec(ctx, d.rq.promoteDue, p.DueAt()); err != nil {
 		return nil, d.Wrap(err)
 	}
 	rows, err := ex.Query(ctx, d.rq.claim, claimArgs(p)...)
@@ -52,11 +56,14 @@ func (d *PgxDriver) ClaimOutbox(ctx context.Context, p driver.ClaimParams) ([]dr
 	}
 	b := &pgx.Batch{}
 	b.Queue(d.dialect.rq.claimLock)
+	b.Queue(d.dialect.rq.promoteDue, p.DueAt())
 	b.Queue(d.dialect.rq.claim, claimArgs(p)...)
 	br := d.pool.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, d.dialect.Wrap(err)
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, d.dialect.Wrap(err)
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -197,7 +204,19 @@ func (d *dialect) OutboxBacklog(ctx context.Context, ex driver.Executor) (driver
 	if oldest != nil {
 		b.Oldest = *oldest
 	}
+	sch, err := dialectkit.ReadScheduled(ctx, ex, d.rq.scheduled, dialectkit.NullTime)
+	if err != nil {
+		return b, d.Wrap(err)
+	}
+	b.Scheduled, b.NextDue = sch.Merge(&b.Rows, &b.Oldest)
 	return b, nil
+}
+
+// NextDue implements driver.RelayDialect.
+func (d *dialect) NextDue(ctx context.Context, ex driver.Executor) (time.Time, error) {
+	var t time.Time
+	err := driver.QueryRow(ctx, ex, d.rq.nextDue, nil, dialectkit.NullTime(&t))
+	return t, d.Wrap(err)
 }
 
 func replayArgs(f driver.ReplayFilter) []any {

@@ -1,6 +1,10 @@
 package postgres
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/idem-go/idem/driver/internal/dialectkit"
+)
 
 // relayQueries holds every statement of the polling relay, rendered once for
 // the configured outbox table.
@@ -34,13 +38,32 @@ type relayQueries struct {
 	// or quarantined. A quarantined row is never a head, and the rows after
 	// it in its aggregate are not heads either: they have an unpublished row
 	// before them.
+	//
+	// Every part reads only rows whose not_before is NULL (pending_idx and
+	// aggregate_pending_idx hold no others, migration 0012): a delayed row
+	// is invisible to the claim until promoteDue, run before it in the
+	// same transaction, clears its not_before. Until then it is neither a
+	// head nor a row before one, so it holds back nothing of its
+	// aggregate; once due, it is an ordinary row at its place in seq
+	// order, claimed when no row before it waits and none after it is
+	// leased.
 	claim string
+	// promoteDue clears not_before on the unpublished rows due at $1 (the
+	// relay's clock), through scheduled_idx: rows not due are never read.
+	// created_at takes the due time: the row waits from then on, for the
+	// status's oldest-waiting age and the relay's commit-to-publish delay.
+	promoteDue string
+	// nextDue selects the earliest not_before of the unpublished rows
+	// (NULL when none), for a relay about to sleep longer than its poll
+	// interval.
+	nextDue string
 
 	markPublished   string
 	release         string
 	quarantine      string
 	deletePublished string
 	backlog         string
+	scheduled       string
 	replayCounts    string
 	replayRows      string
 
@@ -80,13 +103,13 @@ func newRelayQueries(outbox string) relayQueries {
 		waitUnlock:  `SELECT pg_advisory_unlock(7194, ((` + literal + `::regclass::oid::bigint) - 2147483648)::integer)`,
 		waitCheck: `SELECT EXISTS (
     SELECT 1 FROM ` + outbox + ` o
-    WHERE o.published_at IS NULL AND o.quarantined_at IS NULL
+    WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND o.not_before IS NULL
       AND (o.lease_until IS NULL OR o.lease_until <= now())
       AND NOT EXISTS (
         SELECT 1 FROM (
           SELECT p.seq FROM ` + outbox + ` p
           WHERE p.aggregatetype = o.aggregatetype AND p.aggregateid = o.aggregateid
-            AND p.published_at IS NULL AND p.seq < o.seq
+            AND p.published_at IS NULL AND p.not_before IS NULL AND p.seq < o.seq
           ORDER BY p.seq DESC
           LIMIT 1) prev))`,
 		claimLock: `SELECT pg_advisory_xact_lock(7193, ((` + literal + `::regclass::oid::bigint) - 2147483648)::integer),
@@ -95,7 +118,7 @@ func newRelayQueries(outbox string) relayQueries {
 		claim: `WITH heads AS MATERIALIZED (
     SELECT o.seq, o.aggregatetype, o.aggregateid, o.lease_owner IS NOT NULL AS taken
     FROM ` + outbox + ` o
-    WHERE o.published_at IS NULL AND o.quarantined_at IS NULL
+    WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND o.not_before IS NULL
       AND (o.lease_until IS NULL OR o.lease_until <= now())
       AND NOT EXISTS (
         -- Backwards from o: the row just before a non-head is found at once,
@@ -103,14 +126,14 @@ func newRelayQueries(outbox string) relayQueries {
         SELECT 1 FROM (
           SELECT p.seq FROM ` + outbox + ` p
           WHERE p.aggregatetype = o.aggregatetype AND p.aggregateid = o.aggregateid
-            AND p.published_at IS NULL AND p.seq < o.seq
+            AND p.published_at IS NULL AND p.not_before IS NULL AND p.seq < o.seq
           ORDER BY p.seq DESC
           LIMIT 1) prev)
       AND NOT EXISTS (
         SELECT 1 FROM (
           SELECT n.lease_until FROM ` + outbox + ` n
           WHERE n.aggregatetype = o.aggregatetype AND n.aggregateid = o.aggregateid
-            AND n.published_at IS NULL AND n.seq > o.seq
+            AND n.published_at IS NULL AND n.not_before IS NULL AND n.seq > o.seq
           ORDER BY n.seq
           LIMIT 1) nx
         WHERE nx.lease_until > now())
@@ -133,7 +156,7 @@ followers AS MATERIALIZED (
         FROM (
             SELECT o.seq, o.lease_owner, o.lease_until, o.quarantined_at FROM ` + outbox + ` o
             WHERE o.aggregatetype = h.aggregatetype AND o.aggregateid = h.aggregateid
-              AND o.published_at IS NULL AND o.seq > h.seq
+              AND o.published_at IS NULL AND o.not_before IS NULL AND o.seq > h.seq
             ORDER BY o.seq
             LIMIT least($2::bigint, (SELECT per_head FROM room))
             FOR UPDATE) o) f
@@ -151,6 +174,11 @@ leased AS (
 )
 SELECT l.*, c.taken FROM leased l JOIN claimed c ON c.seq = l.seq
 ORDER BY l.seq`,
+
+		promoteDue: `UPDATE ` + outbox + ` SET created_at = not_before, not_before = NULL
+WHERE published_at IS NULL AND not_before IS NOT NULL AND not_before <= $1`,
+		nextDue: `SELECT min(not_before) FROM ` + outbox + `
+WHERE published_at IS NULL AND not_before IS NOT NULL`,
 
 		markPublished: `UPDATE ` + outbox + `
 SET published_at = now(), lease_owner = NULL, lease_until = NULL
@@ -205,10 +233,11 @@ WHERE seq = ANY($1::bigint[]) AND quarantined_at IS NOT NULL`,
     LIMIT $2)`,
 
 		backlog: `SELECT
-    (SELECT count(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL),
-    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT 1),
+    (SELECT count(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL),
+    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL ORDER BY seq LIMIT 1),
     (SELECT count(*) FROM ` + outbox + ` WHERE quarantined_at IS NOT NULL)`,
 
+		scheduled: dialectkit.ScheduledSQL(outbox, "now()"),
 		replayCounts: `SELECT type, count(*) FROM ` + outbox + `
 WHERE ` + replayWhere + `
 GROUP BY type

@@ -26,10 +26,11 @@ func newStatusSQL(outbox, processed, failed, attempts string) dialectkit.StatusS
 		// pending_idx, quarantined_idx and published_at_idx each answer
 		// their part.
 		Outbox: `SELECT
-    (SELECT count(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL),
-    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT 1),
+    (SELECT count(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL),
+    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL ORDER BY seq LIMIT 1),
     (SELECT count(*) FROM ` + outbox + ` WHERE quarantined_at IS NOT NULL),
     (SELECT max(published_at) FROM ` + outbox + ` WHERE published_at IS NOT NULL)`,
+		Scheduled: dialectkit.ScheduledSQL(outbox, "now()"),
 		Names: looseNames("0", processed) + `
 UNION ALL ` + looseNames("0", attempts) + `
 UNION ALL ` + looseNames("1", failed),

@@ -27,10 +27,11 @@ func flavor(n dialectkit.Names) sqlbase.Flavor {
 				// pending_idx, quarantined_idx and published_at_idx each
 				// answer their part.
 				Outbox: `SELECT
-    (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL),
-    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT 1),
+    (SELECT COUNT(*) FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL),
+    (SELECT created_at FROM ` + outbox + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL ORDER BY seq LIMIT 1),
     (SELECT COUNT(*) FROM ` + outbox + ` WHERE quarantined_at IS NOT NULL),
     (SELECT MAX(published_at) FROM ` + outbox + ` WHERE published_at IS NOT NULL)`,
+				Scheduled: dialectkit.ScheduledSQL(outbox, now),
 				Names: looseNames("0", n.ProcessedEvent) + `
 UNION ALL ` + looseNames("0", n.DeliveryAttempt) + `
 UNION ALL ` + looseNames("1", n.FailedMessage),

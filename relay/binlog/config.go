@@ -132,6 +132,14 @@ type Config struct {
 	// ArchivePurgeInterval is how often archived events older than
 	// ArchiveRetention are deleted. Defaults to 1m.
 	ArchivePurgeInterval time.Duration
+	// DueInterval is how often the relay looks in the table for delayed
+	// rows (idem.Event.NotBefore) that fell due, while it holds the
+	// outbox: a delayed row is published within about DueInterval of its
+	// time. Defaults to 1s.
+	DueInterval time.Duration
+	// Now is the clock that says which delayed rows are due. Defaults to
+	// time.Now; tests set a clock of their own.
+	Now func() time.Time
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Observer is told what the relay does, for metrics.
@@ -163,6 +171,10 @@ func (c Config) WithDefaults() Config {
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
 	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, cdc.ArchiveRetentionDefault)
 	c.ArchivePurgeInterval = cmp.Or(c.ArchivePurgeInterval, cdc.ArchivePurgeIntervalDefault)
+	c.DueInterval = cmp.Or(c.DueInterval, cdc.DueIntervalDefault)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

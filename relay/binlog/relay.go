@@ -29,6 +29,15 @@ import (
 // Relay publishes the inserts into a MariaDB outbox table, read from the
 // server's binary log, through a broker.Publisher. Make one with New; Start
 // and Stop it like the other relays.
+//
+// Delayed rows (idem.Event.NotBefore, a not_before column from migration
+// 0012) are held: the stream skips their inserts and the stored position
+// moves on; the rows wait in the table, where the relay that holds the
+// outbox looks every Config.DueInterval for those due by Config.Now,
+// publishes them, then deletes them (with KeepRows, sets their
+// published_at). A crash before the delete leaves the row in the table for
+// the next relay, and the first start's snapshot leaves delayed rows to the
+// same scan. A delayed row holds back nothing of its aggregate.
 type Relay struct {
 	base startstop.Base
 	cfg  Config
@@ -45,6 +54,9 @@ type Relay struct {
 	// idemTable is true when the outbox has idem's seq, published_at and
 	// quarantined_at columns.
 	idemTable bool
+	// delayTable is true when it also has not_before (migration 0012):
+	// delayed rows wait in it (due.go).
+	delayTable bool
 
 	// lock holds the outbox's named lock when Start took it.
 	lock *sql.Conn
@@ -73,6 +85,7 @@ type stats struct {
 	published, calls, failures, txs, unreadable, deleted, quarantined atomic.Int64
 	archived, purged                                                  atomic.Int64
 	inFlight, lagBytes                                                atomic.Int64
+	held, due                                                         atomic.Int64
 	oldest                                                            atomic.Int64 // unix nanos of the oldest unconfirmed commit
 	streaming, waiting                                                atomic.Bool
 	position                                                          atomic.Pointer[string]
@@ -101,6 +114,10 @@ type Stats struct {
 	// (Config.ArchiveRetention), and ArchivePurged those deleted from it
 	// after the retention.
 	Archived, ArchivePurged int64
+	// Delayed counts the inserts of delayed rows (idem.Event.NotBefore)
+	// the stream left in the table to wait for their time, and
+	// DuePublished the delayed rows published from the table once due.
+	Delayed, DuePublished int64
 	// InFlight is the number of messages read and not yet confirmed.
 	InFlight int64
 	// Position is the GTID position last stored: the binlog up to it is
@@ -243,6 +260,8 @@ func (r *Relay) Stats() Stats {
 		Deleted:         r.stats.deleted.Load(),
 		Archived:        r.stats.archived.Load(),
 		ArchivePurged:   r.stats.purged.Load(),
+		Delayed:         r.stats.held.Load(),
+		DuePublished:    r.stats.due.Load(),
 		InFlight:        r.stats.inFlight.Load(),
 		FilePos:         r.stats.filePos.Load(),
 		LagBytes:        r.stats.lagBytes.Load(),
@@ -271,7 +290,7 @@ func (r *Relay) CDCStats() cdc.Stats {
 	s := r.Stats()
 	return cdc.Stats{Published: s.Published, PublishCalls: s.PublishCalls, PublishFailures: s.PublishFailures,
 		Transactions: s.Transactions, Unreadable: s.Unreadable, Quarantined: s.Quarantined, Deleted: s.Deleted,
-		Archived: s.Archived, ArchivePurged: s.ArchivePurged,
+		Archived: s.Archived, ArchivePurged: s.ArchivePurged, Delayed: s.Delayed, DuePublished: s.DuePublished,
 		InFlight: s.InFlight, SlotLagBytes: s.LagBytes, Lag: s.Lag, Streaming: s.Streaming, Waiting: s.Waiting,
 		LastError: s.LastError}
 }

@@ -24,6 +24,10 @@ type queries struct {
 	storePosition   string
 	snapshot        string
 	lockName        string
+	// due reads the delayed rows due at ?, doneDue deletes (or with
+	// KeepRows marks published) published ones; set on a table with
+	// not_before.
+	due, doneDue string
 }
 
 func newQueries(schema, outbox, position, archive string) queries {
@@ -243,6 +247,21 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, r.schema, r.cfg.Tables.Outbox)
 		}
 	}
 	r.idemTable = has["seq"] && has["published_at"] && has["quarantined_at"] && has["last_error"] && has["attempts"]
+	r.delayTable = r.idemTable && has["not_before"]
+	if r.delayTable {
+		// Delayed rows wait in the table for their time (due.go), also at
+		// the first start. scheduled_idx (published_at, not_before) holds
+		// them.
+		r.sql.snapshot = strings.Replace(r.sql.snapshot, "quarantined_at IS NULL ORDER BY seq", "quarantined_at IS NULL AND not_before IS NULL ORDER BY seq", 1)
+		r.sql.due = `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, seq,
+    created_at, attempts
+FROM ` + r.sql.table + ` WHERE published_at IS NULL AND not_before IS NOT NULL AND not_before <= ? AND quarantined_at IS NULL
+ORDER BY seq LIMIT ` + fmt.Sprint(initialPage)
+		r.sql.doneDue = `DELETE FROM ` + r.sql.table + ` WHERE published_at IS NULL AND id IN (%s)`
+		if r.cfg.Delete == KeepRows {
+			r.sql.doneDue = `UPDATE ` + r.sql.table + ` SET published_at = UTC_TIMESTAMP(6) WHERE published_at IS NULL AND id IN (%s)`
+		}
+	}
 	var n int
 	err = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
 		r.schema, r.cfg.Tables.BinlogPosition).Scan(&n)

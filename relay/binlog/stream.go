@@ -263,6 +263,14 @@ func (r *Relay) session(lock *sql.Conn) (read bool, err error) {
 	if err := conn.StartDump(ctx, stored); err != nil {
 		return false, r.dumpError(err, stored)
 	}
+	if r.delayTable {
+		// Delayed rows are published from the table by the relay that
+		// holds the outbox, and by it only.
+		dueCtx, stopDue := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.dueLoop(dueCtx) }()
+		defer func() { stopDue(); <-done }()
+	}
 	events := make(chan event, 64)
 	go func() {
 		for {
@@ -538,6 +546,12 @@ func (s *session) addRows(ctx context.Context, e *mysqlrepl.RowsEvent, idx map[s
 	for _, row := range rows {
 		if i, ok := idx["quarantined_at"]; ok && i < len(row) && row[i] != nil {
 			continue // set aside as written: a parked message
+		}
+		if i, ok := idx["not_before"]; ok && s.r.delayTable && i < len(row) && row[i] != nil {
+			// It waits in the table for its time: publishDue publishes it
+			// then, and deletes it. The position moves on.
+			s.r.stats.held.Add(1)
+			continue
 		}
 		rec, err := outboxcodec.DecodeText(func(col string) ([]byte, bool) {
 			i, ok := idx[col]

@@ -26,7 +26,9 @@ import (
 
 // Relay publishes the outbox's inserts and the outbox's WAL messages, read
 // from a logical replication slot, through a broker.Publisher. Make one with
-// New; Start and Stop it like the polling relay.
+// New; Start and Stop it like the polling relay. Delayed rows wait in the
+// table and are published from it once due (see the package
+// documentation).
 type Relay struct {
 	base startstop.Base
 	cfg  Config
@@ -87,6 +89,7 @@ type stats struct {
 	published, calls, failures, txs, unreadable, deleted, quarantined atomic.Int64
 	archived, purged                                                  atomic.Int64
 	visibilityWaits                                                   atomic.Int64
+	held, due                                                         atomic.Int64
 	inFlight                                                          atomic.Int64
 	confirmed                                                         atomic.Uint64
 	lagBytes, retained                                                atomic.Int64
@@ -116,6 +119,10 @@ type Stats struct {
 	// (Config.ArchiveRetention), and ArchivePurged those deleted from it
 	// after the retention.
 	Archived, ArchivePurged int64
+	// Delayed counts the inserts of delayed rows (idem.Event.NotBefore)
+	// the stream left in the table to wait for their time, and
+	// DuePublished the delayed rows published from the table once due.
+	Delayed, DuePublished int64
 	// VisibilityWaits counts the checks that found a transaction the log
 	// sent as committed not yet visible to other sessions: its messages,
 	// and those after it, waited (nothing is published before its
@@ -233,6 +240,8 @@ func (r *Relay) Stats() Stats {
 		Deleted:         r.stats.deleted.Load(),
 		Archived:        r.stats.archived.Load(),
 		ArchivePurged:   r.stats.purged.Load(),
+		Delayed:         r.stats.held.Load(),
+		DuePublished:    r.stats.due.Load(),
 		VisibilityWaits: r.stats.visibilityWaits.Load(),
 		InFlight:        r.stats.inFlight.Load(),
 		ConfirmedLSN:    r.stats.confirmed.Load(),

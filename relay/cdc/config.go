@@ -55,6 +55,9 @@ const (
 	// ArchivePurgeBatchSize is the number of archived events deleted per
 	// statement.
 	ArchivePurgeBatchSize = 1000
+	// DueIntervalDefault is how often the relay looks for delayed rows
+	// that fell due.
+	DueIntervalDefault = time.Second
 )
 
 // DeleteMode says what happens to the outbox rows the relay published.
@@ -161,6 +164,14 @@ type Config struct {
 	LagWarnBytes int64
 	// QueryTimeout bounds each SQL statement of the relay. Defaults to 30s.
 	QueryTimeout time.Duration
+	// DueInterval is how often the relay looks in the table for delayed
+	// rows (idem.Event.NotBefore) that fell due, while it reads the slot:
+	// a delayed row is published within about DueInterval of its time.
+	// Defaults to 1s.
+	DueInterval time.Duration
+	// Now is the clock that says which delayed rows are due. Defaults to
+	// time.Now; tests set a clock of their own.
+	Now func() time.Time
 
 	// ArchiveRetention is how long the relay keeps the events it published
 	// in the archive, the table Tables.OutboxArchive ("outbox_archive",
@@ -293,6 +304,10 @@ func (c Config) WithDefaults() Config {
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
 	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, ArchiveRetentionDefault)
 	c.ArchivePurgeInterval = cmp.Or(c.ArchivePurgeInterval, ArchivePurgeIntervalDefault)
+	c.DueInterval = cmp.Or(c.DueInterval, DueIntervalDefault)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -325,7 +340,7 @@ func (c Config) validate() error {
 	}
 	for name, d := range map[string]time.Duration{"StandbyInterval": c.StandbyInterval, "FlushInterval": c.FlushInterval,
 		"PublishTimeout": c.PublishTimeout, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout,
-		"ArchivePurgeInterval": c.ArchivePurgeInterval} {
+		"ArchivePurgeInterval": c.ArchivePurgeInterval, "DueInterval": c.DueInterval} {
 		if d < 0 {
 			return fmt.Errorf("idem: cdc: Config.%s %v: must not be negative", name, d)
 		}

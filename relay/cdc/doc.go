@@ -74,6 +74,21 @@
 // publishes; inserts that are quarantined already are skipped. Faults (no
 // answer from the broker) are retried for as long as they last.
 //
+// Delayed rows. A row whose not_before is set (idem.Event.NotBefore,
+// migration 0012) is held: the stream skips its insert and its position
+// moves on, the row waits in the table, and the relay that reads the slot
+// looks every Config.DueInterval (1s) for the delayed rows due by
+// Config.Now, publishes them through the same ordered publisher (refused
+// ones quarantined after Config.QuarantineAfter), then deletes them (with
+// KeepRows, sets their published_at). A crash or a stop before the delete
+// leaves the row in the table, published by the next relay (again, if it
+// was published already: consumers deduplicate); the first start's sweep
+// leaves delayed rows to the same scan. A delayed row holds back nothing of
+// its aggregate, as with the polling relay. A writer that deletes its rows
+// itself (KeepRows, Debezium's insert then delete) cannot delay events:
+// the row must stay until it is published. WAL messages cannot be delayed
+// (outbox.NewLogWriter refuses such events).
+//
 // Failover. Before PostgreSQL 17 a standby has no copy of the logical
 // slot. On a multi-host URL (target_session_attrs=read-write) the relay
 // reaches the promoted standby, finds its slot missing, creates it again and

@@ -48,6 +48,11 @@ type queries struct {
 	// the events published, in one statement.
 	archive                  string
 	archiveRows, archiveSeqs string
+	// due reads a page of the delayed rows due at $1, doneDue deletes (or
+	// with KeepRows marks published) the rows of seqs $1 once published;
+	// both empty on a table without idem's seq, published_at,
+	// quarantined_at and not_before columns, where no row is delayed.
+	due, doneDue string
 }
 
 // The statements that do not depend on the table.
@@ -63,7 +68,13 @@ const (
 	canDeleteSQL   = `SELECT has_table_privilege($1, 'DELETE')`
 	// canArchiveSQL: the archive's inserts, and its purge (a delete that
 	// reads the rows it deletes).
-	canArchiveSQL   = `SELECT has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND has_table_privilege($1, 'DELETE')`
+	canArchiveSQL = `SELECT has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND has_table_privilege($1, 'DELETE')`
+	// delayColumnsSQL counts the columns delayed rows need: not_before
+	// (migration 0012), and seq, published_at, quarantined_at to read them
+	// in order and skip the rows set aside.
+	delayColumnsSQL = `SELECT count(*) FROM pg_attribute
+	WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped
+	AND attname IN ('seq', 'published_at', 'quarantined_at', 'not_before')`
 	versionSQL      = `SELECT current_setting('server_version_num')::int`
 	slotFailoverSQL = `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`
 	// standbysSQL names the physical standbys: walsenders connected to no
@@ -190,6 +201,20 @@ func (r *Relay) setup(ctx context.Context) error {
 	}
 	if !exists {
 		return fmt.Errorf("%w: %s (run idem migrate)", idem.ErrMissingTable, r.sql.table)
+	}
+	var delayCols int
+	if err := pool.QueryRow(ctx, delayColumnsSQL, r.sql.table).Scan(&delayCols); err != nil {
+		return fmt.Errorf("idem: cdc: read the outbox's columns: %w", err)
+	}
+	if delayCols == 4 {
+		// scheduled_idx (migration 0012) holds exactly these rows.
+		r.sql.due = `SELECT * FROM ` + r.sql.table + `
+WHERE published_at IS NULL AND not_before IS NOT NULL AND not_before <= $1 AND quarantined_at IS NULL
+ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage)
+		r.sql.doneDue = `DELETE FROM ` + r.sql.table + ` WHERE seq = ANY($1::bigint[])`
+		if r.cfg.Delete == KeepRows {
+			r.sql.doneDue = `UPDATE ` + r.sql.table + ` SET published_at = now() WHERE seq = ANY($1::bigint[]) AND published_at IS NULL`
+		}
 	}
 	if r.cfg.Delete == DeletePublished {
 		var can bool

@@ -107,6 +107,14 @@ func (r *Relay) session() (read bool, err error) {
 	}
 	r.stats.streaming.Store(true)
 	defer r.stats.streaming.Store(false)
+	if r.sql.due != "" {
+		// Delayed rows are published from the table by the relay that
+		// holds the slot, and by it only.
+		dueCtx, stopDue := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.dueLoop(dueCtx) }()
+		defer func() { stopDue(); <-done }()
+	}
 	r.setErr(nil)
 	r.errs.replication.OK(ctx)
 	r.log.Debug("replication started")
@@ -277,6 +285,12 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 		if quarantinedInsert(rel, m.Tuple) {
 			return nil // set aside as it was written: a parked message
 		}
+		if r.sql.due != "" && delayedInsert(rel, m.Tuple) {
+			// It waits in the table for its time: publishDue publishes it
+			// then, and deletes it. The stream's position moves on.
+			r.stats.held.Add(1)
+			return nil
+		}
 		rec, err := decodeTuple(rel, m.Tuple)
 		if err != nil && rec.Unreadable == nil {
 			// A value of a foreign table's column that idem cannot read:
@@ -414,6 +428,21 @@ func quarantinedInsert(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleDat
 	}
 	for i, c := range rel.Columns {
 		if c.Name == "quarantined_at" && i < len(tuple.Columns) {
+			t := tuple.Columns[i].DataType
+			return t == pglogrepl.TupleDataTypeText || t == pglogrepl.TupleDataTypeBinary
+		}
+	}
+	return false
+}
+
+// delayedInsert reports whether an inserted row is delayed: its not_before
+// is set (idem.Event.NotBefore).
+func delayedInsert(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) bool {
+	if tuple == nil {
+		return false
+	}
+	for i, c := range rel.Columns {
+		if c.Name == "not_before" && i < len(tuple.Columns) {
 			t := tuple.Columns[i].DataType
 			return t == pglogrepl.TupleDataTypeText || t == pglogrepl.TupleDataTypeBinary
 		}

@@ -57,8 +57,13 @@ func (r *Relay) initialRowsQuery(ctx context.Context) (string, error) {
 		}
 		return "", nil
 	}
+	// Delayed rows wait in the table for their time (publishDue).
+	delayed := ""
+	if r.sql.due != "" {
+		delayed = " AND not_before IS NULL"
+	}
 	return `SELECT * FROM ` + r.sql.table + ` WHERE seq > $1
-		AND published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage), nil
+		AND published_at IS NULL AND quarantined_at IS NULL` + delayed + ` ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage), nil
 }
 
 // publishInitial publishes the rows waiting in the outbox when the slot was
@@ -87,7 +92,7 @@ func (r *Relay) publishInitial() {
 		var published []*driver.OutboxRecord
 		if err == nil {
 			in.after = recs[len(recs)-1].Seq
-			done, published, err = r.publishInOrder(r.ctx, recs)
+			done, published, err = r.publishInOrder(r.ctx, recs, true)
 		}
 		if err == nil && len(done) > 0 {
 			archived := int64(0)
@@ -129,12 +134,18 @@ func (r *Relay) dropInitial() {
 	}
 }
 
-// sweepPage reads up to sweepPage waiting rows with a seq above after, as
+// querier is a transaction or the pool.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// sweepPage reads the rows of sel with its argument arg (up to sweepPage
+// waiting rows with a seq above after, or delayed rows due at a time), as
 // text (the simple protocol), decoded like the stream's.
-func (r *Relay) sweepPage(ctx context.Context, tx pgx.Tx, sel string, after int64) ([]driver.OutboxRecord, error) {
+func (r *Relay) sweepPage(ctx context.Context, q querier, sel string, arg any) ([]driver.OutboxRecord, error) {
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	rows, err := tx.Query(qctx, sel, pgx.QueryExecModeSimpleProtocol, after)
+	rows, err := q.Query(qctx, sel, pgx.QueryExecModeSimpleProtocol, arg)
 	if err != nil {
 		return nil, fmt.Errorf("idem: cdc: read the outbox: %w", err)
 	}
@@ -172,8 +183,9 @@ func (r *Relay) sweepPage(ctx context.Context, tx pgx.Tx, sel string, after int6
 // rows of its aggregate go on). Rows that cannot become messages are
 // quarantined at once. It returns the seqs of the rows published, and the
 // rows, in seq order; a Stop ends it early, and what is left waits for the
-// next start.
-func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) ([]int64, []*driver.OutboxRecord, error) {
+// next start. Stats.InFlight counts its messages when inFlight says so:
+// not while the stream's pipeline, which sets that figure, runs beside it.
+func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord, inFlight bool) ([]int64, []*driver.OutboxRecord, error) {
 	entries := make([]*ordered.Entry, 0, len(recs))
 	for i, rec := range recs {
 		msg, err := outboxcodec.Message(rec)
@@ -192,9 +204,11 @@ func (r *Relay) publishInOrder(ctx context.Context, recs []driver.OutboxRecord) 
 	}
 	pub := ordered.New(ctx, ordered.Config{
 		Publish: func(ctx context.Context, batch []*ordered.Entry, msgs []idem.Message) error {
-			n := int64(len(msgs))
-			r.stats.inFlight.Add(n)
-			defer r.stats.inFlight.Add(-n)
+			if inFlight {
+				n := int64(len(msgs))
+				r.stats.inFlight.Add(n)
+				defer r.stats.inFlight.Add(-n)
+			}
 			r.stats.calls.Add(1)
 			spans := r.tracing.Start(ctx, msgs, func(j int) (int64, int) {
 				return recs[batch[j].Ref].Seq, batch[j].Refusals + 1

@@ -15,6 +15,7 @@
 //
 //	backlog_rows                        gauge     unpublished outbox rows, quarantined ones excluded
 //	quarantined_rows                    gauge     quarantined outbox rows (see "idem failed list --relay")
+//	scheduled_rows                      gauge     delayed rows not due yet (not in backlog_rows)
 //	oldest_unpublished_age_seconds      gauge     age of the oldest unpublished row
 //	published_total                     counter   rows confirmed by the broker and marked
 //	publish_errors_total                counter   rows whose publication failed
@@ -86,6 +87,7 @@ type Metrics struct {
 	src StatsSource
 
 	backlog, oldest, paused, inQuarantine     *prometheus.Desc
+	scheduled                                 *prometheus.Desc
 	published, publishErrors, takeovers, lost *prometheus.Desc
 	claims, claimed, released, deleted        *prometheus.Desc
 	emptyClaims, wakeups                      *prometheus.Desc
@@ -126,6 +128,7 @@ func NewWith(o Options) *Metrics {
 			"Time to mark a batch's confirmed rows published, retries included.", DurationBuckets()),
 		inFlight:      d("inflight_publishes", "Messages handed to the broker whose Publish call has not returned."),
 		backlog:       d("backlog_rows", "Unpublished outbox rows, quarantined ones excluded."),
+		scheduled:     d("scheduled_rows", "Delayed outbox rows (idem.Event.NotBefore) not due yet; backlog_rows leaves them out."),
 		inQuarantine:  d("quarantined_rows", "Quarantined outbox rows: unpublished, holding the later rows of their aggregates back until re-driven or removed."),
 		quarantined:   d("quarantined_total", "Rows this relay quarantined: unreadable, or refused by the broker on every allowed attempt."),
 		oldest:        d("oldest_unpublished_age_seconds", "Age of the oldest unpublished outbox row (0 when none)."),
@@ -174,7 +177,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, h := range []prometheus.Histogram{m.delay, m.claim, m.publish, m.mark} {
 		h.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.inFlight, m.backlog, m.oldest, m.paused, m.inQuarantine, m.published, m.publishErrors,
+	for _, d := range []*prometheus.Desc{m.inFlight, m.backlog, m.oldest, m.paused, m.inQuarantine, m.scheduled, m.published, m.publishErrors,
 		m.takeovers, m.lost, m.claims, m.claimed, m.released, m.deleted, m.quarantined, m.emptyClaims, m.wakeups} {
 		ch <- d
 	}
@@ -210,6 +213,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.oldest, age)
 	gauge(m.paused, paused)
 	gauge(m.inQuarantine, float64(s.QuarantinedRows))
+	gauge(m.scheduled, float64(s.Scheduled))
 	counter(m.published, s.Published)
 	counter(m.publishErrors, s.PublishErrors)
 	counter(m.takeovers, s.Takeovers)

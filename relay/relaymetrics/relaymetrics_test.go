@@ -62,3 +62,23 @@ idem_relay_wakeups_total 4
 		t.Error(err)
 	}
 }
+
+// TestScheduledMetric: delayed rows not due yet are a gauge of their own,
+// apart from the backlog.
+func TestScheduledMetric(t *testing.T) {
+	m := relaymetrics.New()
+	m.Watch(fixed{Backlog: 1, Scheduled: 5})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	want := `
+# HELP idem_relay_backlog_rows Unpublished outbox rows, quarantined ones excluded.
+# TYPE idem_relay_backlog_rows gauge
+idem_relay_backlog_rows 1
+# HELP idem_relay_scheduled_rows Delayed outbox rows (idem.Event.NotBefore) not due yet; backlog_rows leaves them out.
+# TYPE idem_relay_scheduled_rows gauge
+idem_relay_scheduled_rows 5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idem_relay_backlog_rows", "idem_relay_scheduled_rows"); err != nil {
+		t.Error(err)
+	}
+}

@@ -18,7 +18,7 @@ type StatusSQL struct {
 	// Now selects the database's clock.
 	Now string
 	// Outbox selects, in one row: the backlog (unpublished, not
-	// quarantined), the created_at of its lowest seq (NULL when none), the
+	// quarantined, not_before NULL), the created_at of its lowest seq (NULL when none), the
 	// quarantined count, and the latest published_at (NULL when none).
 	Outbox string
 	// Names selects (source, consumer_name) pairs, without duplicates per
@@ -38,6 +38,8 @@ type StatusSQL struct {
 	// Time returns a scan destination for a nullable timestamp column,
 	// storing the zero time for NULL.
 	Time func(*time.Time) any
+	// Scheduled is a ScheduledSQL statement on the outbox.
+	Scheduled string
 	// LogPosition, when set, selects the position a log-reading relay
 	// stored for the outbox and when (MySQL: binlog_position); a missing
 	// table or row leaves them empty.
@@ -56,6 +58,11 @@ func (b *Base) ReadStatus(ctx context.Context, ex driver.Executor, p driver.Stat
 	switch {
 	case err == nil:
 		o.Present = true
+		sch, err := ReadScheduled(ctx, ex, s.Scheduled, s.Time)
+		if err != nil {
+			return st, b.Wrap(fmt.Errorf("outbox: delayed rows: %w", err))
+		}
+		o.Scheduled, o.NextDue = sch.Merge(&o.Backlog, &o.OldestUnpublished)
 	case b.IsMissingTable(err):
 		// A consumer-only database; the consumer tables are checked below.
 	default:

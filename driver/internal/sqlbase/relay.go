@@ -9,6 +9,7 @@ package sqlbase
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -29,7 +30,10 @@ type relay struct {
 	wrap            func(error) error
 
 	claimHeads      string
+	promoteDue      string
+	nextDue         string
 	backlog         string
+	scheduled       string
 	replayCounts    string
 	replayRows      string
 	listQuarantined string
@@ -69,25 +73,43 @@ func newRelay(f *Flavor, o string, wrap func(error) error) *relay {
 		// A quarantined row is never a head, and the rows after it in its
 		// aggregate are not heads either: they have an unpublished row
 		// before them.
+		//
+		// Every part reads only rows whose not_before is NULL: a delayed
+		// row is invisible to the claim until promoteDue clears it, so it
+		// holds back nothing of its aggregate (pending_idx and
+		// aggregate_pending_idx leave such rows out: a partial index on
+		// SQLite, not_before before seq on MySQL).
 		claimHeads: `SELECT o.seq, o.aggregatetype, o.aggregateid, o.lease_owner IS NOT NULL
 FROM ` + o + ` o
-WHERE o.published_at IS NULL AND o.quarantined_at IS NULL
+WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND o.not_before IS NULL
   AND (o.lease_until IS NULL OR o.lease_until <= ` + f.Now + `)
   AND NOT EXISTS (
     SELECT 1 FROM ` + o + ` p
     WHERE p.aggregatetype = o.aggregatetype AND p.aggregateid = o.aggregateid
-      AND p.published_at IS NULL AND p.seq < o.seq)
+      AND p.published_at IS NULL AND p.not_before IS NULL AND p.seq < o.seq)
   AND COALESCE((
     SELECT n.lease_until > ` + f.Now + ` FROM ` + o + ` n
     WHERE n.aggregatetype = o.aggregatetype AND n.aggregateid = o.aggregateid
-      AND n.published_at IS NULL AND n.seq > o.seq
+      AND n.published_at IS NULL AND n.not_before IS NULL AND n.seq > o.seq
     ORDER BY n.seq
     LIMIT 1), 0) = 0
 ORDER BY o.seq
 LIMIT ?`,
+		// The delayed rows due at the relay's clock (the argument) become
+		// ordinary waiting rows: a plain read of scheduled_idx finds them
+		// without reading the others, then they are updated by seq. On
+		// MySQL an UPDATE over the range would lock the gap before it,
+		// where producers insert their undelayed rows.
+		promoteDue: `SELECT seq FROM ` + o + `
+WHERE published_at IS NULL AND not_before IS NOT NULL AND not_before <= ?
+ORDER BY not_before
+LIMIT ` + fmt.Sprint(Chunk),
+		nextDue: `SELECT MIN(not_before) FROM ` + o + `
+WHERE published_at IS NULL AND not_before IS NOT NULL`,
+		scheduled: dialectkit.ScheduledSQL(o, f.Now),
 		backlog: `SELECT
-    (SELECT COUNT(*) FROM ` + o + ` WHERE published_at IS NULL AND quarantined_at IS NULL),
-    (SELECT created_at FROM ` + o + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq LIMIT 1),
+    (SELECT COUNT(*) FROM ` + o + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL),
+    (SELECT created_at FROM ` + o + ` WHERE published_at IS NULL AND quarantined_at IS NULL AND not_before IS NULL ORDER BY seq LIMIT 1),
     (SELECT COUNT(*) FROM ` + o + ` WHERE published_at IS NULL AND quarantined_at IS NOT NULL)`,
 		replayCounts: `SELECT type, COUNT(*) FROM ` + o + `
 WHERE ` + replayWhere + `
@@ -116,6 +138,9 @@ func (r *relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.Cl
 		return nil, nil
 	}
 	if _, err := ex.Exec(ctx, r.f.ClaimLock); err != nil {
+		return nil, r.wrap(err)
+	}
+	if err := r.promote(ctx, ex, p.DueAt()); err != nil {
 		return nil, r.wrap(err)
 	}
 	type head struct {
@@ -197,7 +222,7 @@ FROM (
     SELECT o.aggregatetype, o.aggregateid, o.seq, o.lease_owner, o.lease_until, o.quarantined_at,
         ROW_NUMBER() OVER (PARTITION BY o.aggregatetype, o.aggregateid ORDER BY o.seq) AS rn
     FROM ` + r.outbox + ` o
-    WHERE o.published_at IS NULL AND (` + match.String() + `)) f
+    WHERE o.published_at IS NULL AND o.not_before IS NULL AND (` + match.String() + `)) f
 WHERE f.rn BETWEEN 2 AND ?
 ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 		type aggregate struct{ typ, id string }
@@ -247,6 +272,28 @@ ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 		return nil, r.wrap(err)
 	}
 	return out, nil
+}
+
+// promote clears not_before on the delayed rows due at now (at most Chunk
+// of them; the next claim takes the rest).
+func (r *relay) promote(ctx context.Context, ex driver.Executor, now time.Time) error {
+	var seqs []int64
+	err := driver.QueryRows(ctx, ex, r.promoteDue, []any{sqltime.Format(now)}, func(rows driver.Rows) error {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return err
+		}
+		seqs = append(seqs, seq)
+		return nil
+	})
+	if err != nil || len(seqs) == 0 {
+		return err
+	}
+	// created_at takes the due time: the row waits from then on. MySQL
+	// assigns left to right, each assignment seeing the ones before.
+	_, err = ex.Exec(ctx, `UPDATE `+r.bySeq+` SET created_at = not_before, not_before = NULL
+WHERE seq IN (`+Tuples(len(seqs), "?")+`) AND published_at IS NULL AND not_before IS NOT NULL`, seqArgs(seqs)...)
+	return err
 }
 
 // scanRecord scans the columns of relayColumns. TimeDest is a sql.Scanner:
@@ -383,7 +430,22 @@ func (r *relay) DeletePublished(ctx context.Context, ex driver.Executor, before 
 func (r *relay) OutboxBacklog(ctx context.Context, ex driver.Executor) (driver.Backlog, error) {
 	var b driver.Backlog
 	err := driver.QueryRow(ctx, ex, r.backlog, nil, &b.Rows, sqltime.Scanner(&b.Oldest), &b.Quarantined)
-	return b, r.wrap(err)
+	if err != nil {
+		return b, r.wrap(err)
+	}
+	sch, err := dialectkit.ReadScheduled(ctx, ex, r.scheduled, TimeDest)
+	if err != nil {
+		return b, r.wrap(err)
+	}
+	b.Scheduled, b.NextDue = sch.Merge(&b.Rows, &b.Oldest)
+	return b, nil
+}
+
+// NextDue implements driver.RelayDialect.
+func (r *relay) NextDue(ctx context.Context, ex driver.Executor) (time.Time, error) {
+	var t time.Time
+	err := driver.QueryRow(ctx, ex, r.nextDue, nil, sqltime.Scanner(&t))
+	return t, r.wrap(err)
 }
 
 func replayArgs(f driver.ReplayFilter) []any {

@@ -277,13 +277,17 @@ func TimeDest(t *time.Time) any { return sqltime.Scanner(t) }
 
 // InsertOutbox implements driver.Dialect.
 func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
-	query := func(n int) string {
+	query := func(n int, delayed bool) string {
+		if delayed {
+			return `INSERT INTO ` + d.f.Names.Outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, not_before) VALUES ` +
+				Tuples(n, "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		}
 		return `INSERT INTO ` + d.f.Names.Outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers) VALUES ` +
 			Tuples(n, "(?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	return d.Wrap(dialectkit.InsertOutboxRows(ctx, ex, rows, query, func(r driver.OutboxRow, payload any, headers string) []any {
 		return []any{r.ID.String(), r.AggregateType, r.AggregateID, r.Type, payload, sqltime.Format(r.OccurredAt), r.AggregateVersion, headers}
-	}))
+	}, func(t time.Time) any { return sqltime.Format(t) }))
 }
 
 // ProcessedHashes implements driver.Dialect.
