@@ -153,7 +153,7 @@ func TestBinlogKilledAtFaultPoints(t *testing.T) {
 		republishes bool
 	}{
 		{fault.CDCAfterReceive, 200, false},
-		{fault.CDCAfterPublishBeforeConfirm, 20, true},
+		{fault.CDCAfterPublishBeforeConfirm, 6, true},
 		{fault.CDCAfterConfirm, 5, false},
 	} {
 		t.Run(tc.point, func(t *testing.T) {
