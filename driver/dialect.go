@@ -159,14 +159,20 @@ type MigrationSupport struct {
 
 // OutboxRow is one event as the outbox stores it.
 type OutboxRow struct {
-	ID               uuid.UUID
-	AggregateType    string
-	AggregateID      string
-	Type             string
+	ID            uuid.UUID
+	AggregateType string
+	AggregateID   string
+	Type          string
+	// Payload is JSON when ContentType is empty or a JSON type
+	// (idem.IsJSONContentType), stored in the payload column; else raw
+	// bytes, stored in payload_binary.
 	Payload          json.RawMessage
 	OccurredAt       time.Time
 	AggregateVersion int64
 	Headers          map[string]string
+	// ContentType is the payload's media type (column content_type, NULL
+	// when empty).
+	ContentType string
 }
 
 // Mark is one processed_event marker to insert.

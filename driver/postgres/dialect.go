@@ -98,7 +98,8 @@ func (d *dialect) OutboxChannel(currentSchema string) string {
 // InsertOutbox implements driver.Dialect.
 func (d *dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
 	return d.Wrap(dialectkit.InsertOutboxRows(ctx, ex, rows, d.q.insertOutbox, func(r driver.OutboxRow, payload any, headers string) []any {
-		return []any{r.ID, r.AggregateType, r.AggregateID, r.Type, payload, r.OccurredAt, r.AggregateVersion, headers}
+		ct, bin := dialectkit.ContentArgs(r)
+		return []any{r.ID, r.AggregateType, r.AggregateID, r.Type, payload, r.OccurredAt, r.AggregateVersion, headers, ct, bin}
 	}))
 }
 

@@ -121,13 +121,13 @@ LIMIT 1`,
 // insertOutbox returns a multi-row insert of n outbox rows.
 func (q queries) insertOutbox(n int) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + q.outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers) VALUES `)
+	b.WriteString(`INSERT INTO ` + q.outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, content_type, payload_binary) VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		p := i * 8
-		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d::jsonb, $%d, $%d, $%d::jsonb)", p+1, p+2, p+3, p+4, p+5, p+6, p+7, p+8)
+		p := i * 10
+		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d::jsonb, $%d, $%d, $%d::jsonb, $%d, $%d::bytea)", p+1, p+2, p+3, p+4, p+5, p+6, p+7, p+8, p+9, p+10)
 	}
 	return b.String()
 }

@@ -278,11 +278,12 @@ func TimeDest(t *time.Time) any { return sqltime.Scanner(t) }
 // InsertOutbox implements driver.Dialect.
 func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
 	query := func(n int) string {
-		return `INSERT INTO ` + d.f.Names.Outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers) VALUES ` +
-			Tuples(n, "(?, ?, ?, ?, ?, ?, ?, ?)")
+		return `INSERT INTO ` + d.f.Names.Outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, content_type, payload_binary) VALUES ` +
+			Tuples(n, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	return d.Wrap(dialectkit.InsertOutboxRows(ctx, ex, rows, query, func(r driver.OutboxRow, payload any, headers string) []any {
-		return []any{r.ID.String(), r.AggregateType, r.AggregateID, r.Type, payload, sqltime.Format(r.OccurredAt), r.AggregateVersion, headers}
+		ct, bin := dialectkit.ContentArgs(r)
+		return []any{r.ID.String(), r.AggregateType, r.AggregateID, r.Type, payload, sqltime.Format(r.OccurredAt), r.AggregateVersion, headers, ct, bin}
 	}))
 }
 
