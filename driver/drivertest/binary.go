@@ -2,12 +2,18 @@ package drivertest
 
 import (
 	"bytes"
+	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testsvc"
 )
 
@@ -23,8 +29,8 @@ func allBytes() []byte {
 // relayBinaryPayload: an event whose payload is not JSON is stored in
 // payload_binary with its content type (payload stays NULL), claimed,
 // published by the relay in an envelope that gives the same bytes back,
-// and read back as it is by replay and quarantine; a JSON event with a
-// content type keeps it, in the JSON column.
+// handled by a consumer with the same bytes, and read back as it is by
+// replay; a JSON event with a content type keeps it, in the JSON column.
 func relayBinaryPayload[TTx any](t *testing.T, setup Setup[TTx]) {
 	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, time.Minute)
@@ -39,6 +45,11 @@ func relayBinaryPayload[TTx any](t *testing.T, setup Setup[TTx]) {
 	typed.ContentType = "application/vnd.shop.order+json"
 	plain := placed(t, "plain")
 	insert(t, db, bin, empty, typed, plain)
+	// Another program's row with JSON under a content type that is not:
+	// quarantined, saying so.
+	db.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, content_type)
+VALUES (?, 'order', 'mixed', 'order.order.placed.v1', '{"n": 1}', 'application/x-protobuf')`, uuid.NewString())
+	mixed := seqOf(t, db, "mixed")
 
 	if n := db.count(t, "outbox WHERE payload IS NULL AND payload_binary IS NOT NULL AND content_type = 'application/x-protobuf'"); n != 1 {
 		t.Fatalf("%d rows with the bytes in payload_binary, want 1", n)
@@ -52,7 +63,22 @@ func relayBinaryPayload[TTx any](t *testing.T, setup Setup[TTx]) {
 		t.Fatalf("payload_binary holds %x, want every byte value", stored)
 	}
 
+	// A consumer on the in-process broker: its handler sees the bytes.
 	pub := memory.New()
+	cons, err := inbox.New(db.Driver, inbox.Config{Name: "bin", Logger: quarantineConfig().Logger})
+	fatalIf(t, err, "new consumer")
+	var mu sync.Mutex
+	handled := map[uuid.UUID]idem.Event{}
+	cons.Handle(bin.Name, func(_ context.Context, _ TTx, ev idem.Event) error { // every event here is named so
+		mu.Lock()
+		defer mu.Unlock()
+		handled[ev.ID] = ev
+		return nil
+	})
+	sub, err := pub.NewSubscriber(memory.SubscriberConfig{Consumer: "bin"}, cons.DeliverBatch)
+	fatalIf(t, err, "new subscriber")
+	fatalIf(t, sub.Start(ctx), "start subscriber")
+	t.Cleanup(func() { _ = sub.Stop(context.Background()) })
 	startRelay(t, db, pub, quarantineConfig())
 	fatalIf(t, waitPublished(ctx, pub, bin.ID, empty.ID, typed.ID, plain.ID), "the four events published")
 	for _, m := range pub.Messages() {
@@ -73,9 +99,27 @@ func relayBinaryPayload[TTx any](t *testing.T, setup Setup[TTx]) {
 			t.Errorf("%s: payload %s, want %s", ev.AggregateID, ev.Payload, want.Payload)
 		}
 	}
+	fatalIf(t, pub.WaitPending(ctx, "bin"), "the consumer's queue drained")
+	mu.Lock()
+	for _, want := range []idem.Event{bin, empty, typed, plain} {
+		got, ok := handled[want.ID]
+		if !ok || got.ContentType != want.ContentType || (!want.IsJSON() && !bytes.Equal(got.Payload, want.Payload)) {
+			t.Errorf("handled %s: %v, content type %q, payload %x; want %q, %x", want.AggregateID, ok, got.ContentType, got.Payload, want.ContentType, want.Payload)
+		}
+	}
+	mu.Unlock()
 	testsvc.WaitFor(t, 30*time.Second, "every row marked published", func() bool {
-		return db.count(t, "outbox WHERE published_at IS NULL") == 0
+		return db.count(t, "outbox WHERE published_at IS NULL AND quarantined_at IS NULL") == 0
 	})
+
+	testsvc.WaitFor(t, 30*time.Second, "the mixed row quarantined", func() bool {
+		return db.count(t, "outbox WHERE seq = ? AND quarantined_at IS NOT NULL", mixed) == 1
+	})
+	q, err := rd.GetQuarantined(ctx, pool, mixed)
+	fatalIf(t, err, "get the quarantined row")
+	if q.ContentType != "application/x-protobuf" || !strings.Contains(q.LastError, "payload is set with the content type") {
+		t.Errorf("quarantined row: content type %q, error %q", q.ContentType, q.LastError)
+	}
 
 	recs, err := rd.ReplayRows(ctx, pool, driver.ReplayFilter{Since: time.Now().Add(-time.Hour), Until: time.Now().Add(time.Hour)}, 0, 10)
 	fatalIf(t, err, "replay rows")
