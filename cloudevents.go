@@ -2,6 +2,8 @@ package idem
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,8 +20,8 @@ type CloudEventsMode int
 
 // CloudEvents content modes.
 const (
-	// CloudEventsBinary puts the event's data (the payload JSON) in the
-	// body and every other attribute in a transport header, named as the
+	// CloudEventsBinary puts the event's data (the payload: JSON, or the
+	// raw bytes of another content type) in the body and every other attribute in a transport header, named as the
 	// transport's protocol binding says (CloudEventsBinding). It is the
 	// default.
 	CloudEventsBinary CloudEventsMode = iota
@@ -113,7 +115,7 @@ var (
 //	source            Source, by default "/idem/<aggregate type>"
 //	specversion       "1.0"
 //	type              event name
-//	datacontenttype   "application/json"
+//	datacontenttype   the event's ContentType, by default "application/json"
 //	subject           aggregate id
 //	time              occurred_at, RFC 3339 in UTC with microseconds
 //	aggregatetype     aggregate type (extension)
@@ -121,6 +123,10 @@ var (
 //	traceparent       the message's header traceparent, when set
 //	tracestate        the message's header tracestate, when set
 //	data              the payload
+//
+// A payload that is not JSON (Event.ContentType) is the body as it is in
+// binary mode, with no base64: the natural wire for Protobuf or Avro. In
+// structured mode it is data_base64, as the JSON event format says.
 //
 // The message's other headers (idem-original-id, baggage, the
 // application's) are carried as they are, as transport headers.
@@ -221,7 +227,7 @@ func (c CloudEvents) attributes(ev Event) []ceAttr {
 	if ev.AggregateID != "" {
 		attrs = append(attrs, ceAttr{name: "subject", value: ev.AggregateID})
 	}
-	attrs = append(attrs, ceAttr{name: "datacontenttype", value: ContentTypeJSON})
+	attrs = append(attrs, ceAttr{name: "datacontenttype", value: cmp.Or(ev.ContentType, ContentTypeJSON)})
 	if ev.AggregateType != "" {
 		attrs = append(attrs, ceAttr{name: CloudEventsAggregateType, value: ev.AggregateType})
 	}
@@ -254,7 +260,13 @@ func (c CloudEvents) EncodeEvent(ev Event, b CloudEventsBinding) (Message, error
 		return Message{}, fmt.Errorf("idem: encode CloudEvent: %w", err)
 	}
 	data := []byte("null")
-	if len(bytes.TrimSpace(ev.Payload)) > 0 {
+	binary := !ev.IsJSON()
+	if binary {
+		data = ev.Payload
+		if data == nil {
+			data = []byte{}
+		}
+	} else if len(bytes.TrimSpace(ev.Payload)) > 0 {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, ev.Payload); err != nil {
 			return Message{}, fmt.Errorf("idem: encode CloudEvent: %w", &FieldError{Field: "payload", Problem: "is not valid JSON"})
@@ -313,6 +325,12 @@ func (c CloudEvents) EncodeEvent(ev Event, b CloudEventsBinding) (Message, error
 			} else {
 				body = appendJSONString(body, a.value)
 			}
+		}
+		if binary {
+			body = append(body, `,"data_base64":"`...)
+			body = base64.StdEncoding.AppendEncode(body, data)
+			msg.Body = append(body, `"}`...)
+			return msg, nil
 		}
 		body = append(body, `,"data":`...)
 		body = append(body, data...)
@@ -482,7 +500,10 @@ func isJSONMediaType(mt string) bool {
 // text) and its data.
 type ceMessage struct {
 	attrs map[string]string
-	data  []byte // JSON text, or nil when the event has none
+	data  []byte // the body, JSON text or data_base64's bytes; nil when the event has none
+	// dataMember is true when data is the structured format's member
+	// "data": JSON text, a JSON string when the content type is not JSON.
+	dataMember bool
 	// headers are the message's headers that are not attributes.
 	headers map[string]string
 }
@@ -567,7 +588,9 @@ func detectCloudEvent(msg Message, body []byte) (ce ceMessage, ok bool, err erro
 		ce.attrs["datacontenttype"] = ct
 	}
 	if len(body) > 0 {
-		ce.data = body
+		// The body as received: data that is not JSON may begin or end
+		// with bytes that look like white space.
+		ce.data = msg.Body
 	}
 	return ce, true, nil
 }
@@ -589,6 +612,7 @@ func structuredFields(fields map[string]json.RawMessage) (ceMessage, error) {
 		case "data":
 			if !isNull(raw) {
 				ce.data = raw
+				ce.dataMember = true
 			}
 			continue
 		case "data_base64":
@@ -730,18 +754,37 @@ func decodeCloudEvent(msg Message, ce ceMessage) (Event, error) {
 		}
 		ev.AggregateVersion = n
 	}
-	if ct := ce.attrs["datacontenttype"]; ct != "" && !isJSONMediaType(mediaType(ct)) {
-		return ev, decodeErr("datacontenttype", fmt.Sprintf("%q is not JSON: an idem event's payload is JSON (Event.Payload), "+
-			"so the message is parked as received rather than handed over re-encoded", truncate(ct, 64)))
-	}
 	data := bytes.TrimSpace(ce.data)
-	switch {
-	case len(data) == 0:
-		ev.Payload = json.RawMessage("null")
-	case !json.Valid(data):
-		return ev, decodeErr("data", "is not JSON")
-	default:
-		ev.Payload = append(json.RawMessage(nil), data...)
+	if ct := ce.attrs["datacontenttype"]; ct != "" && !IsJSONContentType(ct) {
+		if !validContentType(ct) {
+			return ev, decodeErr("datacontenttype", fmt.Sprintf("%q is not a media type (type/subtype)", truncate(ct, 64)))
+		}
+		ev.ContentType = ct
+		switch {
+		case ce.dataMember && len(data) > 0 && data[0] == '"':
+			// The JSON event format carries data of a type that is not
+			// JSON as a JSON string (text), or in data_base64 (bytes).
+			var s string
+			if json.Unmarshal(data, &s) != nil {
+				return ev, decodeErr("data", "is not a valid JSON string")
+			}
+			ev.Payload = json.RawMessage(s)
+		case ce.dataMember:
+			return ev, decodeErr("data", fmt.Sprintf("is JSON that is not a string, for the content type %q: "+
+				"the JSON event format carries such data as a string or in data_base64", truncate(ct, 64)))
+		default:
+			// The bytes as received, not trimmed.
+			ev.Payload = append(json.RawMessage{}, ce.data...)
+		}
+	} else {
+		switch {
+		case len(data) == 0:
+			ev.Payload = json.RawMessage("null")
+		case !json.Valid(data):
+			return ev, decodeErr("data", "is not JSON")
+		default:
+			ev.Payload = append(json.RawMessage(nil), data...)
+		}
 	}
 	ev.Headers = make(map[string]string, len(ce.headers)+len(ce.attrs)+1)
 	for k, v := range ce.headers {

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -27,6 +28,13 @@ const DefaultMaxBodyBytes = 1 << 20
 // The encoding is deterministic: fields in this order, occurred_at in UTC with
 // microseconds, payload compacted. An empty payload is encoded as null. Headers
 // are not part of the envelope; transports carry them.
+//
+// An event with a content type has it in "content_type", before the payload.
+// A JSON payload (IsJSONContentType) is "payload", as above; any other
+// payload is "payload_base64", its bytes in standard base64 with padding, so
+// that the envelope stays JSON:
+//
+//	{…,"aggregate_version":3,"content_type":"application/x-protobuf","payload_base64":"CgVoZWxsbw=="}
 func MarshalEnvelope(ev Event) ([]byte, error) {
 	return AppendEnvelope(make([]byte, 0, 256+len(ev.Payload)), ev)
 }
@@ -48,6 +56,15 @@ func AppendEnvelope(dst []byte, ev Event) ([]byte, error) {
 	dst = appendJSONString(dst, ev.AggregateID)
 	dst = append(dst, `,"aggregate_version":`...)
 	dst = strconv.AppendInt(dst, ev.AggregateVersion, 10)
+	if ev.ContentType != "" {
+		dst = append(dst, `,"content_type":`...)
+		dst = appendJSONString(dst, ev.ContentType)
+	}
+	if !ev.IsJSON() {
+		dst = append(dst, `,"payload_base64":"`...)
+		dst = base64.StdEncoding.AppendEncode(dst, ev.Payload)
+		return append(dst, `"}`...), nil
+	}
 	dst = append(dst, `,"payload":`...)
 	if len(bytes.TrimSpace(ev.Payload)) == 0 {
 		dst = append(dst, "null"...)
@@ -114,7 +131,8 @@ func appendJSONString(dst []byte, s string) []byte {
 }
 
 // Decoder turns received messages into events. It accepts the idem JSON
-// envelope, what Debezium's Outbox Event Router emits (key = aggregate id,
+// envelope (with "payload", or "content_type" and "payload_base64" for a
+// payload that is not JSON: see MarshalEnvelope), what Debezium's Outbox Event Router emits (key = aggregate id,
 // header "id" = event id, optional header "eventType", value = the bare payload
 // or a JSON string holding it), and CloudEvents 1.0 in binary and structured
 // content mode on every transport (see CloudEvents, and "Receiving
@@ -139,11 +157,13 @@ func appendJSONString(dst []byte, s string) []byte {
 // HeaderOriginalID. type is the event name, time (RFC 3339) the occurrence,
 // subject the aggregate id (else the message key), the extensions
 // aggregatetype and aggregateversion the aggregate type (else the
-// transport's) and version. The data must be JSON (datacontenttype absent,
-// application/json, text/json or any +json type): a CloudEvent of another
-// datacontenttype (application/protobuf...) is undecodable, parked with its
-// bytes as received, rather than handed to handlers in a json.RawMessage
-// that does not hold JSON. No data is the payload null.
+// transport's) and version. With datacontenttype absent, application/json,
+// text/json or any +json type, the data must be JSON, and no data is the
+// payload null. With any other datacontenttype (application/x-protobuf,
+// application/avro...), the event's ContentType is that type and its
+// Payload the data's bytes: the body as received in binary mode; in
+// structured mode, data_base64's bytes, or the text of a data that is a
+// JSON string.
 //
 // The event's headers are the message's other headers, every attribute as
 // "ce_<name>" (CloudEventsHeaderPrefix) in its string form, and the
@@ -221,7 +241,8 @@ func (d Decoder) Decode(msg Message) (Event, error) {
 func hasEnvelopeShape(fields map[string]json.RawMessage) bool {
 	_, name := fields["event_name"]
 	_, payload := fields["payload"]
-	return name && payload
+	_, b64 := fields["payload_base64"]
+	return name && (payload || b64)
 }
 
 func decodeErr(field, problem string) error {
@@ -275,6 +296,36 @@ func decodeEnvelope(f map[string]json.RawMessage, headers map[string]string) (Ev
 			return Event{}, decodeErr("aggregate_version", "is not a non-negative integer")
 		}
 		ev.AggregateVersion = v
+	}
+	if ev.ContentType, _, err = stringField(f, "content_type"); err != nil {
+		return Event{}, err
+	}
+	if ev.ContentType != "" && !validContentType(ev.ContentType) {
+		return Event{}, decodeErr("content_type", fmt.Sprintf("%q is not a media type (type/subtype)", truncate(ev.ContentType, 64)))
+	}
+	if b64, ok := f["payload_base64"]; ok {
+		if ev.ContentType == "" {
+			ev.ContentType = ContentTypeOctetStream
+		}
+		if _, both := f["payload"]; both {
+			return Event{}, decodeErr("payload_base64", "is set with payload: an envelope has one or the other")
+		}
+		if ev.IsJSON() {
+			return Event{}, decodeErr("payload_base64", fmt.Sprintf("is set for the JSON content type %q: a JSON payload is \"payload\"", truncate(ev.ContentType, 64)))
+		}
+		var raw []byte
+		if isNull(b64) || json.Unmarshal(b64, &raw) != nil {
+			return Event{}, decodeErr("payload_base64", "is not a base64 string")
+		}
+		ev.Payload = json.RawMessage(raw)
+		if ev.Payload == nil {
+			ev.Payload = json.RawMessage{}
+		}
+		ev.Headers = copyHeaders(headers)
+		return ev, nil
+	}
+	if !ev.IsJSON() {
+		return Event{}, decodeErr("payload_base64", fmt.Sprintf("is missing: the content type %q is not JSON", truncate(ev.ContentType, 64)))
 	}
 	payload, ok := f["payload"]
 	if !ok {

@@ -212,6 +212,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a","aggregate_type":"t","aggregate_id":"1","occurred_at":"9999-12-31T23:59:59Z","payload":{}}`), []byte{}, "", "")
 	f.Add([]byte("\xff\xfe"), []byte("\xff"), "\x00", "\xff")
 	f.Add([]byte(`[]`), []byte{}, "", "")
+	f.Add([]byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a","aggregate_type":"t","aggregate_id":"1","content_type":"application/x-protobuf","payload_base64":"AAH/"}`), []byte{}, "", "")
+	f.Add([]byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a","aggregate_type":"t","aggregate_id":"1","payload_base64":""}`), []byte{}, "", "")
+	f.Add([]byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a","aggregate_type":"t","aggregate_id":"1","content_type":"application/vnd.x+json","payload":{"a":1}}`), []byte{}, "", "")
 	f.Fuzz(func(t *testing.T, body, key []byte, id, eventType string) {
 		headers := map[string]string{}
 		if id != "" {

@@ -3,6 +3,7 @@ package idem
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,7 +34,17 @@ type Event struct {
 	// the producer tracks one (0 when unknown). Consumers that keep a copy of the
 	// aggregate's state use it to ignore late, older events.
 	AggregateVersion int64
-	// Payload is the event body as JSON.
+	// ContentType is the media type of Payload. Empty, or a JSON media type
+	// (application/json, text/json, any +json type; IsJSONContentType), means
+	// that Payload is JSON, as for every event before content types existed.
+	// Any other type ("application/x-protobuf", "application/avro",
+	// "application/octet-stream") means that Payload holds raw bytes, which
+	// idem stores, publishes and hands to handlers unchanged.
+	ContentType string
+	// Payload is the event body: JSON when ContentType is empty or a JSON
+	// type, else the raw bytes of ContentType. Its type stays
+	// json.RawMessage for compatibility; with a non-JSON content type it is
+	// only a byte slice (never give it to encoding/json as it is).
 	Payload json.RawMessage
 	// Headers are optional string metadata carried as transport headers.
 	Headers map[string]string
@@ -77,8 +88,10 @@ func NewEvent(name, aggregateType, aggregateID string, payload any) (Event, erro
 }
 
 // Validate reports the first problem that would stop the event from being
-// written to an outbox or encoded: a missing id, name, aggregate type or id, or
-// a payload that is not JSON.
+// written to an outbox or encoded: a missing id, name, aggregate type or id, a
+// content type that is not a media type, or, when the content type is JSON
+// (IsJSONContentType), a payload that is not JSON. A payload of another
+// content type is not checked.
 func (e Event) Validate() error {
 	switch {
 	case e.ID == uuid.Nil:
@@ -91,8 +104,36 @@ func (e Event) Validate() error {
 		return &FieldError{Field: "aggregate_id", Problem: "is missing"}
 	case e.AggregateVersion < 0:
 		return &FieldError{Field: "aggregate_version", Problem: "is negative"}
-	case len(e.Payload) > 0 && !json.Valid(e.Payload):
+	case e.ContentType != "" && !validContentType(e.ContentType):
+		return &FieldError{Field: "content_type", Problem: fmt.Sprintf("%q is not a media type (type/subtype)", truncate(e.ContentType, 64))}
+	case IsJSONContentType(e.ContentType) && len(e.Payload) > 0 && !json.Valid(e.Payload):
 		return &FieldError{Field: "payload", Problem: "is not valid JSON"}
 	}
 	return nil
+}
+
+// IsJSON reports whether e's payload is JSON: its content type is empty or a
+// JSON media type (IsJSONContentType).
+func (e Event) IsJSON() bool { return IsJSONContentType(e.ContentType) }
+
+// IsJSONContentType reports whether a content type says JSON: empty (idem's
+// default), application/json, text/json or any +json type, in any case and
+// with any parameters ("application/json; charset=utf-8").
+func IsJSONContentType(ct string) bool {
+	return ct == "" || isJSONMediaType(mediaType(ct))
+}
+
+// validContentType reports whether ct looks like a media type: printable
+// ASCII, at most 255 bytes, type/subtype before any parameters.
+func validContentType(ct string) bool {
+	if len(ct) > 255 {
+		return false
+	}
+	for i := 0; i < len(ct); i++ {
+		if ct[i] < ' ' || ct[i] > '~' {
+			return false
+		}
+	}
+	t, sub, ok := strings.Cut(mediaType(ct), "/")
+	return ok && t != "" && sub != "" && !strings.ContainsAny(t+sub, " /")
 }

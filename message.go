@@ -25,6 +25,10 @@ const (
 	HeaderRedrive = "idem-redrive"
 	// ContentTypeJSON is the content type of envelope bodies.
 	ContentTypeJSON = "application/json"
+	// ContentTypeOctetStream is the content type of bytes of no named type:
+	// a received payload_base64 or CloudEvent data_base64 without a content
+	// type is taken for it.
+	ContentTypeOctetStream = "application/octet-stream"
 )
 
 // Message is an event as a broker carries it. Outgoing messages are made from

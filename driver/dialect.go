@@ -159,10 +159,13 @@ type MigrationSupport struct {
 
 // OutboxRow is one event as the outbox stores it.
 type OutboxRow struct {
-	ID               uuid.UUID
-	AggregateType    string
-	AggregateID      string
-	Type             string
+	ID            uuid.UUID
+	AggregateType string
+	AggregateID   string
+	Type          string
+	// Payload is JSON when ContentType is empty or a JSON type
+	// (idem.IsJSONContentType), stored in the payload column; else raw
+	// bytes, stored in payload_binary.
 	Payload          json.RawMessage
 	OccurredAt       time.Time
 	AggregateVersion int64
@@ -170,6 +173,9 @@ type OutboxRow struct {
 	// NotBefore is when the row is due (the not_before column); zero is
 	// NULL: due at once.
 	NotBefore time.Time
+	// ContentType is the payload's media type (column content_type, NULL
+	// when empty).
+	ContentType string
 }
 
 // Mark is one processed_event marker to insert.

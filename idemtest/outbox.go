@@ -144,6 +144,9 @@ func payloadProblem(err error) string {
 // describe is one line about ev: name, aggregate, id and payload.
 func describe(ev idem.Event) string {
 	payload := string(ev.Payload)
+	if !ev.IsJSON() {
+		payload = fmt.Sprintf("(%s, %d bytes) %q", ev.ContentType, len(ev.Payload), ev.Payload)
+	}
 	if len(payload) > 200 {
 		payload = payload[:200] + "..."
 	}
@@ -175,15 +178,22 @@ func (o Outbox) events() ([]idem.Event, error) {
 	var evs []idem.Event
 	err := driver.QueryRows(ctx, o.ex, outboxQuery(o.d), nil, func(rows driver.Rows) error {
 		var id, typ, aggType, aggID, occurred string
-		var payload, headers *string
+		var payload, headers, contentType *string
+		var bin []byte
 		var version int64
-		if err := rows.Scan(&id, &aggType, &aggID, &typ, &payload, &occurred, &version, &headers); err != nil {
+		if err := rows.Scan(&id, &aggType, &aggID, &typ, &payload, &occurred, &version, &headers, &contentType, &bin); err != nil {
 			return err
 		}
 		ev := idem.Event{Name: typ, AggregateType: aggType, AggregateID: aggID, AggregateVersion: version}
 		ev.ID, _ = idem.EventID(id) // uuid.Nil when the relay would quarantine it
 		if payload != nil {
 			ev.Payload = json.RawMessage(*payload)
+		}
+		if contentType != nil {
+			ev.ContentType = *contentType
+		}
+		if bin != nil {
+			ev.Payload = json.RawMessage(bin)
 		}
 		if headers != nil && *headers != "" && *headers != "{}" {
 			if err := json.Unmarshal([]byte(*headers), &ev.Headers); err != nil {
@@ -208,14 +218,17 @@ func outboxQuery(d driver.Dialect) string {
 	switch d.Name() {
 	case "postgres":
 		return `SELECT CAST(id AS TEXT), aggregatetype, aggregateid, type, CAST(payload AS TEXT),
-			to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), aggregate_version, CAST(headers AS TEXT)
+			to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), aggregate_version, CAST(headers AS TEXT),
+			content_type, payload_binary
 			FROM ` + qualified(t.Schema, t.Outbox, `"`) + ` ORDER BY seq`
 	case "mysql":
 		return "SELECT CAST(id AS CHAR), aggregatetype, aggregateid, type, CAST(payload AS CHAR), " +
-			"DATE_FORMAT(occurred_at, '%Y-%m-%d %H:%i:%s.%f'), aggregate_version, CAST(headers AS CHAR) " +
+			"DATE_FORMAT(occurred_at, '%Y-%m-%d %H:%i:%s.%f'), aggregate_version, CAST(headers AS CHAR), " +
+			"content_type, payload_binary " +
 			"FROM " + qualified(t.Schema, t.Outbox, "`") + " ORDER BY seq"
 	}
-	return `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers
+	return `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers,
+		content_type, payload_binary
 		FROM ` + qualified(t.Schema, t.Outbox, `"`) + ` ORDER BY seq`
 }
 

@@ -215,7 +215,8 @@ func (p *parkedCache) set() {
 }
 
 // contentHash returns a 64-bit hash of what makes an event besides its id
-// (name, aggregate, payload with insignificant whitespace removed), kept with
+// (name, aggregate, content type when set, a JSON payload with insignificant
+// whitespace removed, other bytes as they are), kept with
 // its marker to notice an id that comes back with other content. It is never
 // 0, which means "unknown".
 func contentHash(ev idem.Event) int64 {
@@ -224,8 +225,13 @@ func contentHash(ev idem.Event) int64 {
 		_, _ = io.WriteString(h, s)
 		_, _ = h.Write([]byte{0})
 	}
+	if ev.ContentType != "" {
+		// Only then: the hashes of events without one stay as they were.
+		_, _ = io.WriteString(h, ev.ContentType)
+		_, _ = h.Write([]byte{0})
+	}
 	var buf bytes.Buffer
-	if json.Compact(&buf, ev.Payload) == nil {
+	if ev.IsJSON() && json.Compact(&buf, ev.Payload) == nil {
 		_, _ = h.Write(buf.Bytes())
 	} else {
 		_, _ = h.Write(ev.Payload)

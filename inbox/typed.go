@@ -43,6 +43,9 @@ func HandleJSON[T, TTx any](c *Consumer[TTx], eventName string, h JSONHandlerFun
 // DecodeJSON decodes the payload of ev into a T with the rules of
 // HandleJSON:
 //
+//   - the event's content type is JSON (idem.Event.IsJSON: empty, or a JSON
+//     media type): an event of another content type (Protobuf, Avro...) is
+//     an error that names it;
 //   - the payload is one JSON value of T's shape: a field T does not have,
 //     a value of the wrong type, data after the value, an empty payload or
 //     null is an error;
@@ -53,6 +56,9 @@ func HandleJSON[T, TTx any](c *Consumer[TTx], eventName string, h JSONHandlerFun
 // handler as they are, the consumer parks the message.
 func DecodeJSON[T any](ev idem.Event) (T, error) {
 	var p T
+	if !ev.IsJSON() {
+		return p, payloadError(ev, "", fmt.Errorf("the content type %q is not JSON: register the event with Consumer.Handle and decode its bytes (Event.Payload) there", ev.ContentType))
+	}
 	switch trimmed := bytes.TrimSpace(ev.Payload); {
 	case len(trimmed) == 0:
 		return p, payloadError(ev, "", errors.New("the payload is empty"))

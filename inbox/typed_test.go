@@ -121,3 +121,57 @@ func TestHandleJSON(t *testing.T) {
 		t.Errorf("%d parked messages, want 1", n)
 	}
 }
+
+// TestHandleJSONRefusesBytes: an event whose content type is not JSON never
+// reaches a JSON handler: it is parked at once, the error naming the content
+// type, with the message's bytes as received; re-driven to a consumer that
+// handles its bytes, it is applied and leaves the failure store.
+func TestHandleJSONRefusesBytes(t *testing.T) {
+	ev := rawEvent("\x08\x96\x01\x00\xff")
+	ev.ContentType = "application/x-protobuf"
+	if _, err := inbox.DecodeJSON[orderPlaced](ev); !idem.IsPermanent(err) || !strings.Contains(err.Error(), `content type "application/x-protobuf" is not JSON`) {
+		t.Fatalf("DecodeJSON of bytes: %v", err)
+	}
+	db := testdb.NewSQLite(t)
+	c, err := inbox.New(db.Driver, inbox.Config{Name: "stock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	inbox.HandleJSON(c, "order.order.placed.v1", func(context.Context, *sql.Tx, idem.Event, orderPlaced) error {
+		calls++
+		return nil
+	})
+	ctx := context.Background()
+	msg, err := idem.NewMessage(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Deliver(ctx, inbox.Delivery{Message: msg, Source: "stock.events", Attempt: 1})
+	if err != nil || d.Outcome != inbox.Parked || calls != 0 || !strings.Contains(d.Err.Error(), "application/x-protobuf") {
+		t.Fatalf("bytes to a JSON handler: %+v, %v; handler calls %d", d, err, calls)
+	}
+	parked, err := c.Failures().List(ctx, idem.FailedFilter{})
+	if err != nil || len(parked) != 1 || string(parked[0].Body) != string(msg.Body) || !strings.Contains(parked[0].Error, "application/x-protobuf") {
+		t.Fatalf("failure store: %+v, %v", parked, err)
+	}
+
+	fixed, err := inbox.New(db.Driver, inbox.Config{Name: "stock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got idem.Event
+	fixed.Handle("order.order.placed.v1", func(_ context.Context, _ *sql.Tx, ev idem.Event) error {
+		got = ev
+		return nil
+	})
+	again := idem.Message{EventID: parked[0].EventID, Key: parked[0].Key, Body: parked[0].Body,
+		Headers: map[string]string{idem.HeaderRedrive: fmt.Sprint(parked[0].ID)}}
+	d, err = fixed.Deliver(ctx, inbox.Delivery{Message: again, Source: "stock.events", Attempt: 1})
+	if err != nil || d.Outcome != inbox.Applied || got.ContentType != ev.ContentType || string(got.Payload) != string(ev.Payload) {
+		t.Fatalf("re-driven: %+v, %v; handled %q %q", d, err, got.ContentType, got.Payload)
+	}
+	if n := db.Count(t, "failed_message"); n != 0 {
+		t.Errorf("%d parked messages after the re-drive, want 0", n)
+	}
+}

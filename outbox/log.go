@@ -41,6 +41,11 @@ var ErrNotSupported = errors.New("idem: outbox: not supported by this database")
 // A delayed event (idem.Event.NotBefore in the future) needs a row to wait
 // in: Add refuses it with an error wrapping ErrNotSupported.
 //
+// The message is a JSON document with the outbox's column names. A payload
+// that is not JSON (idem.Event.ContentType) is carried in it base64-encoded,
+// as "payload_base64" next to "content_type", a third larger than the bytes
+// (the outbox table keeps such payloads as they are, in payload_binary).
+//
 // prefix "" means LogPrefix of drv's tables. NewLogWriter returns an error wrapping
 // ErrNotSupported when drv's dialect does not implement
 // driver.LogMessageEmitter (only PostgreSQL does).

@@ -74,10 +74,12 @@ func (w *Writer[TTx]) WithClock(now func() time.Time) *Writer[TTx] {
 
 // Add inserts events into the outbox in tx. They become visible to the relay
 // when tx commits, and never exist if it rolls back. Every event needs an id
-// (idem.NewEventID), a name, an aggregate type and id, and a JSON payload; an
-// event with no OccurredAt gets the current time. An event whose NotBefore is
-// in the future is stored with it, and relays publish it at or after that
-// time (see idem.Event.NotBefore). When ctx carries a trace
+// (idem.NewEventID), a name, an aggregate type and id, and a JSON payload,
+// or any bytes with a content type that is not JSON (idem.Event.ContentType:
+// stored in the column payload_binary, the JSON column payload left NULL);
+// an event with no OccurredAt gets the current time. An event whose
+// NotBefore is in the future is stored with it, and relays publish it at or
+// after that time (see idem.Event.NotBefore). When ctx carries a trace
 // span, its trace context and baggage are added to each event's headers
 // (see the package documentation); ev.Headers itself is not modified.
 func (w *Writer[TTx]) Add(ctx context.Context, tx TTx, events ...idem.Event) error {
@@ -114,6 +116,7 @@ func (w *Writer[TTx]) AddExec(ctx context.Context, ex driver.Executor, events ..
 			AggregateID:      ev.AggregateID,
 			Type:             ev.Name,
 			Payload:          ev.Payload,
+			ContentType:      ev.ContentType,
 			OccurredAt:       at.UTC().Truncate(time.Microsecond),
 			AggregateVersion: ev.AggregateVersion,
 			Headers:          withTrace(ev.Headers, trace),

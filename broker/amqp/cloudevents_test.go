@@ -1,6 +1,7 @@
 package amqp_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -145,4 +146,40 @@ func TestCloudEventsURL(t *testing.T) {
 	if _, err := amqp.ParseURL("amqp://u:p@h/?cloudevents=json"); err == nil || !strings.Contains(err.Error(), "cloudevents=") {
 		t.Errorf("cloudevents=json: %v", err)
 	}
+}
+
+// A payload that is not JSON is a binary-mode message's body as it is, with
+// its content type in the content-type property, and a subscriber gives
+// the same bytes back.
+func TestCloudEventsBinaryPayload(t *testing.T) {
+	t.Parallel()
+	url := testamqp.URL(t)
+	exchange := testamqp.Name("idem_ce_")
+	p, err := amqp.NewPublisher(amqp.PublisherConfig{ConnConfig: amqp.ConnConfig{URL: url}, Exchange: exchange,
+		CloudEvents: &idem.CloudEvents{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	raw, subscribed := exchange+".raw", exchange+".events"
+	declare(t, url, exchange, []string{raw, subscribed}, []string{"#"})
+	msg := brokertest.BinaryPayloadMessage(t, "order.order.placed.v1", "42")
+	brokertest.Publish(t, p, msg)
+	withChannel(t, url, func(ch *amqp091.Channel) {
+		var got amqp091.Delivery
+		testsvc.WaitFor(t, 10*time.Second, "the message in the queue", func() bool {
+			d, ok, err := ch.Get(raw, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = d
+			return ok
+		})
+		if !bytes.Equal(got.Body, brokertest.AllBytes()) || got.ContentType != brokertest.ContentTypeProtobuf {
+			t.Errorf("body %x, content-type %q: want the raw bytes and their type", got.Body, got.ContentType)
+		}
+	})
+	var got brokertest.Received
+	testsvc.Start(t, newSubscriber(t, subscriberConfig(url, exchange, subscribed, "#"), got.Deliver))
+	brokertest.CheckBinaryPayload(t, msg, got.Wait(t, msg.EventID))
 }

@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -166,4 +167,22 @@ func TestCloudEventsRelayEndToEnd(t *testing.T) {
 	if header(rec, "content-type") != idem.ContentTypeCloudEventsJSON || !strings.Contains(string(rec.Value), `"source":"/shop/order"`) {
 		t.Errorf("the relay published %s with headers %v, want a structured CloudEvent", rec.Value, rec.Headers)
 	}
+}
+
+// A payload that is not JSON is a binary-mode record's value as it is, with
+// its content type, and a subscriber gives the same bytes back.
+func TestCloudEventsBinaryPayload(t *testing.T) {
+	t.Parallel()
+	const topic = "outbox.event.test"
+	c := newCluster(t, 1, topic)
+	msg := brokertest.BinaryPayloadMessage(t, "order.order.placed.v1", "42")
+	p := newPublisher(t, c, func(cfg *kafka.PublisherConfig) { cfg.CloudEvents = &idem.CloudEvents{} })
+	brokertest.Publish(t, p, msg)
+	r := readAll(t, c, topic, 1)[0]
+	if !bytes.Equal(r.Value, brokertest.AllBytes()) || header(r, "content-type") != brokertest.ContentTypeProtobuf {
+		t.Errorf("value %x, content-type %q: want the raw bytes and their type", r.Value, header(r, "content-type"))
+	}
+	var got brokertest.Received
+	subscribe(t, c, "bin", []string{topic}, got.Deliver)
+	brokertest.CheckBinaryPayload(t, msg, got.Wait(t, msg.EventID))
 }

@@ -1,6 +1,7 @@
 package nats_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/url"
@@ -152,4 +153,41 @@ func TestCloudEventsOrderKey(t *testing.T) {
 			t.Errorf("OrderKey(%v) = %q, want %q", c.h, got, c.want)
 		}
 	}
+}
+
+// A payload that is not JSON is a binary-mode message's data as it is, with
+// its content type in ce-datacontenttype, and a subscriber gives the same
+// bytes back.
+func TestCloudEventsBinaryPayload(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNames()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub, err := nats.NewPublisher(ctx, nats.PublisherConfig{ConnConfig: nats.ConnConfig{URL: srv.url()}, Stream: n.stream,
+		CloudEvents: &idem.CloudEvents{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	msg := brokertest.BinaryPayloadMessage(t, "order.order.placed.v1", "42")
+	brokertest.Publish(t, pub, msg)
+	js, err := jetstream.New(pub.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, n.stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := stream.GetLastMsgForSubject(ctx, n.stream.SubjectPrefix+".order.order.placed.v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(raw.Data, brokertest.AllBytes()) || raw.Header.Get("ce-datacontenttype") != brokertest.ContentTypeProtobuf {
+		t.Errorf("data %x, ce-datacontenttype %q: want the raw bytes and their type", raw.Data, raw.Header.Get("ce-datacontenttype"))
+	}
+	var got brokertest.Received
+	subscribe(t, srv.url(), n.stream, "bin", got.Deliver)
+	brokertest.CheckBinaryPayload(t, msg, got.Wait(t, msg.EventID))
 }

@@ -332,6 +332,9 @@ func printQuarantined(w io.Writer, r driver.QuarantinedRow) {
 	if r.Unreadable != nil && r.Unreadable.Error() != r.LastError {
 		fmt.Fprintf(w, "Unreadable:      %v\n", r.Unreadable)
 	}
+	if r.ContentType != "" {
+		fmt.Fprintf(w, "Content type:    %s\n", textshow.Printable([]byte(r.ContentType)))
+	}
 	fmt.Fprintf(w, "Headers (%d bytes):\n%s\n", len(r.RawHeaders), textshow.Printable(r.RawHeaders))
 	if r.Payload == nil {
 		fmt.Fprintln(w, "Payload:         NULL")

@@ -346,6 +346,10 @@ func Relay[TTx any](t *testing.T, setup Setup[TTx]) {
 		t.Parallel()
 		relayBrokerAway(t, setup)
 	})
+	t.Run("RelayBinaryPayload", func(t *testing.T) {
+		t.Parallel()
+		relayBinaryPayload(t, setup)
+	})
 	t.Run("WakeUps", func(t *testing.T) {
 		t.Parallel()
 		wakeUps(t, setup)

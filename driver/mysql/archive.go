@@ -23,7 +23,7 @@ type archiveQueries struct {
 // the archive's seq stands for the outbox's, published_at for created_at,
 // and no attempt failed.
 const archiveColumns = `a.id, a.aggregatetype, a.aggregateid, a.type, a.payload, a.occurred_at,
-    a.aggregate_version, a.headers, a.seq, a.published_at, 0`
+    a.aggregate_version, a.headers, a.seq, a.published_at, 0, a.content_type, a.payload_binary`
 
 // archiveWhere selects the archived events of the outbox table name (an
 // SQL literal) by period, event name and aggregate type (archiveArgs),

@@ -19,7 +19,7 @@ type archiveQueries struct {
 // the archive's seq stands for the outbox's, published_at for created_at,
 // and no attempt failed.
 const archiveColumns = `a.id, a.aggregatetype, a.aggregateid, a.type, a.payload::text, a.occurred_at,
-    a.aggregate_version, a.headers::text, a.seq, a.published_at, 0`
+    a.aggregate_version, a.headers::text, a.seq, a.published_at, 0, a.content_type, a.payload_binary`
 
 // archiveWhere selects the archived events of the outbox table name (an
 // SQL literal) by period ($1, $2), event name ($3) and aggregate type ($4),

@@ -119,14 +119,19 @@ LIMIT 1`,
 }
 
 // insertOutbox returns a multi-row insert of n outbox rows, with their
-// not_before when delayed.
-func (q queries) insertOutbox(n int, delayed bool) string {
+// not_before when delayed, and their content_type and payload_binary when
+// typed (dialectkit.InsertOutboxRows).
+func (q queries) insertOutbox(n int, delayed, typed bool) string {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO ` + q.outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers`)
 	per := 8
 	if delayed {
 		b.WriteString(`, not_before`)
-		per = 9
+		per++
+	}
+	if typed {
+		b.WriteString(`, content_type, payload_binary`)
+		per += 2
 	}
 	b.WriteString(`) VALUES `)
 	for i := range n {
@@ -135,8 +140,13 @@ func (q queries) insertOutbox(n int, delayed bool) string {
 		}
 		p := i * per
 		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d::jsonb, $%d, $%d, $%d::jsonb", p+1, p+2, p+3, p+4, p+5, p+6, p+7, p+8)
+		next := p + 9
 		if delayed {
-			fmt.Fprintf(&b, ", $%d::timestamptz", p+9)
+			fmt.Fprintf(&b, ", $%d::timestamptz", next)
+			next++
+		}
+		if typed {
+			fmt.Fprintf(&b, ", $%d, $%d::bytea", next, next+1)
 		}
 		b.WriteString(")")
 	}

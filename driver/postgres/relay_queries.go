@@ -75,7 +75,7 @@ type relayQueries struct {
 }
 
 const relayColumns = `id::text, aggregatetype, aggregateid, type, payload::text, occurred_at,
-    aggregate_version, headers::text, seq, created_at, attempts`
+    aggregate_version, headers::text, seq, created_at, attempts, content_type, payload_binary`
 
 // quarantineWhere selects quarantined rows by event name ($1), aggregate
 // type ($2) and id ($3), and quarantine time ($4). Quarantined rows are

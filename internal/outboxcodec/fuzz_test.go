@@ -1,6 +1,7 @@
 package outboxcodec_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -25,7 +26,7 @@ var textColumns = [...]string{"id", "aggregatetype", "aggregateid", "type", "pay
 // that decode, and the column texts it was given.
 func FuzzDecodeOutboxText(f *testing.F) {
 	seed := func(cols map[string]columnText) {
-		var vals [11]string
+		var vals [13]string
 		var absent, nulls uint16
 		for i, c := range textColumns {
 			v, ok := cols[c]
@@ -38,7 +39,7 @@ func FuzzDecodeOutboxText(f *testing.F) {
 				vals[i] = v.text
 			}
 		}
-		f.Add(vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8], vals[9], vals[10], absent, nulls)
+		f.Add(vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8], vals[9], vals[10], vals[11], vals[12], absent, nulls)
 	}
 	id := uuid.NewString()
 	seed(fullRow(id))
@@ -55,9 +56,16 @@ func FuzzDecodeOutboxText(f *testing.F) {
 	for _, other := range []string{"not-a-uuid", "E42", "{" + id + "}", string(make([]byte, 65))} {
 		seed(fullRow(other))
 	}
+	binary := fullRow(id)
+	binary["payload"], binary["content_type"], binary["payload_binary"] = null, text("application/x-protobuf"), text(`\x00ff0a`)
+	seed(binary)
+	binary["payload_binary"] = text(`\x0`)
+	seed(binary)
+	binary["payload"] = text(`{}`)
+	seed(binary)
 
-	f.Fuzz(func(t *testing.T, id, aggType, aggID, typ, payload, occurredAt, version, headers, seq, createdAt, attempts string, absent, nulls uint16) {
-		vals := [...]string{id, aggType, aggID, typ, payload, occurredAt, version, headers, seq, createdAt, attempts}
+	f.Fuzz(func(t *testing.T, id, aggType, aggID, typ, payload, occurredAt, version, headers, seq, createdAt, attempts, contentType, bin string, absent, nulls uint16) {
+		vals := [...]string{id, aggType, aggID, typ, payload, occurredAt, version, headers, seq, createdAt, attempts, contentType, bin}
 		cols := make(map[string]columnText, len(vals))
 		for i, c := range textColumns {
 			switch {
@@ -75,7 +83,7 @@ func FuzzDecodeOutboxText(f *testing.F) {
 		}
 		if err != nil {
 			typed := false
-			for _, c := range []string{"occurred_at", "seq", "created_at", "attempts"} {
+			for _, c := range []string{"occurred_at", "seq", "created_at", "attempts", "payload_binary"} {
 				typed = typed || (cols[c].present && !cols[c].null)
 			}
 			if !typed {
@@ -111,6 +119,9 @@ func FuzzDecodeLogMessage(f *testing.F) {
 	base := `{"id":"` + id + `","aggregatetype":"order","aggregateid":"42","type":"order.order.placed.v1","payload":{"total":12.5}`
 	for _, content := range []string{
 		base + `}`,
+		`{"id":"` + id + `","aggregatetype":"order","aggregateid":"42","type":"t","content_type":"application/x-protobuf","payload_base64":"AP8K"}`,
+		`{"id":"` + id + `","aggregatetype":"order","aggregateid":"42","type":"t","content_type":"application/json","payload_base64":"AP8K"}`,
+		`{"id":"` + id + `","aggregatetype":"order","aggregateid":"42","type":"t","content_type":"application/x-protobuf","payload":{}}`,
 		base + `,"occurred_at":"2026-12-03T16:15:00.123456+00:00","aggregate_version":3,"headers":{"traceparent":"00-x"}}`,
 		base + `,"occurred_at":"2026-12-03 16:15:00.123456+00"}`,
 		base + `,"occurred_at":"2026-12-03 21:45:00.123456+05:30"}`,
@@ -149,7 +160,9 @@ func FuzzDecodeLogMessage(f *testing.F) {
 		back := outboxcodec.DecodeLogMessage(again)
 		if back.Unreadable != nil || back.ID != rec.ID || back.AggregateType != rec.AggregateType ||
 			back.AggregateID != rec.AggregateID || back.Type != rec.Type || back.AggregateVersion != rec.AggregateVersion ||
-			!back.OccurredAt.Equal(rec.OccurredAt) || !maps.Equal(back.Headers, rec.Headers) || !sameJSON(back.Payload, rec.Payload) {
+			!back.OccurredAt.Equal(rec.OccurredAt) || !maps.Equal(back.Headers, rec.Headers) ||
+			back.ContentType != rec.ContentType || (idem.IsJSONContentType(rec.ContentType) && !sameJSON(back.Payload, rec.Payload)) ||
+			(!idem.IsJSONContentType(rec.ContentType) && !bytes.Equal(back.Payload, rec.Payload)) {
 			t.Fatalf("%s decodes to %+v; encoded again, %s decodes to %+v", content, rec, again, back)
 		}
 	})

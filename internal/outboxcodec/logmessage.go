@@ -2,10 +2,12 @@ package outboxcodec
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 )
 
@@ -20,19 +22,24 @@ type logRecord struct {
 	OccurredAt       string            `json:"occurred_at"`
 	AggregateVersion int64             `json:"aggregate_version"`
 	Headers          map[string]string `json:"headers,omitempty"`
+	ContentType      string            `json:"content_type,omitempty"`
+	PayloadBase64    *[]byte           `json:"payload_base64,omitempty"`
 }
 
 // EncodeLogMessage returns the content of the WAL message of an outbox row
 // (outbox.NewLogWriter): a JSON object with the outbox table's column
 // names: id, aggregatetype, aggregateid, type, payload, occurred_at (RFC
-// 3339), aggregate_version and headers (an object of strings). It fails
+// 3339), aggregate_version and headers (an object of strings), and, for an
+// event with a content type, content_type. A payload that is not JSON
+// (idem.IsJSONContentType) is payload_base64, its bytes in standard base64,
+// instead of payload: a WAL message is a JSON document. It fails
 // when occurred_at, in UTC, is not in years 0000 to 9999, which RFC 3339
 // cannot write.
 func EncodeLogMessage(row driver.OutboxRow) ([]byte, error) {
 	if !rfc3339Year(row.OccurredAt) {
 		return nil, fmt.Errorf("occurred_at %s is outside years 0000 to 9999 in UTC, which RFC 3339 cannot write", row.OccurredAt.UTC())
 	}
-	return json.Marshal(logRecord{
+	rec := logRecord{
 		ID:               row.ID.String(),
 		AggregateType:    row.AggregateType,
 		AggregateID:      row.AggregateID,
@@ -41,7 +48,16 @@ func EncodeLogMessage(row driver.OutboxRow) ([]byte, error) {
 		OccurredAt:       row.OccurredAt.UTC().Format(time.RFC3339Nano),
 		AggregateVersion: row.AggregateVersion,
 		Headers:          row.Headers,
-	})
+		ContentType:      row.ContentType,
+	}
+	if !idem.IsJSONContentType(row.ContentType) {
+		b := []byte(row.Payload)
+		if b == nil {
+			b = []byte{}
+		}
+		rec.Payload, rec.PayloadBase64 = nil, &b
+	}
+	return json.Marshal(rec)
 }
 
 // DecodeLogMessage reads the content of a WAL message written by
@@ -75,6 +91,25 @@ func DecodeLogMessage(content []byte) driver.OutboxRecord {
 	str("type", &rec.Type)
 	if p, ok := fields["payload"]; ok && string(p) != "null" {
 		rec.Payload = p
+	}
+	str("content_type", &rec.ContentType)
+	if b64, ok := fields["payload_base64"]; ok && string(b64) != "null" {
+		var raw []byte
+		switch {
+		case json.Unmarshal(b64, &raw) != nil:
+			problems = append(problems, fmt.Errorf("payload_base64 %s is not a base64 string", quoteCut(b64)))
+		case rec.Payload != nil:
+			problems = append(problems, errors.New("payload and payload_base64 are both set: a WAL message has one or the other"))
+		case idem.IsJSONContentType(rec.ContentType):
+			problems = append(problems, fmt.Errorf("payload_base64 is set with the JSON content type %q: a JSON payload is payload", rec.ContentType))
+		default:
+			if raw == nil {
+				raw = []byte{}
+			}
+			rec.Payload = raw
+		}
+	} else if rec.Payload != nil && !idem.IsJSONContentType(rec.ContentType) {
+		problems = append(problems, fmt.Errorf("payload is set with the content type %q, which is not JSON: such a payload is payload_base64", rec.ContentType))
 	}
 	var err error
 	if rec.ID, err = EventID(rec.RawID); err != nil {

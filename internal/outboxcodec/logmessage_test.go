@@ -94,3 +94,42 @@ func TestEncodeLogMessageYears(t *testing.T) {
 		}
 	}
 }
+
+// A payload that is not JSON is payload_base64 in the WAL message, with its
+// content type, and comes back byte for byte.
+func TestLogMessageBinaryPayload(t *testing.T) {
+	t.Parallel()
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	row := driver.OutboxRow{ID: uuid.New(), AggregateType: "order", AggregateID: "42", Type: "t",
+		Payload: all, OccurredAt: time.Now().UTC(), ContentType: "application/x-protobuf"}
+	content, err := outboxcodec.EncodeLogMessage(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(content), `"content_type":"application/x-protobuf","payload_base64":"AAECAwQF`) || !strings.Contains(string(content), `"payload":null`) {
+		t.Fatalf("content: %s", content)
+	}
+	rec := outboxcodec.DecodeLogMessage(content)
+	if rec.Unreadable != nil || rec.ContentType != row.ContentType || string(rec.Payload) != string(all) {
+		t.Fatalf("round trip: %+v", rec)
+	}
+	msg, err := outboxcodec.Message(rec)
+	if err != nil || !strings.Contains(string(msg.Body), `"payload_base64":"AAECAwQF`) {
+		t.Fatalf("message: %s %v", msg.Body, err)
+	}
+	base := `{"id":"` + row.ID.String() + `","aggregatetype":"order","aggregateid":"42","type":"t"`
+	for content, want := range map[string]string{
+		base + `,"content_type":"application/x-protobuf","payload_base64":"***"}`:               "not a base64 string",
+		base + `,"content_type":"application/json","payload_base64":"AA=="}`:                    "JSON content type",
+		base + `,"content_type":"application/x-protobuf","payload":{}}`:                         "not JSON",
+		base + `,"content_type":"application/x-protobuf","payload":{},"payload_base64":"AA=="}`: "both set",
+	} {
+		rec := outboxcodec.DecodeLogMessage([]byte(content))
+		if rec.Unreadable == nil || !strings.Contains(rec.Unreadable.Error(), want) {
+			t.Errorf("%s: %v, want %q", content, rec.Unreadable, want)
+		}
+	}
+}

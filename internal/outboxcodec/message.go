@@ -18,6 +18,7 @@ var columns = map[string]string{
 	"aggregate_id":      "aggregateid",
 	"aggregate_version": "aggregate_version",
 	"payload":           "payload",
+	"content_type":      "content_type",
 }
 
 // Message returns the message a relay publishes for an outbox row, or an
@@ -46,6 +47,7 @@ func Message(rec driver.OutboxRecord) (idem.Message, error) {
 		AggregateType:    rec.AggregateType,
 		AggregateID:      rec.AggregateID,
 		AggregateVersion: rec.AggregateVersion,
+		ContentType:      rec.ContentType,
 		Payload:          rec.Payload,
 		Headers:          headers,
 	})

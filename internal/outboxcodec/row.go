@@ -71,7 +71,11 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 // ScanRow scans one outbox row whose columns are, in order: id (text),
 // aggregatetype, aggregateid, type, payload (JSON text or NULL),
 // occurred_at, aggregate_version, headers (JSON text), seq, created_at,
-// attempts, then the columns of extra. timeDest adapts the two timestamps
+// attempts, content_type (text or NULL), payload_binary (bytes or NULL),
+// then the columns of extra. The record's Payload is payload_binary when it
+// is not NULL, else payload; a row with both is unreadable, as is a
+// payload_binary with a JSON content type (or none) and a JSON payload with
+// a content type that is not JSON. timeDest adapts the two timestamps
 // to the dialect's representation; nil scans them into time.Time directly.
 //
 // r.ID is the event id of r.RawID (EventID). It fails only when the result
@@ -84,6 +88,7 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 func ScanRow(row Scanner, r *driver.OutboxRecord, timeDest func(*time.Time) any, extra ...any) error {
 	var (
 		payload, headers  []byte
+		contentType, bin  []byte
 		version           any
 		occurred, created timeProblem
 	)
@@ -92,15 +97,22 @@ func ScanRow(row Scanner, r *driver.OutboxRecord, timeDest func(*time.Time) any,
 		occurredDest, createdDest = occurred.wrap(timeDest(&r.OccurredAt)), created.wrap(timeDest(&r.CreatedAt))
 	}
 	dest := append([]any{&r.RawID, &r.AggregateType, &r.AggregateID, &r.Type, &payload, occurredDest,
-		&version, &headers, &r.Seq, createdDest, &r.Attempts}, extra...)
+		&version, &headers, &r.Seq, createdDest, &r.Attempts, &contentType, &bin}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
 	if payload != nil {
 		r.Payload = payload
 	}
+	r.ContentType = string(contentType)
 	r.RawHeaders = headers
 	var problems []error
+	if err := payloadProblem(r.ContentType, payload, bin); err != nil {
+		problems = append(problems, err)
+	}
+	if bin != nil {
+		r.Payload = bin
+	}
 	var err error
 	if r.ID, err = EventID(r.RawID); err != nil {
 		problems = append(problems, err)
@@ -179,4 +191,20 @@ func describe(v any) string {
 		return strconv.Quote(x)
 	}
 	return fmt.Sprintf("%v (%T)", v, v)
+}
+
+// payloadProblem returns what is wrong with a row's payload columns: both
+// set, bytes in payload_binary under a JSON content type, JSON in payload
+// under a content type that is not JSON.
+func payloadProblem(contentType string, payload, bin []byte) error {
+	json := idem.IsJSONContentType(contentType)
+	switch {
+	case payload != nil && bin != nil:
+		return errors.New("payload and payload_binary are both set: a row has one or the other")
+	case bin != nil && json:
+		return fmt.Errorf("payload_binary is set with the JSON content type %s: a JSON payload is in payload", describe(contentType))
+	case payload != nil && !json:
+		return fmt.Errorf("payload is set with the content type %s, which is not JSON: such a payload is in payload_binary", describe(contentType))
+	}
+	return nil
 }

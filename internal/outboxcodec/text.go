@@ -1,6 +1,7 @@
 package outboxcodec
 
 import (
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -13,7 +14,7 @@ import (
 // textColumns are the outbox columns DecodeText reads, in the order of
 // ScanRow.
 var textColumns = [...]string{"id", "aggregatetype", "aggregateid", "type", "payload", "occurred_at",
-	"aggregate_version", "headers", "seq", "created_at", "attempts"}
+	"aggregate_version", "headers", "seq", "created_at", "attempts", "content_type", "payload_binary"}
 
 // DecodeText reads a PostgreSQL outbox row given as the text of its columns
 // (the text output of each type, as logical replication's pgoutput sends
@@ -68,7 +69,13 @@ func scanText(col string, v []byte, d any) error {
 	case *string:
 		*p = string(v)
 	case *[]byte:
-		if v != nil {
+		if v != nil && col == "payload_binary" {
+			b, err := decodeBytea(v)
+			if err != nil {
+				return fmt.Errorf("idem: postgres: outbox column %s: %w", col, err)
+			}
+			*p = b
+		} else if v != nil {
 			*p = append([]byte(nil), v...)
 		}
 	case *any:
@@ -103,4 +110,27 @@ func scanText(col string, v []byte, d any) error {
 		return fmt.Errorf("idem: postgres: outbox column %s: cannot scan into %T", col, d)
 	}
 	return nil
+}
+
+// decodeBytea decodes the text output of a bytea in the hex format
+// (bytea_output = hex, PostgreSQL's default, which pgoutput sends):
+// \x followed by two hex digits a byte.
+func decodeBytea(v []byte) ([]byte, error) {
+	if len(v) < 2 || v[0] != '\\' || v[1] != 'x' {
+		return nil, fmt.Errorf("%s is not a bytea in the hex format (\\x...): set bytea_output = hex", quoteCut(v))
+	}
+	out := make([]byte, hex.DecodedLen(len(v)-2))
+	if _, err := hex.Decode(out, v[2:]); err != nil {
+		return nil, fmt.Errorf("%s is not a bytea in the hex format: %w", quoteCut(v), err)
+	}
+	return out, nil
+}
+
+// EncodeBytea returns b as the text output of a bytea in the hex format,
+// which DecodeText reads in payload_binary.
+func EncodeBytea(b []byte) []byte {
+	out := make([]byte, 2+hex.EncodedLen(len(b)))
+	out[0], out[1] = '\\', 'x'
+	hex.Encode(out[2:], b)
+	return out
 }

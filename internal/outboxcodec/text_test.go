@@ -111,3 +111,39 @@ func TestDecodeText(t *testing.T) {
 		t.Errorf("unreadable %v, want a *driver.UnreadableError of seq 17", rec.Unreadable)
 	}
 }
+
+// A binary payload comes as the hex text of a bytea (pgoutput), and is the
+// record's payload, byte for byte, with its content type.
+func TestDecodeTextBinaryPayload(t *testing.T) {
+	t.Parallel()
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	cols := fullRow(uuid.NewString())
+	cols["payload"], cols["content_type"] = null, text("application/x-protobuf")
+	cols["payload_binary"] = text(string(outboxcodec.EncodeBytea(all)))
+	rec, err := decodeColumns(cols)
+	if err != nil || rec.Unreadable != nil || rec.ContentType != "application/x-protobuf" || string(rec.Payload) != string(all) {
+		t.Fatalf("binary row: %+v, %v", rec, err)
+	}
+	cols["payload_binary"] = text(`\x00f`)
+	if _, err := decodeColumns(cols); err == nil || !strings.Contains(err.Error(), "hex") {
+		t.Errorf("odd hex: %v", err)
+	}
+	for _, tc := range []struct {
+		payload, ct, bin columnText
+		want             string
+	}{
+		{text(`{}`), text("application/x-protobuf"), text(`\x00`), "both set"},
+		{null, text("application/json"), text(`\x00`), "JSON content type"},
+		{null, null, text(`\x00`), "JSON content type"},
+		{text(`{}`), text("application/x-protobuf"), null, "not JSON"},
+	} {
+		cols["payload"], cols["content_type"], cols["payload_binary"] = tc.payload, tc.ct, tc.bin
+		rec, err := decodeColumns(cols)
+		if err != nil || rec.Unreadable == nil || !strings.Contains(rec.Unreadable.Error(), tc.want) {
+			t.Errorf("%+v: %v %v, want %q", tc, rec.Unreadable, err, tc.want)
+		}
+	}
+}

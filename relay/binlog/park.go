@@ -8,6 +8,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 )
 
@@ -67,14 +68,22 @@ func (r *Relay) park(ctx context.Context, rec *driver.OutboxRecord, refusals int
 	if err == nil {
 		if n, _ := res.RowsAffected(); n == 0 {
 			var payload, headers any
-			if rec.Payload != nil {
+			if rec.Payload != nil && idem.IsJSONContentType(rec.ContentType) {
 				payload = string(rec.Payload)
 			}
 			if len(rec.RawHeaders) > 0 {
 				headers = string(rec.RawHeaders)
 			}
-			_, err = r.db.ExecContext(qctx, r.sql.park, rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type,
-				payload, rec.OccurredAt.UTC(), rec.AggregateVersion, headers, lastError, refusals)
+			query, args := r.sql.park, []any{rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type,
+				payload, rec.OccurredAt.UTC(), rec.AggregateVersion, headers, lastError, refusals}
+			if rec.ContentType != "" {
+				var bin any
+				if !idem.IsJSONContentType(rec.ContentType) {
+					bin = append([]byte{}, rec.Payload...)
+				}
+				query, args = r.sql.parkTyped, append(args, rec.ContentType, bin)
+			}
+			_, err = r.db.ExecContext(qctx, query, args...)
 		}
 	}
 	if err != nil {

@@ -20,6 +20,7 @@ type queries struct {
 	archive         string // the outbox's archive (migration 0013)
 	quarantine      string
 	park            string
+	parkTyped       string
 	loadPosition    string
 	storePosition   string
 	snapshot        string
@@ -45,13 +46,18 @@ WHERE id = ? AND published_at IS NULL`,
 		park: `INSERT INTO ` + t + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers,
     quarantined_at, last_error, attempts)
 VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}'), UTC_TIMESTAMP(6), ?, ?)`,
+		// park for an event with a content type: its payload in
+		// payload_binary when it is not JSON.
+		parkTyped: `INSERT INTO ` + t + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers,
+    quarantined_at, last_error, attempts, content_type, payload_binary)
+VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}'), UTC_TIMESTAMP(6), ?, ?, ?, ?)`,
 		loadPosition: `SELECT gtid_pos FROM ` + p + ` WHERE outbox_table = ?`,
 		storePosition: `INSERT INTO ` + p + ` (outbox_table, gtid_pos, binlog_file, binlog_pos, updated_at)
 VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE gtid_pos = VALUES(gtid_pos), binlog_file = VALUES(binlog_file),
     binlog_pos = VALUES(binlog_pos), updated_at = VALUES(updated_at)`,
 		snapshot: `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, seq,
-    created_at, attempts
+    created_at, attempts, content_type, payload_binary
 FROM ` + t + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq`,
 	}
 }
@@ -254,7 +260,7 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, r.schema, r.cfg.Tables.Outbox)
 		// them.
 		r.sql.snapshot = strings.Replace(r.sql.snapshot, "quarantined_at IS NULL ORDER BY seq", "quarantined_at IS NULL AND not_before IS NULL ORDER BY seq", 1)
 		r.sql.due = `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, seq,
-    created_at, attempts
+    created_at, attempts, content_type, payload_binary
 FROM ` + r.sql.table + ` WHERE published_at IS NULL AND not_before IS NOT NULL AND not_before <= ? AND quarantined_at IS NULL
 ORDER BY seq LIMIT ` + fmt.Sprint(initialPage)
 		r.sql.doneDue = `DELETE FROM ` + r.sql.table + ` WHERE published_at IS NULL AND id IN (%s)`

@@ -11,6 +11,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/mysqlrepl"
@@ -558,6 +559,11 @@ func (s *session) addRows(ctx context.Context, e *mysqlrepl.RowsEvent, idx map[s
 			if !ok || i >= len(row) {
 				return nil, false
 			}
+			if col == "payload_binary" && row[i] != nil {
+				// DecodeText reads a bytea's hex text; the binlog
+				// gives a BLOB's bytes.
+				return outboxcodec.EncodeBytea(text(row[i])), true
+			}
 			return text(row[i]), true
 		})
 		if err != nil && rec.Unreadable == nil {
@@ -770,20 +776,25 @@ func (r *Relay) deleteBatch(ctx context.Context, ids []string, recs []*driver.Ou
 // good: a failed statement leaves the transaction's other statements be.
 func (r *Relay) archive(ctx context.Context, tx *sql.Tx, recs []*driver.OutboxRecord) (int64, error) {
 	insert := func(recs []*driver.OutboxRecord) (int64, error) {
-		args := make([]any, 0, 9*len(recs))
+		args := make([]any, 0, 11*len(recs))
 		for _, rec := range recs {
-			var payload, headers any
-			if rec.Payload != nil {
+			var payload, headers, contentType, bin any
+			if rec.ContentType != "" {
+				contentType = rec.ContentType
+			}
+			if !idem.IsJSONContentType(rec.ContentType) {
+				bin = append([]byte{}, rec.Payload...)
+			} else if rec.Payload != nil {
 				payload = string(rec.Payload)
 			}
 			if rec.RawHeaders != nil {
 				headers = string(rec.RawHeaders)
 			}
 			args = append(args, r.cfg.Tables.Outbox, rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type, payload,
-				rec.OccurredAt.UTC().Format(dateTime6), rec.AggregateVersion, headers)
+				rec.OccurredAt.UTC().Format(dateTime6), rec.AggregateVersion, headers, contentType, bin)
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO `+r.sql.archive+` (outbox_table, id, aggregatetype, aggregateid, type, payload,
-    occurred_at, aggregate_version, headers) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}')),", len(recs)), ",")+`
+    occurred_at, aggregate_version, headers, content_type, payload_binary) VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}'), ?, ?),", len(recs)), ",")+`
 ON DUPLICATE KEY UPDATE id = id`, args...)
 		if err != nil {
 			return 0, err

@@ -14,7 +14,11 @@
 // with the polling relay's rules: a row written by another program becomes
 // the same message whichever relay reads it. And the transactional WAL messages of
 // outbox.NewLogWriter (pg_logical_emit_message(true, prefix, event)), an
-// outbox with no table, published exactly as rows. Updates, deletes and
+// outbox with no table, published exactly as rows. A payload that is not
+// JSON (idem.Event.ContentType, migration 0014) is read from the bytea
+// column payload_binary (pgoutput's hex text) or from a WAL message's
+// payload_base64, and published with its content type; the archive keeps
+// it as it is. Updates, deletes and
 // truncates are not published; rows of other tables in the publication and
 // messages with other prefixes are ignored; a non-transactional message with
 // the outbox's prefix is ignored with a warning (it is tied to no commit).

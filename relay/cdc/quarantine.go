@@ -23,7 +23,7 @@ func (r *Relay) park(ctx context.Context, e *entry, reason error) error {
 	defer cancel()
 	lastError := fmt.Sprintf("refused by the broker on %d attempts; last: %v", e.out.Refusals, reason)
 	var payload, headers any
-	if rec.Payload != nil {
+	if rec.Payload != nil && idem.IsJSONContentType(rec.ContentType) {
 		payload = string(rec.Payload)
 	}
 	if len(rec.RawHeaders) > 0 {
@@ -49,8 +49,18 @@ func (r *Relay) park(ctx context.Context, e *entry, reason error) error {
 			headers = string(b)
 		}
 	}
-	_, err := r.pool.Exec(qctx, r.sql.park, id, rec.AggregateType, rec.AggregateID, rec.Type,
-		payload, rec.OccurredAt, rec.AggregateVersion, headers, lastError, e.out.Refusals)
+	query, args := r.sql.park, []any{id, rec.AggregateType, rec.AggregateID, rec.Type,
+		payload, rec.OccurredAt, rec.AggregateVersion, headers, lastError, e.out.Refusals}
+	if rec.ContentType != "" {
+		// Only then are content_type and payload_binary named: an outbox
+		// that predates them parks JSON events as before.
+		var bin []byte
+		if !idem.IsJSONContentType(rec.ContentType) {
+			bin = append([]byte{}, rec.Payload...)
+		}
+		query, args = r.sql.parkTyped, append(args, rec.ContentType, bin)
+	}
+	_, err := r.pool.Exec(qctx, query, args...)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column: not idem's table
 		r.stats.unreadable.Add(1)

@@ -40,6 +40,7 @@ type queries struct {
 	quarantine      string
 	quarantineAfter string
 	park            string
+	parkTyped       string
 	parkUnreadable  string
 	publicationHint string
 	// archive is the outbox's archive (migration 0013), quoted and
@@ -95,33 +96,42 @@ const (
 // archiveSQL returns the statement that deletes the published rows of
 // table (quoted and qualified; tableName bare) the condition on $1 selects
 // and archives the published events given in $2 to
-// $9 (one array per column, in the order of publication: the archive's seq
+// $11 (one array per column, in the order of publication: the archive's seq
 // follows it), at once: a crash leaves both done or neither. An event
 // archived already (the slot gave its transaction again after a crash) is
 // kept as it was. It returns the rows deleted and the events archived.
 func archiveSQL(table, tableName, archive, where string) string {
 	return `WITH d AS (DELETE FROM ` + table + ` WHERE ` + where + ` RETURNING 1),
 a AS (
-    INSERT INTO ` + archive + ` (outbox_table, id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers)
+    INSERT INTO ` + archive + ` (outbox_table, id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers,
+        content_type, payload_binary)
     SELECT '` + strings.ReplaceAll(tableName, "'", "''") + `', u.id, u.aggregatetype, u.aggregateid, u.type, u.payload::json, u.occurred_at, u.aggregate_version,
-        coalesce(u.headers::json, '{}')
-    FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bigint[], $9::text[])
-        WITH ORDINALITY AS u(id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, n)
+        coalesce(u.headers::json, '{}'), u.content_type, u.payload_binary
+    FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bigint[], $9::text[], $10::text[], $11::bytea[])
+        WITH ORDINALITY AS u(id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, content_type, payload_binary, n)
     ORDER BY u.n
     ON CONFLICT (outbox_table, id) DO NOTHING
     RETURNING 1)
 SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM a)`
 }
 
-// archiveArgs returns the arguments $2 to $9 of archiveSQL for recs.
+// archiveArgs returns the arguments $2 to $11 of archiveSQL for recs: a
+// payload that is not JSON goes to payload_binary, as in the outbox.
 func archiveArgs(recs []*driver.OutboxRecord) []any {
 	n := len(recs)
 	ids, types, aggIDs, names := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	payloads, headers := make([]*string, n), make([]*string, n)
 	occurred, versions := make([]time.Time, n), make([]int64, n)
+	contentTypes, binaries := make([]*string, n), make([][]byte, n)
 	for i, rec := range recs {
 		ids[i], types[i], aggIDs[i], names[i] = rec.RawID, rec.AggregateType, rec.AggregateID, rec.Type
-		if rec.Payload != nil {
+		if rec.ContentType != "" {
+			ct := rec.ContentType
+			contentTypes[i] = &ct
+		}
+		if !idem.IsJSONContentType(rec.ContentType) {
+			binaries[i] = append([]byte{}, rec.Payload...)
+		} else if rec.Payload != nil {
 			p := string(rec.Payload)
 			payloads[i] = &p
 		}
@@ -131,7 +141,7 @@ func archiveArgs(recs []*driver.OutboxRecord) []any {
 		}
 		occurred[i], versions[i] = rec.OccurredAt, rec.AggregateVersion
 	}
-	return []any{ids, types, aggIDs, names, payloads, occurred, versions, headers}
+	return []any{ids, types, aggIDs, names, payloads, occurred, versions, headers, contentTypes, binaries}
 }
 
 func newQueries(schema, table, archiveTable, publication string) queries {
@@ -156,6 +166,13 @@ func newQueries(schema, table, archiveTable, publication string) queries {
 		// deleteRows.
 		park: `INSERT INTO ` + t + ` AS o (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, quarantined_at, last_error, attempts)
 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, coalesce($8::jsonb, '{}'), now(), $9, $10)
+ON CONFLICT (id) DO UPDATE SET quarantined_at = now(), last_error = excluded.last_error, attempts = excluded.attempts
+WHERE o.quarantined_at IS NULL`,
+		// park for an event with a content type: its payload in
+		// payload_binary when it is not JSON ($5 is then NULL).
+		parkTyped: `INSERT INTO ` + t + ` AS o (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, quarantined_at, last_error, attempts,
+    content_type, payload_binary)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, coalesce($8::jsonb, '{}'), now(), $9, $10, $11, $12::bytea)
 ON CONFLICT (id) DO UPDATE SET quarantined_at = now(), last_error = excluded.last_error, attempts = excluded.attempts
 WHERE o.quarantined_at IS NULL`,
 		// A WAL message that cannot become a message: a quarantined row

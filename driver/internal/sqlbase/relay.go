@@ -42,7 +42,7 @@ type relay struct {
 
 // relayColumns are the columns scanRecord reads.
 const relayColumns = `id, aggregatetype, aggregateid, type, payload, occurred_at,
-    aggregate_version, headers, seq, created_at, attempts`
+    aggregate_version, headers, seq, created_at, attempts, content_type, payload_binary`
 
 // quarantineWhere selects quarantined rows by event name, aggregate type and
 // id, and quarantine time; see quarantineArgs. Quarantined rows are always

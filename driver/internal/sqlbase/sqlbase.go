@@ -277,13 +277,15 @@ func TimeDest(t *time.Time) any { return sqltime.Scanner(t) }
 
 // InsertOutbox implements driver.Dialect.
 func (d *Dialect) InsertOutbox(ctx context.Context, ex driver.Executor, rows []driver.OutboxRow) error {
-	query := func(n int, delayed bool) string {
+	query := func(n int, delayed, typed bool) string {
+		cols, tuple := "id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers", "?, ?, ?, ?, ?, ?, ?, ?"
 		if delayed {
-			return `INSERT INTO ` + d.f.Names.Outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, not_before) VALUES ` +
-				Tuples(n, "(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			cols, tuple = cols+", not_before", tuple+", ?"
 		}
-		return `INSERT INTO ` + d.f.Names.Outbox + ` (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers) VALUES ` +
-			Tuples(n, "(?, ?, ?, ?, ?, ?, ?, ?)")
+		if typed {
+			cols, tuple = cols+", content_type, payload_binary", tuple+", ?, ?"
+		}
+		return `INSERT INTO ` + d.f.Names.Outbox + ` (` + cols + `) VALUES ` + Tuples(n, "("+tuple+")")
 	}
 	return d.Wrap(dialectkit.InsertOutboxRows(ctx, ex, rows, query, func(r driver.OutboxRow, payload any, headers string) []any {
 		return []any{r.ID.String(), r.AggregateType, r.AggregateID, r.Type, payload, sqltime.Format(r.OccurredAt), r.AggregateVersion, headers}
