@@ -190,7 +190,8 @@ type Group struct {
 	// Cause is the normalized error text.
 	Cause string `json:"cause"`
 	// Example is the error text of the group's most recent failure, as
-	// stored.
+	// stored; of failures at the same instant, the first counted (the
+	// newest when counted as the failure store lists them, newest first).
 	Example string `json:"example"`
 	// Count is the number of failures.
 	Count int `json:"count"`
@@ -229,7 +230,9 @@ func (c *Counter) AddCause(scope, class, cause, errText string, first, last time
 	if first.Before(g.FirstSeen) {
 		g.FirstSeen = first
 	}
-	if !last.Before(g.LastSeen) {
+	// On a tie (failures in the same instant, as SQLite's milliseconds
+	// make likely), the first counted keeps it: the newest, read first.
+	if !ok || last.After(g.LastSeen) {
 		g.LastSeen = last
 		g.Example = errText
 		if len(g.Example) > maxInput {

@@ -78,3 +78,21 @@ func TestHeldCause(t *testing.T) {
 		t.Errorf("held causes %q, %q", a, b)
 	}
 }
+
+// TestExampleOnATie: failures at the same instant keep the first counted as
+// the example (the newest, as the store lists them), whatever follows.
+func TestExampleOnATie(t *testing.T) {
+	at := time.Date(2026, 12, 4, 8, 0, 0, 0, time.UTC)
+	var c Counter
+	c.Add("stock", "permanent", `field "qty" is -11`, at, at)
+	c.Add("stock", "permanent", `field "qty" is -7`, at, at)
+	c.Add("stock", "permanent", `field "qty" is -3`, at.Add(-time.Second), at.Add(-time.Second))
+	g := c.Groups()
+	if len(g) != 1 || g[0].Count != 3 || g[0].Example != `field "qty" is -11` {
+		t.Errorf("groups %+v, want one of 3 with the first counted as its example", g)
+	}
+	c.Add("stock", "permanent", `field "qty" is -2`, at.Add(time.Second), at.Add(time.Second))
+	if g := c.Groups(); g[0].Example != `field "qty" is -2` {
+		t.Errorf("example %q, want the later failure's", g[0].Example)
+	}
+}
