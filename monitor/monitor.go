@@ -108,6 +108,11 @@ type OutboxStatus struct {
 	// and LogPositionAt when; empty when none did.
 	LogPosition   string
 	LogPositionAt time.Time
+	// ArchiveOldest and ArchiveNewest are when the oldest and the newest
+	// event of the CDC relays' archive (outbox_archive, which "idem
+	// replay" reads) were published: the period a replay can cover. Zero
+	// when the database has no archive or it is empty.
+	ArchiveOldest, ArchiveNewest time.Time
 }
 
 // ConsumerStatus is one consumer's state in its database.
@@ -158,6 +163,16 @@ func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
 			LogPositionAt:     st.Outbox.LogPositionAt,
 		},
 		Consumers: make([]ConsumerStatus, len(st.Consumers)),
+	}
+	if a, ok := d.(driver.OutboxArchiver); ok && st.Outbox.Present {
+		// Three reads of the archive's indexes: cheap at any size.
+		info, err := a.ArchiveInfo(ctx, s.db.Pool())
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("idem: monitor: %s: the outbox's archive: %w", cmp.Or(s.opts.Name, d.Name()), err)
+		}
+		if info.Exists && !info.Empty {
+			snap.Outbox.ArchiveOldest, snap.Outbox.ArchiveNewest = info.OldestPublished, info.NewestPublished
+		}
 	}
 	names := make([]string, len(st.Consumers))
 	for i, c := range st.Consumers {

@@ -37,7 +37,9 @@ Reads each database given with --db (default $IDEM_DB_URL) and prints:
     apart), how long the oldest of them has waited, when the relay last
     published, and how many rows it quarantined ("idem failed list --relay");
     with a "scheduled" line when delayed events (idem.Event.NotBefore) wait
-    for their time: how many, and when the next one is due;
+    for their time: how many, and when the next one is due; and an
+    "archive" line when the CDC relays keep what they published
+    (outbox_archive): the period "idem replay" can cover;
   - one line per consumer found in its tables (processed_event,
     failed_message, delivery_attempt) or named with --consumer: when it last
     processed an event, how many it processed in the last minute, how many
@@ -71,7 +73,9 @@ process and cannot be reached from outside.
   {"database": "...", "taken_at": "RFC 3339", "outbox": {"table", "present",
    "backlog", "quarantined", "scheduled", "next_due_at", "next_due_in_seconds",
    "oldest_unpublished_at", "oldest_unpublished_age_seconds",
-   "last_published_at", "last_published_age_seconds"}, "consumers": [{"name",
+   "last_published_at", "last_published_age_seconds", and when there are
+   "log_position", "log_position_at", "archive_oldest_published_at",
+   "archive_newest_published_at"}, "consumers": [{"name",
    "last_processed_at", "last_processed_age_seconds", "processed_last_minute",
    "parked", "oldest_parked_at", "oldest_parked_age_seconds", "retrying",
    "broker": {"queue", "ready", "unacked", "lag", "consumers"}}], "broker_error",
@@ -419,6 +423,10 @@ func printSnapshot(w io.Writer, snap monitor.Snapshot) error {
 	if o.LogPosition != "" {
 		fmt.Fprintf(w, "  binlog relay: position %s, stored %s\n", o.LogPosition, ago(now, o.LogPositionAt, "never"))
 	}
+	if !o.ArchiveOldest.IsZero() {
+		fmt.Fprintf(w, "  archive: events published from %s to %s (idem replay covers that period)\n",
+			ago(now, o.ArchiveOldest, "-"), ago(now, o.ArchiveNewest, "-"))
+	}
 	if snap.BrokerError != "" {
 		fmt.Fprintf(w, "  broker: %s\n", snap.BrokerError)
 	}
@@ -560,6 +568,8 @@ type (
 		LastPublishedAgeS     *float64   `json:"last_published_age_seconds"`
 		LogPosition           string     `json:"log_position,omitempty"`
 		LogPositionAt         *time.Time `json:"log_position_at,omitempty"`
+		ArchiveOldestAt       *time.Time `json:"archive_oldest_published_at,omitempty"`
+		ArchiveNewestAt       *time.Time `json:"archive_newest_published_at,omitempty"`
 	}
 	consumerDoc struct {
 		Name                string     `json:"name"`
@@ -608,6 +618,8 @@ func statusJSON(snap monitor.Snapshot) statusDoc {
 	doc.Outbox.LastPublishedAt, doc.Outbox.LastPublishedAgeS = at(o.LastPublished)
 	doc.Outbox.LogPosition = o.LogPosition
 	doc.Outbox.LogPositionAt, _ = at(o.LogPositionAt)
+	doc.Outbox.ArchiveOldestAt, _ = at(o.ArchiveOldest)
+	doc.Outbox.ArchiveNewestAt, _ = at(o.ArchiveNewest)
 	for _, c := range snap.Consumers {
 		cd := consumerDoc{Name: c.Name, ProcessedLastMinute: c.ProcessedLastMinute, Parked: c.Parked, Retrying: c.Retrying}
 		cd.LastProcessedAt, cd.LastProcessedAgeS = at(c.LastProcessed)

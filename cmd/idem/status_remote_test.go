@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -67,5 +68,28 @@ func TestStatusFromDashboard(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("idem status %v = %d, want an error saying %q:\n%s%s", c.args, code, c.want, out, errOut)
 		}
+	}
+}
+
+// TestStatusArchive: with events in the CDC relays' archive, idem status
+// says which period idem replay can cover, in text and in JSON.
+func TestStatusArchive(t *testing.T) {
+	t.Parallel()
+	pg := testdb.NewPostgres(t)
+	code, out, _ := idem(t, nil, "", "status", "--db", pg.URL)
+	if code != 0 || strings.Contains(out, "archive:") {
+		t.Fatalf("an empty archive: %d\n%s", code, out)
+	}
+	pg.Exec(t, `INSERT INTO outbox_archive (outbox_table, id, aggregatetype, aggregateid, type, payload, occurred_at, published_at)
+VALUES ('outbox', 'a', 'order', '1', 'order.order.placed.v1', '{}', now() - interval '3 hours', now() - interval '2 hours'),
+       ('outbox', 'b', 'order', '1', 'order.order.placed.v1', '{}', now() - interval '11 minutes', now() - interval '10 minutes'),
+       ('other_outbox', 'c', 'order', '1', 'order.order.placed.v1', '{}', now() - interval '9 days', now() - interval '9 days')`)
+	code, out, errOut := idem(t, nil, "", "status", "--db", pg.URL)
+	if code != 0 || !regexp.MustCompile(`\n  archive: events published from 2h00m ago to 10m0\ds ago \(idem replay covers that period\)\n`).MatchString(out) {
+		t.Errorf("idem status = %d\n%s%s\nwant the archive's period, of this outbox only", code, out, errOut)
+	}
+	code, out, _ = idem(t, nil, "", "status", "--db", pg.URL, "--json")
+	if code != 0 || !strings.Contains(out, `"archive_oldest_published_at":`) || !strings.Contains(out, `"archive_newest_published_at":`) {
+		t.Errorf("idem status --json = %d: %s", code, out)
 	}
 }
