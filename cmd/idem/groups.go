@@ -36,37 +36,21 @@ func checkGroupFlags(action string, rest []string, group string, all, asJSON boo
 	return nil
 }
 
-// groupRow is a group as "idem failed groups" prints it.
-type groupRow struct {
-	ID          string    `json:"id"`
-	Consumer    string    `json:"consumer"`
-	Class       string    `json:"class"`
-	Cause       string    `json:"cause"`
-	Example     string    `json:"example"`
-	Count       int       `json:"count"`
-	FirstFailed time.Time `json:"first_failed"`
-	LastFailed  time.Time `json:"last_failed"`
-}
-
 // listGroups prints the groups of the messages matching filter.
 func listGroups(ctx context.Context, w io.Writer, store *inbox.FailureStore, filter idemmsg.FailedFilter, asJSON bool) error {
 	groups, err := store.Groups(ctx, filter)
 	if err != nil {
 		return err
 	}
-	rows := make([]groupRow, len(groups))
-	for i, g := range groups {
-		rows[i] = groupRow(g)
-	}
-	return printGroups(w, rows, asJSON, "No failed message matches.", "")
+	return printGroups(w, groups, asJSON, "No failed message matches.", "")
 }
 
 // printGroups prints rows as a table, or as JSON; relay is the flag the
 // hint's commands need ("" or " --relay").
-func printGroups(w io.Writer, rows []groupRow, asJSON bool, none, relay string) error {
+func printGroups(w io.Writer, rows []inbox.FailureGroup, asJSON bool, none, relay string) error {
 	if asJSON {
 		if rows == nil {
-			rows = []groupRow{}
+			rows = []inbox.FailureGroup{}
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -182,9 +166,9 @@ func (q *quarantineFlags) quarantineGroups(ctx context.Context, e *env, rd drive
 	}
 	groups := c.Groups()
 	if action == "groups" {
-		rows := make([]groupRow, len(groups))
+		rows := make([]inbox.FailureGroup, len(groups))
 		for i, g := range groups {
-			rows[i] = groupRow{ID: g.ID, Consumer: g.Scope, Class: g.Class, Cause: g.Cause, Example: g.Example, Count: g.Count,
+			rows[i] = inbox.FailureGroup{ID: g.ID, Consumer: g.Scope, Class: g.Class, Cause: g.Cause, Example: g.Example, Count: g.Count,
 				FirstFailed: g.FirstSeen, LastFailed: g.LastSeen}
 		}
 		return printGroups(e.stdout, rows, q.flag("json") == "true", "No quarantined outbox row matches.", " --relay")

@@ -20,6 +20,7 @@ import (
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testlog"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/binlog"
 )
@@ -92,13 +93,7 @@ func waitLen(t *testing.T, pub *memory.Publisher, n int) []idem.Message {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, 60*time.Second, what, cond)
 }
 
 // checkFirstOrder checks that the first copy of each aggregate's events

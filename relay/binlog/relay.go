@@ -23,6 +23,7 @@ import (
 	"github.com/idem-go/idem/internal/periodic"
 	"github.com/idem-go/idem/internal/startstop"
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/internal/archivepurge"
 	"github.com/idem-go/idem/relay/internal/sendspan"
 )
 
@@ -369,27 +370,6 @@ func ResetPosition(ctx context.Context, dbURL string, tables idem.Tables) error 
 // Config.ArchiveRetention, a batch at a time, as the polling relay deletes
 // its published rows after its Retention. A Stop ends it between batches.
 func (r *Relay) purgeArchive(ctx context.Context) {
-	before := time.Now().Add(-r.cfg.ArchiveRetention)
-	stopping := r.base.Stopping()
-	for ctx.Err() == nil {
-		select {
-		case <-stopping:
-			return
-		default:
-		}
-		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		n, err := r.archiver.PurgeArchive(qctx, r.archiveEx, before, cdc.ArchivePurgeBatchSize)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				r.errs.purge.Warn(ctx, "deleting the events archived longer ago than the archive's retention failed", err)
-			}
-			return
-		}
-		r.errs.purge.OK(ctx)
-		r.stats.purged.Add(n)
-		if n < cdc.ArchivePurgeBatchSize {
-			return
-		}
-	}
+	archivepurge.Run(ctx, r.base.Stopping(), r.archiver, r.archiveEx, time.Now().Add(-r.cfg.ArchiveRetention), cdc.ArchivePurgeBatchSize,
+		r.cfg.QueryTimeout, r.errs.purge, func(n int64) { r.stats.purged.Add(n) })
 }
