@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # make lint: the checks every change must pass, in the order a failure is
 # cheapest to read:
+#   0. no tracked file is over 1 MB or an executable binary (ELF, Mach-O,
+#      PE, WebAssembly): a Go module ships every tracked file to every
+#      `go get`, so build output never belongs in the repository;
 #   1. gofmt -l prints nothing (run `gofmt -w .` to fix);
 #   2. go vet, with and without the idemfault build tag (internal/fault has
 #      a file for each);
@@ -21,6 +24,30 @@ STATICCHECK_VERSION=${STATICCHECK_VERSION:-v0.8.2}
 STATICCHECK=$ROOT/.bin/staticcheck
 
 log() { echo "lint: $*" >&2; }
+
+log "tracked files: none over 1 MB, no executable binary"
+bad=
+while IFS= read -r -d '' f; do
+	[ -f "$f" ] || continue # deleted in the work tree, not yet committed
+	size=$(stat -c %s -- "$f")
+	if [ "$size" -gt 1048576 ]; then
+		bad+="  $f: $((size / 1048576)) MB (over 1 MB)"$'\n'
+		continue
+	fi
+	# The first four bytes, as hex: ELF, Mach-O (32/64-bit, both byte
+	# orders, universal), PE (MZ) and WebAssembly.
+	magic=$(head -c 4 -- "$f" | od -An -tx1 | tr -d ' \n')
+	case "$magic" in
+	7f454c46 | feedface | feedfacf | cefaedfe | cffaedfe | cafebabe | 4d5a* | 0061736d)
+		bad+="  $f: an executable binary (magic $magic)"$'\n'
+		;;
+	esac
+done < <(git ls-files -z)
+if [ -n "$bad" ]; then
+	log "tracked files that do not belong in the repository (git rm --cached them; build output goes to .bin/, which .gitignore ignores):"
+	printf '%s' "$bad" >&2
+	exit 1
+fi
 
 log "gofmt -l ."
 unformatted=$(gofmt -l .)
