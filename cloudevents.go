@@ -712,14 +712,9 @@ func decodeCloudEvent(msg Message, ce ceMessage) (Event, error) {
 	if err != nil {
 		return ev, err
 	}
-	id, derived, idErr := eventID(rawID)
-	if idErr != nil {
-		var ie *EventIDError
-		problem := idErr.Error()
-		if errors.As(idErr, &ie) {
-			problem = ie.Problem
-		}
-		return ev, decodeErr("id", fmt.Sprintf("%s %s", quoteID(rawID), problem))
+	id, derived, err := decodeEventID("id", rawID)
+	if err != nil {
+		return ev, err
 	}
 	ev.ID = id
 	ev.AggregateID = ce.attrs["subject"]

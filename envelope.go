@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -138,6 +137,23 @@ func appendJSONString(dst []byte, s string) []byte {
 // content mode on every transport (see CloudEvents, and "Receiving
 // CloudEvents" below). The zero Decoder is ready to use.
 //
+// # Receiving Debezium records
+//
+// Debezium copies the outbox row's id, whatever it is, into the "id"
+// header: it becomes the event id by the rule of EventID, the one the
+// relays apply to the same row, so that a row is one event whichever path
+// published it. A UUID is itself (with or without braces or a "urn:uuid:"
+// prefix, in either case); any other id of 1 to 64 bytes of UTF-8 text
+// without control characters, as written (no trimming), gives its derived
+// UUID, and the event's headers then hold the id in HeaderOriginalID, as
+// the relays send it (replacing a header of that name in the record). An
+// id that EventID refuses (empty, over 64 bytes, not UTF-8, with a control
+// character, the nil UUID) makes the record undecodable, the error saying
+// why; the event returned with the error holds the record's aggregate, so
+// that, parked, it holds back its aggregate's later events as any parked
+// event does. The envelope's "event_id", which only idem writes, stays the
+// 36-character form of a UUID.
+//
 // # Receiving CloudEvents
 //
 // A message is a structured CloudEvent when its content type (the header
@@ -182,9 +198,10 @@ func Decode(msg Message) (Event, error) { return Decoder{}.Decode(msg) }
 // error, the Event holds what could be read before it (its id and aggregate,
 // when known), for the failure store.
 //
-// A Debezium record's event name is its "eventType" header, else
-// msg.EventName (a transport's default for the topic); a record with
-// neither is undecodable, never ignored.
+// A Debezium record's event id is its "id" header by the rule of EventID
+// (see "Receiving Debezium records" above); its event name is its
+// "eventType" header, else msg.EventName (a transport's default for the
+// topic); a record with neither is undecodable, never ignored.
 func (d Decoder) Decode(msg Message) (Event, error) {
 	limit := d.MaxBodyBytes
 	if limit <= 0 {
@@ -336,18 +353,25 @@ func decodeEnvelope(f map[string]json.RawMessage, headers map[string]string) (Ev
 	return ev, nil
 }
 
-func decodeDebezium(msg Message, id string, body []byte) (Event, error) {
-	var ev Event
-	var err error
-	if ev.ID, err = parseEventIDString(strings.TrimSpace(id), "id header"); err != nil {
-		return Event{}, err
-	}
-	ev.Name = msg.Headers[HeaderEventType]
+// decodeDebezium reads a record of Debezium's Outbox Event Router. Its "id"
+// header, rawID, is the outbox row's id as written (Debezium copies the
+// column): it becomes the event id by the rule of EventID, as the relays
+// make it of the same row, so that a row is one event whichever path
+// published it. A derived id is kept in the event's header
+// HeaderOriginalID, as the relays send it.
+func decodeDebezium(msg Message, rawID string, body []byte) (Event, error) {
+	ev := Event{Name: msg.Headers[HeaderEventType], AggregateType: msg.AggregateType, AggregateID: debeziumKey(msg.Key)}
 	if ev.Name == "" {
 		ev.Name = msg.EventName
 	}
-	ev.AggregateType = msg.AggregateType
-	ev.AggregateID = debeziumKey(msg.Key)
+	id, derived, err := decodeEventID("id header", rawID)
+	if err != nil {
+		// The aggregate is returned with the error: the message is parked
+		// holding its aggregate's later events, as the relays hold them
+		// behind the row they quarantine for its id.
+		return ev, err
+	}
+	ev.ID = id
 	payload, err := debeziumPayload(body)
 	if err != nil {
 		return Event{}, err
@@ -360,6 +384,9 @@ func decodeDebezium(msg Message, id string, body []byte) (Event, error) {
 	}
 	ev.Payload = payload
 	ev.Headers = copyHeaders(msg.Headers)
+	if derived {
+		ev.Headers[HeaderOriginalID] = rawID
+	}
 	return ev, nil
 }
 

@@ -83,7 +83,7 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		{"bad time", `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a.b.c.v1","occurred_at":"yesterday","payload":{}}`, nil, "occurred_at", "RFC 3339"},
 		{"time out of range", `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a.b.c.v1","occurred_at":"9999-12-31T23:00:00-14:00","payload":{}}`, nil, "occurred_at", "out of range"},
 		{"bad version", `{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a.b.c.v1","aggregate_version":"3","payload":{}}`, nil, "aggregate_version", "integer"},
-		{"debezium bad id", `{"orderId":42}`, map[string]string{"id": "nope"}, "id header", "is not a UUID"},
+		{"debezium bad id", `{"orderId":42}`, map[string]string{"id": "no\npe"}, "id header", `"no\npe" holds the control character 0x0a`},
 		{"debezium payload not json", `{"orderId":`, map[string]string{"id": "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"}, "payload", "is not JSON"},
 	}
 	for _, tc := range cases {
@@ -146,6 +146,123 @@ func TestDecodeDebeziumEventRouter(t *testing.T) {
 	ev, err = idem.Decode(idem.Message{Key: []byte("42"), EventName: "OrderCreated", Headers: map[string]string{"id": id}, Body: []byte(`{}`)})
 	if err != nil || ev.Name != "OrderCreated" {
 		t.Fatalf("with a default name: %+v, %v", ev, err)
+	}
+}
+
+// TestDecodeDebeziumIDs: the "id" header of a Debezium record is the outbox
+// row's id as written (Debezium's article has id VARCHAR(64) and calls an
+// event E42). It becomes the event id by the rule the relays apply to the
+// same row, idem.EventID, so that one row is one event whichever path
+// published it: a UUID is itself; another id of 1 to 64 bytes gives its
+// derived UUID, with the id in idem-original-id, as the relays send it.
+func TestDecodeDebeziumIDs(t *testing.T) {
+	t.Parallel()
+	const u = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+	for _, c := range []struct {
+		name, id, want, original string
+	}{
+		{"E42", "E42", "3f240152-ed00-547c-b98c-d4d274c69d5e", "E42"},
+		{"a UUID", u, u, ""},
+		{"a UUID in capitals", strings.ToUpper(u), u, ""},
+		{"a UUID in braces", "{" + u + "}", u, ""},
+		{"a UUID URN", "urn:uuid:" + u, u, ""},
+		{"64 bytes", strings.Repeat("E42-", 16), "", strings.Repeat("E42-", 16)},
+		{"64 bytes of 32 characters", strings.Repeat("\u00e9", 32), "", strings.Repeat("\u00e9", 32)},
+		{"spaces are part of the id", " " + u, "", " " + u},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want, err := idem.EventID(c.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.want != "" && want.String() != c.want {
+				t.Fatalf("idem.EventID(%q) = %s, want %s", c.id, want, c.want)
+			}
+			headers := map[string]string{"id": c.id, "eventType": "OrderCreated", "traceparent": "00-abc-def-01"}
+			msg := idem.Message{Key: []byte(`"42"`), AggregateType: "order", Headers: headers, Body: []byte(`"{\"orderId\":42}"`)}
+			ev, err := idem.Decode(msg)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			original, has := ev.Headers[idem.HeaderOriginalID]
+			if ev.ID != want || original != c.original || has != (c.original != "") {
+				t.Errorf("event id %s, %s %q (present %v); want %s and %q", ev.ID, idem.HeaderOriginalID, original, has, want, c.original)
+			}
+			if ev.Name != "OrderCreated" || ev.AggregateType != "order" || ev.AggregateID != "42" || string(ev.Payload) != `{"orderId":42}` ||
+				ev.Headers["id"] != c.id || ev.Headers["traceparent"] != "00-abc-def-01" {
+				t.Errorf("decoded as %+v", ev)
+			}
+			if len(headers) != 3 {
+				t.Errorf("the message's headers were changed: %v", headers)
+			}
+			// The relays' message for the same row, in the envelope or
+			// with Kafka's bare payload, decodes to the same event.
+			relayed, err := idem.NewMessage(idem.Event{ID: want, Name: "OrderCreated", AggregateType: "order", AggregateID: "42",
+				Payload: json.RawMessage(`{"orderId":42}`), Headers: map[string]string{idem.HeaderOriginalID: c.original}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.original == "" {
+				delete(relayed.Headers, idem.HeaderOriginalID)
+			}
+			bare := idem.Message{Key: relayed.Key, AggregateType: "order", Body: []byte(`{"orderId":42}`),
+				Headers: map[string]string{"id": want.String(), "eventType": "OrderCreated"}}
+			if c.original != "" {
+				bare.Headers[idem.HeaderOriginalID] = c.original
+			}
+			for form, m := range map[string]idem.Message{"envelope": relayed, "bare payload": bare} {
+				rev, err := idem.Decode(m)
+				if err != nil || rev.ID != ev.ID || rev.Headers[idem.HeaderOriginalID] != original {
+					t.Errorf("the relays' %s decodes to %s with %s %q (%v); Debezium's record to %s with %q",
+						form, rev.ID, idem.HeaderOriginalID, rev.Headers[idem.HeaderOriginalID], err, ev.ID, original)
+				}
+			}
+		})
+	}
+	// A header idem-original-id that the record carries is replaced by the
+	// id, as the relays replace one in the row's headers, when the id is
+	// derived; with a UUID id it is the record's own and stays.
+	ev, err := idem.Decode(idem.Message{Key: []byte("42"), Body: []byte(`{}`),
+		Headers: map[string]string{"id": "E42", "eventType": "OrderCreated", idem.HeaderOriginalID: "E41"}})
+	if err != nil || ev.Headers[idem.HeaderOriginalID] != "E42" {
+		t.Errorf("a stale %s: %v, %v; want E42", idem.HeaderOriginalID, ev.Headers, err)
+	}
+	ev, err = idem.Decode(idem.Message{Key: []byte("42"), Body: []byte(`{}`),
+		Headers: map[string]string{"id": u, "eventType": "OrderCreated", idem.HeaderOriginalID: "E41"}})
+	if err != nil || ev.ID.String() != u || ev.Headers[idem.HeaderOriginalID] != "E41" {
+		t.Errorf("a UUID id with %s: %s %v, %v; want the id and the header as sent", idem.HeaderOriginalID, ev.ID, ev.Headers, err)
+	}
+}
+
+// TestDecodeDebeziumRefusedIDs: an id idem.EventID refuses (the relays
+// quarantine such a row) makes the record undecodable: parked with its
+// bytes, the error saying what is wrong with the id, the aggregate read so
+// that the record holds its aggregate's later events.
+func TestDecodeDebeziumRefusedIDs(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, id, problem string }{
+		{"65 bytes", strings.Repeat("x", 65), `is 65 bytes long, more than 64: an event id is a UUID, or 1 to 64 bytes`},
+		{"66 bytes of 33 characters", strings.Repeat("\u00e9", 33), `is 66 bytes long, more than 64`},
+		{"empty", "", `"" is empty`},
+		{"a control character", "E42\n", `"E42\n" holds the control character 0x0a`},
+		{"a NUL", "E\x0042", `holds the control character 0x00`},
+		{"not UTF-8", "E\xff42", `"E\xff42" is not valid UTF-8`},
+		{"the nil UUID", "00000000-0000-0000-0000-000000000000", "is the nil UUID"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev, err := idem.Decode(idem.Message{Key: []byte("42"), AggregateType: "order", Body: []byte(`{"orderId":42}`),
+				Headers: map[string]string{"id": c.id, "eventType": "OrderCreated"}})
+			var fe *idem.FieldError
+			if !errors.Is(err, idem.ErrUndecodable) || !errors.As(err, &fe) {
+				t.Fatalf("Decode = %+v, %v; want an undecodable message", ev, err)
+			}
+			if fe.Field != "id header" || !strings.Contains(fe.Problem, c.problem) {
+				t.Errorf("error %q; want the field \"id header\" and %q", err, c.problem)
+			}
+			if ev.ID != uuid.Nil || ev.AggregateType != "order" || ev.AggregateID != "42" {
+				t.Errorf("with the error: %+v; want no id and the aggregate order/42", ev)
+			}
+		})
 	}
 }
 
@@ -215,6 +332,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a","aggregate_type":"t","aggregate_id":"1","content_type":"application/x-protobuf","payload_base64":"AAH/"}`), []byte{}, "", "")
 	f.Add([]byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a","aggregate_type":"t","aggregate_id":"1","payload_base64":""}`), []byte{}, "", "")
 	f.Add([]byte(`{"event_id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","event_name":"a","aggregate_type":"t","aggregate_id":"1","content_type":"application/vnd.x+json","payload":{"a":1}}`), []byte{}, "", "")
+	f.Add([]byte(`{"orderId":42}`), []byte("42"), "E42", "OrderCreated")
+	f.Add([]byte(`"{\"orderId\":42}"`), []byte(`"42"`), strings.Repeat("E42-", 16), "OrderCreated")
+	f.Add([]byte(`{}`), []byte("42"), strings.Repeat("x", 65), "OrderCreated")
+	f.Add([]byte(`{}`), []byte("42"), "E\x0042", "OrderCreated")
+	f.Add([]byte(`{}`), []byte("42"), "{0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b}", "OrderCreated")
 	f.Fuzz(func(t *testing.T, body, key []byte, id, eventType string) {
 		headers := map[string]string{}
 		if id != "" {
@@ -229,6 +351,18 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("error %v is not ErrUndecodable", err)
 			}
 			return
+		}
+		// The message has no idem-original-id: one on the event is the id
+		// header the decoder derived the event id from, by idem.EventID.
+		if original, ok := ev.Headers[idem.HeaderOriginalID]; ok {
+			want, err := idem.EventID(original)
+			if original != id || err != nil || want != ev.ID || !idem.IsDerivedEventID(original) {
+				t.Fatalf("event %s with %s %q from the id header %q: idem.EventID gives %s, %v", ev.ID, idem.HeaderOriginalID, original, id, want, err)
+			}
+		} else if id != "" && idem.IsDerivedEventID(id) && ev.Headers["id"] == id && ev.ID != uuid.Nil {
+			if want, _ := idem.EventID(id); want == ev.ID {
+				t.Fatalf("event %s derived from the id header %q without %s", ev.ID, id, idem.HeaderOriginalID)
+			}
 		}
 		if ev.Name == "" || ev.AggregateType == "" || ev.AggregateID == "" {
 			return // not encodable as an envelope: fine for a received message

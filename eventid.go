@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -24,7 +25,9 @@ const (
 	// from an outbox id that is not a UUID, that id as its writer wrote it.
 	// The relays set it (replacing a header of that name in the row) and
 	// set it only then; consumers deduplicate on the event id, and
-	// EventID(header) gives it back.
+	// EventID(header) gives it back. The Decoder sets it the same way on
+	// the event of a Debezium record or a CloudEvent whose id is not a
+	// UUID, so that handlers see it whichever path published the row.
 	HeaderOriginalID = "idem-original-id"
 )
 
@@ -55,7 +58,9 @@ func quoteID(raw string) string {
 
 // EventID returns the event id of an outbox row (or WAL message) whose id
 // column holds raw. It is the rule every relay applies, on every dialect,
-// so that a writer or a consumer can compute the id itself:
+// and the one the Decoder applies to the id of a Debezium record (its "id"
+// header, the row's id as Debezium copied it) or of a CloudEvent, so that
+// a writer or a consumer can compute the id itself:
 //
 //   - raw that uuid.Parse reads is that UUID: the canonical 36-character
 //     form, in any case, and the other spellings uuid.Parse accepts
@@ -84,6 +89,21 @@ func EventID(raw string) (uuid.UUID, error) {
 func IsDerivedEventID(raw string) bool {
 	_, derived, err := eventID(raw)
 	return err == nil && derived
+}
+
+// decodeEventID is EventID for the decoder: an id it refuses is an
+// undecodable message, the error naming field and quoting the id.
+func decodeEventID(field, raw string) (id uuid.UUID, derived bool, err error) {
+	id, derived, err = eventID(raw)
+	if err != nil {
+		problem := err.Error()
+		var ie *EventIDError
+		if errors.As(err, &ie) {
+			problem = ie.Problem
+		}
+		return uuid.Nil, false, decodeErr(field, quoteID(raw)+" "+problem)
+	}
+	return id, derived, nil
 }
 
 func eventID(raw string) (id uuid.UUID, derived bool, err error) {

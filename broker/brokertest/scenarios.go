@@ -305,18 +305,39 @@ func testParkMalformed(t *testing.T, tr Transport) {
 
 // testDebeziumInput: a message as Debezium's Outbox Event Router sends it,
 // the event id and name in headers and the bare payload as body, is
-// applied like an envelope.
+// applied like an envelope. Its "id" header is the outbox row's id as
+// written: one that is not a UUID (Debezium's article calls its events
+// E42) is applied under the UUID idem.EventID derives from it, the id the
+// relays publish the same row under, and a second copy is a duplicate.
 func testDebeziumInput(t *testing.T, tr Transport) {
 	name := "test.order.placed.v1"
 	b := setup(t, tr, Options{EventNames: []string{name}, Consumers: []string{"stock"}})
 	c := b.consumer(t, "stock", fastRetry, nil)
 	b.subscribe(t, "stock", c)
 	id := idem.NewEventID()
-	b.inst.PublishRaw(t, name, []byte(`{"orderId":"42"}`), map[string]string{idem.HeaderEventID: id.String(), idem.HeaderEventType: name})
-	b.waitFor(t, "the event applied", func() bool { return c.Stats().Applied == 1 })
+	textID := "E42-" + uuid.NewString()[:8]
+	derived, err := idem.EventID(textID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := func(id string) map[string]string {
+		return map[string]string{idem.HeaderEventID: id, idem.HeaderEventType: name}
+	}
+	b.inst.PublishRaw(t, name, []byte(`{"orderId":"42"}`), headers(id.String()))
+	b.inst.PublishRaw(t, name, []byte(`{"orderId":"43"}`), headers(textID))
+	b.inst.PublishRaw(t, name, []byte(`{"orderId":"43"}`), headers(textID))
+	b.waitFor(t, "the three messages handled", func() bool {
+		s := c.Stats()
+		return s.Applied+s.Duplicates+s.Parked == 3
+	})
 	b.drained(t, "stock")
-	if n := b.pg.Count(t, "effect WHERE event_id = $1", id); n != 1 {
-		t.Errorf("effects of %s: %d, want 1", id, n)
+	if s := c.Stats(); s.Applied != 2 || s.Duplicates != 1 || s.Parked != 0 {
+		t.Errorf("stats %+v: want 2 applied, 1 duplicate, nothing parked", s)
+	}
+	for _, want := range []uuid.UUID{id, derived} {
+		if n := b.pg.Count(t, "effect WHERE event_id = $1", want); n != 1 {
+			t.Errorf("effects of %s: %d, want 1", want, n)
+		}
 	}
 }
 
