@@ -61,8 +61,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Count is a figure the summary adds after the rate: {"errors", 3}
-// reads "3 errors" on a terminal and errors=3 in a log line.
+// Count is a figure the summary adds after the rate: {"not retried", 3}
+// reads "3 not retried" on a terminal (left out when 0) and not_retried=3
+// in a log line.
 type Count struct {
 	Name string
 	N    int64
@@ -183,7 +184,7 @@ func (r *Reporter) Finish(counts ...Count) {
 	}
 	attrs := r.attrs(now, true)
 	for _, c := range counts {
-		attrs = append(attrs, c.Name, c.N)
+		attrs = append(attrs, strings.ReplaceAll(c.Name, " ", "_"), c.N)
 	}
 	r.cfg.Logger.Info(r.cfg.Name+" done", attrs...)
 }
@@ -267,7 +268,9 @@ func (r *Reporter) summary(now time.Time, counts []Count) string {
 	}
 	fmt.Fprintf(&b, " %s in %s (%s)", r.cfg.Unit, Duration(now.Sub(r.start)), Rate(r.rate(now)))
 	for _, c := range counts {
-		fmt.Fprintf(&b, ", %s %s", Group(c.N), c.Name)
+		if c.N != 0 {
+			fmt.Fprintf(&b, ", %s %s", Group(c.N), c.Name)
+		}
 	}
 	return b.String()
 }

@@ -54,14 +54,14 @@ func TestTerminal(t *testing.T) {
 	}
 	c.add(2 * time.Hour)
 	r.Set(600_000)
-	r.Finish(progress.Count{Name: "errors", N: 2})
-	if got, want := last(&out), "replay: 600,000 of 600,000 events in 2h00m (83/s), 2 errors\n"; got != want {
+	r.Finish(progress.Count{Name: "not sent", N: 2}, progress.Count{Name: "skipped", N: 0})
+	if got, want := last(&out), "replay: 600,000 of 600,000 events in 2h00m (83/s), 2 not sent\n"; got != want {
 		t.Fatalf("summary %q, want %q", got, want)
 	}
 	// Finished: nothing more is drawn.
 	r.Add(1)
 	r.Finish()
-	if got := last(&out); !strings.HasSuffix(got, "2 errors\n") {
+	if got := last(&out); !strings.HasSuffix(got, "2 not sent\n") {
 		t.Fatalf("drawn after Finish: %q", out.String())
 	}
 }
@@ -138,8 +138,8 @@ func TestLog(t *testing.T) {
 		t.Fatalf("logged again within the interval: %q", out.String())
 	}
 	out.Reset()
-	r.Finish(progress.Count{Name: "errors", N: 1}, progress.Count{Name: "skipped", N: 3})
-	want = `level=INFO msg="replay done" events=150 total=1000 percent=15 per_second=10 elapsed=15s errors=1 skipped=3` + "\n"
+	r.Finish(progress.Count{Name: "not sent", N: 1}, progress.Count{Name: "skipped", N: 0})
+	want = `level=INFO msg="replay done" events=150 total=1000 percent=15 per_second=10 elapsed=15s not_sent=1 skipped=0` + "\n"
 	if out.String() != want {
 		t.Fatalf("summary %q, want %q", out.String(), want)
 	}
