@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 )
 
@@ -81,4 +85,109 @@ SELECT 'stock', 'stock.events', 'x', 'boom', 1, now() - interval '40 days', now(
 	if strings.Contains(errOut, "total=") {
 		t.Errorf("purge logged a total it cannot know:\n%s", errOut)
 	}
+}
+
+// TestCDCInitialRowsProgress: idem cdc, on PostgreSQL and on MariaDB,
+// publishes the rows that waited in the outbox before its first start
+// before it reads the log, logging how far it is (with the shortest
+// interval, at least one line before the end) and a summary with their
+// total.
+func TestCDCInitialRowsProgress(t *testing.T) {
+	t.Parallel()
+	const n = 120
+	events := func(t *testing.T) []idemmsg.Event {
+		var evs []idemmsg.Event
+		for i := range n {
+			ev, err := idemmsg.NewEvent("order.order.placed.v1", "order", fmt.Sprint(i%7), map[string]int{"n": i})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, ev)
+		}
+		return evs
+	}
+	for _, tc := range []struct {
+		name, running, done string
+		setup               func(t *testing.T) (dbURL string, args []string)
+	}{
+		{"postgres", "publishing the rows that were waiting in the outbox when the slot was created",
+			"published the rows that were waiting in the outbox when the slot was created",
+			func(t *testing.T) (string, []string) {
+				pg := testdb.NewPostgres(t)
+				dropSlotAtCleanup(t, pg)
+				ctx := context.Background()
+				w := outbox.NewWriter(pg.Driver)
+				if err := pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, events(t)...) }); err != nil {
+					t.Fatal(err)
+				}
+				return pg.URL, []string{"--schema", pg.Schema, "--slot", cdcSlot(pg), "--prefix", cdcPrefix(pg)}
+			}},
+		{"mariadb", "publishing the rows waiting in the outbox at the first start",
+			"published the rows waiting in the outbox at the first start",
+			func(t *testing.T) (string, []string) {
+				db := testdb.NewMariaDB(t)
+				ctx := context.Background()
+				w := outbox.NewWriter(db.Driver)
+				if err := inTx(ctx, db.DB, func(tx *sql.Tx) error { return w.Add(ctx, tx, events(t)...) }); err != nil {
+					t.Fatal(err)
+				}
+				return db.URL, nil
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dbURL, args := tc.setup(t)
+			h := newHook(t)
+			log := &syncWriter{w: &strings.Builder{}}
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan int, 1)
+			go func() {
+				environ := map[string]string{progressIntervalEnv: "1ns"}
+				e := &env{stdout: io.Discard, stderr: log, stdin: strings.NewReader(""), getenv: func(k string) string { return environ[k] }}
+				done <- run(ctx, e, append([]string{"cdc", "--db", dbURL, "--broker", h.url(), "--metrics-addr", ""}, args...))
+			}()
+			exited := false
+			t.Cleanup(func() {
+				stop()
+				if !exited {
+					<-done
+				}
+				if t.Failed() {
+					t.Logf("idem cdc's log:\n%s", tail(log.String(), 6000))
+				}
+			})
+			summary := fmt.Sprintf(` rows=%d total=%[1]d percent=100 `, n)
+			testsvc.WaitFor(t, 60*time.Second, "the summary of the waiting rows", func() bool {
+				return logLine(log.String(), `msg="`+tc.done+`"`, summary) != ""
+			})
+			stop()
+			exited = true
+			if code := <-done; code != 0 {
+				t.Fatalf("idem cdc exited with %d", code)
+			}
+			if got := len(h.ids()); got != n {
+				t.Errorf("published %d events, want %d", got, n)
+			}
+			out := log.String()
+			if logLine(out, `msg="`+tc.running+`"`, fmt.Sprintf(" total=%d ", n)) == "" ||
+				logLine(out, `msg="`+tc.done+`"`, fmt.Sprintf(" published=%d quarantined=0", n)) == "" {
+				t.Errorf("no progress line, or a summary without its counts")
+			}
+		})
+	}
+}
+
+// logLine returns the first line of log holding every one of parts, ""
+// when none does.
+func logLine(log string, parts ...string) string {
+	for _, line := range strings.Split(log, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			return line
+		}
+	}
+	return ""
 }

@@ -52,6 +52,10 @@ type Config struct {
 	// Logger receives a line every Interval, and the summary, when
 	// Terminal is nil. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Running and Finished are the messages of the log lines while it
+	// runs and of the summary. Default to Name+" progress" and Name+"
+	// done".
+	Running, Finished string
 	// Interval is how often a line is logged. Defaults to 10s.
 	Interval time.Duration
 	// Redraw is the least time between two draws of the terminal line.
@@ -96,6 +100,12 @@ func New(cfg Config) *Reporter {
 	}
 	if cfg.Terminal == nil && cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Running == "" {
+		cfg.Running = cfg.Name + " progress"
+	}
+	if cfg.Finished == "" {
+		cfg.Finished = cfg.Name + " done"
 	}
 	now := cfg.Now()
 	return &Reporter{cfg: cfg, start: now, last: now, total: max(cfg.Total, 0)}
@@ -162,7 +172,7 @@ func (r *Reporter) tick() {
 		return
 	}
 	r.last = now
-	r.cfg.Logger.Info(r.cfg.Name+" progress", r.attrs(now, false)...)
+	r.cfg.Logger.Info(r.cfg.Running, r.attrs(now, false)...)
 }
 
 // Finish ends the report with its summary: on a terminal, the line
@@ -186,7 +196,7 @@ func (r *Reporter) Finish(counts ...Count) {
 	for _, c := range counts {
 		attrs = append(attrs, strings.ReplaceAll(c.Name, " ", "_"), c.N)
 	}
-	r.cfg.Logger.Info(r.cfg.Name+" done", attrs...)
+	r.cfg.Logger.Info(r.cfg.Finished, attrs...)
 }
 
 // Writer returns a writer for the lines a command prints while the report
