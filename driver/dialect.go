@@ -95,6 +95,9 @@ type Dialect interface {
 	// or oldest first with f.Oldest. f.Limit is positive: callers page
 	// with f.BeforeID or f.AfterID.
 	ListFailed(ctx context.Context, ex Executor, f idem.FailedFilter) ([]idem.FailedMessage, error)
+	// CountFailed counts the stored failures ListFailed would list for f,
+	// whatever f.Limit and f.Oldest: the total of a run over every match.
+	CountFailed(ctx context.Context, ex Executor, f idem.FailedFilter) (int64, error)
 	// GetFailed returns one stored failure, or idem.ErrNotFound.
 	GetFailed(ctx context.Context, ex Executor, id int64) (idem.FailedMessage, error)
 	// DeleteFailed removes one stored failure and reports whether it existed.

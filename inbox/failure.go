@@ -97,6 +97,12 @@ func (s *FailureStore) Pages(ctx context.Context, f idem.FailedFilter, fn func(p
 	}
 }
 
+// Count returns how many stored messages match f (f.Limit aside): the
+// total of a run over every match, as "idem failed retry --all" shows it.
+func (s *FailureStore) Count(ctx context.Context, f idem.FailedFilter) (int64, error) {
+	return s.d.CountFailed(ctx, s.ex, f)
+}
+
 // Get returns one stored message or idem.ErrNotFound.
 func (s *FailureStore) Get(ctx context.Context, id int64) (idem.FailedMessage, error) {
 	return s.d.GetFailed(ctx, s.ex, id)

@@ -37,6 +37,10 @@ type PurgeConfig struct {
 	BatchSize int
 	// Now is the current time. Defaults to time.Now.
 	Now func() time.Time
+	// Progress, when set, is called by Purge and PurgeFailed after each
+	// statement with what they deleted so far (a purge's rows have no
+	// total: it deletes until a batch comes back short).
+	Progress func(PurgeResult)
 }
 
 // Validate reports what is wrong with c, as Purge and PurgeFailed do before
@@ -81,13 +85,13 @@ func Purge[TTx any](ctx context.Context, drv driver.Driver[TTx], cfg PurgeConfig
 		return res, err
 	}
 	d := drv.Dialect()
-	res.Deleted, res.Batches, err = purgeBatches(ctx, cfg, func(limit int) (int64, error) {
+	err = purgeBatches(ctx, cfg, &res, &res.Deleted, &res.Batches, func(limit int) (int64, error) {
 		return d.PurgeProcessed(ctx, drv.Pool(), cfg.Consumer, res.Before, limit)
 	})
 	if err != nil {
 		return res, fmt.Errorf("idem: purge: %w", err)
 	}
-	res.Attempts, _, err = purgeBatches(ctx, cfg, func(limit int) (int64, error) {
+	err = purgeBatches(ctx, cfg, &res, &res.Attempts, new(int), func(limit int) (int64, error) {
 		return d.PurgeAttempts(ctx, drv.Pool(), cfg.Consumer, res.Before, limit)
 	})
 	if err != nil {
@@ -106,7 +110,7 @@ func PurgeFailed[TTx any](ctx context.Context, drv driver.Driver[TTx], cfg Purge
 	if err != nil {
 		return res, err
 	}
-	res.Deleted, res.Batches, err = purgeBatches(ctx, cfg, func(limit int) (int64, error) {
+	err = purgeBatches(ctx, cfg, &res, &res.Deleted, &res.Batches, func(limit int) (int64, error) {
 		return drv.Dialect().PurgeFailed(ctx, drv.Pool(), cfg.Consumer, res.Before, limit)
 	})
 	if err != nil {
@@ -130,21 +134,25 @@ func startPurge(cfg PurgeConfig) (PurgeResult, PurgeConfig, error) {
 	return PurgeResult{Before: now().Add(-cfg.Horizon)}, cfg, nil
 }
 
-// purgeBatches calls del until it deletes fewer than a batch, and returns
-// the rows deleted and the number of calls.
-func purgeBatches(ctx context.Context, cfg PurgeConfig, del func(limit int) (int64, error)) (deleted int64, batches int, err error) {
+// purgeBatches calls del until it deletes fewer than a batch, adding the
+// rows deleted to *deleted and the calls to *batches, and telling
+// cfg.Progress what res holds after each.
+func purgeBatches(ctx context.Context, cfg PurgeConfig, res *PurgeResult, deleted *int64, batches *int, del func(limit int) (int64, error)) error {
 	for {
 		if err := ctx.Err(); err != nil {
-			return deleted, batches, err
+			return err
 		}
 		n, err := del(cfg.BatchSize)
 		if err != nil {
-			return deleted, batches, err
+			return err
 		}
-		deleted += n
-		batches++
+		*deleted += n
+		*batches++
+		if cfg.Progress != nil {
+			cfg.Progress(*res)
+		}
 		if n < int64(cfg.BatchSize) {
-			return deleted, batches, nil
+			return nil
 		}
 	}
 }

@@ -289,6 +289,9 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	cfg.Logger = log
+	if cfg.ProgressInterval, err = progressInterval(e); err != nil {
+		return err
+	}
 	closeTracing, err := startTracing(ctx, cdcServiceName, log)
 	if err != nil {
 		return err
@@ -349,6 +352,9 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 		QuarantineAfter: o.quarantineAfter, ArchiveRetention: archive, DueInterval: o.dueInterval, Logger: log}
 	if o.keepRows {
 		cfg.Delete = binlog.KeepRows
+	}
+	if cfg.ProgressInterval, err = progressInterval(e); err != nil {
+		return err
 	}
 	closeTracing, err := startTracing(ctx, cdcServiceName, log)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/progress"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/textshow"
 )
@@ -305,7 +306,21 @@ func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter id
 		return err
 	}
 	defer closePub()
-	_, done, failed, err := store.RetryGroup(ctx, rd, filter, "", func(m idemmsg.FailedMessage, _ bool, err error) { reportRetry(e, m, err) })
+	total, err := store.Count(ctx, filter)
+	if err != nil {
+		return err
+	}
+	rep, err := newProgress(e, "failed retry", "messages", total)
+	if err != nil {
+		return err
+	}
+	defer rep.Finish()
+	pe := withProgress(e, rep)
+	_, done, failed, err := store.RetryGroup(ctx, rd, filter, "", func(m idemmsg.FailedMessage, _ bool, err error) {
+		reportRetry(pe, m, err)
+		rep.Add(1)
+	})
+	rep.Finish(progress.Count{Name: "not retried", N: int64(failed)})
 	if err != nil {
 		return err
 	}

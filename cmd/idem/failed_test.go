@@ -259,9 +259,17 @@ func TestFailedRetryAll(t *testing.T) {
 		t.Fatalf("failed list = %d, %d lines; want the default 100 messages", code, lines)
 	}
 
+	// Its output is no terminal: progress lines in the log, at each
+	// message with the shortest interval, and a summary.
+	env[progressIntervalEnv] = "1ns"
 	code, out, errOut = idem(t, env, "", "failed", "retry", "--all", "--consumer", "stock")
+	delete(env, progressIntervalEnv)
 	if code != 0 || strings.Count(out, "Retried ") != total+1 || !strings.Contains(out, fmt.Sprintf("Retried %d failed message(s).", total)) {
 		t.Fatalf("failed retry --all = %d\n%s%s", code, lastLines(out, 5), errOut)
+	}
+	if !strings.Contains(errOut, `msg="failed retry progress" messages=`) ||
+		!strings.Contains(errOut, fmt.Sprintf(`msg="failed retry done" messages=%d total=%[1]d percent=100 `, total)) || !strings.Contains(errOut, "not_retried=0") {
+		t.Errorf("failed retry --all logged no progress line or no summary:\n%s", lastLines(errOut, 3))
 	}
 	waitFor(t, "every retried message applied", func() bool { return c.Stats().Applied == total })
 	if n := pg.Count(t, "reservation"); n != total {

@@ -13,6 +13,7 @@ import (
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/failgroup"
+	"github.com/idem-go/idem/internal/progress"
 	"github.com/idem-go/idem/internal/textshow"
 )
 
@@ -113,13 +114,23 @@ func groupFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter 
 		return err
 	}
 	defer closePub()
+	rep, err := newProgress(e, "failed retry", "messages", int64(g.Count))
+	if err != nil {
+		return err
+	}
+	defer rep.Finish()
+	pe := withProgress(e, rep)
 	held := 0
 	found, sent, failed, err := store.RetryGroup(ctx, rd, filter, id, func(m idemmsg.FailedMessage, inGroup bool, err error) {
 		if !inGroup && err == nil {
 			held++
 		}
-		reportRetry(e, m, err)
+		reportRetry(pe, m, err)
+		if inGroup {
+			rep.Add(1)
+		}
 	})
+	rep.Finish(progress.Count{Name: "held behind them", N: int64(held)}, progress.Count{Name: "not retried", N: int64(failed)})
 	summary := fmt.Sprintf("Retried %d failed message(s) of group %s", sent-held, id)
 	if held > 0 {
 		summary += fmt.Sprintf(", and %d held behind them", held)

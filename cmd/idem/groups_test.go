@@ -194,6 +194,9 @@ func failedGroups(t *testing.T, q *quarantineDB) {
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("Retried 3 failed message(s) of group %s, and 1 held behind them.", qg.ID)) {
 		t.Fatalf("failed retry --group = %d\n%s%s", code, out, errOut)
 	}
+	if !strings.Contains(errOut, `msg="failed retry done" messages=3 total=3 percent=100 `) || !strings.Contains(errOut, "held_behind_them=1 not_retried=0") {
+		t.Errorf("failed retry --group logged no summary:\n%s", errOut)
+	}
 	for _, m := range qtyGroup {
 		if !strings.Contains(out, fmt.Sprintf("Retried %d ", m.ID)) {
 			t.Errorf("failed retry --group did not retry %d:\n%s", m.ID, out)

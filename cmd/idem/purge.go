@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/progress"
 )
 
 // purgeCommand is "idem purge".
@@ -116,7 +117,14 @@ func (o *purgeOptions) run(ctx context.Context, e *env, args []string) error {
 	if horizon > 0 {
 		start := time.Now()
 		cfg.Horizon = horizon
+		rep, err := newProgress(e, "purge", "rows", 0)
+		if err != nil {
+			return err
+		}
+		defer rep.Finish()
+		cfg.Progress = func(r inbox.PurgeResult) { rep.Set(r.Deleted + r.Attempts) }
 		res, err := inbox.Purge(ctx, conn.SQL, cfg)
+		rep.Finish(progress.Count{Name: "markers", N: res.Deleted}, progress.Count{Name: "attempt counts", N: res.Attempts})
 		if err != nil {
 			if res.Deleted > 0 || res.Attempts > 0 {
 				fmt.Fprintf(e.stdout, "Deleted %d marker(s) and %d attempt count(s) before stopping.\n", res.Deleted, res.Attempts)
@@ -129,7 +137,14 @@ func (o *purgeOptions) run(ctx context.Context, e *env, args []string) error {
 	if failedHorizon > 0 {
 		start := time.Now()
 		cfg.Horizon = failedHorizon
+		rep, err := newProgress(e, "purge", "parked messages", 0)
+		if err != nil {
+			return err
+		}
+		defer rep.Finish()
+		cfg.Progress = func(r inbox.PurgeResult) { rep.Set(r.Deleted) }
 		res, err := inbox.PurgeFailed(ctx, conn.SQL, cfg)
+		rep.Finish()
 		if err != nil {
 			if res.Deleted > 0 {
 				fmt.Fprintf(e.stdout, "Deleted %d parked message(s) before stopping.\n", res.Deleted)

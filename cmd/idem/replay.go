@@ -156,10 +156,17 @@ func (o *replayOptions) run(ctx context.Context, e *env, args []string) error {
 	if !o.yes && !confirm(e, fmt.Sprintf("Publish these %d events again to %s?", total, brokerURL)) {
 		return fmt.Errorf("replay cancelled: nothing published")
 	}
-	n, err := relay.Replay(ctx, conn.SQL, pub, f, relay.ReplayOptions{BatchSize: o.batch})
+	rep, err := newProgress(e, "replay", "events", total)
+	if err != nil {
+		return err
+	}
+	defer rep.Finish()
+	n, err := relay.Replay(ctx, conn.SQL, pub, f, relay.ReplayOptions{BatchSize: o.batch, Progress: rep.Set})
+	rep.Set(n)
 	if err != nil {
 		return fmt.Errorf("%d of %d events published: %w", n, total, err)
 	}
+	rep.Finish()
 	fmt.Fprintf(e.stdout, "Replayed %d events.\n", n)
 	return nil
 }

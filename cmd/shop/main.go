@@ -280,6 +280,9 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 	if err := embeddedDefaults(&cfg); err != nil {
 		return err
 	}
+	if err := checkDataDir(cfg); err != nil {
+		return err
+	}
 	fmt.Fprintln(stdout, "shop: starting")
 	a, err := openApp(ctx, cfg, log)
 	if err == nil {

@@ -224,7 +224,7 @@ func FailureStoreBytes[TTx any](t *testing.T, setup Setup[TTx]) {
 
 // FailureStorePaging checks that List with Limit 0 returns every match (250
 // entries, more than a page), newest or oldest first, that a Limit is a
-// page size, and the keyset cursor.
+// page size, the keyset cursor, and Count of the same filters.
 func FailureStorePaging[TTx any](t *testing.T, setup Setup[TTx]) {
 	db := setup.open(t, Options{})
 	ctx := testsvc.Ctx(t, 2*time.Minute)
@@ -286,6 +286,26 @@ func FailureStorePaging[TTx any](t *testing.T, setup Setup[TTx]) {
 	equal("by aggregate", listIDs(idem.FailedFilter{Consumer: "stock", AggregateType: "order", AggregateID: "3", Oldest: true}), agg3)
 	if got := listIDs(idem.FailedFilter{}); len(got) != n+1 {
 		t.Errorf("every consumer = %d entries, want %d", len(got), n+1)
+	}
+	// Count: what a run over every match would go through, whatever the
+	// page size.
+	for what, c := range map[string]struct {
+		f    idem.FailedFilter
+		want int
+	}{
+		"all of a consumer": {idem.FailedFilter{Consumer: "stock", Limit: 7}, n},
+		"every consumer":    {idem.FailedFilter{}, n + 1},
+		"between":           {idem.FailedFilter{Consumer: "stock", AfterID: ids[10], BeforeID: ids[14]}, 3},
+		"by event name":     {idem.FailedFilter{EventName: "order.order.e0.v1"}, len(evens)},
+		"by aggregate":      {idem.FailedFilter{Consumer: "stock", AggregateType: "order", AggregateID: "3"}, len(agg3)},
+		"since":             {idem.FailedFilter{Consumer: "stock", Since: time.Now().Add(time.Hour)}, 0},
+		"none":              {idem.FailedFilter{Consumer: "shipping"}, 0},
+	} {
+		got, err := fs.Count(ctx, c.f)
+		fatalIf(t, err, "count %s", what)
+		if got != int64(c.want) {
+			t.Errorf("Count, %s = %d, want %d", what, got, c.want)
+		}
 	}
 
 	// Pages: removing the entries of each page does not disturb the next.

@@ -891,13 +891,18 @@ func Purge[TTx any](t *testing.T, setup Setup[TTx]) {
 	if _, err := inbox.Purge(ctx, db.Driver, inbox.PurgeConfig{Horizon: 7 * 24 * time.Hour}); err == nil {
 		t.Fatal("purge without a replay window: want an error")
 	}
+	var progress []inbox.PurgeResult
 	res, err := inbox.Purge(ctx, db.Driver, inbox.PurgeConfig{
 		Consumer: "stock", Horizon: 31 * 24 * time.Hour, ReplayWindow: 30 * 24 * time.Hour, BatchSize: 10,
-		Now: func() time.Time { return now },
+		Now: func() time.Time { return now }, Progress: func(r inbox.PurgeResult) { progress = append(progress, r) },
 	})
 	fatalIf(t, err, "purge")
 	if res.Deleted != 25 || res.Batches != 3 || res.Attempts != 4 {
 		t.Errorf("result = %+v, want 25 markers deleted in 3 batches of at most 10, and 4 attempt counts", res)
+	}
+	// Told after each statement: three of markers, one of attempt counts.
+	if len(progress) != 4 || progress[0].Deleted != 10 || progress[1].Deleted != 20 || progress[3] != res {
+		t.Errorf("Progress told %+v, want the running result after each of the 4 statements, the last %+v", progress, res)
 	}
 	if n := db.count(t, "delivery_attempt"); n != 2 {
 		t.Errorf("attempt counts left = %d, want 2 (recent, or not this consumer)", n)

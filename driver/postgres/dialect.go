@@ -230,6 +230,19 @@ func (d *dialect) ListFailed(ctx context.Context, ex driver.Executor, f idem.Fai
 	return list, d.Wrap(err)
 }
 
+// CountFailed implements driver.Dialect.
+func (d *dialect) CountFailed(ctx context.Context, ex driver.Executor, f idem.FailedFilter) (int64, error) {
+	f = failrow.Filter(f)
+	var since any
+	if !f.Since.IsZero() {
+		since = f.Since
+	}
+	var n int64
+	err := driver.QueryRow(ctx, ex, d.q.countFailed, []any{f.Consumer, f.EventName, f.AggregateType, f.AggregateID,
+		max(f.HeldBy, 0), since, max(f.BeforeID, 0), max(f.AfterID, 0)}, &n)
+	return n, d.Wrap(err)
+}
+
 // PurgeFailed implements driver.Dialect.
 func (d *dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer string, before time.Time, limit int) (int64, error) {
 	n, err := ex.Exec(ctx, d.q.purgeFailed, before, failrow.Text(consumer), limit)

@@ -25,6 +25,7 @@ type queries struct {
 	updateFailed     string
 	listFailedNewest string
 	listFailedOldest string
+	countFailed      string
 	purgeFailed      string
 	parkedAggregates string
 	failed           dialectkit.FailedSQL
@@ -94,6 +95,8 @@ LIMIT $9`,
 ` + failedWhere + `
 ORDER BY id
 LIMIT $9`,
+		countFailed: `SELECT count(*) FROM ` + failed + `
+` + failedWhere,
 		purgeFailed: `DELETE FROM ` + failed + ` WHERE id IN (
     SELECT id FROM ` + failed + `
     WHERE failed_at < $1 AND ($2 = '' OR consumer_name = $2)

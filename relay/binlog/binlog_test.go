@@ -158,17 +158,21 @@ func TestPublishesInsertsInOrder(t *testing.T) {
 }
 
 // TestFirstStartPublishesWaitingRows: rows written before the relay's first
-// start are published first, in order, then the binlog's.
+// start are published first, in order, then the binlog's; Stats counts them.
 func TestFirstStartPublishesWaitingRows(t *testing.T) {
 	db := testdb.NewMariaDB(t)
 	before := add(t, db, "a", 1, 30)
 	pub := memory.New()
-	start(t, db, pub, fastConfig(t))
+	r := start(t, db, pub, fastConfig(t))
 	after := add(t, db, "a", 31, 40)
 	msgs := waitLen(t, pub, 40)
 	checkFirstOrder(t, msgs, append(before, after...))
 	if len(msgs) != 40 {
 		t.Errorf("%d messages, want 40 (no copy after a clean run)", len(msgs))
+	}
+	// The rows added after Start may be in the snapshot too.
+	if s := r.Stats(); s.InitialRows < 30 || s.InitialRows > 40 || s.InitialDone != s.InitialRows {
+		t.Errorf("Stats: InitialRows %d, InitialDone %d; want all of the 30 to 40 rows the snapshot held", s.InitialRows, s.InitialDone)
 	}
 }
 

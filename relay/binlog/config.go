@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/progress"
 	"github.com/idem-go/idem/relay/cdc"
 )
 
@@ -142,6 +143,11 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// ProgressInterval is how often the relay logs how far it is in
+	// publishing the rows that waited in the outbox at its first start
+	// (Stats.InitialRows): published of total, rate, time left. Defaults
+	// to 10s.
+	ProgressInterval time.Duration
 	// Observer is told what the relay does, for metrics.
 	Observer Observer
 	// TracerProvider gives the tracer of the relay's spans: one producer
@@ -172,6 +178,7 @@ func (c Config) WithDefaults() Config {
 	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, cdc.ArchiveRetentionDefault)
 	c.ArchivePurgeInterval = cmp.Or(c.ArchivePurgeInterval, cdc.ArchivePurgeIntervalDefault)
 	c.DueInterval = cmp.Or(c.DueInterval, cdc.DueIntervalDefault)
+	c.ProgressInterval = cmp.Or(c.ProgressInterval, progress.IntervalDefault)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

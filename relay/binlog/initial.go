@@ -81,6 +81,17 @@ func (s *session) initial(ctx context.Context) (string, error) {
 // page at a time as the window allows.
 func (s *session) initialRows(ctx context.Context, conn *sql.Conn) (int, error) {
 	r := s.r
+	// Counted first, in the snapshot, for the progress lines (without
+	// QueryTimeout: a cancelled statement would end the connection, and
+	// the snapshot with it).
+	var total int64
+	if err := conn.QueryRowContext(ctx, countOf(r.sql.snapshot)).Scan(&total); err != nil && ctx.Err() == nil {
+		r.log.Warn("counting the rows waiting in the outbox failed; publishing them without a total", "error", err)
+	}
+	s.pipe.startInitial(total)
+	if total > 0 {
+		r.log.Info("first start on this outbox: publishing the rows waiting in it, before the binlog", "rows", total)
+	}
 	rows, err := conn.QueryContext(ctx, r.sql.snapshot)
 	if err != nil {
 		return 0, fmt.Errorf("idem: binlog: read the waiting rows: %w", err)
@@ -100,9 +111,10 @@ func (s *session) initialRows(ctx context.Context, conn *sql.Conn) (int, error) 
 			if err := r.quarantine(ctx, rec, err); err != nil {
 				return n, err
 			}
+			s.pipe.initialSettled(true)
 			continue
 		}
-		page = append(page, &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, rec: &rec, id: rec.RawID})
+		page = append(page, &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, rec: &rec, id: rec.RawID, initial: true})
 		if len(page) == initialPage {
 			if err := s.addWaiting(ctx, page); err != nil {
 				return n, err
@@ -118,7 +130,15 @@ func (s *session) initialRows(ctx context.Context, conn *sql.Conn) (int, error) 
 			return n, err
 		}
 	}
+	s.pipe.initialRead(int64(n))
 	return n, nil
+}
+
+// countOf turns the statement reading the waiting rows into the one
+// counting them.
+func countOf(sel string) string {
+	from := sel[strings.Index(sel, "\nFROM "):]
+	return "SELECT COUNT(*)" + strings.TrimSuffix(from, " ORDER BY seq")
 }
 
 // addWaiting adds committed rows to the pipeline once its window has room.

@@ -10,6 +10,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/ctxsleep"
+	"github.com/idem-go/idem/internal/progress"
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/internal/ordered"
 	"github.com/idem-go/idem/relay/internal/sendspan"
@@ -51,6 +52,9 @@ type entry struct {
 	// archive is set once the broker confirmed the message, when the
 	// relay archives what it publishes (Config.ArchiveRetention).
 	archive bool
+	// initial marks a row that waited in the outbox at the first start:
+	// its settling counts in Stats.InitialDone.
+	initial bool
 }
 
 // pipeline holds what a session read and has not stored, in binlog order,
@@ -81,6 +85,12 @@ type pipeline struct {
 	progress chan struct{}
 	added    chan struct{}
 	wg       sync.WaitGroup
+
+	// initial reports the publishing of the rows waiting at the first
+	// start (nil otherwise); initialMu orders its end.
+	initialMu          sync.Mutex
+	initial            *progress.Reporter
+	initialQuarantined int64
 }
 
 func newPipeline(ctx context.Context, r *Relay, vis *sql.Conn) *pipeline {
@@ -298,6 +308,9 @@ func (p *pipeline) settled(out *ordered.Entry) {
 	p.unsent--
 	r.stats.inFlight.Store(int64(p.unsent))
 	p.mu.Unlock()
+	if e.initial {
+		p.initialSettled(out.Outcome == ordered.Quarantined)
+	}
 	if out.Outcome == ordered.Published {
 		r.stats.published.Add(1)
 		if !e.commit.IsZero() {
@@ -317,6 +330,51 @@ func (p *pipeline) settled(out *ordered.Entry) {
 	select {
 	case p.progress <- struct{}{}:
 	default:
+	}
+}
+
+// startInitial starts the report of the rows waiting at the first start,
+// total of them (0 when unknown until they are read).
+func (p *pipeline) startInitial(total int64) {
+	p.initialMu.Lock()
+	defer p.initialMu.Unlock()
+	p.r.stats.initialRows.Store(total)
+	p.r.stats.initialDone.Store(0)
+	p.initial = progress.New(progress.Config{Name: "initial rows", Unit: "rows", Total: total, Logger: p.r.log, Interval: p.r.cfg.ProgressInterval,
+		Running:  "publishing the rows waiting in the outbox at the first start",
+		Finished: "published the rows waiting in the outbox at the first start"})
+}
+
+// initialSettled counts a row waiting at the first start that the broker
+// confirmed or that was quarantined (unreadable, or refused), and ends
+// the report with the last one.
+func (p *pipeline) initialSettled(quarantined bool) {
+	p.initialMu.Lock()
+	defer p.initialMu.Unlock()
+	if quarantined {
+		p.initialQuarantined++
+	}
+	p.initial.Add(1)
+	p.r.stats.initialDone.Add(1)
+	p.endInitialLocked()
+}
+
+// initialRead sets the total of the rows waiting at the first start once
+// they are all read (the count before them may have failed).
+func (p *pipeline) initialRead(n int64) {
+	p.initialMu.Lock()
+	defer p.initialMu.Unlock()
+	p.r.stats.initialRows.Store(n)
+	p.initial.SetTotal(n)
+	p.endInitialLocked()
+}
+
+// endInitialLocked ends the report once every row waiting at the first
+// start is settled.
+func (p *pipeline) endInitialLocked() {
+	done := p.r.stats.initialDone.Load()
+	if done > 0 && done == p.r.stats.initialRows.Load() {
+		p.initial.Finish(progress.Count{Name: "published", N: done - p.initialQuarantined}, progress.Count{Name: "quarantined", N: p.initialQuarantined})
 	}
 }
 

@@ -87,6 +87,7 @@ type stats struct {
 	archived, purged                                                  atomic.Int64
 	inFlight, lagBytes                                                atomic.Int64
 	held, due                                                         atomic.Int64
+	initialRows, initialDone                                          atomic.Int64
 	oldest                                                            atomic.Int64 // unix nanos of the oldest unconfirmed commit
 	streaming, waiting                                                atomic.Bool
 	position                                                          atomic.Pointer[string]
@@ -121,6 +122,13 @@ type Stats struct {
 	Delayed, DuePublished int64
 	// InFlight is the number of messages read and not yet confirmed.
 	InFlight int64
+	// InitialRows is the number of rows that waited in the outbox at the
+	// first start (no stored position: the binlog after the snapshot's
+	// position does not hold them, and the relay publishes them first),
+	// and InitialDone how many of them the broker confirmed or that were
+	// quarantined so far; both 0 when none waited. The relay logs how far
+	// it is every ProgressInterval.
+	InitialRows, InitialDone int64
 	// Position is the GTID position last stored: the binlog up to it is
 	// published.
 	Position string
@@ -264,6 +272,8 @@ func (r *Relay) Stats() Stats {
 		Delayed:         r.stats.held.Load(),
 		DuePublished:    r.stats.due.Load(),
 		InFlight:        r.stats.inFlight.Load(),
+		InitialRows:     r.stats.initialRows.Load(),
+		InitialDone:     r.stats.initialDone.Load(),
 		FilePos:         r.stats.filePos.Load(),
 		LagBytes:        r.stats.lagBytes.Load(),
 		Streaming:       r.stats.streaming.Load(),
@@ -292,7 +302,7 @@ func (r *Relay) CDCStats() cdc.Stats {
 	return cdc.Stats{Published: s.Published, PublishCalls: s.PublishCalls, PublishFailures: s.PublishFailures,
 		Transactions: s.Transactions, Unreadable: s.Unreadable, Quarantined: s.Quarantined, Deleted: s.Deleted,
 		Archived: s.Archived, ArchivePurged: s.ArchivePurged, Delayed: s.Delayed, DuePublished: s.DuePublished,
-		InFlight: s.InFlight, SlotLagBytes: s.LagBytes, Lag: s.Lag, Streaming: s.Streaming, Waiting: s.Waiting,
+		InFlight: s.InFlight, InitialRows: s.InitialRows, InitialDone: s.InitialDone, SlotLagBytes: s.LagBytes, Lag: s.Lag, Streaming: s.Streaming, Waiting: s.Waiting,
 		LastError: s.LastError}
 }
 

@@ -91,6 +91,7 @@ type stats struct {
 	archived, purged                                                  atomic.Int64
 	visibilityWaits                                                   atomic.Int64
 	held, due                                                         atomic.Int64
+	initialRows, initialDone                                          atomic.Int64
 	inFlight                                                          atomic.Int64
 	confirmed                                                         atomic.Uint64
 	lagBytes, retained                                                atomic.Int64
@@ -124,6 +125,12 @@ type Stats struct {
 	// the stream left in the table to wait for their time, and
 	// DuePublished the delayed rows published from the table once due.
 	Delayed, DuePublished int64
+	// InitialRows is the number of rows that waited in the outbox when the
+	// slot was created (the stream does not send them: the relay publishes
+	// them first, from the slot's snapshot), and InitialDone how many of
+	// them are published or quarantined so far; both 0 when none waited.
+	// The relay logs how far it is every ProgressInterval.
+	InitialRows, InitialDone int64
 	// VisibilityWaits counts the checks that found a transaction the log
 	// sent as committed not yet visible to other sessions: its messages,
 	// and those after it, waited (nothing is published before its
@@ -243,6 +250,8 @@ func (r *Relay) Stats() Stats {
 		ArchivePurged:   r.stats.purged.Load(),
 		Delayed:         r.stats.held.Load(),
 		DuePublished:    r.stats.due.Load(),
+		InitialRows:     r.stats.initialRows.Load(),
+		InitialDone:     r.stats.initialDone.Load(),
 		VisibilityWaits: r.stats.visibilityWaits.Load(),
 		InFlight:        r.stats.inFlight.Load(),
 		ConfirmedLSN:    r.stats.confirmed.Load(),

@@ -777,7 +777,7 @@ func TestLagWarning(t *testing.T) {
 // Rows already in the outbox when the relay starts for the first time (a
 // table the polling relay served, rows written before the slot existed)
 // are in no stream of the slot: the relay publishes them at start, in order
-// per aggregate, once each, and deletes them.
+// per aggregate, once each, and deletes them, counting them in its Stats.
 func TestRowsBeforeTheSlotArePublished(t *testing.T) {
 	t.Parallel()
 	pg := newDB(t)
@@ -817,6 +817,10 @@ func TestRowsBeforeTheSlotArePublished(t *testing.T) {
 	}
 	if last["0"] != 11 {
 		t.Fatalf("the event written after the start was not published last: %v", last)
+	}
+	// Counted in the slot's snapshot (the published row aside), and done.
+	if s := r.Stats(); s.InitialRows != int64(len(before)-1) || s.InitialDone != s.InitialRows {
+		t.Errorf("Stats: InitialRows %d, InitialDone %d; want %d of %[3]d", s.InitialRows, s.InitialDone, len(before)-1)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/progress"
 	"github.com/idem-go/idem/outbox"
 )
 
@@ -216,6 +217,11 @@ type Config struct {
 	AcceptFailoverLoss bool
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// ProgressInterval is how often the relay logs how far it is in
+	// publishing the rows that waited in the outbox when its slot was
+	// created (Stats.InitialRows): published of total, rate, time left.
+	// Defaults to 10s.
+	ProgressInterval time.Duration
 
 	// Observer is told what the relay does, for metrics: package
 	// relay/cdc/cdcmetrics makes one that feeds Prometheus.
@@ -305,6 +311,7 @@ func (c Config) WithDefaults() Config {
 	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, ArchiveRetentionDefault)
 	c.ArchivePurgeInterval = cmp.Or(c.ArchivePurgeInterval, ArchivePurgeIntervalDefault)
 	c.DueInterval = cmp.Or(c.DueInterval, DueIntervalDefault)
+	c.ProgressInterval = cmp.Or(c.ProgressInterval, progress.IntervalDefault)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -340,7 +347,7 @@ func (c Config) validate() error {
 	}
 	for name, d := range map[string]time.Duration{"StandbyInterval": c.StandbyInterval, "FlushInterval": c.FlushInterval,
 		"PublishTimeout": c.PublishTimeout, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff, "QueryTimeout": c.QueryTimeout,
-		"ArchivePurgeInterval": c.ArchivePurgeInterval, "DueInterval": c.DueInterval} {
+		"ArchivePurgeInterval": c.ArchivePurgeInterval, "DueInterval": c.DueInterval, "ProgressInterval": c.ProgressInterval} {
 		if d < 0 {
 			return fmt.Errorf("idem: cdc: Config.%s %v: must not be negative", name, d)
 		}

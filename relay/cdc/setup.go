@@ -354,7 +354,7 @@ func (r *Relay) createSlot(ctx context.Context) error {
 		return slotError(err, r.cfg.Slot, r.replCfg.User)
 	}
 	r.log.Info("created replication slot; it keeps the WAL from here on until it is dropped (idem cdc drop-slot)", "lsn", res.ConsistentPoint)
-	sel, err := r.initialRowsQuery(ctx)
+	sel, count, err := r.initialRowsQuery(ctx)
 	if err != nil || sel == "" {
 		return err
 	}
@@ -368,7 +368,7 @@ func (r *Relay) createSlot(ctx context.Context) error {
 		_ = tx.Rollback(context.Background())
 		return fmt.Errorf("idem: cdc: read the rows waiting in the outbox: import the slot's snapshot: %w", err)
 	}
-	r.initial = &initialRows{tx: tx, sel: sel}
+	r.initial = &initialRows{tx: tx, sel: sel, count: count}
 	return nil
 }
 

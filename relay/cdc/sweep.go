@@ -10,6 +10,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/outboxcodec"
+	"github.com/idem-go/idem/internal/progress"
 	"github.com/idem-go/idem/relay/internal/ordered"
 	"github.com/idem-go/idem/relay/internal/sendspan"
 )
@@ -32,22 +33,24 @@ const sweepColumnsSQL = `SELECT count(*) FROM pg_attribute
 type initialRows struct {
 	tx    pgx.Tx // repeatable read, in the slot's snapshot
 	sel   string
-	after int64 // the last seq read
+	count string // counts them, for the progress lines
+	after int64  // the last seq read
 }
 
 // initialRowsQuery returns the statement reading a page of the rows waiting
-// in the outbox, or "" when there are none to look for: with Config.Delete
+// in the outbox, and the one counting them, or "" when there are none to
+// look for: with Config.Delete
 // = KeepRows (the table holds what the writer keeps, not what waits), and on
 // a table without idem's seq, published_at and quarantined_at columns
 // (Debezium's five columns only: drain it before the first start; a
 // warning says so when it holds rows).
-func (r *Relay) initialRowsQuery(ctx context.Context) (string, error) {
+func (r *Relay) initialRowsQuery(ctx context.Context) (sel, count string, err error) {
 	if r.cfg.Delete != DeletePublished {
-		return "", nil
+		return "", "", nil
 	}
 	var cols int
 	if err := r.pool.QueryRow(ctx, sweepColumnsSQL, r.sql.table).Scan(&cols); err != nil {
-		return "", fmt.Errorf("idem: cdc: read the outbox's columns: %w", err)
+		return "", "", fmt.Errorf("idem: cdc: read the outbox's columns: %w", err)
 	}
 	if cols != 3 {
 		var held bool
@@ -55,15 +58,15 @@ func (r *Relay) initialRowsQuery(ctx context.Context) (string, error) {
 			r.log.Warn("the outbox held rows when the slot was created; they are not in its stream, and without idem's seq, published_at and quarantined_at columns the relay cannot tell which wait: publish them another way (the polling relay, idem relay), or delete them",
 				"table", r.sql.table)
 		}
-		return "", nil
+		return "", "", nil
 	}
 	// Delayed rows wait in the table for their time (publishDue).
-	delayed := ""
+	where := ` published_at IS NULL AND quarantined_at IS NULL`
 	if r.sql.due != "" {
-		delayed = " AND not_before IS NULL"
+		where += " AND not_before IS NULL"
 	}
-	return `SELECT * FROM ` + r.sql.table + ` WHERE seq > $1
-		AND published_at IS NULL AND quarantined_at IS NULL` + delayed + ` ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage), nil
+	return `SELECT * FROM ` + r.sql.table + ` WHERE seq > $1 AND` + where + ` ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage),
+		`SELECT count(*) FROM ` + r.sql.table + ` WHERE` + where, nil
 }
 
 // publishInitial publishes the rows waiting in the outbox when the slot was
@@ -74,6 +77,8 @@ func (r *Relay) publishInitial() {
 	in := r.initial
 	defer r.dropInitial()
 	del := `DELETE FROM ` + r.sql.table + ` WHERE seq = ANY($1::bigint[])`
+	rep := r.initialProgress(in)
+	quarantined := r.stats.quarantined.Load()
 	var n int64
 	for {
 		if r.stopping() {
@@ -83,8 +88,8 @@ func (r *Relay) publishInitial() {
 		}
 		recs, err := r.sweepPage(r.ctx, in.tx, in.sel, in.after)
 		if err == nil && len(recs) == 0 {
-			if n > 0 {
-				r.log.Info("published the rows that were waiting in the outbox when the slot was created", "rows", n)
+			if rep.Done() > 0 {
+				rep.Finish(progress.Count{Name: "published", N: n}, progress.Count{Name: "quarantined", N: r.stats.quarantined.Load() - quarantined})
 			}
 			return
 		}
@@ -116,6 +121,11 @@ func (r *Relay) publishInitial() {
 				n += int64(len(done))
 			}
 		}
+		if err == nil {
+			// Every row of the page is published or quarantined.
+			r.stats.initialDone.Add(int64(len(recs)))
+			rep.Add(int64(len(recs)))
+		}
 		if err != nil {
 			if r.ctx.Err() == nil {
 				r.log.Error("publishing the rows waiting in the outbox when the slot was created failed; they stay in the table, and the stream will not send them: drop the slot (idem cdc drop-slot) and start again to publish them",
@@ -124,6 +134,28 @@ func (r *Relay) publishInitial() {
 			return
 		}
 	}
+}
+
+// initialProgress counts the rows of in, for Stats.InitialRows, and
+// returns the report of their publishing, logged every
+// Config.ProgressInterval. The count runs in a savepoint of the snapshot's
+// transaction, without QueryTimeout (a cancelled statement would end the
+// transaction, and the snapshot with it); one that fails leaves the total
+// unknown.
+func (r *Relay) initialProgress(in *initialRows) *progress.Reporter {
+	var total int64
+	err := pgx.BeginFunc(r.ctx, in.tx, func(sp pgx.Tx) error { return sp.QueryRow(r.ctx, in.count).Scan(&total) })
+	if err != nil && r.ctx.Err() == nil {
+		r.log.Warn("counting the rows waiting in the outbox when the slot was created failed; publishing them without a total", "error", err)
+	}
+	r.stats.initialRows.Store(total)
+	r.stats.initialDone.Store(0)
+	if total > 0 {
+		r.log.Info("publishing the rows that were waiting in the outbox when the slot was created, before the stream", "rows", total)
+	}
+	return progress.New(progress.Config{Name: "initial rows", Unit: "rows", Total: total, Logger: r.log, Interval: r.cfg.ProgressInterval,
+		Running:  "publishing the rows that were waiting in the outbox when the slot was created",
+		Finished: "published the rows that were waiting in the outbox when the slot was created"})
 }
 
 // dropInitial ends the snapshot's transaction, if any.

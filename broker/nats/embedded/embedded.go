@@ -11,7 +11,10 @@
 //
 // By default the server accepts in-process connections only; set Listen
 // (127.0.0.1:4222) to let other processes, such as the idem command, connect
-// with nats://127.0.0.1:4222. Only one server may use a directory at a time.
+// with nats://127.0.0.1:4222. Only one server may use a directory at a time:
+// Start locks it (a lock file, LockFile, held until Shutdown or the end of
+// the process, whatever ends it) and refuses a directory another server
+// holds with ErrDirInUse.
 package embedded
 
 import (
@@ -21,7 +24,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,7 +34,35 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/idem-go/idem/internal/dirlock"
 )
+
+// LockFile is the file in the store directory that a running server holds
+// locked (flock), with its process id in it.
+const LockFile = "idem.lock"
+
+// ErrDirInUse is wrapped by the error of Start, and of CheckDir, when
+// another server holds the store directory, in this process or another:
+// two servers on one JetStream store corrupt it. The error names the
+// holder's process id.
+var ErrDirInUse = errors.New("idem: nats embedded: another server holds the store directory")
+
+// CheckDir returns an error wrapping ErrDirInUse when a server holds dir,
+// as Start would, without starting one: a process that will start a server
+// there can stop before it opens anything else.
+func CheckDir(dir string) error {
+	return dirInUse(dirlock.Check(dir, LockFile))
+}
+
+// dirInUse turns dirlock's refusal into ErrDirInUse.
+func dirInUse(err error) error {
+	var held *dirlock.HeldError
+	if errors.As(err, &held) {
+		return fmt.Errorf("%w: %w; stop that process, or use another directory", ErrDirInUse, held)
+	}
+	return err
+}
 
 // Defaults of Config.
 const (
@@ -92,6 +122,8 @@ type Server struct {
 	// writeFailed is set when JetStream failed to write to disk: a
 	// file store keeps that error and refuses every later write.
 	writeFailed atomic.Bool
+	// lock holds the directory until the server has shut down.
+	lock *dirlock.Lock
 	// maxMemory is JetStream's memory limit, as the server chose it.
 	maxMemory int64
 }
@@ -108,9 +140,24 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idem: nats embedded: Config.Dir %q: %w", cfg.Dir, err)
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	lock, err := dirlock.Acquire(dir, LockFile)
+	if err != nil {
+		if errors.Is(err, dirlock.ErrHeld) {
+			return nil, dirInUse(err)
+		}
 		return nil, fmt.Errorf("idem: nats embedded: %w", err)
 	}
+	srv, err := start(ctx, cfg, dir)
+	if err != nil {
+		_ = lock.Release()
+		return nil, err
+	}
+	srv.lock = lock
+	return srv, nil
+}
+
+// start starts the server of Start on dir, which it holds.
+func start(ctx context.Context, cfg Config, dir string) (*Server, error) {
 	if cfg.MaxStore == 0 {
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(dir, &st); err == nil {
@@ -279,6 +326,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-s.done
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
+		_ = s.lock.Release()
 		close(done)
 	}()
 	select {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -137,4 +139,39 @@ func mustSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// TestOneServerPerDir: a second server on a directory a server holds is
+// refused at once, naming the holder; once the first has shut down, the
+// directory can be used again.
+func TestOneServerPerDir(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	first, err := embedded.Start(ctx, embedded.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := embedded.CheckDir(dir); !errors.Is(err, embedded.ErrDirInUse) {
+		t.Errorf("CheckDir of a held directory = %v, want ErrDirInUse", err)
+	}
+	second, err := embedded.Start(ctx, embedded.Config{Dir: dir})
+	if !errors.Is(err, embedded.ErrDirInUse) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
+		if second != nil {
+			_ = second.Shutdown(ctx)
+		}
+		t.Fatalf("a second server on %s: %v, want ErrDirInUse naming pid %d", dir, err, os.Getpid())
+	}
+	if err := first.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := embedded.CheckDir(dir); err != nil {
+		t.Errorf("CheckDir after Shutdown = %v", err)
+	}
+	again, err := embedded.Start(ctx, embedded.Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("a server after the first shut down: %v", err)
+	}
+	if err := again.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -187,6 +187,7 @@ type queries struct {
 	failedColumns                      string
 	purgeProcessed, purgeAttempts      string
 	listFailedNewest, listFailedOldest string
+	countFailed                        string
 	purgeFailed                        string
 
 	keyInsert, keyGet, keyReclaim, keyComplete, keyRelease, keyPurge string
@@ -221,6 +222,8 @@ LIMIT ?`,
 ` + failedWhere + `
 ORDER BY id
 LIMIT ?`,
+		countFailed: `SELECT count(*) FROM ` + n.FailedMessage + `
+` + failedWhere,
 		purgeFailed: f.DeleteOldest(n.FailedMessage, "id", "failed_at < ? AND (? = '' OR consumer_name = ?)", "failed_at"),
 
 		// The idempotency key table (migration 0004).
@@ -361,6 +364,18 @@ func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f idem.Fai
 		f.AggregateType, f.AggregateType, f.AggregateID, f.AggregateID, heldBy, heldBy, since, since,
 		before, before, after, after, f.Limit}, TimeDest)
 	return list, d.Wrap(err)
+}
+
+// CountFailed implements driver.Dialect.
+func (d *Dialect) CountFailed(ctx context.Context, ex driver.Executor, f idem.FailedFilter) (int64, error) {
+	f = failrow.Filter(f)
+	since := sqltime.Arg(f.Since)
+	heldBy, before, after := max(f.HeldBy, 0), max(f.BeforeID, 0), max(f.AfterID, 0)
+	var n int64
+	err := driver.QueryRow(ctx, ex, d.q.countFailed, []any{f.Consumer, f.Consumer, f.EventName, f.EventName,
+		f.AggregateType, f.AggregateType, f.AggregateID, f.AggregateID, heldBy, heldBy, since, since,
+		before, before, after, after}, &n)
+	return n, d.Wrap(err)
 }
 
 // PurgeFailed implements driver.Dialect.
