@@ -346,6 +346,7 @@ func TestStartChecks(t *testing.T) {
 	db := testdb.NewMariaDB(t)
 	for _, c := range []struct{ param, want string }{
 		{"binlog_format=%27STATEMENT%27", "binlog_format is STATEMENT"},
+		{"binlog_format=%27MIXED%27", "binlog_format is MIXED: the relay reads rows, and with MIXED an insert of plain values is logged as a statement"},
 		{"binlog_row_image=%27MINIMAL%27", "binlog_row_image is MINIMAL"},
 	} {
 		t.Run(c.param, func(t *testing.T) {
