@@ -18,8 +18,8 @@ import (
 	"github.com/idem-go/idem/relay/binlog"
 )
 
-// logRecorder keeps the messages of the records it passes on to the test's
-// log.
+// logRecorder keeps the levels and messages of the records it passes on
+// to the test's log ("WARN the outbox's columns changed...").
 type logRecorder struct {
 	next slog.Handler
 	mu   *sync.Mutex
@@ -27,7 +27,7 @@ type logRecorder struct {
 }
 
 // recordingConfig returns fastConfig with a logger that records, and a
-// function that counts the messages recorded that hold substr.
+// function that counts the records whose level and message hold substr.
 func recordingConfig(t *testing.T) (binlog.Config, func(substr string) int) {
 	rec := logRecorder{next: testlog.New(t).Handler(), mu: &sync.Mutex{}, msgs: new([]string)}
 	cfg := fastConfig(t)
@@ -49,7 +49,7 @@ func recordingConfig(t *testing.T) (binlog.Config, func(substr string) int) {
 func (r logRecorder) Enabled(ctx context.Context, l slog.Level) bool { return r.next.Enabled(ctx, l) }
 func (r logRecorder) Handle(ctx context.Context, rec slog.Record) error {
 	r.mu.Lock()
-	*r.msgs = append(*r.msgs, rec.Message)
+	*r.msgs = append(*r.msgs, rec.Level.String()+" "+rec.Message)
 	r.mu.Unlock()
 	return r.next.Handle(ctx, rec)
 }
@@ -100,8 +100,11 @@ func TestServerDefaults(t *testing.T) {
 		msgs := waitLen(t, pub, 6)
 		checkFirstOrder(t, msgs, append(before, after...))
 		checkEvents(t, msgs, "a")
-		if n := logs(fromSchema); n != 1 {
+		if n := logs("INFO " + fromSchema); n != 1 {
 			t.Errorf("%d start-up lines %q, want 1", n, fromSchema)
+		}
+		if n := logs("WARN") + logs("ERROR"); n != 0 {
+			t.Errorf("%d warnings and errors logged", n)
 		}
 		if s := r.Stats(); s.Unreadable != 0 || s.Published != 6 {
 			t.Errorf("stats: %+v", s)
@@ -131,7 +134,7 @@ func TestServerDefaults(t *testing.T) {
 		}
 		checkFirstOrder(t, msgs, append(append(append(first, old...), altered...), sentinel...))
 		checkEvents(t, msgs, "a")
-		if n := logs("the outbox's columns changed after rows the relay had not read yet"); n != 1 {
+		if n := logs("WARN the outbox's columns changed after rows the relay had not read yet"); n != 1 {
 			t.Errorf("%d warnings of the changed columns, want 1", n)
 		}
 		if s := r.Stats(); s.Unreadable != 0 {
@@ -142,22 +145,48 @@ func TestServerDefaults(t *testing.T) {
 
 	// A table with Debezium's columns, aggregateid an INT UNSIGNED: the
 	// table map holds no signedness either, information_schema gives it.
+	// Columns are added, two columns of one type swap names (the table
+	// maps stay the same: the DDL in the binlog says to read the names
+	// again), and a column is added out of the binlog (sql_log_bin = 0:
+	// the table maps differ from the names read).
 	t.Run("Debezium table, altered while read", func(t *testing.T) {
 		db := srv.NewDB(t)
 		db.Exec(t, `CREATE TABLE ext_outbox (id VARCHAR(64) NOT NULL PRIMARY KEY, aggregatetype VARCHAR(255) NOT NULL,
     aggregateid INT UNSIGNED NOT NULL, type VARCHAR(255) NOT NULL, payload JSON NULL)`)
 		pub := memory.New()
-		cfg := fastConfig(t)
+		cfg, logs := recordingConfig(t)
 		cfg.Tables.Outbox = "ext_outbox"
 		start(t, db, pub, cfg)
-		ids := []string{uuid.NewString()}
-		db.Exec(t, `INSERT INTO ext_outbox VALUES (?, 'customer', 4000000000, 'customer.created.v1', '{"n": 1}')`, ids[0])
+		var ids []string
+		insert := func() {
+			ids = append(ids, uuid.NewString())
+			db.Exec(t, `INSERT INTO ext_outbox (id, aggregatetype, aggregateid, type, payload)
+VALUES (?, 'customer', 4000000000, 'customer.created.v1', JSON_OBJECT('n', ?))`, ids[len(ids)-1], len(ids))
+		}
+		insert()
 		waitLen(t, pub, 1)
 		db.Exec(t, "ALTER TABLE ext_outbox ADD COLUMN source VARCHAR(20) NULL AFTER id")
-		ids = append(ids, uuid.NewString(), uuid.NewString())
-		db.Exec(t, `INSERT INTO ext_outbox (id, source, aggregatetype, aggregateid, type, payload)
-VALUES (?, 'shop', 'customer', 4000000000, 'customer.created.v1', '{"n": 2}'), (?, 'shop', 'customer', 4000000000, 'customer.created.v1', '{"n": 3}')`, ids[1], ids[2])
-		msgs := waitLen(t, pub, 3)
+		insert()
+		insert()
+		waitLen(t, pub, 3)
+		db.Exec(t, "ALTER TABLE ext_outbox RENAME COLUMN aggregatetype TO swapped")
+		db.Exec(t, "ALTER TABLE ext_outbox RENAME COLUMN type TO aggregatetype")
+		db.Exec(t, "ALTER TABLE ext_outbox RENAME COLUMN swapped TO type")
+		insert()
+		waitLen(t, pub, 4)
+		ctx := context.Background()
+		conn, err := db.DB.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{"SET SESSION sql_log_bin = 0", "ALTER TABLE ext_outbox ADD COLUMN region VARCHAR(10) NULL AFTER id", "SET SESSION sql_log_bin = 1"} {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = conn.Close()
+		insert()
+		msgs := waitLen(t, pub, 5)
 		for i, m := range msgs {
 			ev, err := idem.Decode(m)
 			if err != nil {
@@ -168,6 +197,9 @@ VALUES (?, 'shop', 'customer', 4000000000, 'customer.created.v1', '{"n": 2}'), (
 				ev.AggregateID != "4000000000" || ev.Name != "customer.created.v1" || p.N != i+1 {
 				t.Errorf("message %d: %+v (payload %s)", i, ev, ev.Payload)
 			}
+		}
+		if n := logs("WARN") + logs("ERROR"); n != 0 {
+			t.Errorf("%d warnings and errors logged", n)
 		}
 	})
 
