@@ -94,7 +94,11 @@ func (s *session) initialRows(ctx context.Context, conn *sql.Conn) (int, error) 
 	}
 	s.pipe.startInitial(total)
 	if total > 0 {
-		r.log.Info("first start on this outbox: publishing the rows waiting in it, before the binlog", "rows", total)
+		what := "first start on this outbox: publishing the rows waiting in it, before the binlog"
+		if r.resnapshot {
+			what = "publishing the rows waiting in the outbox from a snapshot of the table, before the binlog"
+		}
+		r.log.Info(what, "rows", total)
 	}
 	rows, err := conn.QueryContext(ctx, r.sql.snapshot)
 	if err != nil {
