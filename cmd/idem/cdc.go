@@ -131,15 +131,22 @@ sync_replication_slots = on), and neither flag is needed.
 
 MariaDB. With a mysql:// URL the relay reads MariaDB's binary log (10.5 or
 later; MySQL is not supported yet: run idem relay there), as a replica does.
-The server needs, in the [mysqld] section of its configuration:
+Of MariaDB's defaults two must change, in the [mysqld] section of the
+server's configuration:
 
-  log_bin = mariadb-bin        # the binary log, on
-  server_id = 1                # any number; --server-id must differ
-  binlog_format = ROW          # rows, not statements
-  binlog_row_image = FULL      # whole rows
-  binlog_row_metadata = FULL   # column names in the binlog
+  log_bin = mariadb-bin        # the binary log, on (off by default)
+  binlog_format = ROW          # rows: MIXED, the default, logs plain inserts
+                               # as statements, which hold no row to read
 
-and the relay's user needs GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*
+The other defaults work: server_id = 1 (--server-id must differ),
+binlog_row_image = FULL (whole rows), log_bin_compress = OFF. With
+binlog_row_metadata = NO_LOG, the default, the relay reads the column names
+from information_schema, again after each ALTER TABLE of the outbox it reads
+in the binlog; rows logged before an ALTER TABLE made while the relay was
+stopped cannot be named then: it publishes the rows waiting in an idem
+outbox from the table instead, and stops on another table, saying what to
+do. binlog_row_metadata = FULL puts the names in the binlog and avoids both.
+The relay's user needs GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*
 (plus SELECT, INSERT, UPDATE, DELETE on the outbox and its position table),
 with mysql_native_password and no TLS. The command checks each and says
 which is missing. "idem migrate" creates the table binlog_position, where the

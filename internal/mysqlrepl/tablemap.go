@@ -90,7 +90,9 @@ type Column struct {
 	// binlog_row_metadata=FULL; "" without it.
 	Name string
 	// Unsigned reports an UNSIGNED numeric column, from the optional
-	// metadata (binlog_row_metadata MINIMAL or FULL); false without it.
+	// metadata (binlog_row_metadata MINIMAL or FULL); false without it,
+	// unless a reader that knows the table's columns otherwise sets it
+	// before decoding the rows.
 	Unsigned bool
 	// EnumValues are the values of an ENUM column (index 1 is
 	// EnumValues[0]), SetValues those of a SET column (bit i is
@@ -103,6 +105,15 @@ type Column struct {
 func (c Column) RealType() byte {
 	t, _ := c.stringType()
 	return t
+}
+
+// FixedLength returns the length in bytes of a CHAR or BINARY column
+// (RealType TypeString), 0 for other types.
+func (c Column) FixedLength() int {
+	if t, n := c.stringType(); t == TypeString {
+		return n
+	}
+	return 0
 }
 
 // stringType returns the real type and the length (pack length for ENUM

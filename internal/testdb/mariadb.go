@@ -90,11 +90,17 @@ type SQLDB struct {
 // ends.
 func NewMariaDB(t testing.TB, opts ...Options) *SQLDB {
 	t.Helper()
+	return newMariaDB(t, MariaDBURL(t), opts...)
+}
+
+// newMariaDB creates a fresh database on the server of the URL base, as
+// NewMariaDB does.
+func newMariaDB(t testing.TB, base string, opts ...Options) *SQLDB {
+	t.Helper()
 	var o Options
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	base := MariaDBURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	name := "idem_t_" + randomHex(6)

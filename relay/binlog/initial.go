@@ -14,8 +14,9 @@ import (
 // start.
 const initialPage = 1000
 
-// initial runs at a relay's first start on an outbox (no stored position):
-// it opens a consistent snapshot, takes the binlog position of that
+// initial runs at a relay's first start on an outbox (no stored position),
+// and when the rows at the stored position cannot be named
+// (Relay.resnapshot): it opens a consistent snapshot, takes the binlog position of that
 // snapshot, and hands the rows waiting in the outbox then (exactly those
 // the binlog after the position will not send) to the pipeline, in seq
 // order, before the stream. The position is stored once they are all
@@ -72,8 +73,11 @@ func (s *session) initial(ctx context.Context) (string, error) {
 	// The position of the snapshot, stored once what comes before it (the
 	// rows above) is published.
 	s.pipe.add([]*entry{{pos: start, file: file, filePos: uint64(pos), store: true}})
-	r.log.Info("first start on this outbox: reading the binlog from the server's current position",
-		"gtid_position", start, "binlog_file", file, "binlog_pos", pos, "waiting_rows", n)
+	what := "first start on this outbox: reading the binlog from the server's current position"
+	if r.resnapshot {
+		what = "publishing the rows waiting in the outbox from a snapshot of the table; reading the binlog from the snapshot's position"
+	}
+	r.log.Info(what, "gtid_position", start, "binlog_file", file, "binlog_pos", pos, "waiting_rows", n)
 	return start, nil
 }
 
@@ -90,7 +94,11 @@ func (s *session) initialRows(ctx context.Context, conn *sql.Conn) (int, error) 
 	}
 	s.pipe.startInitial(total)
 	if total > 0 {
-		r.log.Info("first start on this outbox: publishing the rows waiting in it, before the binlog", "rows", total)
+		what := "first start on this outbox: publishing the rows waiting in it, before the binlog"
+		if r.resnapshot {
+			what = "publishing the rows waiting in the outbox from a snapshot of the table, before the binlog"
+		}
+		r.log.Info(what, "rows", total)
 	}
 	rows, err := conn.QueryContext(ctx, r.sql.snapshot)
 	if err != nil {

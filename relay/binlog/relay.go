@@ -73,9 +73,14 @@ type Relay struct {
 	archiver  driver.OutboxArchiver
 	archiveEx driver.Executor
 	purge     periodic.Loop
-	// warnedNames is set once the relay read column names from
-	// information_schema (warned once).
-	warnedNames atomic.Bool
+	// names says where the relay reads the outbox's column names
+	// (namesFromBinlog, namesFromSchema), logged when it changes.
+	names atomic.Int32
+	// resnapshot asks the next session to start from a snapshot of the
+	// table, as at a first start: the rows at the stored position were
+	// logged under columns the relay cannot name (ErrColumnsChanged).
+	// Read and written by run's goroutine only.
+	resnapshot bool
 }
 
 type limiters struct {
@@ -206,8 +211,8 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	return r, nil
 }
 
-// Start checks the server (binary log in row format with full rows and
-// column names, the privileges, the outbox and position tables) and starts
+// Start checks the server (binary log on, in row format with full rows,
+// the privileges, the outbox and position tables) and starts
 // reading the binlog in the background. ctx bounds the start-up only. When
 // another process reads the same outbox, the relay waits and takes over
 // when it stops or dies (Stats.Waiting): Start does not fail for that.

@@ -74,7 +74,11 @@ type serverSettings struct {
 var ErrServerSettings = errors.New("idem: binlog: server settings")
 
 // checkSettings checks the server's binlog settings: each failure names the
-// setting and how to set it.
+// setting and how to set it. Of MariaDB's defaults, log_bin (off) and
+// binlog_format (MIXED) must change; binlog_row_image (FULL),
+// binlog_row_metadata (NO_LOG: the column names are read from
+// information_schema, columns.go), log_bin_compress (off) and server_id (1)
+// do.
 func checkSettings(s serverSettings, serverID uint32) error {
 	var problems []string
 	if !strings.Contains(strings.ToLower(s.version), "mariadb") {
@@ -84,13 +88,20 @@ func checkSettings(s serverSettings, serverID uint32) error {
 		problems = append(problems, "the binary log is off (log_bin): add log_bin = mariadb-bin and server_id = 1 (any number unique in the topology) to the [mysqld] section of the server's configuration, then restart it")
 	}
 	if !strings.EqualFold(s.format, "ROW") {
-		problems = append(problems, fmt.Sprintf("binlog_format is %s: the relay reads rows, not statements: SET GLOBAL binlog_format = 'ROW' and binlog_format = ROW in the configuration (sessions opened before keep their format: reconnect the writers)", s.format))
+		// Under MIXED, MariaDB logs a statement as rows only when it deems
+		// it unsafe for statements: an INSERT of plain values into a table
+		// with Debezium's columns is logged as a statement, which holds no
+		// rows to read (idem's own table, whose defaults call
+		// UTC_TIMESTAMP, happens to be logged as rows: a rule of MariaDB's
+		// that no correctness should rest on).
+		logged := "every insert is logged as a statement"
+		if strings.EqualFold(s.format, "MIXED") {
+			logged = "an insert of plain values is logged as a statement"
+		}
+		problems = append(problems, fmt.Sprintf("binlog_format is %s: the relay reads rows, and with %s %s, which the relay cannot read (its event would not be published): SET GLOBAL binlog_format = 'ROW' and binlog_format = ROW in the configuration (sessions opened before keep their format: reconnect the writers)", s.format, s.format, logged))
 	}
 	if !strings.EqualFold(s.rowImage, "FULL") {
-		problems = append(problems, fmt.Sprintf("binlog_row_image is %s: with less than FULL an insert may leave out the columns that took their default: SET GLOBAL binlog_row_image = 'FULL' and binlog_row_image = FULL in the configuration", s.rowImage))
-	}
-	if !strings.EqualFold(s.rowMetadata, "FULL") {
-		problems = append(problems, fmt.Sprintf("binlog_row_metadata is %s: the relay reads column names from the binlog: SET GLOBAL binlog_row_metadata = 'FULL' and binlog_row_metadata = FULL in the configuration", s.rowMetadata))
+		problems = append(problems, fmt.Sprintf("binlog_row_image is %s: with less than FULL (the default) an insert may leave out the columns that took their default, and an update the columns it did not change: SET GLOBAL binlog_row_image = 'FULL' and binlog_row_image = FULL in the configuration", s.rowImage))
 	}
 	if s.compress {
 		problems = append(problems, "log_bin_compress is ON: the relay does not read compressed events: SET GLOBAL log_bin_compress = OFF and log_bin_compress = OFF in the configuration")
@@ -177,6 +188,11 @@ func (r *Relay) setup(ctx context.Context) error {
 	if err := r.checkTables(ctx); err != nil {
 		return err
 	}
+	if strings.EqualFold(s.rowMetadata, "FULL") {
+		r.namesFrom(namesFromBinlog, s.rowMetadata)
+	} else {
+		r.namesFrom(namesFromSchema, s.rowMetadata)
+	}
 	// When no other process reads this outbox, check that the binlog still
 	// holds the stored position, and keep the lock for run.
 	lock, err := r.acquireCtx(ctx)
@@ -231,21 +247,16 @@ func (r *Relay) probe(ctx context.Context, pos string) error {
 
 // checkTables checks the outbox's columns and the position table.
 func (r *Relay) checkTables(ctx context.Context) error {
-	rows, err := r.db.QueryContext(ctx, `SELECT COLUMN_NAME FROM information_schema.COLUMNS
-WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, r.schema, r.cfg.Tables.Outbox)
+	cols, err := r.readColumns(ctx)
 	if err != nil {
-		return fmt.Errorf("idem: binlog: read the outbox's columns: %w", err)
-	}
-	cols, err := scanStrings(rows)
-	if err != nil {
-		return fmt.Errorf("idem: binlog: read the outbox's columns: %w", err)
+		return err
 	}
 	if len(cols) == 0 {
 		return fmt.Errorf("idem: binlog: no outbox table %s: run \"idem migrate\" (or create a table with Debezium's columns id, aggregatetype, aggregateid, type, payload)", r.sql.table)
 	}
 	has := map[string]bool{}
 	for _, c := range cols {
-		has[strings.ToLower(c)] = true
+		has[strings.ToLower(c.name)] = true
 	}
 	for _, c := range []string{"id", "aggregatetype", "aggregateid", "type", "payload"} {
 		if !has[c] {

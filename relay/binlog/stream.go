@@ -67,12 +67,26 @@ func (r *Relay) run() {
 				r.log.Info("another process reads this outbox's binlog; waiting to take over")
 			}
 			d = r.cfg.StandbyPoll
+		case errors.Is(err, ErrColumnsChanged) && r.idemTable && r.cfg.Delete == DeletePublished:
+			// The rows the relay cannot name are still in the table, and
+			// it can tell which wait: it publishes them from there.
+			r.resnapshot = true
+			failures++
+			d = r.backoff(failures)
+			r.log.Warn("the outbox's columns changed after rows the relay had not read yet, and the binlog holds no column names: publishing the rows waiting in the table instead, in seq order, as at a first start (rows published and not deleted yet are published again), then reading the binlog on from that snapshot; set binlog_row_metadata = FULL to read such rows from the binlog",
+				"error", err)
 		default:
 			failures++
 			r.stats.waiting.Store(false)
+			if errors.Is(err, ErrColumnsChanged) {
+				// A table without idem's columns, or rows kept: the relay
+				// cannot tell which rows of the table wait.
+				err = fmt.Errorf("%w. The relay stops here rather than publish them under wrong names, and tries again every %v. The rows are still in the table unless their writer deleted them: stop the relay, publish them with idem relay, then forget the position (idem cdc reset-position) and start it again; set binlog_row_metadata = FULL (or change the outbox while the relay runs and has read the binlog before the change) so that it does not happen again",
+					err, r.cfg.MaxRetryBackoff)
+			}
 			r.setErr(err)
 			d = r.backoff(failures)
-			if errors.Is(err, ErrPositionPurged) {
+			if errors.Is(err, ErrPositionPurged) || errors.Is(err, ErrColumnsChanged) {
 				d = r.cfg.MaxRetryBackoff
 				r.errs.replication.Warn(r.ctx, "cannot resume", err, "retry_in", d.Round(time.Millisecond))
 			} else {
@@ -186,13 +200,16 @@ type session struct {
 	// (Config.ArchiveRetention), in binlog order.
 	toDelete  []string
 	toArchive []*driver.OutboxRecord
-	// names are the outbox's columns from information_schema, when the
-	// binlog holds none; nil until needed.
-	names []string
-	// idx is the outbox's column index of the table id idxTable, from the
-	// binlog's column names.
+	// columns are the outbox's columns from information_schema, when the
+	// binlog holds no names; nil until needed, and after a DDL statement
+	// on the outbox.
+	columns []schemaColumn
+	// idx is the outbox's column index (columnIndex) for the table map
+	// columns mapped; unsigned, the columns information_schema says are
+	// unsigned, when the names came from there.
 	idx      map[string]int
-	idxTable uint64
+	mapped   []mysqlrepl.Column
+	unsigned []bool
 	// stored is the position last stored, at storedAt.
 	stored   string
 	storedAt time.Time
@@ -239,12 +256,13 @@ func (r *Relay) session(lock *sql.Conn) (read bool, err error) {
 		return false, err
 	}
 	start := stored
-	if stored == "" {
+	if stored == "" || r.resnapshot {
 		// The snapshot's position goes through the pipeline after its
 		// rows, and is stored once they are published.
 		if start, err = s.initial(ctx); err != nil {
 			return false, err
 		}
+		r.resnapshot = false
 	} else {
 		p := stored // stored changes below; Stats reads p
 		r.stats.position.Store(&p)
@@ -405,8 +423,12 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 			return nil
 		}
 		q := strings.TrimSpace(e.Query)
-		if s.tx.standalone {
-			s.names, s.idx = nil, nil // DDL: the columns may have changed
+		if s.tx.standalone && strings.Contains(strings.ToLower(q), strings.ToLower(r.cfg.Tables.Outbox)) {
+			// DDL that may change the outbox's columns: the rows after it
+			// have the table's columns as information_schema gives them
+			// now, unless a later DDL changed them again (columnIndex
+			// sees the difference).
+			s.columns, s.idx = nil, nil
 		}
 		switch {
 		case s.tx.standalone, strings.EqualFold(q, "COMMIT"):
@@ -458,52 +480,6 @@ func (s *session) rows(ctx context.Context, e *mysqlrepl.RowsEvent) error {
 		return nil
 	}
 	return s.addRows(ctx, e, idx, rows)
-}
-
-// columnIndex maps the outbox's column names, lower-cased, to their
-// positions in its rows events: from the table map (binlog_row_metadata =
-// FULL), or, when a change of that setting left the names out, from
-// information_schema, read again after any statement logged alone (DDL).
-func (s *session) columnIndex(ctx context.Context, t *mysqlrepl.TableMapEvent) (map[string]int, error) {
-	// The server maps the table again before each statement's rows: the
-	// same table id (new after DDL) with the same columns.
-	if s.idx != nil && s.idxTable == t.TableID && len(s.idx) == len(t.Columns) {
-		return s.idx, nil
-	}
-	idx := make(map[string]int, len(t.Columns))
-	for i, c := range t.Columns {
-		if c.Name == "" {
-			break
-		}
-		idx[strings.ToLower(c.Name)] = i
-	}
-	if len(idx) == len(t.Columns) {
-		s.idx, s.idxTable = idx, t.TableID
-		return idx, nil
-	}
-	if s.names == nil {
-		qctx, cancel := context.WithTimeout(ctx, s.r.cfg.QueryTimeout)
-		defer cancel()
-		rows, err := s.r.db.QueryContext(qctx, `SELECT COLUMN_NAME FROM information_schema.COLUMNS
-WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, s.r.schema, s.r.cfg.Tables.Outbox)
-		if err != nil {
-			return nil, fmt.Errorf("idem: binlog: read the outbox's columns (the binlog holds no names: binlog_row_metadata is not FULL): %w", err)
-		}
-		if s.names, err = scanStrings(rows); err != nil {
-			return nil, fmt.Errorf("idem: binlog: read the outbox's columns: %w", err)
-		}
-		if !s.r.warnedNames.Swap(true) {
-			s.r.log.Warn("the binlog holds no column names for the outbox (binlog_row_metadata is not FULL): reading them from information_schema; SET GLOBAL binlog_row_metadata = 'FULL'")
-		}
-	}
-	if len(s.names) != len(t.Columns) {
-		return nil, fmt.Errorf("%w: the outbox %s has %d columns and its rows in the binlog %d, without names (binlog_row_metadata is not FULL): SET GLOBAL binlog_row_metadata = 'FULL'; rows written before are in the table: publish them with idem relay, then idem cdc reset-position",
-			ErrServerSettings, s.r.sql.table, len(s.names), len(t.Columns))
-	}
-	for i, n := range s.names {
-		idx[strings.ToLower(n)] = i
-	}
-	return idx, nil
 }
 
 // requeued adds the rows an update took out of quarantine: "idem failed

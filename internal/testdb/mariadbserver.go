@@ -1,0 +1,161 @@
+package testdb
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/driver/mysql"
+)
+
+// MariaDBServer is a MariaDB server of one test's own, on its own port and
+// data directory, for the settings a test cannot make on the shared server
+// without disturbing every other test (its global variables, the defaults
+// of a server nobody configured). StartMariaDB makes one; it is stopped and
+// removed when the test ends.
+type MariaDBServer struct {
+	// URL is the server's idem_test database, as the user idem (all
+	// privileges): mysql://idem:idem@127.0.0.1:PORT/idem_test.
+	URL string
+	// Port is the port it listens on, on 127.0.0.1.
+	Port int
+}
+
+// StartMariaDB starts a new MariaDB server with MariaDB's defaults (no
+// configuration file is read but the one it writes: a data directory, a
+// port and a socket of its own, small InnoDB files) and conf appended to
+// the [mysqld] section ("log_bin = mariadb-bin", "binlog_format = ROW"),
+// and waits until it accepts connections. It needs mariadbd and
+// mariadb-install-db (the mariadb-server package, which make test
+// installs); as root, the server runs as the mysql system user.
+func StartMariaDB(t testing.TB, conf ...string) *MariaDBServer {
+	t.Helper()
+	mysqld := mariaDBCommand(t, "mariadbd", "mysqld")
+	installDB := mariaDBCommand(t, "mariadb-install-db", "mysql_install_db")
+	dir, err := os.MkdirTemp(os.Getenv("IDEM_TEST_DIR"), "mariadb-server-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAs := serverUser(t, dir, "mysql")
+	s := &MariaDBServer{}
+	if s.Port, err = freePort(); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "mysqld.sock")
+	logFile := filepath.Join(dir, "mysqld.log")
+	settings := []string{
+		"[mysqld]",
+		"datadir = " + filepath.Join(dir, "data"),
+		"tmpdir = " + dir,
+		"socket = " + sock,
+		"pid-file = " + filepath.Join(dir, "mysqld.pid"),
+		"log-error = " + logFile,
+		fmt.Sprintf("port = %d", s.Port),
+		"bind-address = 127.0.0.1",
+		"skip-name-resolve",
+		"skip-external-locking",
+		"innodb_buffer_pool_size = 32M",
+		"innodb_log_file_size = 16M",
+	}
+	if runAs != "" {
+		settings = append(settings, "user = "+runAs)
+	}
+	cnf := filepath.Join(dir, "my.cnf")
+	text := "# Written by internal/testdb for one test: MariaDB's defaults but for these.\n" + strings.Join(append(settings, conf...), "\n") + "\n"
+	if err := os.WriteFile(cnf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	install := exec.Command(installDB, "--defaults-file="+cnf, "--auth-root-authentication-method=normal",
+		"--skip-test-db", "--skip-name-resolve")
+	if runAs != "" {
+		install.Args = append(install.Args, "--user="+runAs)
+	}
+	install.Dir = dir
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", installDB, err, out)
+	}
+	cmd := exec.Command(mysqld, "--defaults-file="+cnf)
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		_ = os.RemoveAll(dir)
+	})
+	root, err := mysql.Open("root@unix(" + sock + ")/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		err := root.PingContext(ctx)
+		if err == nil {
+			break
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(logFile)
+			t.Fatalf("mariadbd exited during start-up\n%s", log)
+		case <-ctx.Done():
+			log, _ := os.ReadFile(logFile)
+			t.Fatalf("test MariaDB on port %d not ready: %v\n%s", s.Port, err, log)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	for _, q := range []string{"CREATE DATABASE idem_test",
+		"CREATE USER 'idem'@'%' IDENTIFIED BY 'idem'", "GRANT ALL PRIVILEGES ON *.* TO 'idem'@'%'",
+		"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'", "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION"} {
+		if _, err := root.ExecContext(ctx, q); err != nil {
+			t.Fatalf("test MariaDB: %s: %v", q, err)
+		}
+	}
+	s.URL = fmt.Sprintf("mysql://idem:idem@127.0.0.1:%d/idem_test", s.Port)
+	return s
+}
+
+// NewDB creates a fresh database on the server, as NewMariaDB does on the
+// shared one.
+func (s *MariaDBServer) NewDB(t testing.TB, opts ...Options) *SQLDB {
+	t.Helper()
+	return newMariaDB(t, s.URL, opts...)
+}
+
+// mariaDBCommand returns the path of a MariaDB program, or of its older
+// name, on PATH or in /usr/sbin and /usr/bin.
+func mariaDBCommand(t testing.TB, names ...string) string {
+	t.Helper()
+	for _, name := range names {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+		for _, dir := range []string{"/usr/sbin", "/usr/bin"} {
+			if p := filepath.Join(dir, name); isExecutable(p) {
+				return p
+			}
+		}
+	}
+	t.Fatalf("%s not found: install mariadb-server (make test does)", names[0])
+	return ""
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
