@@ -94,7 +94,7 @@ func BrokerSchemes() []string {
 // which url.Parse rejects. "embedded" is the embedded NATS server.
 func brokerSchemeOf(rawURL string) (transport, error) {
 	if rawURL == "" {
-		return transport{}, errors.New("no broker URL: pass --broker or set IDEM_BROKER_URL (for example amqp://guest:guest@localhost:5672/)")
+		return transport{}, errors.New("no broker URL: pass --broker, --broker-file FILE or set IDEM_BROKER_URL (for example amqp://localhost:5672/; a URL with a password in the variable or the file)")
 	}
 	if rawURL == "embedded" || strings.HasPrefix(rawURL, "embedded?") {
 		return brokerSchemes["nats"], nil

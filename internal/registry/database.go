@@ -160,7 +160,7 @@ func DatabaseSchemes() []string {
 // Its errors never hold the URL's password.
 func OpenDatabase(ctx context.Context, rawURL string, o DatabaseOptions) (*Database, error) {
 	if rawURL == "" {
-		return nil, errors.New("no database URL: pass --db or set IDEM_DB_URL (for example postgres://user:pass@localhost:5432/app)")
+		return nil, errors.New("no database URL: pass --db, --db-file FILE or set IDEM_DB_URL (for example postgres://app@localhost:5432/app; a URL with a password in the variable or the file)")
 	}
 	if o.Name != "" && !nameRE.MatchString(o.Name) {
 		return nil, fmt.Errorf("database name %q is not a plain lower-case identifier", o.Name)
