@@ -77,6 +77,7 @@ func Check(t testing.TB, base, token string, paths []Path, secrets ...string) ma
 			t.Errorf("GET %s without the token: %d %q, want one of %q", p.Path, code, body, p.Open)
 		}
 		code, answer = Get(t, base, p.Path, "not-"+token)
+		NoSecret(t, "GET "+p.Path+" with a wrong token", answer, secrets...)
 		if p.Open == nil && code != http.StatusUnauthorized {
 			t.Errorf("GET %s with a wrong token: %d, want 401", p.Path, code)
 		}
