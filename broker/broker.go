@@ -17,10 +17,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"syscall"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // Publisher publishes messages durably.
@@ -133,20 +133,9 @@ func IsRefused(err error) bool {
 // a binding exists, and the relay keeps the row.
 var ErrUnroutable = errors.New("idem: message unroutable: no queue or stream is bound for it")
 
-// RedactURL returns u with any password replaced by "xxxxx", for logs and
-// errors.
-func RedactURL(u string) string {
-	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok {
-		return u
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return u
-	}
-	cred := rest[:at]
-	if user, _, hasPass := strings.Cut(cred, ":"); hasPass {
-		cred = user + ":xxxxx"
-	}
-	return scheme + "://" + cred + rest[at:]
-}
+// RedactURL returns u without its secrets, for logs and errors: the
+// password of its user information, a NATS token, and the value of every
+// password parameter (password=, sslpassword=, sasl_password=) become
+// "xxxxx". It takes any text, so a MySQL DSN or an error that quotes a URL
+// comes out clean too. It is the redaction of every idem command.
+func RedactURL(u string) string { return redact.String(u) }

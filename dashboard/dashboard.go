@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/redact"
 	"github.com/idem-go/idem/internal/startstop"
 )
 
@@ -170,13 +171,14 @@ func (d *Dashboard) Stop(ctx context.Context) error { return d.base.Stop(ctx, ni
 // before it started).
 func (d *Dashboard) Done() <-chan struct{} { return d.base.Done() }
 
-// explain says what an error reading a database means.
+// explain says what an error reading a database means, without the
+// secrets its text may quote (a URL's password).
 func explain(err error) string {
 	if err == nil {
 		return ""
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return "the database did not answer in time (" + err.Error() + ")"
+		return "the database did not answer in time (" + redact.String(err.Error()) + ")"
 	}
-	return err.Error()
+	return redact.String(err.Error())
 }

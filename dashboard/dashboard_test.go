@@ -483,3 +483,14 @@ func TestNotFoundAndMethods(t *testing.T) {
 		t.Errorf("style sheet: %d", code)
 	}
 }
+
+// The dashboard, a public package, does not import net/http/pprof, whose
+// init serves the profiles (and the command line) on
+// http.DefaultServeMux of every program that imports it.
+func TestNoProfilesOnDefaultServeMux(t *testing.T) {
+	t.Parallel()
+	r, _ := http.NewRequest(http.MethodGet, "http://x/debug/pprof/cmdline", nil)
+	if _, pattern := http.DefaultServeMux.Handler(r); pattern != "" {
+		t.Errorf("http.DefaultServeMux serves %s: something the dashboard imports registers the Go profiles", pattern)
+	}
+}

@@ -4,11 +4,11 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"net/http"
-	"strings"
+
+	"github.com/idem-go/idem/internal/adminhttp/tokenauth"
 )
 
 // csrfCookie holds the browser's random CSRF secret; each form carries an
@@ -28,32 +28,20 @@ func (d *Dashboard) authenticate(r *http.Request) (who string, ok bool) {
 		return "anonymous", true
 	}
 	if d.cfg.Token != "" {
-		if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-			if equal(strings.TrimSpace(h[7:]), d.cfg.Token) {
-				return "token", true
-			}
-			return "", false
-		}
-		if user, pass, found := r.BasicAuth(); found && equal(pass, d.cfg.Token) {
-			return "token:" + user, true
+		if who, ok := tokenauth.Check(r, d.cfg.Token); ok {
+			return who, true
 		}
 	}
 	if ba := d.cfg.BasicAuth; ba != nil {
 		if user, pass, found := r.BasicAuth(); found {
 			// Both compared, whatever the first gives: no timing hint.
-			u, p := equal(user, ba.User), equal(pass, ba.Password)
+			u, p := tokenauth.Equal(user, ba.User), tokenauth.Equal(pass, ba.Password)
 			if u && p {
 				return user, true
 			}
 		}
 	}
 	return "", false
-}
-
-// equal compares secrets in constant time (for their length).
-func equal(a, b string) bool {
-	ha, hb := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
-	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1
 }
 
 // csrfToken returns the token the forms of this response must carry,

@@ -191,7 +191,7 @@ func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
 		qs, err := s.opts.Broker.Inspect(bctx, names)
 		cancel()
 		if err != nil {
-			snap.BrokerError = err.Error()
+			snap.BrokerError = broker.RedactURL(err.Error()) // the text may quote the broker's URL
 		} else {
 			snap.Queues = qs
 		}

@@ -65,7 +65,7 @@ var urlParams = []string{"topic_prefix", "client_id", "session_timeout", "tls", 
 // contain the password.
 func ParseURL(rawURL string) (URLConfig, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("idem: kafka: URL %s: %s", redactURL(rawURL), fmt.Sprintf(format, args...))
+		return fmt.Errorf("idem: kafka: URL %s: %s", broker.RedactURL(rawURL), fmt.Sprintf(format, args...))
 	}
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok || !strings.EqualFold(scheme, "kafka") {
@@ -115,22 +115,6 @@ func ParseURL(rawURL string) (URLConfig, error) {
 		c.Opts = append(c.Opts, kgo.SASL(mech))
 	}
 	return c, nil
-}
-
-// redactURL returns rawURL without its passwords: the user's and the
-// parameter sasl_password's.
-func redactURL(rawURL string) string {
-	base, query, ok := strings.Cut(broker.RedactURL(rawURL), "?")
-	if !ok {
-		return base
-	}
-	params := strings.Split(query, "&")
-	for i, p := range params {
-		if k, _, _ := strings.Cut(p, "="); k == "sasl_password" {
-			params[i] = k + "=xxxxx"
-		}
-	}
-	return base + "?" + strings.Join(params, "&")
 }
 
 // urlTLS returns the TLS configuration of the parameters tls, tls_ca,

@@ -10,8 +10,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -32,24 +30,7 @@ import (
 // with the fault point armed when point is set.
 func startBinlog(t *testing.T, name string, db *testdb.SQLDB, brokerURL, point string) *cdcProc {
 	t.Helper()
-	cmd := exec.Command(faultBinary(t), "cdc", "--db", db.URL, "--broker", brokerURL, "--metrics-addr", "", "--log-level", "debug")
-	cmd.Env = append(os.Environ(), fault.EnvVar+"="+point)
-	p := &cdcProc{name: name, cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("idem cdc (%s) output:\n%s", name, tail(p.out.String(), 6000))
-		}
-	})
-	return p
+	return startProc(t, name, []string{fault.EnvVar + "=" + point}, "cdc", "--db", db.URL, "--broker", brokerURL, "--metrics-addr", "", "--log-level", "debug")
 }
 
 // newMariaRabbit is newRabbit for a producer on MariaDB: the recorder

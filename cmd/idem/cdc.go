@@ -110,10 +110,17 @@ and this relay publishes them, "idem failed remove --relay" drops them. A
 broker that does not answer at all is retried for as long as it takes, and
 quarantines nothing.
 
-It serves, at --metrics-addr, Prometheus metrics on /metrics (idem_cdc_*:
-slot lag in bytes and seconds, retained WAL, publish rate, publish and confirm
-delays; see docs/OPERATIONS.md), a health check on /healthz (200 while it reads
-the slot or waits for it as a standby) and the Go profiles on /debug/pprof/.
+It serves, at --metrics-addr (127.0.0.1:9465: loopback only), Prometheus
+metrics on /metrics (idem_cdc_*: slot lag in bytes and seconds, retained WAL,
+publish rate, publish and confirm delays; see docs/OPERATIONS.md), a health
+check on /healthz (200 "ok" while it reads the slot or waits for it as a
+standby, 503 "not ok" otherwise) and, with --pprof, the Go profiles on
+/debug/pprof/. Beyond loopback the address needs a bearer token
+(--auth-token-file FILE or IDEM_METRICS_TOKEN) or --insecure-no-auth, as
+idem relay's (idem help relay).
+
+Give URLs with passwords in IDEM_DB_URL and IDEM_BROKER_URL, or in files
+(--db-file, --broker-file), not on the command line.
 
 Failover. Before PostgreSQL 17 a standby has no copy of the logical slot.
 Give --db every host with target_session_attrs=read-write and a
@@ -181,9 +188,9 @@ event through the relay to every consumer.
 
 Examples:
   IDEM_DB_URL=postgres://app@localhost/shop IDEM_BROKER_URL=amqp://localhost/ idem cdc
-  idem cdc --schema order --window 2000 --metrics-addr :9465
+  idem cdc --schema order --window 2000 --metrics-addr :9465 --auth-token-file /run/secrets/metrics-token
   idem cdc drop-slot --schema order
-  idem cdc --db mysql://relay:secret@db:3306/shop --broker amqp://localhost/
+  idem cdc --db-file /run/secrets/relay-db-url --broker amqp://localhost/   # the file holds the mysql:// URL and its password
   OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 idem cdc
 
 ` + fmt.Sprintf(telemetry.Help, cdcServiceName),
@@ -208,7 +215,7 @@ type cdcOptions struct {
 	serverID        uint
 	lagWarn         int64
 	archive         string
-	metricsAddr     string
+	ops             opsFlags
 	stopTimeout     time.Duration
 	dueInterval     time.Duration
 	logFormat       string
@@ -234,7 +241,7 @@ func setupCdc(fs *flag.FlagSet) runFunc {
 	fs.UintVar(&o.serverID, "server-id", 0, "MariaDB: the server_id the relay presents as a replica; must differ from every server's (default: derived from the database and table, in [2^30, 2^31))")
 	fs.Int64Var(&o.lagWarn, "lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
 	fs.StringVar(&o.archive, "archive-retention", "168h", "how long the archive keeps the events published, for idem replay (h, m, s or d: 168h, 30d); 0 turns the archive off")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9465", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
+	o.ops.register(fs, "127.0.0.1:9465")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long the messages in flight may take to be confirmed")
 	fs.DurationVar(&o.dueInterval, "due-interval", cdc.DueIntervalDefault, "how often the relay looks in the table for delayed rows (idem.Event.NotBefore) that fell due")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -299,6 +306,11 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 	if cfg.ProgressInterval, err = progressInterval(e); err != nil {
 		return err
 	}
+	ops, err := o.ops.listen(e, log)
+	if err != nil {
+		return err
+	}
+	defer ops.close()
 	closeTracing, err := startTracing(ctx, cdcServiceName, log)
 	if err != nil {
 		return err
@@ -315,11 +327,8 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	metrics.Watch(r)
-	srv, err := serveOps(o.metricsAddr, log, r.Healthy, metrics)
-	if err != nil {
-		return err
-	}
-	startErr, stopErr := runUntilStopped(ctx, r, srv, o.stopTimeout, func() {
+	ops.serve(r.Healthy, metrics)
+	startErr, stopErr := runUntilStopped(ctx, r, ops, o.stopTimeout, func() {
 		log.Info("relaying from the write-ahead log", "slot", cfg.WithDefaults().Slot, "broker", brokerURL, "archive_retention", archiveLog(archive))
 	})
 	if startErr != nil {
@@ -355,6 +364,11 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 	if err != nil {
 		return err
 	}
+	ops, err := o.ops.listen(e, log)
+	if err != nil {
+		return err
+	}
+	defer ops.close()
 	cfg := binlog.Config{Tables: tables, ServerID: uint32(o.serverID), Window: o.window, BatchSize: o.batch,
 		QuarantineAfter: o.quarantineAfter, ArchiveRetention: archive, DueInterval: o.dueInterval, Logger: log}
 	if o.keepRows {
@@ -381,11 +395,8 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 		return err
 	}
 	metrics.Watch(cdcmetrics.StatsFunc(r.CDCStats))
-	srv, err := serveOps(o.metricsAddr, log, r.Healthy, metrics)
-	if err != nil {
-		return err
-	}
-	startErr, stopErr := runUntilStopped(ctx, r, srv, o.stopTimeout, func() {
+	ops.serve(r.Healthy, metrics)
+	startErr, stopErr := runUntilStopped(ctx, r, ops, o.stopTimeout, func() {
 		log.Info("relaying from the binary log", "table", cfg.WithDefaults().Tables.Outbox, "broker", brokerURL, "archive_retention", archiveLog(archive))
 	})
 	if startErr != nil {

@@ -77,7 +77,7 @@ func removeTestBinaries() {
 	}
 }
 
-// cdcProc is a running "idem cdc".
+// cdcProc is a running idem command: "idem cdc", or another (startProc).
 type cdcProc struct {
 	name string
 	cmd  *exec.Cmd
@@ -91,8 +91,16 @@ func startCDC(t *testing.T, name string, pg *testdb.PG, brokerURL, point string,
 	t.Helper()
 	args := append([]string{"cdc", "--db", pg.URL, "--broker", brokerURL, "--schema", pg.Schema, "--slot", cdcSlot(pg), "--prefix", cdcPrefix(pg),
 		"--metrics-addr", "", "--log-level", "debug"}, extra...)
+	return startProc(t, name, []string{fault.EnvVar + "=" + point}, args...)
+}
+
+// startProc starts the idem binary (faultBinary) with args and env added
+// to the test's environment, its stdout and stderr in out; the process is
+// killed when the test ends, and its output logged if the test failed.
+func startProc(t *testing.T, name string, env []string, args ...string) *cdcProc {
+	t.Helper()
 	cmd := exec.Command(faultBinary(t), args...)
-	cmd.Env = append(os.Environ(), fault.EnvVar+"="+point)
+	cmd.Env = append(os.Environ(), env...)
 	p := &cdcProc{name: name, cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
@@ -105,7 +113,7 @@ func startCDC(t *testing.T, name string, pg *testdb.PG, brokerURL, point string,
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("idem cdc (%s) output:\n%s", name, tail(p.out.String(), 6000))
+			t.Logf("idem %s (%s) output:\n%s", args[0], name, tail(p.out.String(), 6000))
 		}
 	})
 	return p

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"strings"
 	"time"
 
@@ -16,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/idem-go/idem/internal/pprofhttp"
+	"github.com/idem-go/idem/internal/adminhttp"
+	"github.com/idem-go/idem/internal/envflag"
+	"github.com/idem-go/idem/internal/redact"
 	"github.com/idem-go/idem/internal/registry"
 )
 
@@ -28,6 +27,7 @@ type dbFlags struct {
 
 func (f *dbFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "db", "", "database URL (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
+	envflag.FileFlag(fs, "db")
 	fs.StringVar(&f.schema, "schema", "", "schema holding idem's tables (default $IDEM_SCHEMA, else the connection's search_path)")
 }
 
@@ -43,7 +43,8 @@ func (f *dbFlags) open(ctx context.Context, e *env) (*registry.Database, error) 
 	return registry.OpenDatabase(ctx, u, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: schema}})
 }
 
-// newLogger returns a text or JSON slog logger on stderr at level.
+// newLogger returns a text or JSON slog logger on stderr at level, which
+// redacts secrets (redact.Handler) from whatever is logged through it.
 func newLogger(e *env, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
@@ -52,9 +53,9 @@ func newLogger(e *env, format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
 	case "text", "":
-		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
+		return slog.New(redact.Handler(slog.NewTextHandler(e.stderr, opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
+		return slog.New(redact.Handler(slog.NewJSONHandler(e.stderr, opts))), nil
 	}
 	return nil, usagef("--log-format %q: want text or json", format)
 }
@@ -95,14 +96,11 @@ type runner interface {
 
 // runUntilStopped starts r (returning Start's error as startErr), calls
 // started, and waits for ctx (SIGINT, SIGTERM) or for r to end; then it
-// stops r and the ops server srv (which may be nil), giving both
-// stopTimeout, and returns Stop's error as stopErr.
-func runUntilStopped(ctx context.Context, r runner, srv *http.Server, stopTimeout time.Duration, started func()) (startErr, stopErr error) {
+// stops r and the ops address (which may be nil), giving both stopTimeout,
+// and returns Stop's error as stopErr.
+func runUntilStopped(ctx context.Context, r runner, ops *opsServer, stopTimeout time.Duration, started func()) (startErr, stopErr error) {
 	if err := r.Start(ctx); err != nil {
-		if srv != nil {
-			_ = srv.Close()
-		}
-		return err, nil
+		return err, nil // the caller closes ops
 	}
 	started()
 	select {
@@ -115,41 +113,79 @@ func runUntilStopped(ctx context.Context, r runner, srv *http.Server, stopTimeou
 	if stopErr != nil {
 		<-r.Done() // the work, cancelled, ends: rows are released before the exit
 	}
-	if srv != nil {
-		_ = srv.Shutdown(stopCtx)
-	}
+	ops.shutdown(stopCtx)
 	return nil, stopErr
 }
 
-// serveOps serves /metrics (cols, with the Go and process collectors),
-// /healthz (healthy) and /debug/pprof/ on addr, in the background; it
-// returns nil when addr is empty.
-func serveOps(addr string, log *slog.Logger, healthy func() error, cols ...prometheus.Collector) (*http.Server, error) {
-	if addr == "" {
+// opsFlags are the flags of the ops address of idem relay and idem cdc.
+type opsFlags struct {
+	addr  string
+	admin adminhttp.Flags
+}
+
+// opsTokenEnv holds the token of the ops address when no file is given.
+const opsTokenEnv = "IDEM_METRICS_TOKEN"
+
+func (f *opsFlags) register(fs *flag.FlagSet, addr string) {
+	fs.StringVar(&f.addr, "metrics-addr", addr, "address of /metrics and /healthz (and /debug/pprof/ with --pprof); empty: none.\nBeyond loopback it needs --auth-token-file (or $"+opsTokenEnv+") or --insecure-no-auth")
+	f.admin.Register(fs, "--metrics-addr", opsTokenEnv, true)
+}
+
+// opsServer is the ops address of idem relay and idem cdc: /metrics,
+// /healthz and, with --pprof, /debug/pprof/. A nil *opsServer (no
+// --metrics-addr) serves nothing.
+type opsServer struct {
+	srv *adminhttp.Server
+	log *slog.Logger
+}
+
+// listen checks the address against the policy (adminhttp.Check) and
+// listens on it, before the command opens anything else; nil when
+// --metrics-addr is empty.
+func (f *opsFlags) listen(e *env, log *slog.Logger) (*opsServer, error) {
+	if f.addr == "" {
 		return nil, nil
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(append(cols, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	pprofhttp.Register(mux)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := healthy(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	ln, err := net.Listen("tcp", addr)
+	cfg, err := f.admin.Config(f.addr, e.getenv, log)
+	if err != nil {
+		return nil, &usageError{err.Error()}
+	}
+	srv, err := adminhttp.Listen(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server failed", "error", err)
-		}
-	}()
-	log.Info("serving /metrics, /healthz and /debug/pprof/", "addr", ln.Addr().String())
-	return srv, nil
+	return &opsServer{srv: srv, log: log}, nil
+}
+
+// serve serves /metrics (cols, with the Go and process collectors) and
+// /healthz (healthy), in the background, from before the relay starts (a
+// standby waiting for its slot answers).
+func (s *opsServer) serve(healthy func() error, cols ...prometheus.Collector) {
+	if s == nil {
+		return
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(append(cols, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
+	s.srv.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.srv.HandleHealth(healthy)
+	s.srv.Start()
+	paths := "/metrics, /healthz"
+	if s.srv.Pprof() {
+		paths += ", /debug/pprof/"
+	}
+	s.log.Info("serving "+paths, "addr", s.srv.Addr().String(), "token", s.srv.Authenticated())
+}
+
+func (s *opsServer) shutdown(ctx context.Context) {
+	if s != nil {
+		_ = s.srv.Shutdown(ctx)
+	}
+}
+
+// close closes the address at once: deferred by the commands, for the
+// returns before runUntilStopped shuts it down.
+func (s *opsServer) close() {
+	if s != nil {
+		_ = s.srv.Close()
+	}
 }

@@ -14,7 +14,8 @@ import (
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/dashboard"
-	"github.com/idem-go/idem/internal/netaddr"
+	"github.com/idem-go/idem/internal/adminhttp"
+	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/monitor"
 )
@@ -32,7 +33,7 @@ func dashboardCommand() *command {
 		summary: "serve the web dashboard: status, charts of the last hour, parked messages to retry or remove",
 		usage: `Usage:
   idem dashboard --db [NAME=]URL [--db [NAME=]URL ...] [--broker URL] [--http 127.0.0.1:8090]
-                 [--read-only] [--token T | --basic-auth USER:PASS] [--sample 10s] [--metrics URL ...]
+                 [--read-only] [--auth-token-file FILE | --basic-auth-file FILE] [--sample 10s] [--metrics URL ...]
 
 Serves a web dashboard over one or more databases (a service's database
 each: its outbox, its consumers' markers and failure store):
@@ -65,17 +66,22 @@ without --broker: the figures then come from the databases only. With
 each consumer's commit-to-handle p50 and p99
 (idem_consumer_commit_to_handle_seconds).
 
-The dashboard listens on loopback by default. Anything else needs --token
-(sent as "Authorization: Bearer T", or as the password of the browser's
-login prompt) or --basic-auth, or --insecure-no-auth to say you mean it.
-Stop it with Ctrl-C or SIGTERM.
+The dashboard listens on loopback by default. Anything else needs a token
+(--auth-token-file FILE, or IDEM_DASHBOARD_TOKEN; sent as "Authorization:
+Bearer TOKEN", or as the password of the browser's login prompt) or basic
+authentication (--basic-auth-file FILE holding USER:PASS, or
+IDEM_DASHBOARD_BASIC_AUTH), or --insecure-no-auth to say that a proxy in
+front authenticates. Neither a token nor a password goes on the command
+line, where every user of the machine can read it; nor do URLs with
+passwords: give them in IDEM_DB_URL and IDEM_BROKER_URL or in files
+(--db-file, repeatable, and --broker-file). Stop it with Ctrl-C or SIGTERM.
 
 Examples:
   idem dashboard --db postgres://app@localhost/shop
-  idem dashboard --db postgres://localhost/shop --schema shop_order,shop_stock,shop_shipping,shop_billing \
-                 --broker amqp://guest:guest@localhost:5672/ --metrics http://127.0.0.1:9464/metrics
-  idem dashboard --db orders=postgres://db1/orders --db stock=mysql://u:p@db2:3306/stock
-  IDEM_DASHBOARD_TOKEN=s3cret idem dashboard --db $IDEM_DB_URL --http :8090 --read-only`,
+  IDEM_BROKER_URL=amqp://... idem dashboard --db postgres://localhost/shop \
+                 --schema shop_order,shop_stock,shop_shipping,shop_billing --metrics http://127.0.0.1:9464/metrics
+  idem dashboard --db-file /run/secrets/orders-db-url --db-file /run/secrets/stock-db-url   # each file: NAME=URL
+  idem dashboard --http :8090 --auth-token-file /run/secrets/dashboard-token --read-only`,
 		setup: setupDashboard,
 	}
 }
@@ -89,9 +95,8 @@ type dashboardOptions struct {
 	addr        string
 	path        string
 	readOnly    bool
-	token       string
-	basic       string
-	noAuth      bool
+	admin       adminhttp.Flags
+	basicFile   string
 	metricsURLs dbList
 	sample      time.Duration
 	history     time.Duration
@@ -99,20 +104,27 @@ type dashboardOptions struct {
 	logLevel    string
 }
 
+// The variables of the dashboard's credentials.
+const (
+	dashboardTokenEnv = "IDEM_DASHBOARD_TOKEN"
+	dashboardBasicEnv = "IDEM_DASHBOARD_BASIC_AUTH"
+)
+
 // setupDashboard declares the flags of "idem dashboard" on fs and returns the
 // function that runs the command.
 func setupDashboard(fs *flag.FlagSet) runFunc {
 	o := &dashboardOptions{}
 	fs.Var(&o.dbs, "db", "[NAME=]database URL, repeatable (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
+	envflag.FileFlag(fs, "db")
 	fs.Var(&o.schemas, "schema", "schemas (PostgreSQL) or databases (MySQL) holding idem's tables, comma-separated or repeated: one dashboard database per schema of each --db (default $IDEM_SCHEMA, else the connection's)")
 	fs.StringVar(&o.brokerURL, "broker", "", "broker URL, to retry messages and read queue depths (default $IDEM_BROKER_URL; none: database figures only, no retry):\n"+registry.BrokerURLHelp())
+	envflag.FileFlag(fs, "broker")
 	fs.StringVar(&o.prefix, "prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
 	fs.StringVar(&o.addr, "http", "127.0.0.1:8090", "address to listen on")
 	fs.StringVar(&o.path, "path", "/", "URL path the pages are served under (behind a proxy that keeps the prefix)")
 	fs.BoolVar(&o.readOnly, "read-only", false, "show everything, retry and remove nothing")
-	fs.StringVar(&o.token, "token", "", "require this bearer token on every request (default $IDEM_DASHBOARD_TOKEN)")
-	fs.StringVar(&o.basic, "basic-auth", "", "require HTTP basic authentication USER:PASS on every request (default $IDEM_DASHBOARD_BASIC_AUTH)")
-	fs.BoolVar(&o.noAuth, "insecure-no-auth", false, "listen beyond loopback without authentication")
+	o.admin.Register(fs, "--http", dashboardTokenEnv, false)
+	fs.StringVar(&o.basicFile, "basic-auth-file", "", "file holding USER:PASS: require HTTP basic authentication with them on every request (default: $"+dashboardBasicEnv+")")
 	fs.Var(&o.metricsURLs, "metrics", "URL of a Prometheus endpoint of the consumers (their /metrics), repeatable: the overview and charts show each consumer's commit-to-handle p50 and p99")
 	fs.DurationVar(&o.sample, "sample", dashboard.SampleIntervalDefault, "how often the databases are sampled for the charts (and the overview reloads)")
 	fs.DurationVar(&o.history, "history", dashboard.HistoryDefault, "how far back the charts go (kept in memory)")
@@ -137,22 +149,26 @@ func (o *dashboardOptions) run(ctx context.Context, e *env, args []string) error
 			return usagef("no database: pass --db URL (or set IDEM_DB_URL)")
 		}
 	}
-	if o.token == "" {
-		o.token = e.getenv("IDEM_DASHBOARD_TOKEN")
+	token, err := o.admin.Token(e.getenv)
+	if err != nil {
+		return usagef("%v", err)
 	}
-	if o.basic == "" {
-		o.basic = e.getenv("IDEM_DASHBOARD_BASIC_AUTH")
+	basic := e.getenv(dashboardBasicEnv)
+	if o.basicFile != "" {
+		if basic, err = envflag.ReadFile(o.basicFile); err != nil {
+			return usagef("--basic-auth-file: %v", err)
+		}
 	}
 	var auth *dashboard.BasicAuth
-	if o.basic != "" {
-		u, p, ok := strings.Cut(o.basic, ":")
+	if basic != "" {
+		u, p, ok := strings.Cut(basic, ":")
 		if !ok || u == "" || p == "" {
-			return usagef("--basic-auth: want USER:PASS")
+			return usagef("--basic-auth-file (or $%s): want USER:PASS", dashboardBasicEnv)
 		}
 		auth = &dashboard.BasicAuth{User: u, Password: p}
 	}
-	if o.token == "" && auth == nil && !o.noAuth && !netaddr.IsLoopback(o.addr) {
-		return usagef("--http %s listens beyond loopback: give --token or --basic-auth (or --insecure-no-auth if a proxy in front authenticates)", o.addr)
+	if err := adminhttp.Check("--http", o.addr, token != "" || auth != nil, o.admin.NoAuth, o.admin.HowToAuth()+", or --basic-auth-file FILE"); err != nil {
+		return usagef("%v", err)
 	}
 	if len(o.schemas) == 0 {
 		_ = o.schemas.Set(e.getenv("IDEM_SCHEMA"))
@@ -195,7 +211,7 @@ func (o *dashboardOptions) run(ctx context.Context, e *env, args []string) error
 			inspector = ins
 		}
 	}
-	cfg := dashboard.Config{Redeliverer: rd, ReadOnly: o.readOnly, Token: o.token, BasicAuth: auth, Path: o.path,
+	cfg := dashboard.Config{Redeliverer: rd, ReadOnly: o.readOnly, Token: token, BasicAuth: auth, Path: o.path,
 		Logger: log, SampleInterval: o.sample, History: o.history}
 	if len(o.metricsURLs) > 0 {
 		cfg.Gatherer = dashboard.Scrape(nil, o.metricsURLs...)
@@ -247,7 +263,7 @@ func (o *dashboardOptions) run(ctx context.Context, e *env, args []string) error
 	fmt.Fprintf(e.stdout, "idem dashboard: serving %s (%d database(s)%s%s)\n", where, len(cfg.Databases),
 		map[bool]string{true: ", read-only"}[o.readOnly], map[bool]string{true: ", no broker: no retry"}[rd == nil && !o.readOnly])
 	log.Info("dashboard serving", "url", where, "databases", len(cfg.Databases), "read_only", o.readOnly,
-		"auth", o.token != "" || auth != nil, "broker", broker.RedactURL(o.brokerURL))
+		"auth", token != "" || auth != nil, "broker", broker.RedactURL(o.brokerURL))
 	var serveErr error
 	select {
 	case <-ctx.Done():

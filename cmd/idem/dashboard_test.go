@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -34,14 +36,20 @@ func (w *lockedWriter) String() string {
 
 func TestDashboardUsage(t *testing.T) {
 	t.Parallel()
+	nopass := filepath.Join(t.TempDir(), "basic")
+	if err := os.WriteFile(nopass, []byte("nopass\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"dashboard"}, "no database: pass --db URL"},
-		{[]string{"dashboard", "--db", "postgres://x", "--http", "0.0.0.0:8090"}, "listens beyond loopback: give --token or --basic-auth"},
-		{[]string{"dashboard", "--db", "postgres://x", "--http", ":8090"}, "listens beyond loopback"},
-		{[]string{"dashboard", "--db", "postgres://x", "--basic-auth", "nopass"}, "--basic-auth: want USER:PASS"},
+		{[]string{"dashboard", "--db", "postgres://x", "--http", "0.0.0.0:8090"}, "listens beyond loopback without authentication: give --auth-token-file FILE (or set $IDEM_DASHBOARD_TOKEN)"},
+		{[]string{"dashboard", "--db", "postgres://x", "--http", ":8090"}, "--basic-auth-file FILE; or give --insecure-no-auth"},
+		{[]string{"dashboard", "--db", "postgres://x", "--basic-auth-file", nopass}, "--basic-auth-file (or $IDEM_DASHBOARD_BASIC_AUTH): want USER:PASS"},
+		{[]string{"dashboard", "--db", "postgres://x", "--token", "T"}, "flag provided but not defined: -token"},
+		{[]string{"dashboard", "--db", "postgres://x", "--db-file", nopass}, "--db and --db-file both given"},
 		{[]string{"dashboard", "--db", "postgres://x", "extra"}, "unexpected arguments"},
 		{[]string{"dashboard", "--db", "postgres://x", "--broker", "nats://embedded?dir=/tmp/x"}, "only reachable from its own process"},
 	} {
@@ -51,7 +59,7 @@ func TestDashboardUsage(t *testing.T) {
 		}
 	}
 	code, out, _ := idem(t, nil, "", "help", "dashboard")
-	for _, want := range []string{"--read-only", "--token", "--basic-auth", "--broker", "search_path", "Examples:", "CSRF"} {
+	for _, want := range []string{"--read-only", "--auth-token-file", "--basic-auth-file", "--insecure-no-auth", "--broker", "--db-file", "search_path", "Examples:", "CSRF"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("help dashboard = %d, lacks %q", code, want)
 		}

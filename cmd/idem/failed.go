@@ -14,6 +14,7 @@ import (
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/progress"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/textshow"
@@ -81,9 +82,9 @@ held behind it stay in the store, to retry or remove (--held-by ID).
 Examples:
   idem failed list --consumer stock --since 24h
   idem failed groups --consumer stock
-  idem failed retry --group 3fa2c1d9e0b7 --broker amqp://guest:guest@localhost:5672/
+  IDEM_BROKER_URL=amqp://... idem failed retry --group 3fa2c1d9e0b7
   idem failed show 42
-  idem failed retry 42 --broker amqp://guest:guest@localhost:5672/
+  idem failed retry 42 --broker-file /run/secrets/broker-url
   idem failed remove --all --event order.order.placed.v0 --yes` + quarantineUsage,
 		setup: setupFailed,
 	}
@@ -112,6 +113,7 @@ func setupFailed(fs *flag.FlagSet) runFunc {
 	o.db.register(fs)
 	o.quarantine = registerQuarantineFlags(fs, &o.db)
 	fs.StringVar(&o.brokerURL, "broker", "", "with retry: broker URL (default $IDEM_BROKER_URL):\n"+registry.BrokerURLHelp())
+	envflag.FileFlag(fs, "broker")
 	fs.StringVar(&o.consumer, "consumer", "", "only messages of this consumer name")
 	fs.StringVar(&o.event, "event", "", "only messages of this event name")
 	fs.StringVar(&o.since, "since", "", "only messages failed since this time or duration back (24h)")

@@ -5,8 +5,10 @@
 //	idem migrate up --db postgres://localhost/app
 //	idem help migrate
 //
-// Every --db flag can also come from IDEM_DB_URL, every --broker flag from
-// IDEM_BROKER_URL.
+// Every --db flag can also come from IDEM_DB_URL or a file (--db-file),
+// every --broker flag from IDEM_BROKER_URL or a file (--broker-file), so
+// that passwords stay off the command line. What idem prints (logs,
+// errors, status, panics) shows URLs without their passwords.
 package main
 
 import (
@@ -19,6 +21,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/idem-go/idem/internal/envflag"
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // command is one "idem <name>" subcommand.
@@ -74,6 +79,7 @@ func (e *usageError) Error() string { return e.msg }
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
 func main() {
+	defer redact.ExitOnPanic("idem")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, getenv: os.Getenv}
@@ -107,6 +113,11 @@ func run(ctx context.Context, e *env, args []string) int {
 	runner := c.setup(fs)
 	pos, err := parseInterleaved(fs, args[1:])
 	if err == nil {
+		if ferr := envflag.ReadFiles(fs); ferr != nil {
+			err = &usageError{ferr.Error()}
+		}
+	}
+	if err == nil {
 		err = runner(ctx, e, pos)
 	}
 	var ue *usageError
@@ -117,10 +128,10 @@ func run(ctx context.Context, e *env, args []string) int {
 		printUsage(e.stdout, c)
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "idem %s: %v\nRun \"idem help %s\" for usage.\n", c.name, err, c.name)
+		fmt.Fprintf(e.stderr, "idem %s: %s\nRun \"idem help %s\" for usage.\n", c.name, redact.String(err.Error()), c.name)
 		return 2
 	default:
-		fmt.Fprintf(e.stderr, "idem %s: %v\n", c.name, err)
+		fmt.Fprintf(e.stderr, "idem %s: %s\n", c.name, redact.String(err.Error()))
 		return 1
 	}
 }
@@ -139,8 +150,9 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Run "idem help <command>" for a command's flags and examples.
-The database URL comes from --db or IDEM_DB_URL, the broker URL from --broker
-or IDEM_BROKER_URL.
+The database URL comes from --db, --db-file FILE or IDEM_DB_URL, the broker
+URL from --broker, --broker-file FILE or IDEM_BROKER_URL: keep a URL with a
+password in the variable or the file, off the command line (ps shows it).
 `)
 }
 

@@ -60,7 +60,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{[]string{"migrate"}, "want one of up, down, status, sql", 2},
 		{[]string{"migrate", "sideways", "--db", "postgres://x"}, `unknown action "sideways"`, 2},
-		{[]string{"migrate", "up"}, "pass --db or set IDEM_DB_URL", 1},
+		{[]string{"migrate", "up"}, "pass --db, --db-file FILE or set IDEM_DB_URL", 1},
 		{[]string{"migrate", "up", "--db", "mongodb://x"}, `scheme "mongodb" is not supported`, 1},
 		{[]string{"migrate", "up", "--bogus"}, "flag provided but not defined: -bogus", 2},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`, 2},

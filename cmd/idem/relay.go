@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/telemetry"
 	"github.com/idem-go/idem/relay"
@@ -22,6 +23,7 @@ type brokerFlags struct{ url string }
 
 func (f *brokerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "broker", "", "broker URL (default $IDEM_BROKER_URL):\n"+registry.BrokerURLHelp())
+	envflag.FileFlag(fs, "broker")
 }
 
 func (f *brokerFlags) open(ctx context.Context, e *env) (registry.Publisher, string, error) {
@@ -80,13 +82,22 @@ idem_relay_quarantined_rows gauge counts them.
 On SIGTERM or SIGINT the relay stops claiming, finishes or releases the
 batches in flight (up to --stop-timeout) and exits.
 
-It serves, at --metrics-addr, Prometheus metrics on /metrics (idem_relay_*:
-backlog, oldest unpublished age, quarantined rows, claim, publish and mark
-durations, commit-to-publish delay, messages in flight; see
-docs/OPERATIONS.md), a health check on /healthz (200 while it can claim
-from the database) and the Go profiles on /debug/pprof/ (go tool pprof
-http://ADDR/debug/pprof/profile?seconds=30). Profiles show the program's
-internals: keep the address on loopback or a private network.
+It serves, at --metrics-addr (127.0.0.1:9464: loopback only), Prometheus
+metrics on /metrics (idem_relay_*: backlog, oldest unpublished age,
+quarantined rows, claim, publish and mark durations, commit-to-publish delay,
+messages in flight; see docs/OPERATIONS.md), a health check on /healthz (200
+"ok" while it can claim from the database, 503 "not ok" otherwise) and, with
+--pprof, the Go profiles on /debug/pprof/ (never the command line). An
+address beyond loopback (:9464, 0.0.0.0:9464) needs a bearer token on every
+request but /healthz: put it in a file and give --auth-token-file FILE (or
+set IDEM_METRICS_TOKEN); Prometheus sends it with authorization:
+credentials_file. --insecure-no-auth serves it without one, when something
+in front authenticates.
+
+The URLs can hold passwords: give them in IDEM_DB_URL and IDEM_BROKER_URL,
+or in files (--db-file, --broker-file), rather than on the command line,
+where every user of the machine can read them (ps, /proc). Logs and errors
+show them without their passwords.
 
 With tracing on (OTEL_* variables below), each published message has a
 producer span, child of the span whose trace context the row's headers carry
@@ -95,7 +106,8 @@ row through the relay to every consumer.
 
 Examples:
   IDEM_DB_URL=postgres://app@localhost/shop IDEM_BROKER_URL=amqp://localhost/ idem relay
-  idem relay --workers 4 --metrics-addr :9464 --log-format json
+  idem relay --db-file /run/secrets/db-url --broker-file /run/secrets/broker-url --workers 4 --log-format json
+  idem relay --metrics-addr :9464 --auth-token-file /run/secrets/metrics-token --pprof
   OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 idem relay
 
 ` + fmt.Sprintf(telemetry.Help, relayServiceName),
@@ -116,7 +128,7 @@ type relayOptions struct {
 	noListen        bool
 	retention       time.Duration
 	quarantineAfter int
-	metricsAddr     string
+	ops             opsFlags
 	stopTimeout     time.Duration
 	logFormat       string
 	logLevel        string
@@ -137,7 +149,7 @@ func setupRelay(fs *flag.FlagSet) runFunc {
 	fs.BoolVar(&o.noListen, "no-listen", false, "do not LISTEN for notifications; only poll")
 	fs.DurationVar(&o.retention, "retention", relay.RetentionDefault, "keep published rows this long (the replay window); negative: forever")
 	fs.IntVar(&o.quarantineAfter, "quarantine-after", relay.QuarantineAfterDefault, "quarantine a row the broker refused on this many attempts (negative: retry forever)")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "address of the /metrics, /healthz and /debug/pprof/ endpoints; empty: none")
+	o.ops.register(fs, "127.0.0.1:9464")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long in-flight batches may take to finish")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -153,6 +165,11 @@ func (o *relayOptions) run(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	ops, err := o.ops.listen(e, log)
+	if err != nil {
+		return err
+	}
+	defer ops.close()
 	closeTracing, err := startTracing(ctx, relayServiceName, log)
 	if err != nil {
 		return err
@@ -203,12 +220,9 @@ func (o *relayOptions) run(ctx context.Context, e *env, args []string) error {
 	}
 	metrics.Watch(r)
 
-	srv, err := serveOps(o.metricsAddr, log, r.Healthy, metrics)
-	if err != nil {
-		return err
-	}
+	ops.serve(r.Healthy, metrics)
 
-	startErr, stopErr := runUntilStopped(ctx, r, srv, o.stopTimeout, func() {
+	startErr, stopErr := runUntilStopped(ctx, r, ops, o.stopTimeout, func() {
 		log.Info("relaying", "db", conn.Redacted(), "broker", brokerURL)
 	})
 	if startErr != nil {

@@ -46,8 +46,8 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// idem relay serves its metrics, fed by the relay's hooks, its health and
-// the Go profiles at --metrics-addr.
+// idem relay serves its metrics, fed by the relay's hooks, its health and,
+// with --pprof, the Go profiles at --metrics-addr.
 func TestRelayServesMetricsAndProfiles(t *testing.T) {
 	t.Parallel()
 	pg := testdb.NewPostgres(t)
@@ -85,7 +85,7 @@ func TestRelayServesMetricsAndProfiles(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		e := &env{stdout: io.Discard, stderr: io.Discard, stdin: strings.NewReader(""), getenv: func(string) string { return "" }}
-		done <- run(rctx, e, []string{"relay", "--db", pg.URL, "--broker", broker.URL, "--metrics-addr", addr, "--poll-interval", "50ms"})
+		done <- run(rctx, e, []string{"relay", "--db", pg.URL, "--broker", broker.URL, "--metrics-addr", addr, "--pprof", "--poll-interval", "50ms"})
 	}()
 	defer func() {
 		stop()

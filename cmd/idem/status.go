@@ -15,6 +15,7 @@ import (
 
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/monitor"
 )
@@ -93,11 +94,12 @@ and retried at the next refresh; a failure of the first read ends the
 command (a wrong URL, tables missing: run "idem migrate up").
 
 Examples:
-  idem status --db postgres://user:pass@localhost/app
-  idem status --db postgres://localhost/shop --schema shop_order,shop_stock,shop_shipping,shop_billing --broker amqp://guest:guest@localhost:5672/
+  IDEM_DB_URL=postgres://app@localhost/app idem status
+  IDEM_BROKER_URL=amqp://... idem status --db postgres://localhost/shop --schema shop_order,shop_stock,shop_shipping,shop_billing
   idem status --db sqlite:shop-data/shop_order.db --db sqlite:shop-data/shop_stock.db --watch
-  idem status --db mysql://u:p@localhost:3306/stock --broker kafka://localhost:9092 --consumer stock --json | jq .consumers
-  idem status --dashboard http://127.0.0.1:9464/dashboard/ --watch`,
+  idem status --db-file /run/secrets/stock-db-url --broker kafka://localhost:9092 --consumer stock --json | jq .consumers
+  idem status --dashboard http://127.0.0.1:9464/dashboard/ --watch
+  idem status --dashboard http://10.0.0.5:9464/dashboard/ --auth-token-file /run/secrets/admin-token`,
 		setup: setupStatus,
 	}
 }
@@ -111,6 +113,7 @@ type statusOptions struct {
 	watch     watchFlag
 	prefix    string
 	dashboard string
+	tokenFile string
 	asJSON    bool
 }
 
@@ -119,11 +122,13 @@ type statusOptions struct {
 func setupStatus(fs *flag.FlagSet) runFunc {
 	o := &statusOptions{}
 	fs.Var(&o.dbs, "db", "database URL, repeatable (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
+	envflag.FileFlag(fs, "db")
 	fs.Var(&o.schemas, "schema", "schemas (PostgreSQL) or databases (MySQL) holding idem's tables, comma-separated or repeated (default $IDEM_SCHEMA, else the connection's)")
 	fs.Var(&o.consumers, "consumer", "a consumer to report on besides those found in the tables (one that processed nothing yet), repeatable")
 	o.br.register(fs)
 	fs.StringVar(&o.prefix, "prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
 	fs.StringVar(&o.dashboard, "dashboard", "", "read the status from the running dashboard at this URL (idem dashboard, a shop's http://ADMIN-ADDR/dashboard/) instead of the databases")
+	fs.StringVar(&o.tokenFile, "auth-token-file", "", "with --dashboard: file holding the dashboard's bearer token (default $"+dashboardTokenEnv+")")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON document per database and refresh, for scripts")
 	fs.Var(&o.watch, "watch", "refresh every INTERVAL until interrupted (default 2s when given without a value)")
 	return o.run
@@ -154,7 +159,15 @@ func (o *statusOptions) run(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return usagef("--dashboard %s: %v", o.dashboard, err)
 		}
+		r.token = e.getenv(dashboardTokenEnv)
+		if o.tokenFile != "" {
+			if r.token, err = envflag.ReadFile(o.tokenFile); err != nil {
+				return usagef("--auth-token-file: %v", err)
+			}
+		}
 		st.remote = r
+	} else if o.tokenFile != "" {
+		return usagef("--auth-token-file is the token of --dashboard: give it with --dashboard only")
 	} else if err := st.open(ctx, o.dbs, o.schemas, o.consumers, o.br.url, o.prefix); err != nil {
 		st.close()
 		return err

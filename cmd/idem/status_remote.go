@@ -19,6 +19,8 @@ import (
 type remoteStatus struct {
 	url    string // of status.json
 	client *http.Client
+	// token, when set, is sent as a bearer token.
+	token string
 }
 
 // newRemoteStatus checks the dashboard's URL.
@@ -45,6 +47,9 @@ func (r *remoteStatus) snapshots(ctx context.Context) ([]monitor.Snapshot, error
 	if err != nil {
 		return nil, err
 	}
+	if r.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.token)
+	}
 	resp, err := r.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("read the dashboard's status: %w (is the dashboard running at that address?)", err)
@@ -53,6 +58,9 @@ func (r *remoteStatus) snapshots(ctx context.Context) ([]monitor.Snapshot, error
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return nil, fmt.Errorf("read the dashboard's status: %w", err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		return nil, fmt.Errorf("read the dashboard's status: %s answered %s: give its token with --auth-token-file FILE (or $%s)", r.url, resp.Status, dashboardTokenEnv)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("read the dashboard's status: %s answered %s (give the dashboard's own address, the page that shows the overview)", r.url, resp.Status)

@@ -182,7 +182,7 @@ func TestStatusCommandErrors(t *testing.T) {
 		want string
 		code int
 	}{
-		{[]string{"status"}, "pass --db or set IDEM_DB_URL", 1},
+		{[]string{"status"}, "pass --db, --db-file FILE or set IDEM_DB_URL", 1},
 		{[]string{"status", "--db", "mongodb://x"}, `scheme "mongodb" is not supported`, 1},
 		{[]string{"status", "--db", "sqlite:" + t.TempDir() + "/none.db"}, "no such file or directory (give the file of a database idem migrated)", 1},
 		{[]string{"status", "--db", empty.URL}, `run "idem migrate up"`, 1},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"syscall"
@@ -17,8 +16,7 @@ import (
 
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/inbox/inboxmetrics"
-	"github.com/idem-go/idem/internal/netaddr"
-	"github.com/idem-go/idem/internal/pprofhttp"
+	"github.com/idem-go/idem/internal/adminhttp"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
@@ -27,8 +25,9 @@ import (
 
 // The admin address (--admin-addr) serves what operators and their tools
 // read: /metrics (Prometheus: every relay and consumer of the process, the
-// Go runtime and the process) and /debug/pprof/ (the Go profiles). It is
-// off by default; it belongs on loopback or a private network.
+// Go runtime and the process), /dashboard/ and, with --pprof,
+// /debug/pprof/ (the Go profiles). It listens on loopback by default;
+// beyond, adminhttp's policy asks for a token or --insecure-no-auth.
 
 // metrics holds the collectors of the shop's relays and consumers, in one
 // registry with the Go and process collectors. A nil *metrics observes
@@ -103,53 +102,51 @@ func (m *metrics) instrumentCDC(slot string, cfg cdc.Config) (cdc.Config, func(c
 	return cm.Instrument(cfg), cm.Watch
 }
 
-// adminMux returns the handlers of the admin address. Mount more under
+// handleAdmin adds the handlers of the admin address. Mount more under
 // paths of their own (the dashboard under /dashboard/).
-func (a *app) adminMux() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}))
-	pprofhttp.Register(mux)
-	mux.Handle(dashboardPath, a.dashboardHandler())
-	mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) {
+func (a *app) handleAdmin() {
+	a.admin.Handle("/metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}))
+	a.admin.Handle(dashboardPath, a.dashboardHandler())
+	index := "shop admin: /metrics (Prometheus), /dashboard/ (status and parked messages)"
+	if a.cfg.Pprof {
+		index += ", /debug/pprof/ (Go profiles)"
+	}
+	a.admin.Handle("/{$}", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprint(w, "shop admin: /metrics (Prometheus), /debug/pprof/ (Go profiles), /dashboard/ (status and parked messages)\n")
-	})
-	return mux
+		fmt.Fprintln(w, index)
+	}))
 }
 
-// listenAdmin opens the admin address, warning when it is reachable
-// beyond this machine.
+// listenAdmin opens the admin address (adminhttp.Listen: its policy was
+// checked with the flags).
 func (a *app) listenAdmin() error {
-	addr := a.cfg.AdminAddr
-	if !netaddr.IsLoopback(addr) {
-		a.log.Warn("--admin-addr is not a loopback address, and it has no authentication: /metrics, /debug/pprof/ (which shows the program's memory and command line) and /dashboard/ (parked messages, bodies included) are served to anyone who can reach it; the dashboard is read-only there (its retry and remove are refused: run idem dashboard on loopback for them); prefer 127.0.0.1:PORT behind your own access control",
-			"admin_addr", addr)
-	}
-	ln, err := net.Listen("tcp", addr)
+	cfg := adminhttp.Config{Addr: a.cfg.AdminAddr, AddrFlag: "--admin-addr", Token: a.cfg.AdminToken, NoAuth: a.cfg.NoAuth,
+		Pprof: a.cfg.Pprof, Logger: a.log}
+	srv, err := adminhttp.Listen(cfg)
 	if err != nil && a.cfg.AdminDefault && errors.Is(err, syscall.EADDRINUSE) {
 		// Another shop (or anything else) has the default port: the
 		// banner prints the address taken instead.
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		cfg.Addr = "127.0.0.1:0"
+		srv, err = adminhttp.Listen(cfg)
 		if err == nil {
-			a.log.Info("the default admin address is taken; serving it on another port", "taken", addr, "admin_addr", ln.Addr().String())
+			a.log.Info("the default admin address is taken; serving it on another port", "taken", a.cfg.AdminAddr, "admin_addr", srv.Addr().String())
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("listen on %s (--admin-addr; \"off\" serves none): %w", addr, err)
+		return fmt.Errorf("listen on %s (--admin-addr; \"off\" serves none): %w", a.cfg.AdminAddr, err)
 	}
-	a.adminListener = ln
-	a.admin = &http.Server{Handler: a.adminMux(), ReadHeaderTimeout: 10 * time.Second}
+	if !adminhttp.IsLoopback(a.cfg.AdminAddr) && a.cfg.AdminToken == "" {
+		a.log.Warn("--admin-addr listens beyond loopback without authentication (--insecure-no-auth): /metrics and /dashboard/ (parked messages, bodies included; read-only there) are served to anyone who can reach it",
+			"admin_addr", a.cfg.AdminAddr)
+	}
+	a.admin = srv
+	a.handleAdmin()
 	return nil
 }
 
 // serveAdmin serves the admin address until close.
 func (a *app) serveAdmin() {
-	if a.admin == nil {
-		return
+	if a.admin != nil {
+		a.admin.Start()
 	}
-	a.bg.Go(func() {
-		if err := a.admin.Serve(a.adminListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("admin server stopped", "error", err)
-		}
-	})
 }

@@ -70,7 +70,7 @@ func sample(scrape, metric string, labels ...string) (float64, bool) {
 // scrapes /metrics: each consumer's applied deliveries and its delays
 // match its processed_event markers, the rejected event shows as parked,
 // each relay's published rows match its outbox, nothing waits or is
-// paused; /debug/pprof/ answers.
+// paused; /debug/pprof/ answers (SHOP_PPROF).
 func TestAdminMetrics(t *testing.T) {
 	t.Parallel()
 	pg, amqpURL := testdb.PostgresURL(t), testamqp.URL(t)
@@ -118,7 +118,7 @@ func adminMetrics(t *testing.T, cl *shopkit.Cluster, in *shopkit.Inspector, ns s
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl.ExtraEnv = append(cl.ExtraEnv, "SHOP_ADMIN_ADDR="+admin)
+	cl.ExtraEnv = append(cl.ExtraEnv, "SHOP_ADMIN_ADDR="+admin, "SHOP_PPROF=true")
 	t.Cleanup(cl.StopAll)
 	p, err := cl.Start(ctx, shopkit.ProcSpec{Name: "shop", Services: "all"})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/dashboard"
-	"github.com/idem-go/idem/internal/netaddr"
+	"github.com/idem-go/idem/internal/adminhttp"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/monitor"
 	"github.com/idem-go/idem/shop/billing"
@@ -42,6 +42,9 @@ type dashboardOptions struct {
 	Sample, History time.Duration
 	// ReadOnly hides and refuses retry and remove.
 	ReadOnly bool
+	// Token, when set, is what every request carries (the admin address
+	// checked it first): the audit lines name it.
+	Token string
 }
 
 // shopDashboard returns the dashboard over the shop's databases in dbs
@@ -53,7 +56,7 @@ func shopDashboard(dbs map[string]*store.DB, pub any, log *slog.Logger, o dashbo
 	rd, _ := pub.(broker.Redeliverer)
 	inspector, _ := pub.(broker.Inspector)
 	cfg := dashboard.Config{Redeliverer: rd, Path: dashboardPath, Logger: log, Gatherer: o.Gatherer,
-		SampleInterval: o.Sample, History: o.History, ReadOnly: o.ReadOnly}
+		SampleInterval: o.Sample, History: o.History, ReadOnly: o.ReadOnly, Token: o.Token}
 	for _, s := range databases {
 		db := dbs[s]
 		consumers, ok := serviceConsumers[s]
@@ -100,9 +103,10 @@ func (a *app) openDashboard(ctx context.Context) error {
 	if a.metrics != nil {
 		gatherer = a.metrics.reg
 	}
-	// The admin address has no authentication: beyond this machine the
-	// dashboard shows, and refuses to retry or remove (listenAdmin warns).
-	d, err := shopDashboard(a.dbs, pub, a.log, dashboardOptions{Gatherer: gatherer, ReadOnly: !netaddr.IsLoopback(a.cfg.AdminAddr)})
+	// Beyond loopback without a token (--insecure-no-auth), the dashboard
+	// shows, and refuses to retry or remove (listenAdmin warns).
+	d, err := shopDashboard(a.dbs, pub, a.log, dashboardOptions{Gatherer: gatherer, Token: a.cfg.AdminToken,
+		ReadOnly: !adminhttp.IsLoopback(a.cfg.AdminAddr) && a.cfg.AdminToken == ""})
 	if err != nil {
 		if ad.pub != nil {
 			_ = ad.pub.Close()

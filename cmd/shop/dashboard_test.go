@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -370,8 +371,9 @@ func placeProduct(t *testing.T, ctx context.Context, addr, product string) strin
 }
 
 // TestAdminBeyondLoopbackReadOnly: an --admin-addr reachable beyond this
-// machine has no authentication: the shop warns, saying what it serves, and
-// its dashboard shows parked messages but offers no retry or remove.
+// machine without a token is refused, unless --insecure-no-auth says that
+// something in front authenticates: then the shop warns, and its dashboard
+// shows parked messages but offers no retry or remove.
 func TestAdminBeyondLoopbackReadOnly(t *testing.T) {
 	t.Parallel()
 	local, err := shopkit.FreeAddr()
@@ -379,14 +381,22 @@ func TestAdminBeyondLoopbackReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, port, _ := strings.Cut(local, ":")
-	cl := &shopkit.Cluster{Binary: shopBinary, DataDir: t.TempDir(), LogDir: t.TempDir(), ExtraEnv: []string{"SHOP_ADMIN_ADDR=0.0.0.0:" + port}}
-	t.Cleanup(cl.StopAll)
 	ctx := context.Background()
-	p, err := cl.Start(ctx, shopkit.ProcSpec{Name: "shop", Services: "all"})
+	refused := &shopkit.Cluster{Binary: shopBinary, DataDir: t.TempDir(), LogDir: t.TempDir(), ExtraEnv: []string{"SHOP_ADMIN_ADDR=0.0.0.0:" + port}}
+	t.Cleanup(refused.StopAll)
+	p, err := refused.Start(ctx, shopkit.ProcSpec{Name: "shop", Services: "all"})
+	if !errors.Is(err, shopkit.ErrExitedAtStart) || !strings.Contains(p.Tail(), "--admin-addr 0.0.0.0:"+port+" listens beyond loopback without authentication") ||
+		!strings.Contains(p.Tail(), "--insecure-no-auth") {
+		t.Fatalf("shop --admin-addr 0.0.0.0:%s without a token: %v, want a refusal naming --insecure-no-auth", port, err)
+	}
+
+	cl := &shopkit.Cluster{Binary: shopBinary, DataDir: t.TempDir(), LogDir: t.TempDir(), ExtraEnv: []string{"SHOP_ADMIN_ADDR=0.0.0.0:" + port, "SHOP_INSECURE_NO_AUTH=true"}}
+	t.Cleanup(cl.StopAll)
+	p, err = cl.Start(ctx, shopkit.ProcSpec{Name: "shop", Services: "all"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := p.Tail(); !strings.Contains(out, "has no authentication") || !strings.Contains(out, "the dashboard is read-only there") {
+	if out := p.Tail(); !strings.Contains(out, "without authentication (--insecure-no-auth)") || !strings.Contains(out, "read-only there") {
 		t.Errorf("no warning about the admin address:\n%s", out)
 	}
 	code, page, err := adminGet(ctx, "http://127.0.0.1:"+port+"/dashboard/")

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // TestHelpTopics checks "shop help" and "shop help broker": each prints on
@@ -58,5 +60,16 @@ func TestOrderHowTo(t *testing.T) {
 	}
 	if strings.Contains(got, "uuidgen") {
 		t.Errorf("banner needs uuidgen, which a stock Debian does not have:\n%s", got)
+	}
+}
+
+// TestHelpHasNoPassword: no example of the shop's help puts a password on
+// the command line: they use variables and files.
+func TestHelpHasNoPassword(t *testing.T) {
+	t.Parallel()
+	for _, line := range strings.Split(runHelpHead+runHelpTail, "\n") {
+		if redact.String(line) != line || strings.Contains(line, "TOKEN=") {
+			t.Errorf("shop help: a secret on a command line: %q", line)
+		}
 	}
 }

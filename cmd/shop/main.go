@@ -28,12 +28,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idem-go/idem/internal/adminhttp"
 	"github.com/idem-go/idem/internal/envflag"
+	"github.com/idem-go/idem/internal/redact"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/telemetry"
 )
 
 func main() {
+	defer redact.ExitOnPanic("shop")
 	args := os.Args[1:]
 	var err error
 	switch {
@@ -48,7 +51,7 @@ func main() {
 		return
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "shop:", err)
+		fmt.Fprintln(os.Stderr, "shop:", redact.String(err.Error()))
 		var ue usageError
 		if errors.As(err, &ue) {
 			os.Exit(2)
@@ -99,12 +102,27 @@ real servers; each service keeps its tables in its own PostgreSQL schema
 migrations at start-up. Stop with Ctrl-C or SIGTERM, at any moment of the
 start-up too: in-flight work finishes and the exit status is 0.
 
+The URLs can hold passwords: give them in the variables (SHOP_DB_URL,
+SHOP_BROKER_URL...) or in files (--db-file, --broker-file...), not on the
+command line, where every user of the machine reads them (ps, /proc). What
+the shop prints shows them without their passwords.
+
 Flags (each also read from the environment variable in brackets):
 `
 
 var runHelpTail = `
 Metrics: curl -s http://127.0.0.1:9464/metrics (the admin address, --admin-addr);
 docs/OPERATIONS.md says what each metric means and which alerts to set.
+
+Addresses: --http and --admin-addr listen on loopback by default. Beyond it
+(0.0.0.0:9464, :9464), --admin-addr needs a bearer token on every request:
+put it in a file and give --auth-token-file FILE (or set SHOP_ADMIN_TOKEN);
+Prometheus sends it with authorization: credentials_file, a browser as the
+password of its login prompt. The order API and the fake carrier (--http)
+have no authentication of their own. --insecure-no-auth lets either listen
+beyond loopback without one, when something in front authenticates (the
+dashboard is then read-only). --pprof serves the Go profiles on the admin
+address (/debug/pprof/; never the command line).
 
 Services: order (HTTP API + consumer "order"), stock (consumer "stock"),
 shipping (consumers "shipping-preparation-v1", "shipping-carrier-v1"),
@@ -114,12 +132,13 @@ billing outboxes).
 
 Examples:
   shop
-  shop --db postgres://postgres@localhost:5432/shop --broker amqp://guest:guest@localhost:5672/
+  SHOP_BROKER_URL=amqp://... shop --db postgres://postgres@localhost:5432/shop
   shop --services stock,relay --db postgres://localhost/shop --broker amqp://localhost/
   shop --relay cdc --db postgres://localhost/shop --broker amqp://localhost/
   shop --relay cdc --outbox log --db postgres://localhost/shop --broker amqp://localhost/
-  SHOP_DB_URL=mysql://shop:shop@localhost:3306/shop SHOP_BROKER_URL=kafka://localhost:9092 shop
+  shop --db-file /run/secrets/shop-db-url --broker kafka://localhost:9092    # the file holds the mysql:// URL and its password
   shop --services order,carrier --order-db postgres://localhost/orders --broker nats://localhost:4222
+  shop --admin-addr :9464 --auth-token-file /run/secrets/admin-token --pprof
 
 Load and crash tests (from a clone of the repository; go run ./internal/tools/shopctl help):
   go run ./internal/tools/shopctl load --orders 10000 --concurrency 64 --retry-rate 0.05
@@ -153,9 +172,13 @@ var runEnv = map[string]string{
 	"summary": "SHOP_SUMMARY_INTERVAL", "key-lock-timeout": "SHOP_KEY_LOCK_TIMEOUT",
 	"relay": "SHOP_RELAY", "outbox": "SHOP_OUTBOX", "relay-lease": "SHOP_RELAY_LEASE", "relay-workers": "SHOP_RELAY_WORKERS", "workers": "SHOP_WORKERS",
 	"max-conns": "SHOP_MAX_CONNS", "log-level": "SHOP_LOG_LEVEL",
+	"auth-token-file": "SHOP_ADMIN_TOKEN_FILE", "insecure-no-auth": "SHOP_INSECURE_NO_AUTH", "pprof": "SHOP_PPROF",
 	"order-db": "SHOP_ORDER_DB_URL", "stock-db": "SHOP_STOCK_DB_URL", "shipping-db": "SHOP_SHIPPING_DB_URL",
 	"billing-db": "SHOP_BILLING_DB_URL", "carrier-db": "SHOP_CARRIER_DB_URL",
 }
+
+// adminTokenEnv holds the admin address's token when no file is given.
+const adminTokenEnv = "SHOP_ADMIN_TOKEN"
 
 func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	fs := flag.NewFlagSet("shop", flag.ContinueOnError)
@@ -164,8 +187,13 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	services := fs.String("services", "all", "comma-separated services to run: order, stock, shipping, billing, carrier, relay, or all")
 	fs.StringVar(&cfg.DB, "db", "", "database URL for every service (default: SQLite files under --data-dir); each service's tables in a schema, database or file of its own:\n"+registry.DatabaseURLHelp())
 	fs.StringVar(&cfg.Broker, "broker", "", "broker URL (default: embedded NATS JetStream under --data-dir):\n"+registry.BrokerURLHelp())
+	envflag.FileFlag(fs, "db")
+	envflag.FileFlag(fs, "broker")
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "address of the order API and the fake carrier")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", adminAddrDefault, "admin address, \"off\" to serve none (keep it on loopback; with the default, a free\nport when "+adminAddrDefault+" is taken): /metrics (Prometheus: idem_relay_* and\nidem_consumer_* of every relay and consumer of the process, Go and process metrics),\n/debug/pprof/ (Go profiles) and /dashboard/ (status, charts, parked messages to retry\nor remove: docs/OPERATIONS.md); idem status --dashboard http://ADDR/dashboard/ prints the status")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", adminAddrDefault, "admin address, \"off\" to serve none (with the default, a free port when "+adminAddrDefault+"\nis taken; beyond loopback it needs --auth-token-file or --insecure-no-auth): /metrics\n(Prometheus: idem_relay_* and idem_consumer_* of every relay and consumer of the process,\nGo and process metrics), /dashboard/ (status, charts, parked messages to retry or remove:\ndocs/OPERATIONS.md) and, with --pprof, /debug/pprof/ (Go profiles); idem status\n--dashboard http://ADDR/dashboard/ prints the status")
+	var admin adminhttp.Flags
+	admin.Register(fs, "--admin-addr", adminTokenEnv, true)
+	fs.Lookup("insecure-no-auth").Usage = "let --admin-addr and --http listen beyond loopback without authentication (something in\nfront of them authenticates; the dashboard is then read-only)"
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the embedded defaults' data")
 	fs.StringVar(&cfg.Namespace, "namespace", namespaceDefault, "prefix of the services' schemas (<namespace>_order...) and, when not \"shop\", of the broker's exchange and queues, so several shops can share servers")
 	fs.StringVar(&cfg.CarrierURL, "carrier-url", "", "carrier base URL for shipping and billing (default: http://<--http>/carrier)")
@@ -182,6 +210,7 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	perService := map[string]*string{}
 	for _, s := range databases {
 		perService[s] = fs.String(s+"-db", "", "database URL of the "+s+" service (overrides --db)")
+		envflag.FileFlag(fs, s+"-db")
 	}
 	fs.Usage = envflag.Usage(fs, runEnv, runHelpHead, runHelpTail)
 	if err := envflag.Parse(fs, args, runEnv); err != nil {
@@ -194,6 +223,17 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	fs.Visit(func(f *flag.Flag) { cfg.AdminDefault = cfg.AdminDefault && f.Name != "admin-addr" })
 	if cfg.AdminAddr == "off" {
 		cfg.AdminAddr = ""
+	}
+	token, err := admin.Token(os.Getenv)
+	if err != nil {
+		return cfg, "", err
+	}
+	cfg.AdminToken = token
+	cfg.NoAuth, cfg.Pprof = admin.NoAuth, admin.Pprof
+	if cfg.AdminAddr != "" {
+		if err := adminhttp.Check("--admin-addr", cfg.AdminAddr, cfg.AdminToken != "", cfg.NoAuth, admin.HowToAuth()); err != nil {
+			return cfg, "", err
+		}
 	}
 	if cfg.Relay != relayPoll && cfg.Relay != relayCDC {
 		return cfg, "", fmt.Errorf("--relay %q: want %s or %s", cfg.Relay, relayPoll, relayCDC)
@@ -222,6 +262,11 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 			}
 		}
 	}
+	if cfg.has("order") || cfg.has("carrier") {
+		if err := adminhttp.Check("--http", cfg.HTTP, false, cfg.NoAuth, "the order API and the fake carrier have no authentication of their own (put them behind a proxy that authenticates)"); err != nil {
+			return cfg, "", err
+		}
+	}
 	return cfg, *logLevel, nil
 }
 
@@ -246,7 +291,7 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return slog.New(redact.Handler(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))), nil
 }
 
 func runMain(args []string, stdout, stderr io.Writer) error {

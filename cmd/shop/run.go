@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/adminhttp"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
@@ -63,6 +64,14 @@ type runConfig struct {
 	RelayWorkers int
 	Workers      int
 	MaxConns     int
+
+	// AdminToken, when set, is required on every request to AdminAddr.
+	AdminToken string
+	// NoAuth lets AdminAddr and HTTP listen beyond loopback without
+	// authentication (--insecure-no-auth).
+	NoAuth bool
+	// Pprof serves the Go profiles on AdminAddr.
+	Pprof bool
 }
 
 func (c runConfig) has(s string) bool { return slices.Contains(c.Services, s) }
@@ -140,9 +149,8 @@ type app struct {
 	cancelBg   context.CancelFunc
 
 	// metrics is nil without --admin-addr; admin serves them.
-	metrics       *metrics
-	admin         *http.Server
-	adminListener net.Listener
+	metrics *metrics
+	admin   *adminhttp.Server
 	// dash is the dashboard on the admin address (dashboard.go).
 	dash *adminDashboard
 }
@@ -427,8 +435,6 @@ func (a *app) close(ctx context.Context) {
 		if err := a.admin.Shutdown(ctx); err != nil {
 			a.log.Warn("admin HTTP shutdown", "error", err)
 		}
-	} else if a.adminListener != nil {
-		_ = a.adminListener.Close()
 	}
 	a.closeDashboard(ctx)
 	for name, r := range a.relays {
@@ -498,9 +504,13 @@ func (a *app) banner(w io.Writer) {
 		}
 	}
 	if a.admin != nil {
-		fmt.Fprintf(w, "shop:   admin     http://%s/metrics  http://%[1]s/debug/pprof/\n", a.adminListener.Addr())
+		profiles := ""
+		if a.cfg.Pprof {
+			profiles = fmt.Sprintf("  http://%s/debug/pprof/", a.admin.Addr())
+		}
+		fmt.Fprintf(w, "shop:   admin     http://%s/metrics%s\n", a.admin.Addr(), profiles)
 		if a.dash != nil {
-			dash := fmt.Sprintf("http://%s%s", a.adminListener.Addr(), dashboardPath)
+			dash := fmt.Sprintf("http://%s%s", a.admin.Addr(), dashboardPath)
 			fmt.Fprintf(w, "shop:   dashboard %s  (open it in a browser)\n", dash)
 			fmt.Fprintf(w, "shop:   status    go run ./cmd/idem status --dashboard %s\n", dash)
 		}

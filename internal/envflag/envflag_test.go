@@ -3,6 +3,9 @@ package envflag_test
 import (
 	"bytes"
 	"flag"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -46,5 +49,54 @@ func TestUsage(t *testing.T) {
 	want := "HEAD\n  --db\n        database URL:\n        more (default x) [$T_DB]\n  --wait\n        how long\nTAIL\n"
 	if out.String() != want {
 		t.Fatalf("usage:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// TestFileFlag: --NAME-file sets --NAME from the file without its trailing
+// newline, wins over the variable, repeats for a repeatable flag, and is
+// refused with --NAME; an empty or missing file is an error naming it.
+func TestFileFlag(t *testing.T) {
+	t.Setenv("ENVFLAG_TEST_DB", "from-env")
+	env := map[string]string{"db": "ENVFLAG_TEST_DB"}
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	crlf, lf, empty := write("crlf", "postgres://u:S3cret@db/x\r\n"), write("lf", "amqp://u:S3cret@mq/\n"), write("empty", "\n")
+
+	newFS := func() (*flag.FlagSet, *string, *[]string) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		db := fs.String("db", "", "database")
+		var list []string
+		fs.Func("broker", "repeatable", func(v string) error { list = append(list, v); return nil })
+		envflag.FileFlag(fs, "db")
+		envflag.FileFlag(fs, "broker")
+		return fs, db, &list
+	}
+	fs, db, list := newFS()
+	if err := envflag.Parse(fs, []string{"--db-file", crlf, "--broker-file", lf, "--broker-file", crlf}, env); err != nil {
+		t.Fatal(err)
+	}
+	if *db != "postgres://u:S3cret@db/x" || len(*list) != 2 || (*list)[0] != "amqp://u:S3cret@mq/" {
+		t.Fatalf("db %q, broker %q", *db, *list)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--db", "x", "--db-file", lf}, "--db and --db-file both given"},
+		{[]string{"--db-file", empty}, "--db-file: " + empty + " is empty"},
+		{[]string{"--db-file", filepath.Join(dir, "missing")}, "no such file"},
+	} {
+		fs, _, _ := newFS()
+		err := envflag.Parse(fs, tc.args, env)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "S3cret") {
+			t.Errorf("Parse(%q) = %v, want an error with %q and no secret", tc.args, err, tc.want)
+		}
 	}
 }

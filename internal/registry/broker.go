@@ -18,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/webhook"
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // Publisher is a publisher that must be closed.
@@ -93,7 +94,7 @@ func BrokerSchemes() []string {
 // which url.Parse rejects. "embedded" is the embedded NATS server.
 func brokerSchemeOf(rawURL string) (transport, error) {
 	if rawURL == "" {
-		return transport{}, errors.New("no broker URL: pass --broker or set IDEM_BROKER_URL (for example amqp://guest:guest@localhost:5672/)")
+		return transport{}, errors.New("no broker URL: pass --broker, --broker-file FILE or set IDEM_BROKER_URL (for example amqp://localhost:5672/; a URL with a password in the variable or the file)")
 	}
 	if rawURL == "embedded" || strings.HasPrefix(rawURL, "embedded?") {
 		return brokerSchemes["nats"], nil
@@ -117,13 +118,15 @@ func Open(ctx context.Context, rawURL string) (Publisher, error) {
 // OpenPrefixed is Open with the names of SubscribeConfig.Prefix when prefix
 // is set: exchange <prefix>.events (RabbitMQ), topics
 // <prefix>.outbox.event.<aggregate type> (Kafka), stream <PREFIX>_EVENTS and
-// subjects <prefix>.events.<event name> (NATS).
+// subjects <prefix>.events.<event name> (NATS). Its errors, as those of
+// every function of the registry, never hold the URL's password.
 func OpenPrefixed(ctx context.Context, rawURL, prefix string) (Publisher, error) {
 	t, err := brokerSchemeOf(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	return t.publish(ctx, rawURL, prefix)
+	pub, err := t.publish(ctx, rawURL, prefix)
+	return pub, redact.Error(err)
 }
 
 // Inspector is a broker.Inspector that must be closed.
@@ -144,7 +147,8 @@ func OpenInspector(ctx context.Context, rawURL, prefix string) (Inspector, error
 	if t.inspect == nil {
 		return nil, fmt.Errorf("broker URL %s: this transport cannot tell what waits for a consumer; give an amqp://, kafka:// or nats:// URL", broker.RedactURL(rawURL))
 	}
-	return t.inspect(ctx, rawURL, prefix)
+	ins, err := t.inspect(ctx, rawURL, prefix)
+	return ins, redact.Error(err)
 }
 
 // publishWebhook returns a publisher posting to rawURL.

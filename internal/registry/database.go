@@ -20,6 +20,7 @@ import (
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/driver/sqlite"
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // Dialect names of Database.Dialect.
@@ -156,15 +157,20 @@ func DatabaseSchemes() []string {
 }
 
 // OpenDatabase opens the database at rawURL and checks that it answers.
+// Its errors never hold the URL's password.
 func OpenDatabase(ctx context.Context, rawURL string, o DatabaseOptions) (*Database, error) {
 	if rawURL == "" {
-		return nil, errors.New("no database URL: pass --db or set IDEM_DB_URL (for example postgres://user:pass@localhost:5432/app)")
+		return nil, errors.New("no database URL: pass --db, --db-file FILE or set IDEM_DB_URL (for example postgres://app@localhost:5432/app; a URL with a password in the variable or the file)")
 	}
 	if o.Name != "" && !nameRE.MatchString(o.Name) {
 		return nil, fmt.Errorf("database name %q is not a plain lower-case identifier", o.Name)
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL and its password
+		}
 		return nil, fmt.Errorf("database URL %s: %w", broker.RedactURL(rawURL), err)
 	}
 	scheme, ok := databaseSchemes[strings.ToLower(u.Scheme)]
@@ -174,7 +180,9 @@ func OpenDatabase(ctx context.Context, rawURL string, o DatabaseOptions) (*Datab
 		}
 		return nil, fmt.Errorf("database URL %s: scheme %q is not supported: want one of %s", broker.RedactURL(rawURL), u.Scheme, strings.Join(DatabaseSchemes(), ", "))
 	}
-	return scheme.open(ctx, rawURL, u, o)
+	db, err := scheme.open(ctx, rawURL, u, o)
+	// A driver's error may quote the URL or the password: redacted.
+	return db, redact.Error(err)
 }
 
 // openPostgres opens a PostgreSQL database, its tables in the schema

@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem/broker/amqp"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // Subscriber is a running subscription (broker.Subscriber).
@@ -69,7 +70,8 @@ func Subscribe(rawURL string, cfg SubscribeConfig, deliver broker.DeliverFunc) (
 	}
 	names := slices.DeleteFunc(slices.Clone(cfg.EventNames), func(n string) bool { return n == inbox.AnyEvent })
 	slices.Sort(names)
-	return t.subscribe(rawURL, cfg, names, deliver)
+	sub, err := t.subscribe(rawURL, cfg, names, deliver)
+	return sub, redact.Error(err)
 }
 
 // Partitions returns the number of partitions rawURL gives each consumer's
@@ -81,7 +83,8 @@ func Partitions(rawURL string) (int, error) {
 	if err != nil || t.partitions == nil {
 		return 0, err
 	}
-	return t.partitions(rawURL)
+	n, err := t.partitions(rawURL)
+	return n, redact.Error(err)
 }
 
 // withAckFault hits the fault point fault.InboxAfterCommitBeforeAck after

@@ -8,8 +8,10 @@ package testamqp
 import (
 	"crypto/rand"
 	"encoding/hex"
+	neturl "net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/idem-go/idem/internal/testlock"
@@ -82,4 +84,46 @@ func Name(prefix string) string {
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	return prefix + hex.EncodeToString(b)
+}
+
+// CtlEnv names the variable holding the rabbitmqctl wrapper of the test
+// node.
+const CtlEnv = "IDEM_TEST_RABBITMQCTL"
+
+// UserURL adds a user with a random password to the test node, allowed
+// everything on the node's virtual host, and returns the node's URL with
+// that user and the password; the user is deleted when the test ends. For
+// tests that check that a password never leaves a process: the node's own
+// guest:guest is no secret.
+func UserURL(t testing.TB) (rawURL, password string) {
+	t.Helper()
+	base := URL(t)
+	ctl := os.Getenv(CtlEnv)
+	if ctl == "" {
+		t.Fatalf("%s is not set: run the tests with `IDEM_TEST_SERVERS=\"postgres rabbitmq\" make test`", CtlEnv)
+	}
+	u, err := neturl.Parse(base)
+	if err != nil {
+		t.Fatalf("%s: %v", URLEnv, err)
+	}
+	user, password := Name("idem_user_"), Name("pw")
+	vhost := strings.TrimPrefix(u.Path, "/")
+	if vhost == "" {
+		vhost = "/"
+	}
+	for _, args := range [][]string{
+		{"add_user", user, password},
+		{"set_permissions", "-p", vhost, user, ".*", ".*", ".*"},
+	} {
+		if out, err := exec.Command(ctl, args...).CombinedOutput(); err != nil {
+			t.Fatalf("rabbitmqctl %s: %v\n%s", args[0], err, strings.ReplaceAll(string(out), password, "xxxxx"))
+		}
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command(ctl, "delete_user", user).CombinedOutput(); err != nil {
+			t.Errorf("rabbitmqctl delete_user %s: %v\n%s", user, err, out)
+		}
+	})
+	u.User = neturl.UserPassword(user, password)
+	return u.String(), password
 }

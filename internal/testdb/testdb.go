@@ -297,3 +297,18 @@ func RunWithExampleDatabase(m interface{ Run() int }, leakCheck func() error, se
 	}
 	return code
 }
+
+// WithPassword returns rawURL, a URL of the test server, with a random
+// password for its user, and the password. The test server trusts local
+// connections and never asks for it: it is there for the tests that check
+// that a password given to a process never leaves it.
+func WithPassword(t testing.TB, rawURL string) (withPassword, password string) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil || u.User == nil {
+		t.Fatalf("testdb.WithPassword: want a URL with a user, got %v", err)
+	}
+	password = "pw" + randomHex(8)
+	u.User = url.UserPassword(u.User.Username(), password)
+	return u.String(), password
+}
