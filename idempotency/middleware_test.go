@@ -231,16 +231,24 @@ func testTakeOverRacesCompletion(t *testing.T, db testDB[*sql.Tx]) {
 		close(held)
 		<-release
 	}
+	// A failure while the first request waits must not leave it, and the
+	// server's Close, waiting.
+	var released sync.Once
+	releaseFirst := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(releaseFirst)
 	firstDone := make(chan answer, 1)
 	go func() { firstDone <- post(t, url, "k-late", bodyA) }()
 	<-held
 	app.beforeCommit = nil
 	clk.advance(6 * time.Second) // the first request's lock has lapsed
 	retryDone := make(chan answer, 1)
+	before := db.lockWaits(t)
 	go func() { retryDone <- post(t, url, "k-late", bodyA) }()
 	// The retry's takeover waits on the completion's row lock (or, on
-	// SQLite, its claim on the write lock): let the first commit.
-	time.AfterFunc(200*time.Millisecond, func() { close(release) })
+	// SQLite, its claim on the write lock): once it does, let the first
+	// commit.
+	waitRetryWaits(t, db, before, retryDone)
+	releaseFirst()
 	first, retry := <-firstDone, <-retryDone
 	if first.status != http.StatusCreated {
 		t.Fatalf("first: %v", first)

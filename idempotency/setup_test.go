@@ -26,6 +26,7 @@ import (
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/idempotency"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 )
 
@@ -286,6 +287,54 @@ func waitEntered(t testing.TB, entered <-chan struct{}, firstDone <-chan answer)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the first request did not reach its handler within 30s")
 	}
+}
+
+// lockWaits tells how far requests got in waiting for a key held by
+// another transaction: on PostgreSQL, how many transactions hold a lock on
+// idempotent_request (the holder's, and each retry's, whether it polls for
+// the key's advisory lock in its transaction or waits for the row's lock);
+// on MariaDB, how many transactions of the database wait for a lock; on
+// SQLite, whose pool has one connection, how many times a caller waited for
+// it. Take it before a retry starts, then wait for it to grow
+// (waitRetryWaits).
+func (db testDB[TTx]) lockWaits(t testing.TB) int64 {
+	t.Helper()
+	var n int64
+	switch db.dialect {
+	case "sqlite":
+		return any(db.drv).(interface{ DB() *sql.DB }).DB().Stats().WaitCount
+	case "postgres":
+		db.queryRow(t, `SELECT count(DISTINCT pid) FROM pg_locks WHERE relation = 'idempotent_request'::regclass`, &n)
+	case "mysql":
+		db.queryRow(t, `SELECT count(*) FROM information_schema.INNODB_TRX x
+JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
+WHERE x.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`, &n)
+	default:
+		t.Fatalf("lockWaits: no way to see a lock wait on %s", db.dialect)
+	}
+	return n
+}
+
+func (db testDB[TTx]) queryRow(t testing.TB, query string, dest ...any) {
+	t.Helper()
+	if err := driver.QueryRow(context.Background(), db.drv.Pool(), db.bind(query), nil, dest...); err != nil {
+		t.Fatalf("query %q: %v", query, err)
+	}
+}
+
+// waitRetryWaits waits until db.lockWaits grows past before: the retry
+// started since waits for the key, held by another request's transaction.
+// It fails if the retry answers first: it must wait.
+func waitRetryWaits[TTx any](t testing.TB, db testDB[TTx], before int64, retryDone <-chan answer) {
+	t.Helper()
+	testsvc.WaitFor(t, 30*time.Second, "the retry waiting for the key", func() bool {
+		select {
+		case r := <-retryDone:
+			t.Fatalf("retry answered %v while the first request holds the key; want it to wait", r)
+		default:
+		}
+		return db.lockWaits(t) > before
+	})
 }
 
 func (a answer) String() string {

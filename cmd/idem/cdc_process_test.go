@@ -698,13 +698,22 @@ func TestCDCSurvivesPostgresRestart(t *testing.T) {
 	// sent confirmed, and the relay confirms a position only once its rows
 	// are deleted, which the stopping server refuses; the relay must leave
 	// the stream rather than hold the shutdown.
+	logged := len(p.out.String())
 	testdb.StopPostgres(t)
-	// The relay meets a server that is away: its stream drops, its
-	// reconnections fail for a while.
-	time.Sleep(3 * time.Second)
-	if p.exited() {
-		t.Fatalf("idem cdc exited while PostgreSQL was down:\n%s", tail(p.out.String(), 4000))
-	}
+	// The relay meets a server that is away: its stream drops, and it goes
+	// on once the server has refused a reconnection.
+	testsvc.WaitFor(t, 60*time.Second, "idem cdc logging a reconnection the stopped server refused", func() bool {
+		if p.exited() {
+			t.Fatalf("idem cdc exited while PostgreSQL was down:\n%s", tail(p.out.String(), 4000))
+		}
+		for _, line := range strings.Split(p.out.String()[logged:], "\n") {
+			if strings.Contains(line, "replication stopped; reconnecting") && strings.Contains(line, "connection refused") {
+				t.Logf("idem cdc: %s", line)
+				return true
+			}
+		}
+		return false
+	})
 	testdb.StartPostgres(t)
 
 	second, err := writeLoad(ctx, pg, "after", 4, 200, 5, true)
@@ -712,10 +721,12 @@ func TestCDCSurvivesPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := append(first, second...)
-	testsvc.WaitFor(t, 90*time.Second, "2,000 events applied after the restart", func() bool { return applied(t, pg) >= len(all) })
-	if p.exited() {
-		t.Fatalf("idem cdc exited:\n%s", tail(p.out.String(), 4000))
-	}
+	testsvc.WaitFor(t, 90*time.Second, "2,000 events applied after the restart", func() bool {
+		if p.exited() {
+			t.Fatalf("idem cdc exited:\n%s", tail(p.out.String(), 4000))
+		}
+		return applied(t, pg) >= len(all)
+	})
 	checkEmptied(t, pg, rb)
 	p.stop(t)
 	brokertest.CheckOnceInOrder(t, pg, "stock", all)

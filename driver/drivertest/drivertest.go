@@ -92,7 +92,10 @@ type Features struct {
 	// a time (SQLite): a second writer waits until the first ends, whatever
 	// rows they write. There are no row locks to observe, so DB.Session and
 	// DB.Blocking are not needed, and the checks of lock waits, lock
-	// timeouts and deadlocks do not apply.
+	// timeouts and deadlocks do not apply. The suite sees a second writer
+	// wait for the connection of the driver's database/sql pool (a
+	// DB() *sql.DB method, as driver.SQLDriver has), which must hold one
+	// connection, as the idem SQLite driver's does.
 	SingleWriter bool
 }
 

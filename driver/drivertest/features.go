@@ -1,6 +1,7 @@
 package drivertest
 
 import (
+	"database/sql"
 	"testing"
 	"time"
 
@@ -90,6 +91,7 @@ VALUES (?, 'order', 'probe', 'Probe', '{}', 'yesterday', 'v1', 'not json')`), id
 		first := db.begin(t, ctx)
 		_, err := db.Driver.Tx(first).Exec(ctx, db.bind(`UPDATE writers SET n = 1 WHERE id = 1`))
 		fatalIf(t, err, "first writer")
+		before := poolWaits(t, db.Driver, f.SingleWriter)
 		second := make(chan error, 1)
 		go func() {
 			second <- db.inTx(ctx, func(ex driver.Executor) error {
@@ -98,12 +100,9 @@ VALUES (?, 'order', 'probe', 'Probe', '{}', 'yesterday', 'v1', 'not json')`), id
 			})
 		}()
 		if f.SingleWriter {
-			// A bounded wait: what is checked is that nothing happens.
-			select {
-			case err := <-second:
-				t.Errorf("a second writer ran (%v) while the first held its transaction: the database has row locks, Features.SingleWriter must be false", err)
-			case <-time.After(200 * time.Millisecond):
-			}
+			// The second writer waits for the pool's one connection, which
+			// the first holds: wait until it does, failing if it runs.
+			waitPool(t, db.Driver, before, "the second writer", second)
 			db.rollback(ctx, first)
 			fatalIf(t, <-second, "second writer after the first ended")
 			return
@@ -132,6 +131,37 @@ VALUES (?, 'order', 'probe', 'Probe', '{}', 'yesterday', 'v1', 'not json')`), id
 		case !transactional && gone:
 			t.Error("a table created in a transaction rolled back is gone: MigrationSupport.TransactionalDDL can be true")
 		}
+	})
+}
+
+// poolWaits returns how many times a caller has waited for a connection
+// of drv's database/sql pool, when single (Features.SingleWriter: the pool
+// of a database with one writer has one connection, so that a writer waits
+// for it rather than in the database's lock, where the suite cannot see
+// it); else 0.
+func poolWaits(t *testing.T, drv any, single bool) int64 {
+	t.Helper()
+	if !single {
+		return 0
+	}
+	p, ok := drv.(interface{ DB() *sql.DB })
+	if !ok {
+		t.Fatalf("drivertest: with Features.SingleWriter the suite sees a writer wait through the driver's database/sql pool (a DB() *sql.DB method, as driver.SQLDriver has), which %T lacks", drv)
+	}
+	return p.DB().Stats().WaitCount
+}
+
+// waitPool waits until a caller waits for a connection of drv's pool
+// (poolWaits grew past before), and fails if who ends first.
+func waitPool(t *testing.T, drv any, before int64, who string, done <-chan error) {
+	t.Helper()
+	testsvc.WaitFor(t, 20*time.Second, who+" waiting for the pool's one connection (a SingleWriter database is opened with one)", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("%s ran (%v) while the first writer held its transaction: the database has row locks, Features.SingleWriter must be false", who, err)
+		default:
+		}
+		return poolWaits(t, drv, true) > before
 	})
 }
 

@@ -387,27 +387,35 @@ func wakeUpsWhileWaiting[TTx any](t *testing.T, setup Setup[TTx]) {
 			t.Fatalf("no notification %s", what)
 		}
 	}
-	noNote := func(what string) {
-		t.Helper()
-		select {
-		case <-notes:
-			t.Fatalf("notified %s", what)
-		case err := <-done:
-			t.Fatalf("ListenOutboxWaiting ended (%v) before %s", err, what)
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
 	waitNote("once listening")
 	insert(t, db, changed(t, "busy", 1))
-	noNote("after an insert while the relay was busy")
 
 	// A transaction that inserted while the relay was busy holds the
 	// relay's wait back until it ends; then one notification says: claim.
 	tx := db.begin(t, ctx)
+	if db.Session == nil || db.Blocking == nil {
+		t.Fatal("drivertest: DB.Session and DB.Blocking are required to check a driver.OutboxWaitListener")
+	}
+	session, err := db.Session(ctx, db.Driver.Tx(tx))
+	fatalIf(t, err, "the open transaction's session")
 	w := outbox.NewWriter(db.Driver)
 	fatalIf(t, w.Add(ctx, tx, changed(t, "open", 1)), "insert in an open transaction")
 	idle <- struct{}{}
-	noNote("before the transaction that inserted without notifying ended")
+	// Once the listener waits for the transaction, the inserts while the
+	// relay was busy are behind it, and nothing may notify until the
+	// transaction ends.
+	testsvc.WaitFor(t, 10*time.Second, "the listener waiting for the transaction that inserted while the relay was busy", func() bool {
+		blocked, err := db.Blocking(ctx, session)
+		fatalIf(t, err, "DB.Blocking")
+		select { // after Blocking: a notification sent before the wait began is here
+		case <-notes:
+			t.Fatal("notified before the transaction that inserted while the relay was busy ended (for an insert while it was busy, or without waiting for that transaction)")
+		case err := <-done:
+			t.Fatalf("ListenOutboxWaiting ended (%v) while the relay reported it was idle", err)
+		default:
+		}
+		return blocked
+	})
 	fatalIf(t, db.Driver.Commit(ctx, tx), "commit")
 	waitNote("once the relay waits, for the rows committed before")
 
@@ -416,6 +424,10 @@ func wakeUpsWhileWaiting[TTx any](t *testing.T, setup Setup[TTx]) {
 	cancel()
 	if err := <-done; err == nil {
 		t.Error("ListenOutboxWaiting returned nil when its context ended, want why it stopped")
+	}
+	// Every notification the listener sent is here now.
+	if n := len(notes); n != 0 {
+		t.Errorf("%d notifications more than the three expected (once listening, once the relay waits, after an insert while it waits)", n)
 	}
 }
 

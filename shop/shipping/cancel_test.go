@@ -1,10 +1,12 @@
 package shipping
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -189,12 +191,31 @@ func TestCancelDuringPickupRequest(t *testing.T) {
 	shoptest.Applied(t, s.preparation, placed)
 	created := shoptest.Outbox(t, db, shop.PreparationCreated)
 
+	// A failure while the carrier holds the request must not leave it, and
+	// the server's Close, waiting.
+	var released sync.Once
+	releaseCarrier := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(releaseCarrier)
+
 	var wg sync.WaitGroup
 	wg.Go(func() { shoptest.Applied(t, s.pickup, created[0]) })
 	<-arrived
-	wg.Go(func() { shoptest.Applied(t, s.preparation, cancelled) })
-	time.Sleep(50 * time.Millisecond) // let the cancellation reach the lock
-	close(release)
+	cancelDone := make(chan struct{})
+	wg.Go(func() {
+		defer close(cancelDone)
+		shoptest.Applied(t, s.preparation, cancelled)
+	})
+	// SQLite lists no lock waits, but the goroutine of a statement that
+	// waits for the lock runs the driver's busy handler.
+	shoptest.WaitFor(t, 30*time.Second, "the cancellation waiting for the preparation's lock", func() bool {
+		select {
+		case <-cancelDone:
+			t.Fatal("the cancellation ended while the pickup request held the preparation's lock")
+		default:
+		}
+		return waitsForLock("TestCancelDuringPickupRequest")
+	})
+	releaseCarrier()
 	wg.Wait()
 
 	seen := map[uuid.UUID]bool{created[0].ID: true}
@@ -205,4 +226,24 @@ func TestCancelDuringPickupRequest(t *testing.T) {
 	if st := pickups(t, srv); st.Pickups != 1 || st.Cancelled != 1 {
 		t.Fatalf("carrier: %+v, want the pickup made and cancelled", st)
 	}
+}
+
+// waitsForLock reports whether a goroutine started by the test named test
+// waits for SQLite's lock, in the busy handler of modernc.org/sqlite.
+func waitsForLock(test string) bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("modernc.org/sqlite.busyHandler")) && bytes.Contains(g, []byte("."+test+".")) {
+			return true
+		}
+	}
+	return false
 }

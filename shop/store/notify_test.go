@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,11 @@ import (
 // TestNotifyWakesTheRelay: a relay that polls once a minute publishes a row
 // at once when the service's code calls Notify after its commit, and not
 // before. Notify does nothing on a database without a relay.
+//
+// The relay's counters say when its one worker sleeps: once the claim that
+// took fewer rows than a batch has published them. From then on only Notify
+// may wake it: no claim may come before Notify, and the second row must be
+// published after it.
 func TestNotifyWakesTheRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -22,20 +28,20 @@ func TestNotifyWakesTheRelay(t *testing.T) {
 	db.Notify() // no relay: nothing happens
 	w := outbox.NewWriter(db.Driver)
 	write := func(id string) { t.Helper(); writeOrderPlaced(t, db, w, id) }
-	pub := memory.New()
-	published := func(n int, within time.Duration) bool {
+	pub := &notePublisher{Publisher: memory.New()}
+	eventually := func(within time.Duration, cond func() bool) bool {
 		deadline := time.Now().Add(within)
-		for time.Now().Before(deadline) {
-			if len(pub.Messages()) >= n {
-				return true
+		for !cond() {
+			if time.Now().After(deadline) {
+				return false
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		return false
+		return true
 	}
 
 	// The first row is there when the relay starts: its first claim takes
-	// it, then its one worker sleeps for a minute.
+	// it, fewer rows than a batch, and its one worker sleeps for a minute.
 	write("1")
 	r, err := db.NewRelay(pub, relay.Config{Workers: 1, PollInterval: time.Minute, MaxPollInterval: time.Minute, StatsInterval: -1, Retention: -1})
 	if err != nil {
@@ -49,19 +55,47 @@ func TestNotifyWakesTheRelay(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if !published(1, 10*time.Second) {
+	if !eventually(10*time.Second, func() bool { return r.Stats().Published == 1 }) {
 		t.Fatal("the first row was not published")
 	}
+	asleep := r.Stats()
 	write("2")
-	if published(2, 300*time.Millisecond) {
-		t.Fatal("the second row was published without a Notify: the relay was not asleep, the test proves nothing")
+	if s := r.Stats(); s.Claims != asleep.Claims || s.EmptyClaims != asleep.EmptyClaims {
+		t.Fatalf("the relay claimed without a Notify after a claim took fewer rows than a batch (%d claims, %d empty, then %d and %d): it was not asleep",
+			asleep.Claims, asleep.EmptyClaims, s.Claims, s.EmptyClaims)
 	}
 	start := time.Now()
+	pub.notified.Store(true)
 	db.Notify()
-	if !published(2, 10*time.Second) {
+	if !eventually(10*time.Second, func() bool { return len(pub.Messages()) >= 2 }) {
 		t.Fatal("the second row was not published after Notify")
 	}
 	t.Logf("published %v after Notify", time.Since(start))
+	if n := pub.early.Load(); n != 1 {
+		t.Errorf("%d rows published before Notify, want only the first", n)
+	}
+	// Over the relay's whole life, stopped now: one claim per row, each
+	// followed by a minute's sleep, which only Notify cut short.
+	if err := r.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Stats(); s.Claims != 2 || s.EmptyClaims != 0 {
+		t.Errorf("the relay claimed %d times, %d of them finding nothing; want 2 claims, one per row: a relay that polls once a minute claimed without a Notify", s.Claims+s.EmptyClaims, s.EmptyClaims)
+	}
+}
+
+// notePublisher counts the messages published before notified is set.
+type notePublisher struct {
+	*memory.Publisher
+	notified atomic.Bool
+	early    atomic.Int64
+}
+
+func (p *notePublisher) Publish(ctx context.Context, msgs []idem.Message) error {
+	if !p.notified.Load() {
+		p.early.Add(int64(len(msgs)))
+	}
+	return p.Publisher.Publish(ctx, msgs)
 }
 
 // TestNotifyIfAdded: the writers of OutboxWriter count their inserts, and
