@@ -87,31 +87,33 @@ func newServer(t testing.TB, bin, prefix string) *Server {
 		_ = s.stop("immediate")
 		_ = os.RemoveAll(dir)
 	})
-	s.runAs = serverUser(t, dir, "postgres")
+	s.runAs, _, _ = serverUser(t, dir, "postgres")
 	return s
 }
 
-// serverUser returns "" when the test does not run as root; as root, it
-// gives the directory dir to the system user name, who runs the server
-// (PostgreSQL and MariaDB refuse to run as root), and returns name.
-func serverUser(t testing.TB, dir, name string) string {
+// serverUser returns "", -1, -1 when the test does not run as root; as
+// root, it gives the directory dir to the system user name, who runs the
+// server (PostgreSQL and MariaDB refuse to run as root), and returns name
+// and its user and group ids, which own the files the server must read
+// alone (its TLS key).
+func serverUser(t testing.TB, dir, name string) (runAs string, uid, gid int) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		return ""
+		return "", -1, -1
 	}
 	u, err := user.Lookup(name)
 	if err != nil {
 		t.Fatalf("as root, the test server runs as the %s system user: %v", name, err)
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chown(dir, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	return name
+	return name, uid, gid
 }
 
 // appendConf appends settings to a configuration file, after a comment.
