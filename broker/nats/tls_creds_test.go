@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -82,11 +83,13 @@ func TestTLSURL(t *testing.T) {
 	for _, c := range []struct {
 		what, url, want string
 	}{
-		{"no client certificate", testtls.SetQuery(t, url, "cert", "", "key", ""), "tls: certificate required"},
+		// The server's refusal: its alert, or (under TLS 1.3, when the
+		// client writes before reading it) nats.go's reading of the close.
+		{"no client certificate", testtls.SetQuery(t, url, "cert", "", "key", ""), "tls: certificate required|connection closed by remote after TLS handshake"},
 		{"another CA", testtls.SetQuery(t, url, "ca", testtls.New(t).CA), "certificate signed by unknown authority"},
 		{"the system's roots", testtls.SetQuery(t, url, "ca", ""), "certificate signed by unknown authority"},
 	} {
-		if err := publishVia(t, c.url); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := publishVia(t, c.url); err == nil || !regexp.MustCompile(c.want).MatchString(err.Error()) {
 			t.Errorf("%s: %v, want an error saying %q", c.what, err, c.want)
 		}
 	}
