@@ -60,7 +60,8 @@ type ConnConfig struct {
 	Username string
 	Password string
 	// TLS configures amqps:// connections. Nil uses the system roots and the
-	// URL's certfile, keyfile and cacertfile parameters.
+	// URL's cacertfile, certfile and keyfile parameters (see ParseURL),
+	// read at each connection.
 	TLS *tls.Config
 	// Heartbeat is the AMQP heartbeat interval. Defaults to 10s.
 	Heartbeat time.Duration
@@ -109,8 +110,17 @@ func (c ConnConfig) validate(prefix string) error {
 	if c.URL == "" {
 		return fmt.Errorf("idem: amqp: %s.URL is required (amqp://user:pass@host:5672/)", prefix)
 	}
-	if _, err := SplitURL(c.URL); err != nil {
+	urls, err := SplitURL(c.URL)
+	if err != nil {
 		return fmt.Errorf("idem: amqp: %s.URL: %w", prefix, err)
+	}
+	if c.TLS == nil {
+		// The hosts share the query: the first one's is everyone's.
+		if u, err := url.Parse(urls[0]); err == nil {
+			if err := checkTLSFiles(u); err != nil {
+				return fmt.Errorf("idem: amqp: %s.URL %s: %w", prefix, c.redacted(), err)
+			}
+		}
 	}
 	if c.ReconnectMin < 0 || c.ReconnectMax < c.ReconnectMin {
 		return fmt.Errorf("idem: amqp: %s.ReconnectMin %v and ReconnectMax %v: want 0 <= min <= max", prefix, c.ReconnectMin, c.ReconnectMax)

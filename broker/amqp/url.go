@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/internal/tlsfiles"
 )
 
 // URLConfig is what a RabbitMQ URL says (ParseURL): how to connect, and
@@ -19,7 +20,7 @@ type URLConfig struct {
 	// ConnConfig has the URL without idem's parameters: its hosts,
 	// credentials and vhost, and the parameters amqp091-go reads itself
 	// (heartbeat, and the TLS files cacertfile, certfile, keyfile and
-	// server_name_indication of amqps:// URLs). When the URL has no
+	// server_name_indication of amqps:// URLs: see ParseURL). When the URL has no
 	// credentials, Username and Password are $IDEM_AMQP_USERNAME and
 	// $IDEM_AMQP_PASSWORD.
 	ConnConfig
@@ -58,6 +59,17 @@ type URLConfig struct {
 //   - cloudevents=binary|structured and cloudevents_source=URI: a
 //     publisher publishes CloudEvents (PublisherConfig.CloudEvents).
 //
+// TLS: an amqps:// URL verifies the server's certificate against the
+// system's roots, or the CA certificates (PEM) of cacertfile=FILE, and
+// presents the client certificate of certfile=FILE and keyfile=FILE, which
+// go together (RabbitMQ's ssl_options.verify = verify_peer with
+// fail_if_no_peer_cert = true refuses a client without one). The name
+// checked is the host's, or server_name_indication=NAME. ParseURL checks
+// that the files can be read and hold a certificate and a matching key,
+// and refuses them on an amqp:// URL, which is not encrypted; amqp091-go
+// reads them again at each connection, so that a renewed certificate is
+// taken on the next reconnection.
+//
 // A URL without credentials takes them from $IDEM_AMQP_USERNAME and
 // $IDEM_AMQP_PASSWORD. Errors name the parameter and never contain the
 // password.
@@ -95,6 +107,9 @@ func ParseURL(rawURL string) (URLConfig, error) {
 			return URLConfig{}, bad("%s=%q: want a number, 0 or more", p.name, v)
 		}
 	}
+	if err := checkTLSFiles(u); err != nil {
+		return URLConfig{}, bad("%v", err)
+	}
 	c.PartitionSet = q.Has("partition")
 	if c.CloudEvents, err = broker.CloudEventsFromURL(q); err != nil {
 		return URLConfig{}, bad("%v", err)
@@ -113,6 +128,23 @@ func ParseURL(rawURL string) (URLConfig, error) {
 		c.Username, c.Password = os.Getenv("IDEM_AMQP_USERNAME"), os.Getenv("IDEM_AMQP_PASSWORD")
 	}
 	return c, nil
+}
+
+// checkTLSFiles checks the TLS parameters of u that amqp091-go reads
+// (cacertfile, certfile and keyfile; see ParseURL), which it would
+// otherwise ignore or half use in silence.
+func checkTLSFiles(u *url.URL) error {
+	q := u.Query()
+	f := tlsfiles.Files{CA: q.Get("cacertfile"), Cert: q.Get("certfile"), Key: q.Get("keyfile"),
+		CAParam: "cacertfile", CertParam: "certfile", KeyParam: "keyfile"}
+	if f.Empty() {
+		return nil
+	}
+	if !strings.EqualFold(u.Scheme, "amqps") {
+		return errors.New("cacertfile, certfile and keyfile are for amqps:// URLs: an amqp:// connection is not encrypted")
+	}
+	_, err := f.Config()
+	return err
 }
 
 // PublisherConfig returns the configuration of a publisher to the URL's

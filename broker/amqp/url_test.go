@@ -3,15 +3,19 @@ package amqp_test
 import (
 	"fmt"
 	"log"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/idem-go/idem/broker/amqp"
+	"github.com/idem-go/idem/internal/testtls"
 )
 
 func TestParseURL(t *testing.T) {
 	t.Setenv("IDEM_AMQP_USERNAME", "envuser")
 	t.Setenv("IDEM_AMQP_PASSWORD", "envpass")
+	pki := testtls.New(t)
+	files := "cacertfile=" + pki.CA + "&certfile=" + pki.ClientCert + "&keyfile=" + pki.ClientKey
 	for _, c := range []struct {
 		name, url string
 		want      amqp.URLConfig
@@ -27,8 +31,9 @@ func TestParseURL(t *testing.T) {
 			amqp.URLConfig{ConnConfig: amqp.ConnConfig{URL: "amqp://u:s3cret@h1:5672,h2:5673,[::1]:5674/vh?heartbeat=5"},
 				Exchange: "ev", QueueType: amqp.Quorum}},
 		{"TLS files stay for amqp091-go",
-			"amqps://u:p@h/?cacertfile=ca.pem&certfile=c.pem&keyfile=k.pem&queue_type=classic",
-			amqp.URLConfig{ConnConfig: amqp.ConnConfig{URL: "amqps://u:p@h/?cacertfile=ca.pem&certfile=c.pem&keyfile=k.pem"},
+			"amqps://u:p@h/?" + files + "&queue_type=classic",
+			amqp.URLConfig{ConnConfig: amqp.ConnConfig{URL: "amqps://u:p@h/?" + url.Values{
+				"cacertfile": {pki.CA}, "certfile": {pki.ClientCert}, "keyfile": {pki.ClientKey}}.Encode()},
 				QueueType: amqp.Classic}},
 		{"partition 0 named", "amqp://u:p@h/?partitions=2&partition=0",
 			amqp.URLConfig{ConnConfig: amqp.ConnConfig{URL: "amqp://u:p@h/"}, Partitions: 2, PartitionSet: true}},
@@ -48,6 +53,7 @@ func TestParseURL(t *testing.T) {
 }
 
 func TestParseURLErrors(t *testing.T) {
+	pki := testtls.New(t)
 	for _, c := range []struct {
 		url, want string // want: in the error
 	}{
@@ -60,6 +66,11 @@ func TestParseURLErrors(t *testing.T) {
 		{"amqp://u:s3cret@h/?partitions=x", `partitions="x": want a number`},
 		{"amqp://u:s3cret@h/?partitions=-1", `partitions="-1"`},
 		{"amqp://u:s3cret@h/?partitions=2&partition=-2", `partition="-2"`},
+		{"amqp://u:s3cret@h/?cacertfile=" + pki.CA, "are for amqps:// URLs"},
+		{"amqps://u:s3cret@h/?cacertfile=/nonexistent/ca.pem", "cacertfile: open /nonexistent/ca.pem"},
+		{"amqps://u:s3cret@h/?cacertfile=" + pki.ClientKey, "no PEM certificate"},
+		{"amqps://u:s3cret@h/?certfile=" + pki.ClientCert, "certfile and keyfile go together"},
+		{"amqps://u:s3cret@h/?certfile=" + pki.ClientCert + "&keyfile=" + pki.ServerKey, "certfile/keyfile: tls: private key does not match public key"},
 	} {
 		_, err := amqp.ParseURL(c.url)
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "idem: amqp: ") {

@@ -3,7 +3,6 @@ package kafka
 import (
 	"cmp"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/internal/tlsfiles"
 )
 
 // URLConfig is what a Kafka URL says (ParseURL): how to reach the cluster,
@@ -130,29 +130,7 @@ func urlTLS(q url.Values) (*tls.Config, error) {
 	if on != "true" && ca == "" && cert == "" && key == "" {
 		return nil, nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, fmt.Errorf("tls_ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls_ca %s: no PEM certificate in it", ca)
-		}
-		cfg.RootCAs = pool
-	}
-	if (cert == "") != (key == "") {
-		return nil, errors.New("tls_cert and tls_key go together")
-	}
-	if cert != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("tls_cert/tls_key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	return cfg, nil
+	return tlsfiles.Files{CA: ca, Cert: cert, Key: key, CAParam: "tls_ca", CertParam: "tls_cert", KeyParam: "tls_key"}.Config()
 }
 
 // urlSASL returns the SASL mechanism of the parameters sasl, sasl_user and

@@ -155,9 +155,11 @@ outbox from the table instead, and stops on another table, saying what to
 do. binlog_row_metadata = FULL puts the names in the binlog and avoids both.
 The relay's user needs GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*
 (plus SELECT, INSERT, UPDATE, DELETE on the outbox and its position table),
-with mysql_native_password and no TLS. The command checks each and says
-which is missing. "idem migrate" creates the table binlog_position, where the
-relay stores its position (a GTID position) once the broker confirmed
+with mysql_native_password. The command checks each and says which is
+missing. TLS: the URL's sslmode, sslrootcert, sslcert and sslkey serve both
+the SQL and the replication connections (docs/OPERATIONS.md, "TLS").
+"idem migrate" creates the table binlog_position, where the relay stores
+its position (a GTID position) once the broker confirmed
 everything before it (and the published rows are deleted): a restart resumes
 there; a crash publishes again what came after it (consumers deduplicate).
 At the first start (no position stored) the relay publishes the rows waiting

@@ -26,9 +26,9 @@ type URLOptions struct {
 }
 
 // OpenURL opens the MySQL or MariaDB database at rawURL,
-// mysql://user:pass@host:3306/db?tls=true or mariadb://... (see DSN),
-// checks that it answers, and returns the driver on it. Close its handle
-// (driver.SQLDriver.DB) when done.
+// mysql://user:pass@host:3306/db?sslmode=verify-full&sslrootcert=ca.pem or
+// mariadb://... (see ParseURL), checks that it answers, and returns the
+// driver on it. Close its handle (driver.SQLDriver.DB) when done.
 //
 // It waits at most 15s for the database to be created and 10s for the
 // first connection, less if ctx ends first.

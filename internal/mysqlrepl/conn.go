@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha1"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,6 +40,14 @@ type Config struct {
 	// DialTimeout bounds the connection and the handshake. Defaults to
 	// DialTimeoutDefault.
 	DialTimeout time.Duration
+	// TLS, when set, encrypts the connection: Dial asks the server for TLS
+	// (the SSL request of the protocol) before it authenticates, and fails
+	// if the server does not offer it. Its ServerName defaults to the host
+	// of Addr, which the server's certificate must name unless
+	// InsecureSkipVerify is set; its Certificates are presented to a
+	// server that asks for a client certificate (a user created with
+	// REQUIRE X509). Nil: no TLS.
+	TLS *tls.Config
 }
 
 // WithDefaults returns cfg with the defaults of its zero fields.
@@ -64,8 +73,24 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("idem: mysqlrepl: Config.Heartbeat %v is negative", cfg.Heartbeat)
 	case cfg.DialTimeout < 0:
 		return fmt.Errorf("idem: mysqlrepl: Config.DialTimeout %v is negative", cfg.DialTimeout)
+	case cfg.TLS != nil && cfg.Network == "unix" && cfg.TLS.ServerName == "" && !cfg.TLS.InsecureSkipVerify:
+		return errors.New("idem: mysqlrepl: Config.TLS over a Unix socket: set TLS.ServerName to a name the server's certificate holds")
 	}
 	return nil
+}
+
+// tlsConfig returns a copy of cfg.TLS with its ServerName, nil without TLS.
+func (cfg Config) tlsConfig() *tls.Config {
+	if cfg.TLS == nil {
+		return nil
+	}
+	t := cfg.TLS.Clone()
+	if t.ServerName == "" && cfg.Network == "tcp" {
+		if host, _, err := net.SplitHostPort(cfg.Addr); err == nil {
+			t.ServerName = host
+		}
+	}
+	return t
 }
 
 // Conn is a replication connection to a MariaDB server: a few statements
@@ -73,6 +98,10 @@ func (cfg Config) validate() error {
 // for concurrent use, except SetDeadline and Close, which may be called
 // from another goroutine to interrupt a ReadEvent.
 type Conn struct {
+	// raw is the connection to the server; nc is where packets go: raw,
+	// or the TLS connection over it. Deadlines and Close apply to raw, so
+	// that another goroutine may call them while nc changes.
+	raw     net.Conn
 	nc      net.Conn
 	br      *bufio.Reader
 	seq     byte
@@ -88,6 +117,7 @@ const (
 	capLongPassword     = 0x1
 	capLongFlag         = 0x4
 	capProtocol41       = 0x200
+	capSSL              = 0x800
 	capTransactions     = 0x2000
 	capSecureConnection = 0x8000
 	capMultiResults     = 0x20000
@@ -108,9 +138,10 @@ const (
 )
 
 // Dial connects to the server and authenticates (handshake v10,
-// mysql_native_password). There is no TLS: use it on a trusted network, a
-// Unix socket or a tunnel. The whole of it is bounded by cfg.DialTimeout and
-// ctx.
+// mysql_native_password), over TLS when cfg.TLS is set (see Config.TLS).
+// Without TLS the password's scramble and the events travel in clear: use
+// it on a trusted network, a Unix socket or a tunnel. The whole of it is
+// bounded by cfg.DialTimeout and ctx.
 func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -123,7 +154,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idem: mysqlrepl: dial %s %s: %w", cfg.Network, cfg.Addr, err)
 	}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), cfg: cfg}
+	c := &Conn{raw: nc, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), cfg: cfg}
 	stop := c.watch(ctx)
 	err = c.handshake(cfg)
 	stop()
@@ -143,39 +174,39 @@ func (c *Conn) ServerVersion() string { return strings.TrimPrefix(c.version, "5.
 // context: a deadline (renewed after each event, longer than the
 // heartbeat) is how a reader notices a connection that died silently. An
 // expired deadline breaks the Conn: close it and dial again.
-func (c *Conn) SetDeadline(t time.Time) error { return c.nc.SetDeadline(t) }
+func (c *Conn) SetDeadline(t time.Time) error { return c.raw.SetDeadline(t) }
 
 // Close closes the connection (with COM_QUIT before StartDump). Called
 // from another goroutine, it interrupts a ReadEvent in progress.
 func (c *Conn) Close() error {
 	if c.dumping {
 		// Maybe called during a ReadEvent: touch nothing it uses.
-		return c.nc.Close()
+		return c.raw.Close()
 	}
 	if c.broken == nil {
 		c.seq = 0
-		_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = c.raw.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = c.writePacket([]byte{comQuit})
 	}
-	return c.nc.Close()
+	return c.raw.Close()
 }
 
 // watch applies ctx to the connection until the returned function is
 // called: its deadline, and an immediate deadline when it is canceled.
 func (c *Conn) watch(ctx context.Context) (stop func()) {
 	if dl, ok := ctx.Deadline(); ok {
-		_ = c.nc.SetDeadline(dl)
+		_ = c.raw.SetDeadline(dl)
 	}
 	done := make(chan struct{})
 	stopAfter := context.AfterFunc(ctx, func() {
 		defer close(done)
-		_ = c.nc.SetDeadline(time.Unix(1, 0))
+		_ = c.raw.SetDeadline(time.Unix(1, 0))
 	})
 	return func() {
 		if !stopAfter() {
 			<-done
 		}
-		_ = c.nc.SetDeadline(time.Time{})
+		_ = c.raw.SetDeadline(time.Time{})
 	}
 }
 
@@ -228,11 +259,16 @@ func (c *Conn) handshake(cfg Config) error {
 	scr = scr[:20]
 
 	want := uint32(capLongPassword | capLongFlag | capProtocol41 | capTransactions | capSecureConnection | capMultiResults | capPluginAuth)
-	var b []byte
-	b = binary.LittleEndian.AppendUint32(b, want&caps)
-	b = binary.LittleEndian.AppendUint32(b, maxPayload)
-	b = append(b, 45) // utf8mb4_general_ci
-	b = append(b, make([]byte, 23)...)
+	if tc := cfg.tlsConfig(); tc != nil {
+		if caps&capSSL == 0 {
+			return fmt.Errorf("idem: mysqlrepl: TLS was asked for, but the server at %s (%s) does not offer it (have_ssl is not YES): give the server a certificate (ssl_cert, ssl_key and ssl_ca in its configuration) or connect without TLS", cfg.Addr, c.ServerVersion())
+		}
+		want |= capSSL
+		if err := c.startTLS(want&caps, tc); err != nil {
+			return err
+		}
+	}
+	b := handshakeHeader(want & caps)
 	b = append(b, cfg.User...)
 	b = append(b, 0)
 	auth := scramble(scr, cfg.Password)
@@ -277,6 +313,39 @@ func (c *Conn) handshake(cfg Config) error {
 			return errors.New("idem: mysqlrepl: unexpected packet during authentication")
 		}
 	}
+}
+
+// handshakeHeader returns the start of the handshake response, which is
+// also the whole SSL request: capabilities, largest packet, character set
+// and 23 reserved bytes.
+func handshakeHeader(caps uint32) []byte {
+	var b []byte
+	b = binary.LittleEndian.AppendUint32(b, caps)
+	b = binary.LittleEndian.AppendUint32(b, maxPayload)
+	b = append(b, 45) // utf8mb4_general_ci
+	return append(b, make([]byte, 23)...)
+}
+
+// startTLS sends the SSL request (the handshake response's header with
+// CLIENT_SSL, no credentials), then runs the TLS handshake: the rest of
+// the conversation, credentials first, goes over TLS, the packets'
+// sequence going on from the SSL request's.
+func (c *Conn) startTLS(caps uint32, cfg *tls.Config) error {
+	if c.br.Buffered() > 0 {
+		// Bytes sent before the client spoke would be read as if they had
+		// come over TLS.
+		return errors.New("idem: mysqlrepl: the server sent more than its greeting before the TLS handshake")
+	}
+	if err := c.writePacket(handshakeHeader(caps)); err != nil {
+		return err
+	}
+	tc := tls.Client(c.raw, cfg)
+	if err := tc.Handshake(); err != nil {
+		return c.fail(fmt.Errorf("idem: mysqlrepl: TLS handshake with %s: %w", c.cfg.Addr, err))
+	}
+	c.nc = tc
+	c.br.Reset(tc)
+	return nil
 }
 
 func needNative(user, plugin string) error {

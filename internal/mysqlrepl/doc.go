@@ -43,7 +43,11 @@
 //     client/server protocol 4.1 over TCP or a Unix socket;
 //   - authentication with mysql_native_password only (an AuthSwitchRequest
 //     to it is followed; any other plugin is an error naming it);
-//   - no TLS: use a trusted network, a Unix socket or a tunnel;
+//   - TLS when Config.TLS is set: the SSL request, the TLS handshake
+//     (crypto/tls: the server's certificate verified, its name included
+//     unless the configuration says otherwise; a client certificate when
+//     the server asks for one), then the credentials over TLS; a server
+//     that does not offer TLS is an error, never a fall back to plain text;
 //   - GTID positions only (@slave_connect_state), not file and offset;
 //   - the CRC32 of every event is checked when the binlog has them
 //     (binlog_checksum=CRC32, the default): ErrChecksum;

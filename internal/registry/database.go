@@ -51,10 +51,10 @@ type dialect struct {
 // adding a dialect adds its opener and a line here.
 var dialects = []dialect{
 	{Postgres, []string{"postgres", "postgresql"},
-		"postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem (every libpq parameter pgx reads)",
+		"postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem (sslcert=, sslkey=; every libpq parameter pgx reads)",
 		openPostgres, func(t idem.Tables) (driver.Dialect, error) { return postgres.NewDialect(t) }},
 	{MySQL, []string{"mysql", "mariadb"},
-		"mysql://user:pass@host:3306/db?tls=true (or mariadb://)",
+		"mysql://user:pass@host:3306/db?sslmode=verify-full&sslrootcert=ca.pem (or mariadb://; sslcert=, sslkey=: a client certificate)",
 		openMySQL, func(t idem.Tables) (driver.Dialect, error) { return mysql.NewDialect(t) }},
 	{SQLite, []string{"sqlite", "file"},
 		"sqlite:FILE (sqlite:DIR with a database name: DIR/<name>.db)",

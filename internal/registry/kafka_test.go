@@ -2,18 +2,7 @@ package registry
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testtls"
 )
 
 func TestOpenKafka(t *testing.T) {
@@ -96,46 +86,23 @@ func TestSubscribeKafka(t *testing.T) {
 	}
 }
 
-// selfSigned writes a CA-less self-signed certificate for 127.0.0.1 to dir
-// and returns the server's TLS configuration and the certificate's file.
-func selfSigned(t *testing.T, dir string) (*tls.Config, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kfake"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, file
-}
-
-// A broker URL's TLS and SASL parameters reach the cluster: with the right
-// CA and credentials the publisher works, with a wrong password it is
-// refused.
+// A broker URL's TLS and SASL parameters reach the cluster: with the
+// private CA, the client certificate and the right credentials the
+// publisher works; another CA, no client certificate or a wrong password
+// are refused.
 func TestKafkaTLSAndSASL(t *testing.T) {
-	serverTLS, ca := selfSigned(t, t.TempDir())
+	pki := testtls.New(t)
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "outbox.event.order"),
-		kfake.TLS(serverTLS), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "idem", "s3cret"))
+		kfake.TLS(pki.ServerConfig(t, true)), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "idem", "s3cret"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	base := "kafka://" + c.ListenAddrs()[0] + "?tls_ca=" + url.QueryEscape(ca) + "&sasl=scram-sha-256&sasl_user=idem"
-	pub, err := Open(ctx, base+"&sasl_password=s3cret")
+	base := "kafka://" + c.ListenAddrs()[0] + "?" + url.Values{"tls_ca": {pki.CA}, "tls_cert": {pki.ClientCert}, "tls_key": {pki.ClientKey},
+		"sasl": {"scram-sha-256"}, "sasl_user": {"idem"}, "sasl_password": {"s3cret"}}.Encode()
+	pub, err := Open(ctx, base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +112,23 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 	if err := pub.Publish(ctx, []idem.Message{m}); err != nil {
 		t.Fatalf("publish over TLS with SCRAM: %v", err)
 	}
-	wrong, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel2()
-	if p, err := Open(wrong, base+"&sasl_password=nope"); err == nil {
-		_ = p.Close()
-		t.Fatal("a wrong SASL password was accepted")
+	for _, r := range []struct {
+		what, url, want string
+	}{
+		{"a wrong SASL password", testtls.SetQuery(t, base, "sasl_password", "nope"), ""},
+		{"another CA", testtls.SetQuery(t, base, "tls_ca", testtls.New(t).CA), "certificate signed by unknown authority"},
+		{"no client certificate", testtls.SetQuery(t, base, "tls_cert", "", "tls_key", ""), "tls: certificate required"},
+	} {
+		wrong, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		p, err := Open(wrong, r.url)
+		cancel()
+		if err == nil {
+			_ = p.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), r.want) {
+			t.Errorf("%s: %v, want an error saying %q", r.what, err, r.want)
+		} else if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "nope") {
+			t.Errorf("%s: %v shows the SASL password", r.what, err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package testdb
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/driver/mysql"
+	"github.com/idem-go/idem/internal/testtls"
 )
 
 // MariaDBServer is a MariaDB server of one test's own, on its own port and
@@ -21,7 +23,8 @@ import (
 // removed when the test ends.
 type MariaDBServer struct {
 	// URL is the server's idem_test database, as the user idem (all
-	// privileges): mysql://idem:idem@127.0.0.1:PORT/idem_test.
+	// privileges): mysql://idem:idem@127.0.0.1:PORT/idem_test, with the
+	// TLS parameters of MariaDBOptions.TLS.
 	URL string
 	// Port is the port it listens on, on 127.0.0.1.
 	Port int
@@ -36,13 +39,39 @@ type MariaDBServer struct {
 // installs); as root, the server runs as the mysql system user.
 func StartMariaDB(t testing.TB, conf ...string) *MariaDBServer {
 	t.Helper()
+	return StartMariaDBWith(t, MariaDBOptions{Conf: conf})
+}
+
+// SharedBinlog are the binlog settings of the shared test server
+// (scripts/lib/mariadb.sh), for a server of a test's own whose binlog is
+// read as the shared one's.
+var SharedBinlog = []string{"server_id = 1", "log_bin = mariadb-bin", "binlog_format = ROW",
+	"binlog_row_image = FULL", "binlog_row_metadata = FULL"}
+
+// MariaDBOptions say how StartMariaDBWith configures a server.
+type MariaDBOptions struct {
+	// Conf is appended to the [mysqld] section.
+	Conf []string
+	// TLS, when set, gives the server the PKI's certificate and CA
+	// (ssl_cert, ssl_key, ssl_ca), and the user idem is created with
+	// REQUIRE X509: TLS and a client certificate the CA signed, or access
+	// denied. URL then asks for sslmode=verify-full with the PKI's CA and
+	// client certificate.
+	TLS *testtls.PKI
+}
+
+// StartMariaDBWith is StartMariaDB with options.
+func StartMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDBServer {
+	t.Helper()
 	mysqld := mariaDBCommand(t, "mariadbd", "mysqld")
 	installDB := mariaDBCommand(t, "mariadb-install-db", "mysql_install_db")
 	dir, err := os.MkdirTemp(os.Getenv("IDEM_TEST_DIR"), "mariadb-server-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	runAs := serverUser(t, dir, "mysql")
+	// Removed last, after the server stopped, even when it never started.
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	runAs, uid, gid := serverUser(t, dir, "mysql")
 	s := &MariaDBServer{}
 	if s.Port, err = freePort(); err != nil {
 		t.Fatal(err)
@@ -66,8 +95,15 @@ func StartMariaDB(t testing.TB, conf ...string) *MariaDBServer {
 	if runAs != "" {
 		settings = append(settings, "user = "+runAs)
 	}
+	if o.TLS != nil {
+		ca, cert, key, err := o.TLS.CopyTo(dir, uid, gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		settings = append(settings, "ssl_ca = "+ca, "ssl_cert = "+cert, "ssl_key = "+key)
+	}
 	cnf := filepath.Join(dir, "my.cnf")
-	text := "# Written by internal/testdb for one test: MariaDB's defaults but for these.\n" + strings.Join(append(settings, conf...), "\n") + "\n"
+	text := "# Written by internal/testdb for one test: MariaDB's defaults but for these.\n" + strings.Join(append(settings, o.Conf...), "\n") + "\n"
 	if err := os.WriteFile(cnf, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +131,6 @@ func StartMariaDB(t testing.TB, conf ...string) *MariaDBServer {
 			_ = cmd.Process.Kill()
 			<-exited
 		}
-		_ = os.RemoveAll(dir)
 	})
 	root, err := mysql.Open("root@unix(" + sock + ")/")
 	if err != nil {
@@ -119,14 +154,22 @@ func StartMariaDB(t testing.TB, conf ...string) *MariaDBServer {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	require := ""
+	if o.TLS != nil {
+		require = " REQUIRE X509"
+	}
 	for _, q := range []string{"CREATE DATABASE idem_test",
-		"CREATE USER 'idem'@'%' IDENTIFIED BY 'idem'", "GRANT ALL PRIVILEGES ON *.* TO 'idem'@'%'",
+		"CREATE USER 'idem'@'%' IDENTIFIED BY 'idem'" + require, "GRANT ALL PRIVILEGES ON *.* TO 'idem'@'%'",
 		"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'", "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION"} {
 		if _, err := root.ExecContext(ctx, q); err != nil {
 			t.Fatalf("test MariaDB: %s: %v", q, err)
 		}
 	}
 	s.URL = fmt.Sprintf("mysql://idem:idem@127.0.0.1:%d/idem_test", s.Port)
+	if o.TLS != nil {
+		s.URL += "?" + url.Values{"sslmode": {"verify-full"}, "sslrootcert": {o.TLS.CA},
+			"sslcert": {o.TLS.ClientCert}, "sslkey": {o.TLS.ClientKey}}.Encode()
+	}
 	return s
 }
 

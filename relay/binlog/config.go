@@ -2,6 +2,7 @@ package binlog
 
 import (
 	"cmp"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -77,6 +78,13 @@ type Config struct {
 	// the relay's position (Tables.BinlogPosition, created by "idem
 	// migrate").
 	Tables idem.Tables
+	// TLS, when set, encrypts the relay's connections to the server, its
+	// SQL connections and its replication connection, instead of the TLS
+	// settings of the database URL (sslmode, sslrootcert, sslcert and
+	// sslkey, or tls: see driver/mysql.ParseURL), which both use otherwise.
+	// Its ServerName defaults to the URL's host. The replication
+	// connection fails when the server does not offer TLS.
+	TLS *tls.Config
 	// ServerID is the server_id the relay presents to the server, as a
 	// replica does: it must differ from the server_id of every server and
 	// replica of the topology. Defaults to DefaultServerID of the outbox

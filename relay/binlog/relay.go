@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,11 +155,12 @@ type Stats struct {
 }
 
 // New returns a Relay reading the outbox of cfg.Tables in the database of
-// dbURL (a mysql:// URL, see driver/mysql.DSN, or a DSN of
+// dbURL (a mysql:// URL, see driver/mysql.ParseURL, or a DSN of
 // github.com/go-sql-driver/mysql) and publishing through pub. The same
-// user and address serve the replication connection: it needs the
-// REPLICATION SLAVE and REPLICATION CLIENT (BINLOG MONITOR) privileges, and
-// mysql_native_password authentication over a connection without TLS.
+// user, address and TLS settings (Config.TLS, else the URL's sslmode,
+// sslrootcert, sslcert and sslkey, or its tls) serve the replication
+// connection: it needs the REPLICATION SLAVE and REPLICATION CLIENT
+// (BINLOG MONITOR) privileges, and mysql_native_password authentication.
 func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	if pub == nil {
 		return nil, errors.New("idem: binlog: New: nil publisher")
@@ -167,24 +169,29 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	dsn := dbURL
+	var mc *gomysql.Config
+	var err error
 	if strings.Contains(dbURL, "://") {
-		var err error
-		if dsn, err = mysql.DSN(dbURL); err != nil {
-			return nil, fmt.Errorf("idem: binlog: database URL: %w", err)
-		}
+		mc, err = mysql.ParseURL(dbURL)
+	} else {
+		mc, err = gomysql.ParseDSN(dbURL)
 	}
-	mc, err := gomysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("idem: binlog: database URL: %w", err)
 	}
-	if mc.TLS != nil || (mc.TLSConfig != "" && mc.TLSConfig != "false") {
-		return nil, errors.New("idem: binlog: database URL: the binlog relay does not speak TLS yet; connect without tls= (over a private network or a socket)")
+	if cfg.TLS != nil {
+		mc.TLS, mc.AllowFallbackToPlaintext = cfg.TLS.Clone(), false
+		if host, _, err := net.SplitHostPort(mc.Addr); err == nil && mc.TLS.ServerName == "" {
+			mc.TLS.ServerName = host
+		}
+	}
+	if mc.AllowFallbackToPlaintext {
+		return nil, errors.New("idem: binlog: database URL: tls=preferred falls back to plain text, which the relay does not do: ask for TLS (sslmode=verify-full&sslrootcert=ca.pem) or remove tls=")
 	}
 	if cfg.Tables.Schema == "" && mc.DBName == "" {
 		return nil, errors.New("idem: binlog: database URL: name the database (mysql://user:pass@host:port/DB) or set Config.Tables.Schema")
 	}
-	db, err := mysql.Open(dsn)
+	db, err := mysql.OpenConfig(mc)
 	if err != nil {
 		return nil, fmt.Errorf("idem: binlog: database URL: %w", err)
 	}
@@ -193,7 +200,7 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	r := &Relay{
 		cfg: cfg, log: log, pub: pub, db: db, tracing: sendspan.New(TracerName, cfg.TracerProvider, cfg.Propagator, pub),
 		repl: mysqlrepl.Config{Network: mc.Net, Addr: mc.Addr, User: mc.User, Password: mc.Passwd,
-			ServerID: cfg.ServerID, Heartbeat: cfg.Heartbeat, DialTimeout: mc.Timeout},
+			ServerID: cfg.ServerID, Heartbeat: cfg.Heartbeat, DialTimeout: mc.Timeout, TLS: mc.TLS},
 		schema: cfg.Tables.Schema,
 		errs: limiters{replication: l("binlog replication"), publish: l("binlog relay publications"),
 			visibility: l("binlog visibility checks"), store: l("binlog position updates"), purge: l("binlog purge of the archive")},
