@@ -97,8 +97,11 @@ type drainTarget struct {
 
 // drainRun is one drain's figures.
 type drainRun struct {
-	rate                          float64
-	relayCPU, serverCPU           time.Duration
+	rate                float64
+	relayCPU, serverCPU time.Duration
+	// serverKnown: serverCPU was measured (the server's process is known
+	// and was not restarted during the drain).
+	serverKnown                   bool
 	cores                         float64
 	takeovers, released, lostMark int64
 	warnings                      int64
@@ -301,14 +304,15 @@ func (b *benchDrain) drain(ctx context.Context, t *drainTarget, aggregates, run 
 	relayAfter, serverAfter, machineAfter := b.cpu(t)
 	s := r.Stats()
 	return drainRun{
-		rate:      float64(b.rows) / elapsed.Seconds(),
-		relayCPU:  relayAfter - relayBefore,
-		serverCPU: serverAfter - serverBefore,
-		cores:     machineBefore.CoresBusy(machineAfter),
-		takeovers: s.Takeovers,
-		released:  s.Released,
-		lostMark:  s.LeasesLost,
-		warnings:  b.warnings.Load() - warnings,
+		rate:        float64(b.rows) / elapsed.Seconds(),
+		relayCPU:    relayAfter - relayBefore,
+		serverCPU:   serverAfter - serverBefore,
+		serverKnown: t.pid != 0 && serverAfter >= serverBefore,
+		cores:       machineBefore.CoresBusy(machineAfter),
+		takeovers:   s.Takeovers,
+		released:    s.Released,
+		lostMark:    s.LeasesLost,
+		warnings:    b.warnings.Load() - warnings,
 	}, nil
 }
 
@@ -348,7 +352,7 @@ func (b *benchDrain) run(ctx context.Context) error {
 		}
 		fmt.Fprintf(out, "  %s: %s; server CPU: %s\n", t.db.Dialect, t.db.Redacted(), server)
 	}
-	fmt.Fprintln(out, "per drain: events/s [CPU ms per 1,000 events: this process/server; cores busy; takeovers/released/lost marks; warnings]")
+	fmt.Fprintln(out, "per drain: events/s [CPU ms per 1,000 events: this process/server (?: restarted); cores busy; takeovers/released/lost marks; warnings]")
 	results := make([][][]drainRun, len(b.targets))
 	for i := range results {
 		results[i] = make([][]drainRun, len(b.aggregates))
@@ -363,8 +367,11 @@ func (b *benchDrain) run(ctx context.Context) error {
 				}
 				results[i][j] = append(results[i][j], r)
 				server := "-"
-				if t.pid != 0 {
+				switch {
+				case r.serverKnown:
 					server = fmt.Sprintf("%.0f", b.perThousand(r.serverCPU))
+				case t.pid != 0:
+					server = "?" // restarted during the drain
 				}
 				line += fmt.Sprintf("  %d agg: %.0f [%.0f/%s; %.1f; %d/%d/%d; %d]", aggs, r.rate,
 					b.perThousand(r.relayCPU), server, r.cores, r.takeovers, r.released, r.lostMark, r.warnings)
@@ -390,8 +397,14 @@ func (b *benchDrain) run(ctx context.Context) error {
 				lost += r.lostMark
 			}
 			server := "-"
-			if t.pid != 0 {
-				server = fmt.Sprintf("%.0f", pick(func(r drainRun) float64 { return b.perThousand(r.serverCPU) }))
+			var known []float64
+			for _, r := range rs {
+				if r.serverKnown {
+					known = append(known, b.perThousand(r.serverCPU))
+				}
+			}
+			if len(known) > 0 {
+				server = fmt.Sprintf("%.0f", median(known))
 			}
 			fmt.Fprintf(out, "  %-8s %6d aggregates: %8.0f events/s  CPU ms per 1,000 events: this process %.0f, server %s  cores busy %.1f  takeovers %d, released %d, lost marks %d (all runs)\n",
 				t.db.Dialect, aggs, pick(func(r drainRun) float64 { return r.rate }),
