@@ -42,34 +42,33 @@ func RelayConns(dialect string, workers int) int {
 // NewRelay returns the polling relay of the database, publishing through
 // pub, on a pool of at least RelayConns(db.Dialect, cfg.Workers)
 // connections: on PostgreSQL through pgx (LISTEN/NOTIFY wakes it), on a
-// pool of its own that Close closes; on MySQL/MariaDB and SQLite through
-// database/sql, polling (every relay.PollIntervalNoListenDefault unless
-// cfg.PollInterval says otherwise), on the database's pool, resized. The
-// pool of a SQLite database keeps its size: one connection unless
-// DatabaseOptions.MaxConns said more.
+// pool of its own, opened by the first call, shared by the later ones (a
+// new one when it is too small) and closed by Close; on MySQL/MariaDB and
+// SQLite through database/sql, polling (every
+// relay.PollIntervalNoListenDefault unless cfg.PollInterval says
+// otherwise), on the database's pool, resized. The pool of a SQLite
+// database keeps its size: one connection unless DatabaseOptions.MaxConns
+// said more. Calls must not run concurrently.
 func (db *Database) NewRelay(ctx context.Context, pub broker.Publisher, cfg relay.Config) (Relay, error) {
 	conns := RelayConns(db.Dialect, cfg.WithDefaults().Workers)
 	switch {
 	case db.Pgx != nil:
-		poolCfg := db.Pgx.Pgx().Config()
-		poolCfg.MaxConns = max(poolCfg.MaxConns, int32(conns))
-		pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-		if err != nil {
-			return nil, fmt.Errorf("database %s: relay pool: %w", db.Redacted(), err)
+		if db.relayPool == nil || db.relayPool.Config().MaxConns < int32(conns) {
+			poolCfg := db.Pgx.Pgx().Config()
+			poolCfg.MaxConns = max(poolCfg.MaxConns, int32(conns))
+			pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+			if err != nil {
+				return nil, fmt.Errorf("database %s: relay pool: %w", db.Redacted(), err)
+			}
+			closeRest := db.close
+			db.close = func() { pool.Close(); closeRest() }
+			db.relayPool = pool
 		}
-		drv, err := postgres.NewPgxTables(pool, db.SQL.Dialect().Tables())
+		drv, err := postgres.NewPgxTables(db.relayPool, db.SQL.Dialect().Tables())
 		if err != nil {
-			pool.Close()
 			return nil, err
 		}
-		r, err := relay.New(drv, pub, cfg)
-		if err != nil {
-			pool.Close()
-			return nil, err
-		}
-		closeRest := db.close
-		db.close = func() { pool.Close(); closeRest() }
-		return r, nil
+		return relay.New(drv, pub, cfg)
 	case db.Dialect != SQLite:
 		if n := db.DB.Stats().MaxOpenConnections; n == 0 || n < conns {
 			db.DB.SetMaxOpenConns(conns)
