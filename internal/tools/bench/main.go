@@ -112,7 +112,7 @@ Examples:
   go run ./internal/tools/bench cdc --db postgres://localhost/bench --broker amqp://guest:guest@localhost:5672/
   go run ./internal/tools/bench binlog --db mysql://idem:idem@127.0.0.1:13306/idem_test --broker amqp://guest:guest@localhost:5672/ \
       --db-nobinlog mysql://idem:idem@127.0.0.1:13307/idem_test --runs 3
-  go run ./internal/tools/bench drain --drain-db postgres://localhost/bench --drain-db mysql://idem:idem@127.0.0.1:13306/idem_test \
+  go run ./internal/tools/bench drain --drain-db "$IDEM_TEST_POSTGRES_URL" --drain-db "$IDEM_TEST_MARIADB_URL" \
       --drain-db sqlite:/tmp/bench --rows 50000 --runs 3`
 
 // dbFlags are the flags that name the database.
