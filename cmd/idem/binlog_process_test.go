@@ -33,8 +33,9 @@ func startBinlog(t *testing.T, name string, db *testdb.SQLDB, brokerURL, point s
 	return startProc(t, name, []string{fault.EnvVar + "=" + point}, "cdc", "--db", db.URL, "--broker", brokerURL, "--metrics-addr", "", "--log-level", "debug")
 }
 
-// newMariaRabbit is newRabbit for a producer on MariaDB: the recorder
-// looks each delivery's business row up there.
+// newMariaRabbit is newRabbit for a producer on MariaDB (or SQLite: any
+// database/sql one with ? placeholders): the recorder looks each
+// delivery's business row up there.
 func newMariaRabbit(t *testing.T, db *testdb.SQLDB) *rabbit {
 	t.Helper()
 	db.Exec(t, `CREATE TABLE IF NOT EXISTS business (event_id CHAR(36) PRIMARY KEY)`)
@@ -50,10 +51,10 @@ func newMariaRabbit(t *testing.T, db *testdb.SQLDB) *rabbit {
 	return rb
 }
 
-// writeMariaLoad is writeLoad on MariaDB: aggregates x perAggregate events
-// from writers concurrent writers, five events per transaction, each with
-// its row in the table business, every aggregate's events committed in
-// version order by one writer.
+// writeMariaLoad is writeLoad on MariaDB (or SQLite): aggregates x
+// perAggregate events from writers concurrent writers, five events per
+// transaction, each with its row in the table business, every aggregate's
+// events committed in version order by one writer.
 func writeMariaLoad(ctx context.Context, db *testdb.SQLDB, prefix string, writers, aggregates, perAggregate int) ([]idemmsg.Message, error) {
 	w := outbox.NewWriter(db.Driver)
 	out := make([][]idemmsg.Message, writers)

@@ -7,10 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idem-go/idem/broker"
-	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/telemetry"
@@ -65,6 +62,17 @@ publish them with broker confirms, and mark them published. Events of one
 aggregate are published in order; a relay that dies leaves leases that other
 relays take over when they expire. Several relays can run on one database.
 
+It runs on every database idem supports. On PostgreSQL, LISTEN/NOTIFY wakes
+it as rows commit (it also polls every --poll-interval, 1s by default). On
+MySQL/MariaDB and SQLite it polls, every 50ms by default: a row waits up to
+--poll-interval, and each poll is one claim (a few indexed reads) even when
+there is nothing to publish. Its connection pool holds one connection per
+worker and four more for its background reads: count them in the server's
+max_connections. On SQLite it uses one connection whatever --workers (one
+writer at a time; the file may be shared with the application's process):
+more workers do not publish faster there. On MariaDB, "idem cdc" reads the
+binary log instead of polling.
+
 An id that is not a UUID (1 to 64 bytes of text, as another program may
 write) is published under the UUID idem.EventID derives from it, with the id
 in the header idem-original-id. A row the relay cannot turn into a message
@@ -108,6 +116,8 @@ Examples:
   IDEM_DB_URL=postgres://app@localhost/shop IDEM_BROKER_URL=amqp://localhost/ idem relay
   idem relay --db-file /run/secrets/db-url --broker-file /run/secrets/broker-url --workers 4 --log-format json
   idem relay --metrics-addr :9464 --auth-token-file /run/secrets/metrics-token --pprof
+  IDEM_DB_URL=mysql://relay@db:3306/shop IDEM_BROKER_URL=amqp://localhost/ idem relay
+  idem relay --db sqlite:/var/lib/shop/shop.db --broker nats://localhost:4222
   OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 idem relay
 
 ` + fmt.Sprintf(telemetry.Help, relayServiceName),
@@ -145,8 +155,8 @@ func setupRelay(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&o.perAgg, "max-per-aggregate", 0, "maximum rows of one aggregate per claim (default 100)")
 	fs.DurationVar(&o.lease, "lease", relay.LeaseDefault, "how long a claim is owned before other workers may take it over")
 	fs.DurationVar(&o.publishTimeout, "publish-timeout", 0, "bound on each publish call (default min(10s, lease/3))")
-	fs.DurationVar(&o.poll, "poll-interval", relay.PollIntervalDefault, "poll period when no notification arrives")
-	fs.BoolVar(&o.noListen, "no-listen", false, "do not LISTEN for notifications; only poll")
+	fs.DurationVar(&o.poll, "poll-interval", 0, "poll period when no notification arrives (default 1s with LISTEN/NOTIFY on PostgreSQL, 50ms without: MySQL/MariaDB, SQLite, --no-listen)")
+	fs.BoolVar(&o.noListen, "no-listen", false, "do not LISTEN for notifications; only poll (PostgreSQL; the other databases always poll)")
 	fs.DurationVar(&o.retention, "retention", relay.RetentionDefault, "keep published rows this long (the replay window); negative: forever")
 	fs.IntVar(&o.quarantineAfter, "quarantine-after", relay.QuarantineAfterDefault, "quarantine a row the broker refused on this many attempts (negative: retry forever)")
 	o.ops.register(fs, "127.0.0.1:9464")
@@ -180,22 +190,6 @@ func (o *relayOptions) run(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer conn.Close()
-	if conn.Pgx == nil {
-		return fmt.Errorf("the relay needs a PostgreSQL database for now (got %s)", conn.SQL.Dialect().Name())
-	}
-	// A pool large enough for the workers, the listener and the
-	// background loops.
-	poolCfg := conn.Pgx.Pgx().Config()
-	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(o.workers)+4)
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	drv, err := postgres.NewPgxTables(pool, conn.SQL.Dialect().Tables())
-	if err != nil {
-		return err
-	}
 	pub, brokerURL, err := o.br.open(ctx, e)
 	if err != nil {
 		return err
@@ -203,7 +197,7 @@ func (o *relayOptions) run(ctx context.Context, e *env, args []string) error {
 	defer pub.Close()
 
 	metrics := relaymetrics.New()
-	r, err := relay.New(drv, pub, metrics.Instrument(relay.Config{
+	r, err := conn.NewRelay(ctx, pub, metrics.Instrument(relay.Config{
 		Workers:         o.workers,
 		BatchSize:       o.batch,
 		MaxPerAggregate: o.perAgg,

@@ -73,16 +73,22 @@ LIMIT ?`
 		// Claims lock the single row of the claim-lock table first: claims
 		// run one after the other, and each reads (InnoDB creates a
 		// transaction's snapshot at its first plain read, after the lock)
-		// the leases of every claim committed before it. The heads found
-		// are then locked by primary key with FOR UPDATE SKIP LOCKED and
-		// rechecked; no range of pending rows is locked, so producers
-		// inserting rows never deadlock with a claim: every lookup by seq
-		// goes through the seq index, never a range of pending_idx. MySQL
-		// has no LISTEN/NOTIFY: relays poll (relay.Config.PollInterval,
-		// jittered).
-		ClaimLock: "UPDATE " + n.ClaimLock + " SET id = id WHERE id = 1",
-		BySeq:     outbox + " FORCE INDEX (" + QuoteIdent(n.OutboxName+"_seq_idx") + ")",
-		HeadsLock: "FOR UPDATE SKIP LOCKED",
+		// the leases of every claim committed before it. The heads are
+		// found by a plain read of pending_idx in seq order (PendingHint: the
+		// seq index would also read every published row the table keeps),
+		// and the rows after them by a plain read of each aggregate's range
+		// of aggregate_pending_idx (AggregateHint); the heads are then locked
+		// by primary key with FOR UPDATE SKIP LOCKED and rechecked. No range
+		// of pending rows is locked, so producers inserting rows never
+		// deadlock with a claim: every locking lookup by seq goes through
+		// the seq index (BySeq), never a range of pending_idx. MySQL has no
+		// LISTEN/NOTIFY: relays poll (relay.Config.PollInterval, jittered).
+		ClaimLock:     "UPDATE " + n.ClaimLock + " SET id = id WHERE id = 1",
+		BySeq:         outbox + " FORCE INDEX (" + QuoteIdent(n.OutboxName+"_seq_idx") + ")",
+		PendingHint:   " FORCE INDEX (" + QuoteIdent(n.OutboxName+"_pending_idx") + ")",
+		AggregateHint: " FORCE INDEX (" + QuoteIdent(n.OutboxName+"_aggregate_pending_idx") + ")",
+		HeadsLock:     "FOR UPDATE SKIP LOCKED",
+		UnionTerm:     func(sel string) string { return "(" + sel + ")" },
 
 		GroupInList: "FIND_IN_SET(partition_no, ?) > 0",
 

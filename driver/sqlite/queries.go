@@ -64,6 +64,7 @@ WHERE ` + partition + `.owner IS NULL OR ` + partition + `.lease_until IS NULL
 		// the lock even in a deferred transaction), so claims run one after
 		// the other and each sees the leases of the previous ones.
 		ClaimLock: "UPDATE " + outbox + " SET attempts = attempts WHERE 0",
+		UnionTerm: func(sel string) string { return "SELECT * FROM (" + sel + ")" },
 
 		GroupInList: "instr(',' || ? || ',', ',' || partition_no || ',') > 0",
 

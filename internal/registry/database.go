@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idem-go/idem"
@@ -136,6 +137,8 @@ type Database struct {
 	Pgx *postgres.PgxDriver
 
 	close func()
+	// relayPool is the pool of the PostgreSQL relays NewRelay returns.
+	relayPool *pgxpool.Pool
 }
 
 // Redacted returns the URL without its password.

@@ -5,10 +5,20 @@ package sqlbase
 // row with the lowest seq) and the rows that follow it, never an aggregate
 // with a row under an unexpired lease, and claims run one after the other
 // (Flavor.ClaimLock), so each sees the leases of the previous ones.
+//
+// What a claim reads: the unpublished rows in seq order until it has its
+// heads (pending_idx; never the published rows the table keeps), one entry
+// of aggregate_pending_idx per row scanned to tell whether it is a head,
+// and per head its next row; with room for more than one row per
+// aggregate, each head's range of aggregate_pending_idx up to the rows it
+// takes. The rows an aggregate has waiting beyond those are never read.
+// With fewer aggregates waiting than heads wanted, the scan reads every
+// waiting row.
 
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,6 +40,7 @@ type relay struct {
 	wrap            func(error) error
 
 	claimHeads      string
+	follower        string
 	promoteDue      string
 	nextDue         string
 	backlog         string
@@ -79,22 +90,51 @@ func newRelay(f *Flavor, o string, wrap func(error) error) *relay {
 		// holds back nothing of its aggregate (pending_idx and
 		// aggregate_pending_idx leave such rows out: a partial index on
 		// SQLite, not_before before seq on MySQL).
-		claimHeads: `SELECT o.seq, o.aggregatetype, o.aggregateid, o.lease_owner IS NOT NULL
-FROM ` + o + ` o
-WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND o.not_before IS NULL
-  AND (o.lease_until IS NULL OR o.lease_until <= ` + f.Now + `)
-  AND NOT EXISTS (
-    SELECT 1 FROM ` + o + ` p
-    WHERE p.aggregatetype = o.aggregatetype AND p.aggregateid = o.aggregateid
-      AND p.published_at IS NULL AND p.not_before IS NULL AND p.seq < o.seq)
-  AND COALESCE((
-    SELECT n.lease_until > ` + f.Now + ` FROM ` + o + ` n
-    WHERE n.aggregatetype = o.aggregatetype AND n.aggregateid = o.aggregateid
-      AND n.published_at IS NULL AND n.not_before IS NULL AND n.seq > o.seq
-    ORDER BY n.seq
-    LIMIT 1), 0) = 0
-ORDER BY o.seq
-LIMIT ?`,
+		// A row is a head when it is its aggregate's first unpublished row:
+		// the check depends on the aggregate only, so MariaDB answers it
+		// from its subquery cache for the rows of an aggregate seen before,
+		// and reads the first entry of the aggregate's range otherwise.
+		// Each head comes with the row after it (its seq, whether it was
+		// leased and whether it is quarantined: it is not under a lease, or
+		// the head would not be one), the first of the rows that follow.
+		claimHeads: `SELECT h.seq, h.aggregatetype, h.aggregateid, h.taken,
+    n.seq, COALESCE(n.lease_owner IS NOT NULL, 0), COALESCE(n.quarantined_at IS NOT NULL, 0)
+FROM (
+    SELECT o.seq, o.aggregatetype, o.aggregateid, o.lease_owner IS NOT NULL AS taken, (
+        SELECT x.seq FROM ` + o + ` x` + f.AggregateHint + `
+        WHERE x.aggregatetype = o.aggregatetype AND x.aggregateid = o.aggregateid
+          AND x.published_at IS NULL AND x.not_before IS NULL AND x.seq > o.seq
+        ORDER BY x.seq
+        LIMIT 1) AS next_seq
+    FROM ` + o + ` o` + f.PendingHint + `
+    WHERE o.published_at IS NULL AND o.quarantined_at IS NULL AND o.not_before IS NULL
+      AND (o.lease_until IS NULL OR o.lease_until <= ` + f.Now + `)
+      AND o.seq = (
+        SELECT p.seq FROM ` + o + ` p` + f.AggregateHint + `
+        WHERE p.aggregatetype = o.aggregatetype AND p.aggregateid = o.aggregateid
+          AND p.published_at IS NULL AND p.not_before IS NULL
+        ORDER BY p.seq
+        LIMIT 1)
+      AND COALESCE((
+        SELECT x.lease_until > ` + f.Now + ` FROM ` + o + ` x` + f.AggregateHint + `
+        WHERE x.aggregatetype = o.aggregatetype AND x.aggregateid = o.aggregateid
+          AND x.published_at IS NULL AND x.not_before IS NULL AND x.seq > o.seq
+        ORDER BY x.seq
+        LIMIT 1), 0) = 0
+    ORDER BY o.seq
+    LIMIT ?) h
+LEFT JOIN ` + o + ` n ON n.seq = h.next_seq
+ORDER BY h.seq`,
+		// The rows that follow one head: a range of aggregate_pending_idx,
+		// read up to the number of rows wanted, whatever the aggregate's
+		// depth. followers joins one per head with UNION ALL.
+		follower: f.UnionTerm(`SELECT ?, f.seq, f.lease_owner IS NOT NULL,
+    COALESCE(f.lease_until > ` + f.Now + `, 0) OR f.quarantined_at IS NOT NULL
+FROM ` + o + ` f` + f.AggregateHint + `
+WHERE f.aggregatetype = ? AND f.aggregateid = ?
+  AND f.published_at IS NULL AND f.not_before IS NULL AND f.seq > ?
+ORDER BY f.seq
+LIMIT ?`),
 		// The delayed rows due at the relay's clock (the argument) become
 		// ordinary waiting rows: a plain read of scheduled_idx finds them
 		// without reading the others, then they are updated by seq. On
@@ -147,11 +187,15 @@ func (r *relay) ClaimOutbox(ctx context.Context, ex driver.Executor, p driver.Cl
 		seq                        int64
 		aggregateType, aggregateID string
 		takenOver                  bool
+		// next is the row after the head (not Valid: none), nextTaken
+		// whether it was leased, nextQuarantined whether it is quarantined.
+		next                       sql.NullInt64
+		nextTaken, nextQuarantined bool
 	}
 	var heads []head
 	err := driver.QueryRows(ctx, ex, r.claimHeads, []any{p.HeadLimit()}, func(rows driver.Rows) error {
 		var h head
-		if err := rows.Scan(&h.seq, &h.aggregateType, &h.aggregateID, &h.takenOver); err != nil {
+		if err := rows.Scan(&h.seq, &h.aggregateType, &h.aggregateID, &h.takenOver, &h.next, &h.nextTaken, &h.nextQuarantined); err != nil {
 			return err
 		}
 		heads = append(heads, h)
@@ -202,54 +246,63 @@ WHERE seq IN (`+Tuples(len(heads), "?")+`)
 	}
 
 	// Fill the rest of the batch with the rows that follow the heads. Nobody
-	// else can claim them: they are not heads, and their heads are ours.
+	// else can claim them: they are not heads, and their heads are ours. A
+	// row still waiting for a retry delay, or quarantined, ends the run of
+	// rows taken from its aggregate.
 	room := p.Limit - len(heads)
 	perAggregate := min(p.MaxPerAggregate-1, room/len(heads))
-	if perAggregate > 0 {
-		var match strings.Builder
-		args := make([]any, 0, 2*len(heads)+1)
-		for i, h := range heads {
-			if i > 0 {
-				match.WriteString(" OR ")
+	switch {
+	case perAggregate == 1:
+		// The row after each head came with it.
+		for _, h := range heads {
+			if h.next.Valid && !h.nextQuarantined {
+				seqs = append(seqs, h.next.Int64)
+				if h.nextTaken {
+					takenOver[h.next.Int64] = true
+				}
 			}
-			match.WriteString("(o.aggregatetype = ? AND o.aggregateid = ?)")
-			args = append(args, h.aggregateType, h.aggregateID)
 		}
-		args = append(args, perAggregate+1)
-		query := `SELECT f.aggregatetype, f.aggregateid, f.seq, f.lease_owner IS NOT NULL,
-    COALESCE(f.lease_until > ` + r.f.Now + `, 0) OR f.quarantined_at IS NOT NULL
-FROM (
-    SELECT o.aggregatetype, o.aggregateid, o.seq, o.lease_owner, o.lease_until, o.quarantined_at,
-        ROW_NUMBER() OVER (PARTITION BY o.aggregatetype, o.aggregateid ORDER BY o.seq) AS rn
-    FROM ` + r.outbox + ` o
-    WHERE o.published_at IS NULL AND o.not_before IS NULL AND (` + match.String() + `)) f
-WHERE f.rn BETWEEN 2 AND ?
-ORDER BY f.aggregatetype, f.aggregateid, f.seq`
-		type aggregate struct{ typ, id string }
-		stopped := map[aggregate]bool{}
-		err := driver.QueryRows(ctx, ex, query, args, func(rows driver.Rows) error {
-			var (
-				agg         aggregate
+	case perAggregate > 1:
+		for start := 0; start < len(heads); start += followersChunk {
+			part := heads[start:min(len(heads), start+followersChunk)]
+			args := make([]any, 0, 5*len(part))
+			for i, h := range part {
+				args = append(args, i, h.aggregateType, h.aggregateID, h.seq, perAggregate)
+			}
+			type follower struct {
 				seq         int64
 				taken, busy bool
-			)
-			if err := rows.Scan(&agg.typ, &agg.id, &seq, &taken, &busy); err != nil {
-				return err
 			}
-			// A row still waiting for a retry delay, or quarantined, ends
-			// the run of rows taken from its aggregate.
-			if busy || stopped[agg] {
-				stopped[agg] = true
+			runs := make([][]follower, len(part))
+			err := driver.QueryRows(ctx, ex, strings.Repeat(r.follower+"\nUNION ALL ", len(part)-1)+r.follower, args, func(rows driver.Rows) error {
+				var (
+					i int
+					f follower
+				)
+				if err := rows.Scan(&i, &f.seq, &f.taken, &f.busy); err != nil {
+					return err
+				}
+				if i < 0 || i >= len(runs) {
+					return fmt.Errorf("follower of head %d of %d", i, len(runs))
+				}
+				runs[i] = append(runs[i], f)
 				return nil
+			})
+			if err != nil {
+				return nil, r.wrap(err)
 			}
-			seqs = append(seqs, seq)
-			if taken {
-				takenOver[seq] = true
+			for _, run := range runs {
+				slices.SortFunc(run, func(a, b follower) int { return cmp.Compare(a.seq, b.seq) })
+				for _, f := range run {
+					if f.busy {
+						break
+					}
+					seqs = append(seqs, f.seq)
+					if f.taken {
+						takenOver[f.seq] = true
+					}
+				}
 			}
-			return nil
-		})
-		if err != nil {
-			return nil, r.wrap(err)
 		}
 	}
 
@@ -273,6 +326,10 @@ ORDER BY f.aggregatetype, f.aggregateid, f.seq`
 	}
 	return out, nil
 }
+
+// followersChunk is the most heads whose followers one statement reads,
+// one UNION ALL term each (SQLite takes at most 500 terms).
+const followersChunk = 250
 
 // promote clears not_before on the delayed rows due at now (at most Chunk
 // of them; the next claim takes the rest).

@@ -63,6 +63,18 @@ type Flavor struct {
 	// published_at IS NULL" through pending_idx, a locking range scan that
 	// also locks the gaps where producers insert. Empty means the outbox.
 	BySeq string
+	// PendingHint and AggregateHint, when not empty, are the index hints
+	// that follow the outbox's alias in the claim's reads: its scan of the
+	// unpublished rows in seq order (MySQL: FORCE INDEX on pending_idx;
+	// left to itself, MySQL may read them through the seq index, every
+	// published row the table keeps included, for the ORDER BY), and its
+	// reads of one aggregate's unpublished rows in seq order (MySQL: FORCE
+	// INDEX on aggregate_pending_idx).
+	PendingHint, AggregateHint string
+	// UnionTerm returns a SELECT with its own ORDER BY and LIMIT as a term
+	// of a UNION ALL: in parentheses (MySQL), or as a subquery (SQLite,
+	// which takes neither).
+	UnionTerm func(sel string) string
 	// HeadsLock, when not empty ("FOR UPDATE SKIP LOCKED"), makes the claim
 	// lock the heads it selected, by primary key, rechecking that they are
 	// still unpublished and free, and keep those it could lock. The heads

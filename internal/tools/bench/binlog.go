@@ -93,7 +93,7 @@ func (f *binlogFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.noBinlogURL, "db-nobinlog", "", "bench binlog: a MariaDB running without the binary log, to compare the producers' commits/s with (mysql://...)")
 	fs.IntVar(&f.dbPID, "db-pid", 0, "bench binlog: process id of --db's server, for its CPU (default: from its @@pid_file)")
 	fs.IntVar(&f.brokerPID, "broker-pid", 0, "bench binlog: process id of RabbitMQ's beam.smp, for its CPU (default: from $IDEM_TEST_DIR/rabbitmq/rabbitmq.pid)")
-	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "bench binlog: write a CPU profile of each drain by the binlog relay to this file")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "bench binlog: write a CPU profile of each drain by the binlog relay to this file; bench drain: of each drain (FILE.<dialect>.<aggregates>.<run>)")
 }
 
 // benchBinlog is one run of "bench binlog".
@@ -248,13 +248,32 @@ func (b *benchBinlog) setup(ctx context.Context, dbURL string) error {
 	return b.q.setupBroker(suffix)
 }
 
-// readPID returns the process id in the file at path, 0 when there is none.
+// startCPUProfile writes a CPU profile of this process to the file at
+// path until the function it returns is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
+}
+
+// readPID returns the process id on the first line of the file at path
+// (PostgreSQL's postmaster.pid has more), 0 when there is none.
 func readPID(path string) int {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	first, _, _ := strings.Cut(string(data), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
 	if err != nil {
 		return 0
 	}
@@ -587,15 +606,11 @@ func (b *benchBinlog) drainBinlog(ctx context.Context, run int) (drainResult, er
 		if b.runs > 1 {
 			path = fmt.Sprintf("%s.%d", path, run)
 		}
-		f, err := os.Create(path)
+		stop, err := startCPUProfile(path)
 		if err != nil {
 			return drainResult{}, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return drainResult{}, err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	res, err := b.timeDrain(ctx, func() error { return r.Start(ctx) }, func() error { return r.Stop(ctx) })
 	if err != nil {

@@ -44,7 +44,7 @@ func main() {
 	os.Exit(run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:]))
 }
 
-// run runs "bench relay|cdc|binlog [flags]" and returns the exit status: 0, 1 on a
+// run runs "bench relay|cdc|binlog|drain [flags]" and returns the exit status: 0, 1 on a
 // failure, 2 on a command line error.
 func run(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
@@ -52,8 +52,8 @@ func run(ctx context.Context, e *env, args []string) int {
 		return 0
 	}
 	mode := args[0]
-	if mode != "relay" && mode != "cdc" && mode != "binlog" {
-		fmt.Fprintf(e.stderr, "bench: unknown benchmark %q: want relay, cdc or binlog\nRun \"go run ./internal/tools/bench help\" for usage.\n", mode)
+	if mode != "relay" && mode != "cdc" && mode != "binlog" && mode != "drain" {
+		fmt.Fprintf(e.stderr, "bench: unknown benchmark %q: want relay, cdc, binlog or drain\nRun \"go run ./internal/tools/bench help\" for usage.\n", mode)
 		return 2
 	}
 	fs := newFlagSet(e.stderr)
@@ -72,6 +72,8 @@ func run(ctx context.Context, e *env, args []string) int {
 		err = runBenchCDC(ctx, e, o)
 	case mode == "binlog":
 		err = runBenchBinlog(ctx, e, o)
+	case mode == "drain":
+		err = runBenchDrain(ctx, e, o)
 	default:
 		err = runBenchRelay(ctx, e, o)
 	}
@@ -97,7 +99,7 @@ func newFlagSet(out io.Writer) *flag.FlagSet {
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprintf(w, "bench: measure the relay on a database (bench relay), the CDC relay against RabbitMQ (bench cdc), the binlog relay on MariaDB against RabbitMQ (bench binlog)\n\n%s\n", strings.TrimSpace(relayUsage+cdcUsage+binlogUsage+examples))
+	fmt.Fprintf(w, "bench: measure the relay on a database (bench relay), the CDC relay against RabbitMQ (bench cdc), the binlog relay on MariaDB against RabbitMQ (bench binlog), the polling relay's drain on every dialect over few and many aggregates (bench drain)\n\n%s\n", strings.TrimSpace(relayUsage+cdcUsage+binlogUsage+drainUsage+examples))
 	fs := newFlagSet(w)
 	registerFlags(fs)
 	fmt.Fprintln(w, "\nFlags:")
@@ -109,7 +111,9 @@ Examples:
   go run ./internal/tools/bench relay --db postgres://localhost/bench --runs 3
   go run ./internal/tools/bench cdc --db postgres://localhost/bench --broker amqp://guest:guest@localhost:5672/
   go run ./internal/tools/bench binlog --db mysql://idem:idem@127.0.0.1:13306/idem_test --broker amqp://guest:guest@localhost:5672/ \
-      --db-nobinlog mysql://idem:idem@127.0.0.1:13307/idem_test --runs 3`
+      --db-nobinlog mysql://idem:idem@127.0.0.1:13307/idem_test --runs 3
+  go run ./internal/tools/bench drain --drain-db "$IDEM_TEST_POSTGRES_URL" --drain-db "$IDEM_TEST_MARIADB_URL" \
+      --drain-db sqlite:/tmp/bench --rows 50000 --runs 3`
 
 // dbFlags are the flags that name the database.
 type dbFlags struct {

@@ -104,6 +104,7 @@ type options struct {
 	busyPoll         time.Duration
 	triggers         string
 	binlog           binlogFlags
+	drain            drainFlags
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
 }
@@ -127,6 +128,7 @@ func registerFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.busyPoll, "busy-poll", 0, "the relay's BusyPollInterval (0: off, the default)")
 	fs.StringVar(&o.triggers, "triggers", "waiting,always,none", "outbox triggers to measure the producers and the latency with")
 	o.binlog.register(fs)
+	o.drain.register(fs)
 	return o
 }
 
