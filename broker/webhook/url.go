@@ -69,10 +69,9 @@ func ParseURL(rawURL string) (URLConfig, error) {
 	if u.Host == "" {
 		return URLConfig{}, bad("no host (want https://host/path)")
 	}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return URLConfig{}, bad("query: %v", err)
-	}
+	// The query is the endpoint's, whatever its syntax: what it has of
+	// idem's parameters is read, the rest kept as it is.
+	q, _ := url.ParseQuery(u.RawQuery)
 	if q.Has("secret") {
 		return URLConfig{}, bad("parameter secret: a signing secret is never put in the URL; write it in a file and give secret_file=PATH, or in a variable and give secret_env=NAME")
 	}

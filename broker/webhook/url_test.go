@@ -16,6 +16,7 @@ func TestParseURL(t *testing.T) {
 		"http://127.0.0.1:8080/events",
 		"https://hooks.example.com/idem?token=abc",
 		"HTTPS://u:p@hooks.example.com",
+		"https://hooks.example.com/cb?a=1;b=2&c=%zz",
 	} {
 		u, err := webhook.ParseURL(raw)
 		if err != nil || u.URL != raw {
@@ -68,6 +69,9 @@ func TestParseURLParams(t *testing.T) {
 	}
 	if u, err := webhook.ParseURL("http://h/events?mode=batch"); err != nil || u.URL != "http://h/events" || u.Mode != webhook.Batch {
 		t.Errorf("mode=batch: %+v, %v", u, err)
+	}
+	if u, err := webhook.ParseURL("http://h/events?a=1;b=2&mode=message&c=%zz"); err != nil || u.URL != "http://h/events?a=1;b=2&c=%zz" || u.Mode != webhook.PerMessage {
+		t.Errorf("an endpoint's query of its own syntax: %+v, %v", u, err)
 	}
 }
 

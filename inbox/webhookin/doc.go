@@ -28,7 +28,9 @@
 // sender's id kept in the header idem-original-id (Stripe's evt_...,
 // Standard Webhooks' msg_...); the event name is the type; the payload is
 // the body, which must be JSON. A body that is an idem envelope (what
-// broker/webhook sends in its mode PerMessage) is read as one. Give each
+// broker/webhook sends in its mode PerMessage) is read as one, and a
+// CloudEvent (Content-Type application/cloudevents+json, or ce- headers)
+// as one, its id then being the CloudEvent's. Give each
 // sender a consumer name of its own (inbox.Config.Name): ids are unique per
 // sender only.
 //

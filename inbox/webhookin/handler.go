@@ -170,7 +170,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := h.provider.Verify(r.Header, body, h.now()); err != nil {
 		h.refused.Warn(ctx, "webhook refused: signature not verified, nothing stored", err, "remote", r.RemoteAddr)
-		reply{status: http.StatusUnauthorized, err: err.Error()}.write(w)
+		// The reason is in the log; the answer tells a stranger nothing
+		// of the secrets.
+		reply{status: http.StatusUnauthorized, err: "signature not verified"}.write(w)
 		return
 	}
 	h.refused.OK(ctx)
