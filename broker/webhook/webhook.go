@@ -23,14 +23,14 @@
 // event_id: the relay sends a message again when it cannot know whether it
 // was accepted.
 //
-// In the mode PerMessage, each message is a request of its own, its body the
-// message's body as it is (the JSON envelope, Content-Type
+// In the mode PerMessage, each message is a request of its own, its body
+// the message's body as it is (the JSON envelope, Content-Type
 // application/json unless the message has a content-type header), each of
-// its headers an HTTP header, and webhook-id its event id: what any Standard Webhooks receiver
-// (inbox/webhookin among them) reads, deduplicating on webhook-id. A 2xx
-// accepts the message, a 400, 413, 415 or 422 refuses it, any other status
-// stops the call there (the messages before it are accepted, the others
-// are not sent).
+// its headers an HTTP header, and webhook-id its event id: what any
+// Standard Webhooks receiver (inbox/webhookin among them) reads,
+// deduplicating on webhook-id. A 2xx accepts the message, a 400, 413, 415
+// or 422 refuses it, any other status stops the call there (the messages
+// before it are accepted, the others are not sent).
 //
 // # Signatures
 //
@@ -207,12 +207,13 @@ func BatchID(ids []uuid.UUID) string {
 // there, the messages after it unsent (faults, idem.Transient, in the
 // *broker.BatchError; the whole call's error when it is the first).
 //
-// In the mode Batch, an endpoint that refuses a request's content (400 Bad Request, 413
-// Content Too Large, 415 Unsupported Media Type, 422 Unprocessable Content)
-// gets the messages again in halves, down to single messages, so that only
-// the messages it refuses are refused (broker.Refused: the relay counts them
-// toward quarantine). Any other status fails the whole call: the relay
-// retries it for as long as it lasts.
+// In the mode Batch, an endpoint that refuses a request's content (400 Bad
+// Request, 413 Content Too Large, 415 Unsupported Media Type, 422
+// Unprocessable Content) gets the messages again in halves, down to single
+// messages, so that only the messages it refuses are refused
+// (broker.Refused: the relay counts them toward quarantine). Any other
+// status fails the whole call: the relay retries it for as long as it
+// lasts.
 func (p *Publisher) Publish(ctx context.Context, msgs []idem.Message) error {
 	if len(msgs) == 0 {
 		return nil
