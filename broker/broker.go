@@ -135,7 +135,7 @@ var ErrUnroutable = errors.New("idem: message unroutable: no queue or stream is 
 
 // RedactURL returns u without its secrets, for logs and errors: the
 // password of its user information, a NATS token, and the value of every
-// password parameter (password=, sslpassword=, sasl_password=) become
-// "xxxxx". It takes any text, so a MySQL DSN or an error that quotes a URL
+// password or secret parameter (password=, sslpassword=, sasl_password=,
+// secret=, client_secret=) become "xxxxx". It takes any text, so a MySQL DSN or an error that quotes a URL
 // comes out clean too. It is the redaction of every idem command.
 func RedactURL(u string) string { return redact.String(u) }

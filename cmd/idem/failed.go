@@ -8,12 +8,14 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/webhookin"
 	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/progress"
 	"github.com/idem-go/idem/internal/registry"
@@ -67,7 +69,10 @@ again at 1. Fix the handler first. Retrying a message also retries the
 messages held behind it, after it. With --all it goes through every
 matching message, oldest first, so that the messages of one aggregate go
 back in the order they were parked; messages parked while it runs (a retried
-message failing again) wait for the next run.
+message failing again) wait for the next run. A message that a webhook
+handler parked (source webhook:...) goes back through that handler, in the
+application that received it (inbox/webhookin): retry reports it, not
+retried.
 
 With --group it goes through the group's messages, oldest first, each
 followed by the messages held behind it, as retrying it by ID does.
@@ -227,13 +232,27 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
+	// A message a webhook handler parked goes back through that handler,
+	// in its application: no broker can take it there.
+	var done, failed int
+	viaBroker := msgs[:0]
+	for _, m := range msgs {
+		if fromWebhook(m.Source) {
+			reportRetry(e, m, errFromWebhook)
+			failed++
+			continue
+		}
+		viaBroker = append(viaBroker, m)
+	}
+	if len(viaBroker) == 0 {
+		return fmt.Errorf("%d of %d message(s) not retried", failed, failed)
+	}
 	rd, closePub, err := openRedeliverer(ctx, e, o.brokerURL)
 	if err != nil {
 		return err
 	}
 	defer closePub()
-	var done, failed int
-	for _, m := range msgs {
+	for _, m := range viaBroker {
 		// The message, then the messages held behind it, in the
 		// order they were parked.
 		sent, notSent, err := store.Retry(ctx, rd, m, func(m idemmsg.FailedMessage, err error) { reportRetry(e, m, err) })
@@ -348,7 +367,28 @@ func openRedeliverer(ctx context.Context, e *env, brokerURL string) (broker.Rede
 		_ = pub.Close()
 		return nil, nil, fmt.Errorf("the broker at %s cannot re-drive a message to the one consumer it came from (its publisher is not a broker.Redeliverer); republish the message with your broker's tools, or use a transport that can", broker.RedactURL(brokerURL))
 	}
-	return rd, func() { _ = pub.Close() }, nil
+	return brokerSources{rd}, func() { _ = pub.Close() }, nil
+}
+
+// errFromWebhook says why a message a webhook handler parked is not
+// re-driven through a broker.
+var errFromWebhook = errors.New("it came from a webhook handler (inbox/webhookin), which re-drives it in the application that received it " +
+	"(inbox.FailureStore.Retry with the handler, or a dashboard mounted there with the handler as its Redeliverer); not retried")
+
+// fromWebhook reports whether a parked message's source is a webhook
+// handler's (webhookin.SourcePrefix) rather than a broker's queue.
+func fromWebhook(source string) bool { return strings.HasPrefix(source, webhookin.SourcePrefix) }
+
+// brokerSources is a broker's Redeliverer that refuses the messages of
+// webhook handlers, which would otherwise go to a queue of that name.
+type brokerSources struct{ broker.Redeliverer }
+
+// Redeliver implements broker.Redeliverer.
+func (b brokerSources) Redeliver(ctx context.Context, source string, msgs []idemmsg.Message) error {
+	if fromWebhook(source) {
+		return errFromWebhook
+	}
+	return b.Redeliverer.Redeliver(ctx, source, msgs)
 }
 
 // reportRetry says what became of the re-drive of m.

@@ -17,6 +17,7 @@ import (
 	idemmsg "github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/amqp"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/webhookin"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
 )
@@ -363,5 +364,32 @@ func TestFailedRetryHeld(t *testing.T) {
 	// The entries stay until the consumer applies the messages.
 	if n := pg.Count(t, "failed_message"); n != 2 {
 		t.Errorf("%d entries after the retry, want 2", n)
+	}
+}
+
+// TestFailedRetryWebhook: a message a webhook handler parked is not sent to
+// a broker queue named after its source: retry says where to re-drive it,
+// and needs no broker for it; list and show work on it.
+func TestFailedRetryWebhook(t *testing.T) {
+	t.Parallel()
+	s := testdb.NewSQLite(t)
+	store := inbox.NewFailureStore(s.Driver)
+	id, err := store.Save(context.Background(), idemmsg.FailedMessage{Consumer: "payments", Source: webhookin.SourcePrefix + "payments",
+		Headers: map[string]string{"webhook-id": "msg_1"}, Body: []byte(`{"type":"invoice.paid"}`),
+		Error: "idem: undecodable message: body is not JSON", Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"IDEM_DB_URL": "sqlite:" + s.URL}
+	code, out, errOut := idem(t, env, "", "failed", "show", strconv.FormatInt(id, 10))
+	if code != 0 || !strings.Contains(out, "webhook:payments") || !strings.Contains(out, "invoice.paid") {
+		t.Fatalf("failed show = %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = idem(t, env, "", "failed", "retry", strconv.FormatInt(id, 10))
+	if code == 0 || !strings.Contains(errOut, "webhook handler") || !strings.Contains(errOut, "inbox.FailureStore.Retry") {
+		t.Fatalf("failed retry = %d\n%s%s; want a refusal saying where to re-drive it", code, out, errOut)
+	}
+	if m, err := store.Get(context.Background(), id); err != nil || m.Attempts != 1 {
+		t.Errorf("the entry after the refusal: %+v, %v; want it as it was", m, err)
 	}
 }

@@ -9,9 +9,11 @@
 //     NATS URL without a password, which nats.go sends as a token
 //     (nats://TOKEN@host);
 //   - the password of a MySQL DSN (app:PASSWORD@tcp(db:3306)/shop);
-//   - the value of every key whose name ends in "password" in a query
-//     string or a PostgreSQL keyword/value connection string (password=,
-//     sslpassword=, Kafka's sasl_password=), quoted or not;
+//   - the value of every key whose name ends in "password" or "secret" in
+//     a query string or a PostgreSQL keyword/value connection string
+//     (password=, sslpassword=, Kafka's sasl_password=, a webhook's
+//     secret= or client_secret=, which idem refuses but a user may write),
+//     quoted or not;
 //
 // with Mask. Error texts that quote a URL (url.Parse's do, whole) come out
 // without the password, wherever the URL sits in them.
@@ -37,16 +39,17 @@ var (
 	userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*)://([^/?#\s"'` + "`" + `]*)@`)
 	// dsn finds a MySQL DSN's user:password@ before its protocol.
 	dsn = regexp.MustCompile(`([A-Za-z0-9_.$-]+):([^\s"'` + "`" + `]*?)@(tcp[46]?|unix)?\(`)
-	// keyValue finds a key ending in "password" and its value: quoted
+	// keyValue finds a key ending in "password" or "secret" and its value: quoted
 	// (PostgreSQL keyword/value strings: 'it''s', 'a\'b'), or up to the
 	// next separator of a query string or a keyword/value string.
-	keyValue = regexp.MustCompile(`(?i)([A-Za-z0-9_]*password\s*=\s*)('(?:[^'\\]|\\.|'')*'|[^&\s;#"'` + "`" + `]*)`)
+	keyValue = regexp.MustCompile(`(?i)([A-Za-z0-9_]*(?:password|secret)\s*=\s*)('(?:[^'\\]|\\.|'')*'|[^&\s;#"'` + "`" + `]*)`)
 )
 
 // String returns s with every secret it recognises replaced by Mask. A
 // text without one comes back unchanged.
 func String(s string) string {
-	if !strings.Contains(s, "@") && !strings.Contains(s, "assword") && !strings.Contains(s, "ASSWORD") {
+	if !strings.Contains(s, "@") && !strings.Contains(s, "assword") && !strings.Contains(s, "ASSWORD") &&
+		!strings.Contains(s, "ecret") && !strings.Contains(s, "ECRET") {
 		return s
 	}
 	s = userinfo.ReplaceAllStringFunc(s, func(m string) string {

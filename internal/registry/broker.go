@@ -55,7 +55,7 @@ var transports = []transport{
 	{[]string{"amqp", "amqps"}, amqpURLHelp, publishAMQP, subscribeAMQP, inspectAMQP, partitionsAMQP},
 	{[]string{"kafka"}, kafkaURLHelp, publishKafka, subscribeKafka, inspectKafka, nil},
 	{[]string{"nats", "tls"}, natsURLHelp, publishNATS, subscribeNATS, inspectNATS, partitionsNATS},
-	{[]string{"http", "https"}, "http(s)://... (POST batches as JSON)", publishWebhook, nil, nil, nil},
+	{[]string{"http", "https"}, webhookURLHelp, publishWebhook, nil, nil, nil},
 }
 
 // brokerSchemes maps each broker URL scheme to its transport.
@@ -151,11 +151,14 @@ func OpenInspector(ctx context.Context, rawURL, prefix string) (Inspector, error
 	return ins, redact.Error(err)
 }
 
+// webhookURLHelp describes the webhook URLs, for --help texts.
+const webhookURLHelp = `http(s)://host/path (POST batches as JSON, or one message per request with ?mode=message; signed as Standard Webhooks with ?secret_file=PATH or ?secret_env=NAME)`
+
 // publishWebhook returns a publisher posting to rawURL.
 func publishWebhook(_ context.Context, rawURL, _ string) (Publisher, error) {
 	uc, err := webhook.ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	return webhook.New(uc.URL, nil), nil
+	return webhook.NewPublisher(uc.Config())
 }
