@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -216,6 +217,14 @@ func TestSecretsInErrorsAndStatus(t *testing.T) {
 	pg := testdb.NewPostgres(t)
 	s := newSecrets(t, pg)
 	wrongBroker := strings.Replace(s.brokerURL, s.all[1], "wrong"+s.all[1][:4], 1)
+	// The same database URL on a port nothing listens on, whatever port
+	// the test server has.
+	u, err := url.Parse(s.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = "127.0.0.1:1"
+	closedPort := u.String()
 	for i, tc := range []struct {
 		args []string
 		code int
@@ -224,7 +233,7 @@ func TestSecretsInErrorsAndStatus(t *testing.T) {
 		{[]string{"status", "--db", s.dbURL, "--broker", s.brokerURL}, 0, "outbox: backlog 0"},
 		{[]string{"status", "--db", s.dbURL, "--broker", s.brokerURL, "--json"}, 0, `"database":"postgres://postgres:xxxxx@`},
 		{[]string{"status", "--db", s.dbURL, "--broker", wrongBroker}, 1, ":xxxxx@127.0.0.1"},
-		{[]string{"migrate", "status", "--db", strings.Replace(s.dbURL, "127.0.0.1:15432", "127.0.0.1:1", 1)}, 1, "postgres://postgres:xxxxx@127.0.0.1:1/"},
+		{[]string{"migrate", "status", "--db", closedPort}, 1, "postgres://postgres:xxxxx@127.0.0.1:1/"},
 		{[]string{"migrate", "status", "--db", strings.Replace(s.dbURL, "@127.0.0.1:", "@127.0.0.1:x", 1)}, 1, "invalid port"},
 		{[]string{"failed", "list", "--db", "postgres://postgres@127.0.0.1/x?password=" + s.all[0] + "&host=127.0.0.1&port=1"}, 1, "password=xxxxx"},
 		{[]string{"relay", "--db", s.dbURL, "--broker", wrongBroker, "--metrics-addr", ""}, 1, ":xxxxx@127.0.0.1"},
