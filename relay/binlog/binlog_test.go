@@ -170,7 +170,12 @@ func TestFirstStartPublishesWaitingRows(t *testing.T) {
 	if len(msgs) != 40 {
 		t.Errorf("%d messages, want 40 (no copy after a clean run)", len(msgs))
 	}
-	// The rows added after Start may be in the snapshot too.
+	// The rows added after Start may be in the snapshot too. The broker
+	// has them before the relay counts them settled: wait for the count.
+	testsvc.WaitFor(t, 30*time.Second, "every row of the snapshot counted settled", func() bool {
+		s := r.Stats()
+		return s.InitialRows > 0 && s.InitialDone == s.InitialRows
+	})
 	if s := r.Stats(); s.InitialRows < 30 || s.InitialRows > 40 || s.InitialDone != s.InitialRows {
 		t.Errorf("Stats: InitialRows %d, InitialDone %d; want all of the 30 to 40 rows the snapshot held", s.InitialRows, s.InitialDone)
 	}
