@@ -293,7 +293,8 @@ func waitEntered(t testing.TB, entered <-chan struct{}, firstDone <-chan answer)
 // another transaction: on PostgreSQL, how many transactions hold a lock on
 // idempotent_request (the holder's, and each retry's, whether it polls for
 // the key's advisory lock in its transaction or waits for the row's lock);
-// on MariaDB, how many transactions of the database wait for a lock; on
+// on MariaDB, how many transactions of the database wait for a lock (read
+// at most every 100 ms: waitRetryWaits); on
 // SQLite, whose pool has one connection, how many times a caller waited for
 // it. Take it before a retry starts, then wait for it to grow
 // (waitRetryWaits).
@@ -332,6 +333,11 @@ func waitRetryWaits[TTx any](t testing.TB, db testDB[TTx], before int64, retryDo
 		case r := <-retryDone:
 			t.Fatalf("retry answered %v while the first request holds the key; want it to wait", r)
 		default:
+		}
+		if db.dialect == "mysql" {
+			// MariaDB refreshes INNODB_TRX only when it was not read for
+			// 100 ms: read it more often and it never shows the wait.
+			time.Sleep(150 * time.Millisecond)
 		}
 		return db.lockWaits(t) > before
 	})
