@@ -17,6 +17,7 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/internal/keyhash"
 	"github.com/idem-go/idem/errlog"
+	"github.com/idem-go/idem/internal/ctxsleep"
 )
 
 // Connection and stream defaults.
@@ -337,7 +338,11 @@ func (c StreamConfig) jetstreamConfig() jetstream.StreamConfig {
 // those of the stream (Replicas 1 when the stream does not exist and c
 // gives none).
 func ensureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig, what string, declare, adoptPartitions bool, log *slog.Logger) (StreamConfig, error) {
-	stream, err := js.Stream(ctx, c.Name)
+	var stream jetstream.Stream
+	err := retryUnanswered(ctx, func(ctx context.Context) (err error) {
+		stream, err = js.Stream(ctx, c.Name)
+		return err
+	})
 	var have *jetstream.StreamConfig
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -381,10 +386,42 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig, w
 	if !declare {
 		return c, nil
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, want); err != nil {
+	if err := retryUnanswered(ctx, func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateStream(ctx, want)
+		return err
+	}); err != nil {
 		return c, fmt.Errorf("idem: nats: create or update stream %s: %w", c.Name, err)
 	}
 	return c, nil
+}
+
+// apiAttempt bounds one JetStream API request made while starting: a
+// cluster electing its leaders can leave a request unanswered, and the
+// caller's context may allow minutes.
+const apiAttempt = 10 * time.Second
+
+// retryUnanswered calls f with a context of at most apiAttempt until it
+// succeeds, fails otherwise than by going unanswered, or ctx ends. f must
+// be safe to repeat.
+func retryUnanswered(ctx context.Context, f func(context.Context) error) error {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		actx, cancel := context.WithTimeout(ctx, apiAttempt)
+		err := f(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !(unanswered(err) || errors.Is(err, context.DeadlineExceeded)) {
+			return err
+		}
+		if !ctxsleep.Sleep(ctx, wait) {
+			return err
+		}
+	}
+}
+
+// unanswered reports whether a JetStream API request failed for want of an
+// answer (no leader yet, a leader moving): a fault, which costs time only.
+func unanswered(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout)
 }
 
 // sameStreamConfig reports whether the stream configuration have already

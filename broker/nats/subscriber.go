@@ -377,7 +377,7 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	s.nc, s.owned, s.js, s.lease = nc, owned, js, l
 	s.mu.Unlock()
 	held, err := l.acquire(ctx)
-	for wait := 50 * time.Millisecond; err != nil && leaseUnavailable(err); wait = min(2*wait, time.Second) {
+	for wait := 50 * time.Millisecond; err != nil && unanswered(err); wait = min(2*wait, time.Second) {
 		// The owners bucket just created has no leader yet (a cluster
 		// electing one, under load): a fault, which costs time only.
 		if !ctxsleep.Sleep(ctx, wait) {
@@ -401,14 +401,6 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		iter.Drain() // stopped during the start-up
 	}
 	return nil
-}
-
-// leaseUnavailable reports whether a lease request failed because the
-// owners bucket's stream did not answer (no leader yet, a leader moving):
-// Start tries again until its context ends.
-func leaseUnavailable(err error) bool {
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrTimeout)
 }
 
 // Active reports whether the subscriber owns its durable consumer and
