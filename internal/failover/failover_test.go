@@ -492,23 +492,32 @@ func (s *system) placeDirect(t *testing.T, ctx context.Context, n int) []uuid.UU
 		ids[i] = uuid.New()
 		ev := idem.Event{ID: ids[i], Name: "order.placed", AggregateType: "order", AggregateID: fmt.Sprint(i % 5),
 			OccurredAt: time.Now(), Payload: json.RawMessage(`{}`)}
-		for {
-			err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		untilCommitted(t, ctx, func() error {
+			return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `INSERT INTO orders (id, request) VALUES ($1, $2)`, ev.ID, ev.ID.String()); err != nil {
 					return err
 				}
 				return w.Add(ctx, tx, ev)
 			})
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		})
 	}
 	return ids
+}
+
+// untilCommitted runs place until it returns nil, failing the test when
+// ctx ends first.
+func untilCommitted(t *testing.T, ctx context.Context, place func() error) {
+	t.Helper()
+	for {
+		err := place()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // appliedOn counts the events of ids applied (once, twice) on the

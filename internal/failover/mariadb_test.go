@@ -176,16 +176,7 @@ func placeMaria(t *testing.T, ctx context.Context, db *sql.DB, n int) []uuid.UUI
 	ids := make([]uuid.UUID, n)
 	for i := range ids {
 		ids[i] = uuid.New()
-		for {
-			err := placeOrder(ctx, db, w, ids[i], i%5)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		untilCommitted(t, ctx, func() error { return placeOrder(ctx, db, w, ids[i], i%5) })
 	}
 	return ids
 }
