@@ -512,10 +512,6 @@ func slotErrorOn(host managedServer, err error, slot, user string) error {
 	return fmt.Errorf("idem: cdc: slot %s: %w", slot, err)
 }
 
-// replicationError explains a failed replication connection to a
-// self-hosted server.
-func replicationError(err error, user string) error { return replicationErrorOn(selfHosted, err, user) }
-
 // replicationErrorOn explains a failed replication connection to host.
 func replicationErrorOn(host managedServer, err error, user string) error {
 	var pe *pgconn.PgError
