@@ -55,7 +55,7 @@ func NewDialect(tables idem.Tables) (driver.Dialect, error) {
     version    INT          NOT NULL PRIMARY KEY,
     name       VARCHAR(255) NOT NULL,
     applied_at DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6))
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 		// A session lock, held across the DDL's implicit commits.
 		Lock:             "SELECT GET_LOCK(" + lockName + ", 600)",
 		Unlock:           "DO RELEASE_LOCK(" + lockName + ")",

@@ -1,6 +1,10 @@
 // Package mysql is idem's MySQL and MariaDB dialect, for database/sql with
-// github.com/go-sql-driver/mysql. It needs MySQL 8.0.13 or later, or MariaDB
-// 10.6 or later (FOR UPDATE SKIP LOCKED, expression defaults).
+// github.com/go-sql-driver/mysql. It needs MySQL 8.0.13 or later (8.0.19
+// for the down migration of 0010), or MariaDB 10.6 or later (FOR UPDATE
+// SKIP LOCKED, expression defaults), and sends one SQL to both. It is
+// tested on MariaDB; its statements were checked against MySQL 8.0's and
+// 8.4's grammar (docs/ARCHITECTURE.md, "MySQL 8 compatibility"), and a
+// test refuses the constructs only MariaDB accepts.
 //
 // A tour:
 //
@@ -10,7 +14,9 @@
 //	w := outbox.NewWriter(drv)               // write events in your *sql.Tx
 //	c, err := inbox.New(drv, inbox.Config{Name: "stock"})
 //
-// Tables are InnoDB, utf8mb4, with DATETIME(6) timestamps in UTC; event ids
+// Tables are InnoDB, utf8mb4 with the collation utf8mb4_bin named (PAD
+// SPACE and exact on both servers, where MySQL 8's default is NO PAD and
+// case-insensitive), with DATETIME(6) timestamps in UTC; event ids
 // are CHAR(36) UUID text, but for the outbox's id, VARCHAR(64) since
 // migration 0010: another program may write ids that are not UUIDs, which
 // the relay publishes under the UUID idem.EventID derives. Tables.Schema

@@ -71,8 +71,12 @@ var tlsParams = []string{"sslmode", "sslrootcert", "sslcert", "sslkey"}
 //
 // Unless the URL sets them, ParseURL adds idem's defaults: parseTime=true,
 // loc=UTC, time_zone='+00:00' (the session works in UTC, like the DATETIME
-// columns), charset=utf8mb4 and interpolateParams=true (one round trip per
-// statement). The port defaults to 3306. Errors never contain the
+// columns), charset=utf8mb4 with collation=utf8mb4_bin, and
+// interpolateParams=true (one round trip per statement). The collation is
+// the one of idem's tables, and the one comparisons of a literal with a
+// parameter use: without it they take the server's default for utf8mb4,
+// utf8mb4_general_ci (PAD SPACE) on MariaDB and utf8mb4_0900_ai_ci (NO PAD)
+// on MySQL 8, and compare otherwise. The port defaults to 3306. Errors never contain the
 // password.
 func ParseURL(rawURL string) (*gomysql.Config, error) {
 	u, err := url.Parse(rawURL)
@@ -106,6 +110,7 @@ func ParseURL(rawURL string) (*gomysql.Config, error) {
 		"loc":               "UTC",
 		"time_zone":         "'+00:00'",
 		"charset":           "utf8mb4",
+		"collation":         "utf8mb4_bin",
 		"interpolateParams": "true",
 	}
 	for k, v := range defaults {

@@ -93,7 +93,8 @@ func TestDSN(t *testing.T) {
 		t.Fatalf("parse %s: %v", dsn, err)
 	}
 	if cfg.User != "idem" || cfg.Passwd != "p@ss" || cfg.Addr != "db.example:3307" || cfg.DBName != "shop" ||
-		!cfg.ParseTime || cfg.Loc.String() != "UTC" || cfg.Params["time_zone"] != "'+00:00'" || cfg.Timeout.String() != "5s" {
+		!cfg.ParseTime || cfg.Loc.String() != "UTC" || cfg.Params["time_zone"] != "'+00:00'" || cfg.Timeout.String() != "5s" ||
+		cfg.Collation != "utf8mb4_bin" {
 		t.Errorf("config = %+v", cfg)
 	}
 	dsn, err = mysql.DSN("mysql://u@localhost/db?parseTime=false")

@@ -168,7 +168,7 @@ func newSystem(t *testing.T, ctx context.Context, url string, viaSQL bool) *syst
 			_, err := tx.Exec(ctx, q, args...)
 			return err
 		}
-		s.cons = newConsumer(t, s, s.drv, exec)
+		s.cons = newConsumer(t, s, s.drv, exec, applyPG)
 		s.handler = newAPI(t, s.drv, exec)
 		s.relay = newRelay(t, s, s.drv)
 		return s
@@ -184,15 +184,20 @@ func newSystem(t *testing.T, ctx context.Context, url string, viaSQL bool) *syst
 		_, err := tx.ExecContext(ctx, q, args...)
 		return err
 	}
-	s.cons = newConsumer(t, s, sdrv, exec)
+	s.cons = newConsumer(t, s, sdrv, exec, applyPG)
 	s.handler = newAPI(t, sdrv, exec)
 	s.relay = newRelay(t, s, sdrv)
 	return s
 }
 
+// applyPG adds 1 to the event's row in applied, on PostgreSQL.
+const applyPG = `INSERT INTO applied (event_id, n) VALUES ($1, 1)
+			ON CONFLICT (event_id) DO UPDATE SET n = applied.n + 1`
+
 // newConsumer returns the consumer: each application of an event adds 1 to
-// its row in applied, in the consumer's transaction.
-func newConsumer[TTx any](t *testing.T, s *system, drv driver.Driver[TTx], exec func(context.Context, TTx, string, ...any) error) *inbox.Consumer[TTx] {
+// its row in applied (the statement apply, of one argument: the event's
+// id), in the consumer's transaction.
+func newConsumer[TTx any](t *testing.T, s *system, drv driver.Driver[TTx], exec func(context.Context, TTx, string, ...any) error, apply string) *inbox.Consumer[TTx] {
 	t.Helper()
 	cons, err := inbox.New(drv, inbox.Config{Name: "failover", Logger: logger(t)})
 	if err != nil {
@@ -201,8 +206,7 @@ func newConsumer[TTx any](t *testing.T, s *system, drv driver.Driver[TTx], exec 
 	cons.Handle("order.placed", func(ctx context.Context, tx TTx, ev idem.Event) error {
 		c, _ := s.handled.LoadOrStore(ev.ID, new(atomic.Int64))
 		c.(*atomic.Int64).Add(1)
-		return exec(ctx, tx, `INSERT INTO applied (event_id, n) VALUES ($1, 1)
-			ON CONFLICT (event_id) DO UPDATE SET n = applied.n + 1`, ev.ID)
+		return exec(ctx, tx, apply, ev.ID)
 	})
 	return cons
 }
@@ -488,23 +492,32 @@ func (s *system) placeDirect(t *testing.T, ctx context.Context, n int) []uuid.UU
 		ids[i] = uuid.New()
 		ev := idem.Event{ID: ids[i], Name: "order.placed", AggregateType: "order", AggregateID: fmt.Sprint(i % 5),
 			OccurredAt: time.Now(), Payload: json.RawMessage(`{}`)}
-		for {
-			err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		untilCommitted(t, ctx, func() error {
+			return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `INSERT INTO orders (id, request) VALUES ($1, $2)`, ev.ID, ev.ID.String()); err != nil {
 					return err
 				}
 				return w.Add(ctx, tx, ev)
 			})
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		})
 	}
 	return ids
+}
+
+// untilCommitted runs place until it returns nil, failing the test when
+// ctx ends first.
+func untilCommitted(t *testing.T, ctx context.Context, place func() error) {
+	t.Helper()
+	for {
+		err := place()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // appliedOn counts the events of ids applied (once, twice) on the

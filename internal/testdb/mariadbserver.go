@@ -28,6 +28,9 @@ type MariaDBServer struct {
 	URL string
 	// Port is the port it listens on, on 127.0.0.1.
 	Port int
+
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the server's process has ended
 }
 
 // StartMariaDB starts a new MariaDB server with MariaDB's defaults (no
@@ -58,6 +61,11 @@ type MariaDBOptions struct {
 	// denied. URL then asks for sslmode=verify-full with the PKI's CA and
 	// client certificate.
 	TLS *testtls.PKI
+
+	// unlogged keeps the statements that create the user idem and the
+	// database idem_test out of the binlog: a replica has them of its own,
+	// and must not give them GTIDs (StartReplica).
+	unlogged bool
 }
 
 // StartMariaDBWith is StartMariaDB with options.
@@ -123,6 +131,7 @@ func StartMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDBServer {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -158,10 +167,19 @@ func StartMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDBServer {
 	if o.TLS != nil {
 		require = " REQUIRE X509"
 	}
-	for _, q := range []string{"CREATE DATABASE idem_test",
+	conn, err := root.Conn(ctx)
+	if err != nil {
+		t.Fatalf("test MariaDB: %v", err)
+	}
+	defer conn.Close()
+	setup := []string{"CREATE DATABASE idem_test",
 		"CREATE USER 'idem'@'%' IDENTIFIED BY 'idem'" + require, "GRANT ALL PRIVILEGES ON *.* TO 'idem'@'%'",
-		"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'", "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION"} {
-		if _, err := root.ExecContext(ctx, q); err != nil {
+		"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'", "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION"}
+	if o.unlogged {
+		setup = append([]string{"SET SESSION sql_log_bin = 0"}, setup...)
+	}
+	for _, q := range setup {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
 			t.Fatalf("test MariaDB: %s: %v", q, err)
 		}
 	}

@@ -67,6 +67,7 @@ type serverSettings struct {
 	version, format, rowImage, rowMetadata string
 	logBin, compress                       bool
 	serverID                               uint32
+	host                                   managedServer // managed.go
 }
 
 // ErrServerSettings is wrapped by the errors of Start that name a server
@@ -85,7 +86,7 @@ func checkSettings(s serverSettings, serverID uint32) error {
 		return fmt.Errorf("%w: the server is MySQL %s: the binlog relay reads MariaDB's binlog only (10.5 or later) for now; publish this outbox with the polling relay (idem relay)", ErrServerSettings, s.version)
 	}
 	if !s.logBin {
-		problems = append(problems, "the binary log is off (log_bin): add log_bin = mariadb-bin and server_id = 1 (any number unique in the topology) to the [mysqld] section of the server's configuration, then restart it")
+		problems = append(problems, "the binary log is off (log_bin): "+s.host.logBinHint())
 	}
 	if !strings.EqualFold(s.format, "ROW") {
 		// Under MIXED, MariaDB logs a statement as rows only when it deems
@@ -98,13 +99,13 @@ func checkSettings(s serverSettings, serverID uint32) error {
 		if strings.EqualFold(s.format, "MIXED") {
 			logged = "an insert of plain values is logged as a statement"
 		}
-		problems = append(problems, fmt.Sprintf("binlog_format is %s: the relay reads rows, and with %s %s, which the relay cannot read (its event would not be published): SET GLOBAL binlog_format = 'ROW' and binlog_format = ROW in the configuration (sessions opened before keep their format: reconnect the writers)", s.format, s.format, logged))
+		problems = append(problems, fmt.Sprintf("binlog_format is %s: the relay reads rows, and with %s %s, which the relay cannot read (its event would not be published): %s (sessions opened before keep their format: reconnect the writers)", s.format, s.format, logged, s.host.set("binlog_format", "ROW", true)))
 	}
 	if !strings.EqualFold(s.rowImage, "FULL") {
-		problems = append(problems, fmt.Sprintf("binlog_row_image is %s: with less than FULL (the default) an insert may leave out the columns that took their default, and an update the columns it did not change: SET GLOBAL binlog_row_image = 'FULL' and binlog_row_image = FULL in the configuration", s.rowImage))
+		problems = append(problems, fmt.Sprintf("binlog_row_image is %s: with less than FULL (the default) an insert may leave out the columns that took their default, and an update the columns it did not change: %s", s.rowImage, s.host.set("binlog_row_image", "FULL", true)))
 	}
 	if s.compress {
-		problems = append(problems, "log_bin_compress is ON: the relay does not read compressed events: SET GLOBAL log_bin_compress = OFF and log_bin_compress = OFF in the configuration")
+		problems = append(problems, "log_bin_compress is ON: the relay does not read compressed events: "+s.host.set("log_bin_compress", "OFF", true))
 	}
 	if s.serverID == serverID {
 		problems = append(problems, fmt.Sprintf("the server's server_id is %d, the relay's too: set Config.ServerID (--server-id) to a number no server or replica of the topology uses", serverID))
@@ -158,6 +159,7 @@ func (r *Relay) setup(ctx context.Context) error {
 	if err := r.db.QueryRowContext(ctx, `SELECT @@version`).Scan(&s.version); err != nil {
 		return fmt.Errorf("idem: binlog: read the server's version: %w", err)
 	}
+	s.host = readSigns(ctx, r.db).detect()
 	if !strings.Contains(strings.ToLower(s.version), "mariadb") {
 		return checkSettings(s, r.cfg.ServerID) // MySQL, refused
 	}
@@ -182,7 +184,7 @@ func (r *Relay) setup(ctx context.Context) error {
 		return fmt.Errorf("idem: binlog: read the user's privileges: %w", err)
 	}
 	if err := checkPrivileges(grantee(current), privs); err != nil {
-		return err
+		return fmt.Errorf("%w%s", err, s.host.grantHint())
 	}
 	r.sql = newQueries(r.schema, r.cfg.Tables.Outbox, r.cfg.Tables.BinlogPosition, r.cfg.Tables.OutboxArchive)
 	if err := r.checkTables(ctx); err != nil {

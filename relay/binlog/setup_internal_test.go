@@ -28,7 +28,7 @@ func TestCheckSettings(t *testing.T) {
 		{func(s *serverSettings) { s.format = "MIXED" }, "binlog_format is MIXED: the relay reads rows, and with MIXED an insert of plain values is logged as a statement"},
 		{func(s *serverSettings) { s.rowImage = "MINIMAL" }, "SET GLOBAL binlog_row_image = 'FULL'"},
 		{func(s *serverSettings) { s.rowImage = "NOBLOB" }, "binlog_row_image is NOBLOB"},
-		{func(s *serverSettings) { s.compress = true }, "SET GLOBAL log_bin_compress = OFF"},
+		{func(s *serverSettings) { s.compress = true }, "SET GLOBAL log_bin_compress = 'OFF'"},
 		{func(s *serverSettings) { s.serverID = 7 }, "set Config.ServerID (--server-id)"},
 	} {
 		s := good

@@ -42,7 +42,8 @@ type Relay struct {
 	replCfg *pgconn.Config
 
 	pool   *pgxpool.Pool
-	schema string // the outbox's schema, resolved at Start
+	host   managedServer // the service running the server, for the hints of start-up errors (managed.go)
+	schema string        // the outbox's schema, resolved at Start
 	sql    queries
 
 	ctx context.Context // the base's WorkContext: cancelled by an abandoned Stop

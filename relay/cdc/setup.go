@@ -198,12 +198,13 @@ func (r *Relay) setup(ctx context.Context) error {
 		return fmt.Errorf("idem: cdc: connect: %w", err)
 	}
 	r.pool = pool
+	r.host = readSigns(ctx, pool).detect()
 	var level string
 	if err := pool.QueryRow(ctx, walLevelSQL).Scan(&level); err != nil {
 		return fmt.Errorf("idem: cdc: connect: %w", err)
 	}
 	if level != "logical" {
-		return fmt.Errorf("%w, and the server runs with wal_level = %s: set wal_level = logical in postgresql.conf (or run ALTER SYSTEM SET wal_level = logical) and restart the server", ErrWALLevel, level)
+		return fmt.Errorf("%w, and the server runs with wal_level = %s: %s", ErrWALLevel, level, r.host.walLevelHint())
 	}
 	r.schema = r.cfg.Tables.Schema
 	if r.schema == "" {
@@ -278,7 +279,7 @@ ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage)
 	// pg_hba.conf line for it: say so now rather than retry for ever.
 	conn, err := pgconn.ConnectConfig(ctx, r.replCfg)
 	if err != nil {
-		return replicationError(err, r.replCfg.User)
+		return replicationErrorOn(r.host, err, r.replCfg.User)
 	}
 	_ = conn.Close(ctx)
 	return nil
@@ -342,7 +343,7 @@ func (r *Relay) ensureSlot(ctx context.Context) error {
 func (r *Relay) createSlot(ctx context.Context) error {
 	conn, err := pgconn.ConnectConfig(ctx, r.replCfg)
 	if err != nil {
-		return replicationError(err, r.replCfg.User)
+		return replicationErrorOn(r.host, err, r.replCfg.User)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, createSlotCommand(r.cfg.Slot, serverVersion(conn))))
@@ -351,7 +352,7 @@ func (r *Relay) createSlot(ctx context.Context) error {
 		return nil
 	}
 	if err != nil {
-		return slotError(err, r.cfg.Slot, r.replCfg.User)
+		return slotErrorOn(r.host, err, r.cfg.Slot, r.replCfg.User)
 	}
 	r.log.Info("created replication slot; it keeps the WAL from here on until it is dropped (idem cdc drop-slot)", "lsn", res.ConsistentPoint)
 	sel, count, err := r.initialRowsQuery(ctx)
@@ -484,8 +485,12 @@ func (r *Relay) recreateSlot(missing error) error {
 	return nil
 }
 
-// slotError explains the errors of slot statements.
-func slotError(err error, slot, user string) error {
+// slotError explains the errors of slot statements on a self-hosted
+// server.
+func slotError(err error, slot, user string) error { return slotErrorOn(selfHosted, err, slot, user) }
+
+// slotErrorOn explains the errors of slot statements on host.
+func slotErrorOn(host managedServer, err error, slot, user string) error {
 	if err == nil {
 		return nil
 	}
@@ -497,25 +502,25 @@ func slotError(err error, slot, user string) error {
 		case "55006": // object_in_use
 			return fmt.Errorf("%w: slot %s: %s (stop that relay first)", ErrSlotActive, slot, pe.Message)
 		case "53400": // configuration_limit_exceeded
-			return fmt.Errorf("idem: cdc: cannot create slot %s: %s: every replication slot is taken; drop the slots no one reads (SELECT slot_name FROM pg_replication_slots WHERE NOT active; idem cdc drop-slot), or raise max_replication_slots in postgresql.conf and restart the server", slot, pe.Message)
+			return fmt.Errorf("idem: cdc: cannot create slot %s: %s: every replication slot is taken; drop the slots no one reads (SELECT slot_name FROM pg_replication_slots WHERE NOT active; idem cdc drop-slot), or %s", slot, pe.Message, host.slotsHint())
 		case "55000": // object_not_in_prerequisite_state: wal_level, mostly
-			return fmt.Errorf("idem: cdc: slot %s: %s: set wal_level = logical in postgresql.conf and restart the server", slot, pe.Message)
+			return fmt.Errorf("idem: cdc: slot %s: %s: %s", slot, pe.Message, host.walLevelHint())
 		case "42501": // insufficient_privilege
-			return fmt.Errorf("idem: cdc: slot %s: %s: the relay's role needs the REPLICATION attribute (ALTER ROLE %s REPLICATION)", slot, pe.Message, user)
+			return fmt.Errorf("idem: cdc: slot %s: %s: %s", slot, pe.Message, host.replicationHint(user))
 		}
 	}
 	return fmt.Errorf("idem: cdc: slot %s: %w", slot, err)
 }
 
-// replicationError explains a failed replication connection.
-func replicationError(err error, user string) error {
+// replicationErrorOn explains a failed replication connection to host.
+func replicationErrorOn(host managedServer, err error, user string) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
 		case "42501":
-			return fmt.Errorf("idem: cdc: replication connection refused: %s: the relay's role needs the REPLICATION attribute (ALTER ROLE %s REPLICATION)", pe.Message, user)
+			return fmt.Errorf("idem: cdc: replication connection refused: %s: %s", pe.Message, host.replicationHint(user))
 		case "28000", "28P01":
-			return fmt.Errorf("idem: cdc: replication connection refused: %s: pg_hba.conf needs a line for replication connections of %s to this database (a line for \"all\" databases covers them; one for \"replication\" does not)", pe.Message, user)
+			return fmt.Errorf("idem: cdc: replication connection refused: %s: %s", pe.Message, host.hbaHint(user))
 		}
 	}
 	return fmt.Errorf("idem: cdc: replication connection: %w", err)

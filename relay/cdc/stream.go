@@ -88,7 +88,7 @@ func (r *Relay) session() (read bool, err error) {
 	defer cancel()
 	conn, err := pgconn.ConnectConfig(ctx, r.replCfg)
 	if err != nil {
-		return false, replicationError(err, r.replCfg.User)
+		return false, replicationErrorOn(r.host, err, r.replCfg.User)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
@@ -100,7 +100,7 @@ func (r *Relay) session() (read bool, err error) {
 		},
 	})
 	if err != nil {
-		return false, slotError(err, r.cfg.Slot, r.replCfg.User)
+		return false, slotErrorOn(r.host, err, r.cfg.Slot, r.replCfg.User)
 	}
 	if r.stats.waiting.Swap(false) {
 		r.log.Info("took the slot over")
