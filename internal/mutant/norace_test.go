@@ -1,0 +1,5 @@
+//go:build !race
+
+package mutant_test
+
+const raceEnabled = false
