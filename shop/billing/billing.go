@@ -142,6 +142,7 @@ type Service struct {
 	mail    *carrier.Client
 	invoice *inbox.Consumer[*sql.Tx]
 	mailer  *inbox.Consumer[*sql.Tx]
+	log     *slog.Logger
 }
 
 // New returns the billing service on db, whose migrations must be applied,
@@ -155,7 +156,10 @@ func New(db *store.DB, mail *carrier.Client, log *slog.Logger) (*Service, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{db: db, outbox: db.OutboxWriter(), mail: mail, invoice: inv, mailer: mailer}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{db: db, outbox: db.OutboxWriter(), mail: mail, invoice: inv, mailer: mailer, log: log.With("service", "billing")}
 	inbox.HandleJSON(inv, shop.OrderPlaced, shop.ForOrder(s.onOrderPlaced))
 	inbox.HandleJSON(inv, shop.OrderCancelled, shop.ForOrder(s.onOrderCancelled))
 	inbox.HandleJSON(mailer, shop.InvoiceCreated, shop.ForOrder(s.onInvoiceCreated))
@@ -196,6 +200,7 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event, 
 	if err != nil {
 		return err
 	}
+	out.AggregateVersion = shop.InvoiceCreatedVersion
 	return s.outbox.Add(ctx, tx, out)
 }
 
@@ -218,7 +223,7 @@ func (s *Service) invoiceOf(ctx context.Context, tx *sql.Tx, orderID string) (in
 func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.InvoiceCreatedV1) error {
 	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return notYet("invoice", p.OrderID)
+		return s.db.NotVisible(ctx, s.log, MailerConsumer, ev, "invoice", p.OrderID)
 	}
 	if err != nil {
 		return err
@@ -231,16 +236,6 @@ func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Even
 		return fmt.Errorf("send invoice e-mail for order %s: %w", p.OrderID, err)
 	}
 	return updateOne(ctx, tx, s.db.Q(qEmailed), "mark the invoice of order "+p.OrderID+" e-mailed", time.Now().UTC(), e.ID, p.OrderID)
-}
-
-// notYet is the error of a handler that does not find the row its event
-// announces: the billing service's invoice, committed with the event. idem's
-// relays publish an event only once its transaction is visible, so the row
-// is there; a database that shows it later (a replica behind its primary)
-// will show it: the consumer waits (idem.Transient), it never parks the
-// event.
-func notYet(what, orderID string) error {
-	return idem.Transient(fmt.Errorf("no %s for order %s yet, although the event announces one", what, orderID))
 }
 
 // updateOne runs an UPDATE that must change exactly one row: the row the
@@ -284,6 +279,7 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 	if err != nil {
 		return err
 	}
+	out.AggregateVersion = shop.InvoiceVoidedVersion
 	return s.outbox.Add(ctx, tx, out)
 }
 
@@ -293,7 +289,7 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 func (s *Service) onInvoiceVoided(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.InvoiceVoidedV1) error {
 	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return notYet("voided invoice", p.OrderID)
+		return s.db.NotVisible(ctx, s.log, MailerConsumer, ev, "voided invoice", p.OrderID)
 	}
 	if err != nil {
 		return err
