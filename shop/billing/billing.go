@@ -12,7 +12,9 @@
 // When an order is cancelled (order.order.cancelled.v1), "billing" voids its
 // invoice and publishes billing.invoice.voided.v1; "billing-mailer" then
 // tells the customer, with the key invoice:<order id>:void-email, if the
-// invoice was e-mailed, and never e-mails an invoice voided already. A
+// invoice was e-mailed (marked so, or known to the mail service by its
+// key: an attempt that sent it may have crashed before its mark), and
+// never e-mails an invoice voided already. A
 // versioned copy of each order's status makes an order placed event handled
 // after the cancellation (a parked message retried late) invoice nothing.
 package billing
@@ -285,7 +287,11 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 
 // onInvoiceVoided tells the customer that the invoice is void, if it was
 // e-mailed: the mailer handles an invoice's events in order, so an invoice
-// not e-mailed by now never will be.
+// not e-mailed by now never will be. An invoice not marked e-mailed may
+// have been e-mailed all the same: a first attempt sent the e-mail, and its
+// transaction, with the mark, did not commit (a crash); the retry found the
+// invoice voided and sent nothing. So the mail service is asked, by the
+// e-mail's key, and the mark written when it sent one.
 func (s *Service) onInvoiceVoided(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.InvoiceVoidedV1) error {
 	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -295,7 +301,17 @@ func (s *Service) onInvoiceVoided(ctx context.Context, tx *sql.Tx, ev idem.Event
 		return err
 	}
 	if !inv.emailed {
-		return nil
+		sent, err := s.mail.FindEmail(ctx, EmailKey(p.OrderID))
+		if errors.Is(err, carrier.ErrNoEmail) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("look up the invoice e-mail of cancelled order %s: %w", p.OrderID, err)
+		}
+		s.log.Warn("invoice e-mail found at the mail service for a voided invoice not marked e-mailed; telling the customer it is void", "order_id", p.OrderID, "email_id", sent.ID)
+		if err := updateOne(ctx, tx, s.db.Q(qEmailed), "mark the invoice of order "+p.OrderID+" e-mailed", time.Now().UTC(), sent.ID, p.OrderID); err != nil {
+			return err
+		}
 	}
 	e, err := s.mail.SendEmail(ctx, VoidEmailKey(p.OrderID), p.CustomerID+"@customers.example", "Invoice "+p.InvoiceID+" is void: your order was cancelled")
 	if err != nil {
