@@ -510,7 +510,33 @@ type Migrations map[string][]string
 // on PostgreSQL, a named lock on MySQL/MariaDB (whose DDL is not
 // transactional: each version is recorded right after its statements), and
 // the write lock of an immediate transaction on SQLite.
+//
+// A database that fails transiently meanwhile (a SQLite file whose write
+// lock other processes hold past the busy timeout, a server restarting) is
+// tried again every half second, with a warning, for MigrateWait: a process
+// started while the database is busy waits rather than exits.
 func (db *DB) Migrate(ctx context.Context, own Migrations, log *slog.Logger) error {
+	deadline := time.Now().Add(MigrateWait)
+	for {
+		err := db.migrate(ctx, own, log)
+		if err == nil || !db.Driver.Dialect().IsTransient(err) || time.Now().After(deadline) {
+			return err
+		}
+		if log != nil {
+			log.Warn("database busy or away during the migrations; trying again", "service", db.Service, "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// MigrateWait is how long Migrate tries again after transient failures.
+const MigrateWait = 30 * time.Second
+
+func (db *DB) migrate(ctx context.Context, own Migrations, log *slog.Logger) error {
 	if _, err := migrate.New(db.Driver).Up(ctx); err != nil {
 		return fmt.Errorf("%s: idem migrations: %w", db.Service, err)
 	}
