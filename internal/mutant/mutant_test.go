@@ -1,15 +1,11 @@
 package mutant_test
 
 import (
-	"bytes"
-	"debug/elf"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/mutant"
 )
 
@@ -43,53 +39,5 @@ func TestChosenByEnv(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("with %s=%s=order, the child chose %q, want %q (mutants compiled in: %v)", mutant.EnvVar, mutant.InboxSkipDedup, got, want, mutant.Enabled)
-	}
-}
-
-// TestAbsentFromBuilds builds the commands without the tag idemmutant, the
-// shop with idemfault as shopctl chaos runs it, and checks that no mutant
-// is in them: no symbol of this package, and neither the environment
-// variable's name nor a mutant's name.
-func TestAbsentFromBuilds(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct{ pkg, tags string }{
-		{"cmd/idem", ""},
-		{"cmd/shop", fault.Tag},
-	} {
-		bin := filepath.Join(t.TempDir(), filepath.Base(c.pkg))
-		args := []string{"build", "-o", bin}
-		if c.tags != "" {
-			args = append(args, "-tags", c.tags)
-		}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command("go", append(args, "github.com/idem-go/idem/"+c.pkg)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go build %s: %v\n%s", c.pkg, err, out)
-		}
-		f, err := elf.Open(bin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		syms, err := f.Symbols()
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range syms {
-			if strings.HasPrefix(s.Name, "github.com/idem-go/idem/internal/mutant.") {
-				t.Errorf("%s built with tags %q has the symbol %s", c.pkg, c.tags, s.Name)
-			}
-		}
-		b, err := os.ReadFile(bin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range append([]string{mutant.EnvVar}, mutant.Names...) {
-			if bytes.Contains(b, []byte(s)) {
-				t.Errorf("%s built with tags %q contains %q", c.pkg, c.tags, s)
-			}
-		}
 	}
 }

@@ -48,6 +48,9 @@ type Check struct {
 	Observed string
 	// OK is set when the invariant holds.
 	OK bool
+	// NotRun is set when the check could not run (what it needs is
+	// missing): neither a pass nor a failure, and Observed says why.
+	NotRun bool
 }
 
 // RandomSuffix returns 8 random hexadecimal digits, to name a namespace of

@@ -1,5 +1,0 @@
-//go:build race
-
-package mutant_test
-
-const raceEnabled = true
