@@ -489,7 +489,7 @@ func chaosMain(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.DB, "db", "", "database URL the shop processes use (each case gets its own schemas); default: SQLite files in a temporary directory")
 	fs.StringVar(&o.Broker, "broker", "", "broker URL (each case gets its own exchange and queues); default: a NATS JetStream server run by shopctl chaos;\n\"kfake\": a Kafka cluster run by shopctl chaos itself (franz-go's kfake, in memory, on a local port)")
 	fs.StringVar(&o.Only, "only", "", "run only the cases whose name contains one of these comma-separated words")
-	keep := fs.Bool("keep-logs", false, "keep the processes' logs (their directory is printed)")
+	keep := fs.Bool("keep-logs", false, "keep the processes' logs (their directory is printed) and, with --random, the run's databases\n(the embedded defaults' directory, the schemas of the run's namespace) when a check fails")
 	ro := randomDefaults
 	fs.DurationVar(&ro.Duration, "random", 0, "instead of the crash table, kill the shop's processes at random for this long, under load (see below)")
 	fs.Float64Var(&ro.Rate, "rate", ro.Rate, "with --random: orders per second placed while processes are killed")
@@ -634,7 +634,11 @@ on it, e.g. IDEM_MUTANT=relay.drop-one shopctl chaos --random 1m --shop ./shop-m
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		defer func() {
+			if !ro.KeepData {
+				os.RemoveAll(dir)
+			}
+		}()
 		if ro.Duration > 0 {
 			// Random kills run the broker as a process, to kill it too.
 			o.DB, ro.BrokerDir = "sqlite:"+filepath.Join(dir, "db"), dir
@@ -651,7 +655,12 @@ on it, e.g. IDEM_MUTANT=relay.drop-one shopctl chaos --random 1m --shop ./shop-m
 	o.Progress = stderr
 	if ro.Duration > 0 {
 		ro.Binary, ro.DB, ro.Broker, ro.LogDir, ro.Progress = o.Binary, o.DB, o.Broker, o.LogDir, stderr
+		ro.KeepFailed = *keep
 		rep, err := runRandom(context.Background(), ro)
+		ro.KeepData = rep.Kept != ""
+		if ro.KeepData {
+			fmt.Fprintf(stdout, "databases kept: namespace %s\n", rep.Kept)
+		}
 		printRandom(stdout, rep)
 		if err != nil {
 			return err

@@ -72,6 +72,12 @@ type randomOptions struct {
 	NoReplay bool
 	// Strict counts a check that could not run as a failure.
 	Strict bool
+	// KeepFailed keeps the run's namespace (its schemas and databases)
+	// when a check fails, for a look; randomReport.Kept names it.
+	KeepFailed bool
+	// KeepData is set by the caller that keeps the embedded defaults'
+	// directory.
+	KeepData bool
 	// ExtraEnv is added to every shop process's environment.
 	ExtraEnv []string
 	// LogDir receives each process's log.
@@ -120,6 +126,8 @@ type randomReport struct {
 	Replayed int64
 	// Checks are the verdict, one row each.
 	Checks []shopkit.Check
+	// Kept names the namespace kept (Options.KeepFailed).
+	Kept string
 }
 
 // faultRecord is one fault of a run.
@@ -393,8 +401,8 @@ func (f *faults) supervise(ctx context.Context, procs []*randomProcess) {
 // quarantined by a relay; every invoice marked e-mailed; no event met
 // before its row was visible; no process that died on its own, and no race
 // report.
-func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
-	rep := randomReport{Options: o}
+func runRandom(ctx context.Context, o randomOptions) (rep randomReport, _ error) {
+	rep = randomReport{Options: o}
 	ns := "random_" + shopkit.RandomSuffix()
 	cl := &shopkit.Cluster{Binary: o.Binary, DB: o.DB, Broker: o.Broker, Namespace: ns, LogDir: o.LogDir, Relay: o.Relay, Outbox: o.Outbox, ExtraEnv: o.ExtraEnv}
 	in, err := shopkit.OpenInspector(ctx, o.DB, ns)
@@ -402,7 +410,14 @@ func runRandom(ctx context.Context, o randomOptions) (randomReport, error) {
 		return rep, err
 	}
 	defer in.Close()
-	defer func() { cl.StopAll(); in.DropNamespace() }()
+	defer func() {
+		cl.StopAll()
+		if o.KeepFailed && rep.failed() > 0 {
+			rep.Kept = ns
+			return
+		}
+		in.DropNamespace()
+	}()
 
 	var procs []*randomProcess
 	if o.BrokerDir != "" {
