@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testkafka"
+	"github.com/idem-go/idem/internal/testnatscluster"
 	"github.com/idem-go/idem/internal/tools/shopkit"
 )
 
@@ -22,7 +24,7 @@ func shortRandom(t *testing.T, o randomOptions) randomOptions {
 		o.Binary = shopBinary
 	}
 	o.LogDir = t.TempDir()
-	o.Rate, o.KillMin, o.KillMax, o.MinRounds = 15, 300*time.Millisecond, 1500*time.Millisecond, 1
+	o.Rate, o.KillMin, o.KillMax, o.MinRounds = cmp.Or(o.Rate, 15), 300*time.Millisecond, 1500*time.Millisecond, 1
 	o.FreezeMin, o.FreezeMax = randomDefaults.FreezeMin, randomDefaults.FreezeMax
 	if o.Settle == 0 {
 		o.Settle = 2 * time.Minute
@@ -82,11 +84,39 @@ func TestChaosRandomCDC(t *testing.T) {
 // polling relay, two replicas of each service sharing 4 partitions of the
 // stream. Its order check found 116 events applied before an earlier one
 // of their aggregate in a 40 s run on the build before the consumers'
-// ownership.
+// ownership. Thirteen processes share the SQLite files' one write lock: 10
+// orders a second rather than 15, and 3 minutes to
+// settle keep it within what 2 loaded cores do.
 func TestChaosRandomEmbedded(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	checkRandom(t, randomOptions{DB: "sqlite:" + filepath.Join(dir, "db"), BrokerDir: dir, Replicas: 2, Partitions: 4, Duration: 15 * time.Second})
+	checkRandom(t, randomOptions{DB: "sqlite:" + filepath.Join(dir, "db"), BrokerDir: dir, Replicas: 2, Partitions: 4, Duration: 15 * time.Second,
+		Rate: 10, Settle: 3 * time.Minute})
+}
+
+// TestChaosRandomNATSCluster runs the shop on PostgreSQL with the polling
+// relay and a NATS JetStream cluster of three nats-server processes (the
+// stream kept on all three: replicas=3), two replicas of each service
+// sharing 4 partitions; each server of the cluster is killed with SIGKILL
+// and started again, or frozen, in turn with the shop's processes.
+func TestChaosRandomNATSCluster(t *testing.T) {
+	t.Parallel()
+	// A restarted server is healthy once it caught up with every
+	// consumer (a dozen per partitioned consumer): slow on loaded cores.
+	c := testnatscluster.Start(t, testnatscluster.Config{ReadyTimeout: 3 * time.Minute})
+	var nodes []serverTarget
+	for i := range c.Servers() {
+		nodes = append(nodes, serverTarget{Name: c.Name(i),
+			Crash: func(context.Context) (string, error) {
+				c.Restart(i) // fails the test on error
+				return "SIGKILL, started again", nil
+			},
+			Freeze: func() error { c.Freeze(i); return nil },
+			Thaw:   func() error { c.Thaw(i); return nil },
+		})
+	}
+	checkRandom(t, randomOptions{DB: testdb.PostgresURL(t), Broker: c.URL() + "?replicas=3&ack_wait=3s", Replicas: 2, Partitions: 4, Duration: 15 * time.Second,
+		Servers: nodes})
 }
 
 // TestChaosRandomMariaDBKafka runs the stack of the second article:
