@@ -108,7 +108,7 @@ const NotVisibleMessage = "an event announces a row that its database does not s
 // logged at warning level.
 func (db *DB) NotVisible(ctx context.Context, log *slog.Logger, consumer string, ev idem.Event, what, orderID string) error {
 	db.notVisible.Add(1)
-	log.WarnContext(ctx, NotVisibleMessage, "service", db.Service, "consumer", consumer,
+	log.WarnContext(ctx, NotVisibleMessage, "database", db.Service, "consumer", consumer,
 		"event_id", ev.ID, "event_name", ev.Name, "missing", what, "order_id", orderID)
 	return idem.Transient(fmt.Errorf("no %s for order %s yet, although event %s announces one", what, orderID, ev.ID))
 }

@@ -583,11 +583,11 @@ func runRandom(ctx context.Context, o randomOptions) (rep randomReport, _ error)
 	if err != nil {
 		return rep, err
 	}
-	rep.Checks = append(rep.Checks, logs.Checks()...)
+	race, visible := logs.Checks()
 	if !raceBuild(o.Binary) {
-		rep.Checks[len(rep.Checks)-2].NotRun = true
-		rep.Checks[len(rep.Checks)-2].Observed = "the shop is not built with -race: nothing to report"
+		race.NotRun, race.Observed = true, "the shop is not built with -race: nothing to report"
 	}
+	rep.Checks = append(rep.Checks, race, visible)
 	deaths := shopkit.Check{What: "no process died on its own (every end was a fault of the run)", OK: true, Observed: "0 deaths"}
 	if d := cl.Deaths(); len(d) > 0 {
 		deaths.OK, deaths.Observed = false, fmt.Sprintf("%d processes died on their own: %s", len(d), strings.Join(d, " | "))
