@@ -911,7 +911,7 @@ func (o *randomOptions) check(dbURL string, fs *flag.FlagSet) error {
 	case o.Relay == shopkit.RelayCDC && !isPostgresURL(dbURL) && !isMariaDBURL(dbURL):
 		return errors.New("--relay cdc reads PostgreSQL's write-ahead log or MariaDB's binary log: give --db postgres://... or mysql://... (and --broker)")
 	case o.Outbox == shopkit.OutboxLog && !isPostgresURL(dbURL):
-		return errors.New("--outbox log writes events as PostgreSQL WAL messages: give --db postgres://...")
+		return errors.New("--outbox log writes events as PostgreSQL WAL messages: give --db postgres://<user>@<host>/<database>")
 	case o.FreezeMax != 0 && (o.FreezeMin <= 0 || o.FreezeMax < o.FreezeMin):
 		return fmt.Errorf("--freeze-min %v, --freeze-max %v: want 0 < --freeze-min <= --freeze-max, or --freeze-max 0 for no freeze", o.FreezeMin, o.FreezeMax)
 	case o.Outbox != "" && o.Outbox != shopkit.OutboxRows && o.Outbox != shopkit.OutboxLog:
