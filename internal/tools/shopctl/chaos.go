@@ -450,6 +450,13 @@ func runChaos(ctx context.Context, o chaosOptions) []chaosResult {
 	return out
 }
 
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func matchesAny(name, words string) bool {
 	for _, w := range strings.Split(words, ",") {
 		if w = strings.TrimSpace(w); w != "" && strings.Contains(name, w) {
@@ -470,8 +477,8 @@ func printTable(w io.Writer, results []chaosResult) (failed int) {
 			obs = r.Err.Error()
 		}
 		obs = strings.ReplaceAll(obs, "\n", " ")
-		if len(obs) > 200 {
-			obs = obs[:200] + "..."
+		if most := 200 + 800*boolInt(r.Err != nil); len(obs) > most {
+			obs = obs[:most] + "..." // a failure says more
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Case.Name, r.Case.Expected, obs, status)
 	}

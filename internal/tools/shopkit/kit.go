@@ -44,8 +44,8 @@ const (
 var databases = []string{"order", "stock", "shipping", "billing", "carrier"}
 
 // SettleTimeout bounds the wait for every effect of the orders placed,
-// after a recovery.
-const SettleTimeout = 45 * time.Second
+// after a recovery, the sentinel order's included (Inspector.Settle).
+const SettleTimeout = 90 * time.Second
 
 // Check is one row of a verdict.
 type Check struct {
