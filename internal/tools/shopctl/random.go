@@ -391,8 +391,9 @@ func (f *faults) supervise(ctx context.Context, procs []*randomProcess) {
 // makes a fault every o.KillMin to o.KillMax: a SIGKILL of a process,
 // started again at once, or a freeze (SIGSTOP, SIGCONT after FreezeMin to
 // FreezeMax, meanwhile the next faults go on), or a crash or freeze of one
-// of o.Servers; halfway through, it publishes again the events every
-// consumer applied. Then it waits for every effect (a sentinel order
+// of o.Servers; halfway through (or, when no event is applied everywhere
+// yet, at a later fault, the run longer by as much), it publishes again
+// the events every consumer applied. Then it waits for every effect (a sentinel order
 // last) and checks, from the databases and the logs and not from the
 // services' counters: every accepted order's effects, cancellations
 // included (State.Verdict); from the consumers' application ledgers, every
@@ -515,7 +516,7 @@ func runRandom(ctx context.Context, o randomOptions) (rep randomReport, _ error)
 	var runErr error
 	for step := 1; runErr == nil; step++ {
 		wait := o.KillMin + time.Duration(f.rng.Int64N(int64(o.KillMax-o.KillMin)+1))
-		if time.Since(f.start)+wait >= o.Duration && f.count() >= o.MinFaults && f.rounds >= o.MinRounds {
+		if time.Since(f.start)+wait >= o.Duration && f.count() >= o.MinFaults && f.rounds >= o.MinRounds && replayed {
 			break
 		}
 		if !ctxsleep.Sleep(ctx, wait) {
@@ -528,10 +529,15 @@ func runRandom(ctx context.Context, o randomOptions) (rep randomReport, _ error)
 			f.hit(f.next())
 		}
 		if !replayed && time.Since(f.start) >= o.Duration/2 {
-			replayed = true
-			n, note := replayApplied(ctx, in, cl.Broker, ns, f.start)
-			rep.Replayed = n
-			f.record(faultRecord{At: time.Since(f.start), Kind: "replay", Target: "every outbox", Note: note})
+			// Once some events are applied everywhere: on a slow start,
+			// at a later fault, the faults going on until then (up to
+			// the settle time past the run's duration).
+			n, note, done := replayApplied(ctx, in, cl.Broker, ns, f.start)
+			if done || time.Since(f.start) >= o.Duration+o.Settle {
+				replayed = true
+				rep.Replayed = n
+				f.record(faultRecord{At: time.Since(f.start), Kind: "replay", Target: "every outbox", Note: note})
+			}
 		}
 		runErr = f.failed()
 		if time.Now().After(nextReport) {
@@ -599,11 +605,15 @@ func runRandom(ctx context.Context, o randomOptions) (rep randomReport, _ error)
 // replayApplied publishes again, as "idem replay" would, the events of
 // every outbox written since since that every consumer subscribed to them
 // has applied: pure duplicates, whatever their order, which each consumer
-// must skip. It returns how many it published, and what happened.
-func replayApplied(ctx context.Context, in *shopkit.Inspector, brokerURL, ns string, since time.Time) (int64, string) {
+// must skip. It returns how many it published, and what happened; done is
+// false, and nothing is published, while no event is applied everywhere.
+func replayApplied(ctx context.Context, in *shopkit.Inspector, brokerURL, ns string, since time.Time) (_ int64, note string, done bool) {
 	applied, err := in.AppliedEverywhere(ctx)
 	if err != nil {
-		return 0, "not done: " + err.Error()
+		return 0, "not done: " + err.Error(), true
+	}
+	if len(applied) == 0 {
+		return 0, "not done: no event applied by every consumer subscribed to it yet", false
 	}
 	var total int64
 	deadline := time.Now().Add(30 * time.Second)
@@ -615,11 +625,11 @@ func replayApplied(ctx context.Context, in *shopkit.Inspector, brokerURL, ns str
 				break
 			}
 			if time.Now().After(deadline) || !ctxsleep.Sleep(ctx, 500*time.Millisecond) {
-				return total, fmt.Sprintf("%d events published again, then: %v", total, err)
+				return total, fmt.Sprintf("%d events published again, then: %v", total, err), true
 			}
 		}
 	}
-	return total, fmt.Sprintf("%d events applied everywhere published again (duplicate source 3)", total)
+	return total, fmt.Sprintf("%d events applied everywhere published again (duplicate source 3)", total), true
 }
 
 // replayOnly replays db's outbox since since, publishing only the events
