@@ -328,7 +328,7 @@ func (in *Inspector) SettleChecks(ctx context.Context, d time.Duration, wantOrde
 				parts = append(parts, fmt.Sprintf("%d orders incomplete (first: %s)", len(incomplete), incomplete[0]))
 			}
 			if m := lp.missing(); m != "" {
-				parts = append(parts, "events not applied yet: "+m)
+				parts = append(parts, "the ledgers against the outboxes: "+m)
 			}
 			if sentinel != "" {
 				parts = append(parts, "sentinel order "+sentinel+" placed")

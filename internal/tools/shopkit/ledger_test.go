@@ -80,3 +80,27 @@ func TestSubscribers(t *testing.T) {
 		t.Errorf("the shop has %d consumers, the checker knows %d", seen, len(consumerDB))
 	}
 }
+
+// TestLedgerProgressWaitsForTheArchive checks that the settle does not end
+// while a consumer has applied events its producers do not hold yet: under
+// `shop --relay cdc --outbox log` an event is a WAL message, in no table
+// until the relay archives it, after the broker confirmed it and maybe
+// after a consumer applied it. Checked then, the ledgers would show
+// applications of events no outbox holds.
+func TestLedgerProgressWaitsForTheArchive(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		expected, applied map[string]int
+		want              string
+	}{
+		{map[string]int{"stock": 3, "order": 2}, map[string]int{"stock": 3, "order": 2}, ""},
+		{map[string]int{"stock": 3, "order": 2}, map[string]int{"stock": 2, "order": 2}, "stock 1 not applied"},
+		{map[string]int{"stock": 3, "order": 2}, map[string]int{"stock": 3, "order": 3}, "order 1 applied that no outbox holds yet"},
+		{map[string]int{"stock": 3}, map[string]int{"stock": 3, "order": 1}, "order 1 applied that no outbox holds yet"},
+	} {
+		lp := ledgerProgress{recorded: true, expected: tc.expected, applied: tc.applied}
+		if got := lp.missing(); got != tc.want || lp.complete() != (tc.want == "") {
+			t.Errorf("expected %v, applied %v: missing %q, complete %v; want %q", tc.expected, tc.applied, got, lp.complete(), tc.want)
+		}
+	}
+}
