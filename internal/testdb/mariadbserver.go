@@ -246,7 +246,9 @@ func (s *MariaDBServer) kill() {
 		return
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
+	// The first server's pid stays in the file after a SIGKILL (Kill):
+	// that process is gone and waited for, its pid maybe another's now.
+	if err != nil || pid <= 0 || pid == s.cmd.Process.Pid {
 		return
 	}
 	_ = syscall.Kill(pid, syscall.SIGCONT) // in case a test froze it
