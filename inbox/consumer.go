@@ -62,6 +62,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/mutant"
 )
 
 // HandlerFunc applies an event's effects using tx, the consumer's
@@ -340,7 +341,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, ev idem.Event) (_ Outcome, 
 	if err != nil {
 		return Failed, fmt.Errorf("idem: inbox %s: mark %s processed: %w", c.cfg.Name, ev.ID, err)
 	}
-	if !inserted[0] {
+	if !inserted[0] && !(mutant.Enabled && c.skipDedup()) {
 		if err := c.checkContent(ctx, c.drv.Tx(tx), []idem.Event{ev}, []int64{hash}); err != nil {
 			return Failed, err
 		}
@@ -356,6 +357,18 @@ func (c *Consumer[TTx]) process(ctx context.Context, ev idem.Event) (_ Outcome, 
 		return Failed, fmt.Errorf("idem: inbox %s: commit: %w", c.cfg.Name, err)
 	}
 	return Applied, nil
+}
+
+// skipDedup reports whether the mutant InboxSkipDedup has this consumer
+// apply events that its markers say were applied already. Callers guard
+// it with mutant.Enabled, so that builds without the tag idemmutant have
+// no call at all.
+func (c *Consumer[TTx]) skipDedup() bool {
+	if !mutant.On(mutant.InboxSkipDedup) {
+		return false
+	}
+	name := mutant.Arg(mutant.InboxSkipDedup)
+	return name == "" || name == c.cfg.Name
 }
 
 func (c *Consumer[TTx]) runHandlers(ctx context.Context, tx TTx, ev idem.Event, hs []HandlerFunc[TTx]) (err error) {
@@ -451,7 +464,7 @@ func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results 
 	var dups []idem.Event
 	var dupHashes []int64
 	for k, i := range pos {
-		if !inserted[k] {
+		if !inserted[k] && !(mutant.Enabled && c.skipDedup()) {
 			results[i] = Result{Outcome: Duplicate}
 			dups = append(dups, events[i])
 			dupHashes = append(dupHashes, marks[k].Hash)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/internal/mutant"
 )
 
 // Delivery is a message as a transport received it (broker.Delivery).
@@ -113,6 +114,9 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 	}
 	c.observeBatch(len(ds))
 	defer c.countDispositions(disps)
+	if mutant.Enabled && mutant.On(mutant.InboxAckBeforeCommit) {
+		defer ackAll(disps, errs)
+	}
 	items := make([]item, len(ds))
 	for i, d := range ds {
 		items[i] = c.decode(d)
@@ -187,6 +191,15 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 		}
 	}
 	return disps, errs
+}
+
+// ackAll is the mutant InboxAckBeforeCommit: every delivery acknowledged,
+// whatever its transaction did. Only builds with the tag idemmutant call
+// it.
+func ackAll(disps []Disposition, errs []error) {
+	for i := range disps {
+		disps[i].Action, errs[i] = Ack, nil
+	}
 }
 
 // decode decodes d and finds its aggregate.

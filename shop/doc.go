@@ -22,7 +22,11 @@
 //   - shop/carrier: a fake carrier and mail service that honours
 //     idempotency keys and can be told to drop its answers.
 //
-// The shop command (cmd/shop) runs them, in one process or several.
+// The shop command (cmd/shop) runs them, in one process or several. Built
+// with the tag idemfault, as shopctl chaos runs it, each consumer also
+// writes the application ledger (store.DB.RecordApplications): a row per
+// event applied, in the consumer's transaction, that the chaos checker
+// reads to find an event applied twice, lost or out of order.
 //
 // A cancel is always accepted and compensated: each service acts on
 // order.order.cancelled.v1 idempotently, whatever it did already, rather

@@ -33,6 +33,25 @@ const (
 	AggregateInvoice     = "invoice"
 )
 
+// The versions of the preparation and invoice aggregates after each of
+// their events (idem.Event.AggregateVersion). An aggregate's events are
+// always written in this order, whichever happen: a shipment is requested
+// only for an active preparation, under the preparation's row lock, which
+// its cancellation takes too; a shipment is cancelled only once its
+// preparation is; an invoice is voided only once it exists. So a rank per
+// event is a version that grows with every event of the aggregate (an
+// event that does not happen leaves a gap), and a consumer can tell a late
+// event from a new one. The order aggregate's versions are the order's
+// own (its version column): 1 when placed, 2 when cancelled.
+const (
+	PreparationCreatedVersion   = 1
+	ShipmentRequestedVersion    = 2
+	PreparationCancelledVersion = 3
+	ShipmentCancelledVersion    = 4
+	InvoiceCreatedVersion       = 1
+	InvoiceVoidedVersion        = 2
+)
+
 // OrderPlacedV1 is the payload of order.order.placed.v1.
 type OrderPlacedV1 struct {
 	OrderID    string      `json:"orderId"`

@@ -21,6 +21,7 @@ import (
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
 	"github.com/idem-go/idem/relay/relaymetrics"
+	"github.com/idem-go/idem/shop/store"
 )
 
 // The admin address (--admin-addr) serves what operators and their tools
@@ -77,6 +78,21 @@ func (m *metrics) watchConsumer(c *inbox.Consumer[*sql.Tx]) {
 	if cm != nil {
 		cm.Watch(c)
 	}
+}
+
+// watchNotVisible exports how many times the consumers on db met an event
+// whose row db did not show yet (store.DB.NotVisible):
+// shop_rows_not_visible_total{service}, 0 unless something published an
+// event before its transaction was visible.
+func (m *metrics) watchNotVisible(db *store.DB) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "shop_rows_not_visible_total",
+		Help:        "Events whose handler did not find the row the event announces in the producer's database (published before its transaction was visible); retried, never parked.",
+		ConstLabels: prometheus.Labels{"service": db.Service},
+	}, func() float64 { return float64(db.NotVisibleCount()) }))
 }
 
 // instrumentRelay returns cfg with the hooks of the metrics of the relay

@@ -37,7 +37,6 @@ func endToEndCDC(t *testing.T, outboxMode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.OutboxRowsDeleted = true
 	t.Cleanup(func() {
 		in.DropNamespace()
 		var left int

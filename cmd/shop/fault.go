@@ -12,3 +12,9 @@ func faultHook(name string) func() {
 	}
 	return func() { fault.Point(name) }
 }
+
+// recordApplications says whether the consumers write the application
+// ledger (store.DB.RecordApplications), which shopctl chaos reads to find
+// an event applied twice, lost or applied out of order: in builds with
+// fault points only, the ones shopctl chaos runs.
+const recordApplications = fault.Enabled

@@ -184,6 +184,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 			return nil, err
 		}
 		a.dbs[s] = db
+		a.metrics.watchNotVisible(db)
 		if err := db.Migrate(ctx, migrations[s], log); err != nil {
 			return nil, err
 		}
@@ -342,9 +343,13 @@ func (c runConfig) relayMaxPoll(service string) time.Duration {
 	return relayMaxPollAlone
 }
 
-// addConsumers adds consumers of the service whose database is db.
+// addConsumers adds consumers of the service whose database is db, with
+// their handlers registered.
 func (a *app) addConsumers(db *store.DB, cs ...*inbox.Consumer[*sql.Tx]) {
 	for _, c := range cs {
+		if recordApplications {
+			db.RecordApplications(c)
+		}
 		a.consumers = append(a.consumers, c)
 		a.consumerDB = append(a.consumerDB, db)
 	}

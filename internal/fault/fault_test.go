@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem/internal/fault"
+	"github.com/idem-go/idem/internal/mutant"
 )
 
 // childEnv makes the test binary a child process that hits a fault point.
@@ -113,17 +114,24 @@ func TestPointsDocumented(t *testing.T) {
 // TestProductionBuild builds the commands without the build tag and checks
 // that the mechanism is not in them: no fault.Point function (the linker
 // keeps it only when something calls it), no kill message, and in cmd/idem
-// neither the environment variable's name nor the relay's point names.
+// neither the environment variable's name nor the relay's point names. No
+// mutant (internal/mutant, build tag idemmutant) is in them either, nor in
+// the shop built with idemfault, as shopctl chaos runs it: no symbol of
+// the package, neither its variable's name nor a mutant's.
 func TestProductionBuild(t *testing.T) {
 	t.Parallel()
+	mutants := append([]string{mutant.EnvVar}, mutant.Names...)
 	for _, c := range []struct {
-		pkg    string
-		absent []string
+		pkg, tags string
+		// noFault: no fault point; absent: strings not in the binary.
+		noFault bool
+		absent  []string
 	}{
-		{"cmd/idem", []string{fault.EnvVar, fault.RelayAfterClaim, fault.RelayAfterPublishBeforeMark, fault.RelayAfterMark}},
+		{"cmd/idem", "", true, append([]string{fault.EnvVar, fault.RelayAfterClaim, fault.RelayAfterPublishBeforeMark, fault.RelayAfterMark}, mutants...)},
 		// The crash table (shopctl chaos) refuses a shop built without the
 		// tag.
-		{"cmd/shop", nil},
+		{"cmd/shop", "", true, mutants},
+		{"cmd/shop", fault.Tag, false, mutants},
 	} {
 		bin := filepath.Join(t.TempDir(), filepath.Base(c.pkg))
 		// With -race when this test has it: the packages that do not
@@ -131,6 +139,9 @@ func TestProductionBuild(t *testing.T) {
 		args := []string{"build", "-o", bin}
 		if raceEnabled {
 			args = append(args, "-race")
+		}
+		if c.tags != "" {
+			args = append(args, "-tags", c.tags)
 		}
 		// go test puts its own go first in PATH.
 		out, err := exec.Command("go", append(args, "github.com/idem-go/idem/"+c.pkg)...).CombinedOutput()
@@ -147,17 +158,22 @@ func TestProductionBuild(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, s := range syms {
-			if strings.HasPrefix(s.Name, "github.com/idem-go/idem/internal/fault.") {
-				t.Errorf("%s built without -tags %s has the symbol %s", c.pkg, fault.Tag, s.Name)
+			if c.noFault && strings.HasPrefix(s.Name, "github.com/idem-go/idem/internal/fault.") ||
+				strings.HasPrefix(s.Name, "github.com/idem-go/idem/internal/mutant.") {
+				t.Errorf("%s built with tags %q has the symbol %s", c.pkg, c.tags, s.Name)
 			}
 		}
 		b, err := os.ReadFile(bin)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range append(c.absent, "fault point %s") {
+		absent := c.absent
+		if c.noFault {
+			absent = append(absent, "fault point %s")
+		}
+		for _, s := range absent {
 			if bytes.Contains(b, []byte(s)) {
-				t.Errorf("%s built without -tags %s contains %q", c.pkg, fault.Tag, s)
+				t.Errorf("%s built with tags %q contains %q", c.pkg, c.tags, s)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +32,7 @@ type MariaDBServer struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the server's process has ended
+	dir    string
 }
 
 // StartMariaDB starts a new MariaDB server with MariaDB's defaults (no
@@ -80,7 +82,7 @@ func StartMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDBServer {
 	// Removed last, after the server stopped, even when it never started.
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	runAs, uid, gid := serverUser(t, dir, "mysql")
-	s := &MariaDBServer{}
+	s := &MariaDBServer{dir: dir}
 	if s.Port, err = freePort(); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +126,9 @@ func StartMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDBServer {
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", installDB, err, out)
 	}
+	if err := writeMariaDBStart(dir, mysqld, cnf, sock, logFile); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(mysqld, "--defaults-file="+cnf)
 	cmd.Dir = dir
 	if err := cmd.Start(); err != nil {
@@ -133,6 +138,7 @@ func StartMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDBServer {
 	go func() { _ = cmd.Wait(); close(exited) }()
 	s.cmd, s.exited = cmd, exited
 	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // in case a test froze it
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -140,6 +146,9 @@ func StartMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDBServer {
 			_ = cmd.Process.Kill()
 			<-exited
 		}
+		// A test that killed the server started another with
+		// StartCommand, which is no child of this process.
+		s.kill()
 	})
 	root, err := mysql.Open("root@unix(" + sock + ")/")
 	if err != nil {
@@ -198,22 +207,82 @@ func (s *MariaDBServer) NewDB(t testing.TB, opts ...Options) *SQLDB {
 	return newMariaDB(t, s.URL, opts...)
 }
 
+// StartCommand returns the command that starts the server again with its
+// data, unless it runs, and waits until it accepts connections: what a
+// test that kills the server with SIGKILL runs to bring it back, from any
+// goroutine.
+func (s *MariaDBServer) StartCommand() []string {
+	return []string{"sh", filepath.Join(s.dir, "start")}
+}
+
+// writeMariaDBStart writes the script StartCommand runs in dir.
+func writeMariaDBStart(dir, mysqld, cnf, sock, logFile string) error {
+	admin, err := findMariaDBCommand("mariadb-admin", "mysqladmin")
+	if err != nil {
+		return err
+	}
+	q := func(p string) string { return "'" + strings.ReplaceAll(p, "'", `'\''`) + "'" }
+	script := fmt.Sprintf(`#!/bin/sh
+# Start the test's MariaDB server again with its data; wait until it answers.
+cd %[1]s || exit 1
+ping() { %[3]s --no-defaults --socket=%[4]s --user=root --connect-timeout=2 ping >/dev/null 2>&1; }
+ping && exit 0
+setsid %[2]s --defaults-file=%[5]s </dev/null >>%[6]s 2>&1 &
+i=0
+until ping; do
+	i=$((i + 1))
+	if [ $i -ge 1200 ]; then echo "MariaDB not ready after 120s" >&2; tail -n 30 %[7]s >&2; exit 1; fi
+	sleep 0.1
+done
+`, q(dir), q(mysqld), q(admin), q(sock), q(cnf), q(filepath.Join(dir, "mariadbd.out")), q(logFile))
+	return os.WriteFile(filepath.Join(dir, "start"), []byte(script), 0o755)
+}
+
+// kill kills the server of the pid file, if it runs, and waits until it
+// is gone.
+func (s *MariaDBServer) kill() {
+	b, err := os.ReadFile(filepath.Join(s.dir, "mysqld.pid"))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	// The first server's pid stays in the file after a SIGKILL (Kill):
+	// that process is gone and waited for, its pid maybe another's now.
+	if err != nil || pid <= 0 || pid == s.cmd.Process.Pid {
+		return
+	}
+	_ = syscall.Kill(pid, syscall.SIGCONT) // in case a test froze it
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // mariaDBCommand returns the path of a MariaDB program, or of its older
 // name, on PATH or in /usr/sbin and /usr/bin.
 func mariaDBCommand(t testing.TB, names ...string) string {
 	t.Helper()
+	p, err := findMariaDBCommand(names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// findMariaDBCommand is mariaDBCommand for code that is not a test.
+func findMariaDBCommand(names ...string) (string, error) {
 	for _, name := range names {
 		if p, err := exec.LookPath(name); err == nil {
-			return p
+			return p, nil
 		}
 		for _, dir := range []string{"/usr/sbin", "/usr/bin"} {
 			if p := filepath.Join(dir, name); isExecutable(p) {
-				return p
+				return p, nil
 			}
 		}
 	}
-	t.Fatalf("%s not found: install mariadb-server (make test does)", names[0])
-	return ""
+	return "", fmt.Errorf("%s not found: install mariadb-server (make test does)", names[0])
 }
 
 func isExecutable(path string) bool {

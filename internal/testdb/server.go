@@ -204,6 +204,19 @@ func (s *Server) Start(t testing.TB) {
 	}
 }
 
+// StartCommand returns the command that starts the server again with its
+// data and waits until it accepts connections (pg_ctl start -w, run in the
+// server's directory as its user): what a test that kills the server with
+// SIGKILL runs to bring it back, from any goroutine.
+func (s *Server) StartCommand() []string {
+	q := func(p string) string { return "'" + strings.ReplaceAll(p, "'", `'\''`) + "'" }
+	cmd := q(filepath.Join(s.bin, "pg_ctl")) + " -D " + q(s.data) + " -l " + q(filepath.Join(s.dir, "postgres.log")) + " -w -t 60 -s start"
+	if s.runAs != "" {
+		cmd = "runuser -u " + s.runAs + " -- " + cmd
+	}
+	return []string{"sh", "-c", "cd " + q(s.dir) + " && exec " + cmd}
+}
+
 // Stop stops the server (fast mode: clients are disconnected), keeping its
 // data.
 func (s *Server) Stop(t testing.TB) {

@@ -15,16 +15,27 @@ import (
 // ends, and returns its kafka:// URL.
 func Start(t testing.TB) string {
 	t.Helper()
-	port, err := freePort()
+	url, stop, err := Listen()
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return url
+}
+
+// Listen starts the cluster Start starts, for a program that is not a
+// test (shopctl chaos --broker kfake), and returns its URL and the
+// function that stops it.
+func Listen() (url string, stop func(), err error) {
+	port, err := freePort()
+	if err != nil {
+		return "", nil, err
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
-	t.Cleanup(c.Close)
-	return "kafka://" + c.ListenAddrs()[0]
+	return "kafka://" + c.ListenAddrs()[0], c.Close, nil
 }
 
 // freePort returns a local TCP port free at the time of the call.

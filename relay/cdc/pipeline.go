@@ -10,6 +10,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/ctxsleep"
+	"github.com/idem-go/idem/internal/mutant"
 	"github.com/idem-go/idem/relay/internal/ordered"
 	"github.com/idem-go/idem/relay/internal/sendspan"
 )
@@ -209,7 +210,7 @@ func (p *pipeline) watch() {
 				break // nothing waits
 			}
 			shown := end
-			if len(xids) > 0 {
+			if len(xids) > 0 && !(mutant.Enabled && mutant.On(mutant.CDCSkipVisibility)) {
 				qctx, cancel := context.WithTimeout(p.ctx, r.cfg.QueryTimeout)
 				n, err := r.firstInvisible(qctx, xids)
 				cancel()

@@ -12,7 +12,9 @@
 // When an order is cancelled (order.order.cancelled.v1), "billing" voids its
 // invoice and publishes billing.invoice.voided.v1; "billing-mailer" then
 // tells the customer, with the key invoice:<order id>:void-email, if the
-// invoice was e-mailed, and never e-mails an invoice voided already. A
+// invoice was e-mailed (marked so, or known to the mail service by its
+// key: an attempt that sent it may have crashed before its mark), and
+// never e-mails an invoice voided already. A
 // versioned copy of each order's status makes an order placed event handled
 // after the cancellation (a parked message retried late) invoice nothing.
 package billing
@@ -142,6 +144,7 @@ type Service struct {
 	mail    *carrier.Client
 	invoice *inbox.Consumer[*sql.Tx]
 	mailer  *inbox.Consumer[*sql.Tx]
+	log     *slog.Logger
 }
 
 // New returns the billing service on db, whose migrations must be applied,
@@ -155,7 +158,10 @@ func New(db *store.DB, mail *carrier.Client, log *slog.Logger) (*Service, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{db: db, outbox: db.OutboxWriter(), mail: mail, invoice: inv, mailer: mailer}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{db: db, outbox: db.OutboxWriter(), mail: mail, invoice: inv, mailer: mailer, log: log.With("service", "billing")}
 	inbox.HandleJSON(inv, shop.OrderPlaced, shop.ForOrder(s.onOrderPlaced))
 	inbox.HandleJSON(inv, shop.OrderCancelled, shop.ForOrder(s.onOrderCancelled))
 	inbox.HandleJSON(mailer, shop.InvoiceCreated, shop.ForOrder(s.onInvoiceCreated))
@@ -196,6 +202,7 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event, 
 	if err != nil {
 		return err
 	}
+	out.AggregateVersion = shop.InvoiceCreatedVersion
 	return s.outbox.Add(ctx, tx, out)
 }
 
@@ -218,7 +225,7 @@ func (s *Service) invoiceOf(ctx context.Context, tx *sql.Tx, orderID string) (in
 func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.InvoiceCreatedV1) error {
 	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return notYet("invoice", p.OrderID)
+		return s.db.NotVisible(ctx, s.log, MailerConsumer, ev, "invoice", p.OrderID)
 	}
 	if err != nil {
 		return err
@@ -231,16 +238,6 @@ func (s *Service) onInvoiceCreated(ctx context.Context, tx *sql.Tx, ev idem.Even
 		return fmt.Errorf("send invoice e-mail for order %s: %w", p.OrderID, err)
 	}
 	return updateOne(ctx, tx, s.db.Q(qEmailed), "mark the invoice of order "+p.OrderID+" e-mailed", time.Now().UTC(), e.ID, p.OrderID)
-}
-
-// notYet is the error of a handler that does not find the row its event
-// announces: the billing service's invoice, committed with the event. idem's
-// relays publish an event only once its transaction is visible, so the row
-// is there; a database that shows it later (a replica behind its primary)
-// will show it: the consumer waits (idem.Transient), it never parks the
-// event.
-func notYet(what, orderID string) error {
-	return idem.Transient(fmt.Errorf("no %s for order %s yet, although the event announces one", what, orderID))
 }
 
 // updateOne runs an UPDATE that must change exactly one row: the row the
@@ -284,22 +281,37 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 	if err != nil {
 		return err
 	}
+	out.AggregateVersion = shop.InvoiceVoidedVersion
 	return s.outbox.Add(ctx, tx, out)
 }
 
 // onInvoiceVoided tells the customer that the invoice is void, if it was
 // e-mailed: the mailer handles an invoice's events in order, so an invoice
-// not e-mailed by now never will be.
+// not e-mailed by now never will be. An invoice not marked e-mailed may
+// have been e-mailed all the same: a first attempt sent the e-mail, and its
+// transaction, with the mark, did not commit (a crash); the retry found the
+// invoice voided and sent nothing. So the mail service is asked, by the
+// e-mail's key, and the mark written when it sent one.
 func (s *Service) onInvoiceVoided(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.InvoiceVoidedV1) error {
 	inv, err := s.invoiceOf(ctx, tx, p.OrderID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return notYet("voided invoice", p.OrderID)
+		return s.db.NotVisible(ctx, s.log, MailerConsumer, ev, "voided invoice", p.OrderID)
 	}
 	if err != nil {
 		return err
 	}
 	if !inv.emailed {
-		return nil
+		sent, err := s.mail.FindEmail(ctx, EmailKey(p.OrderID))
+		if errors.Is(err, carrier.ErrNoEmail) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("look up the invoice e-mail of cancelled order %s: %w", p.OrderID, err)
+		}
+		s.log.Warn("invoice e-mail found at the mail service for a voided invoice not marked e-mailed; telling the customer it is void", "order_id", p.OrderID, "email_id", sent.ID)
+		if err := updateOne(ctx, tx, s.db.Q(qEmailed), "mark the invoice of order "+p.OrderID+" e-mailed", time.Now().UTC(), sent.ID, p.OrderID); err != nil {
+			return err
+		}
 	}
 	e, err := s.mail.SendEmail(ctx, VoidEmailKey(p.OrderID), p.CustomerID+"@customers.example", "Invoice "+p.InvoiceID+" is void: your order was cancelled")
 	if err != nil {

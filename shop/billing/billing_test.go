@@ -159,6 +159,30 @@ func TestCancelVoidsTheInvoice(t *testing.T) {
 	}
 }
 
+// TestEmailSentByACrashedAttemptIsVoided: the mailer's first attempt sent
+// the invoice e-mail and crashed before its transaction committed the mark;
+// meanwhile the order was cancelled, and the retry found the invoice voided
+// and sent nothing. The voided event must still tell the customer, once:
+// the mail service knows the e-mail by its key.
+func TestEmailSentByACrashedAttemptIsVoided(t *testing.T) {
+	t.Parallel()
+	s, db, mail := setup(t)
+	id := shoptest.OrderID()
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderPlaced, id, 1, shoptest.GoodOrderPlaced(id)))
+	// The crashed attempt: the e-mail is sent, nothing committed.
+	if _, err := s.mail.SendEmail(context.Background(), EmailKey(id), "c-1@customers.example", "Your invoice"); err != nil {
+		t.Fatal(err)
+	}
+	shoptest.Applied(t, s.invoice, shoptest.Event(t, shop.OrderCancelled, id, 2, shop.OrderCancelledV1{OrderID: id}))
+	mailAll(t, s, db, map[string]bool{})
+	if n := emails(t, mail); n != 2 {
+		t.Fatalf("%d e-mails, want the invoice and its void notice", n)
+	}
+	if n := shoptest.Count(t, db, `SELECT count(*) FROM invoice WHERE order_id = $1 AND email_id IS NOT NULL AND void_email_id IS NOT NULL`, id); n != 1 {
+		t.Fatalf("the invoice is not marked e-mailed and told void")
+	}
+}
+
 // TestAnnouncedInvoiceNotFoundWaits checks that the mailer, given an
 // invoice event whose invoice it cannot find (not visible yet, as on a
 // replica behind its primary), fails transiently: no e-mail sent, nothing

@@ -11,6 +11,7 @@
 //	GET  /carrier/pickups?reference=<order id>
 //	POST /carrier/pickups/{id}/cancel  header Idempotency-Key
 //	POST /carrier/emails            {"to": "...", "subject": "..."}, header Idempotency-Key
+//	GET  /carrier/emails?key=<idempotency key>
 //	POST /carrier/control           {"drop_responses": N}
 //	GET  /carrier/stats
 package carrier
@@ -178,6 +179,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /carrier/pickups", s.findPickups)
 	mux.HandleFunc("POST /carrier/pickups/{id}/cancel", s.cancelPickup)
 	mux.HandleFunc("POST /carrier/emails", s.createEmail)
+	mux.HandleFunc("GET /carrier/emails", s.findEmail)
 	mux.HandleFunc("POST /carrier/control", s.control)
 	mux.HandleFunc("GET /carrier/stats", s.stats)
 	return mux
@@ -294,6 +296,23 @@ func (s *Server) createEmail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answer(w, n, e)
+}
+
+// findEmail answers the e-mail sent with the idempotency key of the query,
+// or 404.
+func (s *Server) findEmail(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	e := Email{IdempotencyKey: key}
+	err := s.db.SQL.QueryRowContext(r.Context(), s.db.Q(qEmailByKey), key).Scan(&e.ID, &e.To, &e.Subject, &e.CreatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		httpError(w, http.StatusNotFound, "no e-mail sent with key "+key)
+		return
+	}
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
 }
 
 // answer writes 201 for a new resource and 200 with Idempotent-Replayed for
@@ -440,7 +459,7 @@ func (c *Client) do(req *http.Request, out any) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return idempotency.ClassifyStatus(resp.StatusCode, fmt.Errorf("%s: %s: %s", what, resp.Status, bytes.TrimSpace(msg)))
+		return idempotency.ClassifyStatus(resp.StatusCode, fmt.Errorf("%s: %w", what, &statusError{resp.StatusCode, resp.Status, string(bytes.TrimSpace(msg))}))
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		err = fmt.Errorf("%s: read the answer: %w", what, err)
@@ -453,6 +472,14 @@ func (c *Client) do(req *http.Request, out any) error {
 	}
 	return nil
 }
+
+// statusError is an answer of the carrier that is not a success.
+type statusError struct {
+	code        int
+	status, msg string
+}
+
+func (e *statusError) Error() string { return e.status + ": " + e.msg }
 
 func (c *Client) basePath() string {
 	if u, err := url.Parse(c.BaseURL); err == nil {
@@ -530,6 +557,27 @@ func (c *Client) SendEmail(ctx context.Context, key, to, subject string) (Email,
 			return e, c.post(ctx, "/emails", key, body, &e)
 		},
 	})
+}
+
+// ErrNoEmail is FindEmail's error when the mail service sent no e-mail
+// with the key.
+var ErrNoEmail = errors.New("carrier: no e-mail sent with this key")
+
+// FindEmail returns the e-mail the mail service sent with the idempotency
+// key key, or ErrNoEmail: what a sender whose answer, or whose own record
+// of it, was lost looks up.
+func (c *Client) FindEmail(ctx context.Context, key string) (Email, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/emails?key="+url.QueryEscape(key), nil)
+	if err != nil {
+		return Email{}, err
+	}
+	var e Email
+	err = c.do(req, &e)
+	var se *statusError
+	if errors.As(err, &se) && se.code == http.StatusNotFound {
+		return Email{}, ErrNoEmail
+	}
+	return e, err
 }
 
 func (c *Client) logger() *slog.Logger {

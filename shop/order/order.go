@@ -506,26 +506,28 @@ func (s *Service) Get(ctx context.Context, id string) (Order, error) {
 }
 
 func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.PreparationCreatedV1) error {
-	return s.advance(ctx, tx, p.OrderID, FulfilmentPreparing, 1, "")
+	return s.advance(ctx, tx, p.OrderID, FulfilmentPreparing, shop.PreparationCreatedVersion, "")
 }
 
 func (s *Service) onShipmentRequested(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.ShipmentRequestedV1) error {
-	return s.advance(ctx, tx, p.OrderID, FulfilmentShipment, 2, p.PickupID)
+	return s.advance(ctx, tx, p.OrderID, FulfilmentShipment, shop.ShipmentRequestedVersion, p.PickupID)
 }
 
 func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.PreparationCancelledV1) error {
 	if p.PickupID != "" {
-		return s.advance(ctx, tx, p.OrderID, FulfilmentCancellingShipment, 3, p.PickupID)
+		return s.advance(ctx, tx, p.OrderID, FulfilmentCancellingShipment, shop.PreparationCancelledVersion, p.PickupID)
 	}
-	return s.advance(ctx, tx, p.OrderID, FulfilmentCancelled, 3, "")
+	return s.advance(ctx, tx, p.OrderID, FulfilmentCancelled, shop.PreparationCancelledVersion, "")
 }
 
 func (s *Service) onShipmentCancelled(ctx context.Context, tx *sql.Tx, ev idem.Event, p shop.ShipmentCancelledV1) error {
-	return s.advance(ctx, tx, p.OrderID, FulfilmentShipmentCancelled, 4, p.PickupID)
+	return s.advance(ctx, tx, p.OrderID, FulfilmentShipmentCancelled, shop.ShipmentCancelledVersion, p.PickupID)
 }
 
-// advance moves an order's fulfilment forward to rank, with pickupID when
-// it is not empty; an event that arrives after a later one changes nothing.
+// advance moves an order's fulfilment forward to rank, the version of the
+// preparation aggregate after shipping's event (shop.PreparationCreatedVersion
+// ...), with pickupID when it is not empty; an event that arrives after a
+// later one changes nothing.
 func (s *Service) advance(ctx context.Context, tx *sql.Tx, orderID, fulfilment string, rank int, pickupID string) error {
 	var pickup any
 	if pickupID != "" {

@@ -276,6 +276,7 @@ func (s *Service) onOrderPlaced(ctx context.Context, tx *sql.Tx, ev idem.Event, 
 	if err != nil {
 		return err
 	}
+	out.AggregateVersion = shop.PreparationCreatedVersion
 	return s.outbox.Add(ctx, tx, out)
 }
 
@@ -315,6 +316,7 @@ func (s *Service) onOrderCancelled(ctx context.Context, tx *sql.Tx, ev idem.Even
 	if err != nil {
 		return err
 	}
+	out.AggregateVersion = shop.PreparationCancelledVersion
 	return s.outbox.Add(ctx, tx, out)
 }
 
@@ -328,8 +330,9 @@ func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.
 		// The event announces a preparation committed with it, and idem's
 		// relays publish an event only once its transaction is visible:
 		// the row is there. A database that shows it later (a replica
-		// behind its primary) will show it: wait, never park.
-		return idem.Transient(fmt.Errorf("no preparation for order %s yet, although the event announces one", id))
+		// behind its primary) will show it: wait, never park, and count
+		// it.
+		return s.db.NotVisible(ctx, s.log, CarrierConsumer, ev, "preparation", id)
 	}
 	if err != nil {
 		return err
@@ -357,6 +360,7 @@ func (s *Service) onPreparationCreated(ctx context.Context, tx *sql.Tx, ev idem.
 	if err != nil {
 		return err
 	}
+	out.AggregateVersion = shop.ShipmentRequestedVersion
 	return s.outbox.Add(ctx, tx, out)
 }
 
@@ -403,5 +407,6 @@ func (s *Service) onPreparationCancelled(ctx context.Context, tx *sql.Tx, ev ide
 	if err != nil {
 		return err
 	}
+	out.AggregateVersion = shop.ShipmentCancelledVersion
 	return s.outbox.Add(ctx, tx, out)
 }

@@ -76,6 +76,8 @@ type DB struct {
 	// added counts the InsertOutbox calls of OutboxWriter's writers
 	// (OutboxAdds).
 	added atomic.Uint64
+	// notVisible counts the calls of NotVisible.
+	notVisible atomic.Uint64
 }
 
 // Options adjust Open.
@@ -501,12 +503,40 @@ func (r *CDCRelay) Stats() relay.Stats {
 type Migrations map[string][]string
 
 // Migrate applies idem's migrations (outbox, processed_event,
-// failed_message), then the service's own, recorded in shop_schema_migration.
+// failed_message), then the service's own, recorded in shop_schema_migration,
+// then those of the application ledger (applied_event, see
+// RecordApplications), recorded in shop_ledger_migration.
 // Concurrent runs on the same database are serialised: by an advisory lock
 // on PostgreSQL, a named lock on MySQL/MariaDB (whose DDL is not
 // transactional: each version is recorded right after its statements), and
 // the write lock of an immediate transaction on SQLite.
+//
+// A database that fails transiently meanwhile (a SQLite file whose write
+// lock other processes hold past the busy timeout, a server restarting) is
+// tried again every half second, with a warning, for MigrateWait: a process
+// started while the database is busy waits rather than exits.
 func (db *DB) Migrate(ctx context.Context, own Migrations, log *slog.Logger) error {
+	deadline := time.Now().Add(MigrateWait)
+	for {
+		err := db.migrate(ctx, own, log)
+		if err == nil || !db.Driver.Dialect().IsTransient(err) || time.Now().After(deadline) {
+			return err
+		}
+		if log != nil {
+			log.Warn("database busy or away during the migrations; trying again", "service", db.Service, "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// MigrateWait is how long Migrate tries again after transient failures.
+const MigrateWait = 30 * time.Second
+
+func (db *DB) migrate(ctx context.Context, own Migrations, log *slog.Logger) error {
 	if _, err := migrate.New(db.Driver).Up(ctx); err != nil {
 		return fmt.Errorf("%s: idem migrations: %w", db.Service, err)
 	}
@@ -514,8 +544,17 @@ func (db *DB) Migrate(ctx context.Context, own Migrations, log *slog.Logger) err
 	if !ok {
 		return fmt.Errorf("%s: no migrations for dialect %s", db.Service, db.Dialect)
 	}
+	if err := db.migrateScripts(ctx, "shop_schema_migration", scripts, log); err != nil {
+		return err
+	}
+	return db.migrateScripts(ctx, ledgerVersions, ledgerMigrations[db.Dialect], log)
+}
+
+// migrateScripts applies the scripts not applied yet, recorded in the
+// table versions.
+func (db *DB) migrateScripts(ctx context.Context, versions string, scripts []string, log *slog.Logger) error {
 	if db.Dialect == MySQL {
-		return db.migrateMySQL(ctx, scripts, log)
+		return db.migrateMySQL(ctx, versions, scripts, log)
 	}
 	tx, err := db.SQL.BeginTx(ctx, nil)
 	if err != nil {
@@ -523,23 +562,23 @@ func (db *DB) Migrate(ctx context.Context, own Migrations, log *slog.Logger) err
 	}
 	defer func() { _ = tx.Rollback() }()
 	if db.Dialect == Postgres {
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.shop_schema_migration'))`); err != nil {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.' || $1))`, versions); err != nil {
 			return err
 		}
 	}
-	if err := db.applyMigrations(ctx, tx, scripts, log); err != nil {
+	if err := db.applyMigrations(ctx, tx, versions, scripts, log); err != nil {
 		return err
 	}
 	return tx.Commit()
 }
 
-func (db *DB) migrateMySQL(ctx context.Context, scripts []string, log *slog.Logger) error {
+func (db *DB) migrateMySQL(ctx context.Context, versions string, scripts []string, log *slog.Logger) error {
 	conn, err := db.SQL.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	lock := db.Schema + ".shop_schema_migration"
+	lock := db.Schema + "." + versions
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 120)`, lock).Scan(&got); err != nil {
 		return fmt.Errorf("%s: migration lock: %w", db.Service, err)
@@ -551,7 +590,7 @@ func (db *DB) migrateMySQL(ctx context.Context, scripts []string, log *slog.Logg
 	// MariaDB commits each DDL statement: a version stopped halfway (ctx
 	// cancelled by a SIGTERM) would leave tables that the next run cannot
 	// create again. Once the lock is held, versions run to their end.
-	return db.applyMigrations(context.WithoutCancel(ctx), conn, scripts, log)
+	return db.applyMigrations(context.WithoutCancel(ctx), conn, versions, scripts, log)
 }
 
 type querier interface {
@@ -559,16 +598,16 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-func (db *DB) applyMigrations(ctx context.Context, ex querier, scripts []string, log *slog.Logger) error {
-	if _, err := ex.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS shop_schema_migration (version integer PRIMARY KEY, applied_at varchar(40) NOT NULL)`); err != nil {
+func (db *DB) applyMigrations(ctx context.Context, ex querier, versions string, scripts []string, log *slog.Logger) error {
+	if _, err := ex.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+versions+` (version integer PRIMARY KEY, applied_at varchar(40) NOT NULL)`); err != nil {
 		return fmt.Errorf("%s: migration table: %w", db.Service, err)
 	}
 	var current int
-	if err := ex.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM shop_schema_migration`).Scan(&current); err != nil {
+	if err := ex.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM `+versions).Scan(&current); err != nil {
 		return err
 	}
 	if current > len(scripts) {
-		return fmt.Errorf("%s: database schema version %d is newer than this shop (%d)", db.Service, current, len(scripts))
+		return fmt.Errorf("%s: database schema version %d (%s) is newer than this shop (%d)", db.Service, current, versions, len(scripts))
 	}
 	for v := current + 1; v <= len(scripts); v++ {
 		for _, stmt := range migrate.SplitStatements(scripts[v-1]) {
@@ -576,12 +615,12 @@ func (db *DB) applyMigrations(ctx context.Context, ex querier, scripts []string,
 				return fmt.Errorf("%s: migration %d: %w\n%s", db.Service, v, err, stmt)
 			}
 		}
-		if _, err := ex.ExecContext(ctx, db.Q(`INSERT INTO shop_schema_migration (version, applied_at) VALUES ($1, $2)`),
+		if _, err := ex.ExecContext(ctx, db.Q(`INSERT INTO `+versions+` (version, applied_at) VALUES ($1, $2)`),
 			v, time.Now().UTC().Format(time.RFC3339)); err != nil {
 			return err
 		}
 		if log != nil {
-			log.Info("migration applied", "service", db.Service, "version", v)
+			log.Info("migration applied", "service", db.Service, "version", v, "table", versions)
 		}
 	}
 	return nil

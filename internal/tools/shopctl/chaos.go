@@ -20,6 +20,7 @@ import (
 	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/registry"
+	"github.com/idem-go/idem/internal/testkafka"
 	"github.com/idem-go/idem/internal/tools/shopkit"
 	"github.com/idem-go/idem/relay"
 )
@@ -47,7 +48,12 @@ func (c chaosCase) applies(dbURL string) bool {
 	case c.Outbox == shopkit.OutboxLog:
 		return false // WAL messages: PostgreSQL's
 	}
-	scheme, _, _ := strings.Cut(strings.ToLower(dbURL), "://")
+	return isMariaDBURL(dbURL)
+}
+
+// isMariaDBURL reports whether rawURL is a MySQL/MariaDB URL.
+func isMariaDBURL(rawURL string) bool {
+	scheme, _, _ := strings.Cut(strings.ToLower(rawURL), "://")
 	return scheme == "mysql" || scheme == "mariadb"
 }
 
@@ -85,7 +91,11 @@ type chaosRun struct {
 const appServices = "carrier,order,stock,shipping,billing"
 
 func (r *chaosRun) app(ctx context.Context, services, fault string) (*shopkit.Proc, error) {
-	return r.Start(ctx, shopkit.ProcSpec{Name: strings.ReplaceAll(services, ",", "+"), Services: services, Fault: fault})
+	p, err := r.Start(ctx, shopkit.ProcSpec{Name: strings.ReplaceAll(services, ",", "+"), Services: services, Fault: fault})
+	if err == nil {
+		r.in.API = p.HTTP // the settle's sentinel order
+	}
+	return p, err
 }
 
 func (r *chaosRun) orders(ctx context.Context, addr string, n int) error {
@@ -121,6 +131,7 @@ func crashAndRecover(split, fault string, n int) func(ctx context.Context, r *ch
 		if app, err = r.Start(ctx, shopkit.ProcSpec{Name: "app", Services: strings.Join(rest, ","), HTTP: r.appAddr}); err != nil {
 			return "", err
 		}
+		r.in.API = app.HTTP
 		if !armedFirst {
 			// A relay may reach its fault point before it says it is
 			// ready, publishing what the app wrote at its start: that is
@@ -282,6 +293,7 @@ func simultaneous(ctx context.Context, r *chaosRun) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	r.in.API = app.HTTP
 	if err := r.orders(ctx, app.HTTP, 4); err != nil {
 		return "", err
 	}
@@ -419,7 +431,6 @@ func runChaos(ctx context.Context, o chaosOptions) []chaosResult {
 				res.Err = err
 				return
 			}
-			in.OutboxRowsDeleted = c.Relay == shopkit.RelayCDC
 			defer in.Close()
 			// The processes stop before their namespace goes: a CDC
 			// relay's slot can be dropped only once nobody reads it.
@@ -437,6 +448,13 @@ func runChaos(ctx context.Context, o chaosOptions) []chaosResult {
 		out = append(out, res)
 	}
 	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func matchesAny(name, words string) bool {
@@ -459,8 +477,8 @@ func printTable(w io.Writer, results []chaosResult) (failed int) {
 			obs = r.Err.Error()
 		}
 		obs = strings.ReplaceAll(obs, "\n", " ")
-		if len(obs) > 200 {
-			obs = obs[:200] + "..."
+		if most := 200 + 800*boolInt(r.Err != nil); len(obs) > most {
+			obs = obs[:most] + "..." // a failure says more
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Case.Name, r.Case.Expected, obs, status)
 	}
@@ -476,17 +494,22 @@ func chaosMain(args []string, stdout, stderr io.Writer) error {
 	var o chaosOptions
 	fs.StringVar(&o.Binary, "shop", "", "the shop binary to run, built with -tags "+fault.Tag+"; default: one built from this module in a temporary directory")
 	fs.StringVar(&o.DB, "db", "", "database URL the shop processes use (each case gets its own schemas); default: SQLite files in a temporary directory")
-	fs.StringVar(&o.Broker, "broker", "", "broker URL (each case gets its own exchange and queues); default: a NATS JetStream server run by shopctl chaos")
+	fs.StringVar(&o.Broker, "broker", "", "broker URL (each case gets its own exchange and queues); default: a NATS JetStream server run by shopctl chaos;\n\"kfake\": a Kafka cluster run by shopctl chaos itself (franz-go's kfake, in memory, on a local port)")
 	fs.StringVar(&o.Only, "only", "", "run only the cases whose name contains one of these comma-separated words")
-	keep := fs.Bool("keep-logs", false, "keep the processes' logs (their directory is printed)")
+	keep := fs.Bool("keep-logs", false, "keep the processes' logs (their directory is printed) and, with --random, the run's databases\n(the embedded defaults' directory, the schemas of the run's namespace) when a check fails")
 	ro := randomDefaults
 	fs.DurationVar(&ro.Duration, "random", 0, "instead of the crash table, kill the shop's processes at random for this long, under load (see below)")
 	fs.Float64Var(&ro.Rate, "rate", ro.Rate, "with --random: orders per second placed while processes are killed")
 	fs.DurationVar(&ro.KillMin, "kill-min", ro.KillMin, "with --random: the shortest wait before a kill")
 	fs.DurationVar(&ro.KillMax, "kill-max", ro.KillMax, "with --random: the longest wait before a kill")
+	fs.DurationVar(&ro.FreezeMin, "freeze-min", ro.FreezeMin, "with --random: the shortest freeze (SIGSTOP, then SIGCONT) of a process")
+	fs.DurationVar(&ro.FreezeMax, "freeze-max", ro.FreezeMax, "with --random: the longest freeze; 0 makes none")
+	fs.BoolVar(&ro.Strict, "strict", false, "with --random: fail on a check that could not run, as on a failed one")
+	fs.BoolVar(&ro.NoReplay, "no-replay", false, "with --random: leave out the replay, halfway through, of the events every consumer applied")
+	dbStart := fs.String("db-start", "", "with --random: fault the database server at --db too (SIGKILL of all its processes, freezes, commits\nheld before they are visible), and start it again after a kill with this command (run by sh -c),\nwhich must wait until it serves, such as \"$IDEM_TEST_POSTGRES_START\"; only for a server of your own on\nthis machine, which nobody else uses: its faults are theirs too")
 	fs.Uint64Var(&ro.Seed, "seed", 0, "with --random: the seed of the kill schedule (0: a random one, printed)")
 	fs.DurationVar(&ro.Settle, "settle", ro.Settle, "with --random: how long to wait for every effect once the kills stop")
-	fs.StringVar(&ro.Relay, "relay", "", "with --random: the relays' --relay (poll, or cdc on PostgreSQL)")
+	fs.StringVar(&ro.Relay, "relay", "", "with --random: the relays' --relay (poll, or cdc on PostgreSQL and MariaDB)")
 	fs.StringVar(&ro.Outbox, "outbox", "", "with --random: the services' --outbox (rows, or log with --relay cdc)")
 	fs.IntVar(&ro.Replicas, "replicas", ro.Replicas, "with --random: processes of each service (consumers, relays, order API); replicas of a consumer\nshare its queue: the extra ones stand by, or share its partitions when the broker URL sets them")
 	fs.IntVar(&ro.Partitions, "partitions", 0, "with --random: partition each consumer's queue (RabbitMQ) or the stream (NATS) in this many\npartitions, which the replicas of a consumer share (adds partitions=N to the broker URL)")
@@ -506,13 +529,35 @@ With --random DURATION, it runs the shop instead as separate processes,
 shipping, billing, the relays; on the embedded defaults, the broker too, as
 shop broker), places --rate orders per second, each retried with its
 Idempotency-Key until it is accepted, as a client whose request failed
-would, and for DURATION kills one process at random with SIGKILL every
---kill-min to --kill-max, restarting it at once. Orders go to the order
-API's replicas in turn. Then it waits for every effect and checks, from the
-databases: every accepted order committed once with all its effects and
-nothing for an order never accepted, no message parked by a consumer, no
-outbox row quarantined by a relay, every invoice marked e-mailed. It prints
-a verdict table and fails if a check fails.
+would, every fourth cancelled once accepted, and for DURATION makes a fault
+every --kill-min to --kill-max: a process killed with SIGKILL and started
+again at once, or frozen with SIGSTOP for --freeze-min to --freeze-max
+(the next faults go on meanwhile; now and then two at once). The targets
+come in rounds, each a random order of every process, and a process's
+first fault is a kill: a run that lasts a round kills every process (the
+relay holding the log's slot, the broker) at least once. With --db-start,
+the database server is a target too: killed with SIGKILL (all its
+processes) and started again by that command, frozen, or its commits held
+after their log record is flushed (a synchronous standby, or a
+semi-synchronous replica, that does not answer): only on a server of your
+own, which nobody else uses. Halfway through, the events every consumer
+applied are published again, as idem replay would. The run prints every
+fault it made, and when.
+
+Then it waits for every effect, a sentinel order placed and cancelled
+last, and checks, from the databases and the processes' logs, never from
+the services' counters: every accepted order committed once with all its
+effects, and a cancelled one compensated by every service; nothing for an
+order never accepted; from each consumer's application ledger
+(applied_event, written in the consumer's transaction by a shop built with
+idemfault), every event of every outbox applied exactly once by each
+consumer subscribed to it, in the order of its aggregate's versions;
+nothing parked by a consumer, nothing quarantined or left behind by a
+relay; every invoice marked e-mailed; no consumer that met an event before
+its row was visible in the producer's database (G13); no process that died
+on its own; no race report (a shop built with -race). It prints a verdict
+table and fails if a check fails; a check that could not run says "not
+run", and --strict fails on it too.
 
 Fault points exist only in a shop built with the build tag idemfault. With
 no --shop, shopctl chaos builds one (go build -tags idemfault ./cmd/shop,
@@ -534,6 +579,11 @@ Examples:
   go run ./internal/tools/shopctl chaos --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
   shopctl chaos --shop ./shop-chaos --db mysql://root@localhost:3306/shop --broker 'kafka://localhost:9092?session_timeout=6s'
   shopctl chaos --random 2m --rate 30 --relay cdc --db postgres://postgres@localhost/shop --broker amqp://guest:guest@localhost:5672/
+  shopctl chaos --random 10m --strict --relay cdc --db mysql://root@127.0.0.1:13306/shop --db-start "$IDEM_TEST_MARIADB_START" --broker kfake
+
+A mutant shop (go build -tags idemfault,idemmutant ./cmd/shop) carries a
+known bug chosen by IDEM_MUTANT (internal/mutant): the verdict must fail
+on it, e.g. IDEM_MUTANT=relay.drop-one shopctl chaos --random 1m --shop ./shop-mutant ...
 `)
 	if err := envflag.Parse(fs, args, chaosEnv); err != nil {
 		return err
@@ -544,8 +594,25 @@ Examples:
 	if (o.DB == "") != (o.Broker == "") {
 		return errors.New("shopctl chaos needs both --db and --broker, or neither (the embedded defaults)")
 	}
+	if o.Broker == "kfake" {
+		url, stop, err := testkafka.Listen()
+		if err != nil {
+			return fmt.Errorf("--broker kfake: %w", err)
+		}
+		defer stop()
+		// A killed consumer keeps its partitions until its session ends.
+		o.Broker = url + "?session_timeout=6s"
+		fmt.Fprintf(stdout, "broker: kfake (Kafka in memory, in this process) at %s\n", o.Broker)
+	}
+	ro.Broker = o.Broker
 	if err := ro.check(o.DB, fs); err != nil {
 		return err
+	}
+	if *dbStart != "" {
+		if o.DB == "" || strings.HasPrefix(o.DB, "sqlite:") {
+			return errors.New("--db-start faults a database server: give --db postgres://... or mysql://... of a server of your own")
+		}
+		ro.Servers = append(ro.Servers, serverDB(&shopkit.DBServer{URL: o.DB, Start: []string{"sh", "-c", *dbStart}}))
 	}
 	if o.Binary == "" {
 		dir, err := os.MkdirTemp("", "shopctl-chaos-bin-")
@@ -574,7 +641,11 @@ Examples:
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		defer func() {
+			if !ro.KeepData {
+				os.RemoveAll(dir)
+			}
+		}()
 		if ro.Duration > 0 {
 			// Random kills run the broker as a process, to kill it too.
 			o.DB, ro.BrokerDir = "sqlite:"+filepath.Join(dir, "db"), dir
@@ -591,7 +662,12 @@ Examples:
 	o.Progress = stderr
 	if ro.Duration > 0 {
 		ro.Binary, ro.DB, ro.Broker, ro.LogDir, ro.Progress = o.Binary, o.DB, o.Broker, o.LogDir, stderr
+		ro.KeepFailed = *keep
 		rep, err := runRandom(context.Background(), ro)
+		ro.KeepData = rep.Kept != ""
+		if ro.KeepData {
+			fmt.Fprintf(stdout, "databases kept: namespace %s\n", rep.Kept)
+		}
 		printRandom(stdout, rep)
 		if err != nil {
 			return err

@@ -17,8 +17,9 @@ import (
 )
 
 // shopBinary is the shop command, built once for the package's tests, with
-// fault points: the crash table kills its processes at them.
-var shopBinary string
+// fault points: the crash table kills its processes at them. binDir holds
+// it, and the other binaries the tests build.
+var shopBinary, binDir string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "shopctl-test-")
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	shopBinary = filepath.Join(dir, "shop")
+	binDir, shopBinary = dir, filepath.Join(dir, "shop")
 	build := exec.Command("go", "build", "-race", "-tags", fault.Tag, "-o", shopBinary, shopPackage)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

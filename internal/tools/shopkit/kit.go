@@ -2,12 +2,19 @@
 // and checks its databases: what the shop's end-to-end tests and the shopctl
 // tool (crash table, random kills, load) share.
 //
-// A Cluster starts shop processes of one namespace on shared servers and
-// stops them; PlaceOrder and its kin talk to the order API; an Inspector
-// reads every service's database and checks the shop's invariants: each
-// committed order has exactly one reservation per line, one preparation,
-// one pickup at the carrier, one invoice and one e-mail, and nothing exists
-// for an order never committed.
+// A Cluster starts shop processes of one namespace on shared servers,
+// kills, freezes and stops them, and tells which died on their own;
+// PlaceOrder and its kin talk to the order API; an Inspector reads every
+// service's database and checks the shop's invariants: each committed
+// order has exactly one reservation per line, one preparation, one pickup
+// at the carrier, one invoice and one e-mail, a cancelled one is
+// compensated everywhere, nothing exists for an order never committed,
+// and, from the consumers' application ledgers (store.DB.RecordApplications),
+// every event of every outbox was applied exactly once by each consumer
+// subscribed to it, in aggregate-version order. ScanLogs reads the
+// processes' logs (race reports, events met before their row was visible);
+// a DBServer is a database server of a run's own that a chaos run crashes,
+// freezes and holds.
 package shopkit
 
 import (
@@ -37,8 +44,8 @@ const (
 var databases = []string{"order", "stock", "shipping", "billing", "carrier"}
 
 // SettleTimeout bounds the wait for every effect of the orders placed,
-// after a recovery.
-const SettleTimeout = 45 * time.Second
+// after a recovery, the sentinel order's included (Inspector.Settle).
+const SettleTimeout = 90 * time.Second
 
 // Check is one row of a verdict.
 type Check struct {
@@ -48,6 +55,9 @@ type Check struct {
 	Observed string
 	// OK is set when the invariant holds.
 	OK bool
+	// NotRun is set when the check could not run (what it needs is
+	// missing): neither a pass nor a failure, and Observed says why.
+	NotRun bool
 }
 
 // RandomSuffix returns 8 random hexadecimal digits, to name a namespace of

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -112,7 +113,31 @@ func PostJSON(ctx context.Context, url string, v any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST %s: %s", url, resp.Status)
+		return &StatusError{URL: url, Code: resp.StatusCode, Status: resp.Status}
 	}
 	return nil
+}
+
+// StatusError is PostJSON's error for an answer other than 200.
+type StatusError struct {
+	URL    string
+	Code   int    // the HTTP status code
+	Status string // the status line, "404 Not Found"
+}
+
+func (e *StatusError) Error() string { return "POST " + e.URL + ": " + e.Status }
+
+// Refused reports whether err is an answer that refuses the request
+// itself (a 4xx other than 408, 409 and 429), as opposed to a server away,
+// busy or failing, whose answer may change if the request is sent again.
+func Refused(err error) bool {
+	var se *StatusError
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooManyRequests:
+		return false
+	}
+	return se.Code >= 400 && se.Code < 500
 }

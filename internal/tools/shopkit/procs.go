@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -38,6 +39,8 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	procs []*Proc
+	// started holds every process started, for Deaths.
+	started []*Proc
 }
 
 // Proc is one running shop process.
@@ -52,6 +55,11 @@ type Proc struct {
 	err    error
 	log    string
 	stdout *LockedBuffer
+	// fault is the fault point the process was armed with, if any.
+	fault string
+	// ended is set when the process was told to end (Kill, Stop): its exit
+	// is expected.
+	ended atomic.Bool
 }
 
 // LockedBuffer is a bytes.Buffer that several goroutines may write and
@@ -154,7 +162,7 @@ func (c *Cluster) Run(ctx context.Context, name, addr, fault string, args []stri
 		logFile.Close()
 		return nil, err
 	}
-	p := &Proc{Name: name, HTTP: addr, cmd: cmd, exited: make(chan struct{}), log: logPath, stdout: out}
+	p := &Proc{Name: name, HTTP: addr, cmd: cmd, exited: make(chan struct{}), log: logPath, stdout: out, fault: fault}
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(pipe)
@@ -174,6 +182,7 @@ func (c *Cluster) Run(ctx context.Context, name, addr, fault string, args []stri
 	}()
 	c.mu.Lock()
 	c.procs = append(c.procs, p)
+	c.started = append(c.started, p)
 	c.mu.Unlock()
 	t := time.NewTimer(60 * time.Second)
 	defer t.Stop()
@@ -252,7 +261,9 @@ func (p *Proc) Stop() error {
 		return nil
 	default:
 	}
+	p.ended.Store(true)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // in case it is frozen
 	select {
 	case <-p.exited:
 		return p.err
@@ -264,8 +275,58 @@ func (p *Proc) Stop() error {
 
 // Kill kills the process with SIGKILL and waits for its end.
 func (p *Proc) Kill() {
+	p.ended.Store(true)
 	_ = p.cmd.Process.Kill()
 	<-p.exited
+}
+
+// Freeze stops the process with SIGSTOP: it keeps its connections, leases
+// and sessions, and does nothing until Thaw.
+func (p *Proc) Freeze() { _ = p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen process with SIGCONT.
+func (p *Proc) Thaw() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Death describes how the process ended when nobody ended it: it was
+// neither killed nor stopped (Kill, Stop) nor killed itself at the fault
+// point it was armed with. It is "" while the process runs, and for an
+// expected end.
+func (p *Proc) Death() string {
+	if !p.Exited() || p.ended.Load() {
+		return ""
+	}
+	tail := p.Tail()
+	if p.fault != "" && strings.Contains(tail, "fault point "+p.fault) {
+		return ""
+	}
+	if len(tail) > 600 {
+		tail = tail[len(tail)-600:]
+	}
+	return fmt.Sprintf("%s (pid %d) died on its own: %v; log %s ends with:\n%s", p.Name, p.Pid(), p.err, p.log, tail)
+}
+
+// Deaths returns the processes started by c that ended with nobody ending
+// them (Proc.Death), in the order they were started.
+func (c *Cluster) Deaths() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, p := range c.started {
+		if d := p.Death(); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // StopAll stops every process still running.

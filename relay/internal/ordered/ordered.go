@@ -27,11 +27,15 @@ package ordered
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/internal/mutant"
 )
 
 // Outcome is what became of an entry.
@@ -218,6 +222,9 @@ type Publisher struct {
 func New(ctx context.Context, cfg Config) *Publisher {
 	cfg.Calls = max(1, cfg.Calls)
 	cfg.MinCall = max(1, cfg.MinCall)
+	if mutant.Enabled && mutant.On(mutant.RelayDropOne) {
+		cfg.Publish = dropOne(cfg.Publish)
+	}
 	p := &Publisher{cfg: cfg, ctx: ctx, tails: map[string]*Entry{}}
 	p.idle = sync.NewCond(&p.mu)
 	return p
@@ -226,6 +233,9 @@ func New(ctx context.Context, cfg Config) *Publisher {
 // Add appends entries, in their source order, and starts the calls it
 // can. It never blocks on the broker.
 func (p *Publisher) Add(es ...*Entry) {
+	if mutant.Enabled && mutant.On(mutant.RelaySwap) {
+		es = swapPairs(es)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, e := range es {
@@ -449,4 +459,53 @@ func (p *Publisher) advanceLocked(e *Entry) {
 	if p.tails[e.Key] == e {
 		delete(p.tails, e.Key)
 	}
+}
+
+// published counts the messages handed to Publish calls in the process,
+// for the mutant RelayDropOne.
+var published atomic.Int64
+
+// dropOne is the mutant RelayDropOne: publish leaves out the N-th message
+// of the process (mutant.Arg, default 10) and reports it confirmed. Only
+// builds with the tag idemmutant call it.
+func dropOne(publish func(ctx context.Context, batch []*Entry, msgs []idem.Message) error) func(ctx context.Context, batch []*Entry, msgs []idem.Message) error {
+	n, err := strconv.ParseInt(mutant.Arg(mutant.RelayDropOne), 10, 64)
+	if err != nil || n < 1 {
+		n = 10
+	}
+	return func(ctx context.Context, batch []*Entry, msgs []idem.Message) error {
+		i := int(n - 1 - (published.Add(int64(len(msgs))) - int64(len(msgs))))
+		switch {
+		case i < 0 || i >= len(msgs):
+			return publish(ctx, batch, msgs)
+		case len(msgs) == 1:
+			return nil
+		}
+		err := publish(ctx, slices.Delete(slices.Clone(batch), i, i+1), slices.Delete(slices.Clone(msgs), i, i+1))
+		var be *broker.BatchError
+		if errors.As(err, &be) && len(be.Errs) == len(msgs)-1 {
+			return &broker.BatchError{Errs: slices.Insert(slices.Clone(be.Errs), i, nil)}
+		}
+		return err
+	}
+}
+
+// swapPairs is the mutant RelaySwap: of each key with several entries in
+// es, the first two change places. Only builds with the tag idemmutant
+// call it.
+func swapPairs(es []*Entry) []*Entry {
+	es = slices.Clone(es)
+	first := map[string]int{}
+	done := map[string]bool{}
+	for j, e := range es {
+		i, seen := first[e.Key]
+		switch {
+		case !seen:
+			first[e.Key] = j
+		case !done[e.Key]:
+			es[i], es[j] = es[j], es[i]
+			done[e.Key] = true
+		}
+	}
+	return es
 }
