@@ -6,6 +6,7 @@
 //	shop [flags]            run services (all by default)
 //	shop broker [flags]     run the embedded NATS JetStream server alone
 //	shop help [broker]      print the help of the shop or of shop broker
+//	shop version            print the shop's version
 //
 // Run "shop help" or "shop help broker" (or --help after either) for the
 // flags. The tools that drive the shop from outside (its crash table, random
@@ -33,6 +34,7 @@ import (
 	"github.com/idem-go/idem/internal/redact"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/telemetry"
+	"github.com/idem-go/idem/internal/version"
 )
 
 func main() {
@@ -44,6 +46,8 @@ func main() {
 		err = brokerMain(args[1:], os.Stdout, os.Stderr)
 	case len(args) > 0 && args[0] == "help":
 		err = helpMain(args[1:], os.Stdout)
+	case len(args) > 0 && args[0] == "version":
+		err = versionMain(args[1:], os.Stdout)
 	default:
 		err = runMain(args, os.Stdout, os.Stderr)
 	}
@@ -89,9 +93,19 @@ func helpMain(args []string, stdout io.Writer) error {
 	return err
 }
 
+// versionMain prints the shop's version ("shop version").
+func versionMain(args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		return usageError(fmt.Sprintf("shop version takes no argument, got %q; run \"shop help\"", strings.Join(args, " ")))
+	}
+	_, err := fmt.Fprintln(stdout, version.Line("shop"))
+	return err
+}
+
 const runHelpHead = `Usage: shop [flags]
        shop broker [flags]
        shop help [broker]
+       shop version
 
 Runs the shop's services in this process: the order API, stock, shipping,
 billing, the fake carrier and the outbox relays. With no flags, every service
