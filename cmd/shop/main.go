@@ -204,7 +204,7 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	envflag.FileFlag(fs, "db")
 	envflag.FileFlag(fs, "broker")
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "address of the order API and the fake carrier")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", adminAddrDefault, "admin address, \"off\" to serve none (with the default, a free port when "+adminAddrDefault+"\nis taken; beyond loopback it needs --auth-token-file or --insecure-no-auth): /metrics\n(Prometheus: idem_relay_* and idem_consumer_* of every relay and consumer of the process,\nGo and process metrics), /dashboard/ (status, charts, parked messages to retry or remove:\ndocs/OPERATIONS.md) and, with --pprof, /debug/pprof/ (Go profiles); idem status\n--dashboard http://ADDR/dashboard/ prints the status")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", adminAddrDefault, "admin address, \"off\" to serve none (with the default, a free port when "+adminAddrDefault+"\nis taken; beyond loopback it needs --auth-token-file or --insecure-no-auth): /metrics\n(Prometheus: idem_relay_* and idem_consumer_* of every relay and consumer of the process,\nGo and process metrics), /healthz (200 \"ok\" once started and while its relays are\nhealthy, 503 \"not ok\" otherwise; open without the token), /dashboard/ (status, charts,\nparked messages to retry or remove: docs/OPERATIONS.md) and, with --pprof,\n/debug/pprof/ (Go profiles); idem status --dashboard http://ADDR/dashboard/ prints\nthe status")
 	var admin adminhttp.Flags
 	admin.Register(fs, "--admin-addr", adminTokenEnv, true)
 	fs.Lookup("insecure-no-auth").Usage = "let --admin-addr and --http listen beyond loopback without authentication (something in\nfront of them authenticates; the dashboard is then read-only)"
