@@ -5,6 +5,10 @@
 #               IDEM_TEST_SERVERS=postgres make test ARGS=./inbox/   # start only PostgreSQL
 # make lint   gofmt -l, go vet and staticcheck, with and without the tag
 #             (scripts/lint.sh; installs staticcheck into .bin/ the first time)
+# make image  the container images localhost/idem:VERSION and
+#             localhost/idem-shop:VERSION, FROM scratch with a static binary
+#             each (scripts/image.sh; podman; docs/DEPLOYMENT.md)
+#               make image IMAGES=idem
 # make fuzz   every fuzz target for FUZZTIME each (scripts/fuzz.sh)
 #               make fuzz FUZZTIME=1m FUZZ=FuzzDecode
 # make chaos  shopctl chaos --random (internal/tools/shopctl) for
@@ -21,14 +25,18 @@ FUZZ ?= .
 CHAOS_DURATION ?= 10m
 CHAOS_REPLICAS ?= 3
 CHAOS_PARTITIONS ?= 4
+IMAGES ?= idem shop
 
-.PHONY: test lint fuzz chaos
+.PHONY: test lint image fuzz chaos
 
 test:
 	bash scripts/test.sh $(ARGS)
 
 lint:
 	bash scripts/lint.sh
+
+image:
+	bash scripts/image.sh $(IMAGES)
 
 fuzz:
 	FUZZTIME='$(FUZZTIME)' FUZZ='$(FUZZ)' IDEM_TEST_SERVERS=postgres IDEM_TEST_SHELL=1 \

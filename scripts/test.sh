@@ -19,9 +19,11 @@
 #
 # Environment:
 #   IDEM_TEST_SERVERS  servers to start, among: postgres mariadb rabbitmq
-#                      chromium (default: all four; "" for none; chromium is
-#                      the headless browser of the dashboard's test, nothing
-#                      to start: it is installed and its path exported)
+#                      chromium podman (default: all five; "" for none;
+#                      chromium is the headless browser of the dashboard's
+#                      test, podman the container engine of the images'
+#                      tests: nothing to start, each is installed and its
+#                      path exported)
 #   IDEM_TEST_DIR      the directory for the servers' data, logs and helper
 #                      scripts (default: a new /tmp/idem-test.XXXXXX)
 #   IDEM_TEST_KEEP=1   keep IDEM_TEST_DIR (logs...) after the run
@@ -49,6 +51,8 @@
 #             IDEM_TEST_MARIADB_DSN (idem:idem@tcp(127.0.0.1:PORT)/idem_test),
 #             IDEM_TEST_MARIADB_STOP, IDEM_TEST_MARIADB_START (scripts)
 #   chromium: IDEM_TEST_CHROMIUM (/usr/bin/chromium)
+#   podman:   IDEM_TEST_PODMAN (/usr/bin/podman; scripts/lib/podman.sh says
+#             which setting it writes)
 #   rabbitmq: IDEM_TEST_AMQP_URL (amqp://guest:guest@127.0.0.1:PORT/),
 #             IDEM_TEST_RABBITMQ_NODE, IDEM_TEST_RABBITMQCTL (rabbitmqctl
 #             wrapper for the node), IDEM_TEST_RABBITMQ_ENV (file to source),
@@ -69,14 +73,16 @@ LIB=$ROOT/scripts/lib
 . "$LIB/rabbitmq.sh"
 # shellcheck source=scripts/lib/chromium.sh
 . "$LIB/chromium.sh"
+# shellcheck source=scripts/lib/podman.sh
+. "$LIB/podman.sh"
 
-ALL_SERVERS="postgres mariadb rabbitmq chromium"
+ALL_SERVERS="postgres mariadb rabbitmq chromium podman"
 export PATH="/usr/local/go/bin${HOME:+:$HOME/go/bin}:$PATH:/usr/sbin:/sbin"
 
 # ---------------------------------------------------------------------------
 # Which servers
 
-read -r -a SERVERS <<<"${IDEM_TEST_SERVERS-postgres mariadb rabbitmq chromium}"
+read -r -a SERVERS <<<"${IDEM_TEST_SERVERS-$ALL_SERVERS}"
 for s in "${SERVERS[@]}"; do
 	case " $ALL_SERVERS " in
 	*" $s "*) ;;
