@@ -3,9 +3,16 @@
 # this script, and so does .ci/run.
 #
 # Usage:
-#   bash scripts/test.sh                     # go test -race -tags idemfault -count=1 ./...
+#   bash scripts/test.sh                     # go test -race -tags idemfault -count=1 ./...,
+#                                            # then the same in the module deploy/validate
 #   bash scripts/test.sh -run TestX ./inbox/ # go test -race -tags idemfault -count=1 -run TestX ./inbox/
 #   make test ARGS='-run TestX ./inbox/'     # the same through make
+#   make test ARGS='-run TestManifests ./deploy/validate/'   # a test of deploy/validate
+#
+# deploy/validate is a module of its own (it needs k8s.io/api, which the
+# library must not require): arguments naming it (./deploy/validate,
+# ./deploy/validate/...) run in it, with the other flags; the other
+# packages named, if any, run in the root module.
 #
 # -tags idemfault compiles in the fault points (internal/fault) that the
 # crash tests kill processes at; the tests that need them fail without it.
@@ -14,7 +21,8 @@
 # starts private servers on 127.0.0.1 with their data in a temporary
 # directory (never the system's default clusters or services), exports their
 # connection URLs, runs go test, then stops the servers and removes the
-# directory, whatever happened (EXIT/INT/TERM). The exit status is go test's.
+# directory, whatever happened (EXIT/INT/TERM). The exit status is go test's
+# (of the last run that failed, when both modules run).
 # Leftovers of a killed earlier run (/tmp/idem-test.*) are cleaned first.
 #
 # Environment:
@@ -217,14 +225,45 @@ if [ "${IDEM_TEST_SHELL:-}" = 1 ]; then
 	fi
 	rc=$?
 else
+	# The arguments naming the module deploy/validate go to it; with none,
+	# both modules run whole.
+	ROOT_ARGS=() VALIDATE_ARGS=() root_pkgs=0 validate=0
 	if [ $# -eq 0 ]; then
-		set -- ./...
+		ROOT_ARGS=(./...) VALIDATE_ARGS=(./...) root_pkgs=1 validate=1
 	fi
-	log "running: go test -race -tags idemfault -count=1 -timeout 30m $(printf '%q ' "$@")"
+	for a in "$@"; do
+		case "$a" in
+		./deploy/validate | ./deploy/validate/ | ./deploy/validate/...)
+			VALIDATE_ARGS+=(./...) validate=1
+			;;
+		./deploy/validate/*)
+			VALIDATE_ARGS+=("./${a#./deploy/validate/}") validate=1
+			;;
+		./* | ../* | .)
+			ROOT_ARGS+=("$a") root_pkgs=1
+			;;
+		*)
+			ROOT_ARGS+=("$a") VALIDATE_ARGS+=("$a")
+			;;
+		esac
+	done
+	# A run naming no package at all tests the root module's current
+	# directory, as go test does.
+	[ "$validate" = 1 ] || root_pkgs=1
+	GOTEST=(go test -race -tags idemfault -count=1 -timeout 30m)
+	runs=()
+	[ "$root_pkgs" = 1 ] && runs+=("$(printf '%q ' "${GOTEST[@]}" "${ROOT_ARGS[@]}")")
+	[ "$validate" = 1 ] && runs+=("cd deploy/validate && $(printf '%q ' "${GOTEST[@]}" "${VALIDATE_ARGS[@]}")")
+	script='rc=0'
+	for r in "${runs[@]}"; do
+		log "running: $r"
+		script+="; ($r) || rc=\$?"
+	done
+	script+='; exit $rc'
 	# In its own process group, in the background, so that a signal to this
 	# script is handled at once: cleanup interrupts the whole group (go and
 	# the test binaries) before it stops the servers.
-	setsid go test -race -tags idemfault -count=1 -timeout 30m "$@" </dev/null &
+	setsid bash -c "$script" </dev/null &
 	GOTEST_PID=$!
 	rc=0
 	wait "$GOTEST_PID" || rc=$?
