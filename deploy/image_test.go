@@ -170,6 +170,14 @@ func TestShopImage(t *testing.T) {
 	if got, want := pm.output(t, "run", "--rm", "--label", pm.label, im.ref, "version"), "shop "+im.version+" "; !strings.HasPrefix(got, want) {
 		t.Errorf("shop version in the image: %q, want %q...", got, want)
 	}
+	// The embedded defaults write in /data: a volume under podman, which
+	// gives it to the container's user, but a directory of the image's user
+	// for a runtime that copies the image's ownership into a new volume
+	// (docker), or that runs it without one.
+	dataDir := strings.TrimPrefix(im.env(t, "SHOP_DATA_DIR"), "/")
+	if h := im.files[dataDir]; h == nil || !h.FileInfo().IsDir() || h.Uid != 65532 {
+		t.Errorf("the shop's image: /%s is %v, want a directory owned by 65532", dataDir, h)
+	}
 	tokenFile, adminAddr := im.env(t, "SHOP_ADMIN_TOKEN_FILE"), im.env(t, "SHOP_ADMIN_ADDR")
 	_, adminPort, _ := strings.Cut(adminAddr, ":")
 

@@ -12,9 +12,12 @@
 package deploy_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"debug/elf"
 	"encoding/json"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +84,9 @@ type image struct {
 	version string
 	// binary is the static binary it holds, as built.
 	binary string
+	// files are the headers of its files, by path without the leading
+	// slash ("usr/local/bin/idem").
+	files map[string]*tar.Header
 	// config is its configuration (podman image inspect).
 	config struct {
 		User       string
@@ -144,7 +150,57 @@ func (p *podman) build(t *testing.T, name string) *image {
 		t.Errorf("image %s: label org.opencontainers.image.version %q, want %q", im.ref, got, im.version)
 	}
 	checkStatic(t, im.binary)
+	im.files = p.files(t, im.ref)
+	for path, want := range map[string]struct {
+		mode fs.FileMode
+		uid  int
+	}{
+		"tmp":                               {fs.ModeDir | fs.ModeSticky | 0o777, 0},
+		"etc/ssl/certs/ca-certificates.crt": {0o644, 0},
+		strings.TrimPrefix(im.config.Entrypoint[0], "/"): {0o755, 0},
+	} {
+		h := im.files[path]
+		if h == nil {
+			t.Errorf("image %s has no /%s", im.ref, path)
+			continue
+		}
+		if mode := h.FileInfo().Mode(); mode != want.mode || h.Uid != want.uid {
+			t.Errorf("image %s: /%s is %v owned by %d, want %v owned by %d", im.ref, path, mode, h.Uid, want.mode, want.uid)
+		}
+	}
 	return im
+}
+
+// files returns the headers of the files of image ref, by path without
+// the leading slash, read from the export of a container of it.
+func (p *podman) files(t *testing.T, ref string) map[string]*tar.Header {
+	t.Helper()
+	id := strings.TrimSpace(p.output(t, "create", "--label", p.label, ref))
+	defer func() { _ = p.command("rm", "-f", id).Run() }()
+	cmd := p.command("export", id)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*tar.Header{}
+	tr := tar.NewReader(out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("podman export %s: %v", ref, err)
+		}
+		files[strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/")] = h
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("podman export %s: %v", ref, err)
+	}
+	return files
 }
 
 // checkStatic fails the test unless the ELF file at path is a static
