@@ -50,7 +50,7 @@ func TestRelayImage(t *testing.T) {
 	secrets := []string{dbPassword, brokerPassword, token}
 	im := pm.build(t, "idem")
 
-	if got, want := pm.output(t, "run", "--rm", "--label", pm.label, im.ref, "version"), "idem "+im.version+" "; !strings.HasPrefix(got, want) {
+	if got, want := pm.output(t, "run", "--rm", im.ref, "version"), "idem "+im.version+" "; !strings.HasPrefix(got, want) {
 		t.Errorf("idem version in the image: %q, want %q...", got, want)
 	}
 
@@ -78,7 +78,7 @@ func TestRelayImage(t *testing.T) {
 	runArgs := []string{"--network", "host", "--read-only", "--read-only-tmpfs=false", "-v", secretsDir + ":" + mountAt + ":ro", im.ref}
 
 	var outputs []string
-	migrate := pm.command(append([]string{"run", "--rm", "--label", pm.label}, append(runArgs, "migrate", "up", "--db-file", dbFile)...)...)
+	migrate := pm.command(append([]string{"run", "--rm"}, append(runArgs, "migrate", "up", "--db-file", dbFile)...)...)
 	out, err := migrate.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "Applied") {
 		t.Fatalf("idem migrate up in the image: %v\n%s", err, out)
@@ -167,7 +167,7 @@ func TestShopImage(t *testing.T) {
 	t.Parallel()
 	pm := newPodman(t)
 	im := pm.build(t, "shop")
-	if got, want := pm.output(t, "run", "--rm", "--label", pm.label, im.ref, "version"), "shop "+im.version+" "; !strings.HasPrefix(got, want) {
+	if got, want := pm.output(t, "run", "--rm", im.ref, "version"), "shop "+im.version+" "; !strings.HasPrefix(got, want) {
 		t.Errorf("shop version in the image: %q, want %q...", got, want)
 	}
 	// The embedded defaults write in /data: a volume under podman, which

@@ -5,8 +5,9 @@
 // collectors register (TestAlertMetrics). The Kubernetes manifests are
 // checked by the module deploy/validate, which needs k8s.io/api.
 //
-// The image tests need podman and runc, which make test installs
-// (IDEM_TEST_SERVERS names them podman):
+// The image tests need podman and runc, which make test installs and
+// gives a configuration and a store of their own in the test directory
+// (scripts/lib/podman.sh; IDEM_TEST_SERVERS names them podman):
 //
 //	IDEM_TEST_SERVERS="postgres rabbitmq podman" make test ARGS=./deploy/
 package deploy_test
@@ -36,14 +37,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // podmanEnv names the variable holding podman's path (scripts/lib/podman.sh).
 const podmanEnv = "IDEM_TEST_PODMAN"
 
-// testDirLabel labels the containers and images of a test run, so that
-// scripts/lib/podman.sh removes those a killed run left.
-const testDirLabel = "idem-test-dir"
-
-// podman is the container engine of the tests.
+// podman is the container engine of the tests, with make test's
+// configuration (CONTAINERS_CONF, CONTAINERS_STORAGE_CONF in the
+// environment): runc, a store in the test directory, no image ever pulled.
 type podman struct {
-	bin   string
-	label string
+	bin string
 }
 
 // newPodman returns the engine, or fails the test when make test did not
@@ -52,15 +50,14 @@ func newPodman(t *testing.T) *podman {
 	t.Helper()
 	bin := os.Getenv(podmanEnv)
 	if bin == "" {
-		t.Fatalf("%s is not set: run the tests with `IDEM_TEST_SERVERS=\"postgres rabbitmq podman\" make test ARGS=./deploy/`, which installs podman and runc", podmanEnv)
+		t.Fatalf("%s is not set: run the tests with `IDEM_TEST_SERVERS=\"postgres rabbitmq podman\" make test ARGS=./deploy/`, which installs and configures podman", podmanEnv)
 	}
-	return &podman{bin: bin, label: testDirLabel + "=" + os.Getenv("IDEM_TEST_DIR")}
+	return &podman{bin: bin}
 }
 
-// command is podman with args. Containers run with runc: crun, podman's
-// first choice when installed, fails on the test machines.
+// command is podman with args.
 func (p *podman) command(args ...string) *exec.Cmd {
-	return exec.Command(p.bin, append([]string{"--runtime", "runc"}, args...)...)
+	return exec.Command(p.bin, args...)
 }
 
 // output runs podman with args and returns its standard output, failing
@@ -118,7 +115,7 @@ func (p *podman) build(t *testing.T, name string) *image {
 	dir := t.TempDir()
 	cmd := exec.Command("bash", "../scripts/image.sh", name)
 	cmd.Env = append(os.Environ(), "PODMAN="+p.bin, "IMAGE_REPO=localhost/idem-test-"+shopkit.RandomSuffix()+"/",
-		"IMAGE_BUILD_DIR="+dir, "IMAGE_BUILD_FLAGS=--label "+p.label)
+		"IMAGE_BUILD_DIR="+dir, "IMAGE_BUILD_FLAGS=--pull=never")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -175,7 +172,7 @@ func (p *podman) build(t *testing.T, name string) *image {
 // the leading slash, read from the export of a container of it.
 func (p *podman) files(t *testing.T, ref string) map[string]*tar.Header {
 	t.Helper()
-	id := strings.TrimSpace(p.output(t, "create", "--label", p.label, ref))
+	id := strings.TrimSpace(p.output(t, "create", ref))
 	defer func() { _ = p.command("rm", "-f", id).Run() }()
 	cmd := p.command("export", id)
 	out, err := cmd.StdoutPipe()
@@ -240,7 +237,7 @@ type container struct {
 func (p *podman) start(t *testing.T, args ...string) *container {
 	t.Helper()
 	c := &container{name: "idem-test-" + shopkit.RandomSuffix(), out: &shopkit.LockedBuffer{}, done: make(chan struct{})}
-	c.cmd = p.command(append([]string{"run", "--rm", "--name", c.name, "--label", p.label}, args...)...)
+	c.cmd = p.command(append([]string{"run", "--rm", "--name", c.name}, args...)...)
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -31,7 +31,8 @@
 #                      chromium is the headless browser of the dashboard's
 #                      test, podman the container engine of the images'
 #                      tests: nothing to start, each is installed and its
-#                      path exported)
+#                      path exported, podman with a store of its own in
+#                      IDEM_TEST_DIR)
 #   IDEM_TEST_DIR      the directory for the servers' data, logs and helper
 #                      scripts (default: a new /tmp/idem-test.XXXXXX)
 #   IDEM_TEST_KEEP=1   keep IDEM_TEST_DIR (logs...) after the run
@@ -59,8 +60,9 @@
 #             IDEM_TEST_MARIADB_DSN (idem:idem@tcp(127.0.0.1:PORT)/idem_test),
 #             IDEM_TEST_MARIADB_STOP, IDEM_TEST_MARIADB_START (scripts)
 #   chromium: IDEM_TEST_CHROMIUM (/usr/bin/chromium)
-#   podman:   IDEM_TEST_PODMAN (/usr/bin/podman; scripts/lib/podman.sh says
-#             which setting it writes)
+#   podman:   IDEM_TEST_PODMAN (/usr/bin/podman), CONTAINERS_CONF,
+#             CONTAINERS_STORAGE_CONF (its configuration and store, under
+#             IDEM_TEST_DIR/podman: scripts/lib/podman.sh says which)
 #   rabbitmq: IDEM_TEST_AMQP_URL (amqp://guest:guest@127.0.0.1:PORT/),
 #             IDEM_TEST_RABBITMQ_NODE, IDEM_TEST_RABBITMQCTL (rabbitmqctl
 #             wrapper for the node), IDEM_TEST_RABBITMQ_ENV (file to source),
