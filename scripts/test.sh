@@ -11,8 +11,10 @@
 #
 # deploy/validate is a module of its own (it needs k8s.io/api, which the
 # library must not require): arguments naming it (./deploy/validate,
-# ./deploy/validate/...) run in it, with the other flags; the other
-# packages named, if any, run in the root module.
+# ./deploy/validate/...) run in it, with the other flags; ./... and
+# ./deploy/... run in both modules (make test ARGS=./deploy/... is every
+# test of deploy/); the other packages named, if any, run in the root
+# module.
 #
 # -tags idemfault compiles in the fault points (internal/fault) that the
 # crash tests kill processes at; the tests that need them fail without it.
@@ -240,6 +242,10 @@ else
 			;;
 		./deploy/validate/*)
 			VALIDATE_ARGS+=("./${a#./deploy/validate/}") validate=1
+			;;
+		./... | ./deploy/...)
+			# Patterns that hold deploy/validate's directory: both modules.
+			ROOT_ARGS+=("$a") VALIDATE_ARGS+=(./...) root_pkgs=1 validate=1
 			;;
 		./* | ../* | .)
 			ROOT_ARGS+=("$a") root_pkgs=1
