@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,6 +107,12 @@ func (im *image) env(t *testing.T, name string) string {
 	return ""
 }
 
+// buildMu makes the tests build their images one at a time: the second
+// build's go build then finds the packages the two binaries share compiled
+// by the first (CGO_ENABLED=0, none of the tests' own builds), rather than
+// compiling them again at the same time.
+var buildMu sync.Mutex
+
 // build runs scripts/image.sh for the image of command name (idem, shop)
 // under a name of the test's own, removed when the test ends, and checks
 // what every image must be: a static binary, a user that is not root, the
@@ -118,8 +125,11 @@ func (p *podman) build(t *testing.T, name string) *image {
 		"IMAGE_BUILD_DIR="+dir, "IMAGE_BUILD_FLAGS=--pull=never")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	buildMu.Lock()
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	buildMu.Unlock()
+	if err != nil {
 		t.Fatalf("scripts/image.sh %s: %v\n%s", name, err, stderr.String())
 	}
 	im := &image{ref: strings.TrimSpace(stdout.String()), binary: filepath.Join(dir, name, name)}
