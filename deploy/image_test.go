@@ -86,7 +86,10 @@ func TestRelayImage(t *testing.T) {
 	outputs = append(outputs, string(out))
 
 	// The library's own subscriber feeding an idempotent consumer, on the
-	// queue it declares (it binds it to every event of the exchange).
+	// queue it declares (it binds it to every event of the exchange),
+	// deleted once the subscriber has stopped (cleanups run last first), so
+	// that it does not declare it again.
+	t.Cleanup(func() { deleteExchange(t, amqpURL, exchange, exchange+".stock") })
 	consumer := brokertest.EffectConsumer(t, pg.Driver, inbox.Config{Name: "stock"}, nil)
 	sub, err := amqp.NewSubscriber(amqp.SubscriberConfig{
 		ConnConfig: amqp.ConnConfig{URL: amqpURL, Logger: brokertest.LogTo(t)},
@@ -96,7 +99,6 @@ func TestRelayImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	testsvc.Start(t, sub)
-	t.Cleanup(func() { deleteExchange(t, amqpURL, exchange, exchange+".stock") })
 	local, err := shopkit.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
