@@ -13,8 +13,8 @@ import (
 
 // TestHelpTopics checks "shop help" and "shop help broker": each prints on
 // stdout what --help prints, and exits 0, as "shop version" prints its line;
-// an unknown topic, or a tool's command
-// (shopctl's chaos and load), is a usage error (exit 2).
+// an unknown topic, or a tool's command (shopctl's chaos and load), is a
+// usage error (exit 2).
 func TestHelpTopics(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
