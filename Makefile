@@ -5,6 +5,10 @@
 #               IDEM_TEST_SERVERS=postgres make test ARGS=./inbox/   # start only PostgreSQL
 # make lint   gofmt -l, go vet and staticcheck, with and without the tag
 #             (scripts/lint.sh; installs staticcheck into .bin/ the first time)
+# make image  the container images localhost/idem:VERSION and
+#             localhost/idem-shop:VERSION, FROM scratch with a static binary
+#             each (scripts/image.sh; podman; docs/DEPLOYMENT.md)
+#               make image IMAGES=idem
 # make fuzz   every fuzz target for FUZZTIME each (scripts/fuzz.sh)
 #               make fuzz FUZZTIME=1m FUZZ=FuzzDecode
 # make chaos  shopctl chaos --random --strict (internal/tools/shopctl) for
@@ -31,14 +35,18 @@ CHAOS_RATE ?= 15
 # The embedded stack's processes share each SQLite file's one write lock.
 CHAOS_EMBEDDED_RATE ?= 5
 CHAOS = .bin/shopctl chaos --shop .bin/shop-chaos --strict --random $(CHAOS_DURATION) --replicas $(CHAOS_REPLICAS) --settle 5m
+IMAGES ?= idem shop
 
-.PHONY: test lint fuzz chaos
+.PHONY: test lint image fuzz chaos
 
 test:
 	bash scripts/test.sh $(ARGS)
 
 lint:
 	bash scripts/lint.sh
+
+image:
+	bash scripts/image.sh $(IMAGES)
 
 fuzz:
 	FUZZTIME='$(FUZZTIME)' FUZZ='$(FUZZ)' IDEM_TEST_SERVERS=postgres IDEM_TEST_SHELL=1 \

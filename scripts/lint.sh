@@ -6,11 +6,13 @@
 #      `go get`, so build output never belongs in the repository;
 #   1. gofmt -l prints nothing (run `gofmt -w .` to fix);
 #   2. go vet, with and without the idemfault build tag (internal/fault has
-#      a file for each);
+#      a file for each), then in the module deploy/validate (the checks of
+#      the Kubernetes manifests and alert rules, a module of its own);
 #   3. staticcheck, with and without the tag, at STATICCHECK_VERSION,
 #      installed with `go install` into .bin/ the first time (the Go module
-#      proxy must be reachable then). Its checks are staticcheck's defaults;
-#      staticcheck.conf, if present, lists exclusions and why.
+#      proxy must be reachable then), then in deploy/validate. Its checks are
+#      staticcheck's defaults; staticcheck.conf, if present, lists
+#      exclusions and why.
 # The exit status is 0 only when every check passes.
 #
 # Environment:
@@ -61,6 +63,8 @@ for tags in "" idemfault; do
 	log "go vet ${tags:+-tags $tags }./..."
 	go vet ${tags:+-tags "$tags"} ./...
 done
+log "go vet ./... in deploy/validate"
+(cd deploy/validate && go vet ./...)
 
 # staticcheck -version prints e.g. "staticcheck 2026.2.2 (0.8.2)".
 if ! "$STATICCHECK" -version 2>/dev/null | grep -qF "(${STATICCHECK_VERSION#v})"; then
@@ -71,4 +75,6 @@ for tags in "" idemfault; do
 	log "staticcheck ${tags:+-tags $tags }./..."
 	"$STATICCHECK" ${tags:+-tags "$tags"} ./...
 done
+log "staticcheck ./... in deploy/validate"
+(cd deploy/validate && "$STATICCHECK" ./...)
 log "ok"

@@ -3,9 +3,18 @@
 # this script, and so does .ci/run.
 #
 # Usage:
-#   bash scripts/test.sh                     # go test -race -tags idemfault -count=1 ./...
+#   bash scripts/test.sh                     # go test -race -tags idemfault -count=1 ./...,
+#                                            # then the same in the module deploy/validate
 #   bash scripts/test.sh -run TestX ./inbox/ # go test -race -tags idemfault -count=1 -run TestX ./inbox/
 #   make test ARGS='-run TestX ./inbox/'     # the same through make
+#   make test ARGS='-run TestManifests ./deploy/validate/'   # a test of deploy/validate
+#
+# deploy/validate is a module of its own (it needs k8s.io/api, which the
+# library must not require): arguments naming it (./deploy/validate,
+# ./deploy/validate/...) run in it, with the other flags; ./... and
+# ./deploy/... run in both modules (make test ARGS=./deploy/... is every
+# test of deploy/); the other packages named, if any, run in the root
+# module.
 #
 # -tags idemfault compiles in the fault points (internal/fault) that the
 # crash tests kill processes at; the tests that need them fail without it.
@@ -14,14 +23,18 @@
 # starts private servers on 127.0.0.1 with their data in a temporary
 # directory (never the system's default clusters or services), exports their
 # connection URLs, runs go test, then stops the servers and removes the
-# directory, whatever happened (EXIT/INT/TERM). The exit status is go test's.
+# directory, whatever happened (EXIT/INT/TERM). The exit status is go test's
+# (of the last run that failed, when both modules run).
 # Leftovers of a killed earlier run (/tmp/idem-test.*) are cleaned first.
 #
 # Environment:
 #   IDEM_TEST_SERVERS  servers to start, among: postgres mariadb rabbitmq
-#                      chromium (default: all four; "" for none; chromium is
-#                      the headless browser of the dashboard's test, nothing
-#                      to start: it is installed and its path exported)
+#                      chromium podman (default: all five; "" for none;
+#                      chromium is the headless browser of the dashboard's
+#                      test, podman the container engine of the images'
+#                      tests: nothing to start, each is installed and its
+#                      path exported, podman with a store of its own in
+#                      IDEM_TEST_DIR)
 #   IDEM_TEST_DIR      the directory for the servers' data, logs and helper
 #                      scripts (default: a new /tmp/idem-test.XXXXXX)
 #   IDEM_TEST_KEEP=1   keep IDEM_TEST_DIR (logs...) after the run
@@ -49,6 +62,9 @@
 #             IDEM_TEST_MARIADB_DSN (idem:idem@tcp(127.0.0.1:PORT)/idem_test),
 #             IDEM_TEST_MARIADB_STOP, IDEM_TEST_MARIADB_START (scripts)
 #   chromium: IDEM_TEST_CHROMIUM (/usr/bin/chromium)
+#   podman:   IDEM_TEST_PODMAN (/usr/bin/podman), CONTAINERS_CONF,
+#             CONTAINERS_STORAGE_CONF (its configuration and store, under
+#             IDEM_TEST_DIR/podman: scripts/lib/podman.sh says which)
 #   rabbitmq: IDEM_TEST_AMQP_URL (amqp://guest:guest@127.0.0.1:PORT/),
 #             IDEM_TEST_RABBITMQ_NODE, IDEM_TEST_RABBITMQCTL (rabbitmqctl
 #             wrapper for the node), IDEM_TEST_RABBITMQ_ENV (file to source),
@@ -69,14 +85,16 @@ LIB=$ROOT/scripts/lib
 . "$LIB/rabbitmq.sh"
 # shellcheck source=scripts/lib/chromium.sh
 . "$LIB/chromium.sh"
+# shellcheck source=scripts/lib/podman.sh
+. "$LIB/podman.sh"
 
-ALL_SERVERS="postgres mariadb rabbitmq chromium"
+ALL_SERVERS="postgres mariadb rabbitmq chromium podman"
 export PATH="/usr/local/go/bin${HOME:+:$HOME/go/bin}:$PATH:/usr/sbin:/sbin"
 
 # ---------------------------------------------------------------------------
 # Which servers
 
-read -r -a SERVERS <<<"${IDEM_TEST_SERVERS-postgres mariadb rabbitmq chromium}"
+read -r -a SERVERS <<<"${IDEM_TEST_SERVERS-$ALL_SERVERS}"
 for s in "${SERVERS[@]}"; do
 	case " $ALL_SERVERS " in
 	*" $s "*) ;;
@@ -211,14 +229,49 @@ if [ "${IDEM_TEST_SHELL:-}" = 1 ]; then
 	fi
 	rc=$?
 else
+	# The arguments naming the module deploy/validate go to it; with none,
+	# both modules run whole.
+	ROOT_ARGS=() VALIDATE_ARGS=() root_pkgs=0 validate=0
 	if [ $# -eq 0 ]; then
-		set -- ./...
+		ROOT_ARGS=(./...) VALIDATE_ARGS=(./...) root_pkgs=1 validate=1
 	fi
-	log "running: go test -race -tags idemfault -count=1 -timeout 30m $(printf '%q ' "$@")"
+	for a in "$@"; do
+		case "$a" in
+		./deploy/validate | ./deploy/validate/ | ./deploy/validate/...)
+			VALIDATE_ARGS+=(./...) validate=1
+			;;
+		./deploy/validate/*)
+			VALIDATE_ARGS+=("./${a#./deploy/validate/}") validate=1
+			;;
+		./... | ./deploy/...)
+			# Patterns that hold deploy/validate's directory: both modules.
+			ROOT_ARGS+=("$a") VALIDATE_ARGS+=(./...) root_pkgs=1 validate=1
+			;;
+		./* | ../* | .)
+			ROOT_ARGS+=("$a") root_pkgs=1
+			;;
+		*)
+			ROOT_ARGS+=("$a") VALIDATE_ARGS+=("$a")
+			;;
+		esac
+	done
+	# A run naming no package at all tests the root module's current
+	# directory, as go test does.
+	[ "$validate" = 1 ] || root_pkgs=1
+	GOTEST=(go test -race -tags idemfault -count=1 -timeout 30m)
+	runs=()
+	[ "$root_pkgs" = 1 ] && runs+=("$(printf '%q ' "${GOTEST[@]}" "${ROOT_ARGS[@]}")")
+	[ "$validate" = 1 ] && runs+=("cd deploy/validate && $(printf '%q ' "${GOTEST[@]}" "${VALIDATE_ARGS[@]}")")
+	script='rc=0'
+	for r in "${runs[@]}"; do
+		log "running: $r"
+		script+="; ($r) || rc=\$?"
+	done
+	script+='; exit $rc'
 	# In its own process group, in the background, so that a signal to this
 	# script is handled at once: cleanup interrupts the whole group (go and
 	# the test binaries) before it stops the servers.
-	setsid go test -race -tags idemfault -count=1 -timeout 30m "$@" </dev/null &
+	setsid bash -c "$script" </dev/null &
 	GOTEST_PID=$!
 	rc=0
 	wait "$GOTEST_PID" || rc=$?

@@ -52,6 +52,7 @@ var commands = []*command{
 	relayCommand(),
 	replayCommand(),
 	statusCommand(),
+	versionCommand(),
 }
 
 // lookup returns the command named name, or nil.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/version"
 )
 
 // idem runs the CLI in-process and returns its exit code and outputs.
@@ -132,6 +133,12 @@ func TestHelp(t *testing.T) {
 	code, out, _ = idem(t, nil, "")
 	if code != 0 || !strings.Contains(out, "migrate") {
 		t.Fatalf("idem = %d %q", code, out)
+	}
+	// The images' binaries print the version scripts/image.sh stamps
+	// (deploy's TestRelayImage).
+	code, out, _ = idem(t, nil, "", "version")
+	if want := version.Line("idem") + "\n"; code != 0 || out != want {
+		t.Fatalf("idem version = %d %q, want %q", code, out, want)
 	}
 }
 

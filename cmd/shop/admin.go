@@ -123,7 +123,8 @@ func (m *metrics) instrumentCDC(slot string, cfg cdc.Config) (cdc.Config, func(c
 func (a *app) handleAdmin() {
 	a.admin.Handle("/metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}))
 	a.admin.Handle(dashboardPath, a.dashboardHandler())
-	index := "shop admin: /metrics (Prometheus), /dashboard/ (status and parked messages)"
+	a.admin.HandleHealth(a.healthy)
+	index := "shop admin: /metrics (Prometheus), /healthz, /dashboard/ (status and parked messages)"
 	if a.cfg.Pprof {
 		index += ", /debug/pprof/ (Go profiles)"
 	}
@@ -131,6 +132,28 @@ func (a *app) handleAdmin() {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, index)
 	}))
+}
+
+// healthy is what /healthz answers (adminhttp.Server.HandleHealth): nil
+// once every service has started, and while each relay of the process is
+// healthy (a polling relay claims from its database, a CDC relay reads its
+// slot or waits for it as a standby). A consumer whose database or broker is
+// away pauses and recovers by itself: restarting the process would not
+// help, so it does not make the shop unhealthy (its metrics show it).
+func (a *app) healthy() error {
+	if !a.started.Load() {
+		return errors.New("starting")
+	}
+	for _, name := range []string{"order", "shipping", "billing"} {
+		r, ok := a.relays[name].(interface{ Healthy() error })
+		if !ok {
+			continue
+		}
+		if err := r.Healthy(); err != nil {
+			return fmt.Errorf("relay of %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // listenAdmin opens the admin address (adminhttp.Listen: its policy was

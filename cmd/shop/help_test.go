@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -11,8 +12,9 @@ import (
 )
 
 // TestHelpTopics checks "shop help" and "shop help broker": each prints on
-// stdout what --help prints, and exits 0; an unknown topic, or a tool's
-// command (shopctl's chaos and load), is a usage error (exit 2).
+// stdout what --help prints, and exits 0, as "shop version" prints its line;
+// an unknown topic, or a tool's command (shopctl's chaos and load), is a
+// usage error (exit 2).
 func TestHelpTopics(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -21,6 +23,7 @@ func TestHelpTopics(t *testing.T) {
 	}{
 		{[]string{"help"}, []string{"Usage: shop [flags]", "shop help [broker]", "--services", "SHOP_DB_URL", "Examples:", "internal/tools/shopctl"}},
 		{[]string{"help", "broker"}, []string{"Usage: shop broker [flags]", "--listen", "SHOP_DATA_DIR"}},
+		{[]string{"version"}, []string{"shop ", " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH}},
 	} {
 		cmd := exec.Command(shopBinary, tc.args...)
 		var stdout, stderr bytes.Buffer
@@ -35,7 +38,7 @@ func TestHelpTopics(t *testing.T) {
 			}
 		}
 	}
-	for _, args := range [][]string{{"help", "frob"}, {"help", "load"}, {"help", "broker", "chaos"}, {"frob"}, {"chaos"}, {"load"}} {
+	for _, args := range [][]string{{"version", "frob"}, {"help", "frob"}, {"help", "load"}, {"help", "broker", "chaos"}, {"frob"}, {"chaos"}, {"load"}} {
 		out, err := exec.Command(shopBinary, args...).CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `"shop help"`) {

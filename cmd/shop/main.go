@@ -6,6 +6,7 @@
 //	shop [flags]            run services (all by default)
 //	shop broker [flags]     run the embedded NATS JetStream server alone
 //	shop help [broker]      print the help of the shop or of shop broker
+//	shop version            print the shop's version
 //
 // Run "shop help" or "shop help broker" (or --help after either) for the
 // flags. The tools that drive the shop from outside (its crash table, random
@@ -33,6 +34,7 @@ import (
 	"github.com/idem-go/idem/internal/redact"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/telemetry"
+	"github.com/idem-go/idem/internal/version"
 )
 
 func main() {
@@ -44,6 +46,8 @@ func main() {
 		err = brokerMain(args[1:], os.Stdout, os.Stderr)
 	case len(args) > 0 && args[0] == "help":
 		err = helpMain(args[1:], os.Stdout)
+	case len(args) > 0 && args[0] == "version":
+		err = versionMain(args[1:], os.Stdout)
 	default:
 		err = runMain(args, os.Stdout, os.Stderr)
 	}
@@ -89,9 +93,19 @@ func helpMain(args []string, stdout io.Writer) error {
 	return err
 }
 
+// versionMain prints the shop's version ("shop version").
+func versionMain(args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		return usageError(fmt.Sprintf("shop version takes no argument, got %q; run \"shop help\"", strings.Join(args, " ")))
+	}
+	_, err := fmt.Fprintln(stdout, version.Line("shop"))
+	return err
+}
+
 const runHelpHead = `Usage: shop [flags]
        shop broker [flags]
        shop help [broker]
+       shop version
 
 Runs the shop's services in this process: the order API, stock, shipping,
 billing, the fake carrier and the outbox relays. With no flags, every service
@@ -190,7 +204,7 @@ func parseRun(args []string, stderr io.Writer) (runConfig, string, error) {
 	envflag.FileFlag(fs, "db")
 	envflag.FileFlag(fs, "broker")
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:8080", "address of the order API and the fake carrier")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", adminAddrDefault, "admin address, \"off\" to serve none (with the default, a free port when "+adminAddrDefault+"\nis taken; beyond loopback it needs --auth-token-file or --insecure-no-auth): /metrics\n(Prometheus: idem_relay_* and idem_consumer_* of every relay and consumer of the process,\nGo and process metrics), /dashboard/ (status, charts, parked messages to retry or remove:\ndocs/OPERATIONS.md) and, with --pprof, /debug/pprof/ (Go profiles); idem status\n--dashboard http://ADDR/dashboard/ prints the status")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", adminAddrDefault, "admin address, \"off\" to serve none (with the default, a free port when "+adminAddrDefault+"\nis taken; beyond loopback it needs --auth-token-file or --insecure-no-auth): /metrics\n(Prometheus: idem_relay_* and idem_consumer_* of every relay and consumer of the process,\nGo and process metrics), /healthz (200 \"ok\" once started and while its relays are\nhealthy, 503 \"not ok\" otherwise; open without the token), /dashboard/ (status, charts,\nparked messages to retry or remove: docs/OPERATIONS.md) and, with --pprof,\n/debug/pprof/ (Go profiles); idem status --dashboard http://ADDR/dashboard/ prints\nthe status")
 	var admin adminhttp.Flags
 	admin.Register(fs, "--admin-addr", adminTokenEnv, true)
 	fs.Lookup("insecure-no-auth").Usage = "let --admin-addr and --http listen beyond loopback without authentication (something in\nfront of them authenticates; the dashboard is then read-only)"

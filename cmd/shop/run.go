@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -153,6 +154,9 @@ type app struct {
 	admin   *adminhttp.Server
 	// dash is the dashboard on the admin address (dashboard.go).
 	dash *adminDashboard
+	// started is set once start has started everything: /healthz
+	// answers "ok" from then on (admin.go).
+	started atomic.Bool
 }
 
 // openApp opens the databases (applying their migrations), the HTTP
@@ -423,6 +427,7 @@ func (a *app) start(ctx context.Context) error {
 			}
 		}
 	}
+	a.started.Store(true)
 	return nil
 }
 

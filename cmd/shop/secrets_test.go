@@ -93,7 +93,7 @@ func TestSecretsStayInProcess(t *testing.T) {
 	paths := []adminhttptest.Path{
 		{Path: "/", Status: http.StatusOK},
 		{Path: "/metrics", Status: http.StatusOK},
-		{Path: "/healthz", Status: http.StatusNotFound},
+		{Path: "/healthz", Status: http.StatusOK, Open: []string{"ok\n"}},
 		{Path: "/dashboard/", Status: http.StatusOK},
 		{Path: "/dashboard/status.json", Status: http.StatusOK},
 		{Path: "/dashboard/messages", Status: http.StatusOK},
