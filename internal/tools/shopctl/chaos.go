@@ -144,7 +144,7 @@ func crashAndRecover(split, fault string, n int) func(ctx context.Context, r *ch
 		if err := r.orders(ctx, app.HTTP, n); err != nil {
 			return "", err
 		}
-		if err := armed.WaitKilled(30 * time.Second); err != nil {
+		if err := armed.WaitKilled(shopkit.SettleTimeout); err != nil {
 			return "", err
 		}
 		spec := shopkit.ProcSpec{Name: split, Services: split}
