@@ -713,8 +713,8 @@ type randomLoad struct {
 	// for an accepted order), which fail the run.
 	cancelled, cancelsGivenUp, cancelsRefused atomic.Int64
 	lastRefusal                               atomic.Value // string
-	mu                        sync.Mutex
-	orders                    map[string]bool // the ids of the accepted orders
+	mu                                        sync.Mutex
+	orders                                    map[string]bool // the ids of the accepted orders
 }
 
 // run places orders at rate until stop is closed, then waits for those in
