@@ -23,6 +23,7 @@ import (
 	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/binlog"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // fastConfig returns a configuration with short delays for tests.
@@ -604,7 +605,7 @@ func TestStatementLoggedInsert(t *testing.T) {
 // read from the binlog at the next start, with Delete = KeepRows too (the
 // rows waiting then are not published from the table).
 func TestFirstPositionStored(t *testing.T) {
-	for _, mode := range []binlog.DeleteMode{binlog.DeletePublished, binlog.KeepRows} {
+	for _, mode := range []logrelay.DeleteMode{logrelay.DeletePublished, logrelay.KeepRows} {
 		t.Run(mode.String(), func(t *testing.T) {
 			db := testdb.NewMariaDB(t)
 			pub := memory.New()
