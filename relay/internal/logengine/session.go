@@ -15,7 +15,13 @@ import (
 func (r *Relay) session() (read bool, err error) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
-	rd, err := r.src.Lead(ctx)
+	// Nothing is in flight while the adapter takes the log: a Stop ends
+	// it.
+	leadCtx, cancelLead := context.WithCancel(ctx)
+	stopped := context.AfterFunc(r.base.StopContext(), cancelLead)
+	rd, err := r.src.Lead(leadCtx)
+	stopped()
+	cancelLead()
 	if err != nil {
 		return false, err
 	}
