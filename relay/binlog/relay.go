@@ -23,7 +23,16 @@ import (
 
 // Relay publishes the inserts into a MariaDB outbox table, read from the
 // server's binary log, through a broker.Publisher. Make one with New; Start
-// and Stop it like the other relays.
+// and Stop it like the other relays (logrelay.Relay).
+//
+// Start checks the server (binary log on, in row format with full rows,
+// the privileges, the outbox and position tables) and takes the outbox's
+// lock when it is free; a second relay on the outbox waits and takes over
+// when the first stops. Stop stores the position of what was published;
+// messages abandoned at the end of Stop's context are published again from
+// the stored position. In Stats, Position is the GTID position last
+// stored, File and FilePos where the relay read last, LagBytes the binlog
+// written after that.
 //
 // Delayed rows (idem.Event.NotBefore, a not_before column from migration
 // 0012) are held: the stream skips their inserts and the stored position
@@ -34,7 +43,8 @@ import (
 // the next relay, and the first start's snapshot leaves delayed rows to the
 // same scan. A delayed row holds back nothing of its aggregate.
 type Relay struct {
-	eng *logengine.Relay
+	// Relay is the engine all log relays share.
+	logrelay.Relay
 	src *source
 }
 
@@ -138,36 +148,8 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 		ProgressInterval: cfg.ProgressInterval, Now: cfg.Now, Logger: log, Observer: cfg.Observer,
 		Standby: "another process reads this outbox's binlog; waiting to take over", TookOver: "took the outbox's binlog over",
 	})
-	return &Relay{eng: r.eng, src: r}, nil
+	return &Relay{Relay: r.eng, src: r}, nil
 }
-
-// Start checks the server (binary log on, in row format with full rows,
-// the privileges, the outbox and position tables) and starts
-// reading the binlog in the background. ctx bounds the start-up only. When
-// another process reads the same outbox, the relay waits and takes over
-// when it stops or dies (Stats.Waiting): Start does not fail for that.
-func (r *Relay) Start(ctx context.Context) error { return r.eng.Start(ctx) }
-
-// Stop stops reading, waits for the messages handed to the broker, deletes
-// the published rows and stores the position, then returns. When ctx ends
-// first, the publishing in progress is abandoned (those messages are
-// published again by the next relay) and Stop returns ctx's error; Done is
-// closed when everything has ended. Stop is idempotent, and safe before,
-// during and after Start.
-func (r *Relay) Stop(ctx context.Context) error { return r.eng.Stop(ctx) }
-
-// Done is closed when the relay has stopped.
-func (r *Relay) Done() <-chan struct{} { return r.eng.Done() }
-
-// Stats returns a snapshot of the relay's counters: Position is the GTID
-// position last stored, File and FilePos where the relay read last,
-// LagBytes the binlog written after that.
-func (r *Relay) Stats() logrelay.Stats { return r.eng.Stats() }
-
-// Healthy returns nil while the relay reads the binlog, or waits for the
-// outbox held by another process (a standby); otherwise
-// logrelay.ErrNotRunning or the error that keeps it from reading.
-func (r *Relay) Healthy() error { return r.eng.Healthy() }
 
 // Close releases the outbox's lock and the connections once the relay
 // stopped.

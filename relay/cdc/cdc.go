@@ -21,11 +21,20 @@ import (
 
 // Relay publishes the outbox's inserts and the outbox's WAL messages, read
 // from a logical replication slot, through a broker.Publisher. Make one with
-// New; Start and Stop it like the polling relay. Delayed rows wait in the
-// table and are published from it once due (see the package
-// documentation).
+// New; Start and Stop it like the polling relay (logrelay.Relay). Delayed
+// rows wait in the table and are published from it once due (see the
+// package documentation).
+//
+// Start checks the server (wal_level=logical, the outbox table, the
+// REPLICATION privilege) and creates the publication and the slot when they
+// do not exist; a second relay on the slot waits and takes over when the
+// first stops. Stop confirms to the server the position of what was
+// published; messages abandoned at the end of Stop's context are published
+// again from the slot. In Stats, Position and ConfirmedLSN are the slot's
+// position last confirmed, LagBytes and RetainedBytes the slot's WAL.
 type Relay struct {
-	eng *logengine.Relay
+	// Relay is the engine all log relays share.
+	logrelay.Relay
 }
 
 // source is what the engine (relay/internal/logengine) reads: the slot,
@@ -81,37 +90,8 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 		ProgressInterval: cfg.ProgressInterval, Now: cfg.Now, Logger: log, Observer: cfg.Observer,
 		Standby: "another process reads the slot; waiting to take over", TookOver: "took the slot over",
 	})
-	return &Relay{eng: s.eng}, nil
+	return &Relay{Relay: s.eng}, nil
 }
-
-// Start checks the server (wal_level=logical, the outbox table, the
-// REPLICATION privilege), creates the publication and the slot when they do
-// not exist, and starts reading the slot in the background. ctx bounds the
-// start-up only. When another process holds the slot, the relay waits and
-// takes over when it is released (Stats.Waiting): Start does not fail for
-// that.
-func (r *Relay) Start(ctx context.Context) error { return r.eng.Start(ctx) }
-
-// Stop stops reading, waits for the messages handed to the broker, deletes
-// the published rows and confirms the position to the server, then
-// returns. When ctx ends first, the publishing in progress is abandoned
-// (those messages are published again by the next relay on the slot) and
-// Stop returns ctx's error at once; Done is closed when everything has
-// ended. Stop is idempotent, and safe before, during and after Start.
-func (r *Relay) Stop(ctx context.Context) error { return r.eng.Stop(ctx) }
-
-// Done is closed when the relay has stopped.
-func (r *Relay) Done() <-chan struct{} { return r.eng.Done() }
-
-// Stats returns a snapshot of the relay's counters: Position and
-// ConfirmedLSN are the position last confirmed to the server, LagBytes and
-// RetainedBytes the slot's.
-func (r *Relay) Stats() logrelay.Stats { return r.eng.Stats() }
-
-// Healthy returns nil while the relay reads its slot, or waits for the slot
-// held by another process (a standby); otherwise logrelay.ErrNotRunning or
-// the error that keeps it from reading.
-func (r *Relay) Healthy() error { return r.eng.Healthy() }
 
 // Close releases the pool once the relay stopped, and the snapshot of
 // rows not published.

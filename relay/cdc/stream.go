@@ -520,8 +520,8 @@ func (s *session) FirstInvisible(ctx context.Context, marks []any) (int, error) 
 
 // Confirm confirms the position to the server: c.Pos, or, when nothing read
 // waits, the server's last position. A forced update (every
-// StandbyInterval, or asked by the server) asks for a reply: the server's
-// keepalive tells that it is alive (Read).
+// StandbyInterval, at a stop, or asked by the server) asks for a reply:
+// the server's keepalive tells that it is alive (Read).
 func (s *session) Confirm(ctx context.Context, c logengine.Confirm) (bool, error) {
 	r := s.r
 	pos := s.flushed
@@ -533,13 +533,16 @@ func (s *session) Confirm(ctx context.Context, c logengine.Confirm) (bool, error
 		pos = s.walEnd
 	}
 	moved := pos > s.flushed
-	if !moved && !c.Force {
+	// A status update is due every StandbyInterval, also while the window
+	// is full and nothing is read.
+	force := c.Force || time.Since(s.lastStatus) >= r.cfg.StandbyInterval
+	if !moved && !force {
 		return true, nil
 	}
 	if moved && c.Pos != nil && fault.Enabled {
 		fault.Point(fault.CDCAfterPublishBeforeConfirm)
 	}
-	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos, ReplyRequested: c.Force})
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos, ReplyRequested: force})
 	if err != nil {
 		return false, fmt.Errorf("idem: cdc: standby status update: %w", err)
 	}

@@ -7,18 +7,12 @@
 //
 // Both relays are thin adapters over one engine: they publish, order,
 // check visibility, confirm, delay, quarantine, archive and report the
-// same way, so one set of types describes them. A program that runs
-// either one names these types only:
-//
-//	var r interface {
-//		Start(context.Context) error
-//		Stop(context.Context) error
-//		Stats() logrelay.Stats
-//		Healthy() error
-//	}
+// same way, so one set of types describes them, and a program that runs
+// either one holds it as a Relay.
 package logrelay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -89,6 +83,32 @@ func (m DeleteMode) String() string {
 		return "keep"
 	}
 	return fmt.Sprintf("DeleteMode(%d)", int(m))
+}
+
+// Relay is what every log relay does: *cdc.Relay and *binlog.Relay are
+// Relays.
+type Relay interface {
+	// Start checks the server and the tables, and starts reading the log
+	// in the background; ctx bounds the start-up only. When another
+	// process holds the log, the relay waits and takes over when it is
+	// released (Stats.Waiting): Start does not fail for that.
+	Start(ctx context.Context) error
+	// Stop stops reading, waits for the messages handed to the broker,
+	// deletes the published rows and makes the position durable, then
+	// returns. When ctx ends first, the publishing in progress is
+	// abandoned (those messages are published again by the next relay)
+	// and Stop returns ctx's error at once; Done is closed when everything
+	// has ended. Stop is idempotent, and safe before, during and after
+	// Start.
+	Stop(ctx context.Context) error
+	// Done is closed when the relay has stopped.
+	Done() <-chan struct{}
+	// Stats returns a snapshot of the relay's counters.
+	Stats() Stats
+	// Healthy returns nil while the relay reads its log, or waits for the
+	// log held by another process (a standby); otherwise ErrNotRunning or
+	// the error that keeps it from reading.
+	Healthy() error
 }
 
 // ErrNotRunning is returned by a relay's Healthy while it is not running.

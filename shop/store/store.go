@@ -445,18 +445,10 @@ func (db *DB) DropCDCSlot(ctx context.Context) error {
 	return nil
 }
 
-// LogRelay is what both log relays are: *cdc.Relay (PostgreSQL) and
-// *binlog.Relay (MariaDB).
-type LogRelay interface {
-	Start(ctx context.Context) error
-	Stop(ctx context.Context) error
-	Stats() logrelay.Stats
-	Healthy() error
-}
-
-// CDCRelay is a log relay seen as a Relay.
+// CDCRelay is a log relay seen as a Relay: PostgreSQL's (relay/cdc) or
+// MariaDB's (relay/binlog).
 type CDCRelay struct {
-	Log LogRelay
+	Log logrelay.Relay
 }
 
 // Start starts the relay.

@@ -196,9 +196,10 @@ func published(msgs []idem.Message, id uuid.UUID) bool {
 	return false
 }
 
-// checkFirstOrder checks that the first copy of each aggregate's events
-// follows their versions, and that every id of want was published.
-func checkFirstOrder(t *testing.T, msgs []idem.Message, want []uuid.UUID) {
+// CheckFirstOrder checks that the first copy of each aggregate's events
+// in msgs follows their versions, and that every id of want was published:
+// for a source's own tests too.
+func CheckFirstOrder(t *testing.T, msgs []idem.Message, want []uuid.UUID) {
 	t.Helper()
 	seen := map[uuid.UUID]bool{}
 	last := map[string]int64{}
@@ -244,7 +245,7 @@ func insertsInOrder(t *testing.T, ob Outbox) {
 	}
 	wg.Wait()
 	msgs := waitLen(t, pub, 100)
-	checkFirstOrder(t, msgs, want)
+	CheckFirstOrder(t, msgs, want)
 	eventually(t, "published rows deleted", func() bool { return ob.Count(t, "outbox") == 0 })
 	eventually(t, "position durable", func() bool { return r.Stats().Position != "" })
 	if s := r.Stats(); s.Published != 100 || s.Unreadable != 0 || s.Deleted != 100 || s.Transactions != 100 || !s.Streaming {
@@ -284,11 +285,11 @@ func restartResumes(t *testing.T, ob Outbox) {
 	second := add(t, ob, "a", 11, 20)
 	startStreaming(t, ob, pub, Options{})
 	msgs := waitLen(t, pub, 20)
-	checkFirstOrder(t, msgs, append(first, second...))
+	CheckFirstOrder(t, msgs, append(first, second...))
 	// A sentinel after everything: once it is published, no copy can follow.
 	third := add(t, ob, "a", 21, 21)
 	msgs = waitLen(t, pub, 21)
-	checkFirstOrder(t, msgs, third)
+	CheckFirstOrder(t, msgs, third)
 	if len(msgs) != 21 {
 		t.Errorf("%d messages, want 21", len(msgs))
 	}
@@ -314,7 +315,7 @@ func standbyTakesOver(t *testing.T, ob Outbox) {
 	eventually(t, "second relay streaming", func() bool { return b.Stats().Streaming })
 	second := add(t, ob, "a", 11, 20)
 	msgs := waitLen(t, pubB, 10)
-	checkFirstOrder(t, append(pubA.Messages(), msgs...), append(first, second...))
+	CheckFirstOrder(t, append(pubA.Messages(), msgs...), append(first, second...))
 	if b.Stats().Waiting {
 		t.Error("the relay that took over still says Waiting")
 	}
@@ -329,7 +330,7 @@ func firstStartWaitingRows(t *testing.T, ob Outbox) {
 	r := start(t, ob, pub, Options{})
 	after := add(t, ob, "a", 31, 40)
 	msgs := waitLen(t, pub, 40)
-	checkFirstOrder(t, msgs, append(before, after...))
+	CheckFirstOrder(t, msgs, append(before, after...))
 	eventually(t, "published rows deleted", func() bool { return ob.Count(t, "outbox") == 0 })
 	if len(msgs) != 40 {
 		t.Errorf("%d messages, want 40 (no copy after a clean run)", len(msgs))
@@ -400,7 +401,7 @@ func binaryPayload(t *testing.T, ob Outbox) {
 			t.Errorf("message %s: content type %q, payload %q; want every byte value", m.EventID, ev.ContentType, ev.Payload)
 		}
 	}
-	checkFirstOrder(t, msgs, []uuid.UUID{waiting.ID, streamed.ID})
+	CheckFirstOrder(t, msgs, []uuid.UUID{waiting.ID, streamed.ID})
 }
 
 // refusedQuarantined: a message the broker refuses QuarantineAfter times
