@@ -119,6 +119,7 @@ type session struct {
 	snapshot *binlogPos
 	events   chan event
 	check    *time.Ticker
+	until    *time.Timer // Read's
 	// heard is when the server's last event was read, moved forward by
 	// the time the relay did not read (its window full).
 	heard, readEnd time.Time
@@ -270,6 +271,9 @@ func (s *session) Close() {
 	if s.check != nil {
 		s.check.Stop()
 	}
+	if s.until != nil {
+		s.until.Stop()
+	}
 	if s.conn != nil {
 		s.conn.Close()
 	}
@@ -325,13 +329,17 @@ func (s *session) Read(ctx context.Context, until time.Time, stopping <-chan str
 		s.heard = s.heard.Add(time.Since(s.readEnd))
 	}
 	defer func() { s.readEnd = time.Now() }()
-	t := time.NewTimer(time.Until(until))
-	defer t.Stop()
+	// One timer for the session: a Read per transaction.
+	if s.until == nil {
+		s.until = time.NewTimer(time.Until(until))
+	} else {
+		s.until.Reset(time.Until(until))
+	}
 	for {
 		select {
 		case <-stopping:
 			return logengine.Read{}, nil
-		case <-t.C:
+		case <-s.until.C:
 			return logengine.Read{}, nil
 		case <-ctx.Done():
 			return logengine.Read{}, ctx.Err()
