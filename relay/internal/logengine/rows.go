@@ -34,7 +34,6 @@ var errStopped = errors.New("stopped")
 // A Stop or a failure before the end leaves the rest in the table and ends
 // the session.
 func (r *Relay) publishInitial(ctx context.Context, in Initial) error {
-	var total int64
 	total, err := in.Count(ctx)
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("counting the rows that were waiting in the outbox "+in.When()+" failed; publishing them without a total", "error", err)
