@@ -19,7 +19,6 @@ import (
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testlog"
-	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/binlog"
 	"github.com/idem-go/idem/relay/internal/logengine/logenginetest"
@@ -45,23 +44,16 @@ func start(t testing.TB, db *testdb.SQLDB, pub broker.Publisher, cfg binlog.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stop(t, r) })
+	logenginetest.Start(t, r)
 	return r
 }
 
-func stop(t testing.TB, r *binlog.Relay) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := r.Stop(ctx); err != nil {
-		t.Errorf("stop: %v", err)
-	}
-}
+// The suite's helpers, for the tests of what only MariaDB does.
+var (
+	stop       = logenginetest.Stop
+	waitLen    = logenginetest.WaitLen
+	eventually = logenginetest.Eventually
+)
 
 // add writes versions from..to of aggregate id, one transaction each.
 func add(t testing.TB, db *testdb.SQLDB, id string, from, to int) []uuid.UUID {
@@ -80,21 +72,6 @@ func add(t testing.TB, db *testdb.SQLDB, id string, from, to int) []uuid.UUID {
 		ids = append(ids, ev.ID)
 	}
 	return ids
-}
-
-func waitLen(t *testing.T, pub *memory.Publisher, n int) []idem.Message {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := pub.WaitLen(ctx, n); err != nil {
-		t.Fatalf("waiting for %d messages, got %d: %v", n, pub.Len(), err)
-	}
-	return pub.Messages()
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testsvc.WaitFor(t, 60*time.Second, what, cond)
 }
 
 // TestPositionStored: the position the relay reports is the one stored in

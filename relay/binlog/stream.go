@@ -115,7 +115,7 @@ type session struct {
 	file string
 	// initial holds the rows waiting at the first start (nil otherwise),
 	// and snapshot the position of their snapshot, stored by Start.
-	initial  *initialRows
+	initial  logengine.Initial
 	snapshot *binlogPos
 	events   chan event
 	check    *time.Ticker
@@ -216,12 +216,7 @@ func (s *session) open(ctx context.Context) error {
 }
 
 // Initial returns the rows waiting at the first start, if any.
-func (s *session) Initial() logengine.Initial {
-	if s.initial == nil {
-		return nil
-	}
-	return s.initial
-}
+func (s *session) Initial() logengine.Initial { return s.initial }
 
 // Start stores the first start's position, once its rows are published,
 // then starts reading the binlog.

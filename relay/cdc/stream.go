@@ -24,9 +24,11 @@ import (
 // Lead returns the reader of one session: the rows waiting since the
 // slot's creation first, if any, then the slot's stream (Start).
 func (r *source) Lead(context.Context) (logengine.Reader, error) {
-	in := r.initial
-	r.initial = nil
-	return &session{r: r, initial: in, relations: map[uint32]*pglogrepl.RelationMessage{}}, nil
+	s := &session{r: r, relations: map[uint32]*pglogrepl.RelationMessage{}}
+	if r.initial != nil { // not a nil *initialRows in the interface
+		s.initial, r.initial = r.initial, nil
+	}
+	return s, nil
 }
 
 // txState is the transaction being read.
@@ -39,7 +41,7 @@ type txState struct {
 // session is the state of one replication connection.
 type session struct {
 	r         *source
-	initial   *initialRows
+	initial   logengine.Initial
 	conn      *pgconn.PgConn
 	relations map[uint32]*pglogrepl.RelationMessage
 	tx        *txState
@@ -56,12 +58,7 @@ type session struct {
 
 // Initial returns the rows waiting since the slot's creation, if this
 // session is the first after it.
-func (s *session) Initial() logengine.Initial {
-	if s.initial == nil {
-		return nil
-	}
-	return s.initial
-}
+func (s *session) Initial() logengine.Initial { return s.initial }
 
 // Start starts reading the slot. A slot another process reads is
 // logengine.ErrStandby; a missing slot (a failover to a standby without a

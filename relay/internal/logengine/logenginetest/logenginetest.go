@@ -34,13 +34,7 @@ import (
 )
 
 // Relay is a log relay under test.
-type Relay interface {
-	Start(ctx context.Context) error
-	Stop(ctx context.Context) error
-	Done() <-chan struct{}
-	Stats() logrelay.Stats
-	Healthy() error
-}
+type Relay = logrelay.Relay
 
 // Harness is what a log source gives the suite.
 type Harness struct {
@@ -121,13 +115,20 @@ func Run(t *testing.T, h Harness) {
 func start(t *testing.T, ob Outbox, pub broker.Publisher, o Options) Relay {
 	t.Helper()
 	r := ob.Relay(t, pub, o)
+	Start(t, r)
+	return r
+}
+
+// Start starts r and stops it when the test ends: for a source's own
+// tests too.
+func Start(t testing.TB, r Relay) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := r.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { stop(t, r) })
-	return r
+	t.Cleanup(func() { Stop(t, r) })
 }
 
 // startStreaming starts a relay and waits until it reads the log: what is
@@ -135,11 +136,13 @@ func start(t *testing.T, ob Outbox, pub broker.Publisher, o Options) Relay {
 func startStreaming(t *testing.T, ob Outbox, pub broker.Publisher, o Options) Relay {
 	t.Helper()
 	r := start(t, ob, pub, o)
-	eventually(t, "relay reading the log", func() bool { return r.Stats().Streaming })
+	Eventually(t, "relay reading the log", func() bool { return r.Stats().Streaming })
 	return r
 }
 
-func stop(t *testing.T, r Relay) {
+// Stop stops r, failing the test if it does not stop cleanly within 20
+// seconds: for a source's own tests too.
+func Stop(t testing.TB, r Relay) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -171,7 +174,9 @@ func add(t *testing.T, ob Outbox, agg string, from, to int) []uuid.UUID {
 	return ids
 }
 
-func waitLen(t *testing.T, pub *memory.Publisher, n int) []idem.Message {
+// WaitLen waits until pub holds n messages and returns them: for a
+// source's own tests too.
+func WaitLen(t *testing.T, pub *memory.Publisher, n int) []idem.Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -181,7 +186,9 @@ func waitLen(t *testing.T, pub *memory.Publisher, n int) []idem.Message {
 	return pub.Messages()
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+// Eventually waits until cond holds, failing the test with what after a
+// minute: for a source's own tests too.
+func Eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testsvc.WaitFor(t, 60*time.Second, what, cond)
 }
@@ -256,10 +263,10 @@ func insertsInOrder(t *testing.T, ob Outbox) {
 		}()
 	}
 	wg.Wait()
-	msgs := waitLen(t, pub, 100)
+	msgs := WaitLen(t, pub, 100)
 	CheckFirstOrder(t, msgs, want)
-	eventually(t, "published rows deleted", func() bool { return ob.Count(t, "outbox") == 0 })
-	eventually(t, "position durable", func() bool { return r.Stats().Position != "" })
+	Eventually(t, "published rows deleted", func() bool { return ob.Count(t, "outbox") == 0 })
+	Eventually(t, "position durable", func() bool { return r.Stats().Position != "" })
 	stats(t, r, "every message published, deleted, read in its transaction", func(s logrelay.Stats) bool {
 		return s.Published == 100 && s.Unreadable == 0 && s.Deleted == 100 && s.Transactions == 100 && s.Streaming
 	})
@@ -277,7 +284,7 @@ func rollbackPublishesNothing(t *testing.T, ob Outbox) {
 	ob.Add(t, true, gone, event(t, "b", 1))
 	sentinel := event(t, "a", 2)
 	ob.Add(t, false, sentinel)
-	msgs := waitLen(t, pub, 1)
+	msgs := WaitLen(t, pub, 1)
 	if len(msgs) != 1 || msgs[0].EventID != sentinel.ID {
 		t.Fatalf("published %d messages, want only the sentinel", len(msgs))
 	}
@@ -293,15 +300,15 @@ func restartResumes(t *testing.T, ob Outbox) {
 	pub := memory.New()
 	r := start(t, ob, pub, Options{})
 	first := add(t, ob, "a", 1, 10)
-	waitLen(t, pub, 10)
-	stop(t, r)
+	WaitLen(t, pub, 10)
+	Stop(t, r)
 	second := add(t, ob, "a", 11, 20)
 	startStreaming(t, ob, pub, Options{})
-	msgs := waitLen(t, pub, 20)
+	msgs := WaitLen(t, pub, 20)
 	CheckFirstOrder(t, msgs, append(first, second...))
 	// A sentinel after everything: once it is published, no copy can follow.
 	third := add(t, ob, "a", 21, 21)
-	msgs = waitLen(t, pub, 21)
+	msgs = WaitLen(t, pub, 21)
 	CheckFirstOrder(t, msgs, third)
 	if len(msgs) != 21 {
 		t.Errorf("%d messages, want 21", len(msgs))
@@ -313,21 +320,21 @@ func restartResumes(t *testing.T, ob Outbox) {
 func standbyTakesOver(t *testing.T, ob Outbox) {
 	pubA, pubB := memory.New(), memory.New()
 	a := start(t, ob, pubA, Options{})
-	eventually(t, "first relay streaming", func() bool { return a.Stats().Streaming })
+	Eventually(t, "first relay streaming", func() bool { return a.Stats().Streaming })
 	b := start(t, ob, pubB, Options{})
-	eventually(t, "second relay waiting", func() bool { return b.Stats().Waiting })
+	Eventually(t, "second relay waiting", func() bool { return b.Stats().Waiting })
 	if err := b.Healthy(); err != nil {
 		t.Errorf("a standby is healthy: %v", err)
 	}
 	first := add(t, ob, "a", 1, 10)
-	waitLen(t, pubA, 10)
+	WaitLen(t, pubA, 10)
 	if b.Stats().Streaming || pubB.Len() != 0 {
 		t.Fatalf("the second relay published while the first held the log: %d", pubB.Len())
 	}
-	stop(t, a)
-	eventually(t, "second relay streaming", func() bool { return b.Stats().Streaming })
+	Stop(t, a)
+	Eventually(t, "second relay streaming", func() bool { return b.Stats().Streaming })
 	second := add(t, ob, "a", 11, 20)
-	msgs := waitLen(t, pubB, 10)
+	msgs := WaitLen(t, pubB, 10)
 	CheckFirstOrder(t, append(pubA.Messages(), msgs...), append(first, second...))
 	if b.Stats().Waiting {
 		t.Error("the relay that took over still says Waiting")
@@ -342,9 +349,9 @@ func firstStartWaitingRows(t *testing.T, ob Outbox) {
 	pub := memory.New()
 	r := start(t, ob, pub, Options{})
 	after := add(t, ob, "a", 31, 40)
-	msgs := waitLen(t, pub, 40)
+	msgs := WaitLen(t, pub, 40)
 	CheckFirstOrder(t, msgs, append(before, after...))
-	eventually(t, "published rows deleted", func() bool { return ob.Count(t, "outbox") == 0 })
+	Eventually(t, "published rows deleted", func() bool { return ob.Count(t, "outbox") == 0 })
 	if len(msgs) != 40 {
 		t.Errorf("%d messages, want 40 (no copy after a clean run)", len(msgs))
 	}
@@ -366,20 +373,20 @@ func delayedRows(t *testing.T, ob Outbox) {
 	ob.Add(t, false, d)
 	a2, s1 := event(t, "a", 2), event(t, "s", 1)
 	ob.Add(t, false, a2, s1)
-	msgs := waitLen(t, pub, 2)
+	msgs := WaitLen(t, pub, 2)
 	if published(msgs, d.ID) {
 		t.Fatal("the delayed event was published before its time")
 	}
-	eventually(t, "the delayed insert counted", func() bool { return r.Stats().Delayed == 1 })
+	Eventually(t, "the delayed insert counted", func() bool { return r.Stats().Delayed == 1 })
 	if n := ob.Count(t, "outbox WHERE id = ?", d.ID.String()); n != 1 {
 		t.Fatalf("the delayed row: %d rows, want it waiting in the table", n)
 	}
 	clock.Store(d.NotBefore.Add(time.Second).UnixNano())
-	msgs = waitLen(t, pub, 3)
+	msgs = WaitLen(t, pub, 3)
 	if !published(msgs, d.ID) {
 		t.Fatal("the due event was not published")
 	}
-	eventually(t, "the due row deleted", func() bool { return ob.Count(t, "outbox WHERE id = ?", d.ID.String()) == 0 })
+	Eventually(t, "the due row deleted", func() bool { return ob.Count(t, "outbox WHERE id = ?", d.ID.String()) == 0 })
 	stats(t, r, "the due row counted", func(s logrelay.Stats) bool { return s.DuePublished == 1 && s.Published == 3 })
 }
 
@@ -402,7 +409,7 @@ func binaryPayload(t *testing.T, ob Outbox) {
 	startStreaming(t, ob, pub, Options{})
 	streamed := binary("streamed")
 	ob.Add(t, false, streamed)
-	msgs := waitLen(t, pub, 2)
+	msgs := WaitLen(t, pub, 2)
 	for _, m := range msgs {
 		ev, err := idem.Decode(m)
 		if err != nil {
@@ -433,14 +440,14 @@ func refusedQuarantined(t *testing.T, ob Outbox) {
 	r := startStreaming(t, ob, pub, Options{QuarantineAfter: 2})
 	ob.Add(t, false, bad2)
 	ob.Add(t, false, good)
-	msgs := waitLen(t, pub, 1)
+	msgs := WaitLen(t, pub, 1)
 	if msgs[0].EventID != good.ID {
 		t.Fatalf("published %s, want only version 3", msgs[0].EventID)
 	}
-	eventually(t, "both refused rows quarantined", func() bool {
+	Eventually(t, "both refused rows quarantined", func() bool {
 		return ob.Count(t, "outbox WHERE quarantined_at IS NOT NULL AND last_error LIKE '%refused by the broker%'") == 2
 	})
-	eventually(t, "the published row deleted", func() bool { return ob.Count(t, "outbox WHERE id = ?", good.ID.String()) == 0 })
+	Eventually(t, "the published row deleted", func() bool { return ob.Count(t, "outbox WHERE id = ?", good.ID.String()) == 0 })
 	stats(t, r, "two quarantined, one published", func(s logrelay.Stats) bool { return s.Quarantined == 2 && s.Published == 1 })
 }
 
@@ -454,11 +461,11 @@ func unreadableQuarantined(t *testing.T, ob Outbox) {
 VALUES (?, 'order', 'a', 'order.changed.v1', '{}', '[1,2]')`, bad)
 	sentinel := event(t, "a", 2)
 	ob.Add(t, false, sentinel)
-	msgs := waitLen(t, pub, 1)
+	msgs := WaitLen(t, pub, 1)
 	if msgs[0].EventID != sentinel.ID {
 		t.Fatalf("published %s, want the sentinel", msgs[0].EventID)
 	}
-	eventually(t, "the unreadable row quarantined", func() bool {
+	Eventually(t, "the unreadable row quarantined", func() bool {
 		return ob.Count(t, "outbox WHERE id = ? AND quarantined_at IS NOT NULL AND last_error LIKE '%headers%'", bad) == 1
 	})
 	stats(t, r, "one unreadable row quarantined", func(s logrelay.Stats) bool { return s.Unreadable == 1 && s.Quarantined == 1 })
@@ -472,8 +479,8 @@ func archive(t *testing.T, ob Outbox) {
 	pub := memory.New()
 	r := startStreaming(t, ob, pub, Options{Archive: true})
 	streamed := add(t, ob, "a", 4, 6)
-	waitLen(t, pub, 6)
-	eventually(t, "archived", func() bool { return r.Stats().Archived == 6 && ob.Count(t, "outbox") == 0 })
+	WaitLen(t, pub, 6)
+	Eventually(t, "archived", func() bool { return r.Stats().Archived == 6 && ob.Count(t, "outbox") == 0 })
 	for _, id := range append(waiting, streamed...) {
 		if n := ob.Count(t, "outbox_archive WHERE id = ?", id.String()); n != 1 {
 			t.Errorf("event %s archived %d times, want 1", id, n)
@@ -502,7 +509,7 @@ func visibleWhenPublished(t *testing.T, ob Outbox) {
 		go func() { defer wg.Done(); add(t, ob, fmt.Sprint("agg-", w), 1, 25) }()
 	}
 	wg.Wait()
-	waitLen(t, pub, 100)
+	WaitLen(t, pub, 100)
 	if n := invisible.Load(); n != 0 {
 		t.Errorf("%d messages reached the broker before their row was visible to another session", n)
 	}
