@@ -103,7 +103,7 @@
 // content), a message the broker refuses Config.QuarantineAfter times is
 // quarantined, and a row whose not_before is set waits in the table, where
 // the relay that holds the outbox publishes it once due
-// (Config.DueInterval). Stats (relay/cdc/cdcmetrics exports them) reports
+// (Config.DueInterval). Stats, which relay/cdc/cdcmetrics exports, report
 // what it does; Healthy says whether it reads the binlog.
 //
 // All of that, but reading the binlog, the first start's snapshot, the
