@@ -49,12 +49,13 @@ func (r *Relay) publishInitial(ctx context.Context, in Initial) error {
 	quarantined := r.C.Quarantined.Load()
 	var n, seen int64
 	for {
-		if r.stopping() {
+		// The next page is read even at a Stop: when there is none, the
+		// session goes on to Start, which makes the first start's
+		// position durable, and the next start does not take the rows
+		// from a new snapshot.
+		recs, err := in.Page(ctx)
+		if err == nil && len(recs) > 0 && r.stopping() {
 			err = errStopped
-		}
-		var recs []driver.OutboxRecord
-		if err == nil {
-			recs, err = in.Page(ctx)
 		}
 		if err == nil && len(recs) == 0 {
 			r.C.InitialRows.Store(max(total, seen))
