@@ -12,6 +12,7 @@ import (
 	"github.com/idem-go/idem/relay/binlog"
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // cdcServiceName is the default service name of the CDC relays' spans.
@@ -234,18 +235,18 @@ func setupCdc(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&o.slot, "slot", "", "replication slot (default idem_<schema>_<table>)")
 	fs.StringVar(&o.publication, "publication", "", "publication (default: the slot's name)")
 	fs.StringVar(&o.prefix, "prefix", "", "prefix of the WAL messages to publish (default idem.outbox:<schema>.<table>, the default of outbox.NewLogWriter)")
-	fs.IntVar(&o.window, "window", cdc.WindowDefault, "messages handed to the broker and not yet confirmed")
-	fs.IntVar(&o.batch, "batch-size", cdc.BatchSizeDefault, "maximum messages per publish call")
+	fs.IntVar(&o.window, "window", logrelay.WindowDefault, "messages handed to the broker and not yet confirmed")
+	fs.IntVar(&o.batch, "batch-size", logrelay.BatchSizeDefault, "maximum messages per publish call")
 	fs.BoolVar(&o.keepRows, "keep-rows", false, "leave published rows in the table (the writer deletes them)")
 	fs.BoolVar(&o.rowsOnly, "rows-only", false, "every event is a row the relay deletes (no WAL messages): lets the relay run on a server with a physical standby, and recover after a failover by publishing the rows still in the table")
 	fs.BoolVar(&o.acceptLoss, "accept-failover-loss", false, "start on a server with a physical standby though a failover loses the events existing only in the WAL (WAL messages, rows deleted by their writer) not yet published")
-	fs.IntVar(&o.quarantineAfter, "quarantine-after", cdc.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
+	fs.IntVar(&o.quarantineAfter, "quarantine-after", logrelay.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
 	fs.UintVar(&o.serverID, "server-id", 0, "MariaDB: the server_id the relay presents as a replica; must differ from every server's (default: derived from the database and table, in [2^30, 2^31))")
 	fs.Int64Var(&o.lagWarn, "lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
 	fs.StringVar(&o.archive, "archive-retention", "168h", "how long the archive keeps the events published, for idem replay (h, m, s or d: 168h, 30d); 0 turns the archive off")
 	o.ops.register(fs, "127.0.0.1:9465")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long the messages in flight may take to be confirmed")
-	fs.DurationVar(&o.dueInterval, "due-interval", cdc.DueIntervalDefault, "how often the relay looks in the table for delayed rows (idem.Event.NotBefore) that fell due")
+	fs.DurationVar(&o.dueInterval, "due-interval", logrelay.DueIntervalDefault, "how often the relay looks in the table for delayed rows (idem.Event.NotBefore) that fell due")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return o.run
@@ -289,7 +290,7 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		Window: o.window, BatchSize: o.batch, LagWarnBytes: o.lagWarn, QuarantineAfter: o.quarantineAfter,
 		ArchiveRetention: archive, DueInterval: o.dueInterval}
 	if o.keepRows {
-		cfg.Delete = cdc.KeepRows
+		cfg.Delete = logrelay.KeepRows
 	}
 	cfg.RowsOnly, cfg.AcceptFailoverLoss = o.rowsOnly, o.acceptLoss
 	if dropSlot {
@@ -374,7 +375,7 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 	cfg := binlog.Config{Tables: tables, ServerID: uint32(o.serverID), Window: o.window, BatchSize: o.batch,
 		QuarantineAfter: o.quarantineAfter, ArchiveRetention: archive, DueInterval: o.dueInterval, Logger: log}
 	if o.keepRows {
-		cfg.Delete = binlog.KeepRows
+		cfg.Delete = logrelay.KeepRows
 	}
 	if cfg.ProgressInterval, err = progressInterval(e); err != nil {
 		return err
@@ -391,12 +392,12 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 	defer pub.Close()
 	label := "binlog_" + cfg.WithDefaults().Tables.Outbox
 	metrics := cdcmetrics.New(label)
-	cfg.Observer = metrics.Instrument(cdc.Config{}).Observer
+	cfg.Observer = metrics.Observer(cfg.Observer)
 	r, err := binlog.New(dbURL, pub, cfg)
 	if err != nil {
 		return err
 	}
-	metrics.Watch(cdcmetrics.StatsFunc(r.CDCStats))
+	metrics.Watch(r)
 	ops.serve(r.Healthy, metrics)
 	startErr, stopErr := runUntilStopped(ctx, r, ops, o.stopTimeout, func() {
 		log.Info("relaying from the binary log", "table", cfg.WithDefaults().Tables.Outbox, "broker", brokerURL, "archive_retention", archiveLog(archive))

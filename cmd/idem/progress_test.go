@@ -122,8 +122,8 @@ func TestCDCInitialRowsProgress(t *testing.T) {
 				}
 				return pg.URL, []string{"--schema", pg.Schema, "--slot", cdcSlot(pg), "--prefix", cdcPrefix(pg)}
 			}},
-		{"mariadb", "publishing the rows waiting in the outbox at the first start",
-			"published the rows waiting in the outbox at the first start",
+		{"mariadb", "publishing the rows that were waiting in the outbox at the first start",
+			"published the rows that were waiting in the outbox at the first start",
 			func(t *testing.T) (string, []string) {
 				db := testdb.NewMariaDB(t)
 				ctx := context.Background()

@@ -25,7 +25,6 @@ import (
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/cdc"
-	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
 	"github.com/idem-go/idem/shop"
 	"github.com/idem-go/idem/shop/billing"
 	"github.com/idem-go/idem/shop/carrier"
@@ -293,7 +292,7 @@ func openApp(ctx context.Context, cfg runConfig, log *slog.Logger) (_ *app, err 
 				if err != nil {
 					return nil, fmt.Errorf("relay of %s (--relay cdc): %w", s, err)
 				}
-				watch(cdcmetrics.StatsFunc(r.CDCStats))
+				watch(r.Log)
 				a.relays[s] = r
 				continue
 			}

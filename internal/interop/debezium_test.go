@@ -21,6 +21,7 @@ import (
 	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/binlog"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 const (
@@ -118,7 +119,7 @@ func TestOneRowOneEventWhicheverPublisher(t *testing.T) {
 	// it leaves the rows to the polling relay (KeepRows), as a table that
 	// Debezium reads is left to its writer.
 	bl, err := binlog.New(src.URL, pub, binlog.Config{
-		Delete:          binlog.KeepRows,
+		Delete:          logrelay.KeepRows,
 		FlushInterval:   20 * time.Millisecond,
 		Heartbeat:       time.Second,
 		RetryBackoff:    10 * time.Millisecond,

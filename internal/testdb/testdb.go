@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,8 +67,24 @@ func PostgresExclusive(t testing.TB) string {
 func StopPostgres(t testing.TB) { t.Helper(); pgScript(t, "IDEM_TEST_POSTGRES_STOP") }
 
 // StartPostgres starts the test server again and waits until it accepts
-// connections.
-func StartPostgres(t testing.TB) { t.Helper(); pgScript(t, "IDEM_TEST_POSTGRES_START") }
+// connections, then empties the pools of the PGs of this process: their
+// connections ended with the server, and a pool hands out a connection
+// idle for less than a second without a ping.
+func StartPostgres(t testing.TB) {
+	t.Helper()
+	pgScript(t, "IDEM_TEST_POSTGRES_START")
+	pgPools.Lock()
+	defer pgPools.Unlock()
+	for p := range pgPools.m {
+		p.Reset()
+	}
+}
+
+// pgPools are the open pools of the PGs of this process.
+var pgPools struct {
+	sync.Mutex
+	m map[*pgxpool.Pool]bool
+}
 
 func pgScript(t testing.TB, env string) {
 	t.Helper()
@@ -162,7 +179,18 @@ func NewPostgres(t testing.TB, opts ...Options) *PG {
 	if err != nil {
 		t.Fatalf("open pool: %v", err)
 	}
-	t.Cleanup(pg.Pool.Close)
+	pgPools.Lock()
+	if pgPools.m == nil {
+		pgPools.m = map[*pgxpool.Pool]bool{}
+	}
+	pgPools.m[pg.Pool] = true
+	pgPools.Unlock()
+	t.Cleanup(func() {
+		pgPools.Lock()
+		delete(pgPools.m, pg.Pool)
+		pgPools.Unlock()
+		pg.Pool.Close()
+	})
 	pg.DB, err = sql.Open("pgx", pg.URL)
 	if err != nil {
 		t.Fatalf("open database/sql: %v", err)

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,9 +19,10 @@ import (
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testlog"
-	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/binlog"
+	"github.com/idem-go/idem/relay/internal/logengine/logenginetest"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // fastConfig returns a configuration with short delays for tests.
@@ -44,23 +44,16 @@ func start(t testing.TB, db *testdb.SQLDB, pub broker.Publisher, cfg binlog.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stop(t, r) })
+	logenginetest.Start(t, r)
 	return r
 }
 
-func stop(t testing.TB, r *binlog.Relay) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := r.Stop(ctx); err != nil {
-		t.Errorf("stop: %v", err)
-	}
-}
+// The suite's helpers, for the tests of what only MariaDB does.
+var (
+	stop       = logenginetest.Stop
+	waitLen    = logenginetest.WaitLen
+	eventually = logenginetest.Eventually
+)
 
 // add writes versions from..to of aggregate id, one transaction each.
 func add(t testing.TB, db *testdb.SQLDB, id string, from, to int) []uuid.UUID {
@@ -81,147 +74,24 @@ func add(t testing.TB, db *testdb.SQLDB, id string, from, to int) []uuid.UUID {
 	return ids
 }
 
-func waitLen(t *testing.T, pub *memory.Publisher, n int) []idem.Message {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := pub.WaitLen(ctx, n); err != nil {
-		t.Fatalf("waiting for %d messages, got %d: %v", n, pub.Len(), err)
-	}
-	return pub.Messages()
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testsvc.WaitFor(t, 60*time.Second, what, cond)
-}
-
-// checkFirstOrder checks that the first copy of each aggregate's events
-// follows their versions, and that every id of want was published.
-func checkFirstOrder(t *testing.T, msgs []idem.Message, want []uuid.UUID) {
-	t.Helper()
-	seen := map[uuid.UUID]bool{}
-	last := map[string]int64{}
-	for _, m := range msgs {
-		if seen[m.EventID] {
-			continue
-		}
-		seen[m.EventID] = true
-		ev, err := idem.Decode(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v := last[ev.AggregateID]; ev.AggregateVersion <= v {
-			t.Fatalf("aggregate %s: version %d published after %d", ev.AggregateID, ev.AggregateVersion, v)
-		}
-		last[ev.AggregateID] = ev.AggregateVersion
-	}
-	for _, id := range want {
-		if !seen[id] {
-			t.Errorf("event %s never published", id)
-		}
-	}
-}
-
-func TestPublishesInsertsInOrder(t *testing.T) {
+// TestPositionStored: the position the relay reports is the one stored in
+// binlog_position, which idem status reads. (What every log relay does is
+// in the conformance suite: conformance_test.go.)
+func TestPositionStored(t *testing.T) {
 	db := testdb.NewMariaDB(t)
 	pub := memory.New()
 	r := start(t, db, pub, fastConfig(t))
-	var want []uuid.UUID
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ids := add(t, db, fmt.Sprint("agg-", w), 1, 50)
-			mu.Lock()
-			want = append(want, ids...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	msgs := waitLen(t, pub, 200)
-	checkFirstOrder(t, msgs, want)
-	eventually(t, "published rows deleted", func() bool { return db.Count(t, "outbox") == 0 })
+	eventually(t, "relay streaming", func() bool { return r.Stats().Streaming })
+	add(t, db, "a", 1, 20)
+	waitLen(t, pub, 20)
 	eventually(t, "position stored", func() bool {
-		return db.Count(t, "binlog_position WHERE outbox_table = 'outbox' AND gtid_pos = ?", r.Stats().Position) == 1
+		p := r.Stats().Position
+		return p != "" && db.Count(t, "binlog_position WHERE outbox_table = 'outbox' AND gtid_pos = ?", p) == 1 && r.Stats().Deleted == 20
 	})
-	if s := r.Stats(); s.Published != 200 || s.Unreadable != 0 || s.Deleted != 200 {
-		t.Errorf("stats: %+v", s)
-	}
-	// idem status reads the stored position.
 	st, err := db.Driver.Dialect().ReadStatus(context.Background(), db.Driver.Pool(), driver.StatusParams{})
 	if err != nil || st.Outbox.LogPosition == "" || st.Outbox.LogPositionAt.IsZero() {
 		t.Errorf("ReadStatus: %+v, %v", st.Outbox, err)
 	}
-}
-
-// TestFirstStartPublishesWaitingRows: rows written before the relay's first
-// start are published first, in order, then the binlog's; Stats counts them.
-func TestFirstStartPublishesWaitingRows(t *testing.T) {
-	db := testdb.NewMariaDB(t)
-	before := add(t, db, "a", 1, 30)
-	pub := memory.New()
-	r := start(t, db, pub, fastConfig(t))
-	after := add(t, db, "a", 31, 40)
-	msgs := waitLen(t, pub, 40)
-	checkFirstOrder(t, msgs, append(before, after...))
-	if len(msgs) != 40 {
-		t.Errorf("%d messages, want 40 (no copy after a clean run)", len(msgs))
-	}
-	// The rows added after Start may be in the snapshot too. The broker
-	// has them before the relay counts them settled: wait for the count.
-	testsvc.WaitFor(t, 30*time.Second, "every row of the snapshot counted settled", func() bool {
-		s := r.Stats()
-		return s.InitialRows > 0 && s.InitialDone == s.InitialRows
-	})
-	if s := r.Stats(); s.InitialRows < 30 || s.InitialRows > 40 || s.InitialDone != s.InitialRows {
-		t.Errorf("Stats: InitialRows %d, InitialDone %d; want all of the 30 to 40 rows the snapshot held", s.InitialRows, s.InitialDone)
-	}
-}
-
-// TestRestartResumes: a relay stopped and started again publishes what was
-// written meanwhile, from its stored position, and nothing twice.
-func TestRestartResumes(t *testing.T) {
-	db := testdb.NewMariaDB(t)
-	pub := memory.New()
-	r := start(t, db, pub, fastConfig(t))
-	first := add(t, db, "a", 1, 10)
-	waitLen(t, pub, 10)
-	stop(t, r)
-	second := add(t, db, "a", 11, 20)
-	start(t, db, pub, fastConfig(t))
-	msgs := waitLen(t, pub, 20)
-	checkFirstOrder(t, msgs, append(first, second...))
-	// A sentinel after everything: once it is published, no copy can follow.
-	third := add(t, db, "a", 21, 21)
-	msgs = waitLen(t, pub, 21)
-	checkFirstOrder(t, msgs, third)
-	if len(msgs) != 21 {
-		t.Errorf("%d messages, want 21", len(msgs))
-	}
-}
-
-// TestSecondRelayTakesOver: two relays on one outbox: one publishes, the
-// other waits and takes over when the first stops.
-func TestSecondRelayTakesOver(t *testing.T) {
-	db := testdb.NewMariaDB(t)
-	pubA, pubB := memory.New(), memory.New()
-	a := start(t, db, pubA, fastConfig(t))
-	eventually(t, "first relay streaming", func() bool { return a.Stats().Streaming })
-	b := start(t, db, pubB, fastConfig(t))
-	eventually(t, "second relay waiting", func() bool { return b.Stats().Waiting })
-	first := add(t, db, "a", 1, 10)
-	waitLen(t, pubA, 10)
-	if b.Stats().Streaming || pubB.Len() != 0 {
-		t.Fatalf("the second relay published while the first held the outbox: %d", pubB.Len())
-	}
-	stop(t, a)
-	eventually(t, "second relay streaming", func() bool { return b.Stats().Streaming })
-	second := add(t, db, "a", 11, 20)
-	msgs := waitLen(t, pubB, 10)
-	checkFirstOrder(t, append(pubA.Messages(), msgs...), append(first, second...))
 }
 
 // TestRolledBackAndOtherStatements: a rolled-back insert publishes
@@ -251,7 +121,7 @@ func TestRolledBackAndOtherStatements(t *testing.T) {
 	db.Exec(t, "UPDATE other SET v = 'z'")
 	sentinel := add(t, db, "a", 2, 2)
 	msgs := waitLen(t, pub, 2)
-	checkFirstOrder(t, msgs, append(kept, sentinel...))
+	logenginetest.CheckFirstOrder(t, msgs, append(kept, sentinel...))
 	if len(msgs) != 2 {
 		t.Errorf("%d messages, want 2: %v", len(msgs), msgs)
 	}
@@ -267,7 +137,7 @@ func TestUnreadableRowQuarantined(t *testing.T) {
 VALUES (?, 'order', 'a', 'order.changed.v1', '{}', '[1,2]')`, uuid.NewString())
 	sentinel := add(t, db, "a", 1, 1)
 	msgs := waitLen(t, pub, 1)
-	checkFirstOrder(t, msgs, sentinel)
+	logenginetest.CheckFirstOrder(t, msgs, sentinel)
 	eventually(t, "the bad row quarantined", func() bool {
 		return db.Count(t, "outbox WHERE quarantined_at IS NOT NULL AND last_error LIKE '%headers%'") == 1
 	})
@@ -431,7 +301,7 @@ func TestPurgedPosition(t *testing.T) {
 	}
 	pub := memory.New()
 	start(t, db, pub, fastConfig(t))
-	checkFirstOrder(t, waitLen(t, pub, 5), waiting)
+	logenginetest.CheckFirstOrder(t, waitLen(t, pub, 5), waiting)
 }
 
 // TestTextIDs: ids that are not UUIDs (Debezium's E42, 64 characters) are
@@ -449,7 +319,7 @@ VALUES (?, 'order', 'text-ids', 'order.changed.v1', '{}', ?)`, id, i+1)
 	}
 	sentinel := add(t, db, "after", 1, 1)
 	msgs := waitLen(t, pub, 3)
-	checkFirstOrder(t, msgs, sentinel)
+	logenginetest.CheckFirstOrder(t, msgs, sentinel)
 	var texts []idem.Message // the text-ids aggregate's, in order
 	for _, m := range msgs {
 		if m.Headers[idem.HeaderOriginalID] != "" || string(m.Key) == "text-ids" {
@@ -533,7 +403,7 @@ func TestSavepoints(t *testing.T) {
 	}
 	sentinel := add(t, db, "after", 1, 1)
 	msgs := waitLen(t, pub, 5)
-	checkFirstOrder(t, msgs, append(want, sentinel...))
+	logenginetest.CheckFirstOrder(t, msgs, append(want, sentinel...))
 	if len(msgs) != 5 {
 		t.Errorf("%d messages, want 5 (the rows undone by the rollbacks to sp1 are not published)", len(msgs))
 	}
@@ -552,7 +422,7 @@ func TestColumnNamesFromInformationSchema(t *testing.T) {
 	t.Cleanup(func() { db.Exec(t, "SET GLOBAL binlog_row_metadata = 'FULL'") })
 	ids := add(t, db, "minimal", 1, 3)
 	msgs := waitLen(t, pub, 3)
-	checkFirstOrder(t, msgs, ids)
+	logenginetest.CheckFirstOrder(t, msgs, ids)
 	if s := r.Stats(); s.Unreadable != 0 {
 		t.Errorf("stats: %+v", s)
 	}
@@ -604,7 +474,7 @@ func TestStatementLoggedInsert(t *testing.T) {
 // read from the binlog at the next start, with Delete = KeepRows too (the
 // rows waiting then are not published from the table).
 func TestFirstPositionStored(t *testing.T) {
-	for _, mode := range []binlog.DeleteMode{binlog.DeletePublished, binlog.KeepRows} {
+	for _, mode := range []logrelay.DeleteMode{logrelay.DeletePublished, logrelay.KeepRows} {
 		t.Run(mode.String(), func(t *testing.T) {
 			db := testdb.NewMariaDB(t)
 			pub := memory.New()
@@ -615,7 +485,7 @@ func TestFirstPositionStored(t *testing.T) {
 			stop(t, r)
 			ids := add(t, db, "a", 1, 5)
 			start(t, db, pub, cfg)
-			checkFirstOrder(t, waitLen(t, pub, 5), ids)
+			logenginetest.CheckFirstOrder(t, waitLen(t, pub, 5), ids)
 		})
 	}
 }

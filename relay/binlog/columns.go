@@ -42,7 +42,7 @@ type schemaColumn struct {
 
 // readColumns reads the outbox's columns from information_schema, in the
 // table's order (the binlog's).
-func (r *Relay) readColumns(ctx context.Context) ([]schemaColumn, error) {
+func (r *source) readColumns(ctx context.Context) ([]schemaColumn, error) {
 	rows, err := r.db.QueryContext(ctx, `SELECT COLUMN_NAME, LOWER(DATA_TYPE), IS_NULLABLE = 'YES', COLUMN_TYPE LIKE '%unsigned%',
     CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION
 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, r.schema, r.cfg.Tables.Outbox)
@@ -235,7 +235,7 @@ func sameColumns(a, b []mysqlrepl.Column) bool {
 // changes: at the start, from the server's binlog_row_metadata (setting),
 // and while it runs, from the table maps it reads (a change of the setting,
 // or binlog written before it).
-func (r *Relay) namesFrom(from int32, setting string) {
+func (r *source) namesFrom(from int32, setting string) {
 	if r.names.Swap(from) == from {
 		return
 	}

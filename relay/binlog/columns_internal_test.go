@@ -45,7 +45,7 @@ func TestColumnsFitTableMaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.db.Close() })
+	t.Cleanup(func() { _ = r.src.db.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -53,7 +53,7 @@ func TestColumnsFitTableMaps(t *testing.T) {
 	if err := db.DB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := mysqlrepl.Dial(ctx, r.repl)
+	conn, err := mysqlrepl.Dial(ctx, r.src.repl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestColumnsFitTableMaps(t *testing.T) {
 		}
 	}
 
-	cols, err := r.readColumns(ctx)
+	cols, err := r.src.readColumns(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestColumnsFitTableMaps(t *testing.T) {
 			}
 		}
 		db.Exec(t, "ALTER TABLE wide MODIFY "+change[0]+" "+change[1])
-		changed, err := r.readColumns(ctx)
+		changed, err := r.src.readColumns(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

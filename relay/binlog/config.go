@@ -14,61 +14,19 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/progress"
-	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
-// Defaults of Config.
+// Defaults of Config that only this relay has; the others are in package
+// relay/logrelay.
 const (
-	// WindowDefault is the number of messages read and not yet confirmed by
-	// the broker.
-	WindowDefault = 1000
-	// BatchSizeDefault is the largest number of messages in one Publish call.
-	BatchSizeDefault = 200
-	// FlushIntervalDefault is how often the confirmed position is stored
-	// (after the published rows are deleted).
-	FlushIntervalDefault = 200 * time.Millisecond
 	// HeartbeatDefault is the period of the server's heartbeats while the
 	// binlog is quiet.
 	HeartbeatDefault = 5 * time.Second
 	// StandbyPollDefault is how often a relay waiting for the outbox's lock
 	// tries to take it.
 	StandbyPollDefault = time.Second
-	// PublishTimeoutDefault bounds each Publish call.
-	PublishTimeoutDefault = 10 * time.Second
-	// RetryBackoffDefault is the first delay before a failed publish or
-	// connection is retried; it doubles up to MaxRetryBackoffDefault.
-	RetryBackoffDefault = 100 * time.Millisecond
-	// MaxRetryBackoffDefault caps the delay between retries.
-	MaxRetryBackoffDefault = 5 * time.Second
-	// QuarantineAfterDefault is the number of refusals after which a
-	// message is quarantined.
-	QuarantineAfterDefault = 10
-	// QueryTimeoutDefault bounds the relay's SQL statements.
-	QueryTimeoutDefault = 30 * time.Second
 )
-
-// DeleteMode says what happens to the outbox rows the relay published: the
-// same modes as the PostgreSQL CDC relay's.
-type DeleteMode = cdc.DeleteMode
-
-// The delete modes.
-const (
-	// DeletePublished deletes each published row once the broker confirmed
-	// it, before the position of its transaction is stored (a crash in
-	// between publishes it again from the binlog). The default.
-	DeletePublished = cdc.DeletePublished
-	// KeepRows leaves the rows alone: the writer deletes them itself, often
-	// in the same transaction as the insert (the insert is in the binlog
-	// either way), or a job of its own does.
-	KeepRows = cdc.KeepRows
-)
-
-// Observer is told what the relay does, for metrics; the same as the
-// PostgreSQL CDC relay's (package relay/cdc/cdcmetrics makes one that feeds
-// Prometheus). A transaction's commit time comes from the binlog, whose
-// timestamps have a resolution of one second: CommitToPublish and
-// Stages.Receive are that coarse.
-type Observer = cdc.Observer
 
 // Config configures a Relay. The zero value is valid: every field has a
 // default.
@@ -97,8 +55,8 @@ type Config struct {
 	// Defaults to 200 (at most Window).
 	BatchSize int
 	// Delete says what happens to published rows. Defaults to
-	// DeletePublished.
-	Delete DeleteMode
+	// logrelay.DeletePublished.
+	Delete logrelay.DeleteMode
 	// FlushInterval is how often the confirmed position is stored.
 	// Defaults to 200ms.
 	FlushInterval time.Duration
@@ -136,7 +94,7 @@ type Config struct {
 	// longer ago than this are deleted every ArchivePurgeInterval. It is the
 	// replay window of this outbox: keep the consumers' processed_event
 	// markers at least this long. Defaults to 7 days
-	// (cdc.ArchiveRetentionDefault); negative turns the archive off.
+	// (logrelay.ArchiveRetentionDefault); negative turns the archive off.
 	ArchiveRetention time.Duration
 	// ArchivePurgeInterval is how often archived events older than
 	// ArchiveRetention are deleted. Defaults to 1m.
@@ -156,8 +114,12 @@ type Config struct {
 	// (Stats.InitialRows): published of total, rate, time left. Defaults
 	// to 10s.
 	ProgressInterval time.Duration
-	// Observer is told what the relay does, for metrics.
-	Observer Observer
+	// Observer is told what the relay does, for metrics (package
+	// relay/cdc/cdcmetrics makes one that feeds Prometheus). A
+	// transaction's commit time comes from the binlog, whose timestamps
+	// have a resolution of one second: CommitToPublish and Stages.Receive
+	// are that coarse.
+	Observer logrelay.Observer
 	// TracerProvider gives the tracer of the relay's spans: one producer
 	// span per published message, child of the span whose trace context
 	// the row's headers carry (outbox.Writer writes it), so that one trace
@@ -173,19 +135,19 @@ type Config struct {
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	c.Tables = c.Tables.WithDefaults()
-	c.Window = cmp.Or(c.Window, WindowDefault)
-	c.BatchSize = min(cmp.Or(c.BatchSize, BatchSizeDefault), c.Window)
-	c.FlushInterval = cmp.Or(c.FlushInterval, FlushIntervalDefault)
+	c.Window = cmp.Or(c.Window, logrelay.WindowDefault)
+	c.BatchSize = min(cmp.Or(c.BatchSize, logrelay.BatchSizeDefault), c.Window)
+	c.FlushInterval = cmp.Or(c.FlushInterval, logrelay.FlushIntervalDefault)
 	c.Heartbeat = cmp.Or(c.Heartbeat, HeartbeatDefault)
 	c.StandbyPoll = cmp.Or(c.StandbyPoll, StandbyPollDefault)
-	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
-	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
-	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, MaxRetryBackoffDefault)
-	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, QuarantineAfterDefault)
-	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
-	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, cdc.ArchiveRetentionDefault)
-	c.ArchivePurgeInterval = cmp.Or(c.ArchivePurgeInterval, cdc.ArchivePurgeIntervalDefault)
-	c.DueInterval = cmp.Or(c.DueInterval, cdc.DueIntervalDefault)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, logrelay.PublishTimeoutDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, logrelay.RetryBackoffDefault)
+	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, logrelay.MaxRetryBackoffDefault)
+	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, logrelay.QuarantineAfterDefault)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, logrelay.QueryTimeoutDefault)
+	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, logrelay.ArchiveRetentionDefault)
+	c.ArchivePurgeInterval = cmp.Or(c.ArchivePurgeInterval, logrelay.ArchivePurgeIntervalDefault)
+	c.DueInterval = cmp.Or(c.DueInterval, logrelay.DueIntervalDefault)
 	c.ProgressInterval = cmp.Or(c.ProgressInterval, progress.IntervalDefault)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -217,7 +179,7 @@ func (c Config) validate() error {
 	if c.BatchSize < 1 {
 		return fmt.Errorf("idem: binlog: Config.BatchSize %d: must be positive", c.BatchSize)
 	}
-	if c.Delete != DeletePublished && c.Delete != KeepRows {
+	if c.Delete != logrelay.DeletePublished && c.Delete != logrelay.KeepRows {
 		return fmt.Errorf("idem: binlog: Config.Delete %v: unknown mode", c.Delete)
 	}
 	for name, d := range map[string]time.Duration{"FlushInterval": c.FlushInterval, "Heartbeat": c.Heartbeat,

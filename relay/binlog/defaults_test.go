@@ -16,6 +16,7 @@ import (
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testlog"
 	"github.com/idem-go/idem/relay/binlog"
+	"github.com/idem-go/idem/relay/internal/logengine/logenginetest"
 )
 
 // logRecorder keeps the levels and messages of the records it passes on
@@ -98,7 +99,7 @@ func TestServerDefaults(t *testing.T) {
 		db.Exec(t, "ALTER TABLE outbox ADD COLUMN tenant VARCHAR(36) NULL FIRST")
 		after := add(t, db, "a", 4, 6)
 		msgs := waitLen(t, pub, 6)
-		checkFirstOrder(t, msgs, append(before, after...))
+		logenginetest.CheckFirstOrder(t, msgs, append(before, after...))
 		checkEvents(t, msgs, "a")
 		if n := logs("INFO " + fromSchema); n != 1 {
 			t.Errorf("%d start-up lines %q, want 1", n, fromSchema)
@@ -132,7 +133,7 @@ func TestServerDefaults(t *testing.T) {
 		if len(msgs) != 7 {
 			t.Errorf("%d messages, want 7", len(msgs))
 		}
-		checkFirstOrder(t, msgs, append(append(append(first, old...), altered...), sentinel...))
+		logenginetest.CheckFirstOrder(t, msgs, append(append(append(first, old...), altered...), sentinel...))
 		checkEvents(t, msgs, "a")
 		if n := logs("WARN the outbox's columns changed after rows the relay had not read yet"); n != 1 {
 			t.Errorf("%d warnings of the changed columns, want 1", n)

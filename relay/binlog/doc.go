@@ -75,8 +75,11 @@
 // (at least once; consumers deduplicate), skipping nothing.
 //
 // First start. With no stored position the relay reads the rows waiting in
-// the outbox in a consistent snapshot, publishes them in seq order, then
-// reads the binlog from exactly that snapshot's position. That needs
+// the outbox in a consistent snapshot, publishes them in seq order a page
+// at a time (deleting each page), stores that snapshot's position once
+// they are all published, and reads the binlog from exactly there. A stop
+// or a crash before the end leaves the position unstored: the next start
+// takes a new snapshot, which holds the rows not yet deleted. That needs
 // idem's seq, published_at and quarantined_at columns and
 // Config.Delete = DeletePublished; otherwise the relay starts from the
 // server's current position and warns about the rows the table holds.
@@ -100,6 +103,11 @@
 // content), a message the broker refuses Config.QuarantineAfter times is
 // quarantined, and a row whose not_before is set waits in the table, where
 // the relay that holds the outbox publishes it once due
-// (Config.DueInterval). Stats, and CDCStats for relay/cdc/cdcmetrics,
-// report what it does; Healthy says whether it reads the binlog.
+// (Config.DueInterval). Stats, which relay/cdc/cdcmetrics exports, report
+// what it does; Healthy says whether it reads the binlog.
+//
+// All of that, but reading the binlog, the first start's snapshot, the
+// visibility check, the stored position and the outbox's lock, is the
+// engine every log relay shares (relay/internal/logengine), as
+// relay/cdc's is.
 package binlog

@@ -7,35 +7,38 @@ import (
 	"strings"
 
 	"github.com/idem-go/idem/driver"
-	"github.com/idem-go/idem/internal/outboxcodec"
+	"github.com/idem-go/idem/relay/internal/logengine"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
-// initialPage is the number of waiting rows read at a time at the first
-// start.
-const initialPage = 1000
-
-// initial runs at a relay's first start on an outbox (no stored position),
-// and when the rows at the stored position cannot be named
-// (Relay.resnapshot): it opens a consistent snapshot, takes the binlog position of that
-// snapshot, and hands the rows waiting in the outbox then (exactly those
-// the binlog after the position will not send) to the pipeline, in seq
-// order, before the stream. The position is stored once they are all
-// published and deleted: a crash before that starts over with a new
-// snapshot, which holds the rows not yet deleted.
-func (s *session) initial(ctx context.Context) (string, error) {
+// openSnapshot runs at a relay's first start on an outbox (no stored
+// position), and when the rows at the stored position cannot be named
+// (source.resnapshot): it opens a consistent snapshot and takes the binlog
+// position of that snapshot; the rows waiting in the outbox then (exactly
+// those the binlog after the position will not send) are the session's
+// initial rows, published in seq order before the binlog. The position is
+// stored once they are all published and deleted (Start): a crash before
+// that starts over with a new snapshot, which holds the rows not yet
+// deleted. It returns the position.
+func (s *session) openSnapshot(ctx context.Context) (string, error) {
 	r := s.r
 	conn, err := r.db.Conn(ctx)
 	if err != nil {
 		return "", fmt.Errorf("idem: binlog: connect: %w", err)
 	}
-	defer conn.Close()
+	in := &initialRows{s: r, conn: conn, resnapshot: r.resnapshot}
+	keep := false
+	defer func() {
+		if !keep {
+			in.Close()
+		}
+	}()
 	if _, err := conn.ExecContext(ctx, `SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
 		return "", fmt.Errorf("idem: binlog: snapshot: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, `START TRANSACTION WITH CONSISTENT SNAPSHOT`); err != nil {
 		return "", fmt.Errorf("idem: binlog: snapshot: %w", err)
 	}
-	defer func() { _, _ = conn.ExecContext(context.Background(), `ROLLBACK`) }()
 	// MariaDB gives the binlog position of the snapshot exactly.
 	var file string
 	var pos int64
@@ -64,104 +67,68 @@ func (s *session) initial(ctx context.Context) (string, error) {
 		return "", err
 	}
 	s.file = file
-	n := 0
-	if r.idemTable && r.cfg.Delete == DeletePublished {
-		if n, err = s.initialRows(ctx, conn); err != nil {
-			return "", err
-		}
+	s.snapshot = &binlogPos{gtid: start, file: file, filePos: uint64(pos)}
+	if r.idemTable && r.cfg.Delete == logrelay.DeletePublished {
+		s.initial, keep = in, true
 	}
-	// The position of the snapshot, stored once what comes before it (the
-	// rows above) is published.
-	s.pipe.add([]*entry{{pos: start, file: file, filePos: uint64(pos), store: true}})
-	what := "first start on this outbox: reading the binlog from the server's current position"
-	if r.resnapshot {
+	what := "first start on this outbox: reading the binlog from the snapshot's position, after the rows waiting in the outbox"
+	if in.resnapshot {
 		what = "publishing the rows waiting in the outbox from a snapshot of the table; reading the binlog from the snapshot's position"
 	}
-	r.log.Info(what, "gtid_position", start, "binlog_file", file, "binlog_pos", pos, "waiting_rows", n)
+	r.log.Info(what, "gtid_position", start, "binlog_file", file, "binlog_pos", pos)
 	return start, nil
 }
 
-// initialRows hands the rows waiting in the snapshot to the pipeline, a
-// page at a time as the window allows.
-func (s *session) initialRows(ctx context.Context, conn *sql.Conn) (int, error) {
-	r := s.r
-	// Counted first, in the snapshot, for the progress lines (without
-	// QueryTimeout: a cancelled statement would end the connection, and
-	// the snapshot with it).
+// initialRows are the rows waiting in the outbox in the snapshot of a
+// first start, read a page at a time on the snapshot's connection.
+type initialRows struct {
+	s          *source
+	conn       *sql.Conn // in the snapshot's transaction
+	after      int64     // the last seq read
+	resnapshot bool
+}
+
+// Count counts the rows in the snapshot (without QueryTimeout: a cancelled
+// statement would end the connection, and the snapshot with it).
+func (in *initialRows) Count(ctx context.Context) (int64, error) {
 	var total int64
-	if err := conn.QueryRowContext(ctx, countOf(r.sql.snapshot)).Scan(&total); err != nil && ctx.Err() == nil {
-		r.log.Warn("counting the rows waiting in the outbox failed; publishing them without a total", "error", err)
-	}
-	s.pipe.startInitial(total)
-	if total > 0 {
-		what := "first start on this outbox: publishing the rows waiting in it, before the binlog"
-		if r.resnapshot {
-			what = "publishing the rows waiting in the outbox from a snapshot of the table, before the binlog"
-		}
-		r.log.Info(what, "rows", total)
-	}
-	rows, err := conn.QueryContext(ctx, r.sql.snapshot)
+	err := in.conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+in.s.sql.table+` WHERE `+in.s.sql.waiting).Scan(&total)
+	return total, err
+}
+
+// Page reads the next page of the rows, in seq order.
+func (in *initialRows) Page(ctx context.Context) ([]driver.OutboxRecord, error) {
+	rows, err := in.conn.QueryContext(ctx, `SELECT `+rowColumns+`
+FROM `+in.s.sql.table+` WHERE `+in.s.sql.waiting+` AND seq > ? ORDER BY seq LIMIT `+fmt.Sprint(logengine.DuePage), in.after)
 	if err != nil {
-		return 0, fmt.Errorf("idem: binlog: read the waiting rows: %w", err)
+		return nil, fmt.Errorf("idem: binlog: read the waiting rows: %w", err)
 	}
-	defer rows.Close()
-	n := 0
-	var page []*entry
-	for rows.Next() {
-		var rec driver.OutboxRecord
-		if err := outboxcodec.ScanRow(rows, &rec, nil); err != nil {
-			return n, fmt.Errorf("idem: binlog: read the waiting rows: %w", err)
-		}
-		n++
-		msg, err := outboxcodec.Message(rec)
-		if err != nil {
-			r.stats.unreadable.Add(1)
-			if err := r.quarantine(ctx, rec, err); err != nil {
-				return n, err
-			}
-			s.pipe.initialSettled(true)
-			continue
-		}
-		page = append(page, &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, rec: &rec, id: rec.RawID, initial: true})
-		if len(page) == initialPage {
-			if err := s.addWaiting(ctx, page); err != nil {
-				return n, err
-			}
-			page = nil
-		}
+	recs, err := scanRecords(rows)
+	if err != nil {
+		return nil, fmt.Errorf("idem: binlog: read the waiting rows: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return n, fmt.Errorf("idem: binlog: read the waiting rows: %w", err)
+	if len(recs) > 0 {
+		in.after = recs[len(recs)-1].Seq
 	}
-	if len(page) > 0 {
-		if err := s.addWaiting(ctx, page); err != nil {
-			return n, err
-		}
-	}
-	s.pipe.initialRead(int64(n))
-	return n, nil
+	return recs, nil
 }
 
-// countOf turns the statement reading the waiting rows into the one
-// counting them.
-func countOf(sel string) string {
-	from := sel[strings.Index(sel, "\nFROM "):]
-	return "SELECT COUNT(*)" + strings.TrimSuffix(from, " ORDER BY seq")
+// When says when the rows waited.
+func (in *initialRows) When() string {
+	if in.resnapshot {
+		return "in a snapshot of the table"
+	}
+	return "at the first start"
 }
 
-// addWaiting adds committed rows to the pipeline once its window has room.
-func (s *session) addWaiting(ctx context.Context, es []*entry) error {
-	for s.pipe.full() {
-		select {
-		case <-s.pipe.progress:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.r.base.Stopping():
-			return fmt.Errorf("idem: binlog: stopped while publishing the rows waiting at the first start; the next start publishes the rest")
-		}
-	}
-	s.pipe.add(es)
-	return nil
+// Lost returns "": the position is stored after the rows only, and the
+// next start publishes those left from a new snapshot.
+func (in *initialRows) Lost() string { return "" }
+
+// Close ends the snapshot.
+func (in *initialRows) Close() {
+	_, _ = in.conn.ExecContext(context.Background(), `ROLLBACK`)
+	_ = in.conn.Close()
 }
 
 // gtidAt returns the GTID position at file:pos, an event's boundary.

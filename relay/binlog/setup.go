@@ -12,6 +12,8 @@ import (
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/internal/mysqlrepl"
+	"github.com/idem-go/idem/relay/internal/logengine"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // queries are the relay's statements on its outbox.
@@ -23,13 +25,18 @@ type queries struct {
 	parkTyped       string
 	loadPosition    string
 	storePosition   string
-	snapshot        string
 	lockName        string
-	// due reads the delayed rows due at ?, doneDue deletes (or with
-	// KeepRows marks published) published ones; set on a table with
-	// not_before.
-	due, doneDue string
+	// waiting is the condition of the rows waiting at the first start.
+	waiting string
+	// due reads the delayed rows due at ?; set on a table with
+	// not_before. markRows marks published (KeepRows) the rows of the ids
+	// %s.
+	due, markRows string
 }
+
+// rowColumns are the outbox's columns the relay reads from the table.
+const rowColumns = `id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, seq,
+    created_at, attempts, content_type, payload_binary`
 
 func newQueries(schema, outbox, position, archive string) queries {
 	t := mysql.QuoteIdent(schema) + "." + mysql.QuoteIdent(outbox)
@@ -56,9 +63,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, '{}'), UTC_TIMESTAMP(6), ?, ?, ?, ?)`,
 VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE gtid_pos = VALUES(gtid_pos), binlog_file = VALUES(binlog_file),
     binlog_pos = VALUES(binlog_pos), updated_at = VALUES(updated_at)`,
-		snapshot: `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, seq,
-    created_at, attempts, content_type, payload_binary
-FROM ` + t + ` WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY seq`,
+		waiting:  `published_at IS NULL AND quarantined_at IS NULL`,
+		markRows: `UPDATE ` + t + ` SET published_at = UTC_TIMESTAMP(6) WHERE published_at IS NULL AND id IN (%s)`,
 	}
 }
 
@@ -150,8 +156,16 @@ func grantee(current string) string {
 	return "'" + current[:i] + "'@'" + current[i+1:] + "'"
 }
 
-// setup checks the server, its settings and the tables.
-func (r *Relay) setup(ctx context.Context) error {
+// Setup checks the server, its settings and the tables, and takes the
+// outbox's lock when it is free.
+func (r *source) Setup(ctx context.Context) (logengine.Setup, error) {
+	if err := r.setup(ctx); err != nil {
+		return logengine.Setup{}, err
+	}
+	return r.set, nil
+}
+
+func (r *source) setup(ctx context.Context) error {
 	if err := r.db.PingContext(ctx); err != nil {
 		return fmt.Errorf("idem: binlog: connect: %w", err)
 	}
@@ -197,7 +211,7 @@ func (r *Relay) setup(ctx context.Context) error {
 	}
 	// When no other process reads this outbox, check that the binlog still
 	// holds the stored position, and keep the lock for run.
-	lock, err := r.acquireCtx(ctx)
+	lock, err := r.acquire(ctx)
 	if err != nil || lock == nil {
 		return err
 	}
@@ -205,7 +219,7 @@ func (r *Relay) setup(ctx context.Context) error {
 	switch {
 	case err == nil && pos != "":
 		err = r.probe(ctx, pos)
-	case err == nil && !(r.idemTable && r.cfg.Delete == DeletePublished):
+	case err == nil && !(r.idemTable && r.cfg.Delete == logrelay.DeletePublished):
 		// The first start on an outbox whose waiting rows the relay cannot
 		// publish: what is written once Start returns must be in the
 		// binlog it reads, so the position is taken now.
@@ -221,7 +235,7 @@ func (r *Relay) setup(ctx context.Context) error {
 
 // probe starts a dump from pos and reads until the server has accepted
 // it (its first GTID list, or the first transaction).
-func (r *Relay) probe(ctx context.Context, pos string) error {
+func (r *source) probe(ctx context.Context, pos string) error {
 	conn, err := mysqlrepl.Dial(ctx, r.repl)
 	if err != nil {
 		return fmt.Errorf("idem: binlog: replication connection: %w", err)
@@ -248,7 +262,7 @@ func (r *Relay) probe(ctx context.Context, pos string) error {
 }
 
 // checkTables checks the outbox's columns and the position table.
-func (r *Relay) checkTables(ctx context.Context) error {
+func (r *source) checkTables(ctx context.Context) error {
 	cols, err := r.readColumns(ctx)
 	if err != nil {
 		return err
@@ -267,19 +281,15 @@ func (r *Relay) checkTables(ctx context.Context) error {
 	}
 	r.idemTable = has["seq"] && has["published_at"] && has["quarantined_at"] && has["last_error"] && has["attempts"]
 	r.delayTable = r.idemTable && has["not_before"]
+	r.set.Delayed = r.delayTable
 	if r.delayTable {
-		// Delayed rows wait in the table for their time (due.go), also at
-		// the first start. scheduled_idx (published_at, not_before) holds
-		// them.
-		r.sql.snapshot = strings.Replace(r.sql.snapshot, "quarantined_at IS NULL ORDER BY seq", "quarantined_at IS NULL AND not_before IS NULL ORDER BY seq", 1)
-		r.sql.due = `SELECT id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, seq,
-    created_at, attempts, content_type, payload_binary
+		// Delayed rows wait in the table for their time (the engine
+		// publishes them once due), also at the first start.
+		// scheduled_idx (published_at, not_before) holds them.
+		r.sql.waiting += " AND not_before IS NULL"
+		r.sql.due = `SELECT ` + rowColumns + `
 FROM ` + r.sql.table + ` WHERE published_at IS NULL AND not_before IS NOT NULL AND not_before <= ? AND quarantined_at IS NULL
-ORDER BY seq LIMIT ` + fmt.Sprint(initialPage)
-		r.sql.doneDue = `DELETE FROM ` + r.sql.table + ` WHERE published_at IS NULL AND id IN (%s)`
-		if r.cfg.Delete == KeepRows {
-			r.sql.doneDue = `UPDATE ` + r.sql.table + ` SET published_at = UTC_TIMESTAMP(6) WHERE published_at IS NULL AND id IN (%s)`
-		}
+ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
 	}
 	var n int
 	err = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
@@ -290,7 +300,7 @@ ORDER BY seq LIMIT ` + fmt.Sprint(initialPage)
 	if n == 0 {
 		return fmt.Errorf("idem: binlog: no table %s for the relay's position: run \"idem migrate\" on this database (it creates it)", r.sql.position)
 	}
-	if !r.archiving {
+	if r.cfg.ArchiveRetention <= 0 {
 		return nil
 	}
 	err = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
@@ -305,8 +315,8 @@ ORDER BY seq LIMIT ` + fmt.Sprint(initialPage)
 	if err != nil {
 		return fmt.Errorf("idem: binlog: %w", err)
 	}
-	r.archiver = drv.Dialect().(driver.OutboxArchiver)
-	r.archiveEx = drv.Pool()
+	r.set.Archiver = drv.Dialect().(driver.OutboxArchiver)
+	r.set.ArchiveEx = drv.Pool()
 	return nil
 }
 
@@ -327,7 +337,7 @@ func scanStrings(rows *sql.Rows) ([]string, error) {
 // relay's, at the first start on an outbox whose waiting rows it cannot
 // tell (a table without idem's columns, or Delete = KeepRows): they are
 // left to another relay, with a warning.
-func (r *Relay) storeCurrentPosition(ctx context.Context) error {
+func (r *source) storeCurrentPosition(ctx context.Context) error {
 	conn, err := r.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("idem: binlog: connect: %w", err)

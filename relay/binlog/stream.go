@@ -16,6 +16,8 @@ import (
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/mysqlrepl"
 	"github.com/idem-go/idem/internal/outboxcodec"
+	"github.com/idem-go/idem/relay/internal/logengine"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // ErrPositionPurged is wrapped by the error of a relay whose stored
@@ -26,94 +28,11 @@ import (
 // binlog from the server's current position.
 var ErrPositionPurged = errors.New("idem: binlog: the stored position is no longer in the server's binlog")
 
-// run takes the outbox's lock, then reads the binlog until Stop,
-// reconnecting after failures with capped backoff.
-func (r *Relay) run() {
-	stopping := r.base.Stopping()
-	lock := r.lock // taken by Start when free
-	r.lock = nil
-	defer func() {
-		if lock != nil {
-			r.release(lock)
-		}
-	}()
-	failures := 0
-	for {
-		if r.stopping() {
-			return
-		}
-		var err error
-		if lock == nil {
-			lock, err = r.acquire()
-		}
-		var read bool
-		if lock != nil {
-			read, err = r.session(lock)
-			if r.stopping() {
-				return
-			}
-			if !r.holds(lock) {
-				r.release(lock)
-				lock = nil
-			}
-		}
-		if read {
-			failures = 0
-		}
-		var d time.Duration
-		switch {
-		case lock == nil && err == nil:
-			if !r.stats.waiting.Swap(true) {
-				r.log.Info("another process reads this outbox's binlog; waiting to take over")
-			}
-			d = r.cfg.StandbyPoll
-		case errors.Is(err, ErrColumnsChanged) && r.idemTable && r.cfg.Delete == DeletePublished:
-			// The rows the relay cannot name are still in the table, and
-			// it can tell which wait: it publishes them from there.
-			r.resnapshot = true
-			failures++
-			d = r.backoff(failures)
-			r.log.Warn("the outbox's columns changed after rows the relay had not read yet, and the binlog holds no column names: publishing the rows waiting in the table instead, in seq order, as at a first start (rows published and not deleted yet are published again), then reading the binlog on from that snapshot; set binlog_row_metadata = FULL to read such rows from the binlog",
-				"error", err)
-		default:
-			failures++
-			r.stats.waiting.Store(false)
-			if errors.Is(err, ErrColumnsChanged) {
-				// A table without idem's columns, or rows kept: the relay
-				// cannot tell which rows of the table wait.
-				err = fmt.Errorf("%w. The relay stops here rather than publish them under wrong names, and tries again every %v. The rows are still in the table unless their writer deleted them: stop the relay, publish them with idem relay, then forget the position (idem cdc reset-position) and start it again; set binlog_row_metadata = FULL (or change the outbox while the relay runs and has read the binlog before the change) so that it does not happen again",
-					err, r.cfg.MaxRetryBackoff)
-			}
-			r.setErr(err)
-			d = r.backoff(failures)
-			if errors.Is(err, ErrPositionPurged) || errors.Is(err, ErrColumnsChanged) {
-				d = r.cfg.MaxRetryBackoff
-				r.errs.replication.Warn(r.ctx, "cannot resume", err, "retry_in", d.Round(time.Millisecond))
-			} else {
-				r.errs.replication.Warn(r.ctx, "binlog replication stopped; reconnecting", err, "retry_in", d.Round(time.Millisecond))
-			}
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-stopping:
-			t.Stop()
-			return
-		}
-	}
-}
-
 // acquire tries to take the outbox's named lock on a connection of its
 // own, which holds it for the relay's life: the server releases it when
 // that connection ends, the relay's process with it. It returns nil and no
 // error when another session holds it.
-func (r *Relay) acquire() (*sql.Conn, error) {
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.QueryTimeout)
-	defer cancel()
-	return r.acquireCtx(ctx)
-}
-
-func (r *Relay) acquireCtx(ctx context.Context) (*sql.Conn, error) {
+func (r *source) acquire(ctx context.Context) (*sql.Conn, error) {
 	conn, err := r.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("idem: binlog: connect: %w", err)
@@ -127,14 +46,11 @@ func (r *Relay) acquireCtx(ctx context.Context) (*sql.Conn, error) {
 		_ = conn.Close()
 		return nil, nil
 	}
-	if r.stats.waiting.Swap(false) {
-		r.log.Info("took the outbox's binlog over")
-	}
 	return conn, nil
 }
 
 // holds reports whether the lock's connection still holds the lock.
-func (r *Relay) holds(lock *sql.Conn) bool {
+func (r *source) holds(lock *sql.Conn) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.QueryTimeout)
 	defer cancel()
 	var mine sql.NullBool
@@ -142,7 +58,7 @@ func (r *Relay) holds(lock *sql.Conn) bool {
 	return err == nil && mine.Valid && mine.Bool
 }
 
-func (r *Relay) release(lock *sql.Conn) {
+func (r *source) release(lock *sql.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, _ = lock.ExecContext(ctx, `DO RELEASE_LOCK(?)`, r.sql.lockName)
@@ -151,8 +67,8 @@ func (r *Relay) release(lock *sql.Conn) {
 
 // txState is the transaction being read.
 type txState struct {
-	entries []*entry
-	lockID  string
+	rows   []logengine.Row
+	lockID string
 	// own is set when the transaction wrote the relay's position table.
 	own bool
 	// standalone: a statement logged alone (DDL), ended by its query
@@ -187,19 +103,26 @@ func savepoint(q string, prefixes ...string) (string, bool) {
 	return "", false
 }
 
-// session is one replication connection.
+// session is one replication connection, with the outbox's lock.
 type session struct {
-	r    *Relay
-	pipe *pipeline
+	r    *source
+	lock *sql.Conn
+	vis  *sql.Conn // READ COMMITTED, for the locking reads (FirstInvisible)
 	conn *mysqlrepl.Conn
 	tx   *txState
+	done *logengine.Tx      // a transaction read, returned by Read
 	pos  mysqlrepl.Position // after the last transaction read
 	file string
-	// toDelete holds the ids of published rows not deleted yet, and
-	// toArchive the events published and not archived yet
-	// (Config.ArchiveRetention), in binlog order.
-	toDelete  []string
-	toArchive []*driver.OutboxRecord
+	// initial holds the rows waiting at the first start (nil otherwise),
+	// and snapshot the position of their snapshot, stored by Start.
+	initial  logengine.Initial
+	snapshot *binlogPos
+	events   chan event
+	check    *time.Ticker
+	until    *time.Timer // Read's
+	// heard is when the server's last event was read, moved forward by
+	// the time the relay did not read (its window full).
+	heard, readEnd time.Time
 	// columns are the outbox's columns from information_schema, when the
 	// binlog holds no names; nil until needed, and after a DDL statement
 	// on the outbox.
@@ -213,10 +136,14 @@ type session struct {
 	// stored is the position last stored, at storedAt.
 	stored   string
 	storedAt time.Time
-	// pending is the end of the last transaction confirmed and not stored
-	// yet; pendingEvents and pendingForeign say what it passed.
-	pending                       *entry
-	pendingEvents, pendingForeign bool
+}
+
+// binlogPos is a position in the binlog: the GTID position after a
+// transaction, and where it ends in which file.
+type binlogPos struct {
+	gtid    string
+	file    string
+	filePos uint64
 }
 
 // idleStoreInterval is how often the position is stored when only
@@ -229,73 +156,95 @@ type event struct {
 	err error
 }
 
-// session reads the binlog from the stored position (or, at the first
-// start, publishes the rows waiting in the outbox first) until Stop, an
-// error, or the loss of the lock. read reports whether it read at all.
-func (r *Relay) session(lock *sql.Conn) (read bool, err error) {
-	ctx, cancel := context.WithCancel(r.ctx)
-	defer cancel()
+// Lead takes the outbox's lock (logengine.ErrStandby while another
+// process holds it) and returns the reader of one session: at the first
+// start (no stored position), the rows waiting in the outbox in a
+// consistent snapshot, then the binlog from that snapshot's position;
+// otherwise the binlog from the stored position.
+func (r *source) Lead(ctx context.Context) (logengine.Reader, error) {
+	if r.lock == nil {
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		lock, err := r.acquire(qctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if lock == nil {
+			return nil, logengine.ErrStandby
+		}
+		r.lock = lock
+	}
+	s := &session{r: r, lock: r.lock}
+	if err := s.open(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *session) open(ctx context.Context) error {
+	r := s.r
 	vis, err := r.db.Conn(ctx)
 	if err != nil {
-		return false, fmt.Errorf("idem: binlog: connect: %w", err)
+		return fmt.Errorf("idem: binlog: connect: %w", err)
 	}
-	defer vis.Close()
+	s.vis = vis
 	if _, err := vis.ExecContext(ctx, `SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
-		return false, fmt.Errorf("idem: binlog: connect: %w", err)
+		return fmt.Errorf("idem: binlog: connect: %w", err)
 	}
-	s := &session{r: r, pipe: newPipeline(ctx, r, vis)}
-	defer func() {
-		cancel()
-		s.pipe.wait()
-		r.stats.inFlight.Store(0)
-		r.stats.oldest.Store(0)
-	}()
-
 	stored, err := r.loadPosition(ctx)
 	if err != nil {
-		return false, err
+		return err
 	}
 	start := stored
 	if stored == "" || r.resnapshot {
-		// The snapshot's position goes through the pipeline after its
-		// rows, and is stored once they are published.
-		if start, err = s.initial(ctx); err != nil {
-			return false, err
+		// The snapshot's position is stored once its rows are published
+		// (Start).
+		if start, err = s.openSnapshot(ctx); err != nil {
+			return err
 		}
 		r.resnapshot = false
 	} else {
-		p := stored // stored changes below; Stats reads p
-		r.stats.position.Store(&p)
+		p := stored
+		r.eng.C.Position.Store(&p)
 	}
 	if s.pos, err = mysqlrepl.ParsePosition(start); err != nil {
-		return false, fmt.Errorf("idem: binlog: the stored position %q: %w", start, err)
+		return fmt.Errorf("idem: binlog: the stored position %q: %w", start, err)
 	}
 	s.stored = stored
-	stored = start
+	return nil
+}
 
+// Initial returns the rows waiting at the first start, if any.
+func (s *session) Initial() logengine.Initial { return s.initial }
+
+// Start stores the first start's position, once its rows are published,
+// then starts reading the binlog.
+func (s *session) Start(ctx context.Context) error {
+	r := s.r
+	s.initial = nil // published, and closed by the engine
+	if p := s.snapshot; p != nil {
+		if err := r.storePosition(ctx, *p); err != nil {
+			return err
+		}
+		s.stored, s.storedAt = p.gtid, time.Now()
+		s.snapshot = nil
+	}
 	conn, err := mysqlrepl.Dial(ctx, r.repl)
 	if err != nil {
-		return false, fmt.Errorf("idem: binlog: replication connection: %w", err)
+		return fmt.Errorf("idem: binlog: replication connection: %w", err)
 	}
 	s.conn = conn
-	defer conn.Close()
-	if err := conn.StartDump(ctx, stored); err != nil {
-		return false, r.dumpError(err, stored)
+	start := s.pos.String()
+	if err := conn.StartDump(ctx, start); err != nil {
+		return r.dumpError(err, start)
 	}
-	if r.delayTable {
-		// Delayed rows are published from the table by the relay that
-		// holds the outbox, and by it only.
-		dueCtx, stopDue := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); r.dueLoop(dueCtx) }()
-		defer func() { stopDue(); <-done }()
-	}
-	events := make(chan event, 64)
+	s.events = make(chan event, 64)
 	go func() {
 		for {
 			ev, err := conn.ReadEvent()
 			select {
-			case events <- event{ev, err}:
+			case s.events <- event{ev, err}:
 			case <-ctx.Done():
 				return
 			}
@@ -304,13 +253,53 @@ func (r *Relay) session(lock *sql.Conn) (read bool, err error) {
 			}
 		}
 	}()
-	return s.loop(ctx, lock, events)
+	s.check = time.NewTicker(r.cfg.Heartbeat)
+	s.heard = time.Now()
+	r.log.Debug("binlog replication started", "gtid_position", start)
+	return nil
 }
 
-func (r *Relay) dumpError(err error, pos string) error {
+// Close ends the session; the lock is released when its connection no
+// longer holds it.
+func (s *session) Close() {
+	r := s.r
+	if s.check != nil {
+		s.check.Stop()
+	}
+	if s.until != nil {
+		s.until.Stop()
+	}
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.initial != nil {
+		s.initial.Close()
+	}
+	if s.vis != nil {
+		_ = s.vis.Close()
+	}
+	if r.lock != nil && !r.holds(r.lock) {
+		r.release(r.lock)
+		r.lock = nil
+	}
+}
+
+// storePosition stores p as the relay's position.
+func (r *source) storePosition(ctx context.Context, p binlogPos) error {
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	if _, err := r.db.ExecContext(qctx, r.sql.storePosition, r.cfg.Tables.Outbox, p.gtid, p.file, p.filePos); err != nil {
+		return fmt.Errorf("idem: binlog: store the position: %w", err)
+	}
+	gtid := p.gtid
+	r.eng.C.Position.Store(&gtid)
+	return nil
+}
+
+func (r *source) dumpError(err error, pos string) error {
 	if mysqlrepl.IsPurged(err) {
-		return fmt.Errorf("%w: %s (%v): the server purged the binlog files that hold it (binlog_expire_logs_seconds, expire_logs_days, PURGE BINARY LOGS). The rows still waiting in the outbox can be published: \"idem cdc reset-position\" forgets the position, and the next start publishes them, then reads from the server's current position; events whose rows are gone are lost",
-			ErrPositionPurged, pos, err)
+		return &logengine.Delay{Wait: r.cfg.MaxRetryBackoff, Msg: "cannot resume", Err: fmt.Errorf("%w: %s (%v): the server purged the binlog files that hold it (binlog_expire_logs_seconds, expire_logs_days, PURGE BINARY LOGS). The rows still waiting in the outbox can be published: \"idem cdc reset-position\" forgets the position, and the next start publishes them, then reads from the server's current position; events whose rows are gone are lost",
+			ErrPositionPurged, pos, err)}
 	}
 	var se *mysqlrepl.ServerError
 	if errors.As(err, &se) && se.Code == 1227 {
@@ -325,57 +314,94 @@ func silenceLimit(heartbeat time.Duration) time.Duration {
 	return max(3*heartbeat, 10*time.Second)
 }
 
-func (s *session) loop(ctx context.Context, lock *sql.Conn, events <-chan event) (read bool, err error) {
+// Read reads the binlog until a transaction commits, until passes or
+// stopping is closed. Every Heartbeat it checks that the session still
+// holds the outbox's lock, and that the server is heard.
+func (s *session) Read(ctx context.Context, until time.Time, stopping <-chan struct{}) (logengine.Read, error) {
 	r := s.r
-	stopping := r.base.Stopping()
-	r.stats.streaming.Store(true)
-	defer r.stats.streaming.Store(false)
-	r.setErr(nil)
-	r.errs.replication.OK(ctx)
-	r.log.Debug("binlog replication started", "gtid_position", s.pos.String())
-	flush := time.NewTicker(r.cfg.FlushInterval)
-	defer flush.Stop()
-	check := time.NewTicker(r.cfg.Heartbeat)
-	defer check.Stop()
-	heard := time.Now()
+	if !s.readEnd.IsZero() {
+		// The window was full: the events waited unread.
+		s.heard = s.heard.Add(time.Since(s.readEnd))
+	}
+	defer func() { s.readEnd = time.Now() }()
+	// One timer for the session: a Read per transaction.
+	if s.until == nil {
+		s.until = time.NewTimer(time.Until(until))
+	} else {
+		s.until.Reset(time.Until(until))
+	}
 	for {
-		in := events
-		if s.pipe.full() {
-			in = nil // the window is full: read nothing until it frees
-			heard = time.Now()
-		}
 		select {
 		case <-stopping:
-			if !s.pipe.drainWait(r.ctx) {
-				return read, nil
+			return logengine.Read{}, nil
+		case <-s.until.C:
+			return logengine.Read{}, nil
+		case <-ctx.Done():
+			return logengine.Read{}, ctx.Err()
+		case <-s.check.C:
+			if !r.holds(s.lock) {
+				return logengine.Read{}, errors.New("idem: binlog: lost the outbox's lock (its connection ended): stopping, another relay may have taken over")
 			}
-			return read, s.flush(ctx, true)
-		case <-flush.C:
-			if err := s.flush(ctx, false); err != nil {
-				return read, err
-			}
-		case <-check.C:
-			if !r.holds(lock) {
-				return read, errors.New("idem: binlog: lost the outbox's lock (its connection ended): stopping, another relay may have taken over")
-			}
-			if silent := time.Since(heard); silent > silenceLimit(r.cfg.Heartbeat) {
-				return read, fmt.Errorf("idem: binlog: the server sent nothing for %v though asked for a heartbeat every %v: the connection is taken for dead",
+			if silent := time.Since(s.heard); silent > silenceLimit(r.cfg.Heartbeat) {
+				return logengine.Read{}, fmt.Errorf("idem: binlog: the server sent nothing for %v though asked for a heartbeat every %v: the connection is taken for dead",
 					silent.Round(time.Second), r.cfg.Heartbeat)
 			}
-		case <-s.pipe.progress:
-			// The window may have freed. (drainWait, once stopping, looks
-			// at the count first: a signal taken here is not missed.)
-		case e := <-in:
+		case e := <-s.events:
 			if e.err != nil {
-				return read, fmt.Errorf("idem: binlog: read: %w", e.err)
+				return logengine.Read{}, fmt.Errorf("idem: binlog: read: %w", e.err)
 			}
-			heard = time.Now()
-			read = true
+			s.heard = time.Now()
 			if err := s.handle(ctx, e.ev); err != nil {
-				return read, err
+				return logengine.Read{}, r.columnsChanged(err)
+			}
+			if s.done != nil {
+				tx := s.done
+				s.done = nil
+				return logengine.Read{Tx: tx}, nil
 			}
 		}
 	}
+}
+
+// columnsChanged says what the relay does about rows it cannot name
+// (ErrColumnsChanged): on an outbox whose waiting rows it can tell, it
+// publishes them from a snapshot of the table; otherwise it stops.
+func (r *source) columnsChanged(err error) error {
+	if !errors.Is(err, ErrColumnsChanged) {
+		return err
+	}
+	if r.idemTable && r.cfg.Delete == logrelay.DeletePublished {
+		// The rows the relay cannot name are still in the table, and
+		// it can tell which wait: it publishes them from there.
+		r.resnapshot = true
+		r.log.Warn("the outbox's columns changed after rows the relay had not read yet, and the binlog holds no column names: publishing the rows waiting in the table instead, in seq order, as at a first start (rows published and not deleted yet are published again), then reading the binlog on from that snapshot; set binlog_row_metadata = FULL to read such rows from the binlog",
+			"error", err)
+		return &logengine.Delay{Err: err, Said: true}
+	}
+	// A table without idem's columns, or rows kept: the relay cannot
+	// tell which rows of the table wait.
+	return &logengine.Delay{Wait: r.cfg.MaxRetryBackoff, Msg: "cannot resume", Err: fmt.Errorf("%w. The relay stops here rather than publish them under wrong names, and tries again every %v. The rows are still in the table unless their writer deleted them: stop the relay, publish them with idem relay, then forget the position (idem cdc reset-position) and start it again; set binlog_row_metadata = FULL (or change the outbox while the relay runs and has read the binlog before the change) so that it does not happen again",
+		err, r.cfg.MaxRetryBackoff)}
+}
+
+// FirstInvisible waits until the transactions of marks (one of their
+// rows' ids each) are committed, and returns 0.
+func (s *session) FirstInvisible(ctx context.Context, marks []any) (int, error) {
+	ids := make([]string, len(marks))
+	for i, m := range marks {
+		ids[i] = m.(string)
+	}
+	return 0, s.r.waitCommitted(ctx, s.vis, ids)
+}
+
+// waitCommitted returns once the transactions that wrote the rows of ids
+// are committed: a locking read waits for the writer's row locks, which
+// the server holds until the storage engine committed (after the binlog
+// was written). The session is READ COMMITTED: no gap locks, and a row its
+// writer deleted in the same transaction is skipped once committed.
+func (r *source) waitCommitted(ctx context.Context, conn *sql.Conn, ids []string) error {
+	var n int
+	return conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+r.sql.table+` WHERE id IN (`+placeholders(len(ids))+`) LOCK IN SHARE MODE`, anys(ids)...).Scan(&n)
 }
 
 // handle reads one event.
@@ -383,14 +409,14 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 	r := s.r
 	h := ev.EventHeader()
 	if h.NextPos != 0 {
-		r.stats.filePos.Store(uint64(h.NextPos))
+		r.eng.C.FilePos.Store(uint64(h.NextPos))
 	}
 	switch e := ev.(type) {
 	case *mysqlrepl.RotateEvent:
 		s.file = e.File
 		f := e.File
-		r.stats.file.Store(&f)
-		r.stats.filePos.Store(e.Pos)
+		r.eng.C.File.Store(&f)
+		r.eng.C.FilePos.Store(e.Pos)
 	case *mysqlrepl.GTIDEvent:
 		s.tx = &txState{standalone: e.Standalone}
 		s.pos.Update(mysqlrepl.GTID{Domain: e.Domain, Server: h.ServerID, Seq: e.Seq})
@@ -439,14 +465,14 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 		case strings.EqualFold(q, "ROLLBACK"):
 			// A transaction rolled back after changes the server had to
 			// log (non-transactional tables): its rows were not committed.
-			s.tx.entries = nil
+			s.tx.rows = nil
 			s.tx.lockID = ""
 			return s.commit(h)
 		}
 		if statementInsert(q, r.cfg.Tables.Outbox) {
-			r.stats.unreadable.Add(1)
+			r.eng.C.Unreadable.Add(1)
 			r.log.Error("an insert into the outbox was logged as a statement, not as rows (a session with binlog_format STATEMENT or MIXED): the relay cannot read its rows; set binlog_format = ROW for every writer, and publish the rows it left in the table with idem relay",
-				"schema", e.Schema, "statement", quote([]byte(q)), "binlog_file", s.file, "binlog_pos", h.NextPos)
+				"schema", e.Schema, "statement", logengine.Quote([]byte(q)), "binlog_file", s.file, "binlog_pos", h.NextPos)
 			return nil
 		}
 		// BEGIN, SAVEPOINT, ROLLBACK TO SAVEPOINT...: inside the
@@ -457,10 +483,10 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 			if s.tx.savepoints == nil {
 				s.tx.savepoints = map[string]int{}
 			}
-			s.tx.savepoints[name] = len(s.tx.entries)
+			s.tx.savepoints[name] = len(s.tx.rows)
 		} else if name, ok := savepoint(q, "ROLLBACK TO SAVEPOINT", "ROLLBACK TO", "ROLLBACK WORK TO SAVEPOINT", "ROLLBACK WORK TO"); ok {
-			if n, ok := s.tx.savepoints[name]; ok && n <= len(s.tx.entries) {
-				s.tx.entries = s.tx.entries[:n]
+			if n, ok := s.tx.savepoints[name]; ok && n <= len(s.tx.rows) {
+				s.tx.rows = s.tx.rows[:n]
 			}
 		}
 		return nil
@@ -512,7 +538,7 @@ func (s *session) requeued(ctx context.Context, e *mysqlrepl.RowsEvent) error {
 
 func (s *session) undecodable(e *mysqlrepl.RowsEvent, err error) {
 	r := s.r
-	r.stats.unreadable.Add(1)
+	r.eng.C.Unreadable.Add(1)
 	r.log.Error("rows written into the outbox cannot be decoded (a column type the relay does not read?); skipped: publish them another way",
 		"table", r.sql.table, "binlog_file", s.file, "binlog_pos", e.NextPos, "error", err)
 }
@@ -525,9 +551,9 @@ func (s *session) addRows(ctx context.Context, e *mysqlrepl.RowsEvent, idx map[s
 			continue // set aside as written: a parked message
 		}
 		if i, ok := idx["not_before"]; ok && s.r.delayTable && i < len(row) && row[i] != nil {
-			// It waits in the table for its time: publishDue publishes it
+			// It waits in the table for its time: the engine publishes it
 			// then, and deletes it. The position moves on.
-			s.r.stats.held.Add(1)
+			s.r.eng.C.Delayed.Add(1)
 			continue
 		}
 		rec, err := outboxcodec.DecodeText(func(col string) ([]byte, bool) {
@@ -584,162 +610,61 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord) error {
 	if s.tx.lockID == "" && rec.RawID != "" {
 		s.tx.lockID = rec.RawID
 	}
-	msg, err := outboxcodec.Message(rec)
+	del := ""
+	if r.cfg.Delete == logrelay.DeletePublished {
+		del = rec.RawID
+	}
+	row, err := logengine.NewRow(rec, del)
 	if err != nil {
-		r.stats.unreadable.Add(1)
-		return r.quarantine(ctx, rec, err)
+		return r.eng.Unreadable(ctx, &rec, err)
 	}
-	e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, rec: &rec}
-	if r.cfg.Delete == DeletePublished {
-		e.id = rec.RawID
-	}
-	s.tx.entries = append(s.tx.entries, e)
+	row.Refusals = rec.Attempts
+	s.tx.rows = append(s.tx.rows, row)
 	return nil
 }
 
 // commit ends the transaction being read.
 func (s *session) commit(h *mysqlrepl.Header) error {
-	r := s.r
 	tx := s.tx
 	s.tx = nil
-	end := &entry{pos: s.pos.String(), file: s.file, filePos: uint64(h.NextPos), commit: h.Timestamp}
-	if len(tx.entries) == 0 {
-		end.foreign = !tx.own
-		s.pipe.add([]*entry{end})
-		return nil
+	s.done = &logengine.Tx{Rows: tx.rows, Pos: binlogPos{gtid: s.pos.String(), file: s.file, filePos: uint64(h.NextPos)}, Commit: h.Timestamp}
+	if len(tx.rows) == 0 {
+		s.done.Foreign = !tx.own
+	} else if tx.lockID != "" {
+		s.done.Mark = tx.lockID
 	}
-	r.stats.txs.Add(1)
-	if fault.Enabled {
-		fault.Point(fault.CDCAfterReceive)
-	}
-	last := tx.entries[len(tx.entries)-1]
-	last.pos, last.file, last.filePos = end.pos, end.file, end.filePos
-	tx.entries[0].lockID = tx.lockID
-	for _, e := range tx.entries {
-		e.commit = h.Timestamp
-	}
-	s.pipe.add(tx.entries)
 	return nil
 }
 
-// flush deletes the published rows, then stores the position they reach.
-// With force (at a stop) it stores any position that moved.
-func (s *session) flush(ctx context.Context, force bool) error {
-	r := s.r
-	end, ids, archive, commits, events, foreign := s.pipe.confirmed()
-	s.toDelete = append(s.toDelete, ids...)
-	s.toArchive = append(s.toArchive, archive...)
-	if end != nil {
-		if s.pending == nil || end.pos != s.pending.pos {
-			s.pending = end
-		}
-		s.pendingEvents = s.pendingEvents || events
-		s.pendingForeign = s.pendingForeign || foreign
+// Confirm stores the position c.Pos, after the published rows are
+// deleted. The position moves with every transaction of the server, the
+// relay's own writes of it included: it is stored at once after events, at
+// most every idleStoreInterval after other sessions' transactions only,
+// and never for the relay's own writes alone (which would write again and
+// again); with c.Force (at a stop) whenever it moved.
+func (s *session) Confirm(ctx context.Context, c logengine.Confirm) (bool, error) {
+	if c.Pos == nil {
+		return false, nil
 	}
-	end = s.pending
-	if end == nil && len(s.toDelete) == 0 && len(s.toArchive) == 0 {
-		return nil
+	p := c.Pos.(binlogPos)
+	if p.gtid == s.stored {
+		return true, nil
 	}
-	if len(s.toDelete) > 0 || len(s.toArchive) > 0 {
-		if err := r.deleteRows(ctx, s.toDelete, s.toArchive); err != nil {
-			return err
-		}
-		s.toDelete, s.toArchive = s.toDelete[:0], s.toArchive[:0]
-	}
-	if end == nil || end.pos == s.stored {
-		return nil
-	}
-	// The position moves with every transaction of the server, the
-	// relay's own writes of it included: it is stored at once after events,
-	// at most every idleStoreInterval after other sessions' transactions
-	// only, and never for the relay's own writes alone (which would write
-	// again and again).
-	if !s.pendingEvents && (!s.pendingForeign || time.Since(s.storedAt) < idleStoreInterval) && !force {
-		return nil
+	if !c.Events && (!c.Foreign || time.Since(s.storedAt) < idleStoreInterval) && !c.Force {
+		return false, nil
 	}
 	if fault.Enabled {
 		fault.Point(fault.CDCAfterPublishBeforeConfirm)
 	}
-	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-	defer cancel()
-	if _, err := r.db.ExecContext(qctx, r.sql.storePosition, r.cfg.Tables.Outbox, end.pos, end.file, end.filePos); err != nil {
-		return fmt.Errorf("idem: binlog: store the position: %w", err)
+	if err := s.r.storePosition(ctx, p); err != nil {
+		return false, err
 	}
 	if fault.Enabled {
 		fault.Point(fault.CDCAfterConfirm)
 	}
-	s.stored = end.pos
+	s.stored = p.gtid
 	s.storedAt = time.Now()
-	s.pending, s.pendingEvents, s.pendingForeign = nil, false, false
-	pos := end.pos
-	r.stats.position.Store(&pos)
-	if r.cfg.Observer.Confirm != nil {
-		now := time.Now()
-		for _, c := range commits {
-			r.cfg.Observer.Confirm(now.Sub(c))
-		}
-	}
-	return nil
-}
-
-// deleteRows deletes published rows by id and, when the relay archives
-// what it publishes, archives the events recs in the same transactions:
-// deleted and archived together, or neither.
-func (r *Relay) deleteRows(ctx context.Context, ids []string, recs []*driver.OutboxRecord) error {
-	for len(ids) > 0 || len(recs) > 0 {
-		n, m := min(len(ids), 1000), min(len(recs), 1000)
-		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		d, err := r.deleteBatch(qctx, ids[:n], recs[:m])
-		cancel()
-		if err != nil {
-			return fmt.Errorf("idem: binlog: delete published rows: %w", err)
-		}
-		r.stats.deleted.Add(d)
-		ids, recs = ids[n:], recs[m:]
-	}
-	return nil
-}
-
-// deleteBatch deletes the rows of ids and archives recs in one
-// transaction, and returns how many rows it deleted.
-func (r *Relay) deleteBatch(ctx context.Context, ids []string, recs []*driver.OutboxRecord) (int64, error) {
-	del := func(ex interface {
-		ExecContext(context.Context, string, ...any) (sql.Result, error)
-	}) (int64, error) {
-		if len(ids) == 0 {
-			return 0, nil
-		}
-		args := make([]any, len(ids))
-		for i, id := range ids {
-			args[i] = id
-		}
-		res, err := ex.ExecContext(ctx, `DELETE FROM `+r.sql.table+` WHERE id IN (`+placeholders(len(ids))+`)`, args...)
-		if err != nil {
-			return 0, err
-		}
-		return res.RowsAffected()
-	}
-	if len(recs) == 0 {
-		return del(r.db)
-	}
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	archived, err := r.archive(ctx, tx, recs)
-	if err != nil {
-		return 0, err
-	}
-	n, err := del(tx)
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	r.stats.archived.Add(archived)
-	return n, nil
+	return true, nil
 }
 
 // archive inserts recs into the archive in tx, in the order of publication
@@ -750,7 +675,7 @@ func (r *Relay) deleteBatch(ctx context.Context, ids []string, recs []*driver.Ou
 // the events are inserted one at a time, and one refused is logged at error
 // level with its content and left out, rather than hold the position for
 // good: a failed statement leaves the transaction's other statements be.
-func (r *Relay) archive(ctx context.Context, tx *sql.Tx, recs []*driver.OutboxRecord) (int64, error) {
+func (r *source) archive(ctx context.Context, tx *sql.Tx, recs []*driver.OutboxRecord) (int64, error) {
 	insert := func(recs []*driver.OutboxRecord) (int64, error) {
 		args := make([]any, 0, 11*len(recs))
 		for _, rec := range recs {
@@ -823,7 +748,7 @@ func dataError(err error) bool {
 const dateTime6 = "2006-01-02 15:04:05.000000"
 
 // loadPosition returns the stored position, "" when none is.
-func (r *Relay) loadPosition(ctx context.Context) (string, error) {
+func (r *source) loadPosition(ctx context.Context) (string, error) {
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
 	var pos string
@@ -837,9 +762,8 @@ func (r *Relay) loadPosition(ctx context.Context) (string, error) {
 	return pos, nil
 }
 
-// monitor measures the binlog written after what the relay read.
-func (r *Relay) monitor() {
-	stopping := r.base.Stopping()
+// Monitor measures the binlog written after what the relay read.
+func (r *source) Monitor(rctx context.Context, stopping <-chan struct{}) {
 	t := time.NewTicker(r.cfg.Heartbeat)
 	defer t.Stop()
 	for {
@@ -848,21 +772,21 @@ func (r *Relay) monitor() {
 			return
 		case <-t.C:
 		}
-		f := r.stats.file.Load()
+		f := r.eng.C.File.Load()
 		if f == nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.QueryTimeout)
-		lag, err := r.lagBytes(ctx, *f, int64(r.stats.filePos.Load()))
+		ctx, cancel := context.WithTimeout(rctx, r.cfg.QueryTimeout)
+		lag, err := r.lagBytes(ctx, *f, int64(r.eng.C.FilePos.Load()))
 		cancel()
 		if err == nil {
-			r.stats.lagBytes.Store(lag)
+			r.eng.C.LagBytes.Store(lag)
 		}
 	}
 }
 
 // lagBytes sums the binlog after file:pos.
-func (r *Relay) lagBytes(ctx context.Context, file string, pos int64) (int64, error) {
+func (r *source) lagBytes(ctx context.Context, file string, pos int64) (int64, error) {
 	rows, err := r.db.QueryContext(ctx, `SHOW BINARY LOGS`)
 	if err != nil {
 		return 0, err

@@ -13,6 +13,7 @@ import (
 	"github.com/idem-go/idem/internal/testtls"
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/relay/binlog"
+	"github.com/idem-go/idem/relay/internal/logengine/logenginetest"
 )
 
 // TestTLS runs the relay against a MariaDB server of the test's own whose
@@ -43,7 +44,7 @@ func TestTLS(t *testing.T) {
 	r := start(t, db, pub, fastConfig(t))
 	eventually(t, "the relay streaming the binlog", func() bool { return r.Stats().Streaming })
 	want := add(t, db, "url", 1, 5)
-	checkFirstOrder(t, waitLen(t, pub, len(want)), want)
+	logenginetest.CheckFirstOrder(t, waitLen(t, pub, len(want)), want)
 	stop(t, r)
 
 	plain := testtls.SetQuery(t, db.URL, "sslmode", "", "sslrootcert", "", "sslcert", "", "sslkey", "")
@@ -53,7 +54,7 @@ func TestTLS(t *testing.T) {
 	r = start(t, &testdb.SQLDB{URL: plain}, pub, cfg)
 	eventually(t, "the relay streaming the binlog", func() bool { return r.Stats().Streaming })
 	more := add(t, db, "config", 1, 5)
-	checkFirstOrder(t, waitLen(t, pub, len(more)), more)
+	logenginetest.CheckFirstOrder(t, waitLen(t, pub, len(more)), more)
 
 	for _, c := range []struct {
 		what, url, want string

@@ -13,6 +13,7 @@ import (
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/relay/internal/logengine/logenginetest"
 )
 
 // readingPublisher stands for a consumer that reads the producer's
@@ -116,7 +117,7 @@ func TestNothingPublishedBeforeCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFirstOrder(t, waitLen(t, pub.Publisher, 3), []uuid.UUID{first, held, later})
+	logenginetest.CheckFirstOrder(t, waitLen(t, pub.Publisher, 3), []uuid.UUID{first, held, later})
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
 	if len(pub.missing) > 0 {

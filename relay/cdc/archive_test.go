@@ -16,6 +16,7 @@ import (
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // archiveBase is when the archive tests' events occurred: one a minute from
@@ -105,7 +106,7 @@ func TestArchiveReplay(t *testing.T) {
 			kept := 0
 			if mode == "rows-kept" {
 				// The rows stay, unmarked: the archive holds them too.
-				cfg.Delete, mode, kept = cdc.KeepRows, "rows", 120
+				cfg.Delete, mode, kept = logrelay.KeepRows, "rows", 120
 			}
 			r := start(t, pg, pub, cfg)
 			evs := writeTimed(t, pg, mode, 120, 7)

@@ -25,6 +25,7 @@ import (
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // Rows inserted by another program with Debezium's five columns only, as
@@ -572,7 +573,7 @@ func TestKeepRowsAndInsertThenDelete(t *testing.T) {
 	pg := newDB(t)
 	pub := memory.New()
 	cfg := fastConfig(t)
-	cfg.Delete = cdc.KeepRows
+	cfg.Delete = logrelay.KeepRows
 	start(t, pg, pub, cfg)
 	ctx := context.Background()
 	w := outbox.NewWriter(pg.Driver)
@@ -993,11 +994,11 @@ func TestStagesAddUp(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		totals  []time.Duration
-		reports []cdc.Stages
+		reports []logrelay.Stages
 	)
 	cfg := fastConfig(t)
 	cfg.Observer.CommitToPublish = func(d time.Duration) { mu.Lock(); totals = append(totals, d); mu.Unlock() }
-	cfg.Observer.Stages = func(s cdc.Stages) { mu.Lock(); reports = append(reports, s); mu.Unlock() }
+	cfg.Observer.Stages = func(s logrelay.Stages) { mu.Lock(); reports = append(reports, s); mu.Unlock() }
 	start(t, pg, pub, cfg)
 	const n = 20
 	for i := range n {

@@ -15,78 +15,18 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/progress"
 	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
-// Defaults of Config.
+// Defaults of Config that only this relay has; the others are in package
+// relay/logrelay.
 const (
-	// WindowDefault is the number of messages handed to the broker and not
-	// yet confirmed.
-	WindowDefault = 1000
-	// BatchSizeDefault is the largest number of messages in one Publish call.
-	BatchSizeDefault = 200
 	// StandbyIntervalDefault is how often the relay sends a standby status
 	// update when nothing else makes it send one.
 	StandbyIntervalDefault = 10 * time.Second
-	// FlushIntervalDefault is how often a confirmed position is reported to
-	// the server (after the published rows are deleted).
-	FlushIntervalDefault = 200 * time.Millisecond
-	// PublishTimeoutDefault bounds each Publish call.
-	PublishTimeoutDefault = 10 * time.Second
-	// RetryBackoffDefault is the first delay before a failed publish is
-	// retried; it doubles up to MaxRetryBackoffDefault.
-	RetryBackoffDefault = 100 * time.Millisecond
-	// MaxRetryBackoffDefault caps the delay between retries of a publish,
-	// and between reconnections.
-	MaxRetryBackoffDefault = 5 * time.Second
-	// QuarantineAfterDefault is the number of refusals after which a
-	// message is quarantined.
-	QuarantineAfterDefault = 10
 	// LagWarnBytesDefault is the retained WAL above which the relay warns.
 	LagWarnBytesDefault = 1 << 30
-	// QueryTimeoutDefault bounds the relay's SQL statements (set-up,
-	// deletes, slot lag).
-	QueryTimeoutDefault = 30 * time.Second
-	// ArchiveRetentionDefault is how long the archive keeps the events the
-	// relay published: the period "idem replay" can publish again, the
-	// polling relay's relay.RetentionDefault.
-	ArchiveRetentionDefault = 7 * 24 * time.Hour
-	// ArchivePurgeIntervalDefault is how often the events archived longer
-	// ago than the retention are deleted.
-	ArchivePurgeIntervalDefault = time.Minute
-	// ArchivePurgeBatchSize is the number of archived events deleted per
-	// statement.
-	ArchivePurgeBatchSize = 1000
-	// DueIntervalDefault is how often the relay looks for delayed rows
-	// that fell due.
-	DueIntervalDefault = time.Second
 )
-
-// DeleteMode says what happens to the outbox rows the relay published.
-type DeleteMode int
-
-const (
-	// DeletePublished deletes each published row once the broker confirmed
-	// it, before its transaction's position is confirmed to the server (a
-	// crash in between publishes it again from the log). The default: the
-	// table stays small without a retention job.
-	DeletePublished DeleteMode = iota
-	// KeepRows leaves the rows alone: the writer deletes them itself, often
-	// in the same transaction as the insert (Debezium's "insert then
-	// delete": the insert is in the log either way), or a job of its own
-	// does. Deletes in the stream are always ignored.
-	KeepRows
-)
-
-// String returns "delete" or "keep".
-func (m DeleteMode) String() string {
-	switch m {
-	case DeletePublished:
-		return "delete"
-	case KeepRows:
-		return "keep"
-	}
-	return fmt.Sprintf("DeleteMode(%d)", int(m))
-}
 
 // Config configures a Relay. The zero value is valid: every field has a
 // default.
@@ -118,8 +58,8 @@ type Config struct {
 	// Defaults to 200 (at most Window).
 	BatchSize int
 	// Delete says what happens to published rows. Defaults to
-	// DeletePublished.
-	Delete DeleteMode
+	// logrelay.DeletePublished.
+	Delete logrelay.DeleteMode
 	// StandbyInterval is how often a standby status update is sent when
 	// nothing else makes the relay send one. It must stay well below the
 	// server's wal_sender_timeout (60s by default). Each such update asks
@@ -196,7 +136,7 @@ type Config struct {
 	// RowsOnly declares that every event of the outbox is a row that stays
 	// in the table until the relay deletes it: no writer emits WAL messages
 	// (outbox.NewLogWriter) or deletes its own rows, and Delete is
-	// DeletePublished. Such an outbox survives a failover to a standby that
+	// logrelay.DeletePublished. Such an outbox survives a failover to a standby that
 	// has no copy of the slot (logical slots are not replicated before
 	// PostgreSQL 17): the relay finds the slot missing on the new primary,
 	// creates it again and publishes the rows still in the table (some a
@@ -225,7 +165,7 @@ type Config struct {
 
 	// Observer is told what the relay does, for metrics: package
 	// relay/cdc/cdcmetrics makes one that feeds Prometheus.
-	Observer Observer
+	Observer logrelay.Observer
 	// TracerProvider gives the tracer of the relay's spans: one producer
 	// span per published message, child of the span whose trace context
 	// the row's headers carry (outbox.Writer writes it), so that one trace
@@ -236,45 +176,6 @@ type Config struct {
 	// Propagator reads the producer's trace context from the rows'
 	// headers. Defaults to the global one (otel.GetTextMapPropagator).
 	Propagator propagation.TextMapPropagator
-}
-
-// Observer is told what a CDC relay does, for metrics. Set it as
-// Config.Observer. Its functions are called from several goroutines: they
-// must be fast and safe for concurrent use. A nil function is not called.
-type Observer struct {
-	// Publish is called after each Publish call with its number of
-	// messages, its duration and its error.
-	Publish func(n int, d time.Duration, err error)
-	// Confirm is called for each transaction whose position is confirmed
-	// to the server, with the time from its commit to that confirmation.
-	Confirm func(d time.Duration)
-	// CommitToPublish is called for each published message with the time
-	// from its transaction's commit to the broker's confirmation.
-	CommitToPublish func(d time.Duration)
-	// Stages is called for each published message with the parts of its
-	// commit-to-confirmation time: where a relay's latency goes.
-	Stages func(Stages)
-}
-
-// Stages splits a message's time from its transaction's commit to the
-// broker's confirmation (Observer.CommitToPublish) into its parts, which add
-// up to it.
-type Stages struct {
-	// Receive is from the commit (the server's commit timestamp) to the
-	// relay's reading the transaction's end from the stream: the
-	// walsender's decoding and sending, and the relay's reading, including
-	// while its window was full.
-	Receive time.Duration
-	// Visible is from then to the transaction's being seen visible to other
-	// sessions (one query for the transactions read meanwhile).
-	Visible time.Duration
-	// Queue is from then to the start of the Publish call that carried the
-	// message: waiting for the previous message of its aggregate, for a
-	// free call, or for a failed call's retry.
-	Queue time.Duration
-	// Confirm is the Publish call that carried it: sending and the broker's
-	// confirmation.
-	Confirm time.Duration
 }
 
 var slotChars = regexp.MustCompile(`[^a-z0-9_]`)
@@ -298,19 +199,19 @@ func (c Config) WithDefaults() Config {
 	c.Slot = cmp.Or(c.Slot, SlotName(c.Tables))
 	c.Publication = cmp.Or(c.Publication, c.Slot)
 	c.MessagePrefix = cmp.Or(c.MessagePrefix, outbox.LogPrefix(c.Tables))
-	c.Window = cmp.Or(c.Window, WindowDefault)
-	c.BatchSize = min(cmp.Or(c.BatchSize, BatchSizeDefault), c.Window)
+	c.Window = cmp.Or(c.Window, logrelay.WindowDefault)
+	c.BatchSize = min(cmp.Or(c.BatchSize, logrelay.BatchSizeDefault), c.Window)
 	c.StandbyInterval = cmp.Or(c.StandbyInterval, StandbyIntervalDefault)
-	c.FlushInterval = cmp.Or(c.FlushInterval, FlushIntervalDefault)
-	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
-	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
-	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, MaxRetryBackoffDefault)
-	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, QuarantineAfterDefault)
+	c.FlushInterval = cmp.Or(c.FlushInterval, logrelay.FlushIntervalDefault)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, logrelay.PublishTimeoutDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, logrelay.RetryBackoffDefault)
+	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, logrelay.MaxRetryBackoffDefault)
+	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, logrelay.QuarantineAfterDefault)
 	c.LagWarnBytes = cmp.Or(c.LagWarnBytes, LagWarnBytesDefault)
-	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
-	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, ArchiveRetentionDefault)
-	c.ArchivePurgeInterval = cmp.Or(c.ArchivePurgeInterval, ArchivePurgeIntervalDefault)
-	c.DueInterval = cmp.Or(c.DueInterval, DueIntervalDefault)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, logrelay.QueryTimeoutDefault)
+	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, logrelay.ArchiveRetentionDefault)
+	c.ArchivePurgeInterval = cmp.Or(c.ArchivePurgeInterval, logrelay.ArchivePurgeIntervalDefault)
+	c.DueInterval = cmp.Or(c.DueInterval, logrelay.DueIntervalDefault)
 	c.ProgressInterval = cmp.Or(c.ProgressInterval, progress.IntervalDefault)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -339,10 +240,10 @@ func (c Config) validate() error {
 	if c.BatchSize < 1 {
 		return fmt.Errorf("idem: cdc: Config.BatchSize %d: must be positive", c.BatchSize)
 	}
-	if c.Delete != DeletePublished && c.Delete != KeepRows {
+	if c.Delete != logrelay.DeletePublished && c.Delete != logrelay.KeepRows {
 		return fmt.Errorf("idem: cdc: Config.Delete %v: unknown mode", c.Delete)
 	}
-	if c.RowsOnly && c.Delete != DeletePublished {
+	if c.RowsOnly && c.Delete != logrelay.DeletePublished {
 		return errors.New("idem: cdc: Config.RowsOnly with Delete = KeepRows: kept rows cannot tell which of them wait, so a failover loses them; drop one of the two")
 	}
 	for name, d := range map[string]time.Duration{"StandbyInterval": c.StandbyInterval, "FlushInterval": c.FlushInterval,

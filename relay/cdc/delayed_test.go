@@ -12,6 +12,7 @@ import (
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // wasPublished reports whether msgs hold id.
@@ -93,7 +94,7 @@ func TestDelayedRowsKeepRows(t *testing.T) {
 	pg := newDB(t)
 	pub := memory.New()
 	cfg := fastConfig(t)
-	cfg.Delete = cdc.KeepRows
+	cfg.Delete = logrelay.KeepRows
 	cfg.DueInterval = 20 * time.Millisecond
 	start(t, pg, pub, cfg)
 	d := event(t, "a", 1)

@@ -118,4 +118,11 @@
 // with max_slot_wal_keep_size, watch the lag (Stats, the cdcmetrics
 // collector, the warning above Config.LagWarnBytes) and drop the slot when
 // retiring a relay (DropSlot, "idem cdc drop-slot").
+//
+// The engine. Reading the slot, the snapshot of its creation, the
+// visibility check, the confirmation to the server and the SQL on the
+// outbox are this package's; the rest (pipeline, window, ordered
+// publishing, delayed rows, quarantine, archive, lifecycle, Stats) is the
+// engine every log relay shares (relay/internal/logengine), as
+// relay/binlog's is.
 package cdc

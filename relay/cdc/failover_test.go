@@ -18,6 +18,7 @@ import (
 	"github.com/idem-go/idem/migrate"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // failoverCluster is a primary and its standby of the test's own, migrated,
@@ -205,7 +206,7 @@ func TestFailoverLossRefused(t *testing.T) {
 	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical'`).Scan(&slots); err != nil || slots != 0 {
 		t.Fatalf("a refused start left %d slots (%v)", slots, err)
 	}
-	if _, err := cdc.New(c.url, pub, cdc.Config{RowsOnly: true, Delete: cdc.KeepRows}); err == nil {
+	if _, err := cdc.New(c.url, pub, cdc.Config{RowsOnly: true, Delete: logrelay.KeepRows}); err == nil {
 		t.Fatal("RowsOnly with KeepRows accepted")
 	}
 	ro := cfg

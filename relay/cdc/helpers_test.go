@@ -18,6 +18,7 @@ import (
 	"github.com/idem-go/idem/driver/postgres"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/internal/logengine/logenginetest"
 )
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -73,23 +74,12 @@ func start(t testing.TB, pg *testdb.PG, pub broker.Publisher, cfg cdc.Config) *c
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stop(t, r) })
+	logenginetest.Start(t, r)
 	return r
 }
 
-func stop(t testing.TB, r *cdc.Relay) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.Stop(ctx); err != nil {
-		t.Errorf("stop: %v", err)
-	}
-}
+// stop stops a relay, failing the test if it does not stop cleanly.
+var stop = logenginetest.Stop
 
 // event returns the version-th event of aggregate order/id.
 func event(t testing.TB, id string, version int) idem.Event {
@@ -182,17 +172,5 @@ func checkAll(t *testing.T, msgs []idem.Message, want map[uuid.UUID]bool) {
 // events follows their versions.
 func checkFirstOrder(t *testing.T, msgs []idem.Message) {
 	t.Helper()
-	seen := map[uuid.UUID]bool{}
-	last := map[string]int64{}
-	for _, m := range msgs {
-		if seen[m.EventID] {
-			continue
-		}
-		seen[m.EventID] = true
-		ev := decode(t, m)
-		if v := last[ev.AggregateID]; ev.AggregateVersion <= v {
-			t.Fatalf("aggregate %s: version %d published after %d", ev.AggregateID, ev.AggregateVersion, v)
-		}
-		last[ev.AggregateID] = ev.AggregateVersion
-	}
+	logenginetest.CheckFirstOrder(t, msgs, nil)
 }

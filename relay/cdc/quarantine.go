@@ -9,19 +9,24 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/relay/internal/logengine"
 )
 
-// park quarantines a message the broker refused on Config.QuarantineAfter
+// Park quarantines a message the broker refused on Config.QuarantineAfter
 // attempts: its row gets quarantined_at and last_error, or, for a WAL
-// message or a row its writer deleted, a quarantined row is written, where
-// "idem failed list|show|retry|remove --relay" find it. A table without
-// idem's columns cannot hold it: the message is then logged at error level
-// with its whole content, and skipped.
-func (r *Relay) park(ctx context.Context, e *entry, reason error) error {
-	rec := e.rec
-	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-	defer cancel()
-	lastError := fmt.Sprintf("refused by the broker on %d attempts; last: %v", e.out.Refusals, reason)
+// message or a row its writer deleted, a quarantined row is written. A
+// table without idem's columns cannot hold it (false).
+func (r *source) Park(ctx context.Context, p logengine.Refused) (bool, error) {
+	rec := p.Rec
+	lastError := logengine.RefusedError(p)
+	if p.Table {
+		// A row read from the table: it is there, with its attempts.
+		if _, err := r.pool.Exec(ctx, r.sql.quarantineAfter, rec.Seq, lastError, p.Refusals-p.Earlier); err != nil {
+			return false, fmt.Errorf("idem: cdc: quarantine row seq %d: %w", rec.Seq, err)
+		}
+		return true, nil
+	}
 	var payload, headers any
 	if rec.Payload != nil && idem.IsJSONContentType(rec.ContentType) {
 		payload = string(rec.Payload)
@@ -30,7 +35,7 @@ func (r *Relay) park(ctx context.Context, e *entry, reason error) error {
 		headers = string(rec.RawHeaders)
 	}
 	id := rec.RawID
-	if e.wal {
+	if p.WAL {
 		// A WAL message has no row: the row written holds its event id,
 		// which idem's uuid column takes whatever the message's id was,
 		// and, for an id derived from one that is not a UUID, that id in
@@ -44,13 +49,13 @@ func (r *Relay) park(ctx context.Context, e *entry, reason error) error {
 			h[idem.HeaderOriginalID] = rec.RawID
 			b, err := json.Marshal(h)
 			if err != nil {
-				return fmt.Errorf("idem: cdc: quarantine a refused message: headers: %w", err)
+				return false, fmt.Errorf("idem: cdc: quarantine a refused message: headers: %w", err)
 			}
 			headers = string(b)
 		}
 	}
 	query, args := r.sql.park, []any{id, rec.AggregateType, rec.AggregateID, rec.Type,
-		payload, rec.OccurredAt, rec.AggregateVersion, headers, lastError, e.out.Refusals}
+		payload, rec.OccurredAt, rec.AggregateVersion, headers, lastError, p.Refusals}
 	if rec.ContentType != "" {
 		// Only then are content_type and payload_binary named: an outbox
 		// that predates them parks JSON events as before.
@@ -60,21 +65,49 @@ func (r *Relay) park(ctx context.Context, e *entry, reason error) error {
 		}
 		query, args = r.sql.parkTyped, append(args, rec.ContentType, bin)
 	}
-	_, err := r.pool.Exec(qctx, query, args...)
+	_, err := r.pool.Exec(ctx, query, args...)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column: not idem's table
-		r.stats.unreadable.Add(1)
-		r.log.Error("the broker refused a message on every attempt, and the outbox has no quarantined_at, last_error and attempts columns to park it in; skipped",
-			"id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "type", rec.Type,
-			"payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "attempts", e.out.Refusals, "error", reason)
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("idem: cdc: quarantine a refused message: %w", err)
+		return false, fmt.Errorf("idem: cdc: quarantine a refused message: %w", err)
 	}
-	r.stats.quarantined.Add(1)
-	r.log.Error("quarantined a message the broker refused on every attempt; the later messages of its aggregate go on (idem failed list --relay shows it, idem failed retry --relay publishes it again)",
-		"id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "type", rec.Type,
-		"attempts", e.out.Refusals, "error", reason)
-	return nil
+	return true, nil
+}
+
+// Quarantine quarantines a row that cannot become a message, in place. A
+// row the writer deleted meanwhile, or a table without idem's columns,
+// cannot be (false). It fails only when the database does.
+func (r *source) Quarantine(ctx context.Context, rec *driver.OutboxRecord, reason error) (bool, error) {
+	tag, err := r.pool.Exec(ctx, r.sql.quarantine, rec.Seq, reason.Error())
+	switch {
+	case err == nil:
+		return tag.RowsAffected() == 1, nil
+	case permanent(err):
+		return false, nil
+	}
+	return false, err
+}
+
+// Delete deletes the published rows of ids and, when recs is not empty,
+// archives those events in the same statement: deleted and archived
+// together, or neither.
+func (r *source) Delete(ctx context.Context, ids []string, recs []*driver.OutboxRecord) (deleted, archived int64, err error) {
+	if len(recs) == 0 {
+		tag, err := r.pool.Exec(ctx, r.sql.deleteRows, ids)
+		return tag.RowsAffected(), 0, err
+	}
+	args := append([]any{ids}, archiveArgs(recs)...)
+	err = r.pool.QueryRow(ctx, r.sql.archiveRows, args...).Scan(&deleted, &archived)
+	if err != nil && dataError(err) {
+		// An event the archive cannot hold: archive the others one by
+		// one, then delete the rows.
+		if archived, err = r.archiveEach(ctx, recs); err != nil {
+			return 0, 0, err
+		}
+		tag, err := r.pool.Exec(ctx, r.sql.deleteRows, ids)
+		return tag.RowsAffected(), archived, err
+	}
+	return deleted, archived, err
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/postgres"
+	"github.com/idem-go/idem/relay/internal/logengine"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // ErrWALLevel is returned (wrapped) by Start when the server does not run
@@ -49,11 +51,14 @@ type queries struct {
 	// the events published, in one statement.
 	archive                  string
 	archiveRows, archiveSeqs string
-	// due reads a page of the delayed rows due at $1, doneDue deletes (or
-	// with KeepRows marks published) the rows of seqs $1 once published;
-	// both empty on a table without idem's seq, published_at,
-	// quarantined_at and not_before columns, where no row is delayed.
-	due, doneDue string
+	// due reads a page of the delayed rows due at $1; empty on a table
+	// without idem's seq, published_at, quarantined_at and not_before
+	// columns, where no row is delayed.
+	due string
+	// doneRows deletes the rows of seqs $1 once published (rows read from
+	// the table: delayed, or waiting at the slot's creation), markRows
+	// marks them published (KeepRows).
+	doneRows, markRows string
 }
 
 // The statements that do not depend on the table.
@@ -183,11 +188,19 @@ VALUES (gen_random_uuid(), $1, $2, $3, NULL, now(), $4, 1)`,
 		archive:         archive,
 		archiveRows:     archiveSQL(t, table, archive, `id = ANY($1)`),
 		archiveSeqs:     archiveSQL(t, table, archive, `seq = ANY($1::bigint[])`),
+		doneRows:        `DELETE FROM ` + t + ` WHERE seq = ANY($1::bigint[])`,
+		markRows:        `UPDATE ` + t + ` SET published_at = now() WHERE seq = ANY($1::bigint[]) AND published_at IS NULL`,
 	}
 }
 
-// setup checks the server and creates the publication and the slot.
-func (r *Relay) setup(ctx context.Context) error {
+// Setup checks the server and creates the publication and the slot.
+func (r *source) Setup(ctx context.Context) (logengine.Setup, error) {
+	var s logengine.Setup
+	err := r.setup(ctx, &s)
+	return s, err
+}
+
+func (r *source) setup(ctx context.Context, set *logengine.Setup) error {
 	pcfg, err := pgxpool.ParseConfig(r.dbURL)
 	if err != nil {
 		return fmt.Errorf("idem: cdc: database URL: %w", err)
@@ -228,13 +241,10 @@ func (r *Relay) setup(ctx context.Context) error {
 		// scheduled_idx (migration 0012) holds exactly these rows.
 		r.sql.due = `SELECT * FROM ` + r.sql.table + `
 WHERE published_at IS NULL AND not_before IS NOT NULL AND not_before <= $1 AND quarantined_at IS NULL
-ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage)
-		r.sql.doneDue = `DELETE FROM ` + r.sql.table + ` WHERE seq = ANY($1::bigint[])`
-		if r.cfg.Delete == KeepRows {
-			r.sql.doneDue = `UPDATE ` + r.sql.table + ` SET published_at = now() WHERE seq = ANY($1::bigint[]) AND published_at IS NULL`
-		}
+ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
+		set.Delayed = true
 	}
-	if r.cfg.Delete == DeletePublished {
+	if r.cfg.Delete == logrelay.DeletePublished {
 		var can bool
 		if err := pool.QueryRow(ctx, canDeleteSQL, r.sql.table).Scan(&can); err != nil {
 			return fmt.Errorf("idem: cdc: read privileges on %s: %w", r.sql.table, err)
@@ -244,7 +254,7 @@ ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage)
 			return fmt.Errorf("idem: cdc: the relay's role cannot delete from %s, which it does once rows are published: GRANT DELETE ON %s TO %s, or leave the rows to their writer (Config.Delete = KeepRows, idem cdc --keep-rows)", r.sql.table, r.sql.table, postgres.QuoteIdent(r.replCfg.User))
 		}
 	}
-	if r.archiving {
+	if r.cfg.ArchiveRetention > 0 {
 		if err := pool.QueryRow(ctx, tableExistsSQL, r.sql.archive).Scan(&exists); err != nil {
 			return fmt.Errorf("idem: cdc: look for the outbox's archive: %w", err)
 		}
@@ -263,8 +273,8 @@ ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage)
 		if err != nil {
 			return fmt.Errorf("idem: cdc: %w", err)
 		}
-		r.archiver = drv.Dialect().(driver.OutboxArchiver)
-		r.archiveEx = drv.Pool()
+		set.Archiver = drv.Dialect().(driver.OutboxArchiver)
+		set.ArchiveEx = drv.Pool()
 	}
 	if err := r.ensurePublication(ctx); err != nil {
 		return err
@@ -285,7 +295,7 @@ ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage)
 	return nil
 }
 
-func (r *Relay) ensurePublication(ctx context.Context) error {
+func (r *source) ensurePublication(ctx context.Context) error {
 	var exists bool
 	if err := r.pool.QueryRow(ctx, pubExistsSQL, r.cfg.Publication).Scan(&exists); err != nil {
 		return fmt.Errorf("idem: cdc: look for publication %s: %w", r.cfg.Publication, err)
@@ -314,7 +324,7 @@ func (r *Relay) ensurePublication(ctx context.Context) error {
 	return nil
 }
 
-func (r *Relay) ensureSlot(ctx context.Context) error {
+func (r *source) ensureSlot(ctx context.Context) error {
 	var plugin, db, walStatus, current string
 	err := r.pool.QueryRow(ctx, slotSQL, r.cfg.Slot).Scan(&plugin, &db, &walStatus)
 	if err == nil && walStatus == "lost" {
@@ -340,7 +350,7 @@ func (r *Relay) ensureSlot(ctx context.Context) error {
 // the slot will never stream. When the outbox may hold waiting rows
 // (initialRowsQuery), a transaction of the pool imports the snapshot, kept
 // in r.initial for the reading goroutine to publish those rows first.
-func (r *Relay) createSlot(ctx context.Context) error {
+func (r *source) createSlot(ctx context.Context) error {
 	conn, err := pgconn.ConnectConfig(ctx, r.replCfg)
 	if err != nil {
 		return replicationErrorOn(r.host, err, r.replCfg.User)
@@ -369,7 +379,7 @@ func (r *Relay) createSlot(ctx context.Context) error {
 		_ = tx.Rollback(context.Background())
 		return fmt.Errorf("idem: cdc: read the rows waiting in the outbox: import the slot's snapshot: %w", err)
 	}
-	r.initial = &initialRows{tx: tx, sel: sel, count: count}
+	r.initial = &initialRows{s: r, tx: tx, sel: sel, count: count}
 	return nil
 }
 
@@ -422,7 +432,7 @@ func parseServerVersion(v string) int {
 // (PostgreSQL before 17, or an existing slot created without failover), and
 // the outbox may hold events that exist only in the WAL (not
 // Config.RowsOnly), unless Config.AcceptFailoverLoss.
-func (r *Relay) checkFailover(ctx context.Context) error {
+func (r *source) checkFailover(ctx context.Context) error {
 	if r.cfg.AcceptFailoverLoss {
 		return nil
 	}
@@ -471,8 +481,8 @@ func (r *Relay) checkFailover(ctx context.Context) error {
 // still in the table are published first, like those waiting at the first
 // start (some again: consumers deduplicate); what existed only in the WAL
 // since the last confirmed position is lost, and the log says so.
-func (r *Relay) recreateSlot(missing error) error {
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.QueryTimeout)
+func (r *source) recreateSlot(missing error) error {
+	ctx, cancel := context.WithTimeout(r.eng.Context(), r.cfg.QueryTimeout)
 	defer cancel()
 	if err := r.checkFailover(ctx); err != nil {
 		return err

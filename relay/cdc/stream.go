@@ -17,80 +17,59 @@ import (
 	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/outboxcodec"
+	"github.com/idem-go/idem/relay/internal/logengine"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
-// run reads the slot until Stop, reconnecting after failures with capped
-// backoff; while another process holds the slot it waits.
-func (r *Relay) run() {
-	defer r.dropInitial()
-	failures := 0
-	stopping := r.base.Stopping()
-	for {
-		select {
-		case <-stopping:
-			return
-		default:
-		}
-		if r.initial != nil {
-			r.publishInitial()
-		}
-		read, err := r.session()
-		select {
-		case <-stopping:
-			return
-		default:
-		}
-		if errors.Is(err, idem.ErrNotFound) {
-			// The slot is gone: a failover to a standby without a copy of
-			// it (PostgreSQL before 17), or a drop.
-			if err = r.recreateSlot(err); err == nil {
-				failures = 0
-				continue
-			}
-		}
-		if read {
-			failures = 0
-		}
-		failures++
-		var d time.Duration
-		if errors.Is(err, ErrSlotActive) {
-			if !r.stats.waiting.Swap(true) {
-				r.log.Info("another process reads the slot; waiting to take over", "error", err)
-			}
-			d = jitter(min(time.Second, r.cfg.MaxRetryBackoff))
-		} else {
-			r.stats.waiting.Store(false)
-			r.setErr(err)
-			d = r.backoff(failures)
-			r.errs.replication.Warn(r.ctx, "replication stopped; reconnecting", err, "retry_in", d.Round(time.Millisecond))
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-stopping:
-			t.Stop()
-			return
-		}
+// Lead returns the reader of one session: the rows waiting since the
+// slot's creation first, if any, then the slot's stream (Start).
+func (r *source) Lead(context.Context) (logengine.Reader, error) {
+	s := &session{r: r, relations: map[uint32]*pglogrepl.RelationMessage{}}
+	if r.initial != nil { // not a nil *initialRows in the interface
+		s.initial, r.initial = r.initial, nil
 	}
+	return s, nil
 }
 
 // txState is the transaction being read.
 type txState struct {
-	xid     uint32
-	commit  time.Time
-	entries []*entry
+	xid    uint32
+	commit time.Time
+	rows   []logengine.Row
 }
 
-// session is one replication connection: it reads until Stop or an error.
-// read reports whether it read from the slot at all.
-func (r *Relay) session() (read bool, err error) {
-	ctx, cancel := context.WithCancel(r.ctx)
-	defer cancel()
+// session is the state of one replication connection.
+type session struct {
+	r         *source
+	initial   logengine.Initial
+	conn      *pgconn.PgConn
+	relations map[uint32]*pglogrepl.RelationMessage
+	tx        *txState
+	done      *logengine.Tx // a transaction read, returned by Read
+	reply     bool          // the server asked for a reply
+
+	flushed    pglogrepl.LSN // confirmed to the server
+	walEnd     pglogrepl.LSN // the server's position in its last keepalive
+	lastStatus time.Time
+	// heard is when the server's last message was read, moved forward by
+	// the time the relay did not read (its window full): silenceLimit.
+	heard, readEnd time.Time
+}
+
+// Initial returns the rows waiting since the slot's creation, if this
+// session is the first after it.
+func (s *session) Initial() logengine.Initial { return s.initial }
+
+// Start starts reading the slot. A slot another process reads is
+// logengine.ErrStandby; a missing slot (a failover to a standby without a
+// copy of it, or a drop) is created again, and the next session publishes
+// the rows still in the table first.
+func (s *session) Start(ctx context.Context) error {
+	r := s.r
 	conn, err := pgconn.ConnectConfig(ctx, r.replCfg)
 	if err != nil {
-		return false, replicationErrorOn(r.host, err, r.replCfg.User)
+		return replicationErrorOn(r.host, err, r.replCfg.User)
 	}
-	defer func() { _ = conn.Close(context.Background()) }()
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
@@ -100,58 +79,28 @@ func (r *Relay) session() (read bool, err error) {
 		},
 	})
 	if err != nil {
-		return false, slotErrorOn(r.host, err, r.cfg.Slot, r.replCfg.User)
+		_ = conn.Close(context.Background())
+		err = slotErrorOn(r.host, err, r.cfg.Slot, r.replCfg.User)
+		switch {
+		case errors.Is(err, ErrSlotActive):
+			return fmt.Errorf("%w: %w", logengine.ErrStandby, err)
+		case errors.Is(err, idem.ErrNotFound):
+			if err = r.recreateSlot(err); err == nil {
+				return logengine.ErrAgain
+			}
+		}
+		return err
 	}
-	if r.stats.waiting.Swap(false) {
-		r.log.Info("took the slot over")
-	}
-	r.stats.streaming.Store(true)
-	defer r.stats.streaming.Store(false)
-	if r.sql.due != "" {
-		// Delayed rows are published from the table by the relay that
-		// holds the slot, and by it only.
-		dueCtx, stopDue := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); r.dueLoop(dueCtx) }()
-		defer func() { stopDue(); <-done }()
-	}
-	r.setErr(nil)
-	r.errs.replication.OK(ctx)
-	r.log.Debug("replication started")
-
-	s := &session{r: r, conn: conn, pipe: newPipeline(ctx, r), relations: map[uint32]*pglogrepl.RelationMessage{}, heard: time.Now()}
-	defer func() {
-		cancel()
-		s.pipe.wait()
-		r.stats.inFlight.Store(0)
-		r.stats.oldest.Store(0)
-	}()
-	return true, s.loop(ctx)
+	s.conn = conn
+	s.heard = time.Now()
+	return nil
 }
 
-// session is the state of one replication connection.
-type session struct {
-	r         *Relay
-	conn      *pgconn.PgConn
-	pipe      *pipeline
-	relations map[uint32]*pglogrepl.RelationMessage
-	tx        *txState
-
-	flushed  pglogrepl.LSN // confirmed to the server
-	walEnd   pglogrepl.LSN // the server's position in its last keepalive
-	toDelete []string
-	// toArchive holds the events published and not archived yet
-	// (Config.ArchiveRetention), in log order.
-	toArchive []*driver.OutboxRecord
-	ready     pglogrepl.LSN // published, its rows deleted and its events archived: to confirm
-	// deleteFailures counts the failed deletes in a row; none is tried
-	// before deleteAfter.
-	deleteFailures int
-	deleteAfter    time.Time
-	lastStatus     time.Time
-	// heard is when the server's last message was read, moved forward by
-	// the time the relay did not read (its window full): silenceLimit.
-	heard time.Time
+// Close ends the replication connection.
+func (s *session) Close() {
+	if s.conn != nil {
+		_ = s.conn.Close(context.Background())
+	}
 }
 
 // silenceLimit is how long a server may send nothing, while the relay
@@ -161,46 +110,32 @@ func silenceLimit(standbyInterval time.Duration) time.Duration {
 	return max(3*standbyInterval, 10*time.Second)
 }
 
-func (s *session) loop(ctx context.Context) error {
+// Read reads the stream until a transaction commits, the server asks for a
+// reply, a standby status update is due (StandbyInterval), until passes or
+// stopping is closed.
+func (s *session) Read(ctx context.Context, until time.Time, stopping <-chan struct{}) (logengine.Read, error) {
 	r := s.r
-	stopping := r.base.Stopping()
-	nextFlush := time.Now().Add(r.cfg.FlushInterval)
+	if !s.readEnd.IsZero() {
+		// The server's messages waited unread meanwhile: not a silence.
+		s.heard = s.heard.Add(time.Since(s.readEnd))
+	}
+	defer func() { s.readEnd = time.Now() }()
 	for {
 		select {
 		case <-stopping:
-			return s.drain(ctx)
+			return logengine.Read{}, nil
 		default:
 		}
 		now := time.Now()
-		if !now.Before(nextFlush) {
-			if err := s.flush(ctx, false); err != nil {
-				return err
-			}
-			nextFlush = now.Add(r.cfg.FlushInterval)
-		}
-		deadline := nextFlush
+		deadline := until
 		if standby := s.lastStatus.Add(r.cfg.StandbyInterval); standby.Before(deadline) {
 			deadline = standby
-		}
-		if deadline.Before(nextFlush) && !now.Before(deadline) {
-			if err := s.flush(ctx, true); err != nil {
-				return err
+			if !now.Before(deadline) {
+				return logengine.Read{Flush: true}, nil
 			}
-			continue
 		}
-		if s.pipe.full() {
-			waited := time.Now()
-			t := time.NewTimer(time.Until(deadline))
-			select {
-			case <-s.pipe.progress:
-			case <-t.C:
-			case <-stopping:
-			case <-ctx.Done():
-			}
-			t.Stop()
-			// The server's messages wait unread meanwhile: not a silence.
-			s.heard = s.heard.Add(time.Since(waited))
-			continue
+		if !now.Before(deadline) {
+			return logengine.Read{}, nil
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		msg, err := s.conn.ReceiveMessage(rctx)
@@ -211,35 +146,30 @@ func (s *session) loop(ctx context.Context) error {
 				// server that stays silent is frozen or cut off (no TCP
 				// reset comes from a machine gone or a partition).
 				if silent := time.Since(s.heard); silent > silenceLimit(r.cfg.StandbyInterval) {
-					return fmt.Errorf("idem: cdc: the server answered nothing for %v though asked to every %v: the connection is taken for dead (a frozen or unreachable server; the URL's hosts are tried again)",
+					return logengine.Read{}, fmt.Errorf("idem: cdc: the server answered nothing for %v though asked to every %v: the connection is taken for dead (a frozen or unreachable server; the URL's hosts are tried again)",
 						silent.Round(time.Second), r.cfg.StandbyInterval)
 				}
 				continue
 			}
-			return fmt.Errorf("idem: cdc: receive: %w", err)
+			return logengine.Read{}, fmt.Errorf("idem: cdc: receive: %w", err)
 		}
 		s.heard = time.Now()
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if err := s.copyData(ctx, m.Data); err != nil {
-				return err
+				return logengine.Read{}, err
 			}
 		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("idem: cdc: server: %w", pgconn.ErrorResponseToPgError(m))
+			return logengine.Read{}, fmt.Errorf("idem: cdc: server: %w", pgconn.ErrorResponseToPgError(m))
 		case *pgproto3.CopyDone:
-			return errors.New("idem: cdc: the server ended the replication")
+			return logengine.Read{}, errors.New("idem: cdc: the server ended the replication")
+		}
+		if s.done != nil || s.reply {
+			rd := logengine.Read{Tx: s.done, Flush: s.reply}
+			s.done, s.reply = nil, false
+			return rd, nil
 		}
 	}
-}
-
-// drain ends a session on Stop: the messages handed to the broker are
-// confirmed (or abandoned with the relay's context), the rows deleted and
-// the position confirmed.
-func (s *session) drain(ctx context.Context) error {
-	if !s.pipe.drainWait(ctx) {
-		return nil
-	}
-	return s.flush(ctx, true)
 }
 
 func (s *session) copyData(ctx context.Context, data []byte) error {
@@ -253,9 +183,7 @@ func (s *session) copyData(ctx context.Context, data []byte) error {
 			return fmt.Errorf("idem: cdc: keepalive: %w", err)
 		}
 		s.walEnd = max(s.walEnd, k.ServerWALEnd)
-		if k.ReplyRequested {
-			return s.flush(ctx, true)
-		}
+		s.reply = s.reply || k.ReplyRequested
 	case pglogrepl.XLogDataByteID:
 		x, err := pglogrepl.ParseXLogData(data[1:])
 		if err != nil {
@@ -286,9 +214,9 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 			return nil // set aside as it was written: a parked message
 		}
 		if r.sql.due != "" && delayedInsert(rel, m.Tuple) {
-			// It waits in the table for its time: publishDue publishes it
+			// It waits in the table for its time: the engine publishes it
 			// then, and deletes it. The stream's position moves on.
-			r.stats.held.Add(1)
+			r.eng.C.Delayed.Add(1)
 			return nil
 		}
 		rec, err := decodeTuple(rel, m.Tuple)
@@ -304,9 +232,9 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 			return nil
 		}
 		if !m.Transactional || s.tx == nil {
-			r.stats.unreadable.Add(1)
+			r.eng.C.Unreadable.Add(1)
 			r.log.Warn("ignored a non-transactional WAL message with the outbox's prefix: it is not tied to a commit (outbox.NewLogWriter writes transactional ones)",
-				"lsn", m.LSN.String(), "content", quote(m.Content))
+				"lsn", m.LSN.String(), "content", logengine.Quote(m.Content))
 			return nil
 		}
 		if r.cfg.RowsOnly && !r.warnedRowsOnly.Swap(true) {
@@ -321,15 +249,9 @@ func (s *session) logical(ctx context.Context, data []byte) error {
 		}
 		tx := s.tx
 		s.tx = nil
-		if len(tx.entries) > 0 {
-			r.stats.txs.Add(1)
-			if fault.Enabled {
-				fault.Point(fault.CDCAfterReceive)
-			}
-			tx.entries[len(tx.entries)-1].lsn = m.TransactionEndLSN
-			s.pipe.add(tx.entries)
-		} else {
-			s.pipe.add([]*entry{{lsn: m.TransactionEndLSN, commit: tx.commit}})
+		s.done = &logengine.Tx{Rows: tx.rows, Pos: m.TransactionEndLSN, Commit: tx.commit}
+		if len(tx.rows) > 0 {
+			s.done.Mark = tx.xid
 		}
 	}
 	return nil
@@ -346,49 +268,31 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, ra
 	if rec.OccurredAt.IsZero() {
 		rec.OccurredAt = s.tx.commit // a table without occurred_at
 	}
-	msg, err := outboxcodec.Message(rec)
+	del := ""
+	if row && r.cfg.Delete == logrelay.DeletePublished {
+		del = rec.RawID
+	}
+	e, err := logengine.NewRow(rec, del)
 	if err == nil {
-		e := &entry{msg: msg, hasMsg: true, key: rec.AggregateType + "\x00" + rec.AggregateID, xid: s.tx.xid, commit: s.tx.commit, rec: &rec, wal: !row}
-		if row && r.cfg.Delete == DeletePublished {
-			e.id = rec.RawID
-		}
-		s.tx.entries = append(s.tx.entries, e)
+		e.WAL = !row
+		s.tx.rows = append(s.tx.rows, e)
 		return nil
 	}
-	r.stats.unreadable.Add(1)
+	if row {
+		// The row's transaction is in the log before other sessions see
+		// it: the quarantine waits for it.
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		werr := r.waitVisible(qctx, []uint32{s.tx.xid})
+		cancel()
+		if werr != nil {
+			return fmt.Errorf("idem: cdc: quarantine what cannot be published: %w", werr)
+		}
+		return r.eng.Unreadable(ctx, &rec, err)
+	}
+	r.eng.C.Unreadable.Add(1)
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	if row {
-		return s.quarantineRow(qctx, rec, err)
-	}
 	return s.parkUnreadable(qctx, rec, err, raw, lsn)
-}
-
-// quarantineRow quarantines an inserted row that cannot become a message,
-// in place. A row the writer deleted meanwhile, or a table without idem's
-// columns, is logged with its content instead. It fails only when the
-// database does.
-func (s *session) quarantineRow(ctx context.Context, rec driver.OutboxRecord, reason error) error {
-	r := s.r
-	// The row's transaction is in the log before other sessions see it.
-	err := r.waitVisible(ctx, []uint32{s.tx.xid})
-	var tag pgconn.CommandTag
-	if err == nil {
-		tag, err = r.pool.Exec(ctx, r.sql.quarantine, rec.Seq, reason.Error())
-	}
-	switch {
-	case err == nil && tag.RowsAffected() == 1:
-		r.stats.quarantined.Add(1)
-		r.log.Error("quarantined an outbox row that cannot be published (idem failed list --relay)",
-			"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID, "error", reason)
-	case err != nil && !permanent(err):
-		return fmt.Errorf("idem: cdc: quarantine what cannot be published: %w", err)
-	default:
-		r.log.Error("an outbox row cannot be published, nor quarantined (deleted since, or a table without idem's columns); skipped",
-			"seq", rec.Seq, "id", rec.RawID, "aggregate_type", rec.AggregateType, "aggregate_id", rec.AggregateID,
-			"type", rec.Type, "payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "error", reason, "quarantine_error", err)
-	}
-	return nil
 }
 
 // parkUnreadable keeps a WAL message that cannot become a message as a
@@ -401,14 +305,14 @@ func (s *session) parkUnreadable(ctx context.Context, rec driver.OutboxRecord, r
 	tag, err := r.pool.Exec(ctx, r.sql.parkUnreadable, rec.AggregateType, rec.AggregateID, rec.Type, lastError)
 	switch {
 	case err == nil && tag.RowsAffected() == 1:
-		r.stats.quarantined.Add(1)
+		r.eng.C.Quarantined.Add(1)
 		r.log.Error("quarantined a WAL message of the outbox that cannot be published, as a row holding its content (idem failed list --relay)",
-			"lsn", lsn.String(), "error", reason, "content", quote(raw))
+			"lsn", lsn.String(), "error", reason, "content", logengine.Quote(raw))
 	case err != nil && !permanent(err):
 		return fmt.Errorf("idem: cdc: quarantine what cannot be published: %w", err)
 	default:
 		r.log.Error("a WAL message of the outbox cannot be published, nor quarantined (a table without idem's columns); skipped: write it again with a fixed content",
-			"lsn", lsn.String(), "error", reason, "content", quote(raw), "quarantine_error", err)
+			"lsn", lsn.String(), "error", reason, "content", logengine.Quote(raw), "quarantine_error", err)
 	}
 	return nil
 }
@@ -476,89 +380,6 @@ func decodeTuple(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (dr
 	return rec, nil
 }
 
-func quote(b []byte) string {
-	if len(b) > 1000 {
-		return strconv.Quote(string(b[:1000])) + "..."
-	}
-	return strconv.Quote(string(b))
-}
-
-// flush deletes the published rows, then confirms their position to the
-// server. With force, a status update is sent even when the position did
-// not move (the server asked, or StandbyInterval passed).
-func (s *session) flush(ctx context.Context, force bool) error {
-	r := s.r
-	lsn, ids, archive, commits := s.pipe.confirmed()
-	s.toDelete = append(s.toDelete, ids...)
-	s.toArchive = append(s.toArchive, archive...)
-	if lsn > s.ready {
-		s.ready = lsn
-	}
-	pos := s.ready
-	if len(s.toDelete) > 0 || len(s.toArchive) > 0 {
-		err := errDeleteLater
-		if !time.Now().Before(s.deleteAfter) {
-			err = s.deleteRows(ctx)
-		}
-		switch {
-		case err == nil:
-			s.deleteFailures = 0
-			r.errs.delete.OK(ctx)
-		case serverGoing(err):
-			// A server shutting down waits for its walsenders to see
-			// everything they sent confirmed, and refuses the deletes the
-			// position waits for: leave, and resume from the slot.
-			return fmt.Errorf("idem: cdc: delete published rows: %w", err)
-		default:
-			// The position waits for the rows (s.ready stays): try again
-			// after a backoff.
-			if err != errDeleteLater {
-				s.deleteFailures++
-				d := r.backoff(s.deleteFailures)
-				s.deleteAfter = time.Now().Add(d)
-				r.errs.delete.Warn(ctx, "deleting published rows failed; their position waits", err, "rows", len(s.toDelete),
-					"retry_in", d.Round(time.Millisecond))
-			}
-			pos = s.flushed
-			lsn = 0
-		}
-	}
-	if s.tx == nil && s.walEnd > pos && s.pipe.empty() && len(s.toDelete) == 0 && len(s.toArchive) == 0 {
-		// Nothing read waits: everything the server sent is done.
-		pos = s.walEnd
-	}
-	moved := pos > s.flushed
-	if !moved && !force {
-		return nil
-	}
-	if moved && lsn != 0 && fault.Enabled {
-		fault.Point(fault.CDCAfterPublishBeforeConfirm)
-	}
-	// A forced update (every StandbyInterval, or asked by the server) asks
-	// for a reply: the server's keepalive tells that it is alive (loop).
-	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: max(pos, s.flushed), ReplyRequested: force})
-	if err != nil {
-		return fmt.Errorf("idem: cdc: standby status update: %w", err)
-	}
-	s.lastStatus = time.Now()
-	if moved {
-		s.flushed = pos
-		r.stats.confirmed.Store(uint64(pos))
-		if lsn != 0 && fault.Enabled {
-			fault.Point(fault.CDCAfterConfirm)
-		}
-		if r.cfg.Observer.Confirm != nil {
-			for _, c := range commits {
-				r.cfg.Observer.Confirm(s.lastStatus.Sub(c))
-			}
-		}
-	}
-	return nil
-}
-
-// errDeleteLater says that a delete waits for its backoff.
-var errDeleteLater = errors.New("idem: cdc: delete waits for its backoff")
-
 // serverGoing reports whether err says that the server is shutting down or
 // the connection is gone (SQLSTATE classes 57 and 08, a failed connection).
 func serverGoing(err error) bool {
@@ -570,56 +391,13 @@ func serverGoing(err error) bool {
 	return errors.As(err, &connErr) || pgconn.SafeToRetry(err)
 }
 
-// deleteRows deletes the published rows and, when the relay archives what
-// it publishes, archives the published events in the same statements:
-// deleted and archived together, or neither. Their transactions are
-// visible: nothing is published before (pipeline.watch).
-func (s *session) deleteRows(ctx context.Context) error {
-	r := s.r
-	for len(s.toDelete) > 0 || len(s.toArchive) > 0 {
-		n, m := min(len(s.toDelete), 1000), min(len(s.toArchive), 1000)
-		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		var deleted, archived int64
-		var err error
-		if m == 0 {
-			var tag pgconn.CommandTag
-			tag, err = r.pool.Exec(qctx, r.sql.deleteRows, s.toDelete[:n])
-			deleted = tag.RowsAffected()
-		} else {
-			args := append([]any{s.toDelete[:n]}, archiveArgs(s.toArchive[:m])...)
-			err = r.pool.QueryRow(qctx, r.sql.archiveRows, args...).Scan(&deleted, &archived)
-		}
-		cancel()
-		if err != nil && m > 0 && dataError(err) {
-			// An event the archive cannot hold: archive the others one by
-			// one, then delete the rows.
-			archived, err = r.archiveEach(ctx, s.toArchive[:m])
-			if err == nil {
-				qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-				var tag pgconn.CommandTag
-				tag, err = r.pool.Exec(qctx, r.sql.deleteRows, s.toDelete[:n])
-				cancel()
-				deleted = tag.RowsAffected()
-			}
-		}
-		if err != nil {
-			return err
-		}
-		r.stats.deleted.Add(deleted)
-		r.stats.archived.Add(archived)
-		s.toDelete, s.toArchive = s.toDelete[n:], s.toArchive[m:]
-	}
-	s.toDelete, s.toArchive = nil, nil
-	return nil
-}
-
 // archiveEach archives recs one at a time, in order, after a batch failed
 // on a value the database refuses (dataError): an event whose own values
 // are refused (an id or an aggregate with a NUL character, from a WAL
 // message) is left out of the archive, logged at error level with its
 // content, rather than hold the slot's position for good. It returns how
 // many it archived, and fails when the database does.
-func (r *Relay) archiveEach(ctx context.Context, recs []*driver.OutboxRecord) (int64, error) {
+func (r *source) archiveEach(ctx context.Context, recs []*driver.OutboxRecord) (int64, error) {
 	var n int64
 	for _, rec := range recs {
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
@@ -632,8 +410,8 @@ func (r *Relay) archiveEach(ctx context.Context, recs []*driver.OutboxRecord) (i
 			n += archived
 		case dataError(err):
 			r.log.Error("a published event cannot be archived: the database refuses one of its values; it was published, and idem replay will not find it",
-				"id", rec.RawID, "aggregate_type", quote([]byte(rec.AggregateType)), "aggregate_id", quote([]byte(rec.AggregateID)),
-				"type", quote([]byte(rec.Type)), "payload", quote(rec.Payload), "headers", quote(rec.RawHeaders), "error", err)
+				"id", rec.RawID, "aggregate_type", logengine.Quote([]byte(rec.AggregateType)), "aggregate_id", logengine.Quote([]byte(rec.AggregateID)),
+				"type", logengine.Quote([]byte(rec.Type)), "payload", logengine.Quote(rec.Payload), "headers", logengine.Quote(rec.RawHeaders), "error", err)
 		default:
 			return n, err
 		}
@@ -662,7 +440,7 @@ FROM pg_current_snapshot() AS s, unnest($1::bigint[]) WITH ORDINALITY AS u(x, i)
 // firstInvisible returns the position (from 1) of the first of xids, which
 // the log sent as committed, that other sessions do not see yet, or 0 when
 // they see them all.
-func (r *Relay) firstInvisible(ctx context.Context, xids []uint32) (int, error) {
+func (r *source) firstInvisible(ctx context.Context, xids []uint32) (int, error) {
 	var n int64
 	if err := r.pool.QueryRow(ctx, firstInvisibleSQL, xidArg(xids)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("idem: cdc: check that committed transactions are visible: %w", err)
@@ -672,8 +450,8 @@ func (r *Relay) firstInvisible(ctx context.Context, xids []uint32) (int, error) 
 
 // waitVisible waits until the transactions xids, which the log sent as
 // committed, are visible to new snapshots.
-func (r *Relay) waitVisible(ctx context.Context, xids []uint32) error {
-	for d := visibleWaitMin; ; d = min(2*d, visibleWaitMax) {
+func (r *source) waitVisible(ctx context.Context, xids []uint32) error {
+	for d := logengine.VisibleWaitMin; ; d = min(2*d, logengine.VisibleWaitMax) {
 		n, err := r.firstInvisible(ctx, xids)
 		if err != nil || n == 0 {
 			return err
@@ -692,19 +470,18 @@ func xidArg(xids []uint32) []int64 {
 	return arg
 }
 
-// monitor reads the slot's lag every StandbyInterval and warns when the
+// Monitor reads the slot's lag every StandbyInterval and warns when the
 // slot retains more WAL than LagWarnBytes.
-func (r *Relay) monitor() {
-	stopping := r.base.Stopping()
+func (r *source) Monitor(rctx context.Context, stopping <-chan struct{}) {
 	warned := false
 	for {
-		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.QueryTimeout)
+		ctx, cancel := context.WithTimeout(rctx, r.cfg.QueryTimeout)
 		var lag, retained int64
 		err := r.pool.QueryRow(ctx, slotPositionSQL, r.cfg.Slot).Scan(&lag, &retained)
 		cancel()
 		if err == nil {
-			r.stats.lagBytes.Store(lag)
-			r.stats.retained.Store(retained)
+			r.eng.C.LagBytes.Store(lag)
+			r.eng.C.Retained.Store(retained)
 			if r.cfg.LagWarnBytes > 0 && retained > r.cfg.LagWarnBytes {
 				if !warned {
 					r.log.Warn("the replication slot retains more WAL than LagWarnBytes: the relay is behind, or stopped; a slot no relay reads fills the disk (max_slot_wal_keep_size bounds it; idem cdc drop-slot retires it)",
@@ -714,7 +491,7 @@ func (r *Relay) monitor() {
 			} else {
 				warned = false
 			}
-		} else if r.ctx.Err() == nil {
+		} else if rctx.Err() == nil {
 			r.log.Debug("read the slot's lag", "error", err)
 		}
 		t := time.NewTimer(r.cfg.StandbyInterval)
@@ -726,3 +503,59 @@ func (r *Relay) monitor() {
 		}
 	}
 }
+
+// FirstInvisible returns the position (from 1) of the first transaction of
+// marks (their xids) that other sessions do not see yet, 0 when they see
+// them all.
+func (s *session) FirstInvisible(ctx context.Context, marks []any) (int, error) {
+	xids := make([]uint32, len(marks))
+	for i, m := range marks {
+		xids[i] = m.(uint32)
+	}
+	return s.r.firstInvisible(ctx, xids)
+}
+
+// Confirm confirms the position to the server: c.Pos, or, when nothing read
+// waits, the server's last position. A forced update (every
+// StandbyInterval, at a stop, or asked by the server) asks for a reply:
+// the server's keepalive tells that it is alive (Read).
+func (s *session) Confirm(ctx context.Context, c logengine.Confirm) (bool, error) {
+	r := s.r
+	pos := s.flushed
+	if c.Pos != nil {
+		pos = max(pos, c.Pos.(pglogrepl.LSN))
+	}
+	if c.Idle && s.tx == nil && s.walEnd > pos {
+		// Nothing read waits: everything the server sent is done.
+		pos = s.walEnd
+	}
+	moved := pos > s.flushed
+	// A status update is due every StandbyInterval, also while the window
+	// is full and nothing is read.
+	force := c.Force || time.Since(s.lastStatus) >= r.cfg.StandbyInterval
+	if !moved && !force {
+		return true, nil
+	}
+	if moved && c.Pos != nil && fault.Enabled {
+		fault.Point(fault.CDCAfterPublishBeforeConfirm)
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos, ReplyRequested: force})
+	if err != nil {
+		return false, fmt.Errorf("idem: cdc: standby status update: %w", err)
+	}
+	s.lastStatus = time.Now()
+	if moved {
+		s.flushed = pos
+		r.eng.C.ConfirmedLSN.Store(uint64(pos))
+		p := pos.String()
+		r.eng.C.Position.Store(&p)
+		if c.Pos != nil && fault.Enabled {
+			fault.Point(fault.CDCAfterConfirm)
+		}
+	}
+	return true, nil
+}
+
+// Gone reports whether err says that the server is shutting down or the
+// connection is gone.
+func (r *source) Gone(err error) bool { return serverGoing(err) }

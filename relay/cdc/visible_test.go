@@ -16,7 +16,7 @@ func TestFirstInvisible(t *testing.T) {
 	pg := testdb.NewPostgres(t, testdb.Options{MaxConns: 4})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r := &Relay{pool: pg.Pool}
+	r := &source{pool: pg.Pool}
 	begin := func() (uint32, func(commit bool)) {
 		t.Helper()
 		tx, err := pg.Pool.Begin(ctx)

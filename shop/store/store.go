@@ -34,6 +34,7 @@ import (
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/binlog"
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // Dialect names, as the drivers' Dialect().Name() gives them.
@@ -405,7 +406,7 @@ func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (*CDCRelay, erro
 		if err != nil {
 			return nil, err
 		}
-		return &CDCRelay{Binlog: r}, nil
+		return &CDCRelay{Log: r}, nil
 	}
 	if db.Dialect != Postgres || db.url == "" {
 		return nil, fmt.Errorf("%s: a CDC relay reads PostgreSQL's logical replication stream or MariaDB's binary log, and this database is %s: run the polling relay (--relay poll)", db.Service, db.Dialect)
@@ -418,7 +419,7 @@ func (db *DB) NewCDCRelay(pub broker.Publisher, cfg cdc.Config) (*CDCRelay, erro
 	if err != nil {
 		return nil, err
 	}
-	return &CDCRelay{Relay: r}, nil
+	return &CDCRelay{Log: r}, nil
 }
 
 // DropCDCSlot drops the replication slot and the publication of the
@@ -444,43 +445,24 @@ func (db *DB) DropCDCSlot(ctx context.Context) error {
 	return nil
 }
 
-// CDCRelay is a CDC relay seen as a Relay: Relay is PostgreSQL's, Binlog
-// MariaDB's (the other is nil).
+// CDCRelay is a log relay seen as a Relay: PostgreSQL's (relay/cdc) or
+// MariaDB's (relay/binlog).
 type CDCRelay struct {
-	Relay  *cdc.Relay
-	Binlog *binlog.Relay
+	Log logrelay.Relay
 }
 
 // Start starts the relay.
-func (r *CDCRelay) Start(ctx context.Context) error {
-	if r.Binlog != nil {
-		return r.Binlog.Start(ctx)
-	}
-	return r.Relay.Start(ctx)
-}
+func (r *CDCRelay) Start(ctx context.Context) error { return r.Log.Start(ctx) }
 
 // Stop stops the relay.
-func (r *CDCRelay) Stop(ctx context.Context) error {
-	if r.Binlog != nil {
-		return r.Binlog.Stop(ctx)
-	}
-	return r.Relay.Stop(ctx)
-}
-
-// CDCStats returns the relay's figures as relay/cdc/cdcmetrics reads them.
-func (r *CDCRelay) CDCStats() cdc.Stats {
-	if r.Binlog != nil {
-		return r.Binlog.CDCStats()
-	}
-	return r.Relay.Stats()
-}
+func (r *CDCRelay) Stop(ctx context.Context) error { return r.Log.Stop(ctx) }
 
 // Stats maps the CDC relay's figures onto relay.Stats: what it published,
 // its failed publish calls, the messages read and not yet confirmed as the
 // backlog (and in flight), the oldest of their commits, and what it
 // quarantined.
 func (r *CDCRelay) Stats() relay.Stats {
-	s := r.CDCStats()
+	s := r.Log.Stats()
 	out := relay.Stats{
 		Published:         s.Published,
 		PublishErrors:     s.PublishFailures,

@@ -30,7 +30,7 @@ import (
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/binlog"
-	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // binlogUsage is the part of the usage about "bench binlog".
@@ -69,7 +69,7 @@ RabbitMQ's own speed:
      (commit: when Commit returned; receipt: a consumer of the queue; after
      a second at the rate that is not counted), through the binlog relay
      and through the polling relay; for the binlog relay, its stages
-     (cdc.Stages: receive, visible, queue, confirm), p50 and p99 of each,
+     (logrelay.Stages: receive, visible, queue, confirm), p50 and p99 of each,
      receive being from the binlog's commit timestamp, whose resolution is
      one second: read-to-confirm (visible + queue + confirm) is exact;
   3. producer commits/s, --clients clients for --commit-duration each, one
@@ -457,16 +457,16 @@ func (b *benchBinlog) cpuMedians(rs []drainResult) string {
 // binlogStagesLine returns the p50 and p99 of each stage of the binlog
 // relay's commit-to-confirmation time; receive starts at the binlog's
 // commit timestamp, whose resolution is one second.
-func binlogStagesLine(stages []cdc.Stages) string {
+func binlogStagesLine(stages []logrelay.Stages) string {
 	parts := []struct {
 		name string
-		get  func(cdc.Stages) time.Duration
+		get  func(logrelay.Stages) time.Duration
 	}{
-		{"read-to-confirm", func(s cdc.Stages) time.Duration { return s.Visible + s.Queue + s.Confirm }},
-		{"visible", func(s cdc.Stages) time.Duration { return s.Visible }},
-		{"queue", func(s cdc.Stages) time.Duration { return s.Queue }},
-		{"confirm", func(s cdc.Stages) time.Duration { return s.Confirm }},
-		{"receive (1 s resolution)", func(s cdc.Stages) time.Duration { return s.Receive }},
+		{"read-to-confirm", func(s logrelay.Stages) time.Duration { return s.Visible + s.Queue + s.Confirm }},
+		{"visible", func(s logrelay.Stages) time.Duration { return s.Visible }},
+		{"queue", func(s logrelay.Stages) time.Duration { return s.Queue }},
+		{"confirm", func(s logrelay.Stages) time.Duration { return s.Confirm }},
+		{"receive (1 s resolution)", func(s logrelay.Stages) time.Duration { return s.Receive }},
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "stages p50/p99 (%d messages):", len(stages))
@@ -516,7 +516,7 @@ func inTx(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
 }
 
 // newBinlog returns a binlog relay on the scratch outbox.
-func (b *benchBinlog) newBinlog(pub *amqp.Publisher, obs cdc.Observer) (*binlog.Relay, error) {
+func (b *benchBinlog) newBinlog(pub *amqp.Publisher, obs logrelay.Observer) (*binlog.Relay, error) {
 	return binlog.New(b.db.URL, pub, binlog.Config{Tables: b.tables(), Window: b.q.f.window, Logger: b.log, Observer: obs})
 }
 
@@ -529,7 +529,7 @@ func (b *benchBinlog) storePosition(ctx context.Context, pub *amqp.Publisher) er
 	if err := binlog.ResetPosition(ctx, b.db.URL, b.tables()); err != nil {
 		return err
 	}
-	r, err := b.newBinlog(pub, cdc.Observer{})
+	r, err := b.newBinlog(pub, logrelay.Observer{})
 	if err != nil {
 		return err
 	}
@@ -597,7 +597,7 @@ func (b *benchBinlog) drainBinlog(ctx context.Context, run int) (drainResult, er
 	if err := b.fill(ctx); err != nil {
 		return drainResult{}, err
 	}
-	r, err := b.newBinlog(pub, cdc.Observer{})
+	r, err := b.newBinlog(pub, logrelay.Observer{})
 	if err != nil {
 		return drainResult{}, err
 	}
@@ -685,7 +685,7 @@ func (b *benchBinlog) timeDrain(ctx context.Context, start, stop func() error) (
 // relay (or the polling relay) and returns each one's time from its commit
 // returning to its receipt by a consumer of the queue, and, for the binlog
 // relay, each message's stages.
-func (b *benchBinlog) latency(ctx context.Context, rate int, polling bool) ([]time.Duration, []cdc.Stages, error) {
+func (b *benchBinlog) latency(ctx context.Context, rate int, polling bool) ([]time.Duration, []logrelay.Stages, error) {
 	if err := b.empty(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -703,7 +703,7 @@ func (b *benchBinlog) latency(ctx context.Context, rate int, polling bool) ([]ti
 	}
 	defer pub.Close()
 	var mu sync.Mutex
-	var stages []cdc.Stages
+	var stages []logrelay.Stages
 	var r interface{ Stop(context.Context) error }
 	if polling {
 		pr, err := relay.New(b.db.SQL, pub, relay.Config{StatsInterval: -1, Retention: -1, Logger: b.log})
@@ -718,7 +718,7 @@ func (b *benchBinlog) latency(ctx context.Context, rate int, polling bool) ([]ti
 		if err := binlog.ResetPosition(ctx, b.db.URL, b.tables()); err != nil {
 			return nil, nil, err
 		}
-		br, err := b.newBinlog(pub, cdc.Observer{Stages: func(s cdc.Stages) {
+		br, err := b.newBinlog(pub, logrelay.Observer{Stages: func(s logrelay.Stages) {
 			mu.Lock()
 			stages = append(stages, s)
 			mu.Unlock()

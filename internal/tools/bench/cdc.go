@@ -29,6 +29,7 @@ import (
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // cdcUsage is the part of the usage about "bench cdc".
@@ -61,7 +62,7 @@ speed (the database must run with wal_level=logical):
      second at the rate that is not counted), through, in turn: the CDC relay reading table rows (trigger disabled), the CDC
      relay reading WAL messages, and the polling relay with its defaults
      (the waiting trigger); for the CDC relays, the commit-to-confirmation
-     time in its stages (cdc.Stages: receive, visible, queue, confirm),
+     time in its stages (logrelay.Stages: receive, visible, queue, confirm),
      p50 and p99 of each.
 `
 
@@ -86,7 +87,7 @@ func (f *cdcFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.commitFor, "commit-duration", 5*time.Second, "bench cdc, binlog: how long each producer mode runs")
 	fs.StringVar(&f.rates, "rates", "1000,5000", "bench cdc, binlog: events/s of the latency runs, comma-separated; empty skips them (bench binlog: 1000 unless given)")
 	fs.DurationVar(&f.rateFor, "rate-duration", 10*time.Second, "bench cdc, binlog: length of each latency run")
-	fs.IntVar(&f.window, "cdc-window", cdc.WindowDefault, "bench cdc, binlog: messages in flight of the CDC or binlog relay and of the raw publisher")
+	fs.IntVar(&f.window, "cdc-window", logrelay.WindowDefault, "bench cdc, binlog: messages in flight of the CDC or binlog relay and of the raw publisher")
 	fs.BoolVar(&f.skipProducer, "skip-producers", false, "bench cdc, binlog: skip the producer commits/s part")
 }
 
@@ -341,16 +342,16 @@ var latencyModes = []latencyMode{cdcRows, cdcLog, pollingRun}
 
 // stagesLine returns the p50 and p99 of each stage of a CDC relay's
 // commit-to-confirmation time, and of their sum.
-func stagesLine(stages []cdc.Stages) string {
+func stagesLine(stages []logrelay.Stages) string {
 	parts := []struct {
 		name string
-		get  func(cdc.Stages) time.Duration
+		get  func(logrelay.Stages) time.Duration
 	}{
-		{"commit-to-confirm", func(s cdc.Stages) time.Duration { return s.Receive + s.Visible + s.Queue + s.Confirm }},
-		{"receive", func(s cdc.Stages) time.Duration { return s.Receive }},
-		{"visible", func(s cdc.Stages) time.Duration { return s.Visible }},
-		{"queue", func(s cdc.Stages) time.Duration { return s.Queue }},
-		{"confirm", func(s cdc.Stages) time.Duration { return s.Confirm }},
+		{"commit-to-confirm", func(s logrelay.Stages) time.Duration { return s.Receive + s.Visible + s.Queue + s.Confirm }},
+		{"receive", func(s logrelay.Stages) time.Duration { return s.Receive }},
+		{"visible", func(s logrelay.Stages) time.Duration { return s.Visible }},
+		{"queue", func(s logrelay.Stages) time.Duration { return s.Queue }},
+		{"confirm", func(s logrelay.Stages) time.Duration { return s.Confirm }},
 	}
 	var b strings.Builder
 	b.WriteString("p50/p99:")
@@ -500,7 +501,7 @@ func (b *benchCDC) publisher(ctx context.Context) (*amqp.Publisher, error) {
 }
 
 // newCDC returns a CDC relay on the bench's outbox with a fresh slot.
-func (b *benchCDC) newCDC(pub *amqp.Publisher, slot string, obs cdc.Observer) (*cdc.Relay, error) {
+func (b *benchCDC) newCDC(pub *amqp.Publisher, slot string, obs logrelay.Observer) (*cdc.Relay, error) {
 	return cdc.New(b.dbURL, pub, cdc.Config{
 		Tables: idemmsg.Tables{Schema: b.schema}, Slot: slot, Publication: slot,
 		Window: b.f.window, Logger: b.log, MessagePrefix: b.prefix(), Observer: obs,
@@ -517,7 +518,7 @@ func (b *benchCDC) drainCDC(ctx context.Context, logMessages bool) (float64, err
 		return 0, err
 	}
 	defer pub.Close()
-	r, err := b.newCDC(pub, slot, cdc.Observer{})
+	r, err := b.newCDC(pub, slot, logrelay.Observer{})
 	if err != nil {
 		return 0, err
 	}
@@ -530,7 +531,7 @@ func (b *benchCDC) drainCDC(ctx context.Context, logMessages bool) (float64, err
 	if err := b.fill(ctx, logMessages); err != nil {
 		return 0, err
 	}
-	if r, err = b.newCDC(pub, slot, cdc.Observer{}); err != nil {
+	if r, err = b.newCDC(pub, slot, logrelay.Observer{}); err != nil {
 		return 0, err
 	}
 	defer func() { _ = r.Stop(context.Background()) }()
@@ -632,7 +633,7 @@ func (b *benchCDC) producers(ctx context.Context, table string, logMessages bool
 // latency commits events at rate through relay m and returns each one's
 // time from its commit to its receipt by a consumer of the queue, and, for
 // a CDC relay, each message's stages.
-func (b *benchCDC) latency(ctx context.Context, rate int, m latencyMode) ([]time.Duration, []cdc.Stages, error) {
+func (b *benchCDC) latency(ctx context.Context, rate int, m latencyMode) ([]time.Duration, []logrelay.Stages, error) {
 	if _, err := b.pool.Exec(ctx, "TRUNCATE outbox"); err != nil {
 		return nil, nil, err
 	}
@@ -658,7 +659,7 @@ func (b *benchCDC) latency(ctx context.Context, rate int, m latencyMode) ([]time
 		return nil, nil, err
 	}
 	w := outbox.NewWriter(b.drv)
-	var stages []cdc.Stages
+	var stages []logrelay.Stages
 	var r interface{ Stop(context.Context) error }
 	switch m {
 	case pollingRun:
@@ -678,7 +679,7 @@ func (b *benchCDC) latency(ctx context.Context, rate int, m latencyMode) ([]time
 		}
 		slot := fmt.Sprintf("%s_%d", b.schema, len(b.slots))
 		b.slots = append(b.slots, slot)
-		cr, err := b.newCDC(pub, slot, cdc.Observer{Stages: func(s cdc.Stages) {
+		cr, err := b.newCDC(pub, slot, logrelay.Observer{Stages: func(s logrelay.Stages) {
 			mu.Lock()
 			stages = append(stages, s)
 			mu.Unlock()

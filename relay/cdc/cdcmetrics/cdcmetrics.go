@@ -1,8 +1,9 @@
-// Package cdcmetrics exports a CDC relay's statistics (package relay/cdc, or
-// relay/binlog through StatsFunc) to Prometheus.
+// Package cdcmetrics exports a log relay's statistics (package relay/cdc, or
+// relay/binlog) to Prometheus.
 //
-//	m := cdcmetrics.New()
+//	m := cdcmetrics.New(slot)
 //	cfg = m.Instrument(cfg) // sets cfg.Observer to feed the histograms
+//	// (binlog.Config: cfg.Observer = m.Observer(cfg.Observer))
 //	r, err := cdc.New(dbURL, pub, cfg)
 //	...
 //	m.Watch(r)
@@ -27,7 +28,7 @@
 //	publish_duration_seconds        histogram one Publish call
 //	commit_to_publish_seconds       histogram commit to the broker's confirmation
 //	confirm_delay_seconds           histogram commit to its position confirmed to the server
-//	stage_seconds{stage}            histogram commit_to_publish in parts (cdc.Stages): receive (commit
+//	stage_seconds{stage}            histogram commit_to_publish in parts (logrelay.Stages): receive (commit
 //	                                          to read from the stream), visible (to seen visible), queue
 //	                                          (to its Publish call), confirm (the call)
 //
@@ -45,19 +46,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-go/idem/relay/cdc"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
-// StatsSource is what Metrics reads: *cdc.Relay has it.
+// StatsSource is what Metrics reads: *cdc.Relay and *binlog.Relay have
+// it.
 type StatsSource interface {
-	Stats() cdc.Stats
+	Stats() logrelay.Stats
 }
-
-// StatsFunc is a function seen as a StatsSource: the binlog relay's
-// (relay/binlog.Relay.CDCStats), for example.
-type StatsFunc func() cdc.Stats
-
-// Stats implements StatsSource.
-func (f StatsFunc) Stats() cdc.Stats { return f() }
 
 // Buckets returns the histograms' buckets, in seconds.
 func Buckets() []float64 {
@@ -118,28 +114,36 @@ func New(slot string) *Metrics {
 // Instrument returns cfg with its Observer's functions feeding the histograms
 // (hooks already set are called too).
 func (m *Metrics) Instrument(cfg cdc.Config) cdc.Config {
-	prevPub, prevC2P, prevConf, prevStages := cfg.Observer.Publish, cfg.Observer.CommitToPublish, cfg.Observer.Confirm, cfg.Observer.Stages
+	cfg.Observer = m.Observer(cfg.Observer)
+	return cfg
+}
+
+// Observer returns an observer feeding the histograms, which calls the
+// hooks of prev too: binlog.Config's Observer, or any log relay's.
+func (m *Metrics) Observer(prev logrelay.Observer) logrelay.Observer {
+	var o logrelay.Observer
+	prevPub, prevC2P, prevConf, prevStages := prev.Publish, prev.CommitToPublish, prev.Confirm, prev.Stages
 	receive, visible := m.stages.WithLabelValues("receive"), m.stages.WithLabelValues("visible")
 	queue, confirm := m.stages.WithLabelValues("queue"), m.stages.WithLabelValues("confirm")
-	cfg.Observer.Publish = func(n int, d time.Duration, err error) {
+	o.Publish = func(n int, d time.Duration, err error) {
 		m.publish.Observe(d.Seconds())
 		if prevPub != nil {
 			prevPub(n, d, err)
 		}
 	}
-	cfg.Observer.CommitToPublish = func(d time.Duration) {
+	o.CommitToPublish = func(d time.Duration) {
 		m.commitToPublish.Observe(d.Seconds())
 		if prevC2P != nil {
 			prevC2P(d)
 		}
 	}
-	cfg.Observer.Confirm = func(d time.Duration) {
+	o.Confirm = func(d time.Duration) {
 		m.confirm.Observe(d.Seconds())
 		if prevConf != nil {
 			prevConf(d)
 		}
 	}
-	cfg.Observer.Stages = func(s cdc.Stages) {
+	o.Stages = func(s logrelay.Stages) {
 		receive.Observe(s.Receive.Seconds())
 		visible.Observe(s.Visible.Seconds())
 		queue.Observe(s.Queue.Seconds())
@@ -148,7 +152,7 @@ func (m *Metrics) Instrument(cfg cdc.Config) cdc.Config {
 			prevStages(s)
 		}
 	}
-	return cfg
+	return o
 }
 
 // Watch sets the relay whose Stats the gauges and counters read.
@@ -189,7 +193,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		return 0
 	}
 	for name, v := range map[string]float64{
-		"slot_lag_bytes":      float64(s.SlotLagBytes),
+		"slot_lag_bytes":      float64(s.LagBytes),
 		"slot_retained_bytes": float64(s.RetainedBytes),
 		"lag_seconds":         s.Lag.Seconds(),
 		"streaming":           b(s.Streaming),

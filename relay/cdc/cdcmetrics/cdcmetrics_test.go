@@ -11,13 +11,14 @@ import (
 
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type fixed cdc.Stats
+type fixed logrelay.Stats
 
-func (f fixed) Stats() cdc.Stats { return cdc.Stats(f) }
+func (f fixed) Stats() logrelay.Stats { return logrelay.Stats(f) }
 
 func TestCollect(t *testing.T) {
 	m := cdcmetrics.New("idem_public_outbox")
@@ -25,8 +26,8 @@ func TestCollect(t *testing.T) {
 	cfg.Observer.Publish(3, 2*time.Millisecond, nil)
 	cfg.Observer.CommitToPublish(4 * time.Millisecond)
 	cfg.Observer.Confirm(20 * time.Millisecond)
-	cfg.Observer.Stages(cdc.Stages{Receive: time.Millisecond, Visible: time.Millisecond, Queue: time.Millisecond, Confirm: time.Millisecond})
-	m.Watch(fixed{Published: 7, Archived: 6, ArchivePurged: 5, SlotLagBytes: 1024, RetainedBytes: 4096, Lag: 1500 * time.Millisecond, Streaming: true, InFlight: 2})
+	cfg.Observer.Stages(logrelay.Stages{Receive: time.Millisecond, Visible: time.Millisecond, Queue: time.Millisecond, Confirm: time.Millisecond})
+	m.Watch(fixed{Published: 7, Archived: 6, ArchivePurged: 5, LagBytes: 1024, RetainedBytes: 4096, Lag: 1500 * time.Millisecond, Streaming: true, InFlight: 2})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
 	want := `

@@ -1,56 +1,47 @@
-package cdc
+package logengine
 
 import (
 	"context"
 	"sync"
 	"time"
 
-	"github.com/jackc/pglogrepl"
-
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/ctxsleep"
+	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/mutant"
 	"github.com/idem-go/idem/relay/internal/ordered"
 	"github.com/idem-go/idem/relay/internal/sendspan"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
-// entry is a message read from the log, or the end of a transaction with no
-// message to publish.
+// entry is a message read from the log, or the end of a transaction with
+// no message to publish.
 type entry struct {
-	msg    idem.Message
+	row    Row
 	hasMsg bool
 	key    string // aggregate type and id
-	id     string // the row's id, to delete it; "" for a WAL message
-	wal    bool   // a WAL message, which has no row
-	// xid is the transaction that wrote the entry's row or WAL message; 0
-	// for the end of a transaction without messages, which is never
-	// published.
-	xid uint32
+	// mark is, on the first entry of a transaction, what the visibility
+	// check needs (Tx.Mark); nil when nothing needs waiting for.
+	mark any
 	// seq numbers the entries in log order, from 1 in a session.
 	seq uint64
-	// rec is what the message was made of, to quarantine it; out is the
-	// message on its way to the broker (package ordered).
-	rec *driver.OutboxRecord
+	// out is the message on its way to the broker (package ordered).
 	out *ordered.Entry
-	// lsn, when not 0, is the end of the transaction this entry ends: the
-	// position that may be confirmed once this entry and every one before
-	// it are published.
-	lsn    pglogrepl.LSN
-	commit time.Time
+	// pos, when not nil, is the end of the transaction this entry ends:
+	// the position that may be made durable once this entry and every one
+	// before it are published.
+	pos     any
+	foreign bool
+	commit  time.Time
 	// read is when the relay read the transaction's commit; shown when it
 	// was seen visible and handed to the publisher.
 	read, shown time.Time
-	state       uint8
+	sent        bool // published, parked, or without a message
 	// archive is set once the broker confirmed the message, when the
 	// relay archives what it publishes (Config.ArchiveRetention).
 	archive bool
 }
-
-const (
-	pending uint8 = iota // read, not published yet
-	sent                 // published, parked, or without a message
-)
 
 // pipeline holds what a session read and has not confirmed, in log order,
 // and hands it to the broker through the relays' ordered publisher (package
@@ -62,15 +53,17 @@ const (
 // on (the log cannot wait behind it).
 //
 // Nothing is published before its transaction is visible to other
-// sessions. The server sends a transaction once its commit is flushed to
-// the WAL, a moment before the transaction ends for other sessions (longer
-// when a synchronous standby must confirm it first): a consumer that reads
-// the producer's database on the event would not find its rows yet. A
-// goroutine (watch) asks the server, in one query for every transaction
+// sessions. A server sends a transaction a moment before it ends for other
+// sessions (PostgreSQL once its commit is flushed to the WAL, longer when a
+// synchronous standby must confirm it; MariaDB once it is written to the
+// binlog, before the storage engine commits it): a consumer that reads the
+// producer's database on the event would not find its rows yet. A
+// goroutine (watch) asks the Reader, in one call for every transaction
 // read since its last answer, which ones are visible, and lets the entries
 // through in log order up to the first one that is not.
 type pipeline struct {
 	r   *Relay
+	rd  Reader
 	ctx context.Context // the session's: publishing stops with it
 	pub *ordered.Publisher
 
@@ -86,9 +79,9 @@ type pipeline struct {
 	wg       sync.WaitGroup
 }
 
-func newPipeline(ctx context.Context, r *Relay) *pipeline {
+func newPipeline(ctx context.Context, r *Relay, rd Reader) *pipeline {
 	p := &pipeline{
-		r: r, ctx: ctx,
+		r: r, rd: rd, ctx: ctx,
 		nextSeq:  1,
 		shown:    1,
 		byOut:    map[*ordered.Entry]*entry{},
@@ -98,10 +91,10 @@ func newPipeline(ctx context.Context, r *Relay) *pipeline {
 	p.pub = ordered.New(ctx, ordered.Config{
 		Publish: func(ctx context.Context, batch []*ordered.Entry, msgs []idem.Message) error {
 			start := time.Now()
-			spans := r.tracing.Start(ctx, msgs, func(j int) (int64, int) { return 0, batch[j].Refusals + 1 })
-			err := r.pub.Publish(ctx, msgs)
+			spans := r.cfg.Tracing.Start(ctx, msgs, func(j int) (int64, int) { return 0, batch[j].Refusals + 1 })
+			err := r.cfg.Publisher.Publish(ctx, msgs)
 			sendspan.End(spans, err)
-			r.stats.calls.Add(1)
+			r.C.Calls.Add(1)
 			if r.cfg.Observer.Publish != nil {
 				r.cfg.Observer.Publish(len(msgs), time.Since(start), err)
 			}
@@ -113,22 +106,18 @@ func newPipeline(ctx context.Context, r *Relay) *pipeline {
 		Timeout:         r.cfg.PublishTimeout,
 		QuarantineAfter: r.cfg.QuarantineAfter,
 		Mode:            ordered.Retry,
-		Backoff:         r.backoff,
+		Backoff:         r.Backoff,
 		Park: func(ctx context.Context, out *ordered.Entry) error {
 			p.mu.Lock()
 			e := p.byOut[out]
 			p.mu.Unlock()
-			err := r.park(ctx, e, out.Err)
-			if err != nil && ctx.Err() == nil {
-				r.log.Warn("quarantining a message the broker refused failed; publishing it again", "error", err)
-			}
-			return err
+			return r.park(ctx, Refused{Rec: e.row.Rec, WAL: e.row.WAL, Refusals: out.Refusals, Earlier: e.row.Refusals, Err: out.Err})
 		},
 		Settled:  p.settled,
-		Answered: func(int) { r.errs.publish.OK(p.ctx); r.setErr(nil) },
+		Answered: func(int) { r.errs.publish.OK(p.ctx); r.SetErr(nil) },
 		Failed: func(n, failures int, err error, wait time.Duration) {
-			r.stats.failures.Add(1)
-			r.setErr(err)
+			r.C.Failures.Add(1)
+			r.SetErr(err)
 			r.errs.publish.Warn(p.ctx, "publish failed; retrying the same messages before their aggregates go on", err,
 				"messages", n, "attempt", failures, "retry_in", wait.Round(time.Millisecond))
 		},
@@ -155,41 +144,67 @@ func (p *pipeline) empty() bool {
 	return len(p.entries) == 0
 }
 
-// add appends a committed transaction's entries (at least one).
-func (p *pipeline) add(es []*entry) {
+// add appends a committed transaction.
+func (p *pipeline) add(tx *Tx) {
+	if len(tx.Rows) > 0 {
+		p.r.C.Txs.Add(1)
+		if fault.Enabled {
+			fault.Point(fault.CDCAfterReceive)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(es) == 1 && !es[0].hasMsg && len(p.entries) > 0 {
+	if len(tx.Rows) == 0 && tx.Mark == nil && len(p.entries) > 0 {
 		// A transaction without events after another one without events:
 		// move the latter's position.
-		if last := p.entries[len(p.entries)-1]; !last.hasMsg {
-			last.lsn = es[0].lsn
+		if last := p.entries[len(p.entries)-1]; !last.hasMsg && last.mark == nil {
+			last.pos = tx.Pos
+			last.foreign = last.foreign || tx.Foreign
 			return
 		}
 	}
 	now := time.Now()
-	for _, e := range es {
-		e.read = now
-		if e.hasMsg {
-			p.unsent++
-			e.out = &ordered.Entry{Key: e.key, Msg: e.msg}
-			p.byOut[e.out] = e
-		} else {
-			e.state = sent
-			e.xid = 0
-		}
-		e.seq = p.nextSeq
-		p.nextSeq++
-		p.entries = append(p.entries, e)
+	if len(tx.Rows) == 0 {
+		p.appendLocked(&entry{pos: tx.Pos, foreign: tx.Foreign, commit: tx.Commit, read: now, sent: true, mark: tx.Mark})
 	}
-	p.r.stats.inFlight.Store(int64(p.unsent))
-	if p.r.stats.oldest.Load() == 0 {
-		p.r.stats.oldest.Store(p.entries[0].commit.UnixNano())
+	for i, row := range tx.Rows {
+		e := &entry{row: row, hasMsg: true, key: row.Rec.AggregateType + "\x00" + row.Rec.AggregateID, commit: tx.Commit, read: now}
+		if i == 0 {
+			e.mark = tx.Mark
+		}
+		if i == len(tx.Rows)-1 {
+			e.pos = tx.Pos
+		}
+		p.unsent++
+		e.out = &ordered.Entry{Key: e.key, Msg: row.Msg, Refusals: row.Refusals}
+		p.byOut[e.out] = e
+		p.appendLocked(e)
+	}
+	p.r.C.InFlight.Store(int64(p.unsent))
+	if p.r.C.Oldest.Load() == 0 && !tx.Commit.IsZero() {
+		p.r.C.Oldest.Store(p.oldestLocked())
 	}
 	select {
 	case p.added <- struct{}{}:
 	default:
 	}
+}
+
+func (p *pipeline) appendLocked(e *entry) {
+	e.seq = p.nextSeq
+	p.nextSeq++
+	p.entries = append(p.entries, e)
+}
+
+// oldestLocked returns the commit time of the oldest entry that has one,
+// in unix nanos, 0 when none has.
+func (p *pipeline) oldestLocked() int64 {
+	for _, e := range p.entries {
+		if !e.commit.IsZero() {
+			return e.commit.UnixNano()
+		}
+	}
+	return 0
 }
 
 // watch lets entries through once their transactions are visible, until
@@ -204,23 +219,23 @@ func (p *pipeline) watch() {
 		case <-p.ctx.Done():
 			return
 		}
-		for wait := visibleWaitMin; ; {
-			xids, seqs, end := p.unseen()
+		for wait := VisibleWaitMin; ; {
+			marks, seqs, end := p.unseen()
 			if end == 0 {
 				break // nothing waits
 			}
 			shown := end
-			if len(xids) > 0 && !(mutant.Enabled && mutant.On(mutant.CDCSkipVisibility)) {
+			if len(marks) > 0 && !(mutant.Enabled && mutant.On(mutant.CDCSkipVisibility)) {
 				qctx, cancel := context.WithTimeout(p.ctx, r.cfg.QueryTimeout)
-				n, err := r.firstInvisible(qctx, xids)
+				n, err := p.rd.FirstInvisible(qctx, marks)
 				cancel()
 				if err != nil {
 					if p.ctx.Err() != nil {
 						return
 					}
 					failures++
-					r.setErr(err)
-					d := r.backoff(failures)
+					r.SetErr(err)
+					d := r.Backoff(failures)
 					r.errs.visibility.Warn(p.ctx, "checking that committed transactions are visible failed; their messages wait", err, "retry_in", d.Round(time.Millisecond))
 					if !ctxsleep.Sleep(p.ctx, d) {
 						return
@@ -229,7 +244,7 @@ func (p *pipeline) watch() {
 				}
 				if failures > 0 {
 					failures = 0
-					r.setErr(nil)
+					r.SetErr(nil)
 				}
 				r.errs.visibility.OK(p.ctx)
 				if n > 0 {
@@ -245,11 +260,11 @@ func (p *pipeline) watch() {
 			}
 			// A transaction committed in the log has not ended for other
 			// sessions yet: usually a matter of microseconds.
-			r.stats.visibilityWaits.Add(1)
+			r.C.VisibilityWaits.Add(1)
 			if !ctxsleep.Sleep(p.ctx, wait) {
 				return
 			}
-			wait = min(2*wait, visibleWaitMax)
+			wait = min(2*wait, VisibleWaitMax)
 		}
 	}
 }
@@ -258,15 +273,16 @@ func (p *pipeline) watch() {
 // matter of microseconds, so the first is short; a commit that waits for
 // a synchronous standby may take long, so they grow, to a cap that keeps
 // the delay after its end small and the checks to 200 a second.
+// An adapter that waits for a transaction the same way uses them too.
 const (
-	visibleWaitMin = 100 * time.Microsecond
-	visibleWaitMax = 5 * time.Millisecond
+	VisibleWaitMin = 100 * time.Microsecond
+	VisibleWaitMax = 5 * time.Millisecond
 )
 
-// unseen returns the transactions of the entries not yet seen visible, in
+// unseen returns the marks of the transactions not yet seen visible, in
 // log order, with the seq of each one's first entry, and the seq after the
 // last entry (0 when every entry was seen visible).
-func (p *pipeline) unseen() (xids []uint32, seqs []uint64, end uint64) {
+func (p *pipeline) unseen() (marks []any, seqs []uint64, end uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.shown >= p.nextSeq {
@@ -277,12 +293,12 @@ func (p *pipeline) unseen() (xids []uint32, seqs []uint64, end uint64) {
 		i--
 	}
 	for _, e := range p.entries[i:] {
-		if e.xid != 0 && (len(xids) == 0 || xids[len(xids)-1] != e.xid) {
-			xids = append(xids, e.xid)
+		if e.mark != nil {
+			marks = append(marks, e.mark)
 			seqs = append(seqs, e.seq)
 		}
 	}
-	return xids, seqs, p.nextSeq
+	return marks, seqs, p.nextSeq
 }
 
 // handLocked hands the entries seen visible to the publisher, in log
@@ -292,7 +308,7 @@ func (p *pipeline) handLocked() {
 	i := p.first
 	now := time.Now()
 	for ; i < len(p.entries) && p.entries[i].seq < p.shown; i++ {
-		if e := p.entries[i]; e.state == pending {
+		if e := p.entries[i]; !e.sent {
 			e.shown = now
 			out = append(out, e.out)
 		}
@@ -309,78 +325,83 @@ func (p *pipeline) settled(out *ordered.Entry) {
 	p.mu.Lock()
 	e := p.byOut[out]
 	delete(p.byOut, out)
-	e.state = sent
+	e.sent = true
 	if out.Outcome == ordered.Quarantined {
-		e.id = "" // the row stays, quarantined
+		e.row.Delete = "" // the row stays, quarantined
 	}
-	e.archive = out.Outcome == ordered.Published && r.archiving
+	e.archive = out.Outcome == ordered.Published && r.Archiving()
 	p.unsent--
-	r.stats.inFlight.Store(int64(p.unsent))
+	r.C.InFlight.Store(int64(p.unsent))
 	p.mu.Unlock()
 	if out.Outcome == ordered.Published {
-		r.stats.published.Add(1)
-		if r.cfg.Observer.CommitToPublish != nil {
-			r.cfg.Observer.CommitToPublish(out.At.Sub(e.commit))
-		}
-		if r.cfg.Observer.Stages != nil {
-			r.cfg.Observer.Stages(Stages{
-				Receive: e.read.Sub(e.commit),
-				Visible: e.shown.Sub(e.read),
-				Queue:   out.Sent.Sub(e.shown),
-				Confirm: out.At.Sub(out.Sent),
-			})
+		r.C.Published.Add(1)
+		if !e.commit.IsZero() {
+			if r.cfg.Observer.CommitToPublish != nil {
+				r.cfg.Observer.CommitToPublish(out.At.Sub(e.commit))
+			}
+			if r.cfg.Observer.Stages != nil {
+				r.cfg.Observer.Stages(logrelay.Stages{
+					Receive: e.read.Sub(e.commit),
+					Visible: e.shown.Sub(e.read),
+					Queue:   out.Sent.Sub(e.shown),
+					Confirm: out.At.Sub(out.Sent),
+				})
+			}
 		}
 	}
-	p.signal()
-}
-
-func (p *pipeline) signal() {
 	select {
 	case p.progress <- struct{}{}:
 	default:
 	}
 }
 
-// confirmed takes the entries published from the front, and returns the
-// position they reach (0 when none ends a transaction), the ids of the rows
-// to delete, the events to archive, in log order, and the commit times of
-// the transactions they end.
-func (p *pipeline) confirmed() (lsn pglogrepl.LSN, ids []string, archive []*driver.OutboxRecord, commits []time.Time) {
+// confirmed is what the published entries at the front reach.
+type confirmed struct {
+	end     *entry // the last transaction end; nil when none
+	ids     []string
+	archive []*driver.OutboxRecord
+	// commits are the commit times of the transactions with events they
+	// end.
+	commits         []time.Time
+	events, foreign bool
+}
+
+// confirmed takes the published entries from the front, whole transactions
+// only, visible ones only.
+func (p *pipeline) confirmed() (c confirmed) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// Only whole transactions: the entries of one not entirely published
 	// stay, and are deleted with its position.
 	last := 0
-	for i := 0; i < len(p.entries) && p.entries[i].state == sent; i++ {
-		if p.entries[i].lsn != 0 {
+	for i := 0; i < len(p.entries) && p.entries[i].sent && p.entries[i].seq < p.shown; i++ {
+		if p.entries[i].pos != nil {
 			last = i + 1
 		}
 	}
 	if last == 0 {
-		return 0, nil, nil, nil
+		return c
 	}
 	for _, e := range p.entries[:last] {
-		if e.id != "" {
-			ids = append(ids, e.id)
+		if e.row.Delete != "" {
+			c.ids = append(c.ids, e.row.Delete)
 		}
 		if e.archive {
-			archive = append(archive, e.rec)
+			c.archive = append(c.archive, e.row.Rec)
 		}
-		if e.lsn != 0 {
-			lsn = e.lsn
-			if e.hasMsg {
-				commits = append(commits, e.commit)
+		c.events = c.events || e.hasMsg
+		c.foreign = c.foreign || e.foreign
+		if e.pos != nil {
+			c.end = e
+			if e.hasMsg && !e.commit.IsZero() {
+				c.commits = append(c.commits, e.commit)
 			}
 		}
 	}
 	p.entries = append(p.entries[:0:0], p.entries[last:]...)
 	p.first = max(0, p.first-last)
-	if len(p.entries) > 0 {
-		p.r.stats.oldest.Store(p.entries[0].commit.UnixNano())
-	} else {
-		p.r.stats.oldest.Store(0)
-	}
-	return lsn, ids, archive, commits
+	p.r.C.Oldest.Store(p.oldestLocked())
+	return c
 }
 
 // drainWait waits until the broker confirmed every message read, and
