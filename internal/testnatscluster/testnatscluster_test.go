@@ -32,25 +32,30 @@ func TestCluster(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(ctx, "s.1", []byte("one")); err != nil {
-		t.Fatal(err)
+	// The stream answers once its replicas elected a leader, which may
+	// come after CreateStream returns, and again after a kill.
+	publish := func(subject, data string) {
+		t.Helper()
+		for {
+			actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js.Publish(actx, subject, []byte(data), jetstream.WithMsgID(subject)) // stored once, however many tries
+			acancel()
+			if err == nil {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
+	publish("s.1", "one")
 	leader := c.StreamLeader(t, "S")
 	c.Kill(leader)
 	if got := c.StreamLeader(t, "S"); got == leader {
 		t.Fatalf("leader still %s after its kill", c.Name(leader))
 	}
-	for {
-		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := js.Publish(actx, "s.2", []byte("two"))
-		acancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-	}
+	publish("s.2", "two")
 	c.Restart(leader)
 	c.Freeze(leader)
 	c.Thaw(leader)
