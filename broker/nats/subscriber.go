@@ -376,15 +376,13 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	s.mu.Lock()
 	s.nc, s.owned, s.js, s.lease = nc, owned, js, l
 	s.mu.Unlock()
-	held, err := l.acquire(ctx)
-	for wait := 50 * time.Millisecond; err != nil && unanswered(err); wait = min(2*wait, time.Second) {
-		// The owners bucket just created has no leader yet (a cluster
-		// electing one, under load): a fault, which costs time only.
-		if !ctxsleep.Sleep(ctx, wait) {
-			break
-		}
+	// The owners bucket just created may have no leader yet (a cluster
+	// electing one, under load): a fault, which costs time only.
+	var held bool
+	err = retryUnanswered(ctx, func(ctx context.Context) (err error) {
 		held, err = l.acquire(ctx)
-	}
+		return err
+	})
 	if err != nil {
 		return fail(err)
 	}
