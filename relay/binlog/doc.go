@@ -74,10 +74,13 @@
 // resumes there, and a crash publishes again at most what came after it
 // (at least once; consumers deduplicate), skipping nothing.
 //
-// First start. With no stored position the relay reads the rows waiting in
-// the outbox in a consistent snapshot, publishes them in seq order a page
-// at a time (deleting each page), stores that snapshot's position once
-// they are all published, and reads the binlog from exactly there. A stop
+// First start. With no stored position the relay takes a consistent
+// snapshot for an instant: its binlog position and the highest seq waiting
+// in it. It publishes the rows waiting up to that seq in seq order, a page
+// at a time (deleting each page) and outside any transaction, so that an
+// ALTER TABLE of the outbox meanwhile waits for no lock of the relay's;
+// it stores the snapshot's position once they are all published, and
+// reads the binlog from exactly there. A stop
 // or a crash before the end leaves the position unstored: the next start
 // takes a new snapshot, which holds the rows not yet deleted. That needs
 // idem's seq, published_at and quarantined_at columns and

@@ -13,25 +13,28 @@ import (
 
 // openSnapshot runs at a relay's first start on an outbox (no stored
 // position), and when the rows at the stored position cannot be named
-// (source.resnapshot): it opens a consistent snapshot and takes the binlog
-// position of that snapshot; the rows waiting in the outbox then (exactly
-// those the binlog after the position will not send) are the session's
-// initial rows, published in seq order before the binlog. The position is
-// stored once they are all published and deleted (Start): a crash before
-// that starts over with a new snapshot, which holds the rows not yet
-// deleted. It returns the position.
+// (source.resnapshot): it opens a consistent snapshot, takes the binlog
+// position of that snapshot and the highest seq of the rows waiting in it,
+// and ends it. The rows waiting in the outbox then (exactly those the
+// binlog after the position will not send) all have a seq at most that
+// one: they are the session's initial rows, read a page at a time outside
+// any transaction and published in seq order before the binlog. The
+// snapshot lasts three statements: a transaction held while the rows are
+// published would hold the outbox's metadata lock, and an ALTER TABLE
+// waiting for it would stop every writer of the outbox, the relay's
+// deletes included, until the publishing ends. The position is stored once
+// the rows are all published and deleted (Start): a crash before that
+// starts over with a new snapshot, which holds the rows not yet deleted.
+// It returns the position.
 func (s *session) openSnapshot(ctx context.Context) (string, error) {
 	r := s.r
 	conn, err := r.db.Conn(ctx)
 	if err != nil {
 		return "", fmt.Errorf("idem: binlog: connect: %w", err)
 	}
-	in := &initialRows{s: r, conn: conn, resnapshot: r.resnapshot}
-	keep := false
 	defer func() {
-		if !keep {
-			in.Close()
-		}
+		_, _ = conn.ExecContext(context.Background(), `ROLLBACK`)
+		_ = conn.Close()
 	}()
 	if _, err := conn.ExecContext(ctx, `SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
 		return "", fmt.Errorf("idem: binlog: snapshot: %w", err)
@@ -62,17 +65,29 @@ func (s *session) openSnapshot(ctx context.Context) (string, error) {
 	if file == "" {
 		return "", fmt.Errorf("idem: binlog: the server gave no binlog_snapshot_file: is log_bin on?")
 	}
+	initial := r.idemTable && r.cfg.Delete == logrelay.DeletePublished
+	// The highest seq waiting in the snapshot, read in it: a row with a
+	// higher seq was not committed then, and the binlog sends it.
+	var last sql.NullInt64
+	if initial {
+		if err := conn.QueryRowContext(ctx, `SELECT MAX(seq) FROM `+r.sql.table+` WHERE `+r.sql.waiting).Scan(&last); err != nil {
+			return "", fmt.Errorf("idem: binlog: read the rows waiting in the outbox: %w", err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		return "", fmt.Errorf("idem: binlog: snapshot: %w", err)
+	}
 	start, err := gtidAt(ctx, conn, file, pos)
 	if err != nil {
 		return "", err
 	}
 	s.file = file
 	s.snapshot = &binlogPos{gtid: start, file: file, filePos: uint64(pos)}
-	if r.idemTable && r.cfg.Delete == logrelay.DeletePublished {
-		s.initial, keep = in, true
+	if initial {
+		s.initial = &initialRows{s: r, last: last.Int64, resnapshot: r.resnapshot}
 	}
 	what := "first start on this outbox: reading the binlog from the snapshot's position, after the rows waiting in the outbox"
-	if in.resnapshot {
+	if r.resnapshot {
 		what = "publishing the rows waiting in the outbox from a snapshot of the table; reading the binlog from the snapshot's position"
 	}
 	r.log.Info(what, "gtid_position", start, "binlog_file", file, "binlog_pos", pos)
@@ -80,26 +95,32 @@ func (s *session) openSnapshot(ctx context.Context) (string, error) {
 }
 
 // initialRows are the rows waiting in the outbox in the snapshot of a
-// first start, read a page at a time on the snapshot's connection.
+// first start: those waiting now with a seq at most the snapshot's
+// highest. The few of them committed after the snapshot (their
+// transaction was open then, with a seq below the highest) are published
+// again from the binlog, as any row may be published twice.
 type initialRows struct {
 	s          *source
-	conn       *sql.Conn // in the snapshot's transaction
-	after      int64     // the last seq read
+	last       int64 // the highest seq waiting in the snapshot
+	after      int64 // the last seq read
 	resnapshot bool
 }
 
-// Count counts the rows in the snapshot (without QueryTimeout: a cancelled
-// statement would end the connection, and the snapshot with it).
+// Count counts the rows.
 func (in *initialRows) Count(ctx context.Context) (int64, error) {
+	qctx, cancel := context.WithTimeout(ctx, in.s.cfg.QueryTimeout)
+	defer cancel()
 	var total int64
-	err := in.conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+in.s.sql.table+` WHERE `+in.s.sql.waiting).Scan(&total)
+	err := in.s.db.QueryRowContext(qctx, `SELECT COUNT(*) FROM `+in.s.sql.table+` WHERE `+in.s.sql.waiting+` AND seq <= ?`, in.last).Scan(&total)
 	return total, err
 }
 
 // Page reads the next page of the rows, in seq order.
 func (in *initialRows) Page(ctx context.Context) ([]driver.OutboxRecord, error) {
-	rows, err := in.conn.QueryContext(ctx, `SELECT `+rowColumns+`
-FROM `+in.s.sql.table+` WHERE `+in.s.sql.waiting+` AND seq > ? ORDER BY seq LIMIT `+fmt.Sprint(logengine.DuePage), in.after)
+	qctx, cancel := context.WithTimeout(ctx, in.s.cfg.QueryTimeout)
+	defer cancel()
+	rows, err := in.s.db.QueryContext(qctx, `SELECT `+rowColumns+`
+FROM `+in.s.sql.table+` WHERE `+in.s.sql.waiting+` AND seq > ? AND seq <= ? ORDER BY seq LIMIT `+fmt.Sprint(logengine.DuePage), in.after, in.last)
 	if err != nil {
 		return nil, fmt.Errorf("idem: binlog: read the waiting rows: %w", err)
 	}
@@ -125,11 +146,8 @@ func (in *initialRows) When() string {
 // next start publishes those left from a new snapshot.
 func (in *initialRows) Lost() string { return "" }
 
-// Close ends the snapshot.
-func (in *initialRows) Close() {
-	_, _ = in.conn.ExecContext(context.Background(), `ROLLBACK`)
-	_ = in.conn.Close()
-}
+// Close does nothing: no transaction is held while the rows are read.
+func (in *initialRows) Close() {}
 
 // gtidAt returns the GTID position at file:pos, an event's boundary.
 // BINLOG_GTID_POS gives it, except at the very end of the binlog (NULL):

@@ -93,7 +93,7 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	return &Relay{Relay: s.eng}, nil
 }
 
-// Close releases the pool once the relay stopped, and the snapshot of
+// Close releases the pool once the relay stopped, and forgets the
 // rows not published.
 func (r *source) Close() {
 	r.dropInitial()

@@ -49,10 +49,12 @@
 //
 // Rows waiting when the slot is created. A slot streams what commits after
 // its creation only. The relay creates it with an exported snapshot, reads
-// the rows waiting in the table in it (published_at and quarantined_at
-// empty: rows written before the first start, a table the polling relay
-// served), publishes them in seq order and deletes them before reading the
-// stream. It needs idem's seq, published_at and quarantined_at columns and
+// in it the highest seq of the rows waiting in the table (published_at and
+// quarantined_at empty: rows written before the first start, a table the
+// polling relay served), then publishes the rows waiting up to that seq in
+// seq order and deletes them before reading the stream. It reads them
+// outside any transaction: an ALTER TABLE of the outbox meanwhile waits for
+// no lock of the relay's, and stops no writer. It needs idem's seq, published_at and quarantined_at columns and
 // Config.Delete = DeletePublished; a stop or crash before the end leaves the
 // rest in the table (drop the slot and start again).
 //

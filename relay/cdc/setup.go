@@ -348,8 +348,12 @@ func (r *source) ensureSlot(ctx context.Context) error {
 // createSlot creates the slot over a replication connection, exporting the
 // snapshot of its consistent point: the rows visible in it are exactly those
 // the slot will never stream. When the outbox may hold waiting rows
-// (initialRowsQuery), a transaction of the pool imports the snapshot, kept
-// in r.initial for the reading goroutine to publish those rows first.
+// (initialRowsQuery), a transaction of the pool imports the snapshot only
+// to read the highest seq waiting in it, and ends: the rows waiting up to
+// that seq, kept in r.initial, are published first by the reading
+// goroutine, read outside any transaction. One held while they are
+// published would keep the outbox's lock, and an ALTER TABLE waiting for
+// it would stop every writer of the outbox, the relay's deletes included.
 func (r *source) createSlot(ctx context.Context) error {
 	conn, err := pgconn.ConnectConfig(ctx, r.replCfg)
 	if err != nil {
@@ -365,8 +369,8 @@ func (r *source) createSlot(ctx context.Context) error {
 		return slotErrorOn(r.host, err, r.cfg.Slot, r.replCfg.User)
 	}
 	r.log.Info("created replication slot; it keeps the WAL from here on until it is dropped (idem cdc drop-slot)", "lsn", res.ConsistentPoint)
-	sel, count, err := r.initialRowsQuery(ctx)
-	if err != nil || sel == "" {
+	where, err := r.initialRowsWhere(ctx)
+	if err != nil || where == "" {
 		return err
 	}
 	// The snapshot lives while the replication connection is open and idle:
@@ -375,11 +379,17 @@ func (r *source) createSlot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("idem: cdc: read the rows waiting in the outbox: %w", err)
 	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(res.SnapshotName, "'", "''")+"'"); err != nil {
-		_ = tx.Rollback(context.Background())
 		return fmt.Errorf("idem: cdc: read the rows waiting in the outbox: import the slot's snapshot: %w", err)
 	}
-	r.initial = &initialRows{s: r, tx: tx, sel: sel, count: count}
+	var last *int64
+	if err := tx.QueryRow(ctx, `SELECT max(seq) FROM `+r.sql.table+` WHERE`+where).Scan(&last); err != nil {
+		return fmt.Errorf("idem: cdc: read the rows waiting in the outbox: %w", err)
+	}
+	if last != nil {
+		r.initial = newInitialRows(r, where, *last)
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package cdc
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,31 +26,43 @@ const sweepColumnsSQL = `SELECT count(*) FROM pg_attribute
 	AND attname IN ('seq', 'published_at', 'quarantined_at')`
 
 // initialRows are the rows waiting in the outbox when the slot was created:
-// a slot streams only what commits after its creation, so they are read in
+// a slot streams only what commits after its creation, so those visible in
 // the snapshot of its consistent point (exactly those the stream will not
-// send) and published before the stream.
+// send) are published before the stream. They are the rows waiting now
+// with a seq at most the highest waiting in that snapshot, read outside
+// any transaction; the few of them committed after the snapshot (their
+// transaction was open then, with a seq below the highest) are streamed
+// too, and published twice, as any row may be.
 type initialRows struct {
 	s     *source
-	tx    pgx.Tx // repeatable read, in the slot's snapshot
 	sel   string
 	count string // counts them, for the progress lines
 	after int64  // the last seq read
 }
 
-// initialRowsQuery returns the statement reading a page of the rows waiting
-// in the outbox, and the one counting them, or "" when there are none to
-// look for: with Config.Delete
-// = KeepRows (the table holds what the writer keeps, not what waits), and on
+// newInitialRows returns the rows of the outbox's table meeting where with
+// a seq at most last.
+func newInitialRows(r *source, where string, last int64) *initialRows {
+	where = ` seq <= ` + strconv.FormatInt(last, 10) + ` AND` + where
+	return &initialRows{s: r,
+		sel:   `SELECT * FROM ` + r.sql.table + ` WHERE seq > $1 AND` + where + ` ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage),
+		count: `SELECT count(*) FROM ` + r.sql.table + ` WHERE` + where,
+	}
+}
+
+// initialRowsWhere returns the condition of the rows waiting in the
+// outbox, or "" when there are none to look for: with Config.Delete =
+// KeepRows (the table holds what the writer keeps, not what waits), and on
 // a table without idem's seq, published_at and quarantined_at columns
 // (Debezium's five columns only: drain it before the first start; a
 // warning says so when it holds rows).
-func (r *source) initialRowsQuery(ctx context.Context) (sel, count string, err error) {
+func (r *source) initialRowsWhere(ctx context.Context) (string, error) {
 	if r.cfg.Delete != logrelay.DeletePublished {
-		return "", "", nil
+		return "", nil
 	}
 	var cols int
 	if err := r.pool.QueryRow(ctx, sweepColumnsSQL, r.sql.table).Scan(&cols); err != nil {
-		return "", "", fmt.Errorf("idem: cdc: read the outbox's columns: %w", err)
+		return "", fmt.Errorf("idem: cdc: read the outbox's columns: %w", err)
 	}
 	if cols != 3 {
 		var held bool
@@ -57,30 +70,28 @@ func (r *source) initialRowsQuery(ctx context.Context) (sel, count string, err e
 			r.log.Warn("the outbox held rows when the slot was created; they are not in its stream, and without idem's seq, published_at and quarantined_at columns the relay cannot tell which wait: publish them another way (the polling relay, idem relay), or delete them",
 				"table", r.sql.table)
 		}
-		return "", "", nil
+		return "", nil
 	}
 	// Delayed rows wait in the table for their time (Table.DueRows).
 	where := ` published_at IS NULL AND quarantined_at IS NULL`
 	if r.sql.due != "" {
 		where += " AND not_before IS NULL"
 	}
-	return `SELECT * FROM ` + r.sql.table + ` WHERE seq > $1 AND` + where + ` ORDER BY seq LIMIT ` + fmt.Sprint(sweepPage),
-		`SELECT count(*) FROM ` + r.sql.table + ` WHERE` + where, nil
+	return where, nil
 }
 
-// Count counts the rows, for Stats.InitialRows. The count runs in a
-// savepoint of the snapshot's transaction, without QueryTimeout (a
-// cancelled statement would end the transaction, and the snapshot with
-// it).
+// Count counts the rows, for Stats.InitialRows.
 func (in *initialRows) Count(ctx context.Context) (int64, error) {
+	qctx, cancel := context.WithTimeout(ctx, in.s.cfg.QueryTimeout)
+	defer cancel()
 	var total int64
-	err := pgx.BeginFunc(ctx, in.tx, func(sp pgx.Tx) error { return sp.QueryRow(ctx, in.count).Scan(&total) })
+	err := in.s.pool.QueryRow(qctx, in.count).Scan(&total)
 	return total, err
 }
 
 // Page reads the next page of the rows, in seq order.
 func (in *initialRows) Page(ctx context.Context) ([]driver.OutboxRecord, error) {
-	recs, err := in.s.sweepPage(ctx, in.tx, in.sel, in.after)
+	recs, err := in.s.sweepPage(ctx, in.s.pool, in.sel, in.after)
 	if len(recs) > 0 {
 		in.after = recs[len(recs)-1].Seq
 	}
@@ -95,16 +106,11 @@ func (in *initialRows) Lost() string {
 	return "drop the slot (idem cdc drop-slot) and start again to publish them"
 }
 
-// Close ends the snapshot's transaction.
-func (in *initialRows) Close() { _ = in.tx.Rollback(context.Background()) }
+// Close does nothing: no transaction is held while the rows are read.
+func (in *initialRows) Close() {}
 
-// dropInitial ends the snapshot's transaction, if any.
-func (r *source) dropInitial() {
-	if r.initial != nil {
-		_ = r.initial.tx.Rollback(context.Background())
-		r.initial = nil
-	}
-}
+// dropInitial forgets the rows not published, if any.
+func (r *source) dropInitial() { r.initial = nil }
 
 // querier is a transaction or the pool.
 type querier interface {

@@ -236,7 +236,9 @@ type Initial interface {
 	// the next start publishes them).
 	When() string
 	Lost() string
-	// Close ends the snapshot they are read in.
+	// Close releases what reading them holds. It holds no transaction
+	// while they are published: one would keep the table's lock, and a
+	// schema change waiting for it would stop the table's writers.
 	Close()
 }
 

@@ -90,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"RestartResumes", restartResumes},
 		{"StandbyTakesOver", standbyTakesOver},
 		{"FirstStartWaitingRows", firstStartWaitingRows},
+		{"FirstStartSchemaChange", firstStartSchemaChange},
 		{"DelayedRows", delayedRows},
 		{"BinaryPayload", binaryPayload},
 		{"RefusedQuarantined", refusedQuarantined},
@@ -360,6 +361,58 @@ func firstStartWaitingRows(t *testing.T, ob Outbox) {
 		return s.InitialRows >= 30 && s.InitialRows <= 40 && s.InitialDone == s.InitialRows
 	})
 }
+
+// firstStartSchemaChange: an ALTER TABLE of the outbox while the relay
+// publishes the rows waiting at its first start waits for nothing of the
+// relay's. A transaction held over the publishing would keep the table's
+// lock: the ALTER would wait for its end, and every writer of the table,
+// the relay's deletes included, would queue behind the ALTER. The
+// publisher holds the first page until the ALTER is done, or gives up
+// after 30 s, which fails the test. The rows before and after the ALTER
+// are all published.
+func firstStartSchemaChange(t *testing.T, ob Outbox) {
+	before := add(t, ob, "a", 1, 5)
+	pub := memory.New()
+	g := &gate{Publisher: pub, called: make(chan struct{}), open: make(chan struct{})}
+	gaveUp := time.AfterFunc(30*time.Second, g.Open)
+	defer gaveUp.Stop()
+	start(t, ob, g, Options{})
+	select {
+	case <-g.called:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the waiting rows were not published")
+	}
+	ob.Exec(t, "ALTER TABLE outbox ADD COLUMN tenant VARCHAR(36) NULL")
+	if !gaveUp.Stop() {
+		t.Fatal("the ALTER TABLE waited for the relay to publish the waiting rows")
+	}
+	g.Open()
+	after := add(t, ob, "a", 6, 8)
+	msgs := WaitLen(t, pub, 8)
+	CheckFirstOrder(t, msgs, append(before, after...))
+	Eventually(t, "published rows deleted", func() bool { return ob.Count(t, "outbox") == 0 })
+}
+
+// gate holds every Publish call until Open, and closes called at the
+// first.
+type gate struct {
+	broker.Publisher
+	first, opened sync.Once
+	called, open  chan struct{}
+}
+
+func (g *gate) Publish(ctx context.Context, msgs []idem.Message) error {
+	g.first.Do(func() { close(g.called) })
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return g.Publisher.Publish(ctx, msgs)
+}
+
+// Open lets the calls through.
+func (g *gate) Open() { g.opened.Do(func() { close(g.open) }) }
 
 // delayedRows: a delayed row waits in the table, holds back nothing of its
 // aggregate, and is published by the relay once due, then deleted.
