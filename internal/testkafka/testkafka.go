@@ -12,7 +12,9 @@ import (
 
 // Start starts a kfake cluster of one broker listening on a local TCP port,
 // with topics created on first use in 2 partitions, stopped when the test
-// ends, and returns its kafka:// URL.
+// ends, and returns its kafka:// URL. The members of its groups whose
+// process died are made to leave after their session timeout, as a Kafka
+// broker's are (sessions.go).
 func Start(t testing.TB) string {
 	t.Helper()
 	url, stop, err := Listen()
@@ -35,7 +37,16 @@ func Listen() (url string, stop func(), err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	return "kafka://" + c.ListenAddrs()[0], c.Close, nil
+	done := make(chan struct{})
+	if err := watchSessions(c, done); err != nil {
+		c.Close()
+		return "", nil, err
+	}
+	stop = func() {
+		close(done)
+		c.Close()
+	}
+	return "kafka://" + c.ListenAddrs()[0], stop, nil
 }
 
 // freePort returns a local TCP port free at the time of the call.
