@@ -23,10 +23,13 @@ import (
 //
 // sessions sees every request of a group member (kfake's control
 // functions, which leave the requests to kfake), and every second asks
-// kfake for its stable groups; a member that sent nothing for longer than
-// its session timeout, and a second more, is made to leave the group
-// (LeaveGroup with its member id, as an administrator would), which
-// rebalances the group as the broker's session timeout would have.
+// kfake for the state of its groups. A member that sent nothing for
+// longer than its session timeout, and a second more, is made to leave
+// the group (LeaveGroup with its member id, as an administrator would),
+// which rebalances the group as the broker's session timeout would have.
+// A JoinGroup parked while the group prepares a rebalance, and a SyncGroup
+// parked while it completes one, keep their member alive, as in Kafka;
+// their time counts from when the watch first sees them answered.
 type sessions struct {
 	mu   sync.Mutex
 	last map[member]seen
@@ -35,8 +38,10 @@ type sessions struct {
 type member struct{ group, id string }
 
 type seen struct {
-	at      time.Time
-	timeout time.Duration
+	at       time.Time
+	timeout  time.Duration
+	key      kmsg.Key  // the request's
+	answered time.Time // when the watch saw the group past a parked request
 }
 
 // watchSessions starts ending the dead members' sessions of c's groups,
@@ -46,7 +51,7 @@ func watchSessions(c *kfake.Cluster, stop <-chan struct{}) error {
 	observe := func(key kmsg.Key, f func(kmsg.Request) (group, id string, timeout int32)) {
 		c.ControlKey(int16(key), func(r kmsg.Request) (kmsg.Response, error, bool) {
 			group, id, timeout := f(r)
-			s.touch(group, id, time.Duration(timeout)*time.Millisecond)
+			s.touch(group, id, key, time.Duration(timeout)*time.Millisecond)
 			return nil, nil, false
 		})
 	}
@@ -88,7 +93,7 @@ func watchSessions(c *kfake.Cluster, stop <-chan struct{}) error {
 
 // touch records a request of member id of group; timeout is its session
 // timeout when the request gives it.
-func (s *sessions) touch(group, id string, timeout time.Duration) {
+func (s *sessions) touch(group, id string, key kmsg.Key, timeout time.Duration) {
 	if id == "" {
 		return
 	}
@@ -98,11 +103,10 @@ func (s *sessions) touch(group, id string, timeout time.Duration) {
 	if timeout == 0 {
 		timeout = s.last[k].timeout
 	}
-	s.last[k] = seen{at: time.Now(), timeout: timeout}
+	s.last[k] = seen{at: time.Now(), timeout: timeout, key: key}
 }
 
-// expire makes the members of stable groups that are past their session
-// timeout leave.
+// expire makes the members past their session timeout leave.
 func (s *sessions) expire(cl *kgo.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -125,9 +129,6 @@ func (s *sessions) expire(cl *kgo.Client) {
 	}
 	now := time.Now()
 	for _, g := range resp.Groups {
-		if g.State != "Stable" {
-			continue
-		}
 		var dead []kmsg.LeaveGroupRequestMember
 		s.mu.Lock()
 		for _, m := range g.Members {
@@ -138,7 +139,23 @@ func (s *sessions) expire(cl *kgo.Client) {
 				s.last[k] = seen{at: now}
 				continue
 			}
-			if timeout := last.timeout; timeout > 0 && now.Sub(last.at) > timeout+time.Second {
+			parkable := last.key == kmsg.JoinGroup || last.key == kmsg.SyncGroup
+			switch {
+			case last.key == kmsg.JoinGroup && g.State == "PreparingRebalance",
+				last.key == kmsg.SyncGroup && g.State == "CompletingRebalance":
+				last.answered = time.Time{} // parked: alive
+				s.last[k] = last
+				continue
+			case parkable && last.answered.IsZero():
+				last.answered = now
+				s.last[k] = last
+				continue
+			}
+			from := last.at
+			if parkable && last.answered.After(from) {
+				from = last.answered
+			}
+			if last.timeout > 0 && now.Sub(from) > last.timeout+time.Second {
 				dead = append(dead, kmsg.LeaveGroupRequestMember{MemberID: m.MemberID})
 				delete(s.last, k)
 			}
