@@ -2,6 +2,8 @@ package testkafka
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -31,8 +33,9 @@ import (
 // parked while it completes one, keep their member alive, as in Kafka;
 // their time counts from when the watch first sees them answered.
 type sessions struct {
-	mu   sync.Mutex
-	last map[member]seen
+	mu     sync.Mutex
+	last   map[member]seen
+	synced map[string]time.Time // by group: its latest SyncGroup
 }
 
 type member struct{ group, id string }
@@ -47,7 +50,7 @@ type seen struct {
 // watchSessions starts ending the dead members' sessions of c's groups,
 // until stop is closed.
 func watchSessions(c *kfake.Cluster, stop <-chan struct{}) error {
-	s := &sessions{last: map[member]seen{}}
+	s := &sessions{last: map[member]seen{}, synced: map[string]time.Time{}}
 	observe := func(key kmsg.Key, f func(kmsg.Request) (group, id string, timeout int32)) {
 		c.ControlKey(int16(key), func(r kmsg.Request) (kmsg.Response, error, bool) {
 			group, id, timeout := f(r)
@@ -100,6 +103,9 @@ func (s *sessions) touch(group, id string, key kmsg.Key, timeout time.Duration) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := member{group, id}
+	if key == kmsg.SyncGroup {
+		s.synced[group] = time.Now()
+	}
 	if timeout == 0 {
 		timeout = s.last[k].timeout
 	}
@@ -139,9 +145,12 @@ func (s *sessions) expire(cl *kgo.Client) {
 				s.last[k] = seen{at: now}
 				continue
 			}
+			// A JoinGroup is answered once a member of the group synced
+			// after it: one of a dead member stays the last request of a
+			// member in the next rebalance too.
 			parkable := last.key == kmsg.JoinGroup || last.key == kmsg.SyncGroup
 			switch {
-			case last.key == kmsg.JoinGroup && g.State == "PreparingRebalance",
+			case last.key == kmsg.JoinGroup && g.State == "PreparingRebalance" && !s.synced[g.Group].After(last.at),
 				last.key == kmsg.SyncGroup && g.State == "CompletingRebalance":
 				last.answered = time.Time{} // parked: alive
 				s.last[k] = last
@@ -158,6 +167,8 @@ func (s *sessions) expire(cl *kgo.Client) {
 			if last.timeout > 0 && now.Sub(from) > last.timeout+time.Second {
 				dead = append(dead, kmsg.LeaveGroupRequestMember{MemberID: m.MemberID})
 				delete(s.last, k)
+				fmt.Fprintf(os.Stderr, "testkafka: group %s (%s): member %s sent nothing for %v (its session timeout: %v; last request: %s); made to leave\n",
+					g.Group, g.State, m.MemberID, now.Sub(from).Round(time.Millisecond), last.timeout, kmsg.NameForKey(int16(last.key)))
 			}
 		}
 		s.mu.Unlock()
