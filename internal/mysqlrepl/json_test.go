@@ -8,148 +8,9 @@ import (
 	"math"
 	"reflect"
 	"testing"
+
+	"github.com/idem-go/idem/internal/mysqlrepl/binlogtest"
 )
-
-// This file encodes JSON documents in MySQL's binary format
-// (sql-common/json_binary.h, json_binary.cc serialize_json_value), for the
-// tests and the fuzz seeds: small format unless large, keys in the order
-// given (MySQL sorts them by length, then bytes: callers give them so).
-
-type jsonKV struct {
-	k string
-	v any
-}
-
-// jsonObject is an object with its keys in order.
-type jsonObject []jsonKV
-
-// jsonOpaqueValue is a value of another MySQL type in a document.
-type jsonOpaqueValue struct {
-	typ  byte
-	data []byte
-}
-
-func jsonVarLen(n int) []byte {
-	var b []byte
-	for {
-		c := byte(n & 0x7f)
-		n >>= 7
-		if n == 0 {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
-
-// encJSON returns the document v (type byte and value).
-func encJSON(v any, large bool) []byte {
-	t, b := encJSONValue(v, large)
-	return append([]byte{t}, b...)
-}
-
-func encJSONValue(v any, large bool) (byte, []byte) {
-	switch x := v.(type) {
-	case nil:
-		return jsonLiteral, []byte{jsonNull}
-	case bool:
-		if x {
-			return jsonLiteral, []byte{jsonTrue}
-		}
-		return jsonLiteral, []byte{jsonFalse}
-	case int:
-		switch {
-		case x >= math.MinInt16 && x <= math.MaxInt16:
-			return jsonInt16, binary.LittleEndian.AppendUint16(nil, uint16(x))
-		case x >= math.MinInt32 && x <= math.MaxInt32:
-			return jsonInt32, binary.LittleEndian.AppendUint32(nil, uint32(x))
-		}
-		return jsonInt64, binary.LittleEndian.AppendUint64(nil, uint64(x))
-	case uint64:
-		return jsonUint64, binary.LittleEndian.AppendUint64(nil, x)
-	case float64:
-		return jsonDouble, binary.LittleEndian.AppendUint64(nil, math.Float64bits(x))
-	case string:
-		return jsonString, append(jsonVarLen(len(x)), x...)
-	case jsonOpaqueValue:
-		return jsonOpaque, append(append([]byte{x.typ}, jsonVarLen(len(x.data))...), x.data...)
-	case []any:
-		return encContainer(nil, x, large)
-	case jsonObject:
-		keys := make([]string, len(x))
-		vals := make([]any, len(x))
-		for i, kv := range x {
-			keys[i], vals[i] = kv.k, kv.v
-		}
-		return encContainer(keys, vals, large)
-	}
-	panic("encJSON: unknown value")
-}
-
-func encContainer(keys []string, vals []any, large bool) (byte, []byte) {
-	w := 2
-	typ := byte(jsonSmallArray)
-	if keys != nil || len(vals) == 0 && keys != nil {
-		typ = jsonSmallObject
-	}
-	if large {
-		w = 4
-		typ++
-	}
-	put := func(b []byte, v int) []byte {
-		if w == 2 {
-			return binary.LittleEndian.AppendUint16(b, uint16(v))
-		}
-		return binary.LittleEndian.AppendUint32(b, uint32(v))
-	}
-	object := keys != nil
-	keyEntry := 0
-	if object {
-		keyEntry = w + 2
-	}
-	header := 2*w + len(vals)*(keyEntry+1+w)
-	var tail []byte
-	var entries []byte
-	if object {
-		for _, k := range keys {
-			entries = put(entries, header+len(tail))
-			entries = binary.LittleEndian.AppendUint16(entries, uint16(len(k)))
-			tail = append(tail, k...)
-		}
-	}
-	for _, v := range vals {
-		t, b := encJSONValue(v, large)
-		entries = append(entries, t)
-		inline := t == jsonLiteral || t == jsonInt16 || t == jsonUint16 || large && (t == jsonInt32 || t == jsonUint32)
-		if inline {
-			entries = append(entries, b...)
-			entries = append(entries, make([]byte, w-len(b))...)
-			continue
-		}
-		entries = put(entries, header+len(tail))
-		tail = append(tail, b...)
-	}
-	var out []byte
-	out = put(out, len(vals))
-	out = put(out, header+len(tail))
-	out = append(out, entries...)
-	return typ, append(out, tail...)
-}
-
-// packedDateTime is MySQL's TIME_to_longlong_datetime_packed.
-func packedDateTime(y, mo, d, h, mi, s, us int64) []byte {
-	ymd := (y*13+mo)<<5 | d
-	hms := h<<12 | mi<<6 | s
-	return binary.LittleEndian.AppendUint64(nil, uint64((ymd<<17|hms)<<24+us))
-}
-
-// packedTime is MySQL's TIME_to_longlong_time_packed.
-func packedTime(neg bool, h, mi, s, us int64) []byte {
-	v := (h<<12|mi<<6|s)<<24 + us
-	if neg {
-		v = -v
-	}
-	return binary.LittleEndian.AppendUint64(nil, uint64(v))
-}
 
 // sameJSON reports whether two JSON texts have the same value (numbers
 // as float64).
@@ -189,22 +50,22 @@ func TestDecodeJSON(t *testing.T) {
 		{"escapes", "q\"b\\s/\b\f\n\r\t\x01\x1f é 😀", `"q\"b\\s/\b\f\n\r\t\u0001\u001f é 😀"`},
 		{"array", []any{1, 2, 3}, `[1, 2, 3]`},
 		{"nested", []any{1, []any{"a", []any{3.14}}}, `[1, ["a", [3.14]]]`},
-		{"object", jsonObject{{"key", "val"}}, `{"key": "val"}`},
-		{"object with array", jsonObject{{"a", "b"}, {"c", []any{"d"}}}, `{"a": "b", "c": ["d"]}`},
-		{"literals and empties", []any{true, false, nil, 0, "0", "", jsonObject{}, []any{}}, `[true, false, null, 0, "0", "", {}, []]`},
-		{"keys in stored order", jsonObject{{"", 9}, {"a", 6}, {"b", 8}, {"ab", 7}, {"key1", 1}, {"key2", 2}, {"key1\x00x", 4}}, `{"": 9, "a": 6, "b": 8, "ab": 7, "key1": 1, "key2": 2, "key1\u0000x": 4}`},
-		{"blob", jsonOpaqueValue{TypeTinyBlob, []byte{0xbe, 0xba, 0xfe, 0xca}}, `"base64:type249:vrr+yg=="`},
-		{"decimal", jsonOpaqueValue{TypeNewDecimal, dec}, `123.45`},
-		{"time", jsonOpaqueValue{TypeTime, packedTime(false, 13, 14, 15, 654321)}, `"13:14:15.654321"`},
-		{"negative time", jsonOpaqueValue{TypeTime, packedTime(true, 838, 59, 59, 0)}, `"-838:59:59.000000"`},
-		{"date", jsonOpaqueValue{TypeDate, packedDateTime(2014, 5, 17, 0, 0, 0, 0)}, `"2014-05-17"`},
-		{"datetime", jsonOpaqueValue{TypeDateTime, packedDateTime(2015, 1, 15, 15, 16, 17, 123456)}, `"2015-01-15 15:16:17.123456"`},
-		{"timestamp", jsonOpaqueValue{TypeTimestamp, packedDateTime(2015, 1, 15, 15, 16, 17, 0)}, `"2015-01-15 15:16:17.000000"`},
-		{"outbox payload", jsonObject{{"id", 42}, {"sku", "A-1"}, {"items", []any{jsonObject{{"q", 2}, {"price", 9.5}}}}, {"customer", nil}}, `{"id": 42, "sku": "A-1", "items": [{"q": 2, "price": 9.5}], "customer": null}`},
+		{"object", binlogtest.Object{{"key", "val"}}, `{"key": "val"}`},
+		{"object with array", binlogtest.Object{{"a", "b"}, {"c", []any{"d"}}}, `{"a": "b", "c": ["d"]}`},
+		{"literals and empties", []any{true, false, nil, 0, "0", "", binlogtest.Object{}, []any{}}, `[true, false, null, 0, "0", "", {}, []]`},
+		{"keys in stored order", binlogtest.Object{{"", 9}, {"a", 6}, {"b", 8}, {"ab", 7}, {"key1", 1}, {"key2", 2}, {"key1\x00x", 4}}, `{"": 9, "a": 6, "b": 8, "ab": 7, "key1": 1, "key2": 2, "key1\u0000x": 4}`},
+		{"blob", binlogtest.Opaque{Type: TypeTinyBlob, Data: []byte{0xbe, 0xba, 0xfe, 0xca}}, `"base64:type249:vrr+yg=="`},
+		{"decimal", binlogtest.Opaque{Type: TypeNewDecimal, Data: dec}, `123.45`},
+		{"time", binlogtest.Opaque{Type: TypeTime, Data: binlogtest.PackedTime(false, 13, 14, 15, 654321)}, `"13:14:15.654321"`},
+		{"negative time", binlogtest.Opaque{Type: TypeTime, Data: binlogtest.PackedTime(true, 838, 59, 59, 0)}, `"-838:59:59.000000"`},
+		{"date", binlogtest.Opaque{Type: TypeDate, Data: binlogtest.PackedDateTime(2014, 5, 17, 0, 0, 0, 0)}, `"2014-05-17"`},
+		{"datetime", binlogtest.Opaque{Type: TypeDateTime, Data: binlogtest.PackedDateTime(2015, 1, 15, 15, 16, 17, 123456)}, `"2015-01-15 15:16:17.123456"`},
+		{"timestamp", binlogtest.Opaque{Type: TypeTimestamp, Data: binlogtest.PackedDateTime(2015, 1, 15, 15, 16, 17, 0)}, `"2015-01-15 15:16:17.000000"`},
+		{"outbox payload", binlogtest.Object{{"id", 42}, {"sku", "A-1"}, {"items", []any{binlogtest.Object{{"q", 2}, {"price", 9.5}}}}, {"customer", nil}}, `{"id": 42, "sku": "A-1", "items": [{"q": 2, "price": 9.5}], "customer": null}`},
 	}
 	for _, c := range cases {
 		for _, large := range []bool{false, true} {
-			got, err := DecodeJSON(encJSON(c.doc, large))
+			got, err := DecodeJSON(binlogtest.JSON(c.doc, large))
 			if err != nil || string(got) != c.want {
 				t.Errorf("%s (large %v): %s, %v; want %s", c.name, large, got, err, c.want)
 				continue
@@ -222,7 +83,7 @@ func TestDecodeJSON(t *testing.T) {
 	for range 20000 {
 		big = append(big, true, false, nil, "a")
 	}
-	got, err := DecodeJSON(encJSON(big, true))
+	got, err := DecodeJSON(binlogtest.JSON(big, true))
 	want, _ := json.Marshal(big)
 	if err != nil || !sameJSON(t, got, want) {
 		t.Errorf("an array of 80000 values: %v", err)
@@ -230,7 +91,7 @@ func TestDecodeJSON(t *testing.T) {
 }
 
 func TestDecodeJSONMalformed(t *testing.T) {
-	good := encJSON(jsonObject{{"a", []any{1, "x"}}}, false)
+	good := binlogtest.JSON(binlogtest.Object{{"a", []any{1, "x"}}}, false)
 	// Every value entry of an array of 100 points at the one array, itself
 	// of 100 entries pointing at one array...: the text would be 100^n.
 	bomb := []byte{jsonString, 1, 'x'}
@@ -270,7 +131,7 @@ func TestDecodeJSONMalformed(t *testing.T) {
 		"key out of bounds": {jsonSmallObject, 1, 0, 12, 0, 200, 0, 1, 0, jsonLiteral, 0, 0, 'a'},
 		"value offset":      {jsonSmallArray, 1, 0, 7, 0, jsonString, 2, 0},
 		"count too large":   {jsonSmallArray, 0xff, 0xff, 7, 0},
-		"bad datetime":      append([]byte{jsonOpaque, TypeDateTime, 8}, packedDateTime(2015, 1, 1, 25, 0, 0, 0)...),
+		"bad datetime":      append([]byte{jsonOpaque, TypeDateTime, 8}, binlogtest.PackedDateTime(2015, 1, 1, 25, 0, 0, 0)...),
 		"short datetime":    {jsonOpaque, TypeDateTime, 2, 0, 0},
 		"bad decimal":       {jsonOpaque, TypeNewDecimal, 2, 70, 2},
 		"shared values":     bomb,
@@ -286,8 +147,8 @@ func TestDecodeJSONMalformed(t *testing.T) {
 // valid JSON of bounded size, and documents built from fuzzed values
 // decode to the text of those values.
 func FuzzDecodeJSON(f *testing.F) {
-	f.Add(encJSON(jsonObject{{"a", "b"}, {"ab", []any{1, 2.5, nil, true}}}, false), "x", int64(3))
-	f.Add(encJSON([]any{jsonOpaqueValue{TypeDateTime, packedDateTime(2015, 1, 15, 15, 16, 17, 1)}, uint64(7)}, true), "é\n", int64(-70000))
+	f.Add(binlogtest.JSON(binlogtest.Object{{"a", "b"}, {"ab", []any{1, 2.5, nil, true}}}, false), "x", int64(3))
+	f.Add(binlogtest.JSON([]any{binlogtest.Opaque{Type: TypeDateTime, Data: binlogtest.PackedDateTime(2015, 1, 15, 15, 16, 17, 1)}, uint64(7)}, true), "é\n", int64(-70000))
 	f.Add([]byte{jsonOpaque, TypeNewDecimal, 4, 5, 2, 0x80, 0}, "", int64(0))
 	f.Fuzz(func(t *testing.T, data []byte, s string, n int64) {
 		if out, err := DecodeJSON(data); err == nil {
@@ -298,9 +159,9 @@ func FuzzDecodeJSON(f *testing.F) {
 				t.Fatalf("%d bytes decoded to %d", len(data), len(out))
 			}
 		}
-		doc := jsonObject{{"n", int(n)}, {"s", s}, {"arr", []any{s, float64(n) / 3, nil}}}
+		doc := binlogtest.Object{{"n", int(n)}, {"s", s}, {"arr", []any{s, float64(n) / 3, nil}}}
 		for _, large := range []bool{false, true} {
-			out, err := DecodeJSON(encJSON(doc, large))
+			out, err := DecodeJSON(binlogtest.JSON(doc, large))
 			if err != nil {
 				t.Fatal(err)
 			}

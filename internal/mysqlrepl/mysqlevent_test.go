@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
+	"github.com/idem-go/idem/internal/mysqlrepl/binlogtest"
 )
 
 // mysqlPostHeaderLens are post-header lengths as a MySQL 8.0 format
@@ -32,53 +32,18 @@ func newMySQLParser(t testing.TB, checksum bool) *Parser {
 	return p
 }
 
-// mysqlGTIDBody returns a GTID_LOG_EVENT body as MySQL 8.0 writes it:
-// flags, sid, gno, the logical clock, the immediate commit timestamp
-// (microseconds, 7 bytes), the transaction length and the server version.
-func mysqlGTIDBody(sid SID, gno uint64, commit time.Time) []byte {
-	b := []byte{1}
-	b = append(b, sid[:]...)
-	b = binary.LittleEndian.AppendUint64(b, gno)
-	b = append(b, 2)
-	b = binary.LittleEndian.AppendUint64(b, 4)
-	b = binary.LittleEndian.AppendUint64(b, 5)
-	us := binary.LittleEndian.AppendUint64(nil, uint64(commit.UnixMicro()))
-	b = append(b, us[:7]...)
-	b = append(b, lenenc(300)...)
-	return binary.LittleEndian.AppendUint32(b, 80036)
-}
-
 // tlv returns a type-length-value header of packed integers, ended.
 func tlv(fields ...[2]uint64) []byte {
-	var b []byte
+	var fs []binlogtest.Field
 	for _, f := range fields {
-		v := lenenc(int(f[1]))
-		b = append(b, lenenc(int(f[0]))...)
-		b = append(b, lenenc(len(v))...)
-		b = append(b, v...)
+		fs = append(fs, binlogtest.Field{Type: f[0], Value: f[1]})
 	}
-	return append(b, otwEndMark)
+	return binlogtest.TLV(fs...)
 }
 
-// payloadBody returns a TRANSACTION_PAYLOAD_EVENT body holding events
-// (without checksums), compressed with zstd unless none.
-func payloadBody(t testing.TB, none bool, events ...[]byte) []byte {
-	t.Helper()
-	var raw []byte
-	for _, e := range events {
-		raw = append(raw, e...)
-	}
-	payload, typ := raw, uint64(compressionNone)
-	if !none {
-		enc, err := zstd.NewWriter(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		payload, typ = enc.EncodeAll(raw, nil), compressionZstd
-		_ = enc.Close()
-	}
-	h := tlv([2]uint64{otwPayloadSize, uint64(len(payload))}, [2]uint64{otwCompressionType, typ}, [2]uint64{otwUncompressedSize, uint64(len(raw))})
-	return append(h, payload...)
+// payloadBody returns a TRANSACTION_PAYLOAD_EVENT body holding events.
+func payloadBody(_ testing.TB, none bool, events ...[]byte) []byte {
+	return binlogtest.PayloadBody(none, events...)
 }
 
 func TestMySQLEvents(t *testing.T) {
@@ -91,7 +56,7 @@ func TestMySQLEvents(t *testing.T) {
 		{typ: TypeVarchar, meta: le(1020, 2), name: "aggregatetype"},
 		{typ: TypeYear, name: "y"},
 	}
-	doc := encJSON(jsonObject{{"a", 1}, {"bc", []any{"x", 2.5}}}, false)
+	doc := binlogtest.JSON(binlogtest.Object{{"a", 1}, {"bc", []any{"x", 2.5}}}, false)
 	img := row(len(cols), nil, le(7, 4), append(le(uint64(len(doc)), 4), doc...), append(le(5, 2), "Order"...), []byte{125})
 	for _, crc := range []bool{false, true} {
 		p := newMySQLParser(t, crc)
@@ -100,13 +65,13 @@ func TestMySQLEvents(t *testing.T) {
 		}
 		evs := parseAll(t, p,
 			event(MySQLPreviousGTIDsEventType, 200, 0, prev.Encode(), crc),
-			event(MySQLGTIDEventType, 300, 0, mysqlGTIDBody(sid, 42, commit), crc),
+			event(MySQLGTIDEventType, 300, 0, binlogtest.GTIDBody(sid, 42, commit), crc),
 			event(QueryEventType, 400, 0, queryBody(1, "db", nil, "BEGIN"), crc),
 			event(TableMapEventType, 500, 0, tableMapBody(9, "db", "outbox", cols, false), crc),
 			event(WriteRowsV2EventType, 600, 0, rowsV2Body(9, len(cols), []byte{0, 1, 2, 3}, img), crc),
 			event(XIDEventType, 700, 0, le(5, 8), crc),
-			event(MySQLAnonymousGTIDEventType, 800, 0, mysqlGTIDBody(SID{}, 0, commit), crc),
-			event(MySQLHeartbeatV2EventType, 0, 0, heartbeatV2Body("binlog.000007", 1<<33), crc),
+			event(MySQLAnonymousGTIDEventType, 800, 0, binlogtest.GTIDBody(SID{}, 0, commit), crc),
+			event(MySQLHeartbeatV2EventType, 0, 0, binlogtest.HeartbeatV2Body("binlog.000007", 1<<33), crc),
 		)
 		if e := evs[0].(*PreviousGTIDsEvent); e.GTIDs.String() != prev.String() {
 			t.Errorf("previous GTIDs %s, want %s", e.GTIDs, prev)
@@ -129,18 +94,6 @@ func TestMySQLEvents(t *testing.T) {
 			t.Errorf("heartbeat v2 %+v", h)
 		}
 	}
-}
-
-// heartbeatV2Body returns a HEARTBEAT_LOG_EVENT_V2 body: the file name
-// and the position as type-length-value fields.
-func heartbeatV2Body(file string, pos uint64) []byte {
-	b := append([]byte{otwHBLogFilename}, lenenc(len(file))...)
-	b = append(b, file...)
-	v := lenenc(int(pos))
-	b = append(b, otwHBLogPosition)
-	b = append(b, lenenc(len(v))...)
-	b = append(b, v...)
-	return append(b, otwEndMark)
 }
 
 // rowsV2Body returns a WRITE_ROWS v2 body with extra data (MySQL 8 writes
@@ -227,7 +180,7 @@ func innerEvent(t EventType, body []byte) []byte { return event(t, 0, 0, body, f
 
 func TestTransactionPayload(t *testing.T) {
 	cols := []col{{typ: TypeLong, name: "id"}, {typ: TypeJSON, meta: []byte{4}, name: "payload"}}
-	doc := encJSON(jsonObject{{"k", "v"}}, false)
+	doc := binlogtest.JSON(binlogtest.Object{{"k", "v"}}, false)
 	img := row(2, nil, le(1, 4), append(le(uint64(len(doc)), 4), doc...))
 	inner := [][]byte{
 		innerEvent(QueryEventType, queryBody(1, "db", nil, "BEGIN")),
@@ -268,7 +221,7 @@ func TestTransactionPayload(t *testing.T) {
 		"not zstd":          append(tlv([2]uint64{otwUncompressedSize, 4}), 1, 2, 3, 4),
 		"huge":              tlv([2]uint64{otwUncompressedSize, 1 << 40}),
 		"inner truncated":   append(tlv([2]uint64{otwCompressionType, compressionNone}), innerEvent(XIDEventType, le(9, 8))[:20]...),
-		"inner GTID":        append(tlv([2]uint64{otwCompressionType, compressionNone}), innerEvent(MySQLGTIDEventType, mysqlGTIDBody(SID{1}, 1, time.Now()))...),
+		"inner GTID":        append(tlv([2]uint64{otwCompressionType, compressionNone}), innerEvent(MySQLGTIDEventType, binlogtest.GTIDBody(SID{1}, 1, time.Now()))...),
 	} {
 		p := newMySQLParser(t, false)
 		if _, err := p.Parse(event(MySQLTransactionPayloadEventType, 1, 0, body, false)); !errors.Is(err, ErrMalformed) {
@@ -289,7 +242,7 @@ func TestMySQLRefused(t *testing.T) {
 	}
 	for name, body := range map[string][]byte{
 		"short GTID": make([]byte, 10),
-		"GNO 0":      mysqlGTIDBody(SID{1}, 0, time.Now()),
+		"GNO 0":      binlogtest.GTIDBody(SID{1}, 0, time.Now()),
 	} {
 		if _, err := p.Parse(event(MySQLGTIDEventType, 1, 0, body, true)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", name, err)
@@ -309,7 +262,7 @@ func TestMySQLRefused(t *testing.T) {
 // are fuzzed too (compressed or not): nothing may panic.
 func FuzzTransactionPayload(f *testing.F) {
 	cols := []col{{typ: TypeLong, name: "id"}, {typ: TypeJSON, meta: []byte{4}, name: "payload"}}
-	doc := encJSON([]any{1, "x"}, false)
+	doc := binlogtest.JSON([]any{1, "x"}, false)
 	inner := bytes.Join([][]byte{
 		innerEvent(QueryEventType, queryBody(1, "db", nil, "BEGIN")),
 		innerEvent(TableMapEventType, tableMapBody(4, "db", "outbox", cols, false)),
