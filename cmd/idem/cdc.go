@@ -22,7 +22,7 @@ const cdcServiceName = "idem-cdc"
 func cdcCommand() *command {
 	return &command{
 		name:    "cdc",
-		summary: "publish the outbox read from PostgreSQL's write-ahead log or MariaDB's binary log (runs until SIGTERM)",
+		summary: "publish the outbox read from PostgreSQL's write-ahead log or MariaDB's or MySQL's binary log (runs until SIGTERM)",
 		usage: `Usage:
   idem cdc [--db URL] [--broker URL] [--schema S] [--table T] [--slot NAME] [flags]
   idem cdc drop-slot [--db URL] [--schema S] [--table T] [--slot NAME]
@@ -137,8 +137,10 @@ deletes, or --accept-failover-loss accepts that loss. From PostgreSQL 17 on
 the slot is created with failover (synchronized to standbys with
 sync_replication_slots = on), and neither flag is needed.
 
-MariaDB. With a mysql:// URL the relay reads MariaDB's binary log (10.5 or
-later; MySQL is not supported yet: run idem relay there), as a replica does.
+MariaDB and MySQL. With a mysql:// URL the relay reads MariaDB's binary log
+(10.5 or later), or MySQL's (8.0 or later, by GTID: gtid_mode = ON and
+enforce_gtid_consistency = ON; docs/OPERATIONS.md, "MySQL 8"), as a replica
+does.
 Of MariaDB's defaults two must change, in the [mysqld] section of the
 server's configuration:
 
@@ -156,8 +158,8 @@ outbox from the table instead, and stops on another table, saying what to
 do. binlog_row_metadata = FULL puts the names in the binlog and avoids both.
 The relay's user needs GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*
 (plus SELECT, INSERT, UPDATE, DELETE on the outbox and its position table),
-with mysql_native_password. The command checks each and says which is
-missing. TLS: the URL's sslmode, sslrootcert, sslcert and sslkey serve both
+with mysql_native_password or (MySQL) caching_sha2_password. The command
+checks each and says which is missing. TLS: the URL's sslmode, sslrootcert, sslcert and sslkey serve both
 the SQL and the replication connections (docs/OPERATIONS.md, "TLS").
 "idem migrate" creates the table binlog_position, where the relay stores
 its position (a GTID position) once the broker confirmed
