@@ -243,3 +243,71 @@ func mustSet(t *testing.T, s string) replication.Mysql56GTIDSet {
 	}
 	return set
 }
+
+// TestRelayFirstStart: at the first start on an outbox whose waiting rows
+// the relay cannot tell (Debezium's columns), it stores the server's
+// current GTID set (Executed_Gtid_Set, its newlines removed) and reads the
+// binlog from there: through SHOW BINARY LOG STATUS on MySQL 8.2 and
+// later, through SHOW MASTER STATUS on the earlier servers, which answer
+// the first with a syntax error (as the stand-in answers every statement
+// it has no answer to).
+func TestRelayFirstStart(t *testing.T) {
+	for _, status := range []string{"SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"} {
+		t.Run(status, func(t *testing.T) {
+			s := Start(t, Plugins{Greeting: mysql.CachingSha2Password, SHA2: true}, nil)
+			const current = uuidA + ":1-41,\n" + uuidB + ":1-3"
+			db := &outboxDB{executed: uuidA + ":1-42," + uuidB + ":1-3",
+				subset: func(a, b string) bool { return mustSet(t, b).Contains(mustSet(t, a)) }}
+			s.Match = func(q string) (*sqltypes.Result, bool) {
+				if q == status {
+					return sqltypes.MakeTestResult(sqltypes.MakeTestFields("File|Position|Binlog_Do_DB|Binlog_Ignore_DB|Executed_Gtid_Set",
+						"varchar|int64|varchar|varchar|varchar"), "binlog.000003|4096|||"+current), true
+				}
+				return db.answer(q)
+			}
+			sid, _ := replication.ParseSID(uuidA)
+			doc := binlogtest.JSON(binlogtest.Object{{"n", 1}}, false)
+			const id = "0b7a3e6c-3333-4c2e-9a8e-6f1d2c3b4a53"
+			s.Stream = func(c *mysql.Conn, req DumpRequest) error {
+				b := NewBinlog()
+				events := b.Start("binlog.000003", mustSet(t, strings.ReplaceAll(current, "\n", "")))
+				if !req.Set.Contains(mustSet(t, uuidA+":42")) {
+					events = append(events, b.GTID(sid, 42), b.Query("shop", "BEGIN"), b.TableMap(9, debeziumTable(), nil),
+						b.WriteRows(9, mysql.Rows{DataColumns: allColumns(5), Rows: []mysql.Row{debeziumRow(id, "Order", "o-3", "OrderPlaced", doc)}}), b.XID())
+				}
+				return Write(c, events...)
+			}
+			pub := memory.New()
+			url := fmt.Sprintf("mysql://%s:%s@%s/shop", s.User, s.Password, s.Addr)
+			r, err := binlogrelay.New(url, pub, binlogrelay.Config{ArchiveRetention: -1, FlushInterval: 10 * time.Millisecond,
+				Heartbeat: time.Second, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := r.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = r.Stop(context.Background()) }()
+			select {
+			case req := <-s.Dumps:
+				if want := mustSet(t, strings.ReplaceAll(current, "\n", "")); !req.Set.Equal(want) {
+					t.Errorf("the first dump asked from %v, want the server's current set %v", req.Set, want)
+				}
+			case <-ctx.Done():
+				t.Fatal("no dump")
+			}
+			if err := pub.WaitLen(ctx, 1); err != nil {
+				t.Fatalf("published %d of 1: %v (%v)", pub.Len(), err, r.Stats())
+			}
+			if m := pub.Messages()[0]; m.EventID.String() != id {
+				t.Errorf("published %s, want %s", m.EventID, id)
+			}
+			testsvc.WaitFor(t, 30*time.Second, "the position after the transaction stored", func() bool {
+				stored, deleted := db.get()
+				return stored != "" && mustSet(t, stored).Equal(mustSet(t, uuidA+":1-42,"+uuidB+":1-3")) && len(deleted) == 1
+			})
+		})
+	}
+}

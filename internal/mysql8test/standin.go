@@ -344,7 +344,9 @@ func (h *handler) ComQuery(_ *mysql.Conn, q string, cb func(*sqltypes.Result) er
 	case strings.HasPrefix(strings.ToUpper(q), "SET "), strings.HasPrefix(q, "use "): // vitess's own for the handshake's database
 		return cb(&sqltypes.Result{})
 	}
-	return sqlerror.NewSQLErrorf(sqlerror.ERSyntaxError, sqlerror.SSClientError, "the stand-in has no answer to %q", q)
+	// MySQL's parse error (1064), as a server older than a statement
+	// answers it (SHOW BINARY LOG STATUS before 8.2).
+	return sqlerror.NewSQLErrorf(sqlerror.ERParseError, sqlerror.SSClientError, "the stand-in has no answer to %q", q)
 }
 
 func (h *handler) ComQueryMulti(c *mysql.Conn, q string, cb func(sqltypes.QueryResponse, bool, bool) error) error {
