@@ -243,7 +243,7 @@ func setupCdc(fs *flag.FlagSet) runFunc {
 	fs.BoolVar(&o.rowsOnly, "rows-only", false, "every event is a row the relay deletes (no WAL messages): lets the relay run on a server with a physical standby, and recover after a failover by publishing the rows still in the table")
 	fs.BoolVar(&o.acceptLoss, "accept-failover-loss", false, "start on a server with a physical standby though a failover loses the events existing only in the WAL (WAL messages, rows deleted by their writer) not yet published")
 	fs.IntVar(&o.quarantineAfter, "quarantine-after", logrelay.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
-	fs.UintVar(&o.serverID, "server-id", 0, "MariaDB: the server_id the relay presents as a replica; must differ from every server's (default: derived from the database and table, in [2^30, 2^31))")
+	fs.UintVar(&o.serverID, "server-id", 0, "MariaDB and MySQL: the server_id the relay presents as a replica; must differ from every server's (default: derived from the database and table, in [2^30, 2^31))")
 	fs.Int64Var(&o.lagWarn, "lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
 	fs.StringVar(&o.archive, "archive-retention", "168h", "how long the archive keeps the events published, for idem replay (h, m, s or d: 168h, 30d); 0 turns the archive off")
 	o.ops.register(fs, "127.0.0.1:9465")
@@ -283,10 +283,10 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		return o.runBinlog(ctx, e, dbURL, tables, sub, archive)
 	}
 	if !strings.HasPrefix(dbURL, "postgres://") && !strings.HasPrefix(dbURL, "postgresql://") {
-		return usagef("--db: idem cdc reads PostgreSQL's write-ahead log (postgres://) or MariaDB's binary log (mysql://); on SQLite run idem relay")
+		return usagef("--db: idem cdc reads PostgreSQL's write-ahead log (postgres://) or MariaDB's or MySQL's binary log (mysql://); on SQLite run idem relay")
 	}
 	if sub == "reset-position" {
-		return usagef("reset-position is for MariaDB's binlog relay (--db mysql://...); PostgreSQL's relay keeps its position in its slot (drop-slot)")
+		return usagef("reset-position is for the binlog relay of MariaDB or MySQL (--db mysql://...); PostgreSQL's relay keeps its position in its slot (drop-slot)")
 	}
 	cfg := cdc.Config{Tables: tables, Slot: o.slot, Publication: o.publication, MessagePrefix: o.prefix,
 		Window: o.window, BatchSize: o.batch, LagWarnBytes: o.lagWarn, QuarantineAfter: o.quarantineAfter,
@@ -347,7 +347,7 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// runBinlog runs "idem cdc" on MariaDB: the binlog relay.
+// runBinlog runs "idem cdc" on MariaDB or MySQL: the binlog relay.
 func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables idemmsg.Tables, sub string, archive time.Duration) error {
 	switch sub {
 	case "drop-slot":
