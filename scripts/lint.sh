@@ -6,12 +6,13 @@
 #      `go get`, so build output never belongs in the repository;
 #   1. gofmt -l prints nothing (run `gofmt -w .` to fix);
 #   2. go vet, with and without the idemfault build tag (internal/fault has
-#      a file for each), then in the module deploy/validate (the checks of
-#      the Kubernetes manifests and alert rules, a module of its own);
+#      a file for each), then in each nested module, found by its go.mod
+#      (deploy/validate: the checks of the Kubernetes manifests and alert
+#      rules; internal/mysql8test: the MySQL 8 stand-in's tests);
 #   3. staticcheck, with and without the tag, at STATICCHECK_VERSION,
 #      installed with `go install` into .bin/ the first time (the Go module
-#      proxy must be reachable then), then in deploy/validate. Its checks are
-#      staticcheck's defaults; staticcheck.conf, if present, lists
+#      proxy must be reachable then), then in each nested module. Its checks
+#      are staticcheck's defaults; staticcheck.conf, if present, lists
 #      exclusions and why.
 # The exit status is 0 only when every check passes.
 #
@@ -63,8 +64,11 @@ for tags in "" idemfault; do
 	log "go vet ${tags:+-tags $tags }./..."
 	go vet ${tags:+-tags "$tags"} ./...
 done
-log "go vet ./... in deploy/validate"
-(cd deploy/validate && go vet ./...)
+mapfile -t NESTED < <(git ls-files -- '*/go.mod' | xargs -r -n1 dirname)
+for m in "${NESTED[@]}"; do
+	log "go vet ./... in $m"
+	(cd "$m" && go vet ./...)
+done
 
 # staticcheck -version prints e.g. "staticcheck 2026.2.2 (0.8.2)".
 if ! "$STATICCHECK" -version 2>/dev/null | grep -qF "(${STATICCHECK_VERSION#v})"; then
@@ -75,6 +79,8 @@ for tags in "" idemfault; do
 	log "staticcheck ${tags:+-tags $tags }./..."
 	"$STATICCHECK" ${tags:+-tags "$tags"} ./...
 done
-log "staticcheck ./... in deploy/validate"
-(cd deploy/validate && "$STATICCHECK" ./...)
+for m in "${NESTED[@]}"; do
+	log "staticcheck ./... in $m"
+	(cd "$m" && "$STATICCHECK" ./...)
+done
 log "ok"

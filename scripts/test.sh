@@ -3,18 +3,19 @@
 # this script, and so does .ci/run.
 #
 # Usage:
-#   bash scripts/test.sh                     # go test -race -tags idemfault -count=1 ./...,
-#                                            # then the same in the module deploy/validate
+#   bash scripts/test.sh                     # go test -race -tags idemfault -count=1 ./...
+#                                            # in the root module, then in each nested one
 #   bash scripts/test.sh -run TestX ./inbox/ # go test -race -tags idemfault -count=1 -run TestX ./inbox/
 #   make test ARGS='-run TestX ./inbox/'     # the same through make
 #   make test ARGS='-run TestManifests ./deploy/validate/'   # a test of deploy/validate
 #
-# deploy/validate is a module of its own (it needs k8s.io/api, which the
-# library must not require): arguments naming it (./deploy/validate,
-# ./deploy/validate/...) run in it, with the other flags; ./... and
-# ./deploy/... run in both modules (make test ARGS=./deploy/... is every
-# test of deploy/); the other packages named, if any, run in the root
-# module.
+# The nested modules, found by their go.mod (deploy/validate needs
+# k8s.io/api, internal/mysql8test vitess: modules of their own, which the
+# library must not require), run as the root's packages do: arguments naming
+# one (./deploy/validate, ./internal/mysql8test/...) run in it, with the
+# other flags; a pattern holding a nested module's directory (./...,
+# ./deploy/..., ./internal/...) runs in the root module and in it whole;
+# the other packages named, if any, run in the root module.
 #
 # -tags idemfault compiles in the fault points (internal/fault) that the
 # crash tests kill processes at; the tests that need them fail without it.
@@ -24,7 +25,7 @@
 # directory (never the system's default clusters or services), exports their
 # connection URLs, runs go test, then stops the servers and removes the
 # directory, whatever happened (EXIT/INT/TERM). The exit status is go test's
-# (of the last run that failed, when both modules run).
+# (of the last run that failed, when several modules run).
 # Leftovers of a killed earlier run (/tmp/idem-test.*) are cleaned first.
 #
 # Environment:
@@ -229,39 +230,56 @@ if [ "${IDEM_TEST_SHELL:-}" = 1 ]; then
 	fi
 	rc=$?
 else
-	# The arguments naming the module deploy/validate go to it; with none,
-	# both modules run whole.
-	ROOT_ARGS=() VALIDATE_ARGS=() root_pkgs=0 validate=0
+	# The arguments naming a nested module go to it; with none, every
+	# module runs whole.
 	if [ $# -eq 0 ]; then
-		ROOT_ARGS=(./...) VALIDATE_ARGS=(./...) root_pkgs=1 validate=1
+		set -- ./...
 	fi
+	mapfile -t NESTED < <(git -C "$ROOT" ls-files -- '*/go.mod' | xargs -r -n1 dirname)
+	declare -A MOD_ARGS=() MOD_RUN=()
+	ROOT_ARGS='' root_pkgs=0
 	for a in "$@"; do
+		q=$(printf '%q' "$a")
 		case "$a" in
-		./deploy/validate | ./deploy/validate/ | ./deploy/validate/...)
-			VALIDATE_ARGS+=(./...) validate=1
-			;;
-		./deploy/validate/*)
-			VALIDATE_ARGS+=("./${a#./deploy/validate/}") validate=1
-			;;
-		./... | ./deploy/...)
-			# Patterns that hold deploy/validate's directory: both modules.
-			ROOT_ARGS+=("$a") VALIDATE_ARGS+=(./...) root_pkgs=1 validate=1
-			;;
 		./* | ../* | .)
-			ROOT_ARGS+=("$a") root_pkgs=1
+			in_nested=0
+			for m in "${NESTED[@]}"; do
+				case "$a" in
+				"./$m" | "./$m/" | "./$m/...")
+					MOD_ARGS[$m]+=' ./...' MOD_RUN[$m]=1 in_nested=1
+					;;
+				"./$m/"*)
+					MOD_ARGS[$m]+=" $(printf '%q' "./${a#"./$m/"}")" MOD_RUN[$m]=1 in_nested=1
+					;;
+				*/...)
+					# A pattern holding the module's directory: it runs whole.
+					case "./$m/" in
+					"${a%...}"*) MOD_ARGS[$m]+=' ./...' MOD_RUN[$m]=1 ;;
+					esac
+					;;
+				esac
+			done
+			if [ "$in_nested" = 0 ]; then
+				ROOT_ARGS+=" $q" root_pkgs=1
+			fi
 			;;
 		*)
-			ROOT_ARGS+=("$a") VALIDATE_ARGS+=("$a")
+			ROOT_ARGS+=" $q"
+			for m in "${NESTED[@]}"; do
+				MOD_ARGS[$m]+=" $q"
+			done
 			;;
 		esac
 	done
 	# A run naming no package at all tests the root module's current
 	# directory, as go test does.
-	[ "$validate" = 1 ] || root_pkgs=1
-	GOTEST=(go test -race -tags idemfault -count=1 -timeout 30m)
+	[ "${#MOD_RUN[@]}" -gt 0 ] || root_pkgs=1
+	GOTEST='go test -race -tags idemfault -count=1 -timeout 30m'
 	runs=()
-	[ "$root_pkgs" = 1 ] && runs+=("$(printf '%q ' "${GOTEST[@]}" "${ROOT_ARGS[@]}")")
-	[ "$validate" = 1 ] && runs+=("cd deploy/validate && $(printf '%q ' "${GOTEST[@]}" "${VALIDATE_ARGS[@]}")")
+	[ "$root_pkgs" = 1 ] && runs+=("$GOTEST$ROOT_ARGS")
+	for m in "${NESTED[@]}"; do
+		[ -n "${MOD_RUN[$m]:-}" ] && runs+=("cd $(printf '%q' "$m") && $GOTEST${MOD_ARGS[$m]}")
+	done
 	script='rc=0'
 	for r in "${runs[@]}"; do
 		log "running: $r"

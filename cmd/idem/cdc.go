@@ -22,7 +22,7 @@ const cdcServiceName = "idem-cdc"
 func cdcCommand() *command {
 	return &command{
 		name:    "cdc",
-		summary: "publish the outbox read from PostgreSQL's write-ahead log or MariaDB's binary log (runs until SIGTERM)",
+		summary: "publish the outbox read from PostgreSQL's write-ahead log or MariaDB's or MySQL's binary log (runs until SIGTERM)",
 		usage: `Usage:
   idem cdc [--db URL] [--broker URL] [--schema S] [--table T] [--slot NAME] [flags]
   idem cdc drop-slot [--db URL] [--schema S] [--table T] [--slot NAME]
@@ -137,8 +137,10 @@ deletes, or --accept-failover-loss accepts that loss. From PostgreSQL 17 on
 the slot is created with failover (synchronized to standbys with
 sync_replication_slots = on), and neither flag is needed.
 
-MariaDB. With a mysql:// URL the relay reads MariaDB's binary log (10.5 or
-later; MySQL is not supported yet: run idem relay there), as a replica does.
+MariaDB and MySQL. With a mysql:// URL the relay reads MariaDB's binary log
+(10.5 or later), or MySQL's (8.0 or later, by GTID: gtid_mode = ON and
+enforce_gtid_consistency = ON; docs/OPERATIONS.md, "MySQL 8"), as a replica
+does.
 Of MariaDB's defaults two must change, in the [mysqld] section of the
 server's configuration:
 
@@ -156,8 +158,8 @@ outbox from the table instead, and stops on another table, saying what to
 do. binlog_row_metadata = FULL puts the names in the binlog and avoids both.
 The relay's user needs GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*
 (plus SELECT, INSERT, UPDATE, DELETE on the outbox and its position table),
-with mysql_native_password. The command checks each and says which is
-missing. TLS: the URL's sslmode, sslrootcert, sslcert and sslkey serve both
+with mysql_native_password or (MySQL) caching_sha2_password. The command
+checks each and says which is missing. TLS: the URL's sslmode, sslrootcert, sslcert and sslkey serve both
 the SQL and the replication connections (docs/OPERATIONS.md, "TLS").
 "idem migrate" creates the table binlog_position, where the relay stores
 its position (a GTID position) once the broker confirmed
@@ -241,7 +243,7 @@ func setupCdc(fs *flag.FlagSet) runFunc {
 	fs.BoolVar(&o.rowsOnly, "rows-only", false, "every event is a row the relay deletes (no WAL messages): lets the relay run on a server with a physical standby, and recover after a failover by publishing the rows still in the table")
 	fs.BoolVar(&o.acceptLoss, "accept-failover-loss", false, "start on a server with a physical standby though a failover loses the events existing only in the WAL (WAL messages, rows deleted by their writer) not yet published")
 	fs.IntVar(&o.quarantineAfter, "quarantine-after", logrelay.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
-	fs.UintVar(&o.serverID, "server-id", 0, "MariaDB: the server_id the relay presents as a replica; must differ from every server's (default: derived from the database and table, in [2^30, 2^31))")
+	fs.UintVar(&o.serverID, "server-id", 0, "MariaDB and MySQL: the server_id the relay presents as a replica; must differ from every server's (default: derived from the database and table, in [2^30, 2^31))")
 	fs.Int64Var(&o.lagWarn, "lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
 	fs.StringVar(&o.archive, "archive-retention", "168h", "how long the archive keeps the events published, for idem replay (h, m, s or d: 168h, 30d); 0 turns the archive off")
 	o.ops.register(fs, "127.0.0.1:9465")
@@ -281,10 +283,10 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		return o.runBinlog(ctx, e, dbURL, tables, sub, archive)
 	}
 	if !strings.HasPrefix(dbURL, "postgres://") && !strings.HasPrefix(dbURL, "postgresql://") {
-		return usagef("--db: idem cdc reads PostgreSQL's write-ahead log (postgres://) or MariaDB's binary log (mysql://); on SQLite run idem relay")
+		return usagef("--db: idem cdc reads PostgreSQL's write-ahead log (postgres://) or MariaDB's or MySQL's binary log (mysql://); on SQLite run idem relay")
 	}
 	if sub == "reset-position" {
-		return usagef("reset-position is for MariaDB's binlog relay (--db mysql://...); PostgreSQL's relay keeps its position in its slot (drop-slot)")
+		return usagef("reset-position is for the binlog relay of MariaDB or MySQL (--db mysql://...); PostgreSQL's relay keeps its position in its slot (drop-slot)")
 	}
 	cfg := cdc.Config{Tables: tables, Slot: o.slot, Publication: o.publication, MessagePrefix: o.prefix,
 		Window: o.window, BatchSize: o.batch, LagWarnBytes: o.lagWarn, QuarantineAfter: o.quarantineAfter,
@@ -345,7 +347,7 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// runBinlog runs "idem cdc" on MariaDB: the binlog relay.
+// runBinlog runs "idem cdc" on MariaDB or MySQL: the binlog relay.
 func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables idemmsg.Tables, sub string, archive time.Duration) error {
 	switch sub {
 	case "drop-slot":

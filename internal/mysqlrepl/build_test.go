@@ -40,23 +40,25 @@ func event(t EventType, nextPos uint32, flags uint16, body []byte, crc bool) []b
 	return b
 }
 
-// fde returns a FORMAT_DESCRIPTION_EVENT saying whether the binlog has
-// checksums (its own CRC is always there: zeros when off).
-func fde(checksum bool) []byte {
+// fde returns a FORMAT_DESCRIPTION_EVENT of MariaDB 10.11 saying whether
+// the binlog has checksums.
+func fde(checksum bool) []byte { return fdeOf("10.11.6-MariaDB-log", mariadbPostHeaderLens, checksum) }
+
+// fdeOf returns a FORMAT_DESCRIPTION_EVENT of a server of version with
+// post-header lengths lens (its own CRC is always there: zeros when off).
+func fdeOf(version string, lens []byte, checksum bool) []byte {
 	var body []byte
 	body = binary.LittleEndian.AppendUint16(body, 4)
 	sv := make([]byte, 50)
-	copy(sv, "10.11.6-MariaDB-log")
+	copy(sv, version)
 	body = append(body, sv...)
 	body = binary.LittleEndian.AppendUint32(body, 0)
 	body = append(body, HeaderLen)
-	body = append(body, mariadbPostHeaderLens...)
+	body = append(body, lens...)
 	if checksum {
-		body = append(body, 1)
-		return event(FormatDescriptionEventType, 256, 0, body, true)
+		return event(FormatDescriptionEventType, 256, 0, append(body, 1), true)
 	}
-	body = append(body, 0)
-	b := event(FormatDescriptionEventType, 256, 0, body, true)
+	b := event(FormatDescriptionEventType, 256, 0, append(body, 0), true)
 	copy(b[len(b)-4:], []byte{0, 0, 0, 0})
 	return b
 }
@@ -131,7 +133,7 @@ func tableMapBody(id uint64, schema, table string, cols []col, full bool, pk ...
 	var sign []byte
 	k := 0
 	for _, c := range cols {
-		if !isNumeric(c.typ) {
+		if !isNumeric(c.typ, false) {
 			continue
 		}
 		if k%8 == 0 {

@@ -4,9 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha1"
+	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -24,10 +29,21 @@ type Config struct {
 	Network string
 	// Addr is host:port for tcp, the socket's path for unix. Required.
 	Addr string
-	// User and Password authenticate with mysql_native_password. The user
-	// needs REPLICATION SLAVE (BINLOG MONITOR to read @@gtid_binlog_pos).
+	// User and Password authenticate with mysql_native_password or
+	// caching_sha2_password (MySQL 8's default), whichever the server
+	// asks for. The user needs REPLICATION SLAVE (and REPLICATION CLIENT,
+	// or BINLOG MONITOR on MariaDB, to read the server's position).
 	User     string
 	Password string
+	// AllowPublicKeyRetrieval lets caching_sha2_password, when the
+	// server's cache does not hold the password yet and the connection has
+	// neither TLS nor a Unix socket, fetch the server's RSA public key and
+	// send the password encrypted with it, as go-sql-driver's
+	// allowPublicKeyRetrieval does. The key is not verified: a man in the
+	// middle could replace it and read the password. Without it, such a
+	// connection fails and says so; with TLS (or a Unix socket) the
+	// password goes over the secure connection and the key is not needed.
+	AllowPublicKeyRetrieval bool
 	// ServerID is this replica's server_id, sent with the dump command.
 	// Required (not 0); it must differ from the server's and from every
 	// other replica's: the server ends an older dump connection that has
@@ -93,7 +109,7 @@ func (cfg Config) tlsConfig() *tls.Config {
 	return t
 }
 
-// Conn is a replication connection to a MariaDB server: a few statements
+// Conn is a replication connection to a MariaDB or MySQL server: a few statements
 // (Exec), then StartDump and a stream of events (ReadEvent). It is not safe
 // for concurrent use, except SetDeadline and Close, which may be called
 // from another goroutine to interrupt a ReadEvent.
@@ -125,13 +141,15 @@ const (
 )
 
 const (
-	comQuit          = 0x01
-	comQuery         = 0x03
-	comBinlogDump    = 0x12
-	comRegisterSlave = 0x15
+	comQuit           = 0x01
+	comQuery          = 0x03
+	comBinlogDump     = 0x12
+	comRegisterSlave  = 0x15
+	comBinlogDumpGTID = 0x1e
 
-	nativePassword = "mysql_native_password"
-	maxPayload     = 1<<24 - 1
+	nativePassword      = "mysql_native_password"
+	cachingSHA2Password = "caching_sha2_password"
+	maxPayload          = 1<<24 - 1
 	// maxPacket bounds what one logical packet (an event) may take:
 	// MariaDB's max_allowed_packet limit (1 GiB) and a margin.
 	maxPacket = 1<<30 + 1<<20
@@ -257,8 +275,16 @@ func (c *Conn) handshake(cfg Config) error {
 		return fmt.Errorf("idem: mysqlrepl: the server's scramble has %d bytes, want 20", len(scr))
 	}
 	scr = scr[:20]
+	plugin := nativePassword
+	if caps&capPluginAuth != 0 && len(r.b) > 0 {
+		plugin = cString(r, "auth plugin name")
+	}
+	if plugin != cachingSHA2Password {
+		plugin = nativePassword // the client's choice: the server switches if it wants another
+	}
 
 	want := uint32(capLongPassword | capLongFlag | capProtocol41 | capTransactions | capSecureConnection | capMultiResults | capPluginAuth)
+	secure := cfg.Network == "unix"
 	if tc := cfg.tlsConfig(); tc != nil {
 		if caps&capSSL == 0 {
 			return fmt.Errorf("idem: mysqlrepl: TLS was asked for, but the server at %s (%s) does not offer it (have_ssl is not YES): give the server a certificate (ssl_cert, ssl_key and ssl_ca in its configuration) or connect without TLS", cfg.Addr, c.ServerVersion())
@@ -267,52 +293,161 @@ func (c *Conn) handshake(cfg Config) error {
 		if err := c.startTLS(want&caps, tc); err != nil {
 			return err
 		}
+		secure = true
 	}
 	b := handshakeHeader(want & caps)
 	b = append(b, cfg.User...)
 	b = append(b, 0)
-	auth := scramble(scr, cfg.Password)
+	auth := authResponse(plugin, scr, cfg.Password)
 	b = append(b, byte(len(auth)))
 	b = append(b, auth...)
 	if caps&capPluginAuth != 0 {
-		b = append(b, nativePassword...)
+		b = append(b, plugin...)
 		b = append(b, 0)
 	}
 	if err := c.writePacket(b); err != nil {
 		return err
 	}
-	switched := false
+	return c.authenticate(cfg, plugin, scr, secure)
+}
+
+// authenticate reads the server's answers to the handshake response until
+// its OK: an AuthSwitchRequest to mysql_native_password or
+// caching_sha2_password (once), and the more-data packets of
+// caching_sha2_password.
+func (c *Conn) authenticate(cfg Config, plugin string, scr []byte, secure bool) error {
+	switched, keyAsked := false, false
 	for {
 		pkt, err := c.readPacket()
 		if err != nil {
 			return err
 		}
+		if len(pkt) == 0 {
+			return errors.New("idem: mysqlrepl: empty packet during authentication")
+		}
 		switch {
-		case len(pkt) > 0 && pkt[0] == 0x00:
+		case pkt[0] == 0x00:
 			return nil
-		case len(pkt) > 0 && pkt[0] == 0xff:
+		case pkt[0] == 0xff:
 			return parseServerError(pkt)
-		case len(pkt) > 0 && pkt[0] == 0xfe && !switched:
+		case pkt[0] == 0xfe && !switched && len(pkt) > 1:
 			// AuthSwitchRequest: plugin name, then its data.
 			r := newReader(pkt[1:])
-			plugin := cString(r, "plugin name")
-			if plugin != nativePassword {
-				return needNative(cfg.User, plugin)
+			plugin = cString(r, "plugin name")
+			if plugin != nativePassword && plugin != cachingSHA2Password {
+				return needPlugin(cfg.User, plugin)
 			}
 			data := bytes.TrimRight(r.b, "\x00")
 			if len(data) < 20 {
 				return fmt.Errorf("idem: mysqlrepl: the server's scramble has %d bytes, want 20", len(data))
 			}
-			if err := c.writePacket(scramble(data[:20], cfg.Password)); err != nil {
+			scr = data[:20]
+			if err := c.writePacket(authResponse(plugin, scr, cfg.Password)); err != nil {
 				return err
 			}
 			switched = true
-		case len(pkt) > 0 && pkt[0] == 0x01:
-			return needNative(cfg.User, "(one asking for more data, such as caching_sha2_password)")
+		case pkt[0] == 0x01 && plugin == cachingSHA2Password && keyAsked:
+			// The server's RSA public key (PEM), asked for below.
+			enc, err := encryptPassword(pkt[1:], scr, cfg.Password)
+			if err != nil {
+				return err
+			}
+			if err := c.writePacket(enc); err != nil {
+				return err
+			}
+			keyAsked = false
+		case pkt[0] == 0x01 && plugin == cachingSHA2Password && len(pkt) == 2 && pkt[1] == sha2FastAuthOK:
+			// The scramble matched the server's cache: its OK follows.
+		case pkt[0] == 0x01 && plugin == cachingSHA2Password && len(pkt) == 2 && pkt[1] == sha2FullAuth:
+			// Not in the server's cache: the password itself, over TLS (or
+			// a Unix socket), else encrypted with the server's RSA key.
+			switch {
+			case secure:
+				err = c.writePacket(append([]byte(cfg.Password), 0))
+			case !cfg.AllowPublicKeyRetrieval:
+				return fmt.Errorf("idem: mysqlrepl: the server asks for the password of %q in full (caching_sha2_password, whose cache does not hold it yet), which this connection without TLS cannot send: connect with TLS (Config.TLS; sslmode=verify-full in the URL), or let the client fetch the server's RSA public key to encrypt it (Config.AllowPublicKeyRetrieval; allowPublicKeyRetrieval=true in the URL), which trusts the network not to replace the key", cfg.User)
+			default:
+				err = c.writePacket([]byte{sha2RequestPublicKey})
+				keyAsked = true
+			}
+			if err != nil {
+				return err
+			}
 		default:
-			return errors.New("idem: mysqlrepl: unexpected packet during authentication")
+			return fmt.Errorf("idem: mysqlrepl: unexpected packet (%#x) during authentication with %s", pkt[0], plugin)
 		}
 	}
+}
+
+// The more-data packets of caching_sha2_password.
+const (
+	sha2RequestPublicKey = 0x02
+	sha2FastAuthOK       = 0x03
+	sha2FullAuth         = 0x04
+)
+
+// authResponse returns the answer of plugin to the scramble scr.
+func authResponse(plugin string, scr []byte, password string) []byte {
+	if plugin == cachingSHA2Password {
+		return scrambleSHA256(scr, password)
+	}
+	return scramble(scr, password)
+}
+
+// scrambleSHA256 is caching_sha2_password's fast answer:
+// SHA256(password) XOR SHA256(SHA256(SHA256(password)) + scramble).
+func scrambleSHA256(scr []byte, password string) []byte {
+	if password == "" {
+		return nil
+	}
+	h1 := sha256.Sum256([]byte(password))
+	h2 := sha256.Sum256(h1[:])
+	h := sha256.New()
+	h.Write(h2[:])
+	h.Write(scr)
+	out := h.Sum(nil)
+	for i := range out {
+		out[i] ^= h1[i]
+	}
+	return out
+}
+
+// encryptPassword encrypts the password, NUL-terminated and XORed with the
+// scramble (repeated), with the server's RSA public key in PEM, as
+// caching_sha2_password wants it without TLS: RSA-OAEP with SHA-1.
+func encryptPassword(pemKey, scr []byte, password string) ([]byte, error) {
+	block, _ := pem.Decode(pemKey)
+	if block == nil {
+		return nil, errors.New("idem: mysqlrepl: the server's public key is not PEM")
+	}
+	var pub *rsa.PublicKey
+	switch block.Type {
+	case "RSA PUBLIC KEY":
+		k, err := x509.ParsePKCS1PublicKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("idem: mysqlrepl: the server's public key: %w", err)
+		}
+		pub = k
+	default:
+		k, err := x509.ParsePKIXPublicKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("idem: mysqlrepl: the server's public key: %w", err)
+		}
+		rk, ok := k.(*rsa.PublicKey)
+		if !ok {
+			return nil, fmt.Errorf("idem: mysqlrepl: the server's public key is a %T, not RSA", k)
+		}
+		pub = rk
+	}
+	msg := append([]byte(password), 0)
+	for i := range msg {
+		msg[i] ^= scr[i%len(scr)]
+	}
+	out, err := rsa.EncryptOAEP(sha1.New(), rand.Reader, pub, msg, nil)
+	if err != nil {
+		return nil, fmt.Errorf("idem: mysqlrepl: encrypt the password with the server's public key: %w", err)
+	}
+	return out, nil
 }
 
 // handshakeHeader returns the start of the handshake response, which is
@@ -348,8 +483,8 @@ func (c *Conn) startTLS(caps uint32, cfg *tls.Config) error {
 	return nil
 }
 
-func needNative(user, plugin string) error {
-	return fmt.Errorf("idem: mysqlrepl: the server authenticates %q with plugin %s; this client speaks only mysql_native_password: give the relay's user a mysql_native_password password (ALTER USER ... IDENTIFIED VIA mysql_native_password USING PASSWORD('...'))", user, plugin)
+func needPlugin(user, plugin string) error {
+	return fmt.Errorf("idem: mysqlrepl: the server authenticates %q with plugin %s; this client speaks mysql_native_password and caching_sha2_password: give the relay's user a password of one of them (MySQL: ALTER USER ... IDENTIFIED WITH caching_sha2_password BY '...'; MariaDB: ALTER USER ... IDENTIFIED VIA mysql_native_password USING PASSWORD('...'))", user, plugin)
 }
 
 // scramble is mysql_native_password's answer:
@@ -561,11 +696,17 @@ func (c *Conn) runQuery(query string) ([][]*string, error) {
 
 func isEOF(pkt []byte) bool { return len(pkt) >= 5 && len(pkt) < 9 && pkt[0] == 0xfe }
 
-// StartDump asks the server for its binlog from gtidPos (a MariaDB GTID
-// position, as Position.String writes it) and puts the connection in
-// streaming mode: ReadEvent then returns the events.
+// StartDump asks the server for its binlog from gtidPos and puts the
+// connection in streaming mode: ReadEvent then returns the events. On
+// MariaDB gtidPos is a GTID position, as Position.String writes it; on
+// MySQL (a server whose version does not say MariaDB) a GTID set, as
+// GTIDSet.String writes it (or @@global.gtid_executed), and the dump is
+// COM_BINLOG_DUMP_GTID: the server sends every transaction not in the set
+// (see startDumpMySQL). A set the server cannot serve (it purged some of
+// what the set lacks, or the set holds transactions the server never had)
+// is refused on the first ReadEvent with error 1236: see IsPurged.
 //
-// It sets @master_binlog_checksum to the server's binlog_checksum (the
+// On MariaDB it sets @master_binlog_checksum to the server's binlog_checksum (the
 // events come with their CRC32, which ReadEvent checks),
 // @mariadb_slave_capability=4 (GTID events as they are),
 // @slave_connect_state=gtidPos, @master_heartbeat_period with
@@ -579,33 +720,38 @@ func isEOF(pkt []byte) bool { return len(pkt) >= 5 && len(pkt) < 9 && pkt[0] == 
 // reader wants. A position the server cannot serve (purged, never written)
 // is refused on the first ReadEvent with error 1236: see IsPurged.
 func (c *Conn) StartDump(ctx context.Context, gtidPos string) error {
-	pos, err := ParsePosition(gtidPos)
-	if err != nil {
-		return err
-	}
 	if c.dumping {
 		return errors.New("idem: mysqlrepl: StartDump called twice: dial a new connection")
 	}
-	rows, err := c.query(ctx, "SELECT @@global.binlog_checksum")
-	if err != nil {
-		return fmt.Errorf("idem: mysqlrepl: read binlog_checksum: %w", err)
-	}
-	checksum := checksumUnknown
-	if len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil {
-		switch *rows[0][0] {
-		case "CRC32":
-			checksum = checksumOn
-		case "NONE":
-			checksum = checksumOff
+	var stmts []string
+	var dump []byte
+	if c.MariaDB() {
+		pos, err := ParsePosition(gtidPos)
+		if err != nil {
+			return err
 		}
+		stmts = []string{
+			"SET @master_binlog_checksum = @@global.binlog_checksum",
+			"SET @mariadb_slave_capability = 4",
+			"SET @slave_connect_state = '" + pos.String() + "'",
+		}
+		if c.cfg.Heartbeat > 0 {
+			stmts = append(stmts, fmt.Sprintf("SET @master_heartbeat_period = %d", c.cfg.Heartbeat.Nanoseconds()))
+		}
+		dump = append(dump, comBinlogDump)
+		dump = binary.LittleEndian.AppendUint32(dump, 4) // position: ignored with a GTID connect state
+		dump = binary.LittleEndian.AppendUint16(dump, 0) // flags: block at the end of the binlog
+		dump = binary.LittleEndian.AppendUint32(dump, c.cfg.ServerID)
+	} else {
+		set, err := ParseGTIDSet(gtidPos)
+		if err != nil {
+			return err
+		}
+		stmts, dump = c.mysqlDump(set)
 	}
-	stmts := []string{
-		"SET @master_binlog_checksum = @@global.binlog_checksum",
-		"SET @mariadb_slave_capability = 4",
-		"SET @slave_connect_state = '" + pos.String() + "'",
-	}
-	if c.cfg.Heartbeat > 0 {
-		stmts = append(stmts, fmt.Sprintf("SET @master_heartbeat_period = %d", c.cfg.Heartbeat.Nanoseconds()))
+	checksum, err := c.checksum(ctx)
+	if err != nil {
+		return err
 	}
 	for _, s := range stmts {
 		if err := c.Exec(ctx, s); err != nil {
@@ -617,17 +763,63 @@ func (c *Conn) StartDump(ctx context.Context, gtidPos string) error {
 	if err := c.registerSlave(); err != nil {
 		return ctxErr(ctx, "register as a replica", fmt.Errorf("idem: mysqlrepl: register as a replica: %w", err))
 	}
-	var b []byte
-	b = append(b, comBinlogDump)
-	b = binary.LittleEndian.AppendUint32(b, 4) // position: ignored with a GTID connect state
-	b = binary.LittleEndian.AppendUint16(b, 0) // flags: block at the end of the binlog
-	b = binary.LittleEndian.AppendUint32(b, c.cfg.ServerID)
-	if err := c.command(b); err != nil {
+	if err := c.command(dump); err != nil {
 		return ctxErr(ctx, "start the dump", err)
 	}
 	c.dumping = true
 	c.parser = Parser{checksum: checksum}
 	return nil
+}
+
+// MariaDB reports whether the server is MariaDB, as its version says;
+// otherwise it is taken for MySQL.
+func (c *Conn) MariaDB() bool { return strings.Contains(c.version, "MariaDB") }
+
+// checksum reads the server's binlog_checksum.
+func (c *Conn) checksum(ctx context.Context) (checksumMode, error) {
+	rows, err := c.query(ctx, "SELECT @@global.binlog_checksum")
+	if err != nil {
+		return 0, fmt.Errorf("idem: mysqlrepl: read binlog_checksum: %w", err)
+	}
+	checksum := checksumUnknown
+	if len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil {
+		switch *rows[0][0] {
+		case "CRC32":
+			checksum = checksumOn
+		case "NONE":
+			checksum = checksumOff
+		}
+	}
+	return checksum, nil
+}
+
+// binlogThroughGTID is the flag of COM_BINLOG_DUMP_GTID saying that the
+// position is a GTID set (MySQL's own replicas set it).
+const binlogThroughGTID = 0x04
+
+// mysqlDump returns the statements and the dump command of StartDump on
+// MySQL: @source_binlog_checksum (and @master_binlog_checksum, its name
+// before 8.0.26), the heartbeat period, then COM_BINLOG_DUMP_GTID with set
+// in its binary form. The server sends every transaction the set does not
+// hold, from the oldest binlog that has one.
+func (c *Conn) mysqlDump(set GTIDSet) ([]string, []byte) {
+	stmts := []string{
+		"SET @source_binlog_checksum = @@global.binlog_checksum",
+		"SET @master_binlog_checksum = @@global.binlog_checksum",
+	}
+	if c.cfg.Heartbeat > 0 {
+		ns := c.cfg.Heartbeat.Nanoseconds()
+		stmts = append(stmts, fmt.Sprintf("SET @source_heartbeat_period = %d", ns), fmt.Sprintf("SET @master_heartbeat_period = %d", ns))
+	}
+	data := set.Encode()
+	var b []byte
+	b = append(b, comBinlogDumpGTID)
+	b = binary.LittleEndian.AppendUint16(b, binlogThroughGTID)
+	b = binary.LittleEndian.AppendUint32(b, c.cfg.ServerID)
+	b = binary.LittleEndian.AppendUint32(b, 0) // binlog file name: none
+	b = binary.LittleEndian.AppendUint64(b, 4) // position: ignored with a GTID set
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(data)))
+	return stmts, append(b, data...)
 }
 
 func (c *Conn) registerSlave() error {

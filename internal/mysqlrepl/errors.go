@@ -11,9 +11,9 @@ import (
 var ErrChecksum = errors.New("idem: mysqlrepl: event checksum mismatch")
 
 // ErrUnsupported is wrapped by the error of an event or a column this package
-// refuses rather than misreads: MySQL-only events and types (MySQL GTIDs,
-// binary JSON, transaction payloads...), MariaDB compressed events
-// (log_bin_compress), pre-5.6 temporal types.
+// refuses rather than misreads: MySQL's partial JSON updates and tagged
+// GTIDs, MariaDB compressed events (log_bin_compress), pre-5.6 temporal
+// types.
 var ErrUnsupported = errors.New("idem: mysqlrepl: unsupported")
 
 // ErrMalformed is wrapped by the error of an event whose bytes do not decode
@@ -40,8 +40,8 @@ func (e *ServerError) Error() string {
 }
 
 // ErrCodeBinlogUnavailable is ER_MASTER_FATAL_ERROR_READING_BINLOG (1236),
-// which MariaDB sends on the dump connection when it cannot serve the
-// requested position.
+// which MariaDB and MySQL send on the dump connection when they cannot
+// serve the requested position.
 const ErrCodeBinlogUnavailable = 1236
 
 // IsPurged reports whether err is the server refusing the requested binlog
@@ -51,6 +51,10 @@ const ErrCodeBinlogUnavailable = 1236
 // (a sequence the server never wrote, for example), and when the replica's
 // position has diverged; its message says which. In every case the reader
 // cannot resume from that position: it needs a new snapshot or an operator.
+// MySQL sends it when the GTID set lacks transactions the server purged
+// ("Cannot replicate because the source purged required binary logs...")
+// and when the set holds transactions the server never had (a replica
+// ahead of its source).
 func IsPurged(err error) bool {
 	var se *ServerError
 	return errors.As(err, &se) && se.Code == ErrCodeBinlogUnavailable

@@ -5,14 +5,15 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"strings"
 	"time"
 )
 
 // EventType is the type byte of a binlog event's header.
 type EventType byte
 
-// The event types of the binlog format: MySQL's numbering up to 41 (those
-// MariaDB never writes are refused by the Parser), MariaDB's from 160.
+// The event types of the binlog format: MySQL's numbering up to 42,
+// MariaDB's from 160.
 const (
 	UnknownEventType                 EventType = 0
 	StartV3EventType                 EventType = 1
@@ -56,6 +57,7 @@ const (
 	MySQLPartialUpdateRowsEventType  EventType = 39
 	MySQLTransactionPayloadEventType EventType = 40
 	MySQLHeartbeatV2EventType        EventType = 41
+	MySQLGTIDTaggedEventType         EventType = 42
 	AnnotateRowsEventType            EventType = 160
 	BinlogCheckpointEventType        EventType = 161
 	GTIDEventType                    EventType = 162
@@ -92,7 +94,8 @@ var eventTypeNames = map[EventType]string{
 	MySQLViewChangeEventType:         "VIEW_CHANGE_EVENT (MySQL)", XAPrepareEventType: "XA_PREPARE_LOG_EVENT",
 	MySQLPartialUpdateRowsEventType:  "PARTIAL_UPDATE_ROWS_EVENT (MySQL)",
 	MySQLTransactionPayloadEventType: "TRANSACTION_PAYLOAD_EVENT (MySQL)",
-	MySQLHeartbeatV2EventType:        "HEARTBEAT_LOG_EVENT_V2 (MySQL)", AnnotateRowsEventType: "ANNOTATE_ROWS_EVENT",
+	MySQLHeartbeatV2EventType:        "HEARTBEAT_LOG_EVENT_V2 (MySQL)",
+	MySQLGTIDTaggedEventType:         "GTID_TAGGED_LOG_EVENT (MySQL)", AnnotateRowsEventType: "ANNOTATE_ROWS_EVENT",
 	BinlogCheckpointEventType: "BINLOG_CHECKPOINT_EVENT", GTIDEventType: "GTID_EVENT",
 	GTIDListEventType: "GTID_LIST_EVENT", StartEncryptionEventType: "START_ENCRYPTION_EVENT",
 	QueryCompressedEventType: "QUERY_COMPRESSED_EVENT", WriteRowsCompressedV1EventType: "WRITE_ROWS_COMPRESSED_EVENT_V1",
@@ -234,13 +237,16 @@ type XIDEvent struct {
 	XID uint64
 }
 
-// HeartbeatEvent (HEARTBEAT_LOG_EVENT) is sent by the server when nothing
-// was written for the heartbeat period. NextPos is the server's current
-// position in File; it is never written to a binlog.
+// HeartbeatEvent (HEARTBEAT_LOG_EVENT, or MySQL's HEARTBEAT_LOG_EVENT_V2)
+// is sent by the server when nothing was written for the heartbeat period;
+// it is never written to a binlog.
 type HeartbeatEvent struct {
 	Header
 	// File is the binlog file the server is reading.
 	File string
+	// LogPos is the server's position in File (NextPos, or the 64-bit
+	// field of a HEARTBEAT_LOG_EVENT_V2).
+	LogPos uint64
 }
 
 // OtherEvent is any event this package does not decode further
@@ -262,6 +268,9 @@ type Parser struct {
 	checksum checksumMode
 	tables   map[uint64]*TableMapEvent
 	file     string
+	// mysql is set by a MySQL format description: the table maps'
+	// optional metadata follows MySQL's rules.
+	mysql bool
 }
 
 type checksumMode uint8
@@ -296,14 +305,7 @@ func (p *Parser) Parse(data []byte) (Event, error) {
 	if len(data) < HeaderLen {
 		return nil, malformed("event of %d bytes, shorter than its %d-byte header", len(data), HeaderLen)
 	}
-	h := Header{
-		Timestamp: time.Unix(int64(binary.LittleEndian.Uint32(data[0:])), 0).UTC(),
-		Type:      EventType(data[4]),
-		ServerID:  binary.LittleEndian.Uint32(data[5:]),
-		Size:      binary.LittleEndian.Uint32(data[9:]),
-		NextPos:   binary.LittleEndian.Uint32(data[13:]),
-		Flags:     binary.LittleEndian.Uint16(data[17:]),
-	}
+	h := parseHeader(data)
 	if uint64(h.Size) != uint64(len(data)) {
 		return nil, malformed("%s ending at %s: header says %d bytes, got %d", h.Type, p.where(h), h.Size, len(data))
 	}
@@ -329,6 +331,19 @@ func (p *Parser) Parse(data []byte) (Event, error) {
 		return nil, fmt.Errorf("%w (%s ending at %s)", err, h.Type, p.where(h))
 	}
 	return ev, nil
+}
+
+// parseHeader reads the common header at the start of data (at least
+// HeaderLen bytes).
+func parseHeader(data []byte) Header {
+	return Header{
+		Timestamp: time.Unix(int64(binary.LittleEndian.Uint32(data[0:])), 0).UTC(),
+		Type:      EventType(data[4]),
+		ServerID:  binary.LittleEndian.Uint32(data[5:]),
+		Size:      binary.LittleEndian.Uint32(data[9:]),
+		NextPos:   binary.LittleEndian.Uint32(data[13:]),
+		Flags:     binary.LittleEndian.Uint16(data[17:]),
+	}
 }
 
 func (p *Parser) where(h Header) string {
@@ -394,11 +409,18 @@ func (p *Parser) parseFDE(h Header, data []byte) (Event, error) {
 		return nil, unsupported("binlog checksum algorithm %d (only NONE and CRC32)", alg)
 	}
 	e.PostHeaderLens = rest[:len(rest)-5]
-	if len(e.PostHeaderLens) < int(GTIDListEventType) {
+	mysql := !strings.Contains(e.ServerVersion, "MariaDB")
+	switch {
+	case !mysql && len(e.PostHeaderLens) < int(GTIDListEventType):
 		// MariaDB 10.0+ describes its own events, up to GTID_LIST (163) at
-		// least; MySQL stops near 40.
+		// least.
 		return nil, unsupported("FORMAT_DESCRIPTION_EVENT of %q describes %d event types: not a MariaDB 10+ binlog", e.ServerVersion, len(e.PostHeaderLens))
+	case mysql && len(e.PostHeaderLens) < int(MySQLPreviousGTIDsEventType):
+		// MySQL 5.6+ describes its events up to PREVIOUS_GTIDS (35) at
+		// least; 8.0 up to 40 or 41, 8.4 up to 42.
+		return nil, unsupported("FORMAT_DESCRIPTION_EVENT of %q describes %d event types: not a MySQL 5.6+ binlog", e.ServerVersion, len(e.PostHeaderLens))
 	}
+	p.mysql = mysql
 	p.fde = e
 	if e.Checksum {
 		p.checksum = checksumOn
@@ -446,19 +468,31 @@ func (p *Parser) parseBody(h Header, body []byte) (Event, error) {
 		WriteRowsV2EventType, UpdateRowsV2EventType, DeleteRowsV2EventType:
 		return p.parseRows(h, body)
 	case HeartbeatEventType:
-		return &HeartbeatEvent{Header: h, File: string(body)}, nil
+		return &HeartbeatEvent{Header: h, File: string(body), LogPos: uint64(h.NextPos)}, nil
+	case MySQLHeartbeatV2EventType:
+		return parseHeartbeatV2(h, body)
+	case MySQLGTIDEventType, MySQLAnonymousGTIDEventType:
+		return parseMySQLGTID(h, body)
+	case MySQLPreviousGTIDsEventType:
+		set, err := DecodeGTIDSet(body)
+		if err != nil {
+			return nil, err
+		}
+		return &PreviousGTIDsEvent{Header: h, GTIDs: set}, nil
+	case MySQLTransactionPayloadEventType:
+		return p.parsePayload(h, body)
+	case MySQLPartialUpdateRowsEventType:
+		return nil, unsupported("%s: %v", h.Type, errPartialJSON)
+	case MySQLGTIDTaggedEventType:
+		return nil, unsupported("%s: a transaction with a tagged GTID (MySQL 8.3+, SET gtid_next = 'AUTOMATIC:tag'); tagged GTIDs are not read: write the outbox's transactions without a tag", h.Type)
 	case QueryCompressedEventType, WriteRowsCompressedV1EventType, UpdateRowsCompressedV1EventType,
 		DeleteRowsCompressedV1EventType, WriteRowsCompressedEventType, UpdateRowsCompressedEventType,
 		DeleteRowsCompressedEventType:
 		return nil, unsupported("%s: the server compresses its binlog; turn log_bin_compress off", h.Type)
-	case MySQLGTIDEventType, MySQLAnonymousGTIDEventType, MySQLPreviousGTIDsEventType,
-		MySQLTransactionContextEventType, MySQLViewChangeEventType, MySQLPartialUpdateRowsEventType,
-		MySQLTransactionPayloadEventType, MySQLHeartbeatV2EventType:
-		return nil, unsupported("%s: a MySQL event; this package reads MariaDB binlogs only", h.Type)
 	case PreGAWriteRowsEventType, PreGAUpdateRowsEventType, PreGADeleteRowsEventType:
 		return nil, unsupported("%s: rows events of MySQL 5.1 betas", h.Type)
 	}
-	if h.Type > MySQLHeartbeatV2EventType && h.Type < AnnotateRowsEventType || h.Type > DeleteRowsCompressedEventType {
+	if h.Type > MySQLGTIDTaggedEventType && h.Type < AnnotateRowsEventType || h.Type > DeleteRowsCompressedEventType {
 		return nil, unsupported("%s: unknown event type", h.Type)
 	}
 	return &OtherEvent{Header: h, Body: body}, nil

@@ -203,16 +203,13 @@ func TestHeartbeatAndOther(t *testing.T) {
 func TestRefused(t *testing.T) {
 	p := newParser(t, true)
 	for typ, want := range map[EventType]string{
-		QueryCompressedEventType:         "log_bin_compress",
-		WriteRowsCompressedV1EventType:   "log_bin_compress",
-		DeleteRowsCompressedEventType:    "log_bin_compress",
-		MySQLGTIDEventType:               "MySQL",
-		MySQLAnonymousGTIDEventType:      "MySQL",
-		MySQLPreviousGTIDsEventType:      "MySQL",
-		MySQLTransactionPayloadEventType: "MySQL",
-		MySQLPartialUpdateRowsEventType:  "MySQL",
-		EventType(50):                    "unknown",
-		EventType(200):                   "unknown",
+		QueryCompressedEventType:        "log_bin_compress",
+		WriteRowsCompressedV1EventType:  "log_bin_compress",
+		DeleteRowsCompressedEventType:   "log_bin_compress",
+		MySQLPartialUpdateRowsEventType: "PARTIAL_JSON",
+		MySQLGTIDTaggedEventType:        "tagged",
+		EventType(50):                   "unknown",
+		EventType(200):                  "unknown",
 	} {
 		_, err := p.Parse(event(typ, 1, 0, make([]byte, 40), true))
 		if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), want) {

@@ -4,11 +4,14 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"testing"
+
+	"github.com/idem-go/idem/internal/mysqlrepl/binlogtest"
+	"time"
 )
 
 // FuzzParseEvent parses a stream of events: the input is cut into events
 // by their size fields, after a format description with or without
-// checksums. With fixCRC, each event's CRC is recomputed so that the
+// checksums (MariaDB's; the MySQL seeds begin with MySQL's). With fixCRC, each event's CRC is recomputed so that the
 // fuzzer reaches the decoders behind the checksum. Rows events are
 // decoded. Nothing may panic, and what decodes must be consistent.
 func FuzzParseEvent(f *testing.F) {
@@ -42,6 +45,26 @@ func FuzzParseEvent(f *testing.F) {
 			event(HeartbeatEventType, 3, 0, []byte("f"), crc),
 			event(AnnotateRowsEventType, 3, 0, []byte("INSERT"), crc),
 		), crc, true)
+	}
+	// MySQL 8: its format description, then its own events.
+	prev, _ := ParseGTIDSet(uuidA + ":1-41")
+	mcols := []col{{typ: TypeLong, name: "id"}, {typ: TypeJSON, meta: []byte{4}, name: "payload"}}
+	doc := binlogtest.JSON(binlogtest.Object{{"a", []any{1, "b", 2.5}}}, false)
+	mrow := row(2, nil, le(1, 4), append(le(uint64(len(doc)), 4), doc...))
+	for _, crc := range []bool{false, true} {
+		var b []byte
+		for _, e := range [][]byte{
+			mysqlFDE(crc),
+			event(MySQLPreviousGTIDsEventType, 200, 0, prev.Encode(), crc),
+			event(MySQLGTIDEventType, 300, 0, binlogtest.GTIDBody(SID{1}, 42, time.Unix(1700000000, 0)), crc),
+			event(TableMapEventType, 400, 0, tableMapBody(9, "db", "outbox", mcols, false), crc),
+			event(WriteRowsV2EventType, 500, 0, rowsV2Body(9, 2, []byte{1, 2, 3}, mrow), crc),
+			event(MySQLTransactionPayloadEventType, 600, 0, payloadBody(f, false, innerEvent(TableMapEventType, tableMapBody(9, "db", "outbox", mcols, false)), innerEvent(WriteRowsV2EventType, rowsV2Body(9, 2, nil, mrow))), crc),
+			event(MySQLHeartbeatV2EventType, 0, 0, binlogtest.HeartbeatV2Body("binlog.000001", 700), crc),
+		} {
+			b = append(b, e...)
+		}
+		f.Add(b, crc, false)
 	}
 	f.Add(fde(true), true, true)
 	f.Fuzz(func(t *testing.T, data []byte, checksum, fixCRC bool) {

@@ -72,12 +72,13 @@ type RowsEvent struct {
 //     the zero value '0000-00-00 00:00:00' of either, and an error for
 //     other dates with a zero part;
 //   - []byte for CHAR, VARCHAR, BINARY, VARBINARY, TEXT, BLOB, GEOMETRY
-//     and MariaDB's JSON (a LONGTEXT: the JSON text);
+//     and MariaDB's JSON (a LONGTEXT: the JSON text); []byte of JSON text
+//     for MySQL's JSON, decoded from its binary form (DecodeJSON);
 //   - int64 for ENUM: the 1-based index of the value (0 for ”),
 //     Column.EnumValues names them; uint64 for SET: the bitmap of its
 //     members, Column.SetValues names them; uint64 for BIT.
 //
-// MySQL binary JSON, pre-5.6 temporal types and MariaDB compressed columns
+// Pre-5.6 temporal types and MariaDB compressed columns
 // are refused with an error wrapping ErrUnsupported that names the column;
 // malformed images return an error wrapping ErrMalformed. It never panics.
 // []byte values refer to the event's bytes: copy them to keep them beyond
@@ -257,7 +258,14 @@ func decodeValue(r *reader, c *Column) (any, error) {
 	case TypeNull:
 		return nil, nil
 	case TypeJSON:
-		return nil, unsupported("MySQL binary JSON is not supported")
+		if c.Meta < 1 || c.Meta > 4 {
+			return nil, malformed("JSON length size %d", c.Meta)
+		}
+		l := r.uN(int(c.Meta), "length")
+		if l > uint64(len(r.b)) {
+			return nil, malformed("JSON of %d bytes, %d left", l, len(r.b))
+		}
+		return DecodeJSON(r.bytes(int(l), "JSON"))
 	case TypeTimestamp, TypeDateTime, TypeTime:
 		return nil, unsupported("%s: a pre-MariaDB 10.1 temporal format; rebuild the table (ALTER TABLE ... FORCE) with mysql56_temporal_format=ON", typeName(c.Type))
 	}

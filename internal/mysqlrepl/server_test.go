@@ -26,7 +26,7 @@ import (
 
 // config returns a Config for the test server, with a ServerID of its own
 // (the server ends an older dump of the same id).
-func config(t *testing.T) mysqlrepl.Config {
+func config(t testing.TB) mysqlrepl.Config {
 	t.Helper()
 	u, err := url.Parse(testdb.MariaDBURL(t))
 	if err != nil {
@@ -41,13 +41,13 @@ func config(t *testing.T) mysqlrepl.Config {
 	}
 }
 
-func ctx(t *testing.T) context.Context {
+func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return c
 }
 
-func dial(t *testing.T, cfg mysqlrepl.Config) *mysqlrepl.Conn {
+func dial(t testing.TB, cfg mysqlrepl.Config) *mysqlrepl.Conn {
 	t.Helper()
 	c, err := mysqlrepl.Dial(ctx(t), cfg)
 	if err != nil {
@@ -61,7 +61,7 @@ func dial(t *testing.T, cfg mysqlrepl.Config) *mysqlrepl.Conn {
 	return c
 }
 
-func exec(t *testing.T, db interface {
+func exec(t testing.TB, db interface {
 	ExecContext(context.Context, string, ...any) (sql.Result, error)
 }, query string, args ...any) {
 	t.Helper()
@@ -70,7 +70,7 @@ func exec(t *testing.T, db interface {
 	}
 }
 
-func binlogPos(t *testing.T, db *sql.DB) string {
+func binlogPos(t testing.TB, db *sql.DB) string {
 	t.Helper()
 	var pos string
 	if err := db.QueryRowContext(ctx(t), "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {

@@ -29,7 +29,7 @@ const (
 	TypeTime2             byte = 19
 	TypeVarcharCompressed byte = 140 // MariaDB compressed column: refused
 	TypeBlobCompressed    byte = 141 // MariaDB compressed column: refused
-	TypeJSON              byte = 245 // MySQL binary JSON: refused (MariaDB's JSON is a TypeBlob)
+	TypeJSON              byte = 245 // MySQL binary JSON (MariaDB's JSON is a TypeBlob)
 	TypeNewDecimal        byte = 246
 	TypeEnum              byte = 247
 	TypeSet               byte = 248
@@ -98,7 +98,17 @@ type Column struct {
 	// EnumValues[0]), SetValues those of a SET column (bit i is
 	// SetValues[i]), from the optional metadata of binlog_row_metadata=FULL.
 	EnumValues, SetValues []string
+	// Collation is the collation id of a character column (CHAR, VARCHAR,
+	// TEXT; BINARY, VARBINARY and BLOB have 63, binary) from the optional
+	// metadata of MySQL's binlog_row_metadata=FULL; 0 without it. The
+	// ids of MySQL 8's utf8mb4_0900_* collations are 255 and above; the
+	// bytes of a column are its character set's, whatever the collation.
+	Collation uint16
 }
+
+// CollationBinary is the collation id of binary strings (BINARY,
+// VARBINARY, BLOB).
+const CollationBinary = 63
 
 // RealType returns the column's type with ENUM and SET told apart from
 // TypeString (which the binlog writes for all three).
@@ -155,10 +165,25 @@ func metaSize(t byte) int {
 }
 
 // isNumeric reports whether the SIGNEDNESS optional metadata has a bit for
-// columns of type t (MariaDB: the types whose field has a sign, YEAR included: MySQL leaves YEAR out).
-func isNumeric(t byte) bool {
+// columns of type t: MariaDB's types whose field has a sign, YEAR
+// included; MySQL's is_numeric_type, which leaves YEAR out.
+func isNumeric(t byte, mysql bool) bool {
 	switch t {
-	case TypeTiny, TypeShort, TypeInt24, TypeLong, TypeLongLong, TypeFloat, TypeDouble, TypeNewDecimal, TypeDecimal, TypeYear:
+	case TypeTiny, TypeShort, TypeInt24, TypeLong, TypeLongLong, TypeFloat, TypeDouble, TypeNewDecimal:
+		return true
+	case TypeDecimal, TypeYear:
+		return !mysql
+	}
+	return false
+}
+
+// isCharacter reports whether the charset optional metadata of MySQL
+// (DEFAULT_CHARSET, COLUMN_CHARSET) covers a column: MySQL's
+// is_character_type of its real type (ENUM and SET have fields of their
+// own).
+func isCharacter(c Column) bool {
+	switch c.RealType() {
+	case TypeString, TypeVarString, TypeVarchar, TypeBlob:
 		return true
 	}
 	return false
@@ -167,6 +192,8 @@ func isNumeric(t byte) bool {
 // Optional metadata field types of TABLE_MAP_EVENT.
 const (
 	optSignedness           = 1
+	optDefaultCharset       = 2
+	optColumnCharset        = 3
 	optColumnName           = 4
 	optSetStrValue          = 5
 	optEnumStrValue         = 6
@@ -231,7 +258,7 @@ func (p *Parser) parseTableMap(h Header, body []byte) (Event, error) {
 	if len(mr.b) != 0 {
 		return nil, malformed("%s: %d bytes of metadata left over", part, len(mr.b))
 	}
-	if err := e.parseOptional(r.b); err != nil {
+	if err := e.parseOptional(r.b, p.mysql); err != nil {
 		return nil, err
 	}
 	if p.tables == nil {
@@ -244,7 +271,7 @@ func (p *Parser) parseTableMap(h Header, body []byte) (Event, error) {
 // parseOptional reads the optional metadata fields (type, length, value)
 // that binlog_row_metadata adds after the null bitmap; unknown fields are
 // skipped.
-func (e *TableMapEvent) parseOptional(b []byte) error {
+func (e *TableMapEvent) parseOptional(b []byte, mysql bool) error {
 	const part = "TABLE_MAP_EVENT optional metadata"
 	r := newReader(b)
 	for r.ok && len(r.b) > 0 {
@@ -258,7 +285,7 @@ func (e *TableMapEvent) parseOptional(b []byte) error {
 		case optSignedness:
 			var k int
 			for i := range e.Columns {
-				if !isNumeric(e.Columns[i].Type) {
+				if !isNumeric(e.Columns[i].Type, mysql) {
 					continue
 				}
 				if k/8 >= len(v) {
@@ -266,6 +293,13 @@ func (e *TableMapEvent) parseOptional(b []byte) error {
 				}
 				e.Columns[i].Unsigned = v[k/8]&(0x80>>(k%8)) != 0
 				k++
+			}
+		case optDefaultCharset, optColumnCharset:
+			if !mysql {
+				continue
+			}
+			if err := e.charsets(fr, typ == optDefaultCharset); err != nil {
+				return err
 			}
 		case optColumnName:
 			for i := range e.Columns {
@@ -311,4 +345,45 @@ func (e *TableMapEvent) parseOptional(b []byte) error {
 		}
 	}
 	return r.err(part)
+}
+
+// charsets reads MySQL's DEFAULT_CHARSET (a default collation, then the
+// character columns, counted among those, with another one) or
+// COLUMN_CHARSET (a collation for each character column) into the
+// columns' Collation.
+func (e *TableMapEvent) charsets(fr *reader, withDefault bool) error {
+	var chars []int
+	for i := range e.Columns {
+		if isCharacter(e.Columns[i]) {
+			chars = append(chars, i)
+		}
+	}
+	collation := func() uint16 {
+		v := fr.lenenc("collation")
+		if v > 0xffff {
+			fr.fail("collation (too large)")
+		}
+		return uint16(v)
+	}
+	if !withDefault {
+		for _, i := range chars {
+			e.Columns[i].Collation = collation()
+		}
+		return nil
+	}
+	def := collation()
+	for _, i := range chars {
+		e.Columns[i].Collation = def
+	}
+	for fr.ok && len(fr.b) > 0 {
+		k := fr.lenenc("character column")
+		c := collation()
+		if fr.ok && k >= uint64(len(chars)) {
+			return malformed("TABLE_MAP_EVENT optional metadata: character column %d of %d", k, len(chars))
+		}
+		if fr.ok {
+			e.Columns[chars[k]].Collation = c
+		}
+	}
+	return nil
 }

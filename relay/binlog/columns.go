@@ -98,7 +98,8 @@ var fixedTypes = map[string]byte{
 }
 
 // blobLengthBytes are the sizes of the length of the TEXT and BLOB types
-// (MariaDB's JSON is a LONGTEXT): their metadata in a table map.
+// (MariaDB's JSON is a LONGTEXT; MySQL's is TypeJSON): their metadata in a
+// table map.
 var blobLengthBytes = map[string]uint16{
 	"tinytext": 1, "tinyblob": 1, "text": 2, "blob": 2, "mediumtext": 3, "mediumblob": 3,
 	"longtext": 4, "longblob": 4, "json": 4,
@@ -110,6 +111,9 @@ func typeFits(c schemaColumn, m mysqlrepl.Column) bool {
 	t := m.RealType()
 	if want, ok := fixedTypes[c.dataType]; ok {
 		return t == want
+	}
+	if c.dataType == "json" && t == mysqlrepl.TypeJSON {
+		return true // MySQL's binary JSON
 	}
 	if n, ok := blobLengthBytes[c.dataType]; ok {
 		return t == mysqlrepl.TypeBlob && m.Meta == n || t == mysqlrepl.TypeBlobCompressed

@@ -107,6 +107,8 @@ func TestServerDefaults(t *testing.T) {
 		if n := logs("WARN") + logs("ERROR"); n != 0 {
 			t.Errorf("%d warnings and errors logged", n)
 		}
+		// The broker holds a message before the relay counts it.
+		eventually(t, "6 messages counted published", func() bool { return r.Stats().Published == 6 })
 		if s := r.Stats(); s.Unreadable != 0 || s.Published != 6 {
 			t.Errorf("stats: %+v", s)
 		}

@@ -1,5 +1,5 @@
-// Package binlog is the change-data-capture relay for MariaDB: it reads the
-// outbox from the server's binary log, as a replica does, instead of
+// Package binlog is the change-data-capture relay for MariaDB and MySQL 8:
+// it reads the outbox from the server's binary log, as a replica does, instead of
 // polling the table, and publishes through the same broker.Publisher as
 // the other relays (packages relay and relay/cdc). "idem cdc" runs it for a
 // mysql:// URL.
@@ -40,8 +40,8 @@
 // changes while the relay runs and has read the binlog before them, or set
 // binlog_row_metadata = FULL. Start logs which way it reads the names.
 //
-// The server. MariaDB 10.5 or later (MySQL is refused: use the polling
-// relay). Of MariaDB's defaults two must change: log_bin (off: the binlog
+// The server. MariaDB 10.5 or later, or MySQL 8.0 or later (below). Of
+// MariaDB's defaults two must change: log_bin (off: the binlog
 // is needed) and binlog_format (MIXED: MariaDB logs an INSERT of plain
 // values as a statement, which holds no row, so a table with Debezium's
 // columns would lose events; idem's table, whose defaults call
@@ -59,6 +59,19 @@
 // names the one missing and how to set it (ErrServerSettings,
 // ErrPrivileges); "idem migrate" creates the position table (migration
 // 0011, Config.Tables.BinlogPosition).
+//
+// MySQL 8. The relay reads by GTID: gtid_mode = ON and
+// enforce_gtid_consistency = ON (OFF by default) must be set; MySQL's
+// other defaults work (binlog_format ROW, binlog_row_image FULL,
+// binlog_row_metadata MINIMAL, binlog_row_value_options empty, not
+// PARTIAL_JSON; binlog_transaction_compression either way). The position
+// is a GTID set; the user may have caching_sha2_password, MySQL 8's
+// default. JSON columns are decoded to their text. The first start reads
+// gtid_executed, then opens its snapshot: a transaction committed between
+// the two is published twice, none is lost (see snapshotMySQL). Start
+// checks a stored position against gtid_purged and gtid_executed. This
+// path is tested against an implementation of MySQL's protocol
+// (internal/mysql8test), not a MySQL server.
 //
 // Order and position. Transactions arrive in commit order. Their messages
 // go through the ordered publisher of the other relays: several Publish
@@ -87,7 +100,7 @@
 // Config.Delete = DeletePublished; otherwise the relay starts from the
 // server's current position and warns about the rows the table holds.
 //
-// Retention. Unlike a PostgreSQL slot, MariaDB keeps no binlog for a reader
+// Retention. Unlike a PostgreSQL slot, MariaDB (or MySQL) keeps no binlog for a reader
 // that is away: it purges files after binlog_expire_logs_seconds whether
 // the relay read them or not. A relay whose stored position was purged
 // does not start (ErrPositionPurged); ResetPosition ("idem cdc

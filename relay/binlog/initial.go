@@ -16,16 +16,17 @@ import (
 // (source.resnapshot): it opens a consistent snapshot, takes the binlog
 // position of that snapshot and the highest seq of the rows waiting in it,
 // and ends it. The rows waiting in the outbox then (exactly those the
-// binlog after the position will not send) all have a seq at most that
-// one: they are the session's initial rows, read a page at a time outside
-// any transaction and published in seq order before the binlog. The
-// snapshot lasts three statements: a transaction held while the rows are
-// published would hold the outbox's metadata lock, and an ALTER TABLE
-// waiting for it would stop every writer of the outbox, the relay's
-// deletes included, until the publishing ends. The position is stored once
-// the rows are all published and deleted (Start): a crash before that
-// starts over with a new snapshot, which holds the rows not yet deleted.
-// It returns the position.
+// binlog after the position will not send; on MySQL, those and maybe a few
+// it will: see snapshotMySQL) all have a seq at most that one: they are
+// the session's initial rows, read a page at a time outside any
+// transaction and published in seq order before the binlog. The snapshot
+// lasts a few statements: a transaction held while the rows are published
+// would hold the outbox's metadata lock, and an ALTER TABLE waiting for it
+// would stop every writer of the outbox, the relay's deletes included,
+// until the publishing ends. The position is stored once the rows are all
+// published and deleted (Start): a crash before that starts over with a
+// new snapshot, which holds the rows not yet deleted. It returns the
+// position.
 func (s *session) openSnapshot(ctx context.Context) (string, error) {
 	r := s.r
 	conn, err := r.db.Conn(ctx)
@@ -39,31 +40,15 @@ func (s *session) openSnapshot(ctx context.Context) (string, error) {
 	if _, err := conn.ExecContext(ctx, `SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
 		return "", fmt.Errorf("idem: binlog: snapshot: %w", err)
 	}
-	if _, err := conn.ExecContext(ctx, `START TRANSACTION WITH CONSISTENT SNAPSHOT`); err != nil {
-		return "", fmt.Errorf("idem: binlog: snapshot: %w", err)
-	}
-	// MariaDB gives the binlog position of the snapshot exactly.
-	var file string
+	var start, file string
 	var pos int64
-	rows, err := conn.QueryContext(ctx, `SHOW STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')`)
+	if r.mysql {
+		start, file, pos, err = snapshotMySQL(ctx, conn)
+	} else {
+		start, file, pos, err = snapshotMariaDB(ctx, conn)
+	}
 	if err != nil {
-		return "", fmt.Errorf("idem: binlog: snapshot position: %w", err)
-	}
-	for rows.Next() {
-		var name, value string
-		if err := rows.Scan(&name, &value); err != nil {
-			rows.Close()
-			return "", fmt.Errorf("idem: binlog: snapshot position: %w", err)
-		}
-		if strings.EqualFold(name, "binlog_snapshot_file") {
-			file = value
-		} else {
-			_, _ = fmt.Sscan(value, &pos)
-		}
-	}
-	rows.Close()
-	if file == "" {
-		return "", fmt.Errorf("idem: binlog: the server gave no binlog_snapshot_file: is log_bin on?")
+		return "", err
 	}
 	initial := r.idemTable && r.cfg.Delete == logrelay.DeletePublished
 	// The highest seq waiting in the snapshot, read in it: a row with a
@@ -77,10 +62,6 @@ func (s *session) openSnapshot(ctx context.Context) (string, error) {
 	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
 		return "", fmt.Errorf("idem: binlog: snapshot: %w", err)
 	}
-	start, err := gtidAt(ctx, conn, file, pos)
-	if err != nil {
-		return "", err
-	}
 	s.file = file
 	s.snapshot = &binlogPos{gtid: start, file: file, filePos: uint64(pos)}
 	if initial {
@@ -92,6 +73,37 @@ func (s *session) openSnapshot(ctx context.Context) (string, error) {
 	}
 	r.log.Info(what, "gtid_position", start, "binlog_file", file, "binlog_pos", pos)
 	return start, nil
+}
+
+// snapshotMariaDB opens the snapshot of the first start on MariaDB, on
+// conn, and returns its GTID position and binlog file and position, which
+// MariaDB gives exactly.
+func snapshotMariaDB(ctx context.Context, conn *sql.Conn) (start, file string, pos int64, err error) {
+	if _, err := conn.ExecContext(ctx, `START TRANSACTION WITH CONSISTENT SNAPSHOT`); err != nil {
+		return "", "", 0, fmt.Errorf("idem: binlog: snapshot: %w", err)
+	}
+	rows, err := conn.QueryContext(ctx, `SHOW STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')`)
+	if err != nil {
+		return "", "", 0, fmt.Errorf("idem: binlog: snapshot position: %w", err)
+	}
+	for rows.Next() {
+		var name, value string
+		if err := rows.Scan(&name, &value); err != nil {
+			rows.Close()
+			return "", "", 0, fmt.Errorf("idem: binlog: snapshot position: %w", err)
+		}
+		if strings.EqualFold(name, "binlog_snapshot_file") {
+			file = value
+		} else {
+			_, _ = fmt.Sscan(value, &pos)
+		}
+	}
+	rows.Close()
+	if file == "" {
+		return "", "", 0, fmt.Errorf("idem: binlog: the server gave no binlog_snapshot_file: is log_bin on?")
+	}
+	start, err = gtidAt(ctx, conn, file, pos)
+	return start, file, pos, err
 }
 
 // initialRows are the rows waiting in the outbox in the snapshot of a

@@ -21,9 +21,9 @@ import (
 	"github.com/idem-go/idem/relay/logrelay"
 )
 
-// Relay publishes the inserts into a MariaDB outbox table, read from the
-// server's binary log, through a broker.Publisher. Make one with New; Start
-// and Stop it like the other relays (logrelay.Relay).
+// Relay publishes the inserts into a MariaDB or MySQL 8 outbox table, read
+// from the server's binary log, through a broker.Publisher. Make one with
+// New; Start and Stop it like the other relays (logrelay.Relay).
 //
 // Start checks the server (binary log on, in row format with full rows,
 // the privileges, the outbox and position tables) and takes the outbox's
@@ -31,8 +31,8 @@ import (
 // when the first stops. Stop stores the position of what was published;
 // messages abandoned at the end of Stop's context are published again from
 // the stored position. In Stats, Position is the GTID position last
-// stored, File and FilePos where the relay read last, LagBytes the binlog
-// written after that.
+// stored (MariaDB's, or MySQL's GTID set), File and FilePos where the
+// relay read last, LagBytes the binlog written after that.
 //
 // Delayed rows (idem.Event.NotBefore, a not_before column from migration
 // 0012) are held: the stream skips their inserts and the stored position
@@ -77,6 +77,9 @@ type source struct {
 	names atomic.Int32
 	// set is what Setup found.
 	set logengine.Setup
+	// mysql is set by Setup when the server is MySQL rather than MariaDB:
+	// positions are GTID sets (mysql.go).
+	mysql bool
 	// resnapshot asks the next session to start from a snapshot of the
 	// table, as at a first start: the rows at the stored position were
 	// logged under columns the relay cannot name (ErrColumnsChanged).
@@ -90,7 +93,8 @@ type source struct {
 // user, address and TLS settings (Config.TLS, else the URL's sslmode,
 // sslrootcert, sslcert and sslkey, or its tls) serve the replication
 // connection: it needs the REPLICATION SLAVE and REPLICATION CLIENT
-// (BINLOG MONITOR) privileges, and mysql_native_password authentication.
+// (BINLOG MONITOR) privileges, and mysql_native_password or (MySQL 8's
+// default) caching_sha2_password authentication.
 func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	if pub == nil {
 		return nil, errors.New("idem: binlog: New: nil publisher")
@@ -128,8 +132,13 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 	log := cfg.Logger.With("relay", "binlog")
 	r := &source{
 		cfg: cfg, log: log, db: db,
+		// go-sql-driver, which logs the SQL connections in with the same
+		// credentials, asks MySQL for its RSA key when caching_sha2_password
+		// wants the password and the connection has no TLS: the
+		// replication connection may as well.
 		repl: mysqlrepl.Config{Network: mc.Net, Addr: mc.Addr, User: mc.User, Password: mc.Passwd,
-			ServerID: cfg.ServerID, Heartbeat: cfg.Heartbeat, DialTimeout: mc.Timeout, TLS: mc.TLS},
+			ServerID: cfg.ServerID, Heartbeat: cfg.Heartbeat, DialTimeout: mc.Timeout, TLS: mc.TLS,
+			AllowPublicKeyRetrieval: true},
 		schema: cfg.Tables.Schema,
 	}
 	if r.schema == "" {

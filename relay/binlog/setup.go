@@ -80,17 +80,14 @@ type serverSettings struct {
 // setting the relay needs and how to set it.
 var ErrServerSettings = errors.New("idem: binlog: server settings")
 
-// checkSettings checks the server's binlog settings: each failure names the
-// setting and how to set it. Of MariaDB's defaults, log_bin (off) and
-// binlog_format (MIXED) must change; binlog_row_image (FULL),
-// binlog_row_metadata (NO_LOG: the column names are read from
-// information_schema, columns.go), log_bin_compress (off) and server_id (1)
-// do.
+// checkSettings checks MariaDB's binlog settings (MySQL's:
+// checkMySQLSettings): each failure names the setting and how to set it.
+// Of MariaDB's defaults, log_bin (off) and binlog_format (MIXED) must
+// change; binlog_row_image (FULL), binlog_row_metadata (NO_LOG: the column
+// names are read from information_schema, columns.go), log_bin_compress
+// (off) and server_id (1) do.
 func checkSettings(s serverSettings, serverID uint32) error {
 	var problems []string
-	if !strings.Contains(strings.ToLower(s.version), "mariadb") {
-		return fmt.Errorf("%w: the server is MySQL %s: the binlog relay reads MariaDB's binlog only (10.5 or later) for now; publish this outbox with the polling relay (idem relay)", ErrServerSettings, s.version)
-	}
 	if !s.logBin {
 		problems = append(problems, "the binary log is off (log_bin): "+s.host.logBinHint())
 	}
@@ -174,16 +171,21 @@ func (r *source) setup(ctx context.Context) error {
 		return fmt.Errorf("idem: binlog: read the server's version: %w", err)
 	}
 	s.host = readSigns(ctx, r.db).detect()
-	if !strings.Contains(strings.ToLower(s.version), "mariadb") {
-		return checkSettings(s, r.cfg.ServerID) // MySQL, refused
-	}
-	err := r.db.QueryRowContext(ctx, `SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata,
+	r.mysql = !strings.Contains(strings.ToLower(s.version), "mariadb")
+	if r.mysql {
+		var err error
+		if s.rowMetadata, err = r.setupMySQL(ctx, s.version, s.host); err != nil {
+			return err
+		}
+	} else {
+		err := r.db.QueryRowContext(ctx, `SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata,
     @@log_bin_compress, @@server_id`).Scan(&s.logBin, &s.format, &s.rowImage, &s.rowMetadata, &s.compress, &s.serverID)
-	if err != nil {
-		return fmt.Errorf("idem: binlog: read the server's binlog settings (MariaDB 10.5 or later has them all): %w", err)
-	}
-	if err := checkSettings(s, r.cfg.ServerID); err != nil {
-		return err
+		if err != nil {
+			return fmt.Errorf("idem: binlog: read the server's binlog settings (MariaDB 10.5 or later has them all): %w", err)
+		}
+		if err := checkSettings(s, r.cfg.ServerID); err != nil {
+			return err
+		}
 	}
 	var current string
 	if err := r.db.QueryRowContext(ctx, `SELECT CURRENT_USER()`).Scan(&current); err != nil {
@@ -236,6 +238,11 @@ func (r *source) setup(ctx context.Context) error {
 // probe starts a dump from pos and reads until the server has accepted
 // it (its first GTID list, or the first transaction).
 func (r *source) probe(ctx context.Context, pos string) error {
+	if r.mysql {
+		if err := r.checkGTIDSet(ctx, pos); err != nil {
+			return err
+		}
+	}
 	conn, err := mysqlrepl.Dial(ctx, r.repl)
 	if err != nil {
 		return fmt.Errorf("idem: binlog: replication connection: %w", err)
@@ -255,7 +262,8 @@ func (r *source) probe(ctx context.Context, pos string) error {
 			return r.dumpError(err, pos)
 		}
 		switch ev.(type) {
-		case *mysqlrepl.GTIDListEvent, *mysqlrepl.GTIDEvent, *mysqlrepl.HeartbeatEvent:
+		case *mysqlrepl.GTIDListEvent, *mysqlrepl.GTIDEvent, *mysqlrepl.HeartbeatEvent,
+			*mysqlrepl.PreviousGTIDsEvent, *mysqlrepl.MySQLGTIDEvent:
 			return nil
 		}
 	}
@@ -343,11 +351,16 @@ func (r *source) storeCurrentPosition(ctx context.Context) error {
 		return fmt.Errorf("idem: binlog: connect: %w", err)
 	}
 	defer conn.Close()
-	file, pos, err := masterStatus(ctx, conn)
-	if err != nil {
-		return err
+	var file, gtid string
+	var pos int64
+	if r.mysql {
+		file, pos, gtid, err = binaryLogStatus(ctx, conn)
+	} else {
+		file, pos, err = masterStatus(ctx, conn)
+		if err == nil {
+			gtid, err = gtidAt(ctx, conn, file, pos)
+		}
 	}
-	gtid, err := gtidAt(ctx, conn, file, pos)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,6 @@ func TestCheckSettings(t *testing.T) {
 		change func(*serverSettings)
 		want   string
 	}{
-		{func(s *serverSettings) { s.version = "8.0.36" }, "the server is MySQL 8.0.36"},
 		{func(s *serverSettings) { s.logBin = false }, "add log_bin = mariadb-bin"},
 		{func(s *serverSettings) { s.format = "STATEMENT" }, "binlog_format is STATEMENT: the relay reads rows, and with STATEMENT every insert is logged as a statement"},
 		{func(s *serverSettings) { s.format = "STATEMENT" }, "SET GLOBAL binlog_format = 'ROW'"},

@@ -74,6 +74,9 @@ type txState struct {
 	// standalone: a statement logged alone (DDL), ended by its query
 	// event, without XID or COMMIT.
 	standalone bool
+	// mysqlFirst: a MySQL transaction whose first statement is not read
+	// yet (BEGIN, or a DDL logged alone).
+	mysqlFirst bool
 	// savepoints are the entries read when each savepoint was set.
 	savepoints map[string]int
 }
@@ -110,8 +113,8 @@ type session struct {
 	vis  *sql.Conn // READ COMMITTED, for the locking reads (FirstInvisible)
 	conn *mysqlrepl.Conn
 	tx   *txState
-	done *logengine.Tx      // a transaction read, returned by Read
-	pos  mysqlrepl.Position // after the last transaction read
+	done *logengine.Tx // a transaction read, returned by Read
+	pos  position      // after the last transaction read
 	file string
 	// initial holds the rows waiting at the first start (nil otherwise),
 	// and snapshot the position of their snapshot, stored by Start.
@@ -208,7 +211,7 @@ func (s *session) open(ctx context.Context) error {
 		p := stored
 		r.eng.C.Position.Store(&p)
 	}
-	if s.pos, err = mysqlrepl.ParsePosition(start); err != nil {
+	if s.pos, err = parsePosition(r.mysql, start); err != nil {
 		return fmt.Errorf("idem: binlog: the stored position %q: %w", start, err)
 	}
 	s.stored = stored
@@ -419,7 +422,23 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 		r.eng.C.FilePos.Store(e.Pos)
 	case *mysqlrepl.GTIDEvent:
 		s.tx = &txState{standalone: e.Standalone}
-		s.pos.Update(mysqlrepl.GTID{Domain: e.Domain, Server: h.ServerID, Seq: e.Seq})
+		s.pos.maria.Update(mysqlrepl.GTID{Domain: e.Domain, Server: h.ServerID, Seq: e.Seq})
+	case *mysqlrepl.MySQLGTIDEvent:
+		if e.Anonymous {
+			return fmt.Errorf("idem: binlog: a transaction without a GTID (ANONYMOUS_GTID_LOG_EVENT) at %s:%d: the server ran with gtid_mode OFF or OFF_PERMISSIVE when it wrote it, and the relay's position is a GTID set: set gtid_mode = ON, then forget the position (idem cdc reset-position) so that the relay starts from a snapshot", s.file, h.NextPos)
+		}
+		// MySQL says nothing of a DDL in its GTID event: a group whose
+		// first statement is not BEGIN is one (below).
+		s.tx = &txState{mysqlFirst: true}
+		s.pos.set.Add(e.SID, e.GNO)
+	case *mysqlrepl.TransactionPayloadEvent:
+		// binlog_transaction_compression: the transaction's events, after
+		// its GTID event.
+		for _, inner := range e.Events {
+			if err := s.handle(ctx, inner); err != nil {
+				return err
+			}
+		}
 	case *mysqlrepl.RowsEvent:
 		if s.tx == nil || e.Table == nil || e.Table.Schema != r.schema {
 			return nil
@@ -449,6 +468,10 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 			return nil
 		}
 		q := strings.TrimSpace(e.Query)
+		if s.tx.mysqlFirst {
+			s.tx.mysqlFirst = false
+			s.tx.standalone = !strings.EqualFold(q, "BEGIN")
+		}
 		if s.tx.standalone && strings.Contains(strings.ToLower(q), strings.ToLower(r.cfg.Tables.Outbox)) {
 			// DDL that may change the outbox's columns: the rows after it
 			// have the table's columns as information_schema gives them
