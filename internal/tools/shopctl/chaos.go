@@ -508,7 +508,7 @@ func chaosMain(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&ro.NoReplay, "no-replay", false, "with --random: leave out the replay, halfway through, of the events every consumer applied")
 	dbStart := fs.String("db-start", "", "with --random: fault the database server at --db too (SIGKILL of all its processes, freezes, commits\nheld before they are visible), and start it again after a kill with this command (run by sh -c),\nwhich must wait until it serves, such as \"$IDEM_TEST_POSTGRES_START\"; only for a server of your own on\nthis machine, which nobody else uses: its faults are theirs too")
 	fs.Uint64Var(&ro.Seed, "seed", 0, "with --random: the seed of the kill schedule (0: a random one, printed)")
-	fs.DurationVar(&ro.Settle, "settle", ro.Settle, "with --random: how long to wait for every effect once the kills stop")
+	fs.DurationVar(&ro.Settle, "settle", ro.Settle, "with --random: how long to wait for every effect once the kills stop (and up to as long again while consumers still apply events)")
 	fs.StringVar(&ro.Relay, "relay", "", "with --random: the relays' --relay (poll, or cdc on PostgreSQL and MariaDB)")
 	fs.StringVar(&ro.Outbox, "outbox", "", "with --random: the services' --outbox (rows, or log with --relay cdc)")
 	fs.IntVar(&ro.Replicas, "replicas", ro.Replicas, "with --random: processes of each service (consumers, relays, order API); replicas of a consumer\nshare its queue: the extra ones stand by, or share its partitions when the broker URL sets them")

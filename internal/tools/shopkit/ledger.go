@@ -77,6 +77,15 @@ type ledgerProgress struct {
 	expected, applied map[string]int
 }
 
+// applications counts the events applied by every consumer.
+func (lp ledgerProgress) applications() int {
+	n := 0
+	for _, a := range lp.applied {
+		n += a
+	}
+	return n
+}
+
 // complete reports whether every consumer applied as many events as its
 // producers hold for it (or the ledger is not recorded).
 func (lp ledgerProgress) complete() bool {
