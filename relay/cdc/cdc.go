@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -113,21 +114,23 @@ const dropSlotWait = 3 * time.Second
 // idem.ErrNotFound when there is no such slot. The publication stays (DROP
 // PUBLICATION removes it).
 func DropSlot(ctx context.Context, dbURL, slot string) error {
-	cfg, err := pgconn.ParseConfig(dbURL)
+	cfg, err := pgx.ParseConfig(dbURL)
 	if err != nil {
 		return fmt.Errorf("idem: cdc: database URL: %w", err)
 	}
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("idem: cdc: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
+	// A managed server's errors name its own settings and roles.
+	host := readSigns(ctx, conn).detect()
 	// A relay that just stopped leaves its server process for a moment:
 	// wait for it a little.
 	deadline := time.Now().Add(dropSlotWait)
 	for {
-		_, err = conn.ExecParams(ctx, dropSlotSQL, [][]byte{[]byte(slot)}, nil, nil, nil).Close()
-		err = slotError(err, slot, cmp.Or(cfg.User, "the relay's user"))
+		_, err = conn.PgConn().ExecParams(ctx, dropSlotSQL, [][]byte{[]byte(slot)}, nil, nil, nil).Close()
+		err = slotErrorOn(host, err, slot, cmp.Or(cfg.User, "the relay's user"))
 		if !errors.Is(err, ErrSlotActive) || time.Now().After(deadline) || !ctxsleep.Sleep(ctx, 50*time.Millisecond) {
 			return err
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 )
 
 // managedServer is the service that runs the PostgreSQL server, as far as
@@ -39,11 +39,14 @@ const signsSQL = `SELECT
     EXISTS (SELECT 1 FROM pg_settings WHERE name LIKE 'azure.%')
         OR EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'azure_pg_admin')`
 
-// readSigns reads the server's signs. A server that does not answer is
-// taken as self-hosted: the signs only choose the texts of the errors.
-func readSigns(ctx context.Context, pool *pgxpool.Pool) serverSigns {
+// readSigns reads the server's signs through q (a pool or a connection).
+// A server that does not answer is taken as self-hosted: the signs only
+// choose the texts of the errors.
+func readSigns(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) serverSigns {
 	var s serverSigns
-	if err := pool.QueryRow(ctx, signsSQL).Scan(&s.rdsRoles, &s.rdsSettings, &s.auroraVersion, &s.cloudSQLSettings, &s.azureSettings); err != nil {
+	if err := q.QueryRow(ctx, signsSQL).Scan(&s.rdsRoles, &s.rdsSettings, &s.auroraVersion, &s.cloudSQLSettings, &s.azureSettings); err != nil {
 		return serverSigns{}
 	}
 	return s

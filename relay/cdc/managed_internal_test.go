@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +84,32 @@ func TestSelfHostedDetected(t *testing.T) {
 	}
 	if m := readSigns(ctx, pool).detect(); m != selfHosted || s != (serverSigns{}) {
 		t.Errorf("detected %v from %+v, want a self-hosted server", m, s)
+	}
+}
+
+// TestDropSlotOnManagedServer: DropSlot's errors name a managed server's
+// own role, as the relay's start-up errors do. The server of the test's
+// own has RDS's replication role, which is what tells RDS apart, and the
+// user dropping the slot may not.
+func TestDropSlotOnManagedServer(t *testing.T) {
+	srv := testdb.StartServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgconn.Connect(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.Exec(ctx, `CREATE ROLE rds_replication NOLOGIN; CREATE ROLE app LOGIN`).Close(); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User("app")
+	err = DropSlot(ctx, u.String(), "idem_outbox")
+	if err == nil || !strings.Contains(err.Error(), "GRANT rds_replication TO app") || strings.Contains(err.Error(), "ALTER ROLE") {
+		t.Errorf("DropSlot as a user without replication on RDS: %v", err)
 	}
 }

@@ -505,10 +505,6 @@ func (r *source) recreateSlot(missing error) error {
 	return nil
 }
 
-// slotError explains the errors of slot statements on a self-hosted
-// server.
-func slotError(err error, slot, user string) error { return slotErrorOn(selfHosted, err, slot, user) }
-
 // slotErrorOn explains the errors of slot statements on host.
 func slotErrorOn(host managedServer, err error, slot, user string) error {
 	if err == nil {
