@@ -120,9 +120,11 @@ func TestIdleSubscriberLongPolls(t *testing.T) {
 				pullsSince++
 			}
 		case strings.HasPrefix(m.Reply, "$JS.ACK."):
-			if !published {
-				t.Fatal("the message was delivered before the server received its publish")
-			}
+			// The observer may see the delivery before its copy of the
+			// publish: the server routes the two from different
+			// clients (the publisher, the stream's consumer), in no
+			// order between them. A delivery means the stream has the
+			// message; the pulls counted are those seen between the two.
 			delivered = true
 		case strings.HasPrefix(m.Subject, n.stream.SubjectPrefix+"."):
 			published = true
