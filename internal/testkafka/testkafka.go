@@ -3,8 +3,6 @@
 package testkafka
 
 import (
-	"net"
-	"strconv"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -29,11 +27,10 @@ func Start(t testing.TB) string {
 // test (shopctl chaos --broker kfake), and returns its URL and the
 // function that stops it.
 func Listen() (url string, stop func(), err error) {
-	port, err := freePort()
-	if err != nil {
-		return "", nil, err
-	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
+	// No port of ours: kfake listens on 127.0.0.1:0, and the kernel picks
+	// one no other process holds (a port found free, then bound, could
+	// be taken in between).
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
 	if err != nil {
 		return "", nil, err
 	}
@@ -47,18 +44,4 @@ func Listen() (url string, stop func(), err error) {
 		c.Close()
 	}
 	return "kafka://" + c.ListenAddrs()[0], stop, nil
-}
-
-// freePort returns a local TCP port free at the time of the call.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	_, p, err := net.SplitHostPort(l.Addr().String())
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(p)
 }
