@@ -57,10 +57,14 @@ func TestChaosCatchesMutants(t *testing.T) {
 		// hold has the run hold the commits of a PostgreSQL server of
 		// its own (a G13 window as long as the test needs).
 		hold bool
+		// noReplay leaves the replay fault out: it publishes every
+		// event again, which delivers an event lost before it, and a
+		// loss then depends on a later kill meeting the bug's window.
+		noReplay bool
 	}{
 		{mutant: mutant.InboxSkipDedup + "=order", check: "exactly once", want: "order applied shipping."},
-		{mutant: mutant.InboxAckBeforeCommit, check: "nothing lost", want: "never applied"},
-		{mutant: mutant.RelayDropOne, check: "nothing lost", want: "never applied"},
+		{mutant: mutant.InboxAckBeforeCommit, check: "nothing lost", want: "never applied", noReplay: true},
+		{mutant: mutant.RelayDropOne, check: "nothing lost", want: "never applied", noReplay: true},
 		{mutant: mutant.RelaySwap, check: "order:", want: "v1) after"},
 		// Publishing before the commit is visible shows as a consumer
 		// not finding the row when one reads it in the window, and as the
@@ -73,7 +77,7 @@ func TestChaosCatchesMutants(t *testing.T) {
 		t.Run(tc.mutant, func(t *testing.T) {
 			t.Parallel()
 			o := randomOptions{Binary: bin, Broker: testamqp.URL(t), Relay: tc.relay, Replicas: 1, Duration: 10 * time.Second,
-				Settle: 30 * time.Second, ExtraEnv: []string{mutant.EnvVar + "=" + tc.mutant}}
+				Settle: 30 * time.Second, NoReplay: tc.noReplay, ExtraEnv: []string{mutant.EnvVar + "=" + tc.mutant}}
 			if tc.hold {
 				srv := testdb.StartServer(t, "max_connections = 200")
 				db := &shopkit.DBServer{URL: srv.URL, Start: srv.StartCommand()}
