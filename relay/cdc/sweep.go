@@ -91,7 +91,7 @@ func (in *initialRows) Count(ctx context.Context) (int64, error) {
 
 // Page reads the next page of the rows, in seq order.
 func (in *initialRows) Page(ctx context.Context) ([]driver.OutboxRecord, error) {
-	recs, err := in.s.sweepPage(ctx, in.s.pool, in.sel, in.after)
+	recs, err := in.s.sweepPage(ctx, in.sel, in.after)
 	if len(recs) > 0 {
 		in.after = recs[len(recs)-1].Seq
 	}
@@ -112,18 +112,13 @@ func (in *initialRows) Close() {}
 // dropInitial forgets the rows not published, if any.
 func (r *source) dropInitial() { r.initial = nil }
 
-// querier is a transaction or the pool.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // sweepPage reads the rows of sel with its argument arg (up to sweepPage
 // waiting rows with a seq above after, or delayed rows due at a time), as
 // text (the simple protocol), decoded like the stream's.
-func (r *source) sweepPage(ctx context.Context, q querier, sel string, arg any) ([]driver.OutboxRecord, error) {
+func (r *source) sweepPage(ctx context.Context, sel string, arg any) ([]driver.OutboxRecord, error) {
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	rows, err := q.Query(qctx, sel, pgx.QueryExecModeSimpleProtocol, arg)
+	rows, err := r.pool.Query(qctx, sel, pgx.QueryExecModeSimpleProtocol, arg)
 	if err != nil {
 		return nil, fmt.Errorf("idem: cdc: read the outbox: %w", err)
 	}
@@ -156,7 +151,7 @@ func (r *source) sweepPage(ctx context.Context, q querier, sel string, arg any) 
 
 // DueRows reads a page of the delayed rows due at now.
 func (r *source) DueRows(ctx context.Context, now time.Time) ([]driver.OutboxRecord, error) {
-	return r.sweepPage(ctx, r.pool, r.sql.due, now)
+	return r.sweepPage(ctx, r.sql.due, now)
 }
 
 // RowsDone deletes (or with KeepRows marks published) the rows recs read
