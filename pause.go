@@ -1,6 +1,10 @@
 package idem
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // PauseKind says what a Pause stops.
 type PauseKind string
@@ -48,4 +52,18 @@ func (p Pause) ActiveAt(t time.Time) bool {
 // after t): it will never stop anything again.
 func (p Pause) EndedAt(t time.Time) bool {
 	return !p.Until.IsZero() && !t.Before(p.Until)
+}
+
+// Validate checks the times and texts of p: Until after From when both are
+// set, a reason of at most 1000 bytes and a By of at most 200.
+func (p Pause) Validate() error {
+	switch {
+	case !p.From.IsZero() && !p.Until.IsZero() && !p.Until.After(p.From):
+		return fmt.Errorf("idem: pause: until %s is not after from %s", p.Until.Format(time.RFC3339), p.From.Format(time.RFC3339))
+	case len(p.Reason) > 1000:
+		return errors.New("idem: pause: the reason is longer than 1000 bytes")
+	case len(p.By) > 200:
+		return errors.New("idem: pause: by is longer than 200 bytes")
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -40,26 +39,12 @@ func (s *PauseStore) Pause(ctx context.Context, consumer string, p idem.Pause) e
 	if !nameRE.MatchString(consumer) {
 		return fmt.Errorf("idem: inbox: pause: consumer name %q must be 1-200 letters, digits, '.', '_', ':' or '-'", consumer)
 	}
-	if err := CheckPause(p); err != nil {
+	if err := p.Validate(); err != nil {
 		return err
 	}
 	p.Kind, p.Name = idem.PauseConsumer, consumer
 	if err := s.d.SetPause(ctx, s.ex, p); err != nil {
 		return fmt.Errorf("idem: inbox: pause %s: %w", consumer, err)
-	}
-	return nil
-}
-
-// CheckPause checks the times and texts of a pause: Until after From when
-// both are set, a reason and an author of reasonable length.
-func CheckPause(p idem.Pause) error {
-	switch {
-	case !p.From.IsZero() && !p.Until.IsZero() && !p.Until.After(p.From):
-		return fmt.Errorf("idem: pause: until %s is not after from %s", p.Until.Format(time.RFC3339), p.From.Format(time.RFC3339))
-	case len(p.Reason) > 1000:
-		return errors.New("idem: pause: the reason is longer than 1000 bytes")
-	case len(p.By) > 200:
-		return errors.New("idem: pause: by is longer than 200 bytes")
 	}
 	return nil
 }
