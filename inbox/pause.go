@@ -7,6 +7,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/pausewatch"
 )
 
 // PauseCheckDefault is how often a consumer reads its pause from its
@@ -39,35 +40,20 @@ func (s *PauseStore) Pause(ctx context.Context, consumer string, p idem.Pause) e
 	if !nameRE.MatchString(consumer) {
 		return fmt.Errorf("idem: inbox: pause: consumer name %q must be 1-200 letters, digits, '.', '_', ':' or '-'", consumer)
 	}
-	if err := p.Validate(); err != nil {
-		return err
-	}
-	p.Kind, p.Name = idem.PauseConsumer, consumer
-	if err := s.d.SetPause(ctx, s.ex, p); err != nil {
-		return fmt.Errorf("idem: inbox: pause %s: %w", consumer, err)
-	}
-	return nil
+	return pausewatch.Set(ctx, s.d, s.ex, idem.PauseConsumer, consumer, p)
 }
 
 // Resume removes consumer's pause, and reports whether it had one. Its
 // replicas resume within Config.PauseCheck, then the transport delivers
 // again what waited.
 func (s *PauseStore) Resume(ctx context.Context, consumer string) (bool, error) {
-	ok, err := s.d.DeletePause(ctx, s.ex, idem.PauseConsumer, consumer)
-	if err != nil {
-		return false, fmt.Errorf("idem: inbox: resume %s: %w", consumer, err)
-	}
-	return ok, nil
+	return pausewatch.Delete(ctx, s.d, s.ex, idem.PauseConsumer, consumer)
 }
 
 // List returns the pauses of every consumer of the database, ended ones
 // included (see idem.Pause.ActiveAt), sorted by consumer name.
 func (s *PauseStore) List(ctx context.Context) ([]idem.Pause, error) {
-	ps, err := s.d.ListPauses(ctx, s.ex, idem.PauseConsumer, "")
-	if err != nil {
-		return nil, fmt.Errorf("idem: inbox: list pauses: %w", err)
-	}
-	return ps, nil
+	return pausewatch.List(ctx, s.d, s.ex, idem.PauseConsumer)
 }
 
 // Pauses returns the consumer's pause store.

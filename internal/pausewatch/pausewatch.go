@@ -7,6 +7,7 @@ package pausewatch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,6 +17,10 @@ import (
 	"github.com/idem-go/idem/errlog"
 )
 
+// Interval is how often the relays read their pause: a pause takes effect
+// within it on every replica.
+const Interval = time.Second
+
 // readTimeout bounds one read of the pause.
 const readTimeout = 5 * time.Second
 
@@ -23,7 +28,7 @@ const readTimeout = 5 * time.Second
 type Watch struct {
 	kind  idem.PauseKind
 	name  string
-	d     driver.Dialect
+	d     driver.Pauses
 	ex    driver.Executor
 	every time.Duration
 	now   func() time.Time
@@ -40,7 +45,7 @@ type Watch struct {
 // New returns the watch of the pause of kind and name in d's table, read on
 // ex at most once per every, by the clock now. log receives a line when the
 // pause begins and ends, and the failures to read it.
-func New(kind idem.PauseKind, name string, d driver.Dialect, ex driver.Executor, every time.Duration, now func() time.Time, log *slog.Logger) *Watch {
+func New(kind idem.PauseKind, name string, d driver.Pauses, ex driver.Executor, every time.Duration, now func() time.Time, log *slog.Logger) *Watch {
 	return &Watch{kind: kind, name: name, d: d, ex: ex, every: every, now: now, log: log,
 		errs: errlog.New(log, "read the "+string(kind)+"'s pause", errlog.Config{})}
 }
@@ -62,8 +67,16 @@ func (w *Watch) Check(ctx context.Context) (idem.Pause, time.Duration, bool) {
 	if active != w.active {
 		w.active = active
 		if active {
-			w.log.Warn(string(w.kind)+" paused by an operator: it takes no message until resumed (idem resume)",
-				"until", w.pause.Until, "reason", w.pause.Reason, "by", w.pause.By, "paused_at", w.pause.At)
+			what, resume := "consumer paused by an operator: it takes no message", "idem resume "+w.name
+			if w.kind == idem.PauseRelay {
+				what, resume = "relay paused by an operator: it publishes nothing", "idem resume --relay "+w.name
+			}
+			attrs := []any{"reason", w.pause.Reason, "by", w.pause.By, "paused_at", w.pause.At}
+			if until := "until resumed (" + resume + ")"; w.pause.Until.IsZero() {
+				w.log.Warn(what+" "+until, attrs...)
+			} else {
+				w.log.Warn(what+" until its pause ends, or it is resumed ("+resume+")", append(attrs, "until", w.pause.Until)...)
+			}
 		} else {
 			w.log.Info(string(w.kind) + " resumed: its pause was removed or has ended")
 		}
@@ -108,4 +121,38 @@ func (w *Watch) Last() (idem.Pause, bool) {
 		return idem.Pause{}, false
 	}
 	return w.pause, true
+}
+
+// Set records p as the pause of kind and name, after checking it
+// (idem.Pause.Validate): the one write behind inbox.PauseStore and
+// relay.PauseStore.
+func Set(ctx context.Context, d driver.Pauses, ex driver.Executor, kind idem.PauseKind, name string, p idem.Pause) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	p.Kind, p.Name = kind, name
+	if err := d.SetPause(ctx, ex, p); err != nil {
+		return fmt.Errorf("idem: pause the %s %s: %w", kind, name, err)
+	}
+	return nil
+}
+
+// Delete removes the pause of kind and name, and reports whether there
+// was one.
+func Delete(ctx context.Context, d driver.Pauses, ex driver.Executor, kind idem.PauseKind, name string) (bool, error) {
+	ok, err := d.DeletePause(ctx, ex, kind, name)
+	if err != nil {
+		return false, fmt.Errorf("idem: resume the %s %s: %w", kind, name, err)
+	}
+	return ok, nil
+}
+
+// List returns the pauses of every name of kind, ended ones included,
+// sorted by name.
+func List(ctx context.Context, d driver.Pauses, ex driver.Executor, kind idem.PauseKind) ([]idem.Pause, error) {
+	ps, err := d.ListPauses(ctx, ex, kind, "")
+	if err != nil {
+		return nil, fmt.Errorf("idem: list the pauses of %ss: %w", kind, err)
+	}
+	return ps, nil
 }
