@@ -34,7 +34,7 @@ func TestPauseAndResume(t *testing.T) {
 	}
 	ps, err := inbox.NewPauseStore(b.pg.Driver).List(ctx)
 	if err != nil || len(ps) != 1 || ps[0].Name != "shipping" || ps[0].Reason != "carrier maintenance" || ps[0].By != "anonymous" ||
-		ps[0].Until.Sub(time.Now()) < time.Hour || !ps[0].ActiveAt(time.Now()) {
+		time.Until(ps[0].Until) < time.Hour || !ps[0].ActiveAt(time.Now()) {
 		t.Fatalf("consumer pauses = %+v, %v; want shipping's, for 2h, by anonymous", ps, err)
 	}
 	relayPath := "/dashboard/pauses/stock/relay/outbox/pause"
