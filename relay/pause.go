@@ -68,7 +68,7 @@ func (s *PauseStore) List(ctx context.Context) ([]idem.Pause, error) {
 // waitUnpaused returns at once while no operator's pause holds the relay,
 // else when it ends; false when the relay stops first.
 func (r *Relay[TTx]) waitUnpaused(ctx context.Context) bool {
-	for {
+	for r.pauses != nil {
 		_, wait, paused := r.pauses.Check(ctx)
 		if !paused {
 			return true
@@ -78,6 +78,7 @@ func (r *Relay[TTx]) waitUnpaused(ctx context.Context) bool {
 			return false
 		}
 	}
+	return true
 }
 
 // pauseLoop reads the relay's pause once per PauseCheck until Stop, while

@@ -223,6 +223,13 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 	// A Stop during the check ends it.
 	checkCtx, cancel := r.base.StartContext(ctx)
 	err := r.measureBacklog(checkCtx)
+	if err == nil {
+		if _, perr := r.dialect.ListPauses(checkCtx, r.drv.Pool(), idem.PauseRelay, r.dialect.Tables().Outbox); perr != nil && checkCtx.Err() == nil {
+			r.log.Warn("cannot read the table of operators' pauses: this relay cannot be paused (idem pause --relay) until idem migrate adds it (migration 0015) or its role may read it",
+				"error", perr)
+			r.pauses = nil
+		}
+	}
 	cancel()
 	if err != nil {
 		r.base.StartFailed()
@@ -247,7 +254,9 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 	if r.cfg.StatsInterval > 0 {
 		wg.Go(r.statsLoop)
 	}
-	wg.Go(r.pauseLoop)
+	if r.pauses != nil {
+		wg.Go(r.pauseLoop)
+	}
 	go func() {
 		wg.Wait()
 		r.base.Finished()
@@ -309,8 +318,10 @@ func (r *Relay[TTx]) Stats() Stats {
 	if ns := r.pauseUntil.Load(); ns > time.Now().UnixNano() {
 		s.BrokerPausedUntil = time.Unix(0, ns)
 	}
-	if p, ok := r.pauses.Last(); ok {
-		s.Paused = &p
+	if r.pauses != nil {
+		if p, ok := r.pauses.Last(); ok {
+			s.Paused = &p
+		}
 	}
 	return s
 }

@@ -319,7 +319,14 @@ ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
 		return fmt.Errorf("idem: binlog: look for the table of operators' pauses: %w", err)
 	}
 	if n > 0 {
-		r.set.Pauses, r.set.PauseEx, r.set.PauseName = drv.Dialect(), drv.Pool(), r.cfg.Tables.Outbox
+		if _, err := drv.Dialect().ListPauses(ctx, drv.Pool(), idem.PauseRelay, r.cfg.Tables.Outbox); err != nil {
+			// A user without SELECT on the table: the relay runs, and
+			// cannot be paused.
+			r.log.Warn("cannot read the table of operators' pauses: this relay cannot be paused (idem pause --relay) until its user may: GRANT SELECT ON "+
+				mysql.QuoteIdent(r.schema)+"."+mysql.QuoteIdent(r.cfg.Tables.ConsumerPause)+" TO the relay's user", "error", err)
+		} else {
+			r.set.Pauses, r.set.PauseEx, r.set.PauseName = drv.Dialect(), drv.Pool(), r.cfg.Tables.Outbox
+		}
 	}
 	if r.cfg.ArchiveRetention <= 0 {
 		return nil

@@ -282,16 +282,20 @@ ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
 		return fmt.Errorf("idem: cdc: look for the table of operators' pauses: %w", err)
 	}
 	if exists {
-		set.Pauses, set.PauseEx, set.PauseName = drv.Dialect(), drv.Pool(), r.cfg.Tables.Outbox
 		ps, err := drv.Dialect().ListPauses(ctx, drv.Pool(), idem.PauseRelay, r.cfg.Tables.Outbox)
 		if err != nil {
-			return fmt.Errorf("idem: cdc: read the relay's pause: %w", err)
+			// A role without SELECT on the table: the relay runs, and
+			// cannot be paused.
+			r.log.Warn("cannot read the table of operators' pauses: this relay cannot be paused (idem pause --relay) until its role may: GRANT SELECT ON "+pauses+" TO "+postgres.QuoteIdent(r.replCfg.User),
+				"error", err)
+		} else {
+			set.Pauses, set.PauseEx, set.PauseName = drv.Dialect(), drv.Pool(), r.cfg.Tables.Outbox
+			// Paused: the slot, if it is to be created, is created by
+			// the first session, once resumed. Its snapshot's rows are
+			// published by that session only: a slot created now and a
+			// Stop before the resume would leave them unpublished.
+			r.slotLater = len(ps) > 0 && ps[0].ActiveAt(r.cfg.Now())
 		}
-		// Paused: the slot, if it is to be created, is created by the
-		// first session, once resumed. Its snapshot's rows are published
-		// by that session only: a slot created now and a Stop before
-		// the resume would leave them unpublished.
-		r.slotLater = len(ps) > 0 && ps[0].ActiveAt(r.cfg.Now())
 	}
 	if err := r.ensurePublication(ctx); err != nil {
 		return err
