@@ -26,6 +26,9 @@ const (
 	// OutboxArchiveTableDefault is the table where the CDC relays keep the
 	// events they published, for replays (relay/cdc, relay/binlog).
 	OutboxArchiveTableDefault = "outbox_archive"
+	// ConsumerPauseTableDefault is the table of the operators' pauses of
+	// consumers and relays (Pause).
+	ConsumerPauseTableDefault = "consumer_pause"
 )
 
 // Tables names the tables idem uses. Every name is optional; the zero value
@@ -65,6 +68,10 @@ type Tables struct {
 	// column (PostgreSQL and MySQL/MariaDB, migration 0013). Defaults to
 	// "outbox_archive".
 	OutboxArchive string
+	// ConsumerPause is the table of the operators' pauses of the
+	// consumers and relays of this database (Pause, migration 0015).
+	// Defaults to "consumer_pause".
+	ConsumerPause string
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
@@ -101,6 +108,9 @@ func (t Tables) WithDefaults() Tables {
 	if t.OutboxArchive == "" {
 		t.OutboxArchive = OutboxArchiveTableDefault
 	}
+	if t.ConsumerPause == "" {
+		t.ConsumerPause = ConsumerPauseTableDefault
+	}
 	return t
 }
 
@@ -114,6 +124,7 @@ func (t Tables) Validate() error {
 		{"FailedMessage", t.FailedMessage}, {"DeliveryAttempt", t.DeliveryAttempt}, {"Migrations", t.Migrations},
 		{"IdempotentRequest", t.IdempotentRequest}, {"ConsumerMember", t.ConsumerMember},
 		{"ConsumerPartition", t.ConsumerPartition}, {"BinlogPosition", t.BinlogPosition}, {"OutboxArchive", t.OutboxArchive},
+		{"ConsumerPause", t.ConsumerPause},
 	} {
 		if f.field == "Schema" && f.v == "" {
 			continue

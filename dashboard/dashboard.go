@@ -101,6 +101,8 @@ func (d *Dashboard) routes() http.Handler {
 	mux.HandleFunc("POST /messages/{db}/{id}/{action}", d.act)
 	mux.HandleFunc("GET /bulk/{db}/{action}", d.bulkConfirm)
 	mux.HandleFunc("POST /bulk/{db}/{action}", d.bulkAct)
+	mux.HandleFunc("GET /pauses/{db}/{kind}/{name}/{action}", d.pauseConfirm)
+	mux.HandleFunc("POST /pauses/{db}/{kind}/{name}/{action}", d.pauseAct)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

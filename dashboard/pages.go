@@ -129,6 +129,8 @@ type overviewDB struct {
 	Consumers   []overviewConsumer
 	BrokerError string
 	Partitions  []overviewPartition
+	Pauses      []overviewPause
+	OutboxName  string // the outbox table, without its schema
 	Charts      []template.HTML
 }
 
@@ -190,7 +192,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	var dbs []overviewDB
 	for i, db := range d.cfg.Databases {
 		res := snaps[i]
-		o := overviewDB{Name: db.Name}
+		o := overviewDB{Name: db.Name, OutboxName: db.Store.Dialect().Tables().Outbox}
 		if res.err != nil {
 			o.Err = explain(res.err)
 			o.Charts = d.dbCharts(db.Name, hist)
@@ -199,6 +201,13 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		o.Taken, o.Outbox, o.BrokerError = res.snap.Taken, res.snap.Outbox, res.snap.BrokerError
 		o.Partitions = partitionRows(res.snap.Partitions)
+		for _, p := range res.snap.Pauses {
+			state := "scheduled"
+			if p.ActiveAt(res.snap.Taken) {
+				state = "active"
+			}
+			o.Pauses = append(o.Pauses, overviewPause{Pause: p, State: state})
+		}
 		queues := map[string]broker.QueueStats{}
 		for _, q := range res.snap.Queues {
 			queues[q.Consumer] = q

@@ -25,7 +25,8 @@ type Migration struct {
 // Besides its own methods, a Dialect has every ability idem's packages need
 // from a database: the polling relay's (RelayDialect), the status figures
 // (StatusReader), a consumer's counts (ConsumerCounter), the ownership
-// groups' leases (GroupLeases) and the idempotency keys (IdempotencyKeys).
+// groups' leases (GroupLeases), the idempotency keys (IdempotencyKeys) and
+// the operators' pauses (Pauses).
 // The abilities only some databases have are interfaces of their own, which
 // callers test for: OutboxListener, OutboxWaitListener and OutboxClaimer on
 // a Driver, LogMessageEmitter and IdempotencyKeyLocker on a Dialect.
@@ -35,6 +36,7 @@ type Dialect interface {
 	ConsumerCounter
 	GroupLeases
 	IdempotencyKeys
+	Pauses
 
 	// Name is "postgres", "mysql" or "sqlite".
 	Name() string

@@ -50,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,7 @@ import (
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/mutant"
+	"github.com/idem-go/idem/internal/pausewatch"
 )
 
 // HandlerFunc applies an event's effects using tx, the consumer's
@@ -165,8 +167,55 @@ type Config struct {
 	// Propagator extracts the producer's trace context from the messages'
 	// headers. Defaults to the global one (otel.GetTextMapPropagator).
 	Propagator propagation.TextMapPropagator
+	// RateLimit caps the events this consumer processes per second, in
+	// this process, over every worker of its transport (a token bucket),
+	// so that a backlog after an outage does not hit a rate-limited
+	// downstream at full speed. N replicas take up to N times as many. A
+	// delivery waits for its token (at most RateWaitMax, else it is handed
+	// back to the transport); waiting never counts an attempt nor parks a
+	// message. Limits make DeliverBatch process its deliveries one at a
+	// time, each in its own transaction. 0 (the default) sets no limit.
+	RateLimit float64
+	// RateBurst is the bucket's size: how many events may go at once
+	// after a quiet time. Defaults to one second's worth of RateLimit
+	// (rounded up), at least 1.
+	RateBurst int
+	// KeyLimit caps the events of one key (Key) this consumer processes
+	// per second, in this process: per customer, per aggregate. A
+	// delivery whose key is over its limit for longer than RateWaitMax is
+	// handed back (Action Retry, Outcome Deferred, no attempt counted),
+	// and the later events of its aggregate wait behind it; other keys go
+	// on. 0 (the default) sets no limit.
+	KeyLimit float64
+	// KeyBurst is the bucket's size of each key. Defaults to one second's
+	// worth of KeyLimit (rounded up), at least 1.
+	KeyBurst int
+	// Key returns the key of KeyLimit of an event; "" sets no limit on
+	// it. Defaults to AggregateKey (the event's aggregate).
+	Key func(idem.Event) string
+	// MaxConcurrent caps the deliveries this consumer processes at once,
+	// in this process, over every worker of its transport. 0 (the
+	// default) sets no limit.
+	MaxConcurrent int
+	// RateWaitMax is the longest a delivery waits for RateLimit, KeyLimit
+	// or a MaxConcurrent slot before it is handed back to the transport,
+	// to be delivered again when it is due. Keep it well below the
+	// transport's redelivery timeouts (RabbitMQ's consumer_timeout, NATS's
+	// AckWait: the subscribers tell the broker a message is in progress
+	// while it is being handled, but a wait of minutes holds a worker).
+	// Defaults to 5s.
+	RateWaitMax time.Duration
+	// PauseCheck is how often the consumer reads its operator's pause
+	// (PauseStore) from its database: a pause takes effect within
+	// PauseCheck on every replica, and while it holds, the transport
+	// delivers the messages again, to be handed back again, every
+	// PauseCheck, so that a resume is seen within about twice PauseCheck.
+	// Defaults to 1s.
+	PauseCheck time.Duration
 	// Now is the consumer's clock: when a pause after a transient failure
-	// ends, and how long an event has failed transiently (OutageBudget).
+	// ends, how long an event has failed transiently (OutageBudget), when
+	// an operator's pause begins and ends, and when it is read again
+	// (PauseCheck).
 	// Tests set it to a clock they advance (idemtest.Clock) to see pauses
 	// end and the outage budget run out without waiting. Defaults to
 	// time.Now.
@@ -180,6 +229,10 @@ func (c Config) WithDefaults() Config {
 	c.OutageBudget = cmp.Or(c.OutageBudget, OutageBudgetDefault)
 	c.PauseMin = cmp.Or(c.PauseMin, PauseMinDefault)
 	c.PauseMax = cmp.Or(c.PauseMax, PauseMaxDefault)
+	c.PauseCheck = cmp.Or(c.PauseCheck, PauseCheckDefault)
+	c.RateBurst = cmp.Or(c.RateBurst, burstFor(c.RateLimit))
+	c.KeyBurst = cmp.Or(c.KeyBurst, burstFor(c.KeyLimit))
+	c.RateWaitMax = cmp.Or(c.RateWaitMax, RateWaitMaxDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -205,6 +258,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("idem: inbox: Config.OutageBudget %v is negative", c.OutageBudget)
 	case c.PauseMin < 0 || c.PauseMax < 0 || (c.PauseMax > 0 && c.PauseMin > c.PauseMax):
 		return fmt.Errorf("idem: inbox: Config.PauseMin %v and PauseMax %v: want 0 <= PauseMin <= PauseMax", c.PauseMin, c.PauseMax)
+	case c.RateLimit < 0 || c.KeyLimit < 0 || math.IsNaN(c.RateLimit) || math.IsNaN(c.KeyLimit) || math.IsInf(c.RateLimit, 0) || math.IsInf(c.KeyLimit, 0):
+		return fmt.Errorf("idem: inbox: Config.RateLimit %v and KeyLimit %v: want 0 (no limit) or a positive number of events per second", c.RateLimit, c.KeyLimit)
+	case c.RateBurst < 0 || c.KeyBurst < 0:
+		return fmt.Errorf("idem: inbox: Config.RateBurst %d and KeyBurst %d: want 0 (the default) or more", c.RateBurst, c.KeyBurst)
+	case c.MaxConcurrent < 0:
+		return fmt.Errorf("idem: inbox: Config.MaxConcurrent %d is negative", c.MaxConcurrent)
+	case c.RateWaitMax < 0:
+		return fmt.Errorf("idem: inbox: Config.RateWaitMax %v is negative", c.RateWaitMax)
+	case c.PauseCheck < 0:
+		return fmt.Errorf("idem: inbox: Config.PauseCheck %v is negative", c.PauseCheck)
 	case c.Parked != HoldAggregate && c.Parked != ReleaseAggregate:
 		return fmt.Errorf("idem: inbox: Config.Parked %d: want HoldAggregate or ReleaseAggregate", c.Parked)
 	}
@@ -227,6 +290,8 @@ type Consumer[TTx any] struct {
 	failing   eventTimes // first transient failure per event
 	attempted eventTimes // events with failed attempts counted in the database
 	parked    parkedCache
+	pauses    *pausewatch.Watch // the operator's pause
+	limits    *limits           // nil without limits
 
 	stats   stats
 	tracing tracing
@@ -247,6 +312,8 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 		tracing:  newTracing(cfg),
 	}
 	c.gate.min, c.gate.max, c.gate.now = cfg.PauseMin, cfg.PauseMax, cfg.Now
+	c.limits = newLimits(cfg)
+	c.pauses = pausewatch.New(idem.PauseConsumer, cfg.Name, drv.Dialect(), drv.Pool(), cfg.PauseCheck, cfg.Now, c.log)
 	return c, nil
 }
 
@@ -491,11 +558,15 @@ func (c *Consumer[TTx]) batch(ctx context.Context, events []idem.Event, results 
 type Stats struct {
 	Applied, Duplicates, Ignored, Failed, Parked uint64
 	// Deferred counts deliveries not attempted because an earlier event of
-	// their aggregate waited for a retry or a pause.
+	// their aggregate waited for a retry or a pause, or a limit held them.
 	Deferred uint64
 	// Paused counts deliveries the consumer paused on: it or a dependency
-	// failed transiently.
+	// failed transiently, or an operator paused it.
 	Paused uint64
+	// OperatorPaused counts the deliveries handed back to the transport,
+	// before any handler ran, while an operator's pause was in force
+	// (PauseStore); Paused includes them.
+	OperatorPaused uint64
 	// HeldBack counts messages parked behind an earlier parked event of
 	// their aggregate (Config.Parked HoldAggregate); Parked includes them.
 	HeldBack uint64
@@ -505,11 +576,22 @@ type Stats struct {
 	// PausedSince is when the current pause began; zero while the consumer
 	// runs.
 	PausedSince time.Time
+	// RateLimited counts the deliveries handed back to the transport,
+	// unprocessed, because a limit (Config.RateLimit, KeyLimit,
+	// MaxConcurrent) would have held them longer than RateWaitMax;
+	// Deferred includes them.
+	RateLimited uint64
+	// RateWait is the time deliveries spent waiting for the limits, added
+	// over every worker.
+	RateWait time.Duration
+	// OperatorPause is the operator's pause in force when the consumer
+	// last read it; zero when none is (Kind is empty).
+	OperatorPause idem.Pause
 }
 
 // Stats returns the consumer's counters.
 func (c *Consumer[TTx]) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Applied:     c.stats.applied.Load(),
 		Duplicates:  c.stats.duplicates.Load(),
 		Ignored:     c.stats.ignored.Load(),
@@ -520,12 +602,19 @@ func (c *Consumer[TTx]) Stats() Stats {
 		HeldBack:    c.stats.heldBack.Load(),
 		Conflicts:   c.stats.conflicts.Load(),
 		PausedSince: c.gate.pausedSince(),
+
+		OperatorPaused: c.stats.operatorPaused.Load(),
+		RateLimited:    c.stats.rateLimited.Load(),
+		RateWait:       time.Duration(c.stats.rateWait.Load()),
 	}
+	st.OperatorPause, _ = c.pauses.Last()
+	return st
 }
 
 type stats struct {
 	applied, duplicates, ignored, failed, parked atomic.Uint64
 	deferred, paused, heldBack, conflicts        atomic.Uint64
+	operatorPaused, rateLimited, rateWait        atomic.Uint64
 }
 
 func (s *stats) count(o Outcome) {

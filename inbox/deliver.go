@@ -95,6 +95,15 @@ type block struct {
 //     While the retry policy allows, the transport retries after a delay
 //     (Action Retry); after the last attempt the message is parked.
 //
+// While an operator's pause is in force (PauseStore), every delivery is
+// answered Pause (Outcome Paused) before any handler runs, with a
+// RetryAfter of at most Config.PauseCheck: no attempt is counted and
+// nothing is parked. With limits (Config.RateLimit, KeyLimit,
+// MaxConcurrent), a delivery waits for its turn, up to Config.RateWaitMax;
+// one that would wait longer is handed back, Outcome Deferred: Action
+// Pause, with the rest of the call, when the consumer's rate or
+// concurrency holds it, Action Retry when its key's rate does.
+//
 // Once an event of an aggregate waits for a retry or a pause, the later
 // events of that aggregate in the same call are not attempted (Outcome
 // Deferred, with the same action and delay): the transport delivers them
@@ -129,6 +138,9 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 		}
 		return disps, errs
 	}
+	if c.handBack(ctx, items, disps) {
+		return disps, errs
+	}
 	if err := c.checkRedrives(ctx, ds, items); err != nil {
 		c.pauseAll(ctx, items, disps, err)
 		return disps, errs
@@ -138,10 +150,13 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 		c.pauseAll(ctx, items, disps, err)
 		return disps, errs
 	}
-	if len(items) > 1 && len(holds) == 0 && c.allDecoded(items) && c.tryBatch(ctx, items, disps) {
+	if len(items) > 1 && len(holds) == 0 && c.limits == nil && c.allDecoded(items) && c.tryBatch(ctx, items, disps) {
 		return disps, errs
 	}
 	blocked := map[idem.AggregateRef]block{}
+	// overRate, once the consumer's own rate or concurrency made one
+	// delivery wait too long, is the answer to the rest of the call.
+	var overRate Disposition
 	for i := range items {
 		it := &items[i]
 		if b, ok := blocked[it.agg]; ok && it.agg.ID != "" {
@@ -170,9 +185,29 @@ func (c *Consumer[TTx]) DeliverBatch(ctx context.Context, ds []Delivery) ([]Disp
 				disps[i] = Disposition{Action: Pause, Outcome: Paused, RetryAfter: wait, Event: it.ev}
 				break
 			}
+			if c.handBack(ctx, items[i:i+1], disps[i:i+1]) {
+				break
+			}
+			if overRate.Action != 0 {
+				disps[i] = overRate
+				disps[i].Event = it.ev
+				c.stats.rateLimited.Add(1)
+				break
+			}
+			release := noop
+			if c.limits != nil {
+				var ok bool
+				if disps[i], release, ok = c.admit(ctx, it.ev); !ok {
+					if disps[i].Action == Pause && disps[i].Outcome == Deferred {
+						overRate = disps[i]
+					}
+					break
+				}
+			}
 			pctx, cancel := context.WithTimeout(itemContext(ctx, it), c.cfg.DeliveryTimeout)
 			o, err := c.process(pctx, it.ev)
 			cancel()
+			release()
 			disps[i], parkedID, errs[i] = c.settle(ctx, ds[i], it, o, err)
 			if disps[i].Action == Ack && it.redrive != 0 && holds[it.agg] == it.redrive {
 				delete(holds, it.agg) // its entry is gone: it holds nothing any more
@@ -200,6 +235,24 @@ func ackAll(disps []Disposition, errs []error) {
 	for i := range disps {
 		disps[i].Action, errs[i] = Ack, nil
 	}
+}
+
+// admit waits for the limits to let ev through, and returns the function
+// that ends its turn, true; or the disposition that hands it back, false.
+func (c *Consumer[TTx]) admit(ctx context.Context, ev idem.Event) (Disposition, func(), bool) {
+	why, waited, retry, release := c.limits.admit(ctx, ev)
+	c.stats.rateWait.Add(uint64(waited))
+	switch why {
+	case admitted:
+		return Disposition{}, release, true
+	case cancelled:
+		return Disposition{Action: Pause, Outcome: Paused, Err: ctx.Err(), Event: ev}, noop, false
+	case overKey:
+		c.stats.rateLimited.Add(1)
+		return Disposition{Action: Retry, Outcome: Deferred, RetryAfter: retry, Event: ev}, noop, false
+	}
+	c.stats.rateLimited.Add(1)
+	return Disposition{Action: Pause, Outcome: Deferred, RetryAfter: retry, Event: ev}, noop, false
 }
 
 // decode decodes d and finds its aggregate.

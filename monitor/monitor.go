@@ -13,9 +13,11 @@ package monitor
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
 )
@@ -80,6 +82,11 @@ type Snapshot struct {
 	// (inbox.Group), by consumer and number; empty when no group ran on
 	// the database.
 	Partitions []PartitionStatus
+	// Pauses are the operators' pauses in force or scheduled, of the
+	// consumers and the relays of the database (inbox.PauseStore,
+	// relay.PauseStore), sorted by kind then name; ended ones are left
+	// out. Empty on a database without their table (migration 0015).
+	Pauses []idem.Pause
 }
 
 // OutboxStatus is an outbox table's state.
@@ -199,6 +206,15 @@ func (s *Source) Snapshot(ctx context.Context) (Snapshot, error) {
 	if snap.Partitions, err = readPartitions(ctx, s.db, snap.Queues); err != nil {
 		return Snapshot{}, fmt.Errorf("idem: monitor: %s: consumer partitions: %w", cmp.Or(s.opts.Name, d.Name()), err)
 	}
+	ps, err := d.ListPauses(ctx, s.db.Pool(), "", "")
+	if err != nil && !errors.Is(err, idem.ErrMissingTable) {
+		return Snapshot{}, fmt.Errorf("idem: monitor: %s: pauses: %w", cmp.Or(s.opts.Name, d.Name()), err)
+	}
+	for _, p := range ps {
+		if !p.EndedAt(st.Now) {
+			snap.Pauses = append(snap.Pauses, p)
+		}
+	}
 	return snap, nil
 }
 
@@ -240,4 +256,14 @@ func qualified(schema, table string) string {
 		return table
 	}
 	return schema + "." + table
+}
+
+// Pause returns the pause of kind and name in force or scheduled, if any.
+func (s Snapshot) Pause(kind idem.PauseKind, name string) (idem.Pause, bool) {
+	for _, p := range s.Pauses {
+		if p.Kind == kind && p.Name == name {
+			return p, true
+		}
+	}
+	return idem.Pause{}, false
 }

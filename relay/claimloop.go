@@ -237,6 +237,12 @@ func (w *worker[TTx]) round() (found, ok bool) {
 				return found, false
 			}
 		}
+		if !r.waitUnpaused(w.ctx) {
+			if reserved {
+				w.release()
+			}
+			return found, false
+		}
 		if !reserved && !w.acquire() {
 			return found, false
 		}

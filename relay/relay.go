@@ -15,6 +15,7 @@ import (
 	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/ctxsleep"
+	"github.com/idem-go/idem/internal/pausewatch"
 	"github.com/idem-go/idem/internal/startstop"
 	"github.com/idem-go/idem/relay/internal/sendspan"
 )
@@ -78,6 +79,9 @@ type Relay[TTx any] struct {
 	brokerFailures atomic.Int64
 	claimFailures  atomic.Int64
 
+	// pauses is the operator's pause of the relay's outbox.
+	pauses *pausewatch.Watch
+
 	stats   counters
 	tracing sendspan.Tracer
 	errs    limiters
@@ -111,6 +115,7 @@ type counters struct {
 	backlog, oldest, measuredAt, inQuarantine atomic.Int64
 	scheduled                                 atomic.Int64
 	inFlight                                  atomic.Int64
+	pausedRounds                              atomic.Int64
 	emptyClaims                               atomic.Int64
 }
 
@@ -163,6 +168,11 @@ type Stats struct {
 	// BrokerPausedUntil is set while the relay waits before trying a
 	// failing broker again.
 	BrokerPausedUntil time.Time
+	// Paused is the operator's pause holding the relay (PauseStore), as
+	// last read; nil when none holds it. PausedRounds counts the claim
+	// rounds its workers held back for a pause, once per PauseCheck.
+	Paused       *idem.Pause
+	PausedRounds int64
 	// InFlight is the number of messages handed to the broker whose
 	// Publish call has not returned yet.
 	InFlight int64
@@ -195,6 +205,7 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 		errs:    newLimiters(log),
 	}
 	r.claimCtx, r.workCtx = r.base.StopContext(), r.base.WorkContext()
+	r.pauses = pausewatch.New(idem.PauseRelay, drv.Dialect().Tables().Outbox, drv.Dialect(), drv.Pool(), PauseCheck, cfg.now, log)
 	return r, nil
 }
 
@@ -212,6 +223,13 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 	// A Stop during the check ends it.
 	checkCtx, cancel := r.base.StartContext(ctx)
 	err := r.measureBacklog(checkCtx)
+	if err == nil {
+		if _, perr := r.dialect.ListPauses(checkCtx, r.drv.Pool(), idem.PauseRelay, r.dialect.Tables().Outbox); perr != nil && checkCtx.Err() == nil {
+			r.log.Warn("cannot read the table of operators' pauses: this relay cannot be paused (idem pause --relay) until idem migrate adds it (migration 0015) or its role may read it",
+				"error", perr)
+			r.pauses = nil
+		}
+	}
 	cancel()
 	if err != nil {
 		r.base.StartFailed()
@@ -235,6 +253,9 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 	}
 	if r.cfg.StatsInterval > 0 {
 		wg.Go(r.statsLoop)
+	}
+	if r.pauses != nil {
+		wg.Go(r.pauseLoop)
 	}
 	go func() {
 		wg.Wait()
@@ -284,6 +305,7 @@ func (r *Relay[TTx]) Stats() Stats {
 		Backlog:       r.stats.backlog.Load(),
 		Scheduled:     r.stats.scheduled.Load(),
 		InFlight:      r.stats.inFlight.Load(),
+		PausedRounds:  r.stats.pausedRounds.Load(),
 
 		QuarantinedRows: r.stats.inQuarantine.Load(),
 	}
@@ -295,6 +317,11 @@ func (r *Relay[TTx]) Stats() Stats {
 	}
 	if ns := r.pauseUntil.Load(); ns > time.Now().UnixNano() {
 		s.BrokerPausedUntil = time.Unix(0, ns)
+	}
+	if r.pauses != nil {
+		if p, ok := r.pauses.Last(); ok {
+			s.Paused = &p
+		}
 	}
 	return s
 }

@@ -189,6 +189,8 @@ func Run(t *testing.T, tr Transport) {
 	}{
 		{"PublishConfirm", testPublishConfirm, true},
 		{"Pause", testPause, true},
+		{"OperatorPause", testOperatorPause, true},
+		{"RateLimit", testRateLimit, true},
 		{"ConcurrentStops", testConcurrentStops, true},
 		{"Inspect", testInspect, true},
 		{"OrderPerKey", testOrderPerKey, f.PerKeyOrder},

@@ -48,9 +48,11 @@ var commands = []*command{
 	dashboardCommand(),
 	failedCommand(),
 	migrateCommand(),
+	pauseCommand(),
 	purgeCommand(),
 	relayCommand(),
 	replayCommand(),
+	resumeCommand(),
 	statusCommand(),
 	versionCommand(),
 }

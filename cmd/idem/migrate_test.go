@@ -91,7 +91,7 @@ func TestMigrateSQLRuns(t *testing.T) {
 			t.Fatalf("the %s SQL does not run: %v\n%s", dir, err, out)
 		}
 		got := strings.Join(tables(), " ")
-		if dir == "up" && got != "consumer_member consumer_partition delivery_attempt failed_message idempotent_request outbox processed_event" {
+		if dir == "up" && got != "consumer_member consumer_partition consumer_pause delivery_attempt failed_message idempotent_request outbox processed_event" {
 			t.Fatalf("tables after the up SQL: %s", got)
 		}
 		if dir == "down" && got != "" {

@@ -443,6 +443,9 @@ func printSnapshot(w io.Writer, snap monitor.Snapshot) error {
 	if snap.BrokerError != "" {
 		fmt.Fprintf(w, "  broker: %s\n", snap.BrokerError)
 	}
+	for _, p := range snap.Pauses {
+		fmt.Fprintf(w, "  %s\n", pauseLine(p, now))
+	}
 	if len(snap.Consumers) == 0 {
 		fmt.Fprintln(w, "  consumers: none has processed, parked or retried anything here yet")
 		return nil
@@ -557,6 +560,8 @@ type (
 		// Partitions are those of the consumers' ownership groups; absent
 		// when no group ran on the database.
 		Partitions []partitionDoc `json:"partitions,omitempty"`
+		// Pauses are the operators' pauses in force or scheduled.
+		Pauses []pauseDoc `json:"pauses,omitempty"`
 	}
 	partitionDoc struct {
 		Consumer   string    `json:"consumer"`
@@ -594,6 +599,16 @@ type (
 		OldestParkedAgeS    *float64   `json:"oldest_parked_age_seconds"`
 		Retrying            int64      `json:"retrying"`
 		Broker              *queueDoc  `json:"broker"`
+	}
+	pauseDoc struct {
+		Kind    string     `json:"kind"`
+		Name    string     `json:"name"`
+		Active  bool       `json:"active"`
+		From    *time.Time `json:"from"`
+		Until   *time.Time `json:"until"`
+		Reason  string     `json:"reason"`
+		By      string     `json:"by"`
+		AddedAt time.Time  `json:"paused_at"`
 	}
 	queueDoc struct {
 		Queue     string `json:"queue"`
@@ -642,6 +657,12 @@ func statusJSON(snap monitor.Snapshot) statusDoc {
 		}
 		doc.Consumers = append(doc.Consumers, cd)
 	}
+	for _, p := range snap.Pauses {
+		pd := pauseDoc{Kind: string(p.Kind), Name: p.Name, Active: p.ActiveAt(now), Reason: p.Reason, By: p.By, AddedAt: p.At.UTC()}
+		pd.From, _ = at(p.From)
+		pd.Until, _ = at(p.Until)
+		doc.Pauses = append(doc.Pauses, pd)
+	}
 	for _, p := range snap.Partitions {
 		pd := partitionDoc{Consumer: p.Consumer, Partition: p.Partition, Epoch: p.Epoch, Live: p.Live()}
 		if p.Owner != "" {
@@ -654,4 +675,24 @@ func statusJSON(snap monitor.Snapshot) statusDoc {
 		doc.Partitions = append(doc.Partitions, pd)
 	}
 	return doc
+}
+
+// pauseLine says what p pauses and until when, seen at now, on one line.
+func pauseLine(p idemmsg.Pause, now time.Time) string {
+	line := fmt.Sprintf("paused %s %s: %s", p.Kind, p.Name, pauseState(p, now))
+	if !p.From.IsZero() && p.From.After(now) {
+		line += ", from " + p.From.UTC().Format("2006-01-02 15:04:05 MST")
+	}
+	if p.Until.IsZero() {
+		line += ", until resumed"
+	} else {
+		line += ", until " + p.Until.UTC().Format("2006-01-02 15:04:05 MST")
+	}
+	if p.By != "" {
+		line += ", by " + pauseText(p.By, 100)
+	}
+	if p.Reason != "" {
+		line += " (" + pauseText(p.Reason, 200) + ")"
+	}
+	return line + "; idem resume " + resumeArgs(p.Kind, p.Name)
 }

@@ -158,6 +158,7 @@ func Run[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("Status", func(t *testing.T) { t.Parallel(); Status(t, setup) })
 	t.Run("GroupLeases", func(t *testing.T) { t.Parallel(); GroupLeases(t, setup) })
 	t.Run("Archive", func(t *testing.T) { t.Parallel(); Archive(t, setup) })
+	t.Run("Pauses", func(t *testing.T) { t.Parallel(); Pauses(t, setup) })
 }
 
 // --- helpers ---

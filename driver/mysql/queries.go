@@ -60,6 +60,8 @@ ON DUPLICATE KEY UPDATE
 		Now:         now,
 		NowPlus:     nowPlus,
 		DurationArg: func(d time.Duration) any { return d.Microseconds() },
+		PauseUpsert: `ON DUPLICATE KEY UPDATE starts_at = VALUES(starts_at), ends_at = VALUES(ends_at),
+    reason = VALUES(reason), paused_by = VALUES(paused_by), paused_at = VALUES(paused_at)`,
 		DeleteOldest: func(table, _, where, order string) string {
 			return `DELETE FROM ` + table + `
 WHERE ` + where + `

@@ -70,6 +70,7 @@ func newDialect(tables idem.Tables) (*dialect, error) {
 		ConsumerCounts: consumerCountsQuery(n.FailedMessage, n.DeliveryAttempt, n.ProcessedEvent),
 		Groups:         newGroupSQL(n.ConsumerMember, n.ConsumerPartition),
 		Failed:         q.failed,
+		Pauses:         newPauseSQL(n.ConsumerPause),
 	})
 	if err != nil {
 		return nil, err

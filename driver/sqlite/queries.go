@@ -52,9 +52,11 @@ WHERE ` + partition + `.owner IS NULL OR ` + partition + `.lease_until IS NULL
 			},
 		},
 
-		Now:          now,
-		NowPlus:      nowPlus,
-		DurationArg:  func(d time.Duration) any { return fmt.Sprintf("%+.6f seconds", d.Seconds()) },
+		Now:         now,
+		NowPlus:     nowPlus,
+		DurationArg: func(d time.Duration) any { return fmt.Sprintf("%+.6f seconds", d.Seconds()) },
+		PauseUpsert: `ON CONFLICT (kind, name) DO UPDATE SET starts_at = excluded.starts_at, ends_at = excluded.ends_at,
+    reason = excluded.reason, paused_by = excluded.paused_by, paused_at = excluded.paused_at`,
 		DeleteOldest: deleteOldest,
 		RowValues:    "VALUES ",
 

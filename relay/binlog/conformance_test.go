@@ -51,6 +51,7 @@ func TestConformance(t *testing.T) {
 				},
 				Count: func(t *testing.T, fromWhere string, args ...any) int { return db.Count(t, fromWhere, args...) },
 				Exec:  func(t *testing.T, query string, args ...any) { db.Exec(t, query, args...) },
+				DB:    db.Driver,
 			}
 		},
 		Silent: func(t *testing.T, addr string) logenginetest.Relay {

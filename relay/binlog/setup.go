@@ -308,6 +308,26 @@ ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
 	if n == 0 {
 		return fmt.Errorf("idem: binlog: no table %s for the relay's position: run \"idem migrate\" on this database (it creates it)", r.sql.position)
 	}
+	drv, err := mysql.NewTables(r.db, idem.Tables{Schema: r.schema, Outbox: r.cfg.Tables.Outbox,
+		OutboxArchive: r.cfg.Tables.OutboxArchive, ConsumerPause: r.cfg.Tables.ConsumerPause})
+	if err != nil {
+		return fmt.Errorf("idem: binlog: %w", err)
+	}
+	err = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
+		r.schema, r.cfg.Tables.ConsumerPause).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("idem: binlog: look for the table of operators' pauses: %w", err)
+	}
+	if n > 0 {
+		if _, err := drv.Dialect().ListPauses(ctx, drv.Pool(), idem.PauseRelay, r.cfg.Tables.Outbox); err != nil {
+			// A user without SELECT on the table: the relay runs, and
+			// cannot be paused.
+			r.log.Warn("cannot read the table of operators' pauses: this relay cannot be paused (idem pause --relay) until its user may: GRANT SELECT ON "+
+				mysql.QuoteIdent(r.schema)+"."+mysql.QuoteIdent(r.cfg.Tables.ConsumerPause)+" TO the relay's user", "error", err)
+		} else {
+			r.set.Pauses, r.set.PauseEx, r.set.PauseName = drv.Dialect(), drv.Pool(), r.cfg.Tables.Outbox
+		}
+	}
 	if r.cfg.ArchiveRetention <= 0 {
 		return nil
 	}
@@ -318,10 +338,6 @@ ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: %s, the archive of the events the relay publishes, for idem replay: run \"idem migrate\" (migration 0013), or turn the archive off (Config.ArchiveRetention negative, idem cdc --archive-retention 0)", idem.ErrMissingTable, r.sql.archive)
-	}
-	drv, err := mysql.NewTables(r.db, idem.Tables{Schema: r.schema, Outbox: r.cfg.Tables.Outbox, OutboxArchive: r.cfg.Tables.OutboxArchive})
-	if err != nil {
-		return fmt.Errorf("idem: binlog: %w", err)
 	}
 	r.set.Archiver = drv.Dialect().(driver.OutboxArchiver)
 	r.set.ArchiveEx = drv.Pool()

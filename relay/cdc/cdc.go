@@ -61,6 +61,9 @@ type source struct {
 	// published them, the rows that were waiting in the outbox then
 	// (sweep.go).
 	initial *initialRows
+	// slotLater is set when the relay started paused by an operator: the
+	// first session looks for the slot, and creates it, instead of Setup.
+	slotLater bool
 }
 
 // New returns a Relay reading the outbox of cfg.Tables in the database of

@@ -52,6 +52,7 @@ func TestConformance(t *testing.T) {
 				},
 				Count: func(t *testing.T, fromWhere string, args ...any) int { return pg.Count(t, dollars(fromWhere), args...) },
 				Exec:  func(t *testing.T, query string, args ...any) { pg.Exec(t, dollars(query), args...) },
+				DB:    pg.Driver,
 			}
 		},
 		Silent: func(t *testing.T, addr string) logenginetest.Relay {

@@ -254,6 +254,11 @@ ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
 			return fmt.Errorf("idem: cdc: the relay's role cannot delete from %s, which it does once rows are published: GRANT DELETE ON %s TO %s, or leave the rows to their writer (Config.Delete = KeepRows, idem cdc --keep-rows)", r.sql.table, r.sql.table, postgres.QuoteIdent(r.replCfg.User))
 		}
 	}
+	drv, err := postgres.NewPgxTables(pool, idem.Tables{Schema: r.schema, Outbox: r.cfg.Tables.Outbox,
+		OutboxArchive: r.cfg.Tables.OutboxArchive, ConsumerPause: r.cfg.Tables.ConsumerPause})
+	if err != nil {
+		return fmt.Errorf("idem: cdc: %w", err)
+	}
 	if r.cfg.ArchiveRetention > 0 {
 		if err := pool.QueryRow(ctx, tableExistsSQL, r.sql.archive).Scan(&exists); err != nil {
 			return fmt.Errorf("idem: cdc: look for the outbox's archive: %w", err)
@@ -269,12 +274,28 @@ ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
 			return fmt.Errorf("idem: cdc: the relay's role cannot write %s, the archive of the events it publishes, for idem replay: GRANT SELECT, INSERT, DELETE ON %s TO %s, or turn the archive off (Config.ArchiveRetention negative, idem cdc --archive-retention 0)",
 				r.sql.archive, r.sql.archive, postgres.QuoteIdent(r.replCfg.User))
 		}
-		drv, err := postgres.NewPgxTables(pool, idem.Tables{Schema: r.schema, Outbox: r.cfg.Tables.Outbox, OutboxArchive: r.cfg.Tables.OutboxArchive})
-		if err != nil {
-			return fmt.Errorf("idem: cdc: %w", err)
-		}
 		set.Archiver = drv.Dialect().(driver.OutboxArchiver)
 		set.ArchiveEx = drv.Pool()
+	}
+	pauses := postgres.QuoteIdent(r.schema) + "." + postgres.QuoteIdent(r.cfg.Tables.ConsumerPause)
+	if err := pool.QueryRow(ctx, tableExistsSQL, pauses).Scan(&exists); err != nil {
+		return fmt.Errorf("idem: cdc: look for the table of operators' pauses: %w", err)
+	}
+	if exists {
+		ps, err := drv.Dialect().ListPauses(ctx, drv.Pool(), idem.PauseRelay, r.cfg.Tables.Outbox)
+		if err != nil {
+			// A role without SELECT on the table: the relay runs, and
+			// cannot be paused.
+			r.log.Warn("cannot read the table of operators' pauses: this relay cannot be paused (idem pause --relay) until its role may: GRANT SELECT ON "+pauses+" TO "+postgres.QuoteIdent(r.replCfg.User),
+				"error", err)
+		} else {
+			set.Pauses, set.PauseEx, set.PauseName = drv.Dialect(), drv.Pool(), r.cfg.Tables.Outbox
+			// Paused: the slot, if it is to be created, is created by
+			// the first session, once resumed. Its snapshot's rows are
+			// published by that session only: a slot created now and a
+			// Stop before the resume would leave them unpublished.
+			r.slotLater = len(ps) > 0 && ps[0].ActiveAt(r.cfg.Now())
+		}
 	}
 	if err := r.ensurePublication(ctx); err != nil {
 		return err
@@ -282,8 +303,10 @@ ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
 	if err := r.checkFailover(ctx); err != nil {
 		return err
 	}
-	if err := r.ensureSlot(ctx); err != nil {
-		return err
+	if !r.slotLater {
+		if err := r.ensureSlot(ctx); err != nil {
+			return err
+		}
 	}
 	// The replication connection needs the REPLICATION attribute and a
 	// pg_hba.conf line for it: say so now rather than retry for ever.

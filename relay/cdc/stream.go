@@ -23,7 +23,13 @@ import (
 
 // Lead returns the reader of one session: the rows waiting since the
 // slot's creation first, if any, then the slot's stream (Start).
-func (r *source) Lead(context.Context) (logengine.Reader, error) {
+func (r *source) Lead(ctx context.Context) (logengine.Reader, error) {
+	if r.slotLater {
+		if err := r.ensureSlot(ctx); err != nil {
+			return nil, err
+		}
+		r.slotLater = false
+	}
 	s := &session{r: r, relations: map[uint32]*pglogrepl.RelationMessage{}}
 	if r.initial != nil { // not a nil *initialRows in the interface
 		s.initial, r.initial = r.initial, nil

@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idem-go/idem"
 )
 
 // Defaults of the Config fields that relay/cdc and relay/binlog share.
@@ -180,6 +182,9 @@ type Stats struct {
 	Streaming, Waiting bool
 	// LastError is the last error met, "" when none.
 	LastError string
+	// Paused is the operator's pause holding the relay (relay.PauseStore),
+	// as last read; nil when none holds it.
+	Paused *idem.Pause
 }
 
 // Observer is told what a log relay does, for metrics. Set it as the

@@ -37,6 +37,9 @@ type Names struct {
 	// OutboxArchive is the archive of the events the CDC relays published
 	// (migration 0013 of PostgreSQL and MySQL).
 	OutboxArchive, OutboxArchiveName string
+	// ConsumerPause is the table of the operators' pauses (migration
+	// 0015).
+	ConsumerPause, ConsumerPauseName string
 }
 
 // TableNames returns the names of t (with defaults), quoted by quote and
@@ -69,6 +72,8 @@ func TableNames(t idem.Tables, quote func(string) string) Names {
 		NotifyFunc:            qualify(t.Outbox + "_notify"),
 		OutboxArchive:         qualify(t.OutboxArchive),
 		OutboxArchiveName:     t.OutboxArchive,
+		ConsumerPause:         qualify(t.ConsumerPause),
+		ConsumerPauseName:     t.ConsumerPause,
 	}
 }
 
@@ -117,12 +122,15 @@ type Spec struct {
 	Groups GroupSQL
 	// Failed are the failure store's statements that Base runs.
 	Failed FailedSQL
+	// Pauses are the statements of the operators' pauses.
+	Pauses PauseSQL
 }
 
 // Base implements what every dialect shares, rendered once by NewBase: its
 // name, tables and migrations, its error classification (with the "run idem
 // migrate" hint), driver.StatusReader, driver.ConsumerCounter,
-// driver.GroupLeases, and the failure store's lookups. A dialect embeds it.
+// driver.GroupLeases, driver.Pauses, and the failure store's lookups. A
+// dialect embeds it.
 type Base struct {
 	spec       Spec
 	migrations []driver.Migration

@@ -87,6 +87,11 @@ type Flavor struct {
 	// comma-separated list of numbers bound to its one placeholder.
 	GroupInList string
 
+	// PauseUpsert is what follows the VALUES list of the insert of a
+	// pause, to replace the row of the same kind and name: an ON CONFLICT
+	// or ON DUPLICATE KEY clause.
+	PauseUpsert string
+
 	// Versioned is how UpsertVersioned reads and writes.
 	Versioned versioned.Flavor
 
@@ -123,6 +128,17 @@ func New(f Flavor) (*Dialect, error) {
         AND NOT EXISTS (SELECT 1 FROM ` + n.ProcessedEvent + ` p
                         WHERE p.consumer_name = a.consumer_name AND p.event_id = a.event_id))`
 	f.Groups = groupSQL(&f)
+	f.Pauses = dialectkit.PauseSQL{
+		Upsert: `INSERT INTO ` + n.ConsumerPause + ` (kind, name, starts_at, ends_at, reason, paused_by, paused_at)
+VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, ` + f.Now + `))
+` + f.PauseUpsert,
+		Delete: `DELETE FROM ` + n.ConsumerPause + ` WHERE kind = ? AND name = ?`,
+		List: `SELECT kind, name, starts_at, ends_at, reason, paused_by, paused_at FROM ` + n.ConsumerPause + `
+WHERE (? = '' OR kind = ?) AND (? = '' OR name = ?)
+ORDER BY kind, name`,
+		TimeArg:  sqltime.Arg,
+		TimeDest: TimeDest,
+	}
 	q := newQueries(&f)
 	f.Failed = dialectkit.FailedSQL{
 		Find: `SELECT id FROM ` + n.FailedMessage + `

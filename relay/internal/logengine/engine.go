@@ -38,6 +38,7 @@ import (
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/errlog"
 	"github.com/idem-go/idem/internal/backoff"
+	"github.com/idem-go/idem/internal/pausewatch"
 	"github.com/idem-go/idem/internal/periodic"
 	"github.com/idem-go/idem/internal/startstop"
 	"github.com/idem-go/idem/relay/internal/archivepurge"
@@ -102,6 +103,13 @@ type Setup struct {
 	// (Config.ArchiveRetention positive).
 	Archiver  driver.OutboxArchiver
 	ArchiveEx driver.Executor
+	// Pauses and PauseEx read the operators' pause of the relay
+	// (idem.PauseRelay, named PauseName, the outbox table's name without
+	// its schema); nil when the database has no table for pauses (it was
+	// not migrated with idem migrate): then the relay cannot be paused.
+	Pauses    driver.Pauses
+	PauseEx   driver.Executor
+	PauseName string
 	// Delayed is true when the table holds delayed rows (a not_before
 	// column, and idem's columns): the engine publishes the due ones
 	// (Table.DueRows) while it holds the log.
@@ -276,9 +284,10 @@ type Relay struct {
 	ctx  context.Context // the base's WorkContext
 	wg   sync.WaitGroup
 
-	setup Setup
-	purge periodic.Loop
-	errs  limiters
+	setup  Setup
+	pauses *pausewatch.Watch // nil: the relay cannot be paused
+	purge  periodic.Loop
+	errs   limiters
 	// C holds the counters behind Stats; the adapter moves those only it
 	// knows (Delayed, the log's position and lag).
 	C Counters
@@ -343,6 +352,11 @@ func (r *Relay) Start(ctx context.Context) error {
 		return err
 	}
 	r.setup = s
+	if s.Pauses != nil {
+		r.pauses = pausewatch.New(idem.PauseRelay, s.PauseName, s.Pauses, s.PauseEx, pausewatch.Interval, r.cfg.Now, r.log)
+	} else {
+		r.log.Info("the database has no table of operators' pauses: this relay cannot be paused (idem pause --relay); run idem migrate to add it")
+	}
 	stopping := r.base.Stopping()
 	r.wg.Add(2)
 	go func() { defer r.wg.Done(); r.run() }()
@@ -411,11 +425,17 @@ func (r *Relay) Stats() logrelay.Stats {
 	if e := c.lastErr.Load(); e != nil {
 		s.LastError = (*e).Error()
 	}
+	if r.pauses != nil {
+		if p, ok := r.pauses.Last(); ok {
+			s.Paused = &p
+		}
+	}
 	return s
 }
 
-// Healthy returns nil while the relay reads its log, or waits for the log
-// held by another process (a standby); otherwise logrelay.ErrNotRunning
+// Healthy returns nil while the relay reads its log, waits for the log
+// held by another process (a standby), or is paused by an operator;
+// otherwise logrelay.ErrNotRunning
 // or the error that keeps it from reading.
 func (r *Relay) Healthy() error {
 	if r.base.State() != startstop.Running {
@@ -423,6 +443,11 @@ func (r *Relay) Healthy() error {
 	}
 	if r.C.Streaming.Load() || r.C.Waiting.Load() {
 		return nil
+	}
+	if r.pauses != nil {
+		if _, paused := r.pauses.Last(); paused {
+			return nil
+		}
 	}
 	if e := r.C.lastErr.Load(); e != nil {
 		return *e
@@ -462,7 +487,10 @@ func (r *Relay) run() {
 	failures := 0
 	stopping := r.base.Stopping()
 	for {
-		if r.stopping() {
+		// A relay paused by an operator does not take the log: its
+		// position stays where it was confirmed, and a first start waits
+		// to take the log's snapshot.
+		if !r.waitUnpaused(r.ctx, stopping) || r.stopping() {
 			return
 		}
 		read, err := r.session()
@@ -524,4 +552,35 @@ func cmpDuration(d, or time.Duration) time.Duration {
 func (r *Relay) purgeArchive(ctx context.Context) {
 	archivepurge.Run(ctx, r.base.Stopping(), r.setup.Archiver, r.setup.ArchiveEx, time.Now().Add(-r.cfg.ArchiveRetention),
 		logrelay.ArchivePurgeBatchSize, r.cfg.QueryTimeout, r.errs.purge, func(n int64) { r.C.Purged.Add(n) })
+}
+
+// waitUnpaused returns at once while no operator's pause holds the relay,
+// else when it ends; false when ctx ends or stop is closed first.
+func (r *Relay) waitUnpaused(ctx context.Context, stop <-chan struct{}) bool {
+	for r.pauses != nil {
+		_, wait, paused := r.pauses.Check(ctx)
+		if !paused {
+			return true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-stop:
+			t.Stop()
+			return false
+		}
+	}
+	return true
+}
+
+// paused reports whether an operator's pause holds the relay now.
+func (r *Relay) paused(ctx context.Context) bool {
+	if r.pauses == nil {
+		return false
+	}
+	_, _, paused := r.pauses.Check(ctx)
+	return paused
 }

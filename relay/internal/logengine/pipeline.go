@@ -10,6 +10,7 @@ import (
 	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/mutant"
+	"github.com/idem-go/idem/internal/pausewatch"
 	"github.com/idem-go/idem/relay/internal/ordered"
 	"github.com/idem-go/idem/relay/internal/sendspan"
 	"github.com/idem-go/idem/relay/logrelay"
@@ -74,6 +75,7 @@ type pipeline struct {
 	shown    uint64   // the entries whose seq is below are visible
 	byOut    map[*ordered.Entry]*entry
 	unsent   int // messages read and not confirmed by the broker
+	handed   int // messages handed to pub and not settled yet
 	progress chan struct{}
 	added    chan struct{} // wakes watch
 	wg       sync.WaitGroup
@@ -213,10 +215,23 @@ func (p *pipeline) oldestLocked() int64 {
 func (p *pipeline) watch() {
 	r := p.r
 	failures := 0
+	// The pause is read at least once per interval, added rows or not:
+	// Stats and health show it while the log is quiet.
+	tick := time.NewTicker(pausewatch.Interval)
+	defer tick.Stop()
 	for {
 		select {
 		case <-p.added:
+		case <-tick.C:
+			if r.paused(p.ctx) {
+				continue
+			}
 		case <-p.ctx.Done():
+			return
+		}
+		// An operator's pause holds what was read here: the window fills,
+		// the reader waits, and the position stays where it was confirmed.
+		if !r.waitUnpaused(p.ctx, nil) {
 			return
 		}
 		for wait := VisibleWaitMin; ; {
@@ -314,6 +329,7 @@ func (p *pipeline) handLocked() {
 		}
 	}
 	p.first = i
+	p.handed += len(out)
 	if len(out) > 0 {
 		p.pub.Add(out...)
 	}
@@ -331,6 +347,7 @@ func (p *pipeline) settled(out *ordered.Entry) {
 	}
 	e.archive = out.Outcome == ordered.Published && r.Archiving()
 	p.unsent--
+	p.handed--
 	r.C.InFlight.Store(int64(p.unsent))
 	p.mu.Unlock()
 	if out.Outcome == ordered.Published {
@@ -405,17 +422,23 @@ func (p *pipeline) confirmed() (c confirmed) {
 }
 
 // drainWait waits until the broker confirmed every message read, and
-// reports whether it did before ctx ended.
+// reports whether it did before ctx ended. While an operator's pause holds
+// the relay, it waits for the messages handed to the broker only: the
+// others wait for the next session, after the position made durable.
 func (p *pipeline) drainWait(ctx context.Context) bool {
+	t := time.NewTimer(pausewatch.Interval)
+	defer t.Stop()
 	for {
 		p.mu.Lock()
-		n := p.unsent
+		n, handed := p.unsent, p.handed
 		p.mu.Unlock()
-		if n == 0 {
+		if n == 0 || (handed == 0 && p.r.paused(ctx)) {
 			return true
 		}
+		t.Reset(pausewatch.Interval)
 		select {
 		case <-p.progress:
+		case <-t.C:
 		case <-ctx.Done():
 			return false
 		}

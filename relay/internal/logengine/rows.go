@@ -116,7 +116,7 @@ func (r *Relay) publishDue(ctx context.Context) {
 			}
 			return
 		}
-		if len(recs) == 0 {
+		if len(recs) == 0 || !r.waitUnpaused(ctx, r.base.Stopping()) {
 			return
 		}
 		published, err := r.publishRows(ctx, recs, false)

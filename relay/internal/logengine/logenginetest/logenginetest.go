@@ -30,6 +30,7 @@ import (
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/internal/startstop/startstoptest"
 	"github.com/idem-go/idem/internal/testsvc"
+	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/logrelay"
 )
 
@@ -65,6 +66,8 @@ type Outbox struct {
 	// Exec runs a statement on the outbox's database, with ? for each
 	// argument.
 	Exec func(t *testing.T, query string, args ...any)
+	// DB is the outbox's database, migrated, with the outbox's schema.
+	DB relay.Database
 }
 
 // Options are the relay settings a scenario needs.
@@ -97,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		{"UnreadableQuarantined", unreadableQuarantined},
 		{"Archive", archive},
 		{"VisibleWhenPublished", visibleWhenPublished},
+		{"OperatorPause", operatorPause},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			if !h.Serial {
@@ -565,5 +569,76 @@ func visibleWhenPublished(t *testing.T, ob Outbox) {
 	WaitLen(t, pub, 100)
 	if n := invisible.Load(); n != 0 {
 		t.Errorf("%d messages reached the broker before their row was visible to another session", n)
+	}
+}
+
+// operatorPause: a relay paused by an operator (relay.PauseStore) does not
+// take the log while paused, holds what it reads once streaming, stops
+// while paused keeping its position, and publishes everything, in order,
+// once resumed.
+func operatorPause(t *testing.T, ob Outbox) {
+	ctx := testsvc.Ctx(t, 2*time.Minute)
+	pauses := relay.NewPauseStore(ob.DB)
+	pause := func() {
+		t.Helper()
+		if err := pauses.Pause(ctx, idem.OutboxTableDefault, idem.Pause{Reason: "carrier maintenance", By: "ops"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resume := func() {
+		t.Helper()
+		if ok, err := pauses.Resume(ctx, idem.OutboxTableDefault); err != nil || !ok {
+			t.Fatalf("resume: %v, %v; want true, nil", ok, err)
+		}
+	}
+	paused := func(s logrelay.Stats) bool { return s.Paused != nil && s.Paused.Reason == "carrier maintenance" }
+	pub := memory.New()
+
+	// Paused at its first start: it waits before taking the log, healthy.
+	// Stop is the sentinel: once it returns, nothing more is published.
+	first := add(t, ob, "a", 1, 2)
+	pause()
+	r := ob.Relay(t, pub, Options{})
+	Start(t, r)
+	stats(t, r, "the first start paused", paused)
+	if err := r.Healthy(); err != nil {
+		t.Errorf("a paused relay is unhealthy: %v", err)
+	}
+	Stop(t, r)
+	if n := pub.Len(); n != 0 {
+		t.Fatalf("a paused relay published %d messages at its first start", n)
+	}
+	if n := ob.Count(t, "outbox"); n != 2 {
+		t.Fatalf("%d rows left in the outbox after a paused first start, want 2", n)
+	}
+
+	resume()
+	r = startStreaming(t, ob, pub, Options{})
+	CheckFirstOrder(t, WaitLen(t, pub, 2), first)
+
+	// Paused while reading the log: what it reads waits in the window.
+	pause()
+	stats(t, r, "the streaming relay paused", paused)
+	second := add(t, ob, "a", 3, 4)
+	stats(t, r, "the log's rows held by the pause", func(s logrelay.Stats) bool { return paused(s) && s.InFlight == 2 })
+	Stop(t, r)
+	if n := pub.Len(); n != 2 {
+		t.Fatalf("a paused relay published %d messages from the log, want the 2 of before its pause", n)
+	}
+
+	// A restart keeps the position: the rows come from the log once
+	// resumed, in order.
+	r = ob.Relay(t, pub, Options{})
+	Start(t, r)
+	stats(t, r, "the restarted relay paused", paused)
+	resume()
+	msgs := WaitLen(t, pub, 4)
+	CheckFirstOrder(t, msgs, append(first, second...))
+	stats(t, r, "the pause seen ended", func(s logrelay.Stats) bool { return s.Paused == nil })
+	third := add(t, ob, "a", 5, 5)
+	msgs = WaitLen(t, pub, 5)
+	CheckFirstOrder(t, msgs, third)
+	if len(msgs) != 5 {
+		t.Errorf("%d messages, want 5", len(msgs))
 	}
 }
