@@ -62,6 +62,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/mutant"
 )
 
@@ -246,7 +247,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 		handlers: map[string][]HandlerFunc[TTx]{},
 		tracing:  newTracing(cfg),
 	}
-	c.gate.min, c.gate.max, c.gate.now = cfg.PauseMin, cfg.PauseMax, cfg.Now
+	c.gate.pauses, c.gate.now = backoff.Backoff{Base: cfg.PauseMin, Max: cfg.PauseMax}, cfg.Now
 	return c, nil
 }
 
