@@ -63,6 +63,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/mutant"
 	"github.com/idem-go/idem/internal/pausewatch"
 )
@@ -311,7 +312,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 		handlers: map[string][]HandlerFunc[TTx]{},
 		tracing:  newTracing(cfg),
 	}
-	c.gate.min, c.gate.max, c.gate.now = cfg.PauseMin, cfg.PauseMax, cfg.Now
+	c.gate.pauses, c.gate.now = backoff.Backoff{Base: cfg.PauseMin, Max: cfg.PauseMax}, cfg.Now
 	c.limits = newLimits(cfg)
 	c.pauses = pausewatch.New(idem.PauseConsumer, cfg.Name, drv.Dialect(), drv.Pool(), cfg.PauseCheck, cfg.Now, c.log)
 	return c, nil

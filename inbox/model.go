@@ -8,7 +8,6 @@ import (
 	"errors"
 	"hash/fnv"
 	"io"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/idem-go/idem"
 	idemdriver "github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/backoff"
 )
 
 // failureClass is what a failure means for the message.
@@ -70,15 +70,16 @@ func isNetworkError(err error) bool {
 // gate pauses the whole consumer after a transient failure: until it ends,
 // deliveries are answered Pause without touching the database, and the
 // first delivery after it is the probe. Pauses grow exponentially, with
-// jitter, from min to max, and reset on the first success.
+// jitter within [d/2, d] so that consumers paused together do not probe
+// together, from Config.PauseMin to PauseMax (pauses.Base, pauses.Max),
+// and reset on the first success.
 type gate struct {
-	min, max time.Duration
-	now      func() time.Time // the consumer's clock (Config.Now)
+	now func() time.Time // the consumer's clock (Config.Now)
 
 	mu     sync.Mutex
 	until  time.Time
-	since  time.Time // start of the current pause; zero while running
-	streak int
+	since  time.Time       // start of the current pause; zero while running
+	pauses backoff.Backoff // the transient failures in a row
 }
 
 // wait returns how long the pause has left, 0 when not paused.
@@ -98,16 +99,7 @@ func (g *gate) fail() (time.Duration, bool) {
 	if first {
 		g.since = now
 	}
-	g.streak++
-	d := g.min << min(g.streak-1, 20)
-	if d > g.max || d <= 0 {
-		d = g.max
-	}
-	// Jitter within [d/2, d], so that consumers paused together do not
-	// probe together.
-	if d > 1 {
-		d = d/2 + rand.N(d/2+1)
-	}
+	d := g.pauses.Next()
 	if until := now.Add(d); until.After(g.until) {
 		g.until = until
 	}
@@ -123,7 +115,8 @@ func (g *gate) ok() time.Duration {
 		return 0
 	}
 	d := g.now().Sub(g.since)
-	g.since, g.until, g.streak = time.Time{}, time.Time{}, 0
+	g.since, g.until = time.Time{}, time.Time{}
+	g.pauses.Reset()
 	return d
 }
 

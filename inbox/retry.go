@@ -3,8 +3,9 @@ package inbox
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"time"
+
+	"github.com/idem-go/idem/internal/backoff"
 )
 
 // Retry policy defaults, the same as Symfony Messenger's.
@@ -86,6 +87,10 @@ func (p RetryPolicy) Retry(attempt int) bool {
 
 // Delay returns how long to wait before the attempt after attempt: the
 // initial delay times multiplier^(attempt-1), capped, with jitter.
+//
+// It grows by the policy's own Multiplier, with its own Jitter either side,
+// rather than by backoff.Exponential (doubling, between half the delay and
+// all of it): the policy is the application's, documented field by field.
 func (p RetryPolicy) Delay(attempt int) time.Duration {
 	p = p.WithDefaults()
 	if attempt < 1 {
@@ -96,7 +101,7 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 		d = float64(p.MaxDelay)
 	}
 	if p.Jitter > 0 {
-		d += d * p.Jitter * (2*rand.Float64() - 1)
+		return backoff.Jitter(time.Duration(d), p.Jitter)
 	}
 	return time.Duration(d)
 }

@@ -263,16 +263,9 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		return usagef("unexpected arguments %q (the subcommands are drop-slot and reset-position)", args)
 	}
 	dropSlot := sub == "drop-slot"
-	dbURL := o.db.url
-	if dbURL == "" {
-		dbURL = e.getenv("IDEM_DB_URL")
-	}
+	dbURL, schema := o.db.Resolve(e.getenv)
 	if dbURL == "" {
 		return usagef("--db is required (or IDEM_DB_URL): a postgres:// URL")
-	}
-	schema := o.db.schema
-	if schema == "" {
-		schema = e.getenv("IDEM_SCHEMA")
 	}
 	tables := idemmsg.Tables{Schema: schema, Outbox: o.table}
 	archive, err := archiveRetention(o.archive)

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	idemmsg "github.com/idem-go/idem"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -19,28 +18,17 @@ import (
 	"github.com/idem-go/idem/internal/registry"
 )
 
-// dbFlags are the flags of every command that opens a database.
-type dbFlags struct {
-	url    string
-	schema string
-}
+// dbFlags are the flags of every command that opens a database: --db (or
+// --db-file) and --schema.
+type dbFlags struct{ registry.DatabaseFlags }
 
 func (f *dbFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "db", "", "database URL (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
+	f.Register(fs)
 	envflag.FileFlag(fs, "db")
-	fs.StringVar(&f.schema, "schema", "", "schema holding idem's tables (default $IDEM_SCHEMA, else the connection's search_path)")
 }
 
 func (f *dbFlags) open(ctx context.Context, e *env) (*registry.Database, error) {
-	u := f.url
-	if u == "" {
-		u = e.getenv("IDEM_DB_URL")
-	}
-	schema := f.schema
-	if schema == "" {
-		schema = e.getenv("IDEM_SCHEMA")
-	}
-	return registry.OpenDatabase(ctx, u, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: schema}})
+	return f.Open(ctx, e.getenv)
 }
 
 // newLogger returns a text or JSON slog logger on stderr at level, which

@@ -137,16 +137,13 @@ func printSQL(ctx context.Context, e *env, db *dbFlags, dialect string, down boo
 	}
 	var d driver.Dialect
 	if dialect != "" {
-		schema := db.schema
-		if schema == "" {
-			schema = e.getenv("IDEM_SCHEMA")
-		}
+		_, schema := db.Resolve(e.getenv)
 		var err error
 		if d, err = registry.NewDialect(dialect, idemmsg.Tables{Schema: schema}); err != nil {
 			return usagef("--dialect: %v", err)
 		}
 	} else {
-		if db.url == "" && e.getenv("IDEM_DB_URL") == "" {
+		if u, _ := db.Resolve(e.getenv); u == "" {
 			return usagef("pass --dialect %s to print its SQL, or --db (or IDEM_DB_URL) for the database's", strings.Join(registry.DialectNames(), "|"))
 		}
 		conn, err := db.open(ctx, e)

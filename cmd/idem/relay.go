@@ -15,19 +15,17 @@ import (
 	"github.com/idem-go/idem/relay/relaymetrics"
 )
 
-// brokerFlags are the flags of every command that publishes.
-type brokerFlags struct{ url string }
+// brokerFlags are the flags of every command that publishes: --broker (or
+// --broker-file).
+type brokerFlags struct{ registry.BrokerFlags }
 
 func (f *brokerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "broker", "", "broker URL (default $IDEM_BROKER_URL):\n"+registry.BrokerURLHelp())
+	f.Register(fs)
 	envflag.FileFlag(fs, "broker")
 }
 
 func (f *brokerFlags) open(ctx context.Context, e *env) (registry.Publisher, string, error) {
-	u := f.url
-	if u == "" {
-		u = e.getenv("IDEM_BROKER_URL")
-	}
+	u := f.Resolve(e.getenv)
 	pub, err := registry.Open(ctx, u)
 	return pub, broker.RedactURL(u), err
 }

@@ -152,7 +152,7 @@ func (o *statusOptions) run(ctx context.Context, e *env, args []string) error {
 	}
 	st := &statusCmd{e: e, json: o.asJSON}
 	if o.dashboard != "" {
-		if len(o.dbs) > 0 || len(o.schemas) > 0 || len(o.consumers) > 0 || o.br.url != "" || o.prefix != "" {
+		if len(o.dbs) > 0 || len(o.schemas) > 0 || len(o.consumers) > 0 || o.br.URL != "" || o.prefix != "" {
 			return usagef("--dashboard reads what the dashboard watches: give it without --db, --schema, --consumer, --broker and --prefix")
 		}
 		r, err := newRemoteStatus(o.dashboard)
@@ -168,7 +168,7 @@ func (o *statusOptions) run(ctx context.Context, e *env, args []string) error {
 		st.remote = r
 	} else if o.tokenFile != "" {
 		return usagef("--auth-token-file is the token of --dashboard: give it with --dashboard only")
-	} else if err := st.open(ctx, o.dbs, o.schemas, o.consumers, o.br.url, o.prefix); err != nil {
+	} else if err := st.open(ctx, o.dbs, o.schemas, o.consumers, o.br.URL, o.prefix); err != nil {
 		st.close()
 		return err
 	}

@@ -1,7 +1,8 @@
 // Package backoff computes the waits between attempts of every retry loop in
-// idem (relays, subscribers, listeners): exponential growth with "equal
-// jitter", and a plain jitter for poll intervals, so that processes that
-// failed together do not retry together.
+// idem (relays, subscribers, listeners, the consumer's pause): exponential
+// growth with "equal jitter", and a plain jitter for poll intervals, so that
+// processes that failed together do not retry together; and the same growth
+// without jitter for the short polls of one process (Doubled).
 package backoff
 
 import (
@@ -17,6 +18,20 @@ const maxShift = 20
 // Attempts below 1 count as 1; a base of 0 or less waits 0; a max of 0 or less leaves the wait uncapped
 // (up to base<<20).
 func Exponential(base, max time.Duration, attempt int) time.Duration {
+	d := Doubled(base, max, attempt)
+	if d <= 0 {
+		return 0
+	}
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(half)+1))
+}
+
+// Doubled is Exponential without the jitter: base doubled attempt-1 times,
+// capped at max (0 when base is 0 or less). It is for a loop that polls for something expected within
+// moments (a transaction becoming visible), whose waits no other process
+// shares, so that spreading them gains nothing and each wait stays as short
+// as planned.
+func Doubled(base, max time.Duration, attempt int) time.Duration {
 	if base <= 0 {
 		return 0
 	}
@@ -25,11 +40,7 @@ func Exponential(base, max time.Duration, attempt int) time.Duration {
 	if max > 0 && (d > max || d <= 0) {
 		d = max
 	}
-	if d <= 0 {
-		return 0
-	}
-	half := d / 2
-	return half + time.Duration(rand.Int64N(int64(half)+1))
+	return max0d(d)
 }
 
 // Jitter returns d changed by a random fraction in [-f, +f].
@@ -56,6 +67,13 @@ func (b *Backoff) Failures() int { return b.failures }
 
 // Reset records a success: the next failure waits Base again.
 func (b *Backoff) Reset() { b.failures = 0 }
+
+func max0d(d time.Duration) time.Duration {
+	if d < 0 {
+		return 0
+	}
+	return d
+}
 
 func max0(n int) int {
 	if n < 0 {

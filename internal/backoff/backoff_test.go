@@ -31,6 +31,29 @@ func TestExponential(t *testing.T) {
 	}
 }
 
+func TestDoubled(t *testing.T) {
+	tests := []struct {
+		base, max time.Duration
+		attempt   int
+		want      time.Duration
+	}{
+		{100 * time.Microsecond, 5 * time.Millisecond, 0, 100 * time.Microsecond},
+		{100 * time.Microsecond, 5 * time.Millisecond, 1, 100 * time.Microsecond},
+		{100 * time.Microsecond, 5 * time.Millisecond, 2, 200 * time.Microsecond},
+		{100 * time.Microsecond, 5 * time.Millisecond, 6, 3200 * time.Microsecond},
+		{100 * time.Microsecond, 5 * time.Millisecond, 7, 5 * time.Millisecond},
+		{100 * time.Microsecond, 5 * time.Millisecond, 1000, 5 * time.Millisecond},
+		{time.Hour, 2 * time.Hour, 64, 2 * time.Hour}, // no overflow
+		{time.Millisecond, 0, 3, 4 * time.Millisecond},
+		{0, time.Second, 5, 0},
+	}
+	for _, tt := range tests {
+		if got := Doubled(tt.base, tt.max, tt.attempt); got != tt.want {
+			t.Errorf("Doubled(%v, %v, %d) = %v, want %v", tt.base, tt.max, tt.attempt, got, tt.want)
+		}
+	}
+}
+
 func TestJitter(t *testing.T) {
 	for range 1000 {
 		got := Jitter(time.Second, 0.2)

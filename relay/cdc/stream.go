@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/outboxcodec"
@@ -457,12 +458,12 @@ func (r *source) firstInvisible(ctx context.Context, xids []uint32) (int, error)
 // waitVisible waits until the transactions xids, which the log sent as
 // committed, are visible to new snapshots.
 func (r *source) waitVisible(ctx context.Context, xids []uint32) error {
-	for d := logengine.VisibleWaitMin; ; d = min(2*d, logengine.VisibleWaitMax) {
+	for waits := 1; ; waits++ {
 		n, err := r.firstInvisible(ctx, xids)
 		if err != nil || n == 0 {
 			return err
 		}
-		if !ctxsleep.Sleep(ctx, d) {
+		if !ctxsleep.Sleep(ctx, backoff.Doubled(logengine.VisibleWaitMin, logengine.VisibleWaitMax, waits)) {
 			return fmt.Errorf("idem: cdc: transactions %v are committed in the log and still not visible: %w", xids, ctx.Err())
 		}
 	}

@@ -130,17 +130,11 @@ func runBenchBinlog(ctx context.Context, e *env, o *options) error {
 	if err != nil {
 		return err
 	}
-	amqpURL := f.broker.url
-	if amqpURL == "" {
-		amqpURL = e.getenv("IDEM_BROKER_URL")
-	}
+	amqpURL := f.broker.Resolve(e.getenv)
 	if !strings.HasPrefix(amqpURL, "amqp://") && !strings.HasPrefix(amqpURL, "amqps://") {
 		return usagef("bench binlog measures against RabbitMQ: --broker amqp://user:pass@host:5672/ (got %q)", redactedOrEmpty(amqpURL))
 	}
-	dbURL := o.db.url
-	if dbURL == "" {
-		dbURL = e.getenv("IDEM_DB_URL")
-	}
+	dbURL, _ := o.db.Resolve(e.getenv)
 	if !strings.HasPrefix(dbURL, "mysql://") {
 		return usagef("bench binlog needs MariaDB: --db mysql://user:pass@host:3306/db (got %q)", redactedOrEmpty(dbURL))
 	}

@@ -69,7 +69,7 @@ speed (the database must run with wal_level=logical):
 // cdcFlags are the flags of "bench cdc" that "bench relay" does not have
 // (but --broker).
 type cdcFlags struct {
-	broker       brokerFlags
+	broker       registry.BrokerFlags
 	clients      int
 	commitFor    time.Duration
 	rates        string
@@ -78,11 +78,8 @@ type cdcFlags struct {
 	skipProducer bool
 }
 
-// brokerFlags is the --broker flag.
-type brokerFlags struct{ url string }
-
 func (f *cdcFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.broker.url, "broker", "", "broker URL (default $IDEM_BROKER_URL):\n"+registry.BrokerURLHelp())
+	f.broker.Register(fs)
 	fs.IntVar(&f.clients, "clients", 16, "bench cdc, binlog: producer clients")
 	fs.DurationVar(&f.commitFor, "commit-duration", 5*time.Second, "bench cdc, binlog: how long each producer mode runs")
 	fs.StringVar(&f.rates, "rates", "1000,5000", "bench cdc, binlog: events/s of the latency runs, comma-separated; empty skips them (bench binlog: 1000 unless given)")
@@ -118,14 +115,11 @@ func runBenchCDC(ctx context.Context, e *env, o *options) error {
 	if err != nil {
 		return err
 	}
-	amqpURL := f.broker.url
-	if amqpURL == "" {
-		amqpURL = e.getenv("IDEM_BROKER_URL")
-	}
+	amqpURL := f.broker.Resolve(e.getenv)
 	if !strings.HasPrefix(amqpURL, "amqp://") && !strings.HasPrefix(amqpURL, "amqps://") {
 		return usagef("bench cdc measures against RabbitMQ: --broker amqp://user:pass@host:5672/ (got %q)", redactedOrEmpty(amqpURL))
 	}
-	conn, err := o.db.open(ctx, e)
+	conn, err := o.db.Open(ctx, e.getenv)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -138,7 +137,7 @@ func runBenchDrain(ctx context.Context, e *env, o *options) error {
 	}
 	urls := []string(o.drain.dbs)
 	if len(urls) == 0 {
-		u := cmp.Or(o.db.url, e.getenv("IDEM_DB_URL"))
+		u, _ := o.db.Resolve(e.getenv)
 		if u == "" {
 			return usagef("no database: pass --drain-db (or --db)")
 		}
@@ -149,7 +148,7 @@ func runBenchDrain(ctx context.Context, e *env, o *options) error {
 	b := &benchDrain{e: e, o: o, rows: rows, aggregates: aggs, name: "idem_bench_drain_" + hex.EncodeToString(raw)}
 	// Only the relays' warnings and errors, counted, on the standard error.
 	b.log = slog.New(&countingHandler{next: slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), n: &b.warnings})
-	if u := o.cdc.broker.url; u != "" {
+	if u := o.cdc.broker.URL; u != "" {
 		pub, err := registry.Open(ctx, u)
 		if err != nil {
 			return fmt.Errorf("--broker: %w", err)

@@ -20,9 +20,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-
-	idemmsg "github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/registry"
 )
 
 // env is what the benchmark needs from the process.
@@ -114,26 +111,3 @@ Examples:
       --db-nobinlog mysql://idem:idem@127.0.0.1:13307/idem_test --runs 3
   go run ./internal/tools/bench drain --drain-db "$IDEM_TEST_POSTGRES_URL" --drain-db "$IDEM_TEST_MARIADB_URL" \
       --drain-db sqlite:/tmp/bench --rows 50000 --runs 3`
-
-// dbFlags are the flags that name the database.
-type dbFlags struct {
-	url    string
-	schema string
-}
-
-func (f *dbFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "db", "", "database URL (default $IDEM_DB_URL):\n"+registry.DatabaseURLHelp())
-	fs.StringVar(&f.schema, "schema", "", "schema holding idem's tables (default $IDEM_SCHEMA, else the connection's search_path)")
-}
-
-func (f *dbFlags) open(ctx context.Context, e *env) (*registry.Database, error) {
-	u := f.url
-	if u == "" {
-		u = e.getenv("IDEM_DB_URL")
-	}
-	schema := f.schema
-	if schema == "" {
-		schema = e.getenv("IDEM_SCHEMA")
-	}
-	return registry.OpenDatabase(ctx, u, registry.DatabaseOptions{Tables: idemmsg.Tables{Schema: schema}})
-}

@@ -91,7 +91,7 @@ relay runs with OpenTelemetry's no-op tracer, as when tracing is off.
 // options are the flags of every benchmark: those of one are ignored by the
 // other.
 type options struct {
-	db               dbFlags
+	db               registry.DatabaseFlags
 	rows, aggregates int
 	runs, workers    int
 	batch, rate      int
@@ -112,7 +112,7 @@ type options struct {
 // registerFlags declares the flags of every benchmark on fs.
 func registerFlags(fs *flag.FlagSet) *options {
 	o := &options{set: map[string]bool{}}
-	o.db.register(fs)
+	o.db.Register(fs)
 	fs.IntVar(&o.rows, "rows", 100_000, "rows in the pre-filled outbox (bench binlog: 50000 unless given)")
 	fs.IntVar(&o.aggregates, "aggregates", 10_000, "aggregates the rows belong to")
 	fs.IntVar(&o.runs, "runs", 3, "throughput runs (relay and bare loop each)")
@@ -145,7 +145,7 @@ func runBenchRelay(ctx context.Context, e *env, o *options) error {
 	if err != nil {
 		return usagef("--triggers: %v", err)
 	}
-	conn, err := o.db.open(ctx, e)
+	conn, err := o.db.Open(ctx, e.getenv)
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func runBenchRelay(ctx context.Context, e *env, o *options) error {
 	default:
 		return usagef("IDEM_BENCH_TRACING=%q: want sdk, or unset", mode)
 	}
-	if u := o.cdc.broker.url; u != "" {
+	if u := o.cdc.broker.URL; u != "" {
 		pub, err := registry.Open(ctx, u)
 		if err != nil {
 			return fmt.Errorf("--broker: %w", err)

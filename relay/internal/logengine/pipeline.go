@@ -7,6 +7,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/internal/mutant"
@@ -234,7 +235,7 @@ func (p *pipeline) watch() {
 		if !r.waitUnpaused(p.ctx, nil) {
 			return
 		}
-		for wait := VisibleWaitMin; ; {
+		for waits := 0; ; {
 			marks, seqs, end := p.unseen()
 			if end == 0 {
 				break // nothing waits
@@ -276,10 +277,10 @@ func (p *pipeline) watch() {
 			// A transaction committed in the log has not ended for other
 			// sessions yet: usually a matter of microseconds.
 			r.C.VisibilityWaits.Add(1)
-			if !ctxsleep.Sleep(p.ctx, wait) {
+			waits++
+			if !ctxsleep.Sleep(p.ctx, backoff.Doubled(VisibleWaitMin, VisibleWaitMax, waits)) {
 				return
 			}
-			wait = min(2*wait, VisibleWaitMax)
 		}
 	}
 }
@@ -287,7 +288,8 @@ func (p *pipeline) watch() {
 // The waits of watch while a transaction is not visible yet: usually a
 // matter of microseconds, so the first is short; a commit that waits for
 // a synchronous standby may take long, so they grow, to a cap that keeps
-// the delay after its end small and the checks to 200 a second.
+// the delay after its end small and the checks to 200 a second. They
+// double without jitter (backoff.Doubled): no other process shares them.
 // An adapter that waits for a transaction the same way uses them too.
 const (
 	VisibleWaitMin = 100 * time.Microsecond
