@@ -182,6 +182,24 @@ type Redeliverer interface {
 	Redeliver(ctx context.Context, source string, msgs []idem.Message) error
 }
 
+// ConsumerPublisher is implemented by publishers that can send messages to
+// one consumer only, by its name, where no other consumer bound to their
+// events sees them: what "idem failed retry --to-consumer"
+// (inbox.FailureStore.Redirect) needs. broker/amqp publishes to the
+// consumer's queue through the default exchange (through its partition
+// exchange when the consumer is partitioned), broker/nats to the
+// consumer's retry subject, which only its durable consumer reads, in the
+// stream with its other messages, and broker/memory to its queue.
+// broker/kafka does not: every consumer group reads the same topics.
+type ConsumerPublisher interface {
+	// PublishToConsumer publishes msgs to consumer only, and returns when
+	// each is confirmed (a *BatchError for those refused). Messages with
+	// the same key reach the consumer in the order given, when each call
+	// waits for the previous one. The attempt header (idem.HeaderAttempt)
+	// is dropped: the consumer gets a full set of attempts.
+	PublishToConsumer(ctx context.Context, consumer string, msgs []idem.Message) error
+}
+
 // Inspector is implemented by transports that can tell what waits in the
 // broker for a consumer ("idem status", the dashboard). Each transport's
 // Publisher implements it: RabbitMQ (the consumer's queue, by a passive
