@@ -33,7 +33,7 @@ func failedCommand() *command {
   idem failed show    [--db URL] ID
   idem failed edit    [--db URL] [--by NAME] ID [--body-file FILE] [--header NAME=VALUE]... [--drop-header NAME]...
   idem failed retry   [--db URL] [--broker URL] [--by NAME] ID... | --all [filters] | --group GROUP [--yes] [filters]
-  idem failed retry   [--db URL] [--broker URL] [--by NAME] --to-consumer C ID...
+  idem failed retry   [--db URL] [--broker URL] [--by NAME] --to-consumer C [--prefix P] ID...
   idem failed archive [--db URL] [--by NAME] ID... | --all [filters] | --group GROUP [--yes] [filters]
   idem failed remove  [--db URL] [--by NAME] [--yes] ID... | --all [filters] | --group GROUP [filters] [--archived]
 
@@ -143,7 +143,7 @@ func setupFailed(fs *flag.FlagSet) runFunc {
 func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 	if o.quarantine.relay {
 		if o.ops.any() {
-			return usagef("--by, --to-consumer, --body-file, --header, --drop-header, --archived and --failure-events go with the failure store, not --relay")
+			return usagef("--by, --to-consumer, --prefix, --body-file, --header, --drop-header, --archived and --failure-events go with the failure store, not --relay")
 		}
 		return o.quarantine.run(ctx, e, args)
 	}
@@ -241,7 +241,7 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 		return archiveFailed(ctx, e, store, msgs)
 	case "retry":
 		if o.ops.toConsumer != "" {
-			return redirectFailed(ctx, e, store, o.brokerURL, o.ops.toConsumer, msgs)
+			return redirectFailed(ctx, e, store, o.brokerURL, o.ops.prefix, o.ops.toConsumer, msgs)
 		}
 	case "remove":
 		if !o.yes && !confirm(e, fmt.Sprintf("Remove %d failed message(s) for good?", len(msgs))) {
@@ -385,7 +385,7 @@ func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter id
 // openRedeliverer opens the broker at brokerURL (default $IDEM_BROKER_URL),
 // which must be able to send a message back to one queue.
 func openRedeliverer(ctx context.Context, e *env, brokerURL string) (broker.Redeliverer, func(), error) {
-	rd, closePub, err := openBrokerAs[broker.Redeliverer](ctx, e, brokerURL,
+	rd, closePub, err := openBrokerAs[broker.Redeliverer](ctx, e, brokerURL, "",
 		"cannot re-drive a message to the one consumer it came from (its publisher is not a broker.Redeliverer); republish the message with your broker's tools, or use a transport that can")
 	if err != nil {
 		return nil, nil, err

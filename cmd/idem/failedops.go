@@ -64,6 +64,7 @@ type failedOpsFlags struct {
 	dropHeaders   []string
 	archived      bool
 	failureEvents bool
+	prefix        string
 }
 
 // register declares the flags on fs.
@@ -88,12 +89,13 @@ func (f *failedOpsFlags) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.BoolVar(&f.archived, "archived", false, "with list, groups, and remove --all or --group: the archived messages instead of the others")
+	fs.StringVar(&f.prefix, "prefix", "", "with --to-consumer: prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, stream <PREFIX>_EVENTS)")
 	fs.BoolVar(&f.failureEvents, "failure-events", false, "write a notice of each message removed, archived or redirected into the database's outbox")
 }
 
 // any reports whether any of the flags is set.
 func (f *failedOpsFlags) any() bool {
-	return f.by != "" || f.toConsumer != "" || f.bodyFile != "" || len(f.setHeaders) > 0 || len(f.dropHeaders) > 0 || f.archived || f.failureEvents
+	return f.by != "" || f.toConsumer != "" || f.prefix != "" || f.bodyFile != "" || len(f.setHeaders) > 0 || len(f.dropHeaders) > 0 || f.archived || f.failureEvents
 }
 
 // check refuses the flags that do not go with action.
@@ -104,6 +106,8 @@ func (f *failedOpsFlags) check(action string, all bool, group string) error {
 		return usagef("--body-file, --header and --drop-header go with edit")
 	case action == "edit" && !editing:
 		return usagef("edit needs --body-file, --header or --drop-header")
+	case f.prefix != "" && f.toConsumer == "":
+		return usagef("--prefix goes with --to-consumer")
 	case f.toConsumer != "" && action != "retry":
 		return usagef("--to-consumer goes with retry")
 	case f.toConsumer != "" && (all || group != ""):
@@ -193,8 +197,8 @@ func reportArchived(ctx context.Context, e *env, store *inbox.FailureStore, m id
 }
 
 // redirectFailed sends msgs to consumer only, and archives them.
-func redirectFailed(ctx context.Context, e *env, store *inbox.FailureStore, brokerURL, consumer string, msgs []idemmsg.FailedMessage) error {
-	pub, closePub, err := openBrokerAs[broker.ConsumerPublisher](ctx, e, brokerURL,
+func redirectFailed(ctx context.Context, e *env, store *inbox.FailureStore, brokerURL, prefix, consumer string, msgs []idemmsg.FailedMessage) error {
+	pub, closePub, err := openBrokerAs[broker.ConsumerPublisher](ctx, e, brokerURL, prefix,
 		"cannot send a message to one consumer only (its publisher is not a broker.ConsumerPublisher: Kafka's consumer groups share topics)")
 	if err != nil {
 		return err
@@ -218,13 +222,14 @@ func redirectFailed(ctx context.Context, e *env, store *inbox.FailureStore, brok
 }
 
 // openBrokerAs opens the broker at brokerURL (default $IDEM_BROKER_URL),
-// whose publisher must be an I; cannot says why when it is not.
-func openBrokerAs[I any](ctx context.Context, e *env, brokerURL, cannot string) (I, func(), error) {
+// with the names of prefix (registry.OpenPrefixed), whose publisher must be
+// an I; cannot says why when it is not.
+func openBrokerAs[I any](ctx context.Context, e *env, brokerURL, prefix, cannot string) (I, func(), error) {
 	var zero I
 	if brokerURL == "" {
 		brokerURL = e.getenv("IDEM_BROKER_URL")
 	}
-	pub, err := registry.Open(ctx, brokerURL)
+	pub, err := registry.OpenPrefixed(ctx, brokerURL, prefix)
 	if err != nil {
 		return zero, nil, err
 	}
