@@ -185,7 +185,8 @@ type Redeliverer interface {
 // ConsumerPublisher is implemented by publishers that can send messages to
 // one consumer only, by its name, where no other consumer bound to their
 // events sees them: what "idem failed retry --to-consumer"
-// (inbox.FailureStore.Redirect) needs. broker/amqp publishes to the
+// (inbox.FailureStore.Redirect) and "idem replay --to-consumer"
+// (ToConsumer) need. broker/amqp publishes to the
 // consumer's queue through the default exchange (through its partition
 // exchange when the consumer is partitioned), broker/nats to the
 // consumer's retry subject, which only its durable consumer reads, in the
@@ -198,6 +199,25 @@ type ConsumerPublisher interface {
 	// waits for the previous one. The attempt header (idem.HeaderAttempt)
 	// is dropped: the consumer gets a full set of attempts.
 	PublishToConsumer(ctx context.Context, consumer string, msgs []idem.Message) error
+}
+
+// ToConsumer returns a Publisher whose Publish sends messages to consumer
+// only, through cp's PublishToConsumer: what "idem replay --to-consumer"
+// gives relay.Replay, so that a replay reaches one consumer's queue and
+// no other.
+func ToConsumer(cp ConsumerPublisher, consumer string) Publisher {
+	return toConsumer{cp: cp, consumer: consumer}
+}
+
+// toConsumer is the Publisher of ToConsumer.
+type toConsumer struct {
+	cp       ConsumerPublisher
+	consumer string
+}
+
+// Publish implements Publisher.
+func (p toConsumer) Publish(ctx context.Context, msgs []idem.Message) error {
+	return p.cp.PublishToConsumer(ctx, p.consumer, msgs)
 }
 
 // Inspector is implemented by transports that can tell what waits in the
