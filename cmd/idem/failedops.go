@@ -158,7 +158,11 @@ func (f *failedOpsFlags) edit(ctx context.Context, e *env, store *inbox.FailureS
 // readBody reads the file of --body-file, or the standard input for "-".
 func readBody(e *env, name string) ([]byte, error) {
 	if name == "-" {
-		return io.ReadAll(io.LimitReader(e.stdin, maxEditedBody+1))
+		body, err := io.ReadAll(io.LimitReader(e.stdin, maxEditedBody+1))
+		if err == nil && len(body) > maxEditedBody {
+			err = fmt.Errorf("--body-file -: over the %d bytes a message may hold here", maxEditedBody)
+		}
+		return body, err
 	}
 	fi, err := os.Stat(name)
 	if err != nil {
