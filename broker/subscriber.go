@@ -191,7 +191,8 @@ type Redeliverer interface {
 // exchange when the consumer is partitioned), broker/nats to the
 // consumer's retry subject, which only its durable consumer reads, in the
 // stream with its other messages, and broker/memory to its queue.
-// broker/kafka does not: every consumer group reads the same topics.
+// broker/kafka does not: every consumer group reads the same topics (a
+// group replays by moving back its offsets: Rewinder).
 type ConsumerPublisher interface {
 	// PublishToConsumer publishes msgs to consumer only, and returns when
 	// each is confirmed (a *BatchError for those refused). Messages with
@@ -199,6 +200,19 @@ type ConsumerPublisher interface {
 	// waits for the previous one. The attempt header (idem.HeaderAttempt)
 	// is dropped: the consumer gets a full set of attempts.
 	PublishToConsumer(ctx context.Context, consumer string, msgs []idem.Message) error
+}
+
+// Rewinder is implemented by publishers of transports whose consumers read
+// one shared log and replay by moving back their own position, which no
+// ConsumerPublisher can reach one at a time: broker/kafka, whose consumer
+// groups keep their offsets. "idem replay --to-consumer" rewinds with it.
+type Rewinder interface {
+	// Rewind moves consumer's position back, on each partition where it
+	// has one, to the first record the broker took at or after to, and
+	// returns on how many partitions it moved. It never moves a position
+	// forward. The consumer must be stopped (its group without members):
+	// a running consumer's position is its own, and Rewind says so.
+	Rewind(ctx context.Context, consumer string, to time.Time) (int, error)
 }
 
 // ToConsumer returns a Publisher whose Publish sends messages to consumer

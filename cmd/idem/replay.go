@@ -53,8 +53,12 @@ events a second time.
 bound to them: a consumer that lost messages, or was fixed, gets them again
 without re-driving the others (RabbitMQ: C's queue, <prefix>.<C>.events, or
 its partition exchange; NATS: C's durable consumer, on each message's
-partition). Kafka cannot: its consumer groups share topics (move C's group
-offsets with Kafka's tools instead). The replayed events come after what
+partition). On Kafka, whose consumer groups share topics, it rewinds C's
+group instead: each partition's offset goes back to the first record
+produced at or after --since (never forward), so that C reads every record
+from then on again (--until, --event and --aggregate-type do not apply).
+Stop C's subscribers first: Kafka refuses a group's offsets from outside
+while it has members. The replayed events come after what
 already waits in C's queue: an aggregate's replayed events keep their order
 among themselves, not with the later events C receives meanwhile (see
 docs/OPERATIONS.md, "Replaying a period").
@@ -81,9 +85,13 @@ type replayOptions struct {
 	aggType string
 	yes     bool
 	batch   int
-	// toConsumer and prefix: replay to that consumer only.
-	toConsumer string
-	prefix     string
+	// toConsumer and prefix: replay to that consumer only, through cp
+	// (openConsumer), which closeConsumer closes.
+	toConsumer    string
+	prefix        string
+	untilGiven    bool
+	cp            broker.ConsumerPublisher
+	closeConsumer func()
 }
 
 // setupReplay declares the flags of "idem replay" on fs and returns the
@@ -98,7 +106,7 @@ func setupReplay(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&o.aggType, "aggregate-type", "", "replay only events of this aggregate type")
 	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
 	fs.IntVar(&o.batch, "batch-size", relay.BatchSizeDefault, "rows read per query")
-	fs.StringVar(&o.toConsumer, "to-consumer", "", "publish to this consumer only (RabbitMQ, NATS), not to every service bound to the events")
+	fs.StringVar(&o.toConsumer, "to-consumer", "", "publish to this consumer only (RabbitMQ, NATS), not to every service bound to the events; on Kafka, rewind its group to --since")
 	fs.StringVar(&o.prefix, "prefix", "", "with --to-consumer: prefix of the broker's names, as the consumers subscribed with")
 	return o.run
 }
@@ -117,6 +125,7 @@ func (o *replayOptions) run(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	to := now
+	o.untilGiven = o.until != ""
 	if o.until != "" {
 		if to, err = parseTime("until", o.until, now); err != nil {
 			return err
@@ -132,6 +141,13 @@ func (o *replayOptions) run(ctx context.Context, e *env, args []string) error {
 		return usagef("--prefix goes with --to-consumer")
 	}
 	f := relay.ReplayFilter{Since: from, Until: to, EventName: o.event, AggregateType: o.aggType}
+	if o.toConsumer != "" {
+		done, err := o.openConsumer(ctx, e, from)
+		if done || err != nil {
+			return err
+		}
+		defer o.closeConsumer()
+	}
 
 	conn, err := o.db.open(ctx, e)
 	if err != nil {
@@ -206,12 +222,7 @@ func (o *replayOptions) open(ctx context.Context, e *env) (broker.Publisher, str
 		}
 		return pub, u, func() { _ = pub.Close() }, nil
 	}
-	cp, closePub, err := openBrokerAs[broker.ConsumerPublisher](ctx, e, o.br.Resolve(e.getenv), o.prefix,
-		"cannot publish to one consumer only (its publisher is not a broker.ConsumerPublisher); with Kafka, move the consumer group's offsets back with Kafka's tools (kafka-consumer-groups --reset-offsets --to-datetime)")
-	if err != nil {
-		return nil, "", nil, err
-	}
-	return broker.ToConsumer(cp, o.toConsumer), broker.RedactURL(o.br.Resolve(e.getenv)), closePub, nil
+	return broker.ToConsumer(o.cp, o.toConsumer), broker.RedactURL(o.br.Resolve(e.getenv)), func() {}, nil
 }
 
 // explainArchive tells, under the counts of a replay, what the outbox's

@@ -5,15 +5,21 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	idemmsg "github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/amqp"
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testkafka"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 )
 
@@ -113,4 +119,76 @@ func TestReplayToConsumer(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "--prefix goes with --to-consumer") {
 		t.Errorf("replay --prefix without --to-consumer = %d %s", code, errOut)
 	}
+}
+
+// TestReplayToConsumerKafka: on Kafka, "idem replay --to-consumer C"
+// rewinds C's group to --since: refused while C's subscriber runs, and
+// with --until; done once it is stopped, after which a new subscriber reads
+// the records again.
+func TestReplayToConsumerKafka(t *testing.T) {
+	t.Parallel()
+	url := testkafka.Start(t) + "?session_timeout=6s"
+	ctx := testsvc.Ctx(t, time.Minute)
+	pub, err := registry.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	var msgs []idemmsg.Message
+	for i := range 6 {
+		ev, err := idemmsg.NewEvent("order.order.placed.v1", "order", fmt.Sprint(i), map[string]int{"n": i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := idemmsg.NewMessage(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	since := time.Now().Add(-time.Minute)
+	var read atomic.Int64
+	subscribe := func() func() {
+		sub, err := registry.Subscribe(url, registry.SubscribeConfig{Consumer: "stock", EventNames: []string{"order.order.placed.v1"}},
+			func(_ context.Context, ds []broker.Delivery) ([]broker.Disposition, []error) {
+				read.Add(int64(len(ds)))
+				disps := make([]broker.Disposition, len(ds))
+				for i := range disps {
+					disps[i].Action = broker.Ack
+				}
+				return disps, make([]error, len(ds))
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testsvc.Start(t, sub)
+	}
+	inspector := pub.(broker.Inspector)
+	committed := func() bool {
+		stats, err := inspector.Inspect(ctx, []string{"stock"})
+		return err == nil && len(stats) == 1 && stats[0].Lag == 0
+	}
+	stop := subscribe() // it creates the topic
+	if err := pub.Publish(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	testsvc.WaitFor(t, 30*time.Second, "the records read and committed", func() bool { return read.Load() == 6 && committed() })
+
+	env := map[string]string{"IDEM_BROKER_URL": url}
+	at := since.UTC().Format(time.RFC3339)
+	code, out, errOut := idem(t, env, "", "replay", "--since", at, "--to-consumer", "stock", "--yes")
+	if code != 1 || !strings.Contains(errOut, "stop consumer stock's subscribers first") {
+		t.Fatalf("replay --to-consumer with the subscriber running = %d:\n%s%s", code, out, errOut)
+	}
+	stop()
+	code, _, errOut = idem(t, env, "", "replay", "--since", at, "--until", "1s", "--to-consumer", "stock", "--yes")
+	if code != 2 || !strings.Contains(errOut, "do not go with a rewind") {
+		t.Errorf("replay --to-consumer --until on Kafka = %d: %s", code, errOut)
+	}
+	code, out, errOut = idem(t, env, "", "replay", "--since", at, "--to-consumer", "stock", "--yes")
+	if code != 0 || !strings.Contains(out, "Rewound consumer stock's group to "+at) {
+		t.Fatalf("replay --to-consumer = %d:\n%s%s", code, out, errOut)
+	}
+	subscribe()
+	testsvc.WaitFor(t, 30*time.Second, "the records read again", func() bool { return read.Load() == 12 && committed() })
 }
