@@ -236,6 +236,9 @@ func operationNotice(q url.Values) string {
 		return fmt.Sprintf("Message %d is archived: out of the lists and counts, kept here. Messages held behind it stay, to retry or remove.", id)
 	case "redirected":
 		return fmt.Sprintf("Message %d was sent to the other consumer, and archived.", id)
+	case "archived-all":
+		n, _ := strconv.Atoi(q.Get("n"))
+		return fmt.Sprintf("%d message(s) were archived: out of the lists and counts, kept in the archived list. Messages held behind them stay, to retry or remove.", n)
 	}
 	return ""
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/dashboard"
+	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/outbox"
 )
@@ -145,5 +146,38 @@ func TestMessageOperations(t *testing.T) {
 	if code, body := plain.get(t, fmt.Sprintf("/dashboard/messages/stock/%d/redirect", other)); code != http.StatusConflict ||
 		!strings.Contains(body, "publish to one consumer only") || strings.Contains(body, `name="csrf"`) {
 		t.Errorf("redirect form without a publisher: %d\n%s", code, body)
+	}
+}
+
+// TestArchiveAll: "Archive all" of a group archives its messages, each with
+// the action in its audit trail, and leaves the other group's.
+func TestArchiveAll(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, b.park(t, idem.FailedMessage{Source: "stock.events", EventID: uuid.New(), EventName: "order.order.placed.v1",
+			Body: []byte(fmt.Sprint(i)), Error: fmt.Sprintf("field %q is %d", "qty", -i)}))
+	}
+	other := b.park(t, idem.FailedMessage{Source: "stock.events", EventID: uuid.New(), Body: []byte("x"), Error: "no such warehouse"})
+	m, err := b.store.Get(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, _, _ := inbox.GroupOf(m)
+	path := "/dashboard/bulk/stock/archive"
+	token := b.confirmToken(t, path+"?group="+group)
+	resp := b.post(t, path, url.Values{"csrf": {token}, "group": {group}})
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "notice=archived-all") || !strings.Contains(loc, "n=3") {
+		t.Fatalf("archive all: %d to %q, want a redirect with 3 archived", resp.StatusCode, loc)
+	}
+	for _, id := range ids {
+		m, err := b.store.Get(context.Background(), id)
+		if err != nil || m.Archived.IsZero() || len(m.Actions) != 1 || m.Actions[0].Action != idem.FailedArchive || m.Actions[0].By != "anonymous" {
+			t.Errorf("message %d of the group: %+v, %v; want archived by anonymous", id, m, err)
+		}
+	}
+	if m, err := b.store.Get(context.Background(), other); err != nil || !m.Archived.IsZero() {
+		t.Errorf("the other group's message: %+v, %v; want it parked still", m, err)
 	}
 }
