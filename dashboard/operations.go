@@ -43,7 +43,8 @@ type operationData struct {
 	Consumers   []string
 }
 
-// editBodyMax bounds an edit form: the body and headers posted.
+// editBodyMax bounds an edit form, the body and headers posted; the other
+// forms hold 64 KiB.
 const editBodyMax = 8 << 20
 
 // canRedirect says whether m can be sent to another consumer from the
@@ -130,29 +131,11 @@ func parseHeaders(s string) (map[string]string, error) {
 	return h, nil
 }
 
-// operationAct runs a confirmed operation, audits it and redirects to the
-// message (or, when it is gone, the list).
-func (d *Dashboard) operationAct(w http.ResponseWriter, r *http.Request, action string, audit []any) {
-	limit := int64(64 << 10)
-	if action == "edit" {
-		limit = editBodyMax
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	if err := d.checkPost(r); err != nil {
-		d.log.Warn("dashboard: action refused", append(audit, "result", "refused: "+err.Error())...)
-		d.refuse(w, r, http.StatusForbidden, "Refused: "+err.Error())
-		return
-	}
-	data, store, ok := d.load(w, r)
-	if !ok {
-		d.log.Warn("dashboard: action refused", append(audit, "result", "refused: no such message")...)
-		return
-	}
+// operationAct runs a confirmed operation on data's message through store
+// (acting as the request's user), once act has checked the request and
+// read the message; it audits it and redirects to the message.
+func (d *Dashboard) operationAct(ctx context.Context, w http.ResponseWriter, r *http.Request, action string, audit []any, data *messageData, store *inbox.FailureStore) {
 	m := data.M
-	store = store.As(user(r))
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
-	defer cancel()
-	audit = append(audit, "consumer", textshow.Printable([]byte(m.Consumer)), "event", textshow.Printable([]byte(m.EventName)), "event_id", m.EventID.String())
 	back := fmt.Sprintf("%smessages/%s/%d?id=%d&notice=", d.cfg.Path, url.PathEscape(data.DB), m.ID, m.ID)
 	switch action {
 	case "edit":

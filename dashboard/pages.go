@@ -672,11 +672,11 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 		d.refuse(w, r, http.StatusForbidden, "The dashboard is read-only: it neither retries nor removes messages.")
 		return
 	}
-	if isOperation(action) {
-		d.operationAct(w, r, action, audit)
-		return
+	limit := int64(64 << 10)
+	if action == "edit" {
+		limit = editBodyMax
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	if err := d.checkPost(r); err != nil {
 		d.log.Warn("dashboard: action refused", append(audit, "result", "refused: "+err.Error())...)
 		d.refuse(w, r, http.StatusForbidden, "Refused: "+err.Error())
@@ -693,6 +693,10 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
 	defer cancel()
 	audit = append(audit, "consumer", textshow.Printable([]byte(m.Consumer)), "event", textshow.Printable([]byte(m.EventName)), "event_id", m.EventID.String())
+	if isOperation(action) {
+		d.operationAct(ctx, w, r, action, audit, data, store)
+		return
+	}
 	dbPath := url.PathEscape(data.DB)
 	switch action {
 	case "remove":
