@@ -36,19 +36,17 @@ type operationData struct {
 	// hold: EditWhy says to use the command line.
 	CanEdit bool
 	EditWhy string
-	// CanRedirect and RedirectWhy say whether the message can be sent to
-	// another consumer; Consumers are the database's, to choose from.
-	CanRedirect bool
-	RedirectWhy string
-	Consumers   []string
+	// Consumers are the database's, to choose from when sending the
+	// message to another one.
+	Consumers []string
 }
 
 // editBodyMax bounds an edit form, the body and headers posted; the other
 // forms hold 64 KiB.
 const editBodyMax = 8 << 20
 
-// canRedirect says whether m can be sent to another consumer from the
-// dashboard, and why not.
+// canRedirect says whether a message can be sent to another consumer from
+// the dashboard, and why not.
 func (d *Dashboard) canRedirect() (bool, string) {
 	switch {
 	case d.cfg.ReadOnly:
@@ -81,7 +79,7 @@ func (d *Dashboard) operationConfirm(w http.ResponseWriter, r *http.Request, act
 			od.Headers += k + ": " + data.M.Headers[k] + "\n"
 		}
 	case "redirect":
-		if od.CanRedirect, od.RedirectWhy = d.canRedirect(); !od.CanRedirect {
+		if !od.CanRedirect {
 			status = http.StatusConflict
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), d.cfg.QueryTimeout)

@@ -147,6 +147,9 @@ func TestMessageOperations(t *testing.T) {
 		!strings.Contains(body, "publish to one consumer only") || strings.Contains(body, `name="csrf"`) {
 		t.Errorf("redirect form without a publisher: %d\n%s", code, body)
 	}
+	if code, body := plain.get(t, fmt.Sprintf("/dashboard/messages/stock/%d", other)); code != http.StatusOK || !strings.Contains(body, `id="redirect" disabled`) {
+		t.Errorf("message page without a publisher to one consumer: %d, want the send button disabled\n%s", code, body)
+	}
 }
 
 // TestArchiveAll: "Archive all" of a group archives its messages, each with

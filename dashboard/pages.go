@@ -537,18 +537,22 @@ func notice(q url.Values) string {
 // ---------------------------------------------------------------- message
 
 type messageData struct {
-	DB         string
-	M          idem.FailedMessage
-	BodyText   string
-	BodyHex    string
-	Headers    [][2]string
-	Held       []idem.FailedMessage
-	HeldMore   bool
-	CanRetry   bool
-	RetryWhy   string
-	Action     string // on the confirmation page: retry or remove
-	ActionPath string
-	Original   *shownOriginal // the message as received, when it was edited
+	DB       string
+	M        idem.FailedMessage
+	BodyText string
+	BodyHex  string
+	Headers  [][2]string
+	Held     []idem.FailedMessage
+	HeldMore bool
+	CanRetry bool
+	RetryWhy string
+	// CanRedirect and RedirectWhy say whether the message can be sent to
+	// another consumer (canRedirect).
+	CanRedirect bool
+	RedirectWhy string
+	Action      string // on the confirmation page: retry or remove
+	ActionPath  string
+	Original    *shownOriginal // the message as received, when it was edited
 }
 
 // load reads the message named by the request's path, or renders why not.
@@ -584,6 +588,7 @@ func (d *Dashboard) load(w http.ResponseWriter, r *http.Request) (*messageData, 
 	}
 	data := &messageData{DB: db, M: m}
 	data.CanRetry, data.RetryWhy = d.canRetry(m)
+	data.CanRedirect, data.RedirectWhy = d.canRedirect()
 	held, err := store.List(ctx, idem.FailedFilter{HeldBy: m.ID, Oldest: true, Limit: 21})
 	if err == nil {
 		if len(held) > 20 {
