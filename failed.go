@@ -58,6 +58,54 @@ type FailedMessage struct {
 	// saved.
 	FirstFailed time.Time
 	LastFailed  time.Time
+	// Original is the message as it was received, when an operator edited
+	// the entry (Body and Headers then hold the edited message, which a
+	// retry sends); nil for an entry never edited.
+	Original *FailedOriginal
+	// Archived is when an operator archived the entry: kept, listed only
+	// when asked for (FailedFilter.Archived), holding no aggregate. Zero for
+	// an entry that is not archived; an archived entry parked again (its
+	// retry failed, or a copy of it failed) is not archived any more.
+	Archived time.Time
+	// Actions lists what operators did to the entry (edit, retry,
+	// redirect, archive), oldest first: the entry's audit trail.
+	Actions []FailedAction
+}
+
+// FailedOriginal is a parked message as it was received, kept when an
+// operator edits the entry.
+type FailedOriginal struct {
+	// Headers are the message headers, as received.
+	Headers map[string]string
+	// Body is the message body, as received.
+	Body []byte
+}
+
+// The actions of an operator on a failure store entry (FailedAction.Action).
+const (
+	// FailedEdit: the body or headers were changed (FailedOriginal keeps
+	// the message as received).
+	FailedEdit = "edit"
+	// FailedRetry: the entry was sent back to the queue it came from.
+	FailedRetry = "retry"
+	// FailedRedirect: the entry was sent to another consumer, and archived.
+	FailedRedirect = "redirect"
+	// FailedArchive: the entry was archived.
+	FailedArchive = "archive"
+)
+
+// FailedAction is one action of an operator on a failure store entry, as
+// its audit trail records it.
+type FailedAction struct {
+	// At is when it was done.
+	At time.Time `json:"at"`
+	// Action is FailedEdit, FailedRetry, FailedRedirect or FailedArchive.
+	Action string `json:"action"`
+	// By is who did it: a user name, as the command or dashboard was told
+	// or authenticated it; empty when unknown.
+	By string `json:"by"`
+	// Detail says more: what an edit changed, the consumer of a redirect.
+	Detail string `json:"detail,omitempty"`
 }
 
 // FailureRecord is one failed attempt in a FailedMessage's history.
@@ -85,6 +133,9 @@ type FailedFilter struct {
 	// BeforeID and AfterID, when positive, match ids below and above them:
 	// the cursor of the next page (the last id of the previous one).
 	BeforeID, AfterID int64
+	// Archived selects the archived entries instead of the others: the
+	// store lists either, never both at once.
+	Archived bool
 	// Oldest lists oldest first (ascending ids) instead of newest first.
 	Oldest bool
 	// Limit is the most entries returned. For inbox.FailureStore.List, 0

@@ -182,6 +182,58 @@ type Redeliverer interface {
 	Redeliver(ctx context.Context, source string, msgs []idem.Message) error
 }
 
+// ConsumerPublisher is implemented by publishers that can send messages to
+// one consumer only, by its name, where no other consumer bound to their
+// events sees them: what "idem failed retry --to-consumer"
+// (inbox.FailureStore.Redirect) and "idem replay --to-consumer"
+// (ToConsumer) need. broker/amqp publishes to the
+// consumer's queue through the default exchange (through its partition
+// exchange when the consumer is partitioned), broker/nats to the
+// consumer's retry subject, which only its durable consumer reads, in the
+// stream with its other messages, and broker/memory to its queue.
+// broker/kafka does not: every consumer group reads the same topics (a
+// group replays by moving back its offsets: Rewinder).
+type ConsumerPublisher interface {
+	// PublishToConsumer publishes msgs to consumer only, and returns when
+	// each is confirmed (a *BatchError for those refused). Messages with
+	// the same key reach the consumer in the order given, when each call
+	// waits for the previous one. The attempt header (idem.HeaderAttempt)
+	// is dropped: the consumer gets a full set of attempts.
+	PublishToConsumer(ctx context.Context, consumer string, msgs []idem.Message) error
+}
+
+// Rewinder is implemented by publishers of transports whose consumers read
+// one shared log and replay by moving back their own position, which no
+// ConsumerPublisher can reach one at a time: broker/kafka, whose consumer
+// groups keep their offsets. "idem replay --to-consumer" rewinds with it.
+type Rewinder interface {
+	// Rewind moves consumer's position back, on each partition where it
+	// has one, to the first record the broker took at or after to, and
+	// returns on how many partitions it moved. It never moves a position
+	// forward. The consumer must be stopped (its group without members):
+	// a running consumer's position is its own, and Rewind says so.
+	Rewind(ctx context.Context, consumer string, to time.Time) (int, error)
+}
+
+// ToConsumer returns a Publisher whose Publish sends messages to consumer
+// only, through cp's PublishToConsumer: what "idem replay --to-consumer"
+// gives relay.Replay, so that a replay reaches one consumer's queue and
+// no other.
+func ToConsumer(cp ConsumerPublisher, consumer string) Publisher {
+	return toConsumer{cp: cp, consumer: consumer}
+}
+
+// toConsumer is the Publisher of ToConsumer.
+type toConsumer struct {
+	cp       ConsumerPublisher
+	consumer string
+}
+
+// Publish implements Publisher.
+func (p toConsumer) Publish(ctx context.Context, msgs []idem.Message) error {
+	return p.cp.PublishToConsumer(ctx, p.consumer, msgs)
+}
+
 // Inspector is implemented by transports that can tell what waits in the
 // broker for a consumer ("idem status", the dashboard). Each transport's
 // Publisher implements it: RabbitMQ (the consumer's queue, by a passive

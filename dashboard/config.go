@@ -42,6 +42,11 @@ type Database struct {
 	// Source reads the database's figures (monitor.New over the same
 	// driver, with the broker's Inspector when there is one). Required.
 	Source *monitor.Source
+	// FailureHook, when set, is told of each message the dashboard
+	// removes, archives or sends to another consumer, in the transaction
+	// that does it (inbox.FailureStore.WithFailureHook): outbox.FailureEvents
+	// over the database's outbox writes the notices as events.
+	FailureHook inbox.FailureHook
 }
 
 // BasicAuth is a user name and password that every request must carry.
@@ -61,7 +66,13 @@ type Config struct {
 	// broker/kafka or broker/nats). Without one, retrying is disabled and
 	// the pages say why.
 	Redeliverer broker.Redeliverer
-	// ReadOnly hides the retry and remove buttons and refuses the actions.
+	// ConsumerPublisher sends a parked message to another consumer only,
+	// for the "send to another consumer" button (the publisher of
+	// broker/amqp or broker/nats). Without one, that action is disabled
+	// and the pages say why.
+	ConsumerPublisher broker.ConsumerPublisher
+	// ReadOnly hides the buttons that change messages (retry, edit, send
+	// to another consumer, archive, remove) and refuses those actions.
 	ReadOnly bool
 	// Token, when set, is required on every request: as
 	// "Authorization: Bearer <Token>", or as the password of HTTP basic

@@ -53,7 +53,7 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	_, _ = rand.Read(d.csrfKey)
 	for _, db := range cfg.Databases {
-		d.stores[db.Name] = inbox.NewFailureStore(db.Store)
+		d.stores[db.Name] = inbox.NewFailureStore(db.Store).WithFailureHook(db.FailureHook)
 	}
 	var err error
 	if d.pages, err = parsePages(); err != nil {

@@ -126,7 +126,7 @@ func (d *Dashboard) canRetryAll() (bool, string) {
 // every message of a consumer.
 func (d *Dashboard) bulkConfirm(w http.ResponseWriter, r *http.Request) {
 	action := r.PathValue("action")
-	if action != "retry" && action != "remove" {
+	if action != "retry" && action != "remove" && action != "archive" {
 		d.refuse(w, r, http.StatusNotFound, "No such page.")
 		return
 	}
@@ -170,7 +170,7 @@ func (d *Dashboard) bulkConfirm(w http.ResponseWriter, r *http.Request) {
 // consumer, audits it and redirects to the list with what was done.
 func (d *Dashboard) bulkAct(w http.ResponseWriter, r *http.Request) {
 	action := r.PathValue("action")
-	if action != "retry" && action != "remove" {
+	if action != "retry" && action != "remove" && action != "archive" {
 		d.refuse(w, r, http.StatusNotFound, "No such action.")
 		return
 	}
@@ -193,6 +193,7 @@ func (d *Dashboard) bulkAct(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	audit = append(audit, "consumer", textshow.Printable([]byte(b.Consumer)), "group", group, "event", textshow.Printable([]byte(b.Event)), "since", b.Since)
+	store = store.As(user(r))
 	// An action runs to its end and is audited, even if the browser goes.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
 	defer cancel()
@@ -201,6 +202,16 @@ func (d *Dashboard) bulkAct(w http.ResponseWriter, r *http.Request) {
 		back.Set("consumer", b.Consumer)
 	}
 	switch action {
+	case "archive":
+		n, err := store.ArchiveGroup(ctx, f, group, nil)
+		if err != nil {
+			d.log.Error("dashboard: archive all", append(audit, "result", "error", "archived", n, "error", err)...)
+			d.refuse(w, r, http.StatusInternalServerError, fmt.Sprintf("Archived %d message(s), then: %s", n, explain(err)))
+			return
+		}
+		d.log.Info("dashboard: archive all", append(audit, "result", "archived", "archived", n)...)
+		back.Set("notice", "archived-all")
+		back.Set("n", strconv.Itoa(n))
 	case "remove":
 		n, err := store.RemoveGroup(ctx, f, group, nil)
 		if err != nil {

@@ -345,6 +345,10 @@ type listData struct {
 	First     string
 	Err       string
 	Scanned   int
+	// Archived lists the archived messages instead (no groups, no bulk
+	// actions); Toggle links to the other list.
+	Archived bool
+	Toggle   string
 }
 
 // scanLimit bounds the entries a page reads when filtering by source,
@@ -368,7 +372,8 @@ func (d *Dashboard) messages(w http.ResponseWriter, r *http.Request) {
 		d.render(w, http.StatusNotFound, "messages", p)
 		return
 	}
-	filter := idem.FailedFilter{Consumer: data.Consumer, EventName: data.Event}
+	data.Archived = q.Get("archived") == "1"
+	filter := idem.FailedFilter{Consumer: data.Consumer, EventName: data.Event, Archived: data.Archived}
 	var err error
 	if filter.Since, err = parseSince(data.Since, time.Now()); err != nil {
 		data.Err = err.Error()
@@ -400,7 +405,9 @@ func (d *Dashboard) messages(w http.ResponseWriter, r *http.Request) {
 	data.Rows, data.Scanned = rows, scanned
 	groupFilter := filter
 	groupFilter.BeforeID = 0
-	if data.Groups, err = groupsOf(ctx, store, groupFilter, data.Source); err != nil {
+	if data.Archived {
+		p.Title = "Archived messages"
+	} else if data.Groups, err = groupsOf(ctx, store, groupFilter, data.Source); err != nil {
 		data.Err = explain(err)
 		d.render(w, http.StatusInternalServerError, "messages", p)
 		return
@@ -412,7 +419,7 @@ func (d *Dashboard) messages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	data.Bulk = template.URL(bulk.Encode()) // url.Values.Encode escapes every value
-	link := func(before int64) string {
+	link := func(before int64, archived bool) string {
 		v := url.Values{"db": {data.DB}}
 		for k, s := range map[string]string{"consumer": data.Consumer, "event": data.Event, "source": data.Source, "since": data.Since, "held_by": data.HeldBy} {
 			if s != "" {
@@ -422,13 +429,17 @@ func (d *Dashboard) messages(w http.ResponseWriter, r *http.Request) {
 		if before > 0 {
 			v.Set("before", strconv.FormatInt(before, 10))
 		}
+		if archived {
+			v.Set("archived", "1")
+		}
 		return d.cfg.Path + "messages?" + v.Encode()
 	}
+	data.Toggle = link(0, !data.Archived)
 	if next > 0 {
-		data.Next = link(next)
+		data.Next = link(next, data.Archived)
 	}
 	if filter.BeforeID > 0 {
-		data.First = link(0)
+		data.First = link(0, data.Archived)
 	}
 	if snap, err := d.cfg.Databases[slices.Index(data.DBs, data.DB)].Source.Snapshot(ctx); err == nil {
 		for _, c := range snap.Consumers {
@@ -520,23 +531,28 @@ func notice(q url.Values) string {
 		n, _ := strconv.Atoi(q.Get("n"))
 		return fmt.Sprintf("%d message(s) were removed from the store. Messages held behind them stay, to retry or remove.", n)
 	}
-	return ""
+	return operationNotice(q)
 }
 
 // ---------------------------------------------------------------- message
 
 type messageData struct {
-	DB         string
-	M          idem.FailedMessage
-	BodyText   string
-	BodyHex    string
-	Headers    [][2]string
-	Held       []idem.FailedMessage
-	HeldMore   bool
-	CanRetry   bool
-	RetryWhy   string
-	Action     string // on the confirmation page: retry or remove
-	ActionPath string
+	DB       string
+	M        idem.FailedMessage
+	BodyText string
+	BodyHex  string
+	Headers  [][2]string
+	Held     []idem.FailedMessage
+	HeldMore bool
+	CanRetry bool
+	RetryWhy string
+	// CanRedirect and RedirectWhy say whether the message can be sent to
+	// another consumer (canRedirect).
+	CanRedirect bool
+	RedirectWhy string
+	Action      string // on the confirmation page: retry or remove
+	ActionPath  string
+	Original    *shownOriginal // the message as received, when it was edited
 }
 
 // load reads the message named by the request's path, or renders why not.
@@ -572,6 +588,7 @@ func (d *Dashboard) load(w http.ResponseWriter, r *http.Request) (*messageData, 
 	}
 	data := &messageData{DB: db, M: m}
 	data.CanRetry, data.RetryWhy = d.canRetry(m)
+	data.CanRedirect, data.RedirectWhy = d.canRedirect()
 	held, err := store.List(ctx, idem.FailedFilter{HeldBy: m.ID, Oldest: true, Limit: 21})
 	if err == nil {
 		if len(held) > 20 {
@@ -610,6 +627,7 @@ func (d *Dashboard) message(w http.ResponseWriter, r *http.Request) {
 		data.Headers = append(data.Headers, [2]string{k, v})
 	}
 	slices.SortFunc(data.Headers, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	data.Original = showOriginal(m)
 	d.render(w, http.StatusOK, "message", page{Title: fmt.Sprintf("Message %d", m.ID), Nav: "messages",
 		Notice: notice(r.URL.Query()), Data: data})
 }
@@ -617,12 +635,16 @@ func (d *Dashboard) message(w http.ResponseWriter, r *http.Request) {
 // confirm shows the confirmation form of an action.
 func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 	action := r.PathValue("action")
-	if action != "retry" && action != "remove" {
+	if action != "retry" && action != "remove" && !isOperation(action) {
 		d.refuse(w, r, http.StatusNotFound, "No such page.")
 		return
 	}
 	if d.cfg.ReadOnly {
 		d.refuse(w, r, http.StatusForbidden, "The dashboard is read-only: it neither retries nor removes messages.")
+		return
+	}
+	if isOperation(action) {
+		d.operationConfirm(w, r, action)
 		return
 	}
 	data, _, ok := d.load(w, r)
@@ -645,7 +667,7 @@ const actionTimeout = time.Minute
 // act runs a confirmed action, audits it and redirects to what follows.
 func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 	action := r.PathValue("action")
-	if action != "retry" && action != "remove" {
+	if action != "retry" && action != "remove" && !isOperation(action) {
 		d.refuse(w, r, http.StatusNotFound, "No such action.")
 		return
 	}
@@ -655,7 +677,11 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 		d.refuse(w, r, http.StatusForbidden, "The dashboard is read-only: it neither retries nor removes messages.")
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	limit := int64(64 << 10)
+	if action == "edit" {
+		limit = editBodyMax
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	if err := d.checkPost(r); err != nil {
 		d.log.Warn("dashboard: action refused", append(audit, "result", "refused: "+err.Error())...)
 		d.refuse(w, r, http.StatusForbidden, "Refused: "+err.Error())
@@ -667,10 +693,15 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := data.M
+	store = store.As(user(r))
 	// An action runs to its end and is audited, even if the browser goes.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
 	defer cancel()
 	audit = append(audit, "consumer", textshow.Printable([]byte(m.Consumer)), "event", textshow.Printable([]byte(m.EventName)), "event_id", m.EventID.String())
+	if isOperation(action) {
+		d.operationAct(ctx, w, r, action, audit, data, store)
+		return
+	}
 	dbPath := url.PathEscape(data.DB)
 	switch action {
 	case "remove":

@@ -83,35 +83,45 @@ type Dialect interface {
 	// an entry of the same consumer has the same event id. With m.ID set,
 	// it records one more failure of that entry of m.Consumer: Attempts
 	// added to its attempts, a history record appended, Error, HeldBy and
-	// the last failure time replaced; the message the entry holds (body,
-	// headers, key, source, event id and name, aggregate) stays as it was
-	// first stored. When that entry is gone (removed, purged) or belongs to
-	// another consumer, it inserts m as a new entry instead.
+	// the last failure time replaced, not archived any more; the message
+	// the entry holds (body, headers, key, source, event id and name,
+	// aggregate) stays as it was first stored, or as an operator edited
+	// it. When that entry is gone (removed, purged) or belongs to another
+	// consumer, it inserts m as a new entry instead.
 	SaveFailed(ctx context.Context, ex Executor, m idem.FailedMessage) (id int64, err error)
 	// FindFailed returns the id of the oldest stored failure of consumer
-	// with event id id whose body is body byte for byte (a copy of that
-	// message parked before), or 0 when there is none. It reads through the
-	// (consumer_name, event_id) index.
+	// with event id id whose body, as edited or as received, is body byte
+	// for byte (a copy of that message parked before), or 0 when there is
+	// none. It reads through the (consumer_name, event_id) index.
 	FindFailed(ctx context.Context, ex Executor, consumer string, id uuid.UUID, body []byte) (int64, error)
 	// ListFailed lists stored failures matching f, newest first (by id),
-	// or oldest first with f.Oldest. f.Limit is positive: callers page
-	// with f.BeforeID or f.AfterID.
+	// or oldest first with f.Oldest: the archived ones with f.Archived, the
+	// others without. f.Limit is positive: callers page with f.BeforeID or
+	// f.AfterID.
 	ListFailed(ctx context.Context, ex Executor, f idem.FailedFilter) ([]idem.FailedMessage, error)
 	// CountFailed counts the stored failures ListFailed would list for f,
 	// whatever f.Limit and f.Oldest: the total of a run over every match.
 	CountFailed(ctx context.Context, ex Executor, f idem.FailedFilter) (int64, error)
-	// GetFailed returns one stored failure, or idem.ErrNotFound.
+	// GetFailed returns one stored failure, archived or not, or
+	// idem.ErrNotFound.
 	GetFailed(ctx context.Context, ex Executor, id int64) (idem.FailedMessage, error)
 	// DeleteFailed removes one stored failure and reports whether it existed.
 	DeleteFailed(ctx context.Context, ex Executor, id int64) (bool, error)
+	// ChangeFailed changes one stored failure as an operator asks, and
+	// appends c.Action to its audit trail (idem.FailedMessage.Actions). With
+	// c.Edit, the entry's message becomes c.Body and c.Headers, and the
+	// message as first stored is kept (idem.FailedMessage.Original) on its
+	// first edit; with c.Archive, the entry is archived, unless it is
+	// already. It reports whether the entry exists.
+	ChangeFailed(ctx context.Context, ex Executor, id int64, c FailedChange) (bool, error)
 	// PurgeFailed deletes at most limit stored failures whose last failure
 	// is before before (of consumer only, when consumer is not empty) and
 	// returns how many.
 	PurgeFailed(ctx context.Context, ex Executor, consumer string, before time.Time, limit int) (int64, error)
 	// ParkedAggregates returns, for each of aggs that has a stored failure
 	// of consumer parked for its own failure (HeldBy 0) with a non-empty
-	// aggregate id, the id of the oldest such failure. Aggregates without
-	// one are absent from the map.
+	// aggregate id, and not archived, the id of the oldest such failure.
+	// Aggregates without one are absent from the map.
 	ParkedAggregates(ctx context.Context, ex Executor, consumer string, aggs []idem.AggregateRef) (map[idem.AggregateRef]int64, error)
 	// HasParkedAggregates reports whether consumer has any stored failure
 	// that ParkedAggregates would report.
@@ -181,6 +191,19 @@ type OutboxRow struct {
 	// ContentType is the payload's media type (column content_type, NULL
 	// when empty).
 	ContentType string
+}
+
+// FailedChange is what an operator changes in a stored failure
+// (Dialect.ChangeFailed).
+type FailedChange struct {
+	// Edit replaces the entry's message with Body and Headers.
+	Edit    bool
+	Body    []byte
+	Headers map[string]string
+	// Archive archives the entry.
+	Archive bool
+	// Action is the record appended to the entry's audit trail.
+	Action idem.FailedAction
 }
 
 // Mark is one processed_event marker to insert.

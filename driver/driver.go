@@ -84,6 +84,35 @@ type Driver[TTx any] interface {
 	Tx(tx TTx) Executor
 }
 
+// InTx runs fn in a transaction of drv, given the transaction's executor:
+// committed when fn returns nil, rolled back otherwise (fn's error is
+// returned).
+func InTx[TTx any](ctx context.Context, drv Driver[TTx], fn func(Executor) error) (err error) {
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = drv.Rollback(context.WithoutCancel(ctx), tx)
+		}
+	}()
+	if err := fn(drv.Tx(tx)); err != nil {
+		return err
+	}
+	return drv.Commit(ctx, tx)
+}
+
+// Transactor runs a function in a transaction of its database, whatever
+// its transactions' type: what the code that holds a database without its
+// type parameter (inbox.FailureStore) needs to write several rows at once.
+// Every driver of the dialect packages is one (SQLDriver,
+// postgres.PgxDriver).
+type Transactor interface {
+	// InTx runs fn in a transaction, as the function InTx does.
+	InTx(ctx context.Context, fn func(Executor) error) error
+}
+
 // QueryRow runs a query expected to return at most one row and scans it into
 // dest. It returns idem.ErrNotFound when there is no row.
 func QueryRow(ctx context.Context, ex Executor, sql string, args []any, dest ...any) error {

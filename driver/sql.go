@@ -47,6 +47,9 @@ func (d *SQLDriver) Rollback(_ context.Context, tx *sql.Tx) error {
 // Tx implements Driver.
 func (d *SQLDriver) Tx(tx *sql.Tx) Executor { return SQLExecutor{Q: tx} }
 
+// InTx implements Transactor.
+func (d *SQLDriver) InTx(ctx context.Context, fn func(Executor) error) error { return InTx(ctx, d, fn) }
+
 // SQLQuerier is what *sql.DB, *sql.Conn and *sql.Tx have in common.
 type SQLQuerier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)

@@ -213,6 +213,22 @@ type Config struct {
 	// PauseCheck, so that a resume is seen within about twice PauseCheck.
 	// Defaults to 1s.
 	PauseCheck time.Duration
+	// OnFailure, when set, is called with a notice of each message the
+	// consumer parks (idem.FailureMessageParked, held messages included),
+	// in the transaction that parks it, and of each parked message it
+	// applies after a retry (idem.FailureMessageResolved, ResolvedRetried),
+	// in the transaction that removes it from the failure store: the notice
+	// exists if and only if the park or the removal committed. An error
+	// rolls that transaction back: the message is not parked (the
+	// transport delivers it again) or stays in the store.
+	// outbox.FailureEvents writes the notices as events into the
+	// consumer's database's outbox, for other services to follow; any
+	// other function may do what the application needs in that
+	// transaction. Messages that are themselves notices
+	// (idem.IsFailureNotice) get none. The consumer's FailureStore
+	// (Failures) calls it too, for the entries it removes, archives or
+	// redirects.
+	OnFailure FailureHook
 	// Now is the consumer's clock: when a pause after a transient failure
 	// ends, how long an event has failed transiently (OutageBudget), when
 	// an operator's pause begins and ends, and when it is read again
@@ -307,7 +323,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg Config) (*Consumer[TTx], error) {
 	c := &Consumer[TTx]{
 		cfg:      cfg,
 		drv:      drv,
-		failures: NewFailureStore(drv),
+		failures: newFailureStore(drv).WithFailureHook(cfg.OnFailure),
 		log:      cfg.Logger.With("consumer", cfg.Name),
 		handlers: map[string][]HandlerFunc[TTx]{},
 		tracing:  newTracing(cfg),

@@ -355,7 +355,7 @@ func (c *Consumer[TTx]) succeeded(ctx context.Context, it *item) {
 	if it.redrive != 0 {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 		defer cancel()
-		removed, err := c.failures.Remove(cctx, it.redrive)
+		removed, err := c.failures.resolve(cctx, it.redrive, idem.ResolvedRetried)
 		if err != nil {
 			c.log.Warn("re-driven message applied, but its failure store entry could not be removed; remove it with idem failed remove",
 				"failed_message_id", it.redrive, "event_id", id, "error", err)
@@ -476,8 +476,8 @@ func (c *Consumer[TTx]) checkRedrives(ctx context.Context, ds []Delivery, items 
 }
 
 // entryHolds reports whether the failure store entry id is an entry of this
-// consumer that holds body byte for byte and, unless ev is uuid.Nil, event
-// ev.
+// consumer that holds body byte for byte, as edited or as received, and,
+// unless ev is uuid.Nil, event ev.
 func (c *Consumer[TTx]) entryHolds(ctx context.Context, id int64, body []byte, ev uuid.UUID) (bool, error) {
 	qctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -488,7 +488,8 @@ func (c *Consumer[TTx]) entryHolds(ctx context.Context, id int64, body []byte, e
 	if err != nil {
 		return false, err
 	}
-	return m.Consumer == c.cfg.Name && bytes.Equal(m.Body, body) && (ev == uuid.Nil || m.EventID == ev), nil
+	held := bytes.Equal(m.Body, body) || (m.Original != nil && bytes.Equal(m.Original.Body, body))
+	return m.Consumer == c.cfg.Name && held && (ev == uuid.Nil || m.EventID == ev), nil
 }
 
 // isParked reports whether the parked message id is the message of event ev
@@ -609,13 +610,14 @@ func reason(cause error) string {
 	return "attempts exhausted"
 }
 
-// saveFailed stores m and forgets its event's failed attempts, in one
-// transaction. m.ID, when set, is the entry m re-drives, which the save
-// updates. Otherwise an entry holding a copy of m (same event id, same body:
-// a broker's redelivery after a crash between the park and the
-// acknowledgement, a relay's republish) is updated rather than a second one
-// added; any other message gets an entry of its own, even when it reuses a
-// parked message's event id. Two copies parked at the same moment by two
+// saveFailed stores m, forgets its event's failed attempts and calls
+// Config.OnFailure with its notice, in one transaction. m.ID, when set, is
+// the entry m re-drives, which the save updates. Otherwise an entry holding
+// a copy of m (same event id, same body, as received or as edited: a
+// broker's redelivery after a crash between the park and the
+// acknowledgement, a relay's republish) is updated rather than a second
+// one added; any other message gets an entry of its own, even when it
+// reuses a parked message's event id. Two copies parked at the same moment by two
 // workers may each add one: a copy too many, never a message lost.
 func (c *Consumer[TTx]) saveFailed(ctx context.Context, m idem.FailedMessage) (id int64, err error) {
 	tx, err := c.drv.Begin(ctx)
@@ -628,22 +630,47 @@ func (c *Consumer[TTx]) saveFailed(ctx context.Context, m idem.FailedMessage) (i
 		}
 	}()
 	d, ex := c.drv.Dialect(), c.drv.Tx(tx)
+	copied := false
 	if m.ID == 0 && m.EventID != uuid.Nil {
 		if m.ID, err = d.FindFailed(ctx, ex, m.Consumer, m.EventID, m.Body); err != nil {
 			return 0, err
 		}
+		copied = m.ID != 0
 	}
 	if m.ID != 0 && m.ID == m.HeldBy {
 		// A copy of the parked message that holds the aggregate, held
 		// behind it in the same delivery: it is that entry already.
-		id = m.ID
-	} else if id, err = d.SaveFailed(ctx, ex, m); err != nil {
-		return 0, err
+		return m.ID, c.clearAttemptsAndCommit(ctx, tx, m)
 	}
-	if m.EventID != uuid.Nil {
-		if err := d.ClearAttempts(ctx, ex, c.cfg.Name, []uuid.UUID{m.EventID}); err != nil {
+	notify := c.cfg.OnFailure != nil && !idem.IsFailureNotice(m.EventName)
+	if notify && copied {
+		// A copy of a message parked already was told of then, unless
+		// an operator archived it since.
+		prev, err := d.GetFailed(ctx, ex, m.ID)
+		if err != nil {
 			return 0, err
 		}
+		notify = !prev.Archived.IsZero()
 	}
-	return id, c.drv.Commit(ctx, tx)
+	if id, err = d.SaveFailed(ctx, ex, m); err != nil {
+		return 0, err
+	}
+	if notify {
+		m.ID = id
+		if err := c.cfg.OnFailure(ctx, ex, Notice(idem.FailureMessageParked, m)); err != nil {
+			return 0, fmt.Errorf("idem: inbox %s: failure hook: %w", c.cfg.Name, err)
+		}
+	}
+	return id, c.clearAttemptsAndCommit(ctx, tx, m)
+}
+
+// clearAttemptsAndCommit forgets the failed attempts of m's event and
+// commits tx, the transaction that parked m.
+func (c *Consumer[TTx]) clearAttemptsAndCommit(ctx context.Context, tx TTx, m idem.FailedMessage) error {
+	if m.EventID != uuid.Nil {
+		if err := c.drv.Dialect().ClearAttempts(ctx, c.drv.Tx(tx), c.cfg.Name, []uuid.UUID{m.EventID}); err != nil {
+			return err
+		}
+	}
+	return c.drv.Commit(ctx, tx)
 }

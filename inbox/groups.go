@@ -134,7 +134,7 @@ func (s *FailureStore) RetryGroup(ctx context.Context, rd broker.Redeliverer, f 
 		for _, m := range page {
 			if id == "" {
 				found++
-				err := Redrive(ctx, rd, m)
+				err := s.redrive(ctx, rd, m)
 				if report != nil {
 					report(m, true, err)
 				}
@@ -169,6 +169,21 @@ func (s *FailureStore) RetryGroup(ctx context.Context, rd broker.Redeliverer, f 
 // removal. It returns how many it removed. Removing a message releases its
 // aggregate: the messages held behind it stay in the store.
 func (s *FailureStore) RemoveGroup(ctx context.Context, f idem.FailedFilter, id string, report func(idem.FailedMessage)) (removed int, err error) {
+	return s.eachOfGroup(ctx, f, id, s.Remove, report)
+}
+
+// ArchiveGroup archives (Archive) the messages of group id (every match
+// with id "") among those matching f and stored when it starts. report,
+// when not nil, is called after each one archived. It returns how many it
+// archived.
+func (s *FailureStore) ArchiveGroup(ctx context.Context, f idem.FailedFilter, id string, report func(idem.FailedMessage)) (archived int, err error) {
+	return s.eachOfGroup(ctx, f, id, s.Archive, report)
+}
+
+// eachOfGroup calls do with the id of each message of group id (every
+// match with id "") among those matching f and stored when it starts, and
+// report after each call that returned true; it returns how many did.
+func (s *FailureStore) eachOfGroup(ctx context.Context, f idem.FailedFilter, id string, do func(context.Context, int64) (bool, error), report func(idem.FailedMessage)) (removed int, err error) {
 	f, ok, err := s.snapshot(ctx, f)
 	if err != nil || !ok {
 		return 0, err
@@ -178,7 +193,7 @@ func (s *FailureStore) RemoveGroup(ctx context.Context, f idem.FailedFilter, id 
 			if gid, _, _ := GroupOf(m); id != "" && gid != id {
 				continue
 			}
-			ok, err := s.Remove(ctx, m.ID)
+			ok, err := do(ctx, m.ID)
 			if err != nil {
 				return err
 			}

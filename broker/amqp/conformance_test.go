@@ -24,10 +24,12 @@ func TestConformance(t *testing.T) {
 		Features: brokertest.Features{
 			PerKeyOrder: true,
 			Redeliver:   true,
-			Inspect:     true,
-			Restart:     func(t *testing.T) { testamqp.Restart(t) },
-			Exclusive:   func(t *testing.T) { testamqp.Exclusive(t) },
-			ProcessKill: fault.InboxAfterCommitBeforeAck,
+			// Through the default exchange to the consumer's queue.
+			ConsumerPublisher: true,
+			Inspect:           true,
+			Restart:           func(t *testing.T) { testamqp.Restart(t) },
+			Exclusive:         func(t *testing.T) { testamqp.Exclusive(t) },
+			ProcessKill:       fault.InboxAfterCommitBeforeAck,
 		},
 	})
 }

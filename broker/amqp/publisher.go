@@ -31,8 +31,9 @@ type PublisherConfig struct {
 	// Channels is how many Publish calls run at once, each on its own AMQP
 	// channel with publisher confirms; further calls wait. Defaults to 4.
 	Channels int
-	// QueueOf returns the queue a consumer reads, for Inspect. Defaults to
-	// QueueName ("<consumer>.events", the queues of "idem" and the shop).
+	// QueueOf returns the queue a consumer reads, for Inspect and
+	// PublishToConsumer. Defaults to QueueName ("<consumer>.events", the
+	// queues of "idem" and the shop).
 	QueueOf func(consumer string) string
 	// CloudEvents, when set, publishes CloudEvents 1.0 instead of idem's
 	// envelope, in binary content mode (the payload as the body,
@@ -198,16 +199,7 @@ func (p *Publisher) Redeliver(ctx context.Context, queue string, msgs []idem.Mes
 	}
 	targets := make([]target, len(msgs))
 	for i, m := range msgs {
-		if _, ok := m.Headers[idem.HeaderAttempt]; ok {
-			h := make(map[string]string, len(m.Headers))
-			for k, v := range m.Headers {
-				if k != idem.HeaderAttempt {
-					h[k] = v
-				}
-			}
-			m.Headers = h
-		}
-		targets[i] = target{exchange: "", key: queue, msg: m}
+		targets[i] = target{exchange: "", key: queue, msg: withoutAttempt(m)}
 	}
 	return p.publish(ctx, targets)
 }

@@ -130,6 +130,10 @@ type Features struct {
 	// produces to the topic); otherwise only the consumer it came from
 	// receives it.
 	RedeliverReachesAll bool
+	// ConsumerPublisher: the publisher is a broker.ConsumerPublisher, which
+	// sends a message to one consumer only ("idem failed retry
+	// --to-consumer"). Without it, the suite checks that it is not one.
+	ConsumerPublisher bool
 	// PublishDeduplicates: the broker drops a message published again with
 	// an event id it has seen (JetStream's duplicate window on Nats-Msg-Id),
 	// so that a republished message reaches no consumer.
@@ -201,6 +205,7 @@ func Run(t *testing.T, tr Transport) {
 		{"ParkMalformed", testParkMalformed, true},
 		{"DebeziumInput", testDebeziumInput, true},
 		{"ParkedThenRedriven", testParkedThenRedriven, true},
+		{"ToConsumer", testToConsumer, true},
 		{"DeadLetter", testDeadLetter, f.DeadLetter},
 		{"KillBetweenCommitAndAck", testKillBetweenCommitAndAck, f.ProcessKill != ""},
 	}

@@ -33,7 +33,7 @@ func TestConformance(t *testing.T) {
 				Backlog: func(_ *testing.T, consumer string) int { return pub.Pending(consumer) },
 			}
 		},
-		Features: brokertest.Features{PerKeyOrder: true, Redeliver: true, Inspect: true},
+		Features: brokertest.Features{PerKeyOrder: true, Redeliver: true, ConsumerPublisher: true, Inspect: true},
 	})
 }
 

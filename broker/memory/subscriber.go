@@ -134,6 +134,14 @@ func (p *Publisher) Redeliver(ctx context.Context, source string, msgs []idem.Me
 	return nil
 }
 
+// PublishToConsumer implements broker.ConsumerPublisher: it puts msgs at
+// the end of consumer's queue only (Redeliver: a consumer's queue has its
+// name), where each starts a full set of attempts (the subscriber counts
+// them itself, whatever the headers say).
+func (p *Publisher) PublishToConsumer(ctx context.Context, consumer string, msgs []idem.Message) error {
+	return p.Redeliver(ctx, consumer, msgs)
+}
+
 // Inspect implements broker.Inspector: for each consumer with a queue, the
 // messages ready to be delivered (Ready, those waiting for a retry's delay
 // included) and those a subscriber holds (Unacked). Lag and Consumers are

@@ -26,6 +26,7 @@ func TestConformance(t *testing.T) {
 		Features: brokertest.Features{
 			PerKeyOrder:         true,
 			Redeliver:           true,
+			ConsumerPublisher:   true,
 			PublishDeduplicates: true,
 			// The subscriber that takes a durable consumer over (after
 			// a kill, or a restart) creates it again from its

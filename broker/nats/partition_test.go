@@ -125,8 +125,9 @@ func TestRepartitionRefusesUndrained(t *testing.T) {
 // <prefix>-p.<FNV-1a 32 of its key mod P>.<event name>; the subscriber of
 // each partition receives exactly its partition's messages, with its
 // durable consumer <consumer>-p<k> as their source; Redeliver to that
-// source reaches that subscriber again; Inspect reports each partition's
-// durable consumer.
+// source reaches that subscriber again, as PublishToConsumer to the
+// consumer's name does for each message's partition; Inspect reports each
+// partition's durable consumer.
 func TestPartitionedWire(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
@@ -223,6 +224,28 @@ func TestPartitionedWire(t *testing.T) {
 	mu.Lock()
 	if g := received[m.EventID.String()]; g[1].partition != k {
 		t.Errorf("redelivered message received by partition %d, want %d", g[1].partition, k)
+	}
+	mu.Unlock()
+
+	// PublishToConsumer by the consumer's name: each message to the
+	// partition of its key, as published.
+	sent := msgs[1:7]
+	if err := pub.PublishToConsumer(ctx, "stock", sent); err != nil {
+		t.Fatal(err)
+	}
+	testsvc.WaitFor(t, 10*time.Second, "the messages published to stock received", func() bool {
+		for _, m := range sent {
+			if count(m.EventID.String()) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	for _, m := range sent {
+		if g := received[m.EventID.String()]; len(g) != 2 || g[1].partition != n.stream.Partition(m.Key) {
+			t.Errorf("message of key %s published to stock: received %v, want a second time by partition %d", m.Key, g, n.stream.Partition(m.Key))
+		}
 	}
 	mu.Unlock()
 

@@ -258,6 +258,46 @@ func (p *Publisher) Redeliver(ctx context.Context, consumer string, msgs []idem.
 	return p.publish(ctx, outs, errs)
 }
 
+// PublishToConsumer implements broker.ConsumerPublisher: it publishes msgs
+// on the retry subjects of consumer's durable consumer (Redeliver), which
+// no other consumer reads, in the stream with its other messages: on a
+// partitioned stream, the durable consumer of each message's partition
+// (<consumer>-p<k>, k from its key as Publish computes it), so that it
+// stays in order with the other messages of its aggregate. The durable
+// consumer receives every message given, also those its bindings would not
+// select.
+func (p *Publisher) PublishToConsumer(ctx context.Context, consumer string, msgs []idem.Message) error {
+	if p.cfg.Stream.Partitions == 0 {
+		return p.Redeliver(ctx, consumer, msgs)
+	}
+	errs := make([]error, len(msgs))
+	byDurable := map[string][]int{}
+	var order []string
+	for i, m := range msgs {
+		d := SubscriberConfig{Consumer: consumer, Stream: p.cfg.Stream, Partition: p.cfg.Stream.Partition(m.Key)}.Durable()
+		if _, ok := byDurable[d]; !ok {
+			order = append(order, d)
+		}
+		byDurable[d] = append(byDurable[d], i)
+	}
+	for _, d := range order {
+		idx := byDurable[d]
+		part := make([]idem.Message, len(idx))
+		for j, i := range idx {
+			part[j] = msgs[i]
+		}
+		for j, err := range broker.Results(p.Redeliver(ctx, d, part), len(part)) {
+			errs[idx[j]] = err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return &broker.BatchError{Errs: errs}
+		}
+	}
+	return nil
+}
+
 // natsMsg returns the NATS message for m.
 func natsMsg(subject string, m idem.Message, msgID string) *nats.Msg {
 	h := make(nats.Header, len(m.Headers)+5)

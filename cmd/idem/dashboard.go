@@ -18,6 +18,7 @@ import (
 	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/monitor"
+	"github.com/idem-go/idem/outbox"
 )
 
 // dbList is a repeatable --db flag: [NAME=]URL.
@@ -88,20 +89,21 @@ Examples:
 
 // dashboardOptions holds the flags of "idem dashboard".
 type dashboardOptions struct {
-	dbs         dbList
-	schemas     listFlag
-	brokerURL   string
-	prefix      string
-	addr        string
-	path        string
-	readOnly    bool
-	admin       adminhttp.Flags
-	basicFile   string
-	metricsURLs dbList
-	sample      time.Duration
-	history     time.Duration
-	logFormat   string
-	logLevel    string
+	dbs           dbList
+	schemas       listFlag
+	brokerURL     string
+	prefix        string
+	addr          string
+	path          string
+	readOnly      bool
+	failureEvents bool
+	admin         adminhttp.Flags
+	basicFile     string
+	metricsURLs   dbList
+	sample        time.Duration
+	history       time.Duration
+	logFormat     string
+	logLevel      string
 }
 
 // The variables of the dashboard's credentials.
@@ -122,7 +124,8 @@ func setupDashboard(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&o.prefix, "prefix", "", "prefix of the broker's names, as the consumers subscribed with (queues <prefix>.<consumer>.events, groups <prefix>.<consumer>)")
 	fs.StringVar(&o.addr, "http", "127.0.0.1:8090", "address to listen on")
 	fs.StringVar(&o.path, "path", "/", "URL path the pages are served under (behind a proxy that keeps the prefix)")
-	fs.BoolVar(&o.readOnly, "read-only", false, "show everything, retry and remove nothing")
+	fs.BoolVar(&o.readOnly, "read-only", false, "show everything, change no message (no retry, edit, send, archive or remove)")
+	fs.BoolVar(&o.failureEvents, "failure-events", false, "write a notice of each message removed, archived or sent to another consumer into its database's outbox (idem.failure.message.resolved.v1)")
 	o.admin.Register(fs, "--http", dashboardTokenEnv, false)
 	fs.StringVar(&o.basicFile, "basic-auth-file", "", "file holding USER:PASS: require HTTP basic authentication with them on every request (default: $"+dashboardBasicEnv+")")
 	fs.Var(&o.metricsURLs, "metrics", "URL of a Prometheus endpoint of the consumers (their /metrics), repeatable: the overview and charts show each consumer's commit-to-handle p50 and p99")
@@ -186,6 +189,7 @@ func (o *dashboardOptions) run(ctx context.Context, e *env, args []string) error
 		return usagef("--broker %s: an embedded NATS server is only reachable from its own process; start it with ?listen=127.0.0.1:4222 and give nats://127.0.0.1:4222 (the shop serves its own dashboard: shop --admin-addr)", broker.RedactURL(o.brokerURL))
 	}
 	var rd broker.Redeliverer
+	var cp broker.ConsumerPublisher
 	var inspector broker.Inspector
 	if o.brokerURL != "" && !o.readOnly {
 		// A publisher re-drives; it also tells queue depths.
@@ -195,6 +199,7 @@ func (o *dashboardOptions) run(ctx context.Context, e *env, args []string) error
 		}
 		defer pub.Close()
 		rd, _ = pub.(broker.Redeliverer)
+		cp, _ = pub.(broker.ConsumerPublisher)
 		inspector, _ = pub.(broker.Inspector)
 		if rd == nil {
 			log.Warn("this broker cannot send a message back to one queue: retry is disabled", "broker", broker.RedactURL(o.brokerURL))
@@ -211,7 +216,7 @@ func (o *dashboardOptions) run(ctx context.Context, e *env, args []string) error
 			inspector = ins
 		}
 	}
-	cfg := dashboard.Config{Redeliverer: rd, ReadOnly: o.readOnly, Token: token, BasicAuth: auth, Path: o.path,
+	cfg := dashboard.Config{Redeliverer: rd, ConsumerPublisher: cp, ReadOnly: o.readOnly, Token: token, BasicAuth: auth, Path: o.path,
 		Logger: log, SampleInterval: o.sample, History: o.history}
 	if len(o.metricsURLs) > 0 {
 		cfg.Gatherer = dashboard.Scrape(nil, o.metricsURLs...)
@@ -238,8 +243,11 @@ func (o *dashboardOptions) run(ctx context.Context, e *env, args []string) error
 					return usagef("two databases are named %q: name them with --db NAME=URL", name)
 				}
 			}
-			cfg.Databases = append(cfg.Databases, dashboard.Database{Name: name, Store: conn.SQL,
-				Source: monitor.New(conn.SQL, monitor.Options{Name: name, Broker: inspector})})
+			db := dashboard.Database{Name: name, Store: conn.SQL, Source: monitor.New(conn.SQL, monitor.Options{Name: name, Broker: inspector})}
+			if o.failureEvents {
+				db.FailureHook = outbox.FailureEvents(outbox.NewWriter(conn.SQL), outbox.FailureEventsConfig{})
+			}
+			cfg.Databases = append(cfg.Databases, db)
 		}
 	}
 	d, err := dashboard.New(cfg)

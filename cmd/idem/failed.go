@@ -26,13 +26,16 @@ import (
 func failedCommand() *command {
 	return &command{
 		name:    "failed",
-		summary: "list, group, show, retry or remove messages in a consumer's failure store",
+		summary: "list, group, show, edit, retry, archive or remove messages in a consumer's failure store",
 		usage: `Usage:
-  idem failed list   [--db URL] [--consumer C] [--event NAME] [--since T] [--held-by ID] [--limit N]
-  idem failed groups [--db URL] [filters] [--json]
-  idem failed show   [--db URL] ID
-  idem failed retry  [--db URL] [--broker URL] ID... | --all [filters] | --group GROUP [--yes] [filters]
-  idem failed remove [--db URL] [--yes] ID... | --all [filters] | --group GROUP [filters]
+  idem failed list    [--db URL] [--consumer C] [--event NAME] [--since T] [--held-by ID] [--limit N] [--archived]
+  idem failed groups  [--db URL] [filters] [--archived] [--json]
+  idem failed show    [--db URL] ID
+  idem failed edit    [--db URL] [--by NAME] ID [--body-file FILE] [--header NAME=VALUE]... [--drop-header NAME]...
+  idem failed retry   [--db URL] [--broker URL] [--by NAME] ID... | --all [filters] | --group GROUP [--yes] [filters]
+  idem failed retry   [--db URL] [--broker URL] [--by NAME] --to-consumer C [--prefix P] ID...
+  idem failed archive [--db URL] [--by NAME] ID... | --all [filters] | --group GROUP [--yes] [filters]
+  idem failed remove  [--db URL] [--by NAME] [--yes] ID... | --all [filters] | --group GROUP [filters] [--archived]
 
   filters: [--consumer C] [--event NAME] [--since T] [--held-by ID]
 
@@ -90,7 +93,10 @@ Examples:
   IDEM_BROKER_URL=amqp://... idem failed retry --group 3fa2c1d9e0b7
   idem failed show 42
   idem failed retry 42 --broker-file /run/secrets/broker-url
-  idem failed remove --all --event order.order.placed.v0 --yes` + quarantineUsage,
+  idem failed remove --all --event order.order.placed.v0 --yes
+  idem failed edit 42 --body-file fixed.json --by alice
+  idem failed retry 42 --to-consumer billing --by alice
+  idem failed archive --group 3fa2c1d9e0b7 --yes` + failedOpsUsage + quarantineUsage,
 		setup: setupFailed,
 	}
 }
@@ -109,6 +115,7 @@ type failedOptions struct {
 	heldBy     int64
 	group      string
 	asJSON     bool
+	ops        failedOpsFlags
 }
 
 // setupFailed declares the flags of "idem failed" on fs and returns the
@@ -128,19 +135,26 @@ func setupFailed(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&o.group, "group", "", "with retry or remove: every message of this group (see \"idem failed groups\") instead of IDs")
 	fs.BoolVar(&o.asJSON, "json", false, "with groups: print the groups as JSON")
 	fs.Int64Var(&o.heldBy, "held-by", 0, "only messages parked behind this message ID (held by it)")
+	o.ops.register(fs)
 	return o.run
 }
 
 // run runs "idem failed" with the positional arguments args.
 func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 	if o.quarantine.relay {
+		if o.ops.any() {
+			return usagef("--by, --to-consumer, --prefix, --body-file, --header, --drop-header, --archived and --failure-events go with the failure store, not --relay")
+		}
 		return o.quarantine.run(ctx, e, args)
 	}
 	if len(args) == 0 {
-		return usagef("want one of list, groups, show, retry, remove")
+		return usagef("want one of list, groups, show, edit, retry, archive, remove")
 	}
 	action, rest := args[0], args[1:]
 	if err := checkGroupFlags(action, rest, o.group, o.all, o.asJSON); err != nil {
+		return err
+	}
+	if err := o.ops.check(action, o.all, o.group); err != nil {
 		return err
 	}
 	sinceT, err := parseTime("since", o.since, time.Now())
@@ -150,7 +164,7 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 	if o.heldBy < 0 {
 		return usagef("--held-by %d: want a message ID", o.heldBy)
 	}
-	filter := idemmsg.FailedFilter{Consumer: o.consumer, EventName: o.event, Since: sinceT, HeldBy: o.heldBy}
+	filter := idemmsg.FailedFilter{Consumer: o.consumer, EventName: o.event, Since: sinceT, HeldBy: o.heldBy, Archived: o.ops.archived}
 	var ids []int64
 	switch action {
 	case "list":
@@ -165,11 +179,11 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 		if len(rest) != 0 {
 			return usagef("groups takes no arguments")
 		}
-	case "show":
+	case "show", "edit":
 		if len(rest) != 1 || o.all {
-			return usagef("show takes one message ID")
+			return usagef("%s takes one message ID", action)
 		}
-	case "retry", "remove":
+	case "retry", "remove", "archive":
 		if o.all && len(rest) > 0 {
 			return usagef("give message IDs or --all, not both")
 		}
@@ -177,7 +191,7 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 			return usagef("%s needs message IDs (see \"idem failed list\"), --group GROUP (see \"idem failed groups\") or --all", action)
 		}
 	default:
-		return usagef("unknown action %q: want list, groups, show, retry or remove", action)
+		return usagef("unknown action %q: want list, groups, show, edit, retry, archive or remove", action)
 	}
 	if action != "list" && action != "groups" {
 		for _, a := range rest {
@@ -194,7 +208,7 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer conn.Close()
-	store := inbox.NewFailureStore(conn.SQL)
+	store := o.ops.store(e, conn, inbox.NewFailureStore(conn.SQL))
 
 	switch {
 	case action == "list":
@@ -221,6 +235,14 @@ func (o *failedOptions) run(ctx context.Context, e *env, args []string) error {
 	case "show":
 		printFailed(e.stdout, msgs[0])
 		return nil
+	case "edit":
+		return o.ops.edit(ctx, e, store, msgs[0])
+	case "archive":
+		return archiveFailed(ctx, e, store, msgs)
+	case "retry":
+		if o.ops.toConsumer != "" {
+			return redirectFailed(ctx, e, store, o.brokerURL, o.ops.prefix, o.ops.toConsumer, msgs)
+		}
 	case "remove":
 		if !o.yes && !confirm(e, fmt.Sprintf("Remove %d failed message(s) for good?", len(msgs))) {
 			return errors.New("not confirmed; nothing removed (pass --yes to skip the question)")
@@ -322,6 +344,14 @@ func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter id
 		fmt.Fprintf(e.stdout, "Removed %d failed message(s).\n", n)
 		return nil
 	}
+	if action == "archive" {
+		n, err := store.ArchiveGroup(ctx, filter, "", func(m idemmsg.FailedMessage) { reportArchived(ctx, e, store, m) })
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "Archived %d failed message(s).\n", n)
+		return nil
+	}
 	rd, closePub, err := openRedeliverer(ctx, e, brokerURL)
 	if err != nil {
 		return err
@@ -355,19 +385,12 @@ func allFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter id
 // openRedeliverer opens the broker at brokerURL (default $IDEM_BROKER_URL),
 // which must be able to send a message back to one queue.
 func openRedeliverer(ctx context.Context, e *env, brokerURL string) (broker.Redeliverer, func(), error) {
-	if brokerURL == "" {
-		brokerURL = e.getenv("IDEM_BROKER_URL")
-	}
-	pub, err := registry.Open(ctx, brokerURL)
+	rd, closePub, err := openBrokerAs[broker.Redeliverer](ctx, e, brokerURL, "",
+		"cannot re-drive a message to the one consumer it came from (its publisher is not a broker.Redeliverer); republish the message with your broker's tools, or use a transport that can")
 	if err != nil {
 		return nil, nil, err
 	}
-	rd, ok := pub.(broker.Redeliverer)
-	if !ok {
-		_ = pub.Close()
-		return nil, nil, fmt.Errorf("the broker at %s cannot re-drive a message to the one consumer it came from (its publisher is not a broker.Redeliverer); republish the message with your broker's tools, or use a transport that can", broker.RedactURL(brokerURL))
-	}
-	return brokerSources{rd}, func() { _ = pub.Close() }, nil
+	return brokerSources{rd}, closePub, nil
 }
 
 // errFromWebhook says why a message a webhook handler parked is not
@@ -415,6 +438,12 @@ func removeFailed(ctx context.Context, e *env, store *inbox.FailureStore, m idem
 // behind it.
 func reportRemoved(ctx context.Context, e *env, store *inbox.FailureStore, m idemmsg.FailedMessage) {
 	fmt.Fprintf(e.stdout, "Removed %d (%s %s)\n", m.ID, textshow.Printable([]byte(m.EventName)), m.EventID)
+	reportHeld(ctx, e, store, m)
+}
+
+// reportHeld says how to find the messages held behind m, if any, which
+// stay in the store once m is gone or archived.
+func reportHeld(ctx context.Context, e *env, store *inbox.FailureStore, m idemmsg.FailedMessage) {
 	if held, err := store.List(ctx, idemmsg.FailedFilter{HeldBy: m.ID, Limit: 1}); err == nil && len(held) > 0 {
 		fmt.Fprintf(e.stdout, "  messages held behind %d stay in the store: idem failed list --held-by %d\n", m.ID, m.ID)
 	}
@@ -486,6 +515,12 @@ func printFailed(w io.Writer, m idemmsg.FailedMessage) {
 		for _, k := range keys {
 			fmt.Fprintf(w, "  %s: %s\n", text(k), text(m.Headers[k]))
 		}
+	}
+	printOperations(w, m)
+	if m.Original != nil {
+		fmt.Fprintf(w, "Body (%d bytes, as edited):\n%s\n", len(m.Body), textshow.Printable(m.Body))
+		printOriginal(w, m)
+		return
 	}
 	fmt.Fprintf(w, "Body (%d bytes):\n%s\n", len(m.Body), textshow.Printable(m.Body))
 }

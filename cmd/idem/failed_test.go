@@ -149,12 +149,19 @@ func TestFailedUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"failed"}, "want one of list, groups, show, retry, remove"},
+		{[]string{"failed"}, "want one of list, groups, show, edit, retry, archive, remove"},
 		{[]string{"failed", "show"}, "show takes one message ID"},
 		{[]string{"failed", "retry"}, "needs message IDs"},
 		{[]string{"failed", "remove", "1", "--all"}, "not both"},
 		{[]string{"failed", "show", "x"}, `message ID "x"`},
 		{[]string{"failed", "list", "--since", "yesterday"}, "--since"},
+		{[]string{"failed", "edit", "1"}, "edit needs --body-file"},
+		{[]string{"failed", "retry", "1", "--body-file", "x"}, "go with edit"},
+		{[]string{"failed", "retry", "--all", "--to-consumer", "billing"}, "--to-consumer takes message IDs"},
+		{[]string{"failed", "archive", "1", "--to-consumer", "billing"}, "--to-consumer goes with retry"},
+		{[]string{"failed", "retry", "1", "--archived"}, "--archived goes with"},
+		{[]string{"failed", "edit", "1", "--header", "novalue"}, "NAME=VALUE"},
+		{[]string{"failed", "--relay", "list", "--archived"}, "not --relay"},
 	} {
 		code, _, errOut := idem(t, nil, "", tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {

@@ -27,8 +27,8 @@ func checkGroupFlags(action string, rest []string, group string, all, asJSON boo
 		return nil
 	}
 	switch {
-	case action != "retry" && action != "remove":
-		return usagef("--group goes with retry or remove (see \"idem failed groups\")")
+	case action != "retry" && action != "remove" && action != "archive":
+		return usagef("--group goes with retry, archive or remove (see \"idem failed groups\")")
 	case all || len(rest) > 0:
 		return usagef("give message IDs, --all or --group, one of them")
 	case !failgroup.ValidID(group):
@@ -94,12 +94,17 @@ func groupFailed(ctx context.Context, e *env, store *inbox.FailureStore, filter 
 	}
 	what := fmt.Sprintf("the %d failed message(s) of group %s (%s, %s: %s)", g.Count, g.ID, textshow.Printable([]byte(g.Consumer)), g.Class,
 		textshow.OneLine(textshow.Printable([]byte(g.Cause)), 100))
-	question := "Retry " + what + "?"
-	if action == "remove" {
-		question = "Remove " + what + " for good?"
-	}
+	question := map[string]string{"retry": "Retry " + what + "?", "remove": "Remove " + what + " for good?", "archive": "Archive " + what + "?"}[action]
 	if !yes && !confirm(e, question) {
-		return fmt.Errorf("not confirmed; nothing %s (pass --yes to skip the question)", map[string]string{"retry": "retried", "remove": "removed"}[action])
+		return fmt.Errorf("not confirmed; nothing %s (pass --yes to skip the question)", map[string]string{"retry": "retried", "remove": "removed", "archive": "archived"}[action])
+	}
+	if action == "archive" {
+		n, err := store.ArchiveGroup(ctx, filter, id, func(m idemmsg.FailedMessage) { reportArchived(ctx, e, store, m) })
+		if err != nil {
+			return fmt.Errorf("after archiving %d message(s) of group %s: %w", n, id, err)
+		}
+		fmt.Fprintf(e.stdout, "Archived %d failed message(s) of group %s.\n", n, id)
+		return nil
 	}
 	if action == "remove" {
 		n, err := store.RemoveGroup(ctx, filter, id, func(m idemmsg.FailedMessage) { reportRemoved(ctx, e, store, m) })

@@ -347,7 +347,7 @@ func TestFailedGroupsUsage(t *testing.T) {
 	}{
 		{[]string{"failed", "groups", "x"}, "groups takes no arguments"},
 		{[]string{"failed", "list", "--json"}, "--json goes with groups only"},
-		{[]string{"failed", "show", "--group", "0123456789ab"}, "--group goes with retry or remove"},
+		{[]string{"failed", "show", "--group", "0123456789ab"}, "--group goes with retry, archive or remove"},
 		{[]string{"failed", "retry", "--group", "0123456789ab", "--all"}, "one of them"},
 		{[]string{"failed", "remove", "--group", "0123456789ab", "7"}, "one of them"},
 		{[]string{"failed", "remove", "--group", "xyz"}, "want a group id of 12 hex digits"},

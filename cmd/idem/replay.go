@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/relay"
 )
@@ -18,6 +19,7 @@ func replayCommand() *command {
 		summary: "publish again the events of a period the relay kept (outbox or archive)",
 		usage: `Usage:
   idem replay --since T [--until T] [--event NAME] [--aggregate-type T] [--db URL] [--broker URL] [--yes]
+              [--to-consumer C [--prefix P]]
 
 Publishes again, with their original event ids, the events already published
 whose occurred_at is in [--since, --until): after an incident that lost
@@ -47,13 +49,28 @@ processed_event markers at least as long as that retention ("idem purge"
 refuses a shorter horizon than the replay window), or a replay would apply
 events a second time.
 
+--to-consumer C publishes them to consumer C only instead of every service
+bound to them: a consumer that lost messages, or was fixed, gets them again
+without re-driving the others (RabbitMQ: C's queue, <prefix>.<C>.events, or
+its partition exchange; NATS: C's durable consumer, on each message's
+partition). On Kafka, whose consumer groups share topics, it rewinds C's
+group instead: each partition's offset goes back to the first record
+produced at or after --since (never forward), so that C reads every record
+from then on again (--until, --event and --aggregate-type do not apply).
+Stop C's subscribers first: Kafka refuses a group's offsets from outside
+while it has members. The replayed events come after what
+already waits in C's queue: an aggregate's replayed events keep their order
+among themselves, not with the later events C receives meanwhile (see
+docs/OPERATIONS.md, "Replaying a period").
+
 It first prints how many events of each name would be published, then asks
 for confirmation; --yes skips the question. Times are RFC 3339
 (2026-12-02T08:00:00Z), dates (2026-12-02) or durations back from now (2h).
 
 Examples:
   idem replay --since 2026-12-02T08:00:00Z --until 2026-12-02T09:00:00Z
-  idem replay --since 6h --event order.order.placed.v1 --yes`,
+  idem replay --since 6h --event order.order.placed.v1 --yes
+  idem replay --since 24h --to-consumer billing`,
 		setup: setupReplay,
 	}
 }
@@ -68,6 +85,13 @@ type replayOptions struct {
 	aggType string
 	yes     bool
 	batch   int
+	// toConsumer and prefix: replay to that consumer only, through cp
+	// (openConsumer), which closeConsumer closes.
+	toConsumer    string
+	prefix        string
+	untilGiven    bool
+	cp            broker.ConsumerPublisher
+	closeConsumer func()
 }
 
 // setupReplay declares the flags of "idem replay" on fs and returns the
@@ -82,6 +106,8 @@ func setupReplay(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&o.aggType, "aggregate-type", "", "replay only events of this aggregate type")
 	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
 	fs.IntVar(&o.batch, "batch-size", relay.BatchSizeDefault, "rows read per query")
+	fs.StringVar(&o.toConsumer, "to-consumer", "", "publish to this consumer only (RabbitMQ, NATS), not to every service bound to the events; on Kafka, rewind its group to --since")
+	fs.StringVar(&o.prefix, "prefix", "", "with --to-consumer: prefix of the broker's names, as the consumers subscribed with")
 	return o.run
 }
 
@@ -99,6 +125,7 @@ func (o *replayOptions) run(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	to := now
+	o.untilGiven = o.until != ""
 	if o.until != "" {
 		if to, err = parseTime("until", o.until, now); err != nil {
 			return err
@@ -110,7 +137,17 @@ func (o *replayOptions) run(ctx context.Context, e *env, args []string) error {
 	if o.batch <= 0 {
 		return usagef("--batch-size %d: want a positive number", o.batch)
 	}
+	if o.prefix != "" && o.toConsumer == "" {
+		return usagef("--prefix goes with --to-consumer")
+	}
 	f := relay.ReplayFilter{Since: from, Until: to, EventName: o.event, AggregateType: o.aggType}
+	if o.toConsumer != "" {
+		done, err := o.openConsumer(ctx, e, from)
+		if done || err != nil {
+			return err
+		}
+		defer o.closeConsumer()
+	}
 
 	conn, err := o.db.open(ctx, e)
 	if err != nil {
@@ -148,11 +185,14 @@ func (o *replayOptions) run(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "  %-*s %d\n", width, "total", total)
 
-	pub, brokerURL, err := o.br.open(ctx, e)
+	pub, brokerURL, closePub, err := o.open(ctx, e)
 	if err != nil {
 		return err
 	}
-	defer pub.Close()
+	defer closePub()
+	if o.toConsumer != "" {
+		brokerURL = fmt.Sprintf("consumer %s only, at %s", o.toConsumer, brokerURL)
+	}
 	if !o.yes && !confirm(e, fmt.Sprintf("Publish these %d events again to %s?", total, brokerURL)) {
 		return fmt.Errorf("replay cancelled: nothing published")
 	}
@@ -169,6 +209,20 @@ func (o *replayOptions) run(ctx context.Context, e *env, args []string) error {
 	rep.Finish()
 	fmt.Fprintf(e.stdout, "Replayed %d events.\n", n)
 	return nil
+}
+
+// open opens the broker the replay publishes to: every bound queue, or
+// with --to-consumer that consumer's only. It returns the publisher, the
+// broker's URL without its password, and the function that closes it.
+func (o *replayOptions) open(ctx context.Context, e *env) (broker.Publisher, string, func(), error) {
+	if o.toConsumer == "" {
+		pub, u, err := o.br.open(ctx, e)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return pub, u, func() { _ = pub.Close() }, nil
+	}
+	return broker.ToConsumer(o.cp, o.toConsumer), broker.RedactURL(o.br.Resolve(e.getenv)), func() {}, nil
 }
 
 // explainArchive tells, under the counts of a replay, what the outbox's

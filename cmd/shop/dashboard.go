@@ -50,12 +50,14 @@ type dashboardOptions struct {
 // shopDashboard returns the dashboard over the shop's databases in dbs
 // (order, stock, shipping, billing: the carrier's has no outbox and no
 // consumer), mounted under dashboardPath. pub, when it can, re-drives
-// parked messages (broker.Redeliverer) and tells queue depths
-// (broker.Inspector). The caller starts and stops it.
+// parked messages (broker.Redeliverer), sends them to another consumer
+// (broker.ConsumerPublisher) and tells queue depths (broker.Inspector).
+// The caller starts and stops it.
 func shopDashboard(dbs map[string]*store.DB, pub any, log *slog.Logger, o dashboardOptions) (*dashboard.Dashboard, error) {
 	rd, _ := pub.(broker.Redeliverer)
+	cp, _ := pub.(broker.ConsumerPublisher)
 	inspector, _ := pub.(broker.Inspector)
-	cfg := dashboard.Config{Redeliverer: rd, Path: dashboardPath, Logger: log, Gatherer: o.Gatherer,
+	cfg := dashboard.Config{Redeliverer: rd, ConsumerPublisher: cp, Path: dashboardPath, Logger: log, Gatherer: o.Gatherer,
 		SampleInterval: o.Sample, History: o.History, ReadOnly: o.ReadOnly, Token: o.Token}
 	for _, s := range databases {
 		db := dbs[s]

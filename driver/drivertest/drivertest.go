@@ -144,6 +144,8 @@ func Run[TTx any](t *testing.T, setup Setup[TTx]) {
 	t.Run("FailureStoreBytes", func(t *testing.T) { t.Parallel(); FailureStoreBytes(t, setup) })
 	t.Run("FailureStorePaging", func(t *testing.T) { t.Parallel(); FailureStorePaging(t, setup) })
 	t.Run("FailureStoreOneEntry", func(t *testing.T) { t.Parallel(); FailureStoreOneEntry(t, setup) })
+	t.Run("FailureStoreOperations", func(t *testing.T) { t.Parallel(); FailureStoreOperations(t, setup) })
+	t.Run("FailureNotices", func(t *testing.T) { t.Parallel(); FailureNotices(t, setup) })
 	t.Run("ParkedAggregates", func(t *testing.T) { t.Parallel(); ParkedAggregates(t, setup) })
 	t.Run("Attempts", func(t *testing.T) { t.Parallel(); Attempts(t, setup) })
 	t.Run("ConsumerCounts", func(t *testing.T) { t.Parallel(); ConsumerCounts(t, setup) })

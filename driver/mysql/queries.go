@@ -120,16 +120,26 @@ ON DUPLICATE KEY UPDATE
     (consumer_name, source, event_id, event_name, message_key, headers, body, ` + "`error`, `errors`" + `, attempts,
      aggregate_type, aggregate_id, held_by)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		// The message the entry holds stays as it was first stored. The
-		// history always grows, so a matched row is a changed row: the
-		// count of affected rows says whether the entry was there, with or
-		// without clientFoundRows.
+		// The message the entry holds stays as it was first stored (or as
+		// an operator edited it); an archived entry that fails again is
+		// not archived any more. The history always grows, so a matched
+		// row is a changed row: the count of affected rows says whether
+		// the entry was there, with or without clientFoundRows.
 		UpdateFailed: `UPDATE ` + failed + ` SET
-    ` + "`error`" + `   = ?,
-    ` + "`errors`" + `  = JSON_MERGE_PRESERVE(` + "`errors`" + `, ?),
-    attempts  = attempts + ?,
-    held_by   = ?,
-    failed_at = ` + now + `
+    ` + "`error`" + `     = ?,
+    ` + "`errors`" + `    = JSON_MERGE_PRESERVE(` + "`errors`" + `, ?),
+    attempts    = attempts + ?,
+    held_by     = ?,
+    failed_at   = ` + now + `,
+    archived_at = NULL
 WHERE id = ? AND consumer_name = ?`,
+		ChangeFailed: `UPDATE ` + failed + ` SET
+    original_body    = IF(?, COALESCE(original_body, body), original_body),
+    original_headers = IF(?, COALESCE(original_headers, headers), original_headers),
+    body             = IF(?, ?, body),
+    headers          = IF(?, ?, headers),
+    archived_at      = IF(?, COALESCE(archived_at, ` + now + `), archived_at),
+    actions          = JSON_MERGE_PRESERVE(actions, ?)
+WHERE id = ?`,
 	}
 }

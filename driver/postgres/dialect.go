@@ -227,7 +227,7 @@ func (d *dialect) ListFailed(ctx context.Context, ex driver.Executor, f idem.Fai
 		query = d.q.listFailedOldest
 	}
 	list, err := dialectkit.QueryFailed(ctx, ex, query, []any{f.Consumer, f.EventName, f.AggregateType, f.AggregateID,
-		max(f.HeldBy, 0), since, max(f.BeforeID, 0), max(f.AfterID, 0), f.Limit}, nil)
+		max(f.HeldBy, 0), since, max(f.BeforeID, 0), max(f.AfterID, 0), f.Archived, f.Limit}, nil)
 	return list, d.Wrap(err)
 }
 
@@ -240,8 +240,18 @@ func (d *dialect) CountFailed(ctx context.Context, ex driver.Executor, f idem.Fa
 	}
 	var n int64
 	err := driver.QueryRow(ctx, ex, d.q.countFailed, []any{f.Consumer, f.EventName, f.AggregateType, f.AggregateID,
-		max(f.HeldBy, 0), since, max(f.BeforeID, 0), max(f.AfterID, 0)}, &n)
+		max(f.HeldBy, 0), since, max(f.BeforeID, 0), max(f.AfterID, 0), f.Archived}, &n)
 	return n, d.Wrap(err)
+}
+
+// ChangeFailed implements driver.Dialect.
+func (d *dialect) ChangeFailed(ctx context.Context, ex driver.Executor, id int64, c driver.FailedChange) (bool, error) {
+	body, headers, action, err := failrow.Change(c, time.Now())
+	if err != nil {
+		return false, err
+	}
+	n, err := ex.Exec(ctx, d.q.changeFailed, id, c.Edit, body, headers, c.Archive, action)
+	return n == 1, d.Wrap(err)
 }
 
 // PurgeFailed implements driver.Dialect.

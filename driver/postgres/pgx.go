@@ -62,6 +62,11 @@ func (d *PgxDriver) Rollback(ctx context.Context, tx pgx.Tx) error {
 // Tx implements driver.Driver.
 func (d *PgxDriver) Tx(tx pgx.Tx) driver.Executor { return PgxExecutor{Q: tx} }
 
+// InTx implements driver.Transactor.
+func (d *PgxDriver) InTx(ctx context.Context, fn func(driver.Executor) error) error {
+	return driver.InTx(ctx, d, fn)
+}
+
 // PgxQuerier is what *pgxpool.Pool, *pgx.Conn and pgx.Tx have in common.
 type PgxQuerier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

@@ -23,6 +23,7 @@ type queries struct {
 
 	insertFailed     string
 	updateFailed     string
+	changeFailed     string
 	listFailedNewest string
 	listFailedOldest string
 	countFailed      string
@@ -35,11 +36,13 @@ func newQueries(outbox, processed, failed, attempts string) queries {
 	// jsonb is read as text: any text a jsonb holds is valid, where a cast
 	// to bytea would read its backslashes as escapes.
 	const failedColumns = `id, consumer_name, source, event_id::text, event_name, message_key, headers::text,
-       body, error, errors::text, attempts, first_failed_at, failed_at, aggregate_type, aggregate_id, held_by`
+       body, error, errors::text, attempts, first_failed_at, failed_at, aggregate_type, aggregate_id, held_by,
+       original_body, original_headers::text, archived_at, actions::text`
 	const failedWhere = `WHERE ($1 = '' OR consumer_name = $1) AND ($2 = '' OR event_name = $2)
   AND ($3 = '' OR aggregate_type = $3) AND ($4 = '' OR aggregate_id = $4)
   AND ($5::bigint = 0 OR held_by = $5::bigint) AND ($6::timestamptz IS NULL OR failed_at >= $6)
-  AND ($7::bigint = 0 OR id < $7::bigint) AND ($8::bigint = 0 OR id > $8::bigint)`
+  AND ($7::bigint = 0 OR id < $7::bigint) AND ($8::bigint = 0 OR id > $8::bigint)
+  AND (archived_at IS NOT NULL) = $9::boolean`
 	return queries{
 		outbox: outbox,
 
@@ -78,23 +81,36 @@ VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8,
     jsonb_build_array(jsonb_build_object('at', now(), 'attempt', $9::integer, 'error', $8::text)), $9,
     $10, $11, $12)
 RETURNING id`,
-		// The message the entry holds stays as it was first stored.
+		// The message the entry holds stays as it was first stored (or as
+		// an operator edited it). An archived entry that fails again is
+		// not archived any more.
 		updateFailed: `UPDATE ` + failed + ` AS f SET
-    error     = $3,
-    errors    = f.errors || jsonb_build_array(jsonb_build_object('at', now(), 'attempt', $4::integer, 'error', $3::text)),
-    attempts  = f.attempts + $4::integer,
-    held_by   = $5,
-    failed_at = now()
+    error       = $3,
+    errors      = f.errors || jsonb_build_array(jsonb_build_object('at', now(), 'attempt', $4::integer, 'error', $3::text)),
+    attempts    = f.attempts + $4::integer,
+    held_by     = $5,
+    failed_at   = now(),
+    archived_at = NULL
 WHERE f.id = $1 AND f.consumer_name = $2
 RETURNING f.id`,
+		// An edit keeps the message as first stored, once; every change
+		// appends its action to the audit trail.
+		changeFailed: `UPDATE ` + failed + ` AS f SET
+    original_body    = CASE WHEN $2 THEN COALESCE(f.original_body, f.body) ELSE f.original_body END,
+    original_headers = CASE WHEN $2 THEN COALESCE(f.original_headers, f.headers) ELSE f.original_headers END,
+    body             = CASE WHEN $2 THEN $3::bytea ELSE f.body END,
+    headers          = CASE WHEN $2 THEN $4::jsonb ELSE f.headers END,
+    archived_at      = CASE WHEN $5 THEN COALESCE(f.archived_at, now()) ELSE f.archived_at END,
+    actions          = f.actions || $6::jsonb
+WHERE f.id = $1`,
 		listFailedNewest: `SELECT ` + failedColumns + ` FROM ` + failed + `
 ` + failedWhere + `
 ORDER BY id DESC
-LIMIT $9`,
+LIMIT $10::integer`,
 		listFailedOldest: `SELECT ` + failedColumns + ` FROM ` + failed + `
 ` + failedWhere + `
 ORDER BY id
-LIMIT $9`,
+LIMIT $10::integer`,
 		countFailed: `SELECT count(*) FROM ` + failed + `
 ` + failedWhere,
 		purgeFailed: `DELETE FROM ` + failed + ` WHERE id IN (
@@ -105,18 +121,18 @@ LIMIT $9`,
 		parkedAggregates: `SELECT f.aggregate_type, f.aggregate_id, min(f.id)
 FROM ` + failed + ` f
 JOIN unnest($2::text[], $3::text[]) AS a(type, id) ON f.aggregate_type = a.type AND f.aggregate_id = a.id
-WHERE f.consumer_name = $1 AND f.held_by IS NULL AND f.aggregate_id <> ''
+WHERE f.consumer_name = $1 AND f.held_by IS NULL AND f.aggregate_id <> '' AND f.archived_at IS NULL
 GROUP BY f.aggregate_type, f.aggregate_id`,
 		failed: dialectkit.FailedSQL{
 			Find: `SELECT id FROM ` + failed + `
-WHERE consumer_name = $1 AND event_id = $2 AND body = $3
+WHERE consumer_name = $1 AND event_id = $2 AND (body = $3 OR original_body = $4)
 ORDER BY id
 LIMIT 1`,
 			Get:    `SELECT ` + failedColumns + ` FROM ` + failed + ` WHERE id = $1`,
 			Delete: `DELETE FROM ` + failed + ` WHERE id = $1`,
 			HasParked: `SELECT EXISTS (
     SELECT 1 FROM ` + failed + `
-    WHERE consumer_name = $1 AND held_by IS NULL AND aggregate_id <> '')`,
+    WHERE consumer_name = $1 AND held_by IS NULL AND aggregate_id <> '' AND archived_at IS NULL)`,
 		},
 	}
 }

@@ -94,15 +94,26 @@ RETURNING attempts`,
      aggregate_type, aggregate_id, held_by)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id`,
-		// The message the entry holds stays as it was first stored.
+		// The message the entry holds stays as it was first stored (or as
+		// an operator edited it); an archived entry that fails again is
+		// not archived any more.
 		UpdateFailed: `UPDATE ` + failed + ` SET
-    error     = ?,
-    errors    = json_insert(errors, '$[#]', json(?)),
-    attempts  = attempts + ?,
-    held_by   = ?,
-    failed_at = ` + now + `
+    error       = ?,
+    errors      = json_insert(errors, '$[#]', json(?)),
+    attempts    = attempts + ?,
+    held_by     = ?,
+    failed_at   = ` + now + `,
+    archived_at = NULL
 WHERE id = ? AND consumer_name = ?
 RETURNING id`,
+		ChangeFailed: `UPDATE ` + failed + ` SET
+    original_body    = CASE WHEN ? THEN COALESCE(original_body, body) ELSE original_body END,
+    original_headers = CASE WHEN ? THEN COALESCE(original_headers, headers) ELSE original_headers END,
+    body             = CASE WHEN ? THEN ? ELSE body END,
+    headers          = CASE WHEN ? THEN ? ELSE headers END,
+    archived_at      = CASE WHEN ? THEN COALESCE(archived_at, ` + now + `) ELSE archived_at END,
+    actions          = json_insert(actions, '$[#]', json(json_extract(?, '$[0]')))
+WHERE id = ?`,
 	}
 }
 

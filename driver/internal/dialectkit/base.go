@@ -80,14 +80,15 @@ func TableNames(t idem.Tables, quote func(string) string) Names {
 // FailedSQL are a dialect's statements on the failure store that Base runs.
 type FailedSQL struct {
 	// Find selects the id of the oldest entry of a consumer (encoded as
-	// the store keeps text), an event id and a body: FindFailed's query.
+	// the store keeps text), an event id and a body, as edited or as
+	// received (the body twice): FindFailed's query.
 	Find string
 	// Get selects one entry by id, in the columns of QueryFailed.
 	Get string
 	// Delete deletes one entry by id.
 	Delete string
 	// HasParked selects whether a consumer (encoded) has an entry parked
-	// for its own failure with a non-empty aggregate id.
+	// for its own failure with a non-empty aggregate id, not archived.
 	HasParked string
 	// Time is QueryFailed's timeDest.
 	Time func(*time.Time) any

@@ -73,6 +73,35 @@ func Encode(m idem.FailedMessage, now time.Time) (Row, error) {
 	return r, nil
 }
 
+// Action returns the JSON array of one audit record, a as stored (By and
+// Detail encoded), dated a.At or, when it is zero, now.
+func Action(a idem.FailedAction, now time.Time) (string, error) {
+	if a.At.IsZero() {
+		a.At = now
+	}
+	a.At = a.At.UTC()
+	a.By, a.Detail = textenc.Encode(a.By), textenc.Encode(a.Detail)
+	b, err := json.Marshal([]idem.FailedAction{a})
+	return string(b), err
+}
+
+// Change returns the values a dialect's ChangeFailed statement binds for c:
+// the body and headers of an edit (an empty body and object otherwise,
+// which the statement does not use), and the action's JSON array.
+func Change(c driver.FailedChange, now time.Time) (body []byte, headers, action string, err error) {
+	body, headers = []byte{}, "{}"
+	if c.Edit {
+		if c.Body != nil {
+			body = c.Body
+		}
+		if headers, err = textenc.EncodeMap(c.Headers); err != nil {
+			return nil, "", "", err
+		}
+	}
+	action, err = Action(c.Action, now)
+	return body, headers, action, err
+}
+
 // Filter returns f with its text fields encoded, so that they compare
 // equal with the stored values.
 func Filter(f idem.FailedFilter) idem.FailedFilter {

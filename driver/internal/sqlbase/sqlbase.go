@@ -100,6 +100,14 @@ type Flavor struct {
 	// dialect adds, which read them through Dialect.Flavor.
 	MarkProcessedOne, RecordAttempt, InsertFailed, UpdateFailed string
 	MarkProcessedMany                                           func(n int) string
+	// ChangeFailed is the statement of ChangeFailed. Its arguments: the
+	// edit flag three times, the edited body, the edit flag, the edited
+	// headers (JSON text), the archive flag, the action (a JSON array of
+	// one object) and the entry's id. It keeps the original body and
+	// headers before it replaces them (MySQL assigns left to right), and
+	// changes the row whenever the entry exists (the audit trail grows), so
+	// that the count of affected rows says whether it does.
+	ChangeFailed string
 }
 
 // Dialect implements driver.Dialect for a Flavor, but for MarkProcessed,
@@ -123,7 +131,7 @@ func New(f Flavor) (*Dialect, error) {
 	st.Consumer, st.ConsumerArgs = statusConsumer(n)
 	st.Time = TimeDest
 	f.ConsumerCounts = `SELECT
-    (SELECT count(*) FROM ` + n.FailedMessage + ` WHERE consumer_name = ?),
+    (SELECT count(*) FROM ` + n.FailedMessage + ` WHERE consumer_name = ? AND archived_at IS NULL),
     (SELECT count(*) FROM ` + n.DeliveryAttempt + ` a WHERE a.consumer_name = ?
         AND NOT EXISTS (SELECT 1 FROM ` + n.ProcessedEvent + ` p
                         WHERE p.consumer_name = a.consumer_name AND p.event_id = a.event_id))`
@@ -142,14 +150,14 @@ ORDER BY kind, name`,
 	q := newQueries(&f)
 	f.Failed = dialectkit.FailedSQL{
 		Find: `SELECT id FROM ` + n.FailedMessage + `
-WHERE consumer_name = ? AND event_id = ? AND body = ?
+WHERE consumer_name = ? AND event_id = ? AND (body = ? OR original_body = ?)
 ORDER BY id
 LIMIT 1`,
 		Get:    `SELECT ` + q.failedColumns + ` FROM ` + n.FailedMessage + ` WHERE id = ?`,
 		Delete: `DELETE FROM ` + n.FailedMessage + ` WHERE id = ?`,
 		HasParked: `SELECT EXISTS (
     SELECT 1 FROM ` + n.FailedMessage + `
-    WHERE consumer_name = ? AND held_by IS NULL AND aggregate_id <> '')`,
+    WHERE consumer_name = ? AND held_by IS NULL AND aggregate_id <> '' AND archived_at IS NULL)`,
 		Time: TimeDest,
 	}
 	base, err := dialectkit.NewBase(f.Spec)
@@ -173,8 +181,8 @@ func statusConsumer(n dialectkit.Names) (string, func(name, encoded string, sinc
 	return `SELECT
     (SELECT MAX(processed_at) FROM ` + n.ProcessedEvent + ` WHERE consumer_name = ?),
     (SELECT COUNT(*) FROM ` + n.ProcessedEvent + ` WHERE consumer_name = ? AND processed_at > ?),
-    (SELECT COUNT(*) FROM ` + n.FailedMessage + ` WHERE consumer_name = ?),
-    (SELECT MIN(first_failed_at) FROM ` + n.FailedMessage + ` WHERE consumer_name = ?),
+    (SELECT COUNT(*) FROM ` + n.FailedMessage + ` WHERE consumer_name = ? AND archived_at IS NULL),
+    (SELECT MIN(first_failed_at) FROM ` + n.FailedMessage + ` WHERE consumer_name = ? AND archived_at IS NULL),
     (SELECT COUNT(*) FROM ` + n.DeliveryAttempt + ` WHERE consumer_name = ?)`,
 		func(name, encoded string, since time.Time) []any {
 			return []any{name, name, sqltime.Format(since), encoded, encoded, name}
@@ -224,11 +232,13 @@ type queries struct {
 func newQueries(f *Flavor) queries {
 	n := f.Names
 	failedColumns := `id, consumer_name, source, event_id, event_name, message_key, headers, body, ` +
-		f.Quote("error") + `, ` + f.Quote("errors") + `, attempts, first_failed_at, failed_at, aggregate_type, aggregate_id, held_by`
+		f.Quote("error") + `, ` + f.Quote("errors") + `, attempts, first_failed_at, failed_at, aggregate_type, aggregate_id, held_by,
+       original_body, original_headers, archived_at, actions`
 	const failedWhere = `WHERE (? = '' OR consumer_name = ?) AND (? = '' OR event_name = ?)
   AND (? = '' OR aggregate_type = ?) AND (? = '' OR aggregate_id = ?)
   AND (? = 0 OR held_by = ?) AND (? IS NULL OR failed_at >= ?)
-  AND (? = 0 OR id < ?) AND (? = 0 OR id > ?)`
+  AND (? = 0 OR id < ?) AND (? = 0 OR id > ?)
+  AND (archived_at IS NOT NULL) = ?`
 	keys := n.IdempotentRequest
 	keyInsert := `INSERT INTO ` + keys + ` (scope, idem_key, fingerprint, state, owner, locked_until, expires_at, created_at)
 VALUES (?, ?, ?, 'processing', ?, ?, ?, ?)`
@@ -390,7 +400,7 @@ func (d *Dialect) ListFailed(ctx context.Context, ex driver.Executor, f idem.Fai
 	}
 	list, err := dialectkit.QueryFailed(ctx, ex, query, []any{f.Consumer, f.Consumer, f.EventName, f.EventName,
 		f.AggregateType, f.AggregateType, f.AggregateID, f.AggregateID, heldBy, heldBy, since, since,
-		before, before, after, after, f.Limit}, TimeDest)
+		before, before, after, after, f.Archived, f.Limit}, TimeDest)
 	return list, d.Wrap(err)
 }
 
@@ -402,8 +412,18 @@ func (d *Dialect) CountFailed(ctx context.Context, ex driver.Executor, f idem.Fa
 	var n int64
 	err := driver.QueryRow(ctx, ex, d.q.countFailed, []any{f.Consumer, f.Consumer, f.EventName, f.EventName,
 		f.AggregateType, f.AggregateType, f.AggregateID, f.AggregateID, heldBy, heldBy, since, since,
-		before, before, after, after}, &n)
+		before, before, after, after, f.Archived}, &n)
 	return n, d.Wrap(err)
+}
+
+// ChangeFailed implements driver.Dialect.
+func (d *Dialect) ChangeFailed(ctx context.Context, ex driver.Executor, id int64, c driver.FailedChange) (bool, error) {
+	body, headers, action, err := failrow.Change(c, time.Now())
+	if err != nil {
+		return false, err
+	}
+	n, err := ex.Exec(ctx, d.f.ChangeFailed, c.Edit, c.Edit, c.Edit, body, c.Edit, headers, c.Archive, action, id)
+	return n == 1, d.Wrap(err)
 }
 
 // PurgeFailed implements driver.Dialect.
@@ -418,7 +438,7 @@ func (d *Dialect) PurgeFailed(ctx context.Context, ex driver.Executor, consumer 
 func (d *Dialect) ParkedAggregates(ctx context.Context, ex driver.Executor, consumer string, aggs []idem.AggregateRef) (map[idem.AggregateRef]int64, error) {
 	query := func(n int) string {
 		return `SELECT aggregate_type, aggregate_id, MIN(id) FROM ` + d.f.Names.FailedMessage + `
-WHERE consumer_name = ? AND held_by IS NULL AND aggregate_id <> ''
+WHERE consumer_name = ? AND held_by IS NULL AND aggregate_id <> '' AND archived_at IS NULL
   AND (aggregate_type, aggregate_id) IN (` + d.f.RowValues + Tuples(n, "(?, ?)") + `)
 GROUP BY aggregate_type, aggregate_id`
 	}

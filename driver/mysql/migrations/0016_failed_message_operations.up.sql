@@ -1,0 +1,12 @@
+-- What operators do to parked messages. An edit changes body and headers,
+-- which a retry sends, and keeps the message as received in original_body
+-- and original_headers (NULL for an entry never edited). An archived entry
+-- (archived_at) is kept but listed only when asked for, and holds no
+-- aggregate. actions is the entry's audit trail: one object per edit,
+-- retry, redirect or archive ({"at", "action", "by", "detail"}), oldest
+-- first.
+ALTER TABLE {{.FailedMessage}}
+    ADD COLUMN original_body    LONGBLOB    NULL,
+    ADD COLUMN original_headers JSON        NULL,
+    ADD COLUMN archived_at      DATETIME(6) NULL,
+    ADD COLUMN actions          JSON        NOT NULL DEFAULT ('[]');
