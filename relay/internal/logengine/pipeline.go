@@ -75,8 +75,8 @@ type pipeline struct {
 	nextSeq  uint64   // the seq of the next entry added
 	shown    uint64   // the entries whose seq is below are visible
 	byOut    map[*ordered.Entry]*entry
-	unsent   int // messages read and not confirmed by the broker
-	handed   int // messages handed to pub and not settled yet
+	unsent   int  // messages read and not confirmed by the broker
+	handed   int  // messages handed to pub and not settled yet
 	inPart   bool // the last Tx added was a Part: its transaction goes on (add's goroutine only)
 	progress chan struct{}
 	added    chan struct{} // wakes watch
