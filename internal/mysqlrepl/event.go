@@ -197,6 +197,11 @@ type GTIDEvent struct {
 	Standalone bool
 	// CommitID is the group commit id (0 when the server sent none).
 	CommitID uint64
+	// Transactional reports FL_TRANSACTIONAL without FL_PREPARED_XA: the
+	// group holds transactional changes only, so nothing in it is undone
+	// after the binary log has it (no ROLLBACK or ROLLBACK TO SAVEPOINT is
+	// logged in it, no XA ROLLBACK follows it).
+	Transactional bool
 	// GTIDFlags is the raw flags byte (FL_STANDALONE 1, FL_GROUP_COMMIT_ID
 	// 2, FL_TRANSACTIONAL 4, FL_ALLOW_PARALLEL 8, FL_WAITED 16, FL_DDL 32,
 	// FL_PREPARED_XA 64, FL_COMPLETED_XA 128).
@@ -502,6 +507,8 @@ func (p *Parser) parseBody(h Header, body []byte) (Event, error) {
 const (
 	gtidStandalone    = 0x01
 	gtidGroupCommitID = 0x02
+	gtidTransactional = 0x04
+	gtidPreparedXA    = 0x40
 )
 
 func parseGTID(h Header, body []byte) (Event, error) {
@@ -511,6 +518,7 @@ func parseGTID(h Header, body []byte) (Event, error) {
 	e.Domain = r.u32("domain id")
 	e.GTIDFlags = r.u8("flags")
 	e.Standalone = e.GTIDFlags&gtidStandalone != 0
+	e.Transactional = e.GTIDFlags&gtidTransactional != 0 && e.GTIDFlags&gtidPreparedXA == 0
 	if e.GTIDFlags&gtidGroupCommitID != 0 {
 		e.CommitID = r.u64("commit id")
 	}

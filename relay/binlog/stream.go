@@ -79,6 +79,10 @@ type txState struct {
 	mysqlFirst bool
 	// savepoints are the entries read when each savepoint was set.
 	savepoints map[string]int
+	// parts: the group may be handed on in parts (logengine.Tx.Part), as
+	// nothing in it can be undone (mysqlrepl.GTIDEvent.Transactional);
+	// handed: some were.
+	parts, handed bool
 }
 
 // statementInsert reports whether a statement logged as such inserts into
@@ -421,7 +425,7 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 		r.eng.C.File.Store(&f)
 		r.eng.C.FilePos.Store(e.Pos)
 	case *mysqlrepl.GTIDEvent:
-		s.tx = &txState{standalone: e.Standalone}
+		s.tx = &txState{standalone: e.Standalone, parts: e.Transactional && !e.Standalone}
 		s.pos.maria.Update(mysqlrepl.GTID{Domain: e.Domain, Server: h.ServerID, Seq: e.Seq})
 	case *mysqlrepl.MySQLGTIDEvent:
 		if e.Anonymous {
@@ -451,7 +455,19 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 		}
 		switch e.Kind {
 		case mysqlrepl.Insert:
-			return s.rows(ctx, e)
+			if err := s.rows(ctx, e); err != nil {
+				return err
+			}
+			if s.tx.parts && len(s.tx.rows) >= logengine.PartRows && s.done == nil {
+				// A large transaction goes on in parts as it comes,
+				// each waiting for the commit (its first row's lock).
+				s.done = &logengine.Tx{Rows: s.tx.rows, Commit: h.Timestamp, Part: true}
+				if s.tx.lockID != "" {
+					s.done.Mark = s.tx.lockID
+				}
+				s.tx.rows, s.tx.lockID, s.tx.handed = nil, "", true
+			}
+			return nil
 		case mysqlrepl.Update:
 			if r.idemTable {
 				return s.requeued(ctx, e)
@@ -503,6 +519,7 @@ func (s *session) handle(ctx context.Context, ev mysqlrepl.Event) error {
 		// savepoint only when changes it cannot undo came after it; the
 		// outbox's rows after the savepoint are undone.
 		if name, ok := savepoint(q, "SAVEPOINT"); ok {
+			s.tx.parts = false // what follows may be undone
 			if s.tx.savepoints == nil {
 				s.tx.savepoints = map[string]int{}
 			}
@@ -651,7 +668,7 @@ func (s *session) commit(h *mysqlrepl.Header) error {
 	tx := s.tx
 	s.tx = nil
 	s.done = &logengine.Tx{Rows: tx.rows, Pos: binlogPos{gtid: s.pos.String(), file: s.file, filePos: uint64(h.NextPos)}, Commit: h.Timestamp}
-	if len(tx.rows) == 0 {
+	if len(tx.rows) == 0 && !tx.handed {
 		s.done.Foreign = !tx.own
 	} else if tx.lockID != "" {
 		s.done.Mark = tx.lockID

@@ -13,6 +13,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/memory"
 	"github.com/idem-go/idem/internal/testdb"
+	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/cdc"
@@ -307,4 +308,65 @@ func TestArchiveInitialRows(t *testing.T) {
 		t.Fatalf("Replay = %d, %v; want %d", n, err, len(evs))
 	}
 	checkReplayed(t, replayed.Messages(), evs)
+}
+
+// TestArchiveBesideReading: the deletes and the archive are written beside
+// the reading: while they wait (the archive locked by another session),
+// the relay goes on reading the log and publishing, and no position past
+// the rows not yet deleted is confirmed; once the lock goes, every row is
+// deleted and every event archived once.
+func TestArchiveBesideReading(t *testing.T) {
+	t.Parallel()
+	pg := newDB(t)
+	cfg := fastConfig(t)
+	cfg.QueryTimeout = 2 * time.Minute // the wait below is on the lock, not on a timeout
+	pub := memory.New()
+	r := start(t, pg, pub, cfg)
+	eventually(t, 30*time.Second, "the relay streaming", func() bool { return r.Stats().Streaming })
+	first := writeTimed(t, pg, "table", 6, 3)
+	ctx := testsvc.Ctx(t, 2*time.Minute)
+	if err := pub.WaitLen(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(context.Background()) }()
+	if _, err := lock.Exec(ctx, `LOCK TABLE outbox_archive IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	second := writeTimed(t, pg, "table", 6, 3)
+	testsvc.WaitFor(t, time.Minute, "the relay's archive write waiting on the lock", func() bool {
+		var n int
+		err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query ILIKE '%outbox_archive%' AND pid <> pg_backend_pid()`).Scan(&n)
+		return err == nil && n > 0
+	})
+	// The reading goes on: events written now reach the broker while the
+	// write waits. Read in the same flush as the waiting write, they
+	// would wait for the lock.
+	third := writeTimed(t, pg, "wal", 6, 3)
+	if err := pub.WaitLen(ctx, 18); err != nil {
+		t.Fatalf("events written while the archive waited: %v (stats %+v)", err, r.Stats())
+	}
+	if n := pg.Count(t, "outbox_archive"); n == 18 {
+		t.Fatal("the archive was written through the lock")
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testsvc.WaitFor(t, time.Minute, "every event archived, every row deleted", func() bool {
+		return pg.Count(t, "outbox_archive") == 18 && pg.Count(t, "outbox") == 0
+	})
+	stop(t, r)
+	got := map[uuid.UUID]int{}
+	for _, m := range pub.Messages() {
+		got[m.EventID]++
+	}
+	for _, ev := range append(append(first, second...), third...) {
+		if got[ev.ID] != 1 {
+			t.Errorf("event %s published %d times, want 1", ev.ID, got[ev.ID])
+		}
+	}
 }

@@ -283,6 +283,12 @@ func (s *session) add(ctx context.Context, rec driver.OutboxRecord, row bool, ra
 	if err == nil {
 		e.WAL = !row
 		s.tx.rows = append(s.tx.rows, e)
+		if len(s.tx.rows) >= logengine.PartRows {
+			// pgoutput sends a transaction once committed, whole: hand a
+			// large one on as it comes, in parts.
+			s.done = &logengine.Tx{Rows: s.tx.rows, Commit: s.tx.commit, Mark: s.tx.xid, Part: true}
+			s.tx.rows = nil
+		}
 		return nil
 	}
 	if row {

@@ -201,7 +201,19 @@ type Tx struct {
 	// Foreign marks a transaction without events written by another
 	// session than the relay's (Confirm.Foreign).
 	Foreign bool
+	// Part marks the rows of a transaction read so far, not to its end
+	// (Pos is nil): a committed transaction too large to hold whole, handed
+	// on PartRows at a time, with its Commit and Mark, then ended by a Tx
+	// with its Pos and the rest of its rows, if any. Its rows are
+	// published, deleted and archived as they come; its position is
+	// confirmed once it ends, and a restart before reads it again whole.
+	Part bool
 }
+
+// PartRows is how many rows of one transaction a reader holds before it
+// hands them on as a Tx.Part: a transaction of a million rows (a backfill,
+// a data migration) goes through in the memory of a few windows.
+const PartRows = 1000
 
 // Row is a message of a transaction.
 type Row struct {

@@ -75,8 +75,9 @@ type pipeline struct {
 	nextSeq  uint64   // the seq of the next entry added
 	shown    uint64   // the entries whose seq is below are visible
 	byOut    map[*ordered.Entry]*entry
-	unsent   int // messages read and not confirmed by the broker
-	handed   int // messages handed to pub and not settled yet
+	unsent   int  // messages read and not confirmed by the broker
+	handed   int  // messages handed to pub and not settled yet
+	inPart   bool // the last Tx added was a Part: its transaction goes on (add's goroutine only)
 	progress chan struct{}
 	added    chan struct{} // wakes watch
 	wg       sync.WaitGroup
@@ -150,11 +151,14 @@ func (p *pipeline) empty() bool {
 // add appends a committed transaction.
 func (p *pipeline) add(tx *Tx) {
 	if len(tx.Rows) > 0 {
-		p.r.C.Txs.Add(1)
+		if !p.inPart {
+			p.r.C.Txs.Add(1)
+		}
 		if fault.Enabled {
 			fault.Point(fault.CDCAfterReceive)
 		}
 	}
+	p.inPart = tx.Part
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(tx.Rows) == 0 && tx.Mark == nil && len(p.entries) > 0 {
@@ -385,18 +389,18 @@ type confirmed struct {
 	events, foreign bool
 }
 
-// confirmed takes the published entries from the front, whole transactions
-// only, visible ones only.
+// confirmed takes the published entries from the front, visible ones
+// only: their rows are deleted and their events archived, and the end of
+// the last whole transaction among them is the position to confirm. The
+// entries of a transaction not entirely published or read (Tx.Part) go as
+// well: its rows are deleted as they are published, and its position
+// waits for its end.
 func (p *pipeline) confirmed() (c confirmed) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// Only whole transactions: the entries of one not entirely published
-	// stay, and are deleted with its position.
 	last := 0
-	for i := 0; i < len(p.entries) && p.entries[i].sent && p.entries[i].seq < p.shown; i++ {
-		if p.entries[i].pos != nil {
-			last = i + 1
-		}
+	for last < len(p.entries) && p.entries[last].sent && p.entries[last].seq < p.shown {
+		last++
 	}
 	if last == 0 {
 		return c

@@ -2,11 +2,7 @@ package logengine
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
-
-	"github.com/idem-go/idem/driver"
 )
 
 // session holds the log for one Reader: it publishes the rows waiting at
@@ -53,10 +49,13 @@ func (r *Relay) session() (read bool, err error) {
 	r.errs.replication.OK(ctx)
 	r.log.Debug("replication started")
 
-	s := &reading{r: r, rd: rd, pipe: newPipeline(ctx, r, rd)}
+	s := &reading{r: r, rd: rd, pipe: newPipeline(ctx, r, rd), w: newWriter(r)}
+	wrote := make(chan struct{})
+	go func() { defer close(wrote); s.w.run(ctx) }()
 	defer func() {
 		cancel()
 		s.pipe.wait()
+		<-wrote
 		r.C.InFlight.Store(0)
 		r.C.Oldest.Store(0)
 	}()
@@ -68,19 +67,15 @@ type reading struct {
 	r    *Relay
 	rd   Reader
 	pipe *pipeline
-
-	toDelete []string
-	// toArchive holds the events published and not archived yet
-	// (Config.ArchiveRetention), in log order.
-	toArchive []*driver.OutboxRecord
-	// pending is what was confirmed and not made durable yet.
+	// w deletes the published rows and archives their events, beside
+	// the reading.
+	w *writer
+	// pending is what w wrote and the Reader did not make durable yet.
 	pending confirmed
-	// deleteFailures counts the failed deletes in a row; none is tried
-	// before deleteAfter.
-	deleteFailures int
-	deleteAfter    time.Time
 }
 
+// loop reads the log until Stop or an error, handing transactions to the
+// pipeline and making positions durable every FlushInterval.
 func (s *reading) loop(ctx context.Context) error {
 	r := s.r
 	stopping := r.base.Stopping()
@@ -92,15 +87,16 @@ func (s *reading) loop(ctx context.Context) error {
 		default:
 		}
 		if !time.Now().Before(nextFlush) {
-			if err := s.flush(ctx, false); err != nil {
+			if err := s.flush(ctx, false, false); err != nil {
 				return err
 			}
 			nextFlush = time.Now().Add(r.cfg.FlushInterval)
 		}
-		if s.pipe.full() {
+		if s.pipe.full() || s.w.full() {
 			t := time.NewTimer(time.Until(nextFlush))
 			select {
 			case <-s.pipe.progress:
+			case <-s.w.progress:
 			case <-t.C:
 			case <-stopping:
 			case <-ctx.Done():
@@ -116,7 +112,7 @@ func (s *reading) loop(ctx context.Context) error {
 			s.pipe.add(rd.Tx)
 		}
 		if rd.Flush {
-			if err := s.flush(ctx, true); err != nil {
+			if err := s.flush(ctx, true, false); err != nil {
 				return err
 			}
 		}
@@ -130,63 +126,35 @@ func (s *reading) drain(ctx context.Context) error {
 	if !s.pipe.drainWait(ctx) {
 		return nil
 	}
-	return s.flush(ctx, true)
+	return s.flush(ctx, true, true)
 }
 
-// errDeleteLater says that a delete waits for its backoff.
-var errDeleteLater = errors.New("idem: delete waits for its backoff")
-
-// flush deletes the published rows (and archives their events), then makes
-// the position they reach durable. With force, the Reader confirms even a
-// position that did not move (at a stop, or when the server asked).
-func (s *reading) flush(ctx context.Context, force bool) error {
+// flush hands what the broker confirmed to the writer, then makes durable
+// the position the writer reached: the end of the last transaction whose
+// messages, and all before, are published and whose rows are deleted.
+// With force, the Reader confirms even a position that did not move (at a
+// stop, or when the server asked); with wait, it first waits for the
+// writer to write everything (at a stop).
+func (s *reading) flush(ctx context.Context, force, wait bool) error {
 	r := s.r
-	c := s.pipe.confirmed()
-	s.toDelete = append(s.toDelete, c.ids...)
-	s.toArchive = append(s.toArchive, c.archive...)
-	if c.end != nil {
-		s.pending.end = c.end
-		s.pending.events = s.pending.events || c.events
-		s.pending.foreign = s.pending.foreign || c.foreign
-		s.pending.commits = append(s.pending.commits, c.commits...)
+	s.w.add(s.pipe.confirmed())
+	if wait && !s.w.waitIdle(ctx) {
+		return nil
 	}
-	pos := s.pending.end
-	if len(s.toDelete) > 0 || len(s.toArchive) > 0 {
-		err := errDeleteLater
-		if !time.Now().Before(s.deleteAfter) {
-			err = s.deleteRows(ctx)
-		}
-		switch {
-		case err == nil:
-			s.deleteFailures = 0
-			r.errs.delete.OK(ctx)
-		case err != errDeleteLater && r.src.Gone(err):
-			// A server shutting down may wait for what it sent to be
-			// confirmed, and refuse the deletes the position waits for:
-			// leave, and resume from the durable position.
-			return fmt.Errorf("idem: %s: delete published rows: %w", r.cfg.Name, err)
-		default:
-			// The position waits for the rows: try again after a backoff.
-			if err != errDeleteLater {
-				s.deleteFailures++
-				d := r.Backoff(s.deleteFailures)
-				s.deleteAfter = time.Now().Add(d)
-				r.errs.delete.Warn(ctx, "deleting published rows failed; their position waits", err, "rows", len(s.toDelete),
-					"retry_in", d.Round(time.Millisecond))
-			}
-			pos = nil
-		}
+	wrote, idle, err := s.w.take()
+	if err != nil {
+		return err
 	}
-	cf := Confirm{Events: s.pending.events, Foreign: s.pending.foreign, Force: force,
-		Idle: s.pipe.empty() && len(s.toDelete) == 0 && len(s.toArchive) == 0}
-	if pos != nil {
-		cf.Pos = pos.pos
+	s.pending.merge(wrote)
+	cf := Confirm{Events: s.pending.events, Foreign: s.pending.foreign, Force: force, Idle: s.pipe.empty() && idle}
+	if s.pending.end != nil {
+		cf.Pos = s.pending.end.pos
 	}
 	done, err := s.rd.Confirm(ctx, cf)
 	if err != nil {
 		return err
 	}
-	if done && pos != nil {
+	if done && s.pending.end != nil {
 		if r.cfg.Observer.Confirm != nil {
 			now := time.Now()
 			for _, c := range s.pending.commits {
@@ -195,27 +163,5 @@ func (s *reading) flush(ctx context.Context, force bool) error {
 		}
 		s.pending = confirmed{}
 	}
-	return nil
-}
-
-// deleteRows deletes the published rows and, when the relay archives what
-// it publishes, archives the published events at once: deleted and
-// archived together, or neither. Their transactions are visible: nothing
-// is published before (pipeline.watch).
-func (s *reading) deleteRows(ctx context.Context) error {
-	r := s.r
-	for len(s.toDelete) > 0 || len(s.toArchive) > 0 {
-		n, m := min(len(s.toDelete), 1000), min(len(s.toArchive), 1000)
-		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		deleted, archived, err := r.src.Delete(qctx, s.toDelete[:n], s.toArchive[:m])
-		cancel()
-		if err != nil {
-			return err
-		}
-		r.C.Deleted.Add(deleted)
-		r.C.Archived.Add(archived)
-		s.toDelete, s.toArchive = s.toDelete[n:], s.toArchive[m:]
-	}
-	s.toDelete, s.toArchive = nil, nil
 	return nil
 }
