@@ -68,8 +68,9 @@ func (s *PauseStore) List(ctx context.Context) ([]idem.Pause, error) {
 // waitUnpaused returns at once while no operator's pause holds the relay,
 // else when it ends; false when the relay stops first.
 func (r *Relay[TTx]) waitUnpaused(ctx context.Context) bool {
-	for r.pauses != nil {
-		_, wait, paused := r.pauses.Check(ctx)
+	w := r.pauses.Load()
+	for w != nil {
+		_, wait, paused := w.Check(ctx)
 		if !paused {
 			return true
 		}
@@ -86,7 +87,7 @@ func (r *Relay[TTx]) waitUnpaused(ctx context.Context) bool {
 // outbox is quiet.
 func (r *Relay[TTx]) pauseLoop() {
 	for {
-		_, wait, _ := r.pauses.Check(r.claimCtx)
+		_, wait, _ := r.pauses.Load().Check(r.claimCtx)
 		if !ctxsleep.Sleep(r.claimCtx, wait) {
 			return
 		}

@@ -2,6 +2,8 @@ package relay_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +79,50 @@ func TestRelayOperatorPause(t *testing.T) {
 	}
 	if err := pauses.Pause(ctx, "out box", idem.Pause{}); err == nil {
 		t.Error("a pause of an outbox named \"out box\" was accepted")
+	}
+}
+
+// TestRelayWithoutPauseTable: a database without the table of pauses (not
+// migrated to 0015, or a role that may not read it): the relay says so at
+// start and relays as before, and its Stats, read all along, show no pause
+// (the race detector checks them against Start).
+func TestRelayWithoutPauseTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.pg.Exec(t, `DROP TABLE consumer_pause`)
+	var logs syncBuffer
+	cfg := fastConfig(t)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	r, err := relay.New(b.pg.Driver, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if s := r.Stats(); s.Paused != nil {
+				t.Errorf("Stats().Paused = %+v without a table of pauses", s.Paused)
+				return
+			}
+		}
+	}()
+	if err := r.Start(testsvc.Ctx(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	b.insert(t, event(t, "1", 1))
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 30*time.Second), 1); err != nil {
+		t.Fatal(err)
+	}
+	close(done)
+	<-ended
+	if !strings.Contains(logs.String(), "cannot be paused") {
+		t.Errorf("no warning that the relay cannot be paused:\n%s", logs.String())
 	}
 }

@@ -79,8 +79,10 @@ type Relay[TTx any] struct {
 	brokerFailures atomic.Int64
 	claimFailures  atomic.Int64
 
-	// pauses is the operator's pause of the relay's outbox.
-	pauses *pausewatch.Watch
+	// pauses is the operator's pause of the relay's outbox; nil when the
+	// relay cannot read it (Start says so). Stats and Healthy read it
+	// while Start may clear it.
+	pauses atomic.Pointer[pausewatch.Watch]
 
 	stats   counters
 	tracing sendspan.Tracer
@@ -205,7 +207,7 @@ func New[TTx any](drv driver.Driver[TTx], pub broker.Publisher, cfg Config) (*Re
 		errs:    newLimiters(log),
 	}
 	r.claimCtx, r.workCtx = r.base.StopContext(), r.base.WorkContext()
-	r.pauses = pausewatch.New(idem.PauseRelay, drv.Dialect().Tables().Outbox, drv.Dialect(), drv.Pool(), PauseCheck, cfg.now, log)
+	r.pauses.Store(pausewatch.New(idem.PauseRelay, drv.Dialect().Tables().Outbox, drv.Dialect(), drv.Pool(), PauseCheck, cfg.now, log))
 	return r, nil
 }
 
@@ -227,7 +229,7 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 		if _, perr := r.dialect.ListPauses(checkCtx, r.drv.Pool(), idem.PauseRelay, r.dialect.Tables().Outbox); perr != nil && checkCtx.Err() == nil {
 			r.log.Warn("cannot read the table of operators' pauses: this relay cannot be paused (idem pause --relay) until idem migrate adds it (migration 0015) or its role may read it",
 				"error", perr)
-			r.pauses = nil
+			r.pauses.Store(nil)
 		}
 	}
 	cancel()
@@ -254,7 +256,7 @@ func (r *Relay[TTx]) Start(ctx context.Context) error {
 	if r.cfg.StatsInterval > 0 {
 		wg.Go(r.statsLoop)
 	}
-	if r.pauses != nil {
+	if r.pauses.Load() != nil {
 		wg.Go(r.pauseLoop)
 	}
 	go func() {
@@ -318,10 +320,8 @@ func (r *Relay[TTx]) Stats() Stats {
 	if ns := r.pauseUntil.Load(); ns > time.Now().UnixNano() {
 		s.BrokerPausedUntil = time.Unix(0, ns)
 	}
-	if r.pauses != nil {
-		if p, ok := r.pauses.Last(); ok {
-			s.Paused = &p
-		}
+	if p, ok := r.pauses.Load().Last(); ok {
+		s.Paused = &p
 	}
 	return s
 }

@@ -52,11 +52,14 @@ func New(kind idem.PauseKind, name string, d driver.Pauses, ex driver.Executor, 
 
 // Check returns the pause in force now, if any, and how long the caller
 // may take it as it is before checking again: at most the interval, and no
-// later than the pause's end. It reads the table when its last read is an
+// later than the pause's end. A nil Watch pauses nothing. It reads the table when its last read is an
 // interval old. A failed read keeps the last answer (none, at first): a
 // database that is away pauses the consumer or relay anyway, through its
 // own errors, and a table not yet migrated pauses nothing.
 func (w *Watch) Check(ctx context.Context) (idem.Pause, time.Duration, bool) {
+	if w == nil {
+		return idem.Pause{}, Interval, false
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.now()
@@ -113,8 +116,12 @@ func (w *Watch) read(ctx context.Context, now time.Time) {
 }
 
 // Last returns the pause Check last found in force, without reading the
-// table: for figures (Stats) that must not touch the database.
+// table: for figures (Stats) that must not touch the database. A nil Watch
+// has none.
 func (w *Watch) Last() (idem.Pause, bool) {
+	if w == nil {
+		return idem.Pause{}, false
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.active {

@@ -297,7 +297,9 @@ type Relay struct {
 	wg   sync.WaitGroup
 
 	setup  Setup
-	pauses *pausewatch.Watch // nil: the relay cannot be paused
+	// pauses is the operator's pause of the relay, set at Start and read
+	// by Stats and Healthy meanwhile; nil: the relay cannot be paused.
+	pauses atomic.Pointer[pausewatch.Watch]
 	purge  periodic.Loop
 	errs   limiters
 	// C holds the counters behind Stats; the adapter moves those only it
@@ -365,7 +367,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.setup = s
 	if s.Pauses != nil {
-		r.pauses = pausewatch.New(idem.PauseRelay, s.PauseName, s.Pauses, s.PauseEx, pausewatch.Interval, r.cfg.Now, r.log)
+		r.pauses.Store(pausewatch.New(idem.PauseRelay, s.PauseName, s.Pauses, s.PauseEx, pausewatch.Interval, r.cfg.Now, r.log))
 	} else {
 		r.log.Info("the database has no table of operators' pauses: this relay cannot be paused (idem pause --relay); run idem migrate to add it")
 	}
@@ -437,10 +439,8 @@ func (r *Relay) Stats() logrelay.Stats {
 	if e := c.lastErr.Load(); e != nil {
 		s.LastError = (*e).Error()
 	}
-	if r.pauses != nil {
-		if p, ok := r.pauses.Last(); ok {
-			s.Paused = &p
-		}
+	if p, ok := r.pauses.Load().Last(); ok {
+		s.Paused = &p
 	}
 	return s
 }
@@ -456,10 +456,8 @@ func (r *Relay) Healthy() error {
 	if r.C.Streaming.Load() || r.C.Waiting.Load() {
 		return nil
 	}
-	if r.pauses != nil {
-		if _, paused := r.pauses.Last(); paused {
-			return nil
-		}
+	if _, paused := r.pauses.Load().Last(); paused {
+		return nil
 	}
 	if e := r.C.lastErr.Load(); e != nil {
 		return *e
@@ -569,8 +567,9 @@ func (r *Relay) purgeArchive(ctx context.Context) {
 // waitUnpaused returns at once while no operator's pause holds the relay,
 // else when it ends; false when ctx ends or stop is closed first.
 func (r *Relay) waitUnpaused(ctx context.Context, stop <-chan struct{}) bool {
-	for r.pauses != nil {
-		_, wait, paused := r.pauses.Check(ctx)
+	w := r.pauses.Load()
+	for w != nil {
+		_, wait, paused := w.Check(ctx)
 		if !paused {
 			return true
 		}
@@ -590,9 +589,6 @@ func (r *Relay) waitUnpaused(ctx context.Context, stop <-chan struct{}) bool {
 
 // paused reports whether an operator's pause holds the relay now.
 func (r *Relay) paused(ctx context.Context) bool {
-	if r.pauses == nil {
-		return false
-	}
-	_, _, paused := r.pauses.Check(ctx)
+	_, _, paused := r.pauses.Load().Check(ctx)
 	return paused
 }

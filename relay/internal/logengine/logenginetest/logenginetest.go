@@ -101,6 +101,7 @@ func Run(t *testing.T, h Harness) {
 		{"Archive", archive},
 		{"VisibleWhenPublished", visibleWhenPublished},
 		{"OperatorPause", operatorPause},
+		{"FiguresDuringStart", figuresDuringStart},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			if !h.Serial {
@@ -641,4 +642,28 @@ func operatorPause(t *testing.T, ob Outbox) {
 	if len(msgs) != 5 {
 		t.Errorf("%d messages, want 5", len(msgs))
 	}
+}
+
+// figuresDuringStart: Stats and Healthy, which metrics and health
+// endpoints call at any time, may run while Start sets the relay up (the
+// race detector checks it).
+func figuresDuringStart(t *testing.T, ob Outbox) {
+	r := ob.Relay(t, memory.New(), Options{})
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			_ = r.Stats()
+			_ = r.Healthy()
+		}
+	}()
+	Start(t, r)
+	Eventually(t, "the relay streaming", func() bool { return r.Stats().Streaming })
+	close(done)
+	<-ended
 }
