@@ -296,7 +296,7 @@ type Relay struct {
 	ctx  context.Context // the base's WorkContext
 	wg   sync.WaitGroup
 
-	setup  Setup
+	setup Setup
 	// pauses is the operator's pause of the relay, set at Start and read
 	// by Stats and Healthy meanwhile; nil: the relay cannot be paused.
 	pauses atomic.Pointer[pausewatch.Watch]
