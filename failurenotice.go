@@ -15,6 +15,10 @@ const (
 	// FailureMessageResolved: a parked message left the failure store's
 	// list: applied after a retry, removed, archived or redirected.
 	FailureMessageResolved = "idem.failure.message.resolved.v1"
+	// FailureRowQuarantined: a relay quarantined an outbox row: it could
+	// not become a message, or the broker refused its message on every
+	// attempt (FailureNotice.OutboxTable and OutboxSeq name it).
+	FailureRowQuarantined = "idem.failure.outbox_row.quarantined.v1"
 )
 
 // FailureNoticePrefix starts the name of every failure notice. No notice
@@ -50,13 +54,18 @@ const (
 // outbox.FailureEvents leave them out unless told otherwise
 // (outbox.FailureEventsConfig.Body).
 type FailureNotice struct {
-	// Name is the notice's event name: FailureMessageParked or
-	// FailureMessageResolved.
+	// Name is the notice's event name: FailureMessageParked,
+	// FailureMessageResolved or FailureRowQuarantined.
 	Name string `json:"notice"`
 	// At is when it happened.
 	At time.Time `json:"at"`
 	// Consumer is the consumer name.
 	Consumer string `json:"consumer,omitempty"`
+	// OutboxTable and OutboxSeq name the quarantined outbox row of a
+	// FailureRowQuarantined notice: its table (without its schema) and its
+	// seq ("idem failed show --relay SEQ").
+	OutboxTable string `json:"outbox_table,omitempty"`
+	OutboxSeq   int64  `json:"outbox_seq,omitempty"`
 	// Source is the queue, topic or subject the message came from.
 	Source string `json:"source,omitempty"`
 	// FailedMessageID is the failure store entry's id.

@@ -23,17 +23,24 @@ type FailureEventsConfig struct {
 // id: the entry's id), so that each entry's notices keep their order.
 const FailedMessageAggregate = "idem.failed_message"
 
-// FailureEvents returns a hook for inbox.Config.OnFailure and
-// inbox.FailureStore.WithFailureHook that writes each notice into the
-// outbox of w as an event named after it (idem.FailureMessageParked or
-// idem.FailureMessageResolved), in the transaction of the park or
-// resolution it tells of: the notice exists if and only if that change
+// QuarantinedRowAggregate is the aggregate type of the notices of
+// quarantined outbox rows (idem.FailureRowQuarantined): the aggregate id is
+// the row's table and seq ("outbox:1042").
+const QuarantinedRowAggregate = "idem.outbox_row"
+
+// FailureEvents returns a hook for inbox.Config.OnFailure,
+// inbox.FailureStore.WithFailureHook and relay.Config.OnQuarantine that
+// writes each notice into the outbox of w as an event named after it
+// (idem.FailureMessageParked, idem.FailureMessageResolved or
+// idem.FailureRowQuarantined), in the transaction of the park,
+// resolution or quarantine it tells of: the notice exists if and only if that change
 // committed, and the relay publishes it to whoever subscribes to
 // "idem.failure.#". Its payload is the notice as JSON, without the
 // message's body and headers unless cfg.Body.
 //
 // The outbox must be in the database of the failure store: the consumer's
-// service's own outbox, as each service of the shop has.
+// service's own outbox, as each service of the shop has; for a relay, the
+// outbox it relays, which then publishes the notice itself.
 func FailureEvents[TTx any](w *Writer[TTx], cfg FailureEventsConfig) func(context.Context, driver.Executor, idem.FailureNotice) error {
 	return func(ctx context.Context, ex driver.Executor, n idem.FailureNotice) error {
 		ev, err := FailureEvent(n, cfg)
@@ -65,7 +72,12 @@ func FailureEvent(n idem.FailureNotice, cfg FailureEventsConfig) (idem.Event, er
 		}
 		n.Headers = h
 	}
-	ev, err := idem.NewEvent(n.Name, FailedMessageAggregate, strconv.FormatInt(n.FailedMessageID, 10), n)
+	aggType, aggID := FailedMessageAggregate, strconv.FormatInt(n.FailedMessageID, 10)
+	if n.OutboxSeq != 0 {
+		n.OutboxTable = jsonText(n.OutboxTable)
+		aggType, aggID = QuarantinedRowAggregate, n.OutboxTable+":"+strconv.FormatInt(n.OutboxSeq, 10)
+	}
+	ev, err := idem.NewEvent(n.Name, aggType, aggID, n)
 	if err != nil {
 		return idem.Event{}, fmt.Errorf("idem: outbox: failure notice: %w", err)
 	}

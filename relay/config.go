@@ -2,6 +2,7 @@ package relay
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 )
 
@@ -145,6 +147,16 @@ type Config struct {
 	// StatsInterval is how often the backlog reported by Stats is
 	// measured. Defaults to 10s; negative turns it off.
 	StatsInterval time.Duration
+	// OnQuarantine, when set, is called with the notice of each row the
+	// relay quarantines (idem.FailureRowQuarantined: its table and seq,
+	// class, group and error, its event's id, name and aggregate), in the
+	// transaction that quarantines it: the notice exists if and only if
+	// the quarantine committed. An error rolls that transaction back: the
+	// row is tried again after its lease. outbox.FailureEvents writes the
+	// notices into the outbox, which the relay then publishes for other
+	// services to follow ("idem relay --failure-events"). Rows that are
+	// themselves notices (idem.IsFailureNotice) get none.
+	OnQuarantine func(ctx context.Context, ex driver.Executor, n idem.FailureNotice) error
 	// QueryTimeout bounds each database call. Defaults to 30s.
 	QueryTimeout time.Duration
 	// Logger receives the relay's logs. Defaults to slog.Default().

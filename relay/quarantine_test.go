@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/amqp"
 	"github.com/idem-go/idem/broker/memory"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/testamqp"
 	"github.com/idem-go/idem/internal/testsvc"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 )
 
@@ -317,5 +320,79 @@ func TestQuarantineIsLogged(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no quarantine logged at error level:\n%s", logs.String())
+	}
+}
+
+// TestQuarantineNotice: with Config.OnQuarantine set to
+// outbox.FailureEvents, each row the relay quarantines (refused by the
+// broker, or unreadable) writes its notice into the outbox in the
+// quarantine's transaction, and the relay publishes it: name, table, seq,
+// class, group, error, event and aggregate, no payload. A hook that fails
+// rolls the quarantine back: the row stays unquarantined, tried again.
+func TestQuarantineNotice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bad := event(t, "bad", 1)
+	b.pub.SetFunc(func(int, []idem.Message) memory.Action {
+		return memory.Action{Refuse: func(m idem.Message) error {
+			if m.EventID == bad.ID {
+				return errors.New("message too large")
+			}
+			return nil
+		}}
+	})
+	b.insert(t, bad)
+	b.pg.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers) VALUES ($1, 'order', 'odd', 'order.changed.v1', '{}', '[1]')`, uuid.New())
+
+	// A hook that fails: nothing is quarantined, the rows are tried again.
+	failing := errors.New("the notice table is away")
+	var calls atomic.Int64
+	cfg := fastConfig(t)
+	cfg.QuarantineAfter = 1
+	cfg.OnQuarantine = func(context.Context, driver.Executor, idem.FailureNotice) error { calls.Add(1); return failing }
+	r := b.start(t, cfg)
+	testsvc.WaitFor(t, 30*time.Second, "the hook called", func() bool { return calls.Load() >= 2 })
+	if err := r.Stop(testsvc.Ctx(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.pg.Count(t, "outbox WHERE quarantined_at IS NOT NULL"); n != 0 {
+		t.Fatalf("%d rows quarantined though the hook failed", n)
+	}
+
+	cfg.OnQuarantine = outbox.FailureEvents(outbox.NewWriter(b.pg.Driver), outbox.FailureEventsConfig{})
+	b.start(t, cfg)
+	if err := b.pub.WaitLen(testsvc.Ctx(t, 30*time.Second), 2); err != nil {
+		t.Fatal(err)
+	}
+	notices := map[string]idem.FailureNotice{}
+	for _, m := range b.pub.Messages() {
+		if m.EventName != idem.FailureRowQuarantined {
+			t.Errorf("published %s (%s), want only notices", m.EventName, m.EventID)
+			continue
+		}
+		ev := decode(t, m)
+		var n idem.FailureNotice
+		if err := json.Unmarshal(ev.Payload, &n); err != nil {
+			t.Fatal(err)
+		}
+		if ev.AggregateType != outbox.QuarantinedRowAggregate || ev.AggregateID != fmt.Sprintf("outbox:%d", n.OutboxSeq) {
+			t.Errorf("notice of aggregate %s %s", ev.AggregateType, ev.AggregateID)
+		}
+		notices[n.AggregateID] = n
+	}
+	refused, odd := notices["bad"], notices["odd"]
+	var seq int64
+	if err := b.pg.Pool.QueryRow(context.Background(), `SELECT seq FROM outbox WHERE id = $1`, bad.ID).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	if refused.OutboxTable != "outbox" || refused.OutboxSeq != seq || refused.Class != "refused" || refused.EventID != bad.ID ||
+		refused.EventName != bad.Name || !strings.Contains(refused.Error, "message too large") || len(refused.Group) != 12 || refused.Body != nil {
+		t.Errorf("refused row's notice = %+v", refused)
+	}
+	if odd.Class != "unreadable" || odd.OutboxSeq == 0 || odd.OutboxSeq == seq || odd.AggregateType != "order" {
+		t.Errorf("unreadable row's notice = %+v", odd)
+	}
+	if n := b.pg.Count(t, "outbox WHERE quarantined_at IS NOT NULL"); n != 2 {
+		t.Errorf("%d rows quarantined, want 2", n)
 	}
 }

@@ -10,11 +10,13 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/backoff"
 	"github.com/idem-go/idem/internal/ctxsleep"
 	"github.com/idem-go/idem/internal/fault"
 	"github.com/idem-go/idem/relay/internal/ordered"
+	"github.com/idem-go/idem/relay/logrelay"
 )
 
 // settle records what became of a batch's rows, fenced by the batch's
@@ -122,7 +124,7 @@ func (r *Relay[TTx]) settle(log *slog.Logger, b *claimed, items []item, faultDel
 // quarantine sets rows aside and logs each of them.
 func (r *Relay[TTx]) quarantine(log *slog.Logger, owner uuid.UUID, items []item, rows []driver.QuarantineRow) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), releaseTimeout)
-	done, err := r.dialect.QuarantineOutbox(ctx, r.drv.Pool(), owner, rows)
+	done, err := r.quarantineRows(ctx, owner, items, rows)
 	cancel()
 	if err != nil {
 		r.errs.quarantine.Error(r.workCtx, "quarantine failed; the rows are tried again after their lease", err, "rows", len(rows))
@@ -201,4 +203,38 @@ func (r *Relay[TTx]) brokerFailed(err error) time.Duration {
 // retryDelay returns the wait before the attempt-th retry of a row.
 func (r *Relay[TTx]) retryDelay(attempt int) time.Duration {
 	return backoff.Exponential(r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, attempt)
+}
+
+// quarantineRows quarantines rows, with the notice of each
+// (Config.OnQuarantine) in the same transaction when there is a hook.
+func (r *Relay[TTx]) quarantineRows(ctx context.Context, owner uuid.UUID, items []item, rows []driver.QuarantineRow) ([]int64, error) {
+	if r.cfg.OnQuarantine == nil {
+		return r.dialect.QuarantineOutbox(ctx, r.drv.Pool(), owner, rows)
+	}
+	reasons := make(map[int64]string, len(rows))
+	for _, q := range rows {
+		reasons[q.Seq] = q.Error
+	}
+	bySeq := make(map[int64]*driver.ClaimedRow, len(items))
+	for i := range items {
+		bySeq[items[i].row.Seq] = items[i].row
+	}
+	var done []int64
+	err := driver.InTx(ctx, r.drv, func(ex driver.Executor) error {
+		var err error
+		if done, err = r.dialect.QuarantineOutbox(ctx, ex, owner, rows); err != nil {
+			return err
+		}
+		for _, seq := range done {
+			row := bySeq[seq]
+			if row == nil || idem.IsFailureNotice(row.Type) {
+				continue
+			}
+			if err := r.cfg.OnQuarantine(ctx, ex, logrelay.QuarantineNotice(r.dialect.Tables().Outbox, row.OutboxRecord, reasons[seq])); err != nil {
+				return fmt.Errorf("idem: relay: quarantine hook: %w", err)
+			}
+		}
+		return nil
+	})
+	return done, err
 }

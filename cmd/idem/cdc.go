@@ -8,7 +8,10 @@ import (
 	"time"
 
 	idemmsg "github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/telemetry"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/binlog"
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/cdc/cdcmetrics"
@@ -109,7 +112,11 @@ takes does not hold the slot, and the server's WAL, for good. "idem failed
 list|show --relay" shows them, "idem failed retry --relay" writes them again
 and this relay publishes them, "idem failed remove --relay" drops them. A
 broker that does not answer at all is retried for as long as it takes, and
-quarantines nothing.
+quarantines nothing. With --failure-events, each quarantine also writes a
+notice (event idem.failure.outbox_row.quarantined.v1: the row's table and
+seq, class, group, error, event id and aggregate, not its payload) into the
+outbox in the quarantine's transaction, which the relay then reads and
+publishes to whoever subscribes to idem.failure.#.
 
 It serves, at --metrics-addr (127.0.0.1:9465: loopback only), Prometheus
 metrics on /metrics (idem_cdc_*: slot lag in bytes and seconds, retained WAL,
@@ -217,6 +224,7 @@ type cdcOptions struct {
 	rowsOnly        bool
 	acceptLoss      bool
 	quarantineAfter int
+	failureEvents   bool
 	serverID        uint
 	lagWarn         int64
 	archive         string
@@ -243,6 +251,7 @@ func setupCdc(fs *flag.FlagSet) runFunc {
 	fs.BoolVar(&o.rowsOnly, "rows-only", false, "every event is a row the relay deletes (no WAL messages): lets the relay run on a server with a physical standby, and recover after a failover by publishing the rows still in the table")
 	fs.BoolVar(&o.acceptLoss, "accept-failover-loss", false, "start on a server with a physical standby though a failover loses the events existing only in the WAL (WAL messages, rows deleted by their writer) not yet published")
 	fs.IntVar(&o.quarantineAfter, "quarantine-after", logrelay.QuarantineAfterDefault, "quarantine a message the broker refused on this many attempts (negative: retry forever)")
+	fs.BoolVar(&o.failureEvents, "failure-events", false, "write a notice of each row or message quarantined into the outbox (idem.failure.outbox_row.quarantined.v1), which the relay publishes")
 	fs.UintVar(&o.serverID, "server-id", 0, "MariaDB and MySQL: the server_id the relay presents as a replica; must differ from every server's (default: derived from the database and table, in [2^30, 2^31))")
 	fs.Int64Var(&o.lagWarn, "lag-warn", cdc.LagWarnBytesDefault, "warn when the slot retains more WAL than this many bytes (negative: never)")
 	fs.StringVar(&o.archive, "archive-retention", "168h", "how long the archive keeps the events published, for idem replay (h, m, s or d: 168h, 30d); 0 turns the archive off")
@@ -288,6 +297,14 @@ func (o *cdcOptions) run(ctx context.Context, e *env, args []string) error {
 		cfg.Delete = logrelay.KeepRows
 	}
 	cfg.RowsOnly, cfg.AcceptFailoverLoss = o.rowsOnly, o.acceptLoss
+	if !dropSlot {
+		hook, closeHook, err := o.quarantineEvents(ctx, dbURL, tables)
+		if err != nil {
+			return err
+		}
+		defer closeHook()
+		cfg.OnQuarantine = hook
+	}
 	if dropSlot {
 		name := cfg.WithDefaults().Slot
 		if err := cdc.DropSlot(ctx, dbURL, name); err != nil {
@@ -369,6 +386,12 @@ func (o *cdcOptions) runBinlog(ctx context.Context, e *env, dbURL string, tables
 	defer ops.close()
 	cfg := binlog.Config{Tables: tables, ServerID: uint32(o.serverID), Window: o.window, BatchSize: o.batch,
 		QuarantineAfter: o.quarantineAfter, ArchiveRetention: archive, DueInterval: o.dueInterval, Logger: log}
+	hook, closeHook, err := o.quarantineEvents(ctx, dbURL, tables)
+	if err != nil {
+		return err
+	}
+	defer closeHook()
+	cfg.OnQuarantine = hook
 	if o.keepRows {
 		cfg.Delete = logrelay.KeepRows
 	}
@@ -424,4 +447,18 @@ func archiveRetention(s string) (time.Duration, error) {
 		return -1, nil
 	}
 	return parseDays("archive-retention", s)
+}
+
+// quarantineEvents returns the hook of --failure-events (nil without it):
+// outbox.FailureEvents over the relayed outbox of dbURL, and the function
+// that closes what it opened.
+func (o *cdcOptions) quarantineEvents(ctx context.Context, dbURL string, tables idemmsg.Tables) (func(context.Context, driver.Executor, idemmsg.FailureNotice) error, func(), error) {
+	if !o.failureEvents {
+		return nil, func() {}, nil
+	}
+	db, err := registry.OpenDatabase(ctx, dbURL, registry.DatabaseOptions{Tables: tables})
+	if err != nil {
+		return nil, nil, err
+	}
+	return outbox.FailureEvents(outbox.NewWriter(db.SQL), outbox.FailureEventsConfig{}), db.Close, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem/internal/envflag"
 	"github.com/idem-go/idem/internal/registry"
 	"github.com/idem-go/idem/internal/telemetry"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay"
 	"github.com/idem-go/idem/relay/relaymetrics"
 )
@@ -83,7 +84,11 @@ not published and the later rows of its aggregate wait behind it; every other
 aggregate flows. A broker that is down or does not answer in time only pauses
 the relay: it never gets a row quarantined, however long it lasts. List, show,
 re-drive and remove quarantined rows with "idem failed ... --relay"; the
-idem_relay_quarantined_rows gauge counts them.
+idem_relay_quarantined_rows gauge counts them. With --failure-events, each
+quarantine also writes a notice (event idem.failure.outbox_row.quarantined.v1:
+the row's table and seq, class, group, error, event id and aggregate, not
+its payload) into the outbox in the quarantine's transaction, which the
+relay publishes to whoever subscribes to idem.failure.#.
 
 On SIGTERM or SIGINT the relay stops claiming, finishes or releases the
 batches in flight (up to --stop-timeout) and exits.
@@ -136,6 +141,7 @@ type relayOptions struct {
 	noListen        bool
 	retention       time.Duration
 	quarantineAfter int
+	failureEvents   bool
 	ops             opsFlags
 	stopTimeout     time.Duration
 	logFormat       string
@@ -157,6 +163,7 @@ func setupRelay(fs *flag.FlagSet) runFunc {
 	fs.BoolVar(&o.noListen, "no-listen", false, "do not LISTEN for notifications; only poll (PostgreSQL; the other databases always poll)")
 	fs.DurationVar(&o.retention, "retention", relay.RetentionDefault, "keep published rows this long (the replay window); negative: forever")
 	fs.IntVar(&o.quarantineAfter, "quarantine-after", relay.QuarantineAfterDefault, "quarantine a row the broker refused on this many attempts (negative: retry forever)")
+	fs.BoolVar(&o.failureEvents, "failure-events", false, "write a notice of each row quarantined into the outbox (idem.failure.outbox_row.quarantined.v1), which the relay publishes")
 	o.ops.register(fs, "127.0.0.1:9464")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long in-flight batches may take to finish")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -195,7 +202,7 @@ func (o *relayOptions) run(ctx context.Context, e *env, args []string) error {
 	defer pub.Close()
 
 	metrics := relaymetrics.New()
-	r, err := conn.NewRelay(ctx, pub, metrics.Instrument(relay.Config{
+	cfg := relay.Config{
 		Workers:         o.workers,
 		BatchSize:       o.batch,
 		MaxPerAggregate: o.perAgg,
@@ -206,7 +213,11 @@ func (o *relayOptions) run(ctx context.Context, e *env, args []string) error {
 		Retention:       o.retention,
 		QuarantineAfter: o.quarantineAfter,
 		Logger:          log,
-	}))
+	}
+	if o.failureEvents {
+		cfg.OnQuarantine = outbox.FailureEvents(outbox.NewWriter(conn.SQL), outbox.FailureEventsConfig{})
+	}
+	r, err := conn.NewRelay(ctx, pub, metrics.Instrument(cfg))
 	if err != nil {
 		return err
 	}

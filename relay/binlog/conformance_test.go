@@ -7,6 +7,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/memory"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/testdb"
 	"github.com/idem-go/idem/internal/testlog"
 	"github.com/idem-go/idem/outbox"
@@ -24,6 +25,7 @@ func TestConformance(t *testing.T) {
 				Relay: func(t *testing.T, pub broker.Publisher, o logenginetest.Options) logenginetest.Relay {
 					cfg := fastConfig(t)
 					cfg.QuarantineAfter, cfg.Now, cfg.DueInterval = o.QuarantineAfter, o.Now, o.DueInterval
+					cfg.OnQuarantine = o.OnQuarantine
 					if !o.Archive {
 						cfg.ArchiveRetention = -1
 					}
@@ -52,6 +54,9 @@ func TestConformance(t *testing.T) {
 				Count: func(t *testing.T, fromWhere string, args ...any) int { return db.Count(t, fromWhere, args...) },
 				Exec:  func(t *testing.T, query string, args ...any) { db.Exec(t, query, args...) },
 				DB:    db.Driver,
+				Notices: func(*testing.T) func(context.Context, driver.Executor, idem.FailureNotice) error {
+					return outbox.FailureEvents(outbox.NewWriter(db.Driver), outbox.FailureEventsConfig{})
+				},
 			}
 		},
 		Silent: func(t *testing.T, addr string) logenginetest.Relay {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/driver/mysql"
 	"github.com/idem-go/idem/internal/mysqlrepl"
 	"github.com/idem-go/idem/relay/internal/logengine"
@@ -56,6 +57,7 @@ type source struct {
 	eng *logengine.Relay
 
 	db   *sql.DB
+	drv  *driver.SQLDriver // idem's dialect on db, set at Setup
 	repl mysqlrepl.Config
 
 	schema string // the outbox's database, resolved at Start
@@ -154,7 +156,7 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 		FlushInterval: cfg.FlushInterval, PublishTimeout: cfg.PublishTimeout, RetryBackoff: cfg.RetryBackoff,
 		MaxRetryBackoff: cfg.MaxRetryBackoff, QueryTimeout: cfg.QueryTimeout, StandbyPoll: cfg.StandbyPoll,
 		ArchiveRetention: cfg.ArchiveRetention, ArchivePurgeInterval: cfg.ArchivePurgeInterval, DueInterval: cfg.DueInterval,
-		ProgressInterval: cfg.ProgressInterval, Now: cfg.Now, Logger: log, Observer: cfg.Observer,
+		ProgressInterval: cfg.ProgressInterval, Now: cfg.Now, Logger: log, Observer: cfg.Observer, OnQuarantine: cfg.OnQuarantine,
 		Standby: "another process reads this outbox's binlog; waiting to take over", TookOver: "took the outbox's binlog over",
 	})
 	return &Relay{Relay: r.eng, src: r}, nil

@@ -313,6 +313,7 @@ ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
 	if err != nil {
 		return fmt.Errorf("idem: binlog: %w", err)
 	}
+	r.set.Outbox, r.drv = r.cfg.Tables.Outbox, drv
 	err = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
 		r.schema, r.cfg.Tables.ConsumerPause).Scan(&n)
 	if err != nil {

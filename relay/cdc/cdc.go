@@ -91,7 +91,7 @@ func New(dbURL string, pub broker.Publisher, cfg Config) (*Relay, error) {
 		FlushInterval: cfg.FlushInterval, PublishTimeout: cfg.PublishTimeout, RetryBackoff: cfg.RetryBackoff,
 		MaxRetryBackoff: cfg.MaxRetryBackoff, QueryTimeout: cfg.QueryTimeout, StandbyPoll: min(time.Second, cfg.MaxRetryBackoff),
 		ArchiveRetention: cfg.ArchiveRetention, ArchivePurgeInterval: cfg.ArchivePurgeInterval, DueInterval: cfg.DueInterval,
-		ProgressInterval: cfg.ProgressInterval, Now: cfg.Now, Logger: log, Observer: cfg.Observer,
+		ProgressInterval: cfg.ProgressInterval, Now: cfg.Now, Logger: log, Observer: cfg.Observer, OnQuarantine: cfg.OnQuarantine,
 		Standby: "another process reads the slot; waiting to take over", TookOver: "took the slot over",
 	})
 	return &Relay{Relay: s.eng}, nil

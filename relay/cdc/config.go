@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/progress"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/logrelay"
@@ -166,6 +168,16 @@ type Config struct {
 	// Observer is told what the relay does, for metrics: package
 	// relay/cdc/cdcmetrics makes one that feeds Prometheus.
 	Observer logrelay.Observer
+	// OnQuarantine, when set, is called with the notice of each row or
+	// message the relay quarantines (idem.FailureRowQuarantined: the row's
+	// table and seq, class, group and error, its event's id, name and
+	// aggregate), in the transaction that quarantines it: the notice
+	// exists if and only if the quarantine committed, and an error rolls
+	// it back (the message is published again). outbox.FailureEvents
+	// writes the notices into the outbox, which the relay reads and
+	// publishes ("idem cdc --failure-events"). Rows that are themselves
+	// notices (idem.IsFailureNotice) get none.
+	OnQuarantine func(ctx context.Context, ex driver.Executor, n idem.FailureNotice) error
 	// TracerProvider gives the tracer of the relay's spans: one producer
 	// span per published message, child of the span whose trace context
 	// the row's headers carry (outbox.Writer writes it), so that one trace

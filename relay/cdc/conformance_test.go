@@ -9,6 +9,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/memory"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/relay/cdc"
 	"github.com/idem-go/idem/relay/internal/logengine/logenginetest"
@@ -25,6 +26,7 @@ func TestConformance(t *testing.T) {
 					cfg := fastConfig(t)
 					cfg.Tables.Schema, cfg.MessagePrefix = pg.Schema, pg.Schema
 					cfg.QuarantineAfter, cfg.Now, cfg.DueInterval = o.QuarantineAfter, o.Now, o.DueInterval
+					cfg.OnQuarantine = o.OnQuarantine
 					if !o.Archive {
 						cfg.ArchiveRetention = -1
 					}
@@ -53,6 +55,9 @@ func TestConformance(t *testing.T) {
 				Count: func(t *testing.T, fromWhere string, args ...any) int { return pg.Count(t, dollars(fromWhere), args...) },
 				Exec:  func(t *testing.T, query string, args ...any) { pg.Exec(t, dollars(query), args...) },
 				DB:    pg.Driver,
+				Notices: func(*testing.T) func(context.Context, driver.Executor, idem.FailureNotice) error {
+					return outbox.FailureEvents(outbox.NewWriter(pg.Driver), outbox.FailureEventsConfig{})
+				},
 			}
 		},
 		Silent: func(t *testing.T, addr string) logenginetest.Relay {

@@ -172,14 +172,16 @@ func newQueries(schema, table, archiveTable, publication string) queries {
 		park: `INSERT INTO ` + t + ` AS o (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, quarantined_at, last_error, attempts)
 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, coalesce($8::jsonb, '{}'), now(), $9, $10)
 ON CONFLICT (id) DO UPDATE SET quarantined_at = now(), last_error = excluded.last_error, attempts = excluded.attempts
-WHERE o.quarantined_at IS NULL`,
+WHERE o.quarantined_at IS NULL
+RETURNING seq`,
 		// park for an event with a content type: its payload in
 		// payload_binary when it is not JSON ($5 is then NULL).
 		parkTyped: `INSERT INTO ` + t + ` AS o (id, aggregatetype, aggregateid, type, payload, occurred_at, aggregate_version, headers, quarantined_at, last_error, attempts,
     content_type, payload_binary)
 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, coalesce($8::jsonb, '{}'), now(), $9, $10, $11, $12::bytea)
 ON CONFLICT (id) DO UPDATE SET quarantined_at = now(), last_error = excluded.last_error, attempts = excluded.attempts
-WHERE o.quarantined_at IS NULL`,
+WHERE o.quarantined_at IS NULL
+RETURNING seq`,
 		// A WAL message that cannot become a message: a quarantined row
 		// whose last_error holds its content.
 		parkUnreadable: `INSERT INTO ` + t + ` (id, aggregatetype, aggregateid, type, payload, quarantined_at, last_error, attempts)
@@ -259,6 +261,7 @@ ORDER BY seq LIMIT ` + fmt.Sprint(logengine.DuePage)
 	if err != nil {
 		return fmt.Errorf("idem: cdc: %w", err)
 	}
+	set.Outbox = r.cfg.Tables.Outbox
 	if r.cfg.ArchiveRetention > 0 {
 		if err := pool.QueryRow(ctx, tableExistsSQL, r.sql.archive).Scan(&exists); err != nil {
 			return fmt.Errorf("idem: cdc: look for the outbox's archive: %w", err)

@@ -17,7 +17,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/driver"
+	"github.com/idem-go/idem/internal/failgroup"
 )
 
 // Defaults of the Config fields that relay/cdc and relay/binlog share.
@@ -228,4 +232,22 @@ type Stages struct {
 	// Confirm is the Publish call that carried it: sending and the
 	// broker's confirmation.
 	Confirm time.Duration
+}
+
+// QuarantineNotice returns the notice (idem.FailureRowQuarantined) of the
+// row rec of the outbox table (without its schema), quarantined for
+// errText, dated now, with its class and group as "idem failed groups
+// --relay" shows them: what every relay's Config.OnQuarantine receives.
+func QuarantineNotice(table string, rec driver.OutboxRecord, errText string) idem.FailureNotice {
+	class := failgroup.RelayClass(errText)
+	n := idem.FailureNotice{
+		Name: idem.FailureRowQuarantined, At: time.Now().UTC(), OutboxTable: table, OutboxSeq: rec.Seq,
+		Class: class, Group: failgroup.ID(failgroup.RelayScope, class, failgroup.Normalize(errText)),
+		EventName: rec.Type, AggregateType: rec.AggregateType, AggregateID: rec.AggregateID,
+		Attempts: rec.Attempts + 1, Error: errText,
+	}
+	if id, err := uuid.Parse(rec.RawID); err == nil {
+		n.EventID = id
+	}
+	return n
 }

@@ -74,6 +74,9 @@ type Config struct {
 	Now                  func() time.Time
 	Logger               *slog.Logger
 	Observer             logrelay.Observer
+	// OnQuarantine is called with the notice of each row or message the
+	// relay quarantines, in the quarantine's transaction; nil: none.
+	OnQuarantine func(ctx context.Context, ex driver.Executor, n idem.FailureNotice) error
 
 	// Standby is logged once when another process holds the log, and
 	// TookOver when this relay takes it then.
@@ -110,6 +113,9 @@ type Setup struct {
 	Pauses    driver.Pauses
 	PauseEx   driver.Executor
 	PauseName string
+	// Outbox is the outbox table's name, without its schema, for the
+	// notices of quarantines.
+	Outbox string
 	// Delayed is true when the table holds delayed rows (a not_before
 	// column, and idem's columns): the engine publishes the due ones
 	// (Table.DueRows) while it holds the log.
@@ -132,15 +138,24 @@ type Table interface {
 	// message; false when it cannot be (deleted since, or a table without
 	// idem's columns: the engine logs it with its content). It fails only
 	// when the database does.
-	Quarantine(ctx context.Context, rec *driver.OutboxRecord, reason error) (bool, error)
+	// With notify not nil, it quarantines in a transaction and calls
+	// notify in it with its executor and the row's seq, before the
+	// commit: an error of notify rolls the quarantine back.
+	Quarantine(ctx context.Context, rec *driver.OutboxRecord, reason error, notify Notify) (bool, error)
 	// Park quarantines a message the broker refused; false when the table
 	// cannot hold it (no idem's columns: the engine logs it).
-	Park(ctx context.Context, p Refused) (bool, error)
+	// notify as for Quarantine, with the seq of the row quarantined or
+	// written.
+	Park(ctx context.Context, p Refused, notify Notify) (bool, error)
 	// Gone reports whether a statement's error says that the server is
 	// going away or the connection is lost: the session ends rather than
 	// retry.
 	Gone(err error) bool
 }
+
+// Notify tells of a quarantine in its transaction (Config.OnQuarantine):
+// ex is the transaction's, seq the quarantined row's.
+type Notify func(ctx context.Context, ex driver.Executor, seq int64) error
 
 // Refused is a message the broker refused QuarantineAfter times.
 type Refused struct {

@@ -236,7 +236,7 @@ func (r *Relay) park(ctx context.Context, p Refused) error {
 	rec := p.Rec
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	parked, err := r.src.Park(qctx, p)
+	parked, err := r.src.Park(qctx, p, r.notify(rec, RefusedError(p), p.Refusals))
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
@@ -270,7 +270,7 @@ func (r *Relay) Unreadable(ctx context.Context, rec *driver.OutboxRecord, reason
 	r.C.Unreadable.Add(1)
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	ok, err := r.src.Quarantine(qctx, rec, reason)
+	ok, err := r.src.Quarantine(qctx, rec, reason, r.notify(rec, reason.Error(), rec.Attempts+1))
 	switch {
 	case err != nil:
 		return fmt.Errorf("idem: %s: quarantine a row that cannot be published: %w", r.cfg.Name, err)
@@ -302,4 +302,22 @@ func NewRow(rec driver.OutboxRecord, del string) (Row, error) {
 		return Row{}, err
 	}
 	return Row{Rec: &rec, Msg: msg, Delete: del}, nil
+}
+
+// notify returns the Notify of the quarantine of rec for errText after
+// attempts, or nil when there is no hook or rec is itself a notice.
+func (r *Relay) notify(rec *driver.OutboxRecord, errText string, attempts int) Notify {
+	if r.cfg.OnQuarantine == nil || idem.IsFailureNotice(rec.Type) {
+		return nil
+	}
+	return func(ctx context.Context, ex driver.Executor, seq int64) error {
+		q := *rec
+		q.Seq = seq
+		n := logrelay.QuarantineNotice(r.setup.Outbox, q, errText)
+		n.Attempts = attempts
+		if err := r.cfg.OnQuarantine(ctx, ex, n); err != nil {
+			return fmt.Errorf("idem: %s: quarantine hook: %w", r.cfg.Name, err)
+		}
+		return nil
+	}
 }

@@ -16,8 +16,10 @@ package logenginetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +30,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker"
 	"github.com/idem-go/idem/broker/memory"
+	"github.com/idem-go/idem/driver"
 	"github.com/idem-go/idem/internal/startstop/startstoptest"
 	"github.com/idem-go/idem/internal/testsvc"
 	"github.com/idem-go/idem/relay"
@@ -68,6 +71,9 @@ type Outbox struct {
 	Exec func(t *testing.T, query string, args ...any)
 	// DB is the outbox's database, migrated, with the outbox's schema.
 	DB relay.Database
+	// Notices returns outbox.FailureEvents over the outbox, for
+	// Options.OnQuarantine.
+	Notices func(t *testing.T) func(context.Context, driver.Executor, idem.FailureNotice) error
 }
 
 // Options are the relay settings a scenario needs.
@@ -80,6 +86,8 @@ type Options struct {
 	// looked for (0: the defaults).
 	Now         func() time.Time
 	DueInterval time.Duration
+	// OnQuarantine is Config.OnQuarantine.
+	OnQuarantine func(context.Context, driver.Executor, idem.FailureNotice) error
 }
 
 // Run runs every scenario against the harness's source.
@@ -102,6 +110,7 @@ func Run(t *testing.T, h Harness) {
 		{"VisibleWhenPublished", visibleWhenPublished},
 		{"OperatorPause", operatorPause},
 		{"FiguresDuringStart", figuresDuringStart},
+		{"QuarantineNotice", quarantineNotice},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			if !h.Serial {
@@ -666,4 +675,76 @@ func figuresDuringStart(t *testing.T, ob Outbox) {
 	Eventually(t, "the relay streaming", func() bool { return r.Stats().Streaming })
 	close(done)
 	<-ended
+}
+
+// quarantineNotice: with Config.OnQuarantine writing notices into the
+// outbox (outbox.FailureEvents), each row the relay quarantines, refused
+// or unreadable, writes its notice in the quarantine's transaction, and
+// the relay reads it from the log and publishes it: once, even after a
+// hook that failed (the quarantine rolled back, the row tried again).
+func quarantineNotice(t *testing.T, ob Outbox) {
+	refused := event(t, "bad", 1)
+	pub := memory.New()
+	pub.SetFunc(func(_ int, _ []idem.Message) memory.Action {
+		return memory.Action{Refuse: func(m idem.Message) error {
+			if m.EventID == refused.ID {
+				return broker.Refused(errors.New("no route"))
+			}
+			return nil
+		}}
+	})
+	events := ob.Notices(t)
+	var calls atomic.Int64
+	hook := func(ctx context.Context, ex driver.Executor, n idem.FailureNotice) error {
+		if calls.Add(1) == 1 {
+			return errors.New("the first notice fails")
+		}
+		return events(ctx, ex, n)
+	}
+	r := startStreaming(t, ob, pub, Options{QuarantineAfter: 1, OnQuarantine: hook})
+	ob.Add(t, false, refused)
+	odd := uuid.NewString()
+	ob.Exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, headers)
+VALUES (?, 'order', 'odd', 'order.changed.v1', '{}', '[1,2]')`, odd)
+	sentinel := event(t, "good", 1)
+	ob.Add(t, false, sentinel)
+	Eventually(t, "both rows quarantined", func() bool {
+		return ob.Count(t, "outbox WHERE quarantined_at IS NOT NULL") == 2
+	})
+	// The notices and the sentinel; then a second sentinel after them:
+	// once it is published, no notice can follow.
+	WaitLen(t, pub, 3)
+	last := event(t, "good", 2)
+	ob.Add(t, false, last)
+	msgs := WaitLen(t, pub, 4)
+	notices := map[string]idem.FailureNotice{}
+	for _, m := range msgs {
+		if m.EventName != idem.FailureRowQuarantined {
+			continue
+		}
+		ev, err := idem.Decode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n idem.FailureNotice
+		if err := json.Unmarshal(ev.Payload, &n); err != nil {
+			t.Fatal(err)
+		}
+		if _, twice := notices[n.AggregateID]; twice {
+			t.Errorf("two notices of the row of aggregate %s", n.AggregateID)
+		}
+		notices[n.AggregateID] = n
+	}
+	bad, unreadable := notices["bad"], notices["odd"]
+	if bad.Class != "refused" || bad.EventID != refused.ID || bad.OutboxTable != idem.OutboxTableDefault || bad.OutboxSeq == 0 ||
+		!strings.Contains(bad.Error, "no route") || len(bad.Group) != 12 || bad.Body != nil {
+		t.Errorf("the refused row's notice = %+v", bad)
+	}
+	if unreadable.Class != "unreadable" || unreadable.OutboxSeq == 0 || unreadable.OutboxSeq == bad.OutboxSeq {
+		t.Errorf("the unreadable row's notice = %+v", unreadable)
+	}
+	if len(notices) != 2 || calls.Load() < 3 {
+		t.Errorf("%d notices published, %d hook calls; want 2 notices after 3 calls or more", len(notices), calls.Load())
+	}
+	stats(t, r, "two quarantined", func(s logrelay.Stats) bool { return s.Quarantined == 2 })
 }
