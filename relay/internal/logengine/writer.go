@@ -24,6 +24,7 @@ type writer struct {
 	queue   confirmed // handed, not written yet
 	writing bool      // a write is running
 	wrote   confirmed // written, not taken yet
+	failing bool      // the last write failed: it is retried after a backoff
 	err     error     // the server is going away: the session ends
 }
 
@@ -64,12 +65,14 @@ func (w *writer) take() (confirmed, bool, error) {
 	return c, !w.writing && w.queue.empty(), w.err
 }
 
-// waitIdle waits until everything added is written, or the session's
-// error; false when ctx ends first.
+// waitIdle waits until everything added is written, the writes fail (the
+// database is away: what is written is confirmed, the rest is read again
+// by the next session), or the session's error; false when ctx ends
+// first.
 func (w *writer) waitIdle(ctx context.Context) bool {
 	for {
 		w.mu.Lock()
-		done := w.err != nil || (!w.writing && w.queue.empty())
+		done := w.err != nil || w.failing || (!w.writing && w.queue.empty())
 		w.mu.Unlock()
 		if done {
 			return true
@@ -121,6 +124,10 @@ func (w *writer) run(ctx context.Context) {
 					return
 				}
 				failures++
+				w.mu.Lock()
+				w.failing = true
+				w.mu.Unlock()
+				signal(w.progress)
 				d := r.Backoff(failures)
 				r.errs.delete.Warn(ctx, "deleting published rows failed; their position waits", err,
 					"rows", len(c.ids), "retry_in", d.Round(time.Millisecond))
@@ -132,7 +139,7 @@ func (w *writer) run(ctx context.Context) {
 			r.errs.delete.OK(ctx)
 			w.mu.Lock()
 			w.wrote.merge(c)
-			w.writing = false
+			w.writing, w.failing = false, false
 			w.mu.Unlock()
 			signal(w.progress)
 		}
