@@ -123,8 +123,16 @@ func (r *Relay[TTx]) settle(log *slog.Logger, b *claimed, items []item, faultDel
 
 // quarantine sets rows aside and logs each of them.
 func (r *Relay[TTx]) quarantine(log *slog.Logger, owner uuid.UUID, items []item, rows []driver.QuarantineRow) {
+	reasons := make(map[int64]string, len(rows))
+	for _, q := range rows {
+		reasons[q.Seq] = q.Error
+	}
+	bySeq := make(map[int64]*driver.ClaimedRow, len(items))
+	for i := range items {
+		bySeq[items[i].row.Seq] = items[i].row
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.workCtx), releaseTimeout)
-	done, err := r.quarantineRows(ctx, owner, items, rows)
+	done, err := r.quarantineRows(ctx, owner, rows, bySeq, reasons)
 	cancel()
 	if err != nil {
 		r.errs.quarantine.Error(r.workCtx, "quarantine failed; the rows are tried again after their lease", err, "rows", len(rows))
@@ -135,14 +143,6 @@ func (r *Relay[TTx]) quarantine(log *slog.Logger, owner uuid.UUID, items []item,
 	if lost := len(rows) - len(done); lost > 0 {
 		r.stats.leasesLost.Add(int64(lost))
 		log.Warn("lease lost: rows to quarantine were taken over by another worker", "rows", lost)
-	}
-	reasons := make(map[int64]string, len(rows))
-	for _, q := range rows {
-		reasons[q.Seq] = q.Error
-	}
-	bySeq := make(map[int64]*driver.ClaimedRow, len(done))
-	for i := range items {
-		bySeq[items[i].row.Seq] = items[i].row
 	}
 	for _, seq := range done {
 		row := bySeq[seq]
@@ -206,18 +206,12 @@ func (r *Relay[TTx]) retryDelay(attempt int) time.Duration {
 }
 
 // quarantineRows quarantines rows, with the notice of each
-// (Config.OnQuarantine) in the same transaction when there is a hook.
-func (r *Relay[TTx]) quarantineRows(ctx context.Context, owner uuid.UUID, items []item, rows []driver.QuarantineRow) ([]int64, error) {
+// (Config.OnQuarantine) in the same transaction when there is a hook;
+// bySeq and reasons are the rows claimed and why each is set aside.
+func (r *Relay[TTx]) quarantineRows(ctx context.Context, owner uuid.UUID, rows []driver.QuarantineRow,
+	bySeq map[int64]*driver.ClaimedRow, reasons map[int64]string) ([]int64, error) {
 	if r.cfg.OnQuarantine == nil {
 		return r.dialect.QuarantineOutbox(ctx, r.drv.Pool(), owner, rows)
-	}
-	reasons := make(map[int64]string, len(rows))
-	for _, q := range rows {
-		reasons[q.Seq] = q.Error
-	}
-	bySeq := make(map[int64]*driver.ClaimedRow, len(items))
-	for i := range items {
-		bySeq[items[i].row.Seq] = items[i].row
 	}
 	var done []int64
 	err := driver.InTx(ctx, r.drv, func(ex driver.Executor) error {
