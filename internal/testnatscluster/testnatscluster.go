@@ -107,7 +107,61 @@ func Start(t testing.TB, cfg Config) *Cluster {
 		c.start(i)
 	}
 	c.WaitHealthy(t)
+	c.waitMetaPeers(time.Now().Add(cfg.ReadyTimeout))
 	return c
+}
+
+// waitMetaPeers waits until the meta leader sees every other server
+// current and online (its /jsz meta_cluster). Every server answers its
+// /healthz before that: a stream of 3 replicas created then can fail with
+// "no suitable peers for placement, peer offline".
+func (c *Cluster) waitMetaPeers(deadline time.Time) {
+	c.t.Helper()
+	for {
+		for _, s := range c.servers {
+			if metaPeersCurrent(s.httpPort, s.name, len(c.servers)-1) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("testnatscluster: no meta leader saw its %d peers current after %v", len(c.servers)-1, c.cfg.ReadyTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// metaPeersCurrent reports whether the server name, at httpPort, leads
+// the meta group and sees its peers, all current and online.
+func metaPeersCurrent(httpPort int, name string, peers int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/jsz", httpPort), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := monitor.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var jsz struct {
+		Meta *struct {
+			Leader   string `json:"leader"`
+			Replicas []struct {
+				Current bool `json:"current"`
+				Offline bool `json:"offline"`
+			} `json:"replicas"`
+		} `json:"meta_cluster"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&jsz); err != nil || jsz.Meta == nil || jsz.Meta.Leader != name || len(jsz.Meta.Replicas) != peers {
+		return false
+	}
+	for _, p := range jsz.Meta.Replicas {
+		if !p.Current || p.Offline {
+			return false
+		}
+	}
+	return true
 }
 
 // config returns the configuration file of s.
